@@ -1,0 +1,602 @@
+#![forbid(unsafe_code)]
+//! The configuration file: JSON with the `mcpServers` map that Claude Desktop,
+//! Cursor and VS Code use, plus mcpgate's own top-level keys.
+//!
+//! Parsing is by hand so that every refusal names the file, the key and the
+//! problem. [`REFERENCE`] documents every key; the README's table is printed
+//! from it (`mcpgate --config-reference`) and a test keeps the two equal.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+/// One documented configuration key.
+pub struct KeyDoc {
+    pub key: &'static str,
+    pub default: &'static str,
+    pub meaning: &'static str,
+}
+
+/// Every key mcpgate reads, with its default and unit.
+pub const REFERENCE: &[KeyDoc] = &[
+    KeyDoc {
+        key: "listen",
+        default: "\"127.0.0.1:8780\"",
+        meaning: "Address and port of the `/mcp` endpoint and the status page. `--listen` overrides it.",
+    },
+    KeyDoc {
+        key: "workers",
+        default: "8",
+        meaning: "Worker threads that run `POST` and `DELETE /mcp` (1 to 256). A request that finds all of them busy and the queue full gets 503.",
+    },
+    KeyDoc {
+        key: "session_idle_timeout_secs",
+        default: "300",
+        meaning: "Seconds without a request, and without a live `GET` stream, after which a client session is closed with all its downstream sessions.",
+    },
+    KeyDoc {
+        key: "keepalive_secs",
+        default: "15",
+        meaning: "Seconds between `: keep-alive` comments on a quiet client `GET` stream; a failed write ends the stream.",
+    },
+    KeyDoc { key: "connect_timeout_secs", default: "5", meaning: "Seconds to connect to a downstream server." },
+    KeyDoc {
+        key: "request_timeout_secs",
+        default: "60",
+        meaning: "Seconds a downstream server may stay silent during one request: waiting for the response head, or between two reads of its body.",
+    },
+    KeyDoc {
+        key: "delete_timeout_secs",
+        default: "2",
+        meaning: "Seconds allowed for the `DELETE` that closes one downstream session.",
+    },
+    KeyDoc {
+        key: "shutdown_timeout_secs",
+        default: "5",
+        meaning: "Seconds allowed, on SIGTERM or SIGINT, to close every session and join every thread.",
+    },
+    KeyDoc {
+        key: "open_retry_secs",
+        default: "5",
+        meaning: "Seconds a session waits before it tries again to open a downstream server that failed.",
+    },
+    KeyDoc {
+        key: "client_idle_timeout_secs",
+        default: "5",
+        meaning: "Seconds a client connection may be idle between requests, or silent while it sends one, before it is closed.",
+    },
+    KeyDoc {
+        key: "client_write_timeout_secs",
+        default: "10",
+        meaning: "Seconds a write to a client may block (a client that stops reading loses its stream).",
+    },
+    KeyDoc {
+        key: "max_connections",
+        default: "512",
+        meaning: "Open client connections (one thread each); further connections are closed at once.",
+    },
+    KeyDoc {
+        key: "max_body_bytes",
+        default: "4194304",
+        meaning: "Largest request body in bytes; larger ones get 413 before the body is read.",
+    },
+    KeyDoc {
+        key: "max_message_bytes",
+        default: "16777216",
+        meaning: "Largest JSON message or SSE event in bytes accepted from a downstream server.",
+    },
+    KeyDoc {
+        key: "max_sessions",
+        default: "10000",
+        meaning: "Live client sessions; an `initialize` beyond it gets 503 with `Retry-After`.",
+    },
+    KeyDoc {
+        key: "page_size",
+        default: "100",
+        meaning: "Items per page of the merged `tools/list`, `prompts/list`, `resources/list` and `resources/templates/list`.",
+    },
+    KeyDoc {
+        key: "mcpServers",
+        default: "(required)",
+        meaning: "Map of server name to server. Names are 1 to 64 of `A-Z a-z 0-9 _ . -`.",
+    },
+    KeyDoc {
+        key: "mcpServers.<name>.url",
+        default: "(required)",
+        meaning: "The server's Streamable HTTP endpoint, `http://` or `https://`.",
+    },
+    KeyDoc {
+        key: "mcpServers.<name>.headers",
+        default: "{}",
+        meaning: "HTTP headers sent with every request to the server, e.g. `Authorization`.",
+    },
+    KeyDoc {
+        key: "mcpServers.<name>.prefix",
+        default: "the name",
+        meaning: "Tools and prompts appear as `<prefix>__<name>`; `\"\"` keeps the server's names unchanged.",
+    },
+    KeyDoc {
+        key: "mcpServers.<name>.type",
+        default: "\"http\"",
+        meaning: "Accepted for compatibility: `http`, `streamable-http` or `streamableHttp`.",
+    },
+];
+
+/// The whole configuration, validated.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub workers: usize,
+    pub session_idle_timeout: Duration,
+    pub keepalive: Duration,
+    pub connect_timeout: Duration,
+    pub request_timeout: Duration,
+    pub delete_timeout: Duration,
+    pub shutdown_timeout: Duration,
+    pub open_retry: Duration,
+    pub client_idle_timeout: Duration,
+    pub client_write_timeout: Duration,
+    pub max_connections: usize,
+    pub max_body_bytes: usize,
+    pub max_message_bytes: usize,
+    pub max_sessions: usize,
+    pub page_size: usize,
+    /// In the order of the file: the first server wins a name collision.
+    pub servers: Vec<ServerConfig>,
+}
+
+/// One downstream MCP server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerConfig {
+    pub name: String,
+    pub url: String,
+    /// Names and values after `${VAR}` expansion.
+    pub headers: Vec<(String, String)>,
+    pub prefix: String,
+    /// Values that came from the environment: never logged or shown.
+    pub secrets: Vec<String>,
+}
+
+/// Why a configuration was refused: the file, the key and the problem.
+#[derive(Debug)]
+pub struct ConfigError {
+    pub file: PathBuf,
+    pub key: String,
+    pub problem: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.key.is_empty() {
+            write!(f, "{}: {}", self.file.display(), self.problem)
+        } else {
+            write!(f, "{}: {}: {}", self.file.display(), self.key, self.problem)
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl Config {
+    /// Reads and validates `path`, expanding `${VAR}` from `env`.
+    pub fn load(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: path.to_path_buf(),
+            key: String::new(),
+            problem: format!("cannot read: {e}"),
+        })?;
+        Config::parse(&text, env).map_err(|(key, problem)| ConfigError { file: path.to_path_buf(), key, problem })
+    }
+
+    /// Parses the text of a configuration file; errors are `(key, problem)`.
+    pub fn parse(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Config, (String, String)> {
+        let root: Value = serde_json::from_str(text).map_err(|e| (String::new(), format!("not valid JSON: {e}")))?;
+        let Value::Object(root) = root else {
+            return Err((String::new(), format!("expected a JSON object, found {}", kind(&root))));
+        };
+        let mut keys = Keys::new(&root, "");
+        let listen = keys.string("listen")?.unwrap_or_else(|| "127.0.0.1:8780".into());
+        let listen = listen
+            .parse::<SocketAddr>()
+            .map_err(|_| ("listen".to_string(), format!("`{listen}` is not an address like 127.0.0.1:8780")))?;
+        let config = Config {
+            listen,
+            workers: keys.integer("workers", 8, 1, 256)?,
+            session_idle_timeout: keys.secs("session_idle_timeout_secs", 300)?,
+            keepalive: keys.secs("keepalive_secs", 15)?,
+            connect_timeout: keys.secs("connect_timeout_secs", 5)?,
+            request_timeout: keys.secs("request_timeout_secs", 60)?,
+            delete_timeout: keys.secs("delete_timeout_secs", 2)?,
+            shutdown_timeout: keys.secs("shutdown_timeout_secs", 5)?,
+            open_retry: keys.secs_or_zero("open_retry_secs", 5)?,
+            client_idle_timeout: keys.secs("client_idle_timeout_secs", 5)?,
+            client_write_timeout: keys.secs("client_write_timeout_secs", 10)?,
+            max_connections: keys.integer("max_connections", 512, 4, 65_536)?,
+            max_body_bytes: keys.integer("max_body_bytes", 4 << 20, 1024, 1 << 30)?,
+            max_message_bytes: keys.integer("max_message_bytes", 16 << 20, 1024, 1 << 30)?,
+            max_sessions: keys.integer("max_sessions", 10_000, 1, 1_000_000)?,
+            page_size: keys.integer("page_size", 100, 1, 100_000)?,
+            servers: servers(keys.take("mcpServers"), server_order(text)?, env)?,
+        };
+        keys.refuse_unknown()?;
+        Ok(config)
+    }
+
+    /// The server with this name, if configured.
+    pub fn server(&self, name: &str) -> Option<&ServerConfig> {
+        self.servers.iter().find(|s| s.name == name)
+    }
+
+    /// Every value that must not appear in logs, errors or the status page.
+    pub fn secrets(&self) -> impl Iterator<Item = &str> {
+        self.servers.iter().flat_map(|s| s.secrets.iter().map(String::as_str))
+    }
+}
+
+fn servers(
+    value: Option<&Value>,
+    order: Vec<String>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Vec<ServerConfig>, (String, String)> {
+    let key = "mcpServers";
+    let map = match value {
+        None => return Err((key.into(), "missing: name at least one server".into())),
+        Some(Value::Object(map)) => map,
+        Some(other) => return Err((key.into(), format!("expected an object of servers, found {}", kind(other)))),
+    };
+    if map.is_empty() {
+        return Err((key.into(), "empty: name at least one server".into()));
+    }
+    let mut out = Vec::with_capacity(map.len());
+    for name in order {
+        out.push(server(&name, &map[&name], env)?);
+    }
+    Ok(out)
+}
+
+/// The server names in the order the file gives them (serde_json's map is
+/// sorted), so that "the first configured server wins" means what it says.
+fn server_order(text: &str) -> Result<Vec<String>, (String, String)> {
+    use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
+
+    struct Names(Vec<String>);
+    impl<'de> serde::Deserialize<'de> for Names {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Names, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = Names;
+                fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                    f.write_str("an object of servers")
+                }
+                fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Names, A::Error> {
+                    let mut names: Vec<String> = Vec::new();
+                    while let Some(name) = map.next_key::<String>()? {
+                        map.next_value::<IgnoredAny>()?;
+                        if names.contains(&name) {
+                            return Err(serde::de::Error::custom(format!("server `{name}` is named twice")));
+                        }
+                        names.push(name);
+                    }
+                    Ok(Names(names))
+                }
+            }
+            d.deserialize_map(V)
+        }
+    }
+    #[derive(serde::Deserialize)]
+    struct Root {
+        #[serde(rename = "mcpServers")]
+        servers: Option<Names>,
+    }
+    let root: Root = serde_json::from_str(text).map_err(|e| ("mcpServers".to_string(), e.to_string()))?;
+    Ok(root.servers.map(|n| n.0).unwrap_or_default())
+}
+
+fn server(name: &str, value: &Value, env: &dyn Fn(&str) -> Option<String>) -> Result<ServerConfig, (String, String)> {
+    let path = format!("mcpServers.{name}");
+    if !valid_name(name) {
+        return Err((path, "a server name is 1 to 64 of A-Z a-z 0-9 _ . -".into()));
+    }
+    let Value::Object(map) = value else {
+        return Err((path, format!("expected an object, found {}", kind(value))));
+    };
+    if map.contains_key("command") {
+        return Err((
+            path,
+            "stdio servers (`command`) are not supported: mcpgate talks to servers over Streamable HTTP (`url`)".into(),
+        ));
+    }
+    let mut keys = Keys::new(map, &path);
+    let mut secrets = Vec::new();
+    if let Some(kind) = keys.string("type")? {
+        match kind.as_str() {
+            "http" | "streamable-http" | "streamableHttp" => {}
+            "sse" => {
+                return Err((
+                    format!("{path}.type"),
+                    "the old HTTP+SSE transport is not supported: use the server's Streamable HTTP endpoint".into(),
+                ));
+            }
+            other => return Err((format!("{path}.type"), format!("unknown transport `{other}`, expected `http`"))),
+        }
+    }
+    let url_key = format!("{path}.url");
+    let url = keys.string("url")?.ok_or_else(|| (url_key.clone(), "missing".to_string()))?;
+    let url = expand(&url, env, &mut secrets).map_err(|p| (url_key.clone(), p))?;
+    check_url(&url).map_err(|p| (url_key, p))?;
+    let mut headers = Vec::new();
+    if let Some(value) = keys.take("headers") {
+        let Value::Object(map) = value else {
+            return Err((format!("{path}.headers"), format!("expected an object, found {}", kind(value))));
+        };
+        for (header, value) in map {
+            let key = format!("{path}.headers.{header}");
+            if !valid_header_name(header) {
+                return Err((key, "not a valid HTTP header name".into()));
+            }
+            let Value::String(value) = value else {
+                return Err((key, format!("expected a string, found {}", kind(value))));
+            };
+            let value = expand(value, env, &mut secrets).map_err(|p| (key.clone(), p))?;
+            if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
+                return Err((key, "contains a line break or NUL".into()));
+            }
+            headers.push((header.clone(), value));
+        }
+    }
+    let prefix = keys.string("prefix")?.unwrap_or_else(|| name.to_string());
+    if !prefix.is_empty() && (!valid_name(&prefix) || prefix.contains("__")) {
+        return Err((
+            format!("{path}.prefix"),
+            "a prefix is empty, or 1 to 64 of A-Z a-z 0-9 _ . - without `__`".into(),
+        ));
+    }
+    keys.refuse_unknown()?;
+    Ok(ServerConfig { name: name.to_string(), url, headers, prefix, secrets })
+}
+
+/// Expands `${NAME}` from the environment; the values are recorded as secrets.
+pub fn expand(text: &str, env: &dyn Fn(&str) -> Option<String>, secrets: &mut Vec<String>) -> Result<String, String> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let end = after.find('}').ok_or_else(|| format!("unterminated `${{` in `{}`", redact_vars(text)))?;
+        let name = &after[..end];
+        let valid = !name.is_empty()
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            && !name.starts_with(|c: char| c.is_ascii_digit());
+        if !valid {
+            return Err(format!("`${{{name}}}` is not a variable name"));
+        }
+        let value = env(name).ok_or_else(|| format!("environment variable `{name}` is not set"))?;
+        if !value.is_empty() {
+            secrets.push(value.clone());
+        }
+        out.push_str(&value);
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+fn redact_vars(text: &str) -> String {
+    if text.len() > 80 { format!("{}...", &text[..text.floor_char_boundary(80)]) } else { text.to_string() }
+}
+
+fn check_url(url: &str) -> Result<(), String> {
+    let uri: ureq::http::Uri = url.parse().map_err(|_| format!("`{url}` is not a URL"))?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some("https") if cfg!(feature = "tls") => {}
+        Some("https") => return Err("https:// needs mcpgate built with the `tls` feature".into()),
+        _ => return Err(format!("`{url}` must start with http:// or https://")),
+    }
+    match uri.host() {
+        Some(host) if !host.is_empty() => Ok(()),
+        _ => Err(format!("`{url}` has no host")),
+    }
+}
+
+fn valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+}
+
+fn valid_header_name(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+fn kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Reads the keys of one JSON object, remembering which were used so the
+/// rest can be refused as unknown.
+struct Keys<'a> {
+    map: &'a Map<String, Value>,
+    path: &'a str,
+    used: BTreeMap<&'a str, ()>,
+}
+
+impl<'a> Keys<'a> {
+    fn new(map: &'a Map<String, Value>, path: &'a str) -> Keys<'a> {
+        Keys { map, path, used: BTreeMap::new() }
+    }
+
+    fn name(&self, key: &str) -> String {
+        if self.path.is_empty() { key.to_string() } else { format!("{}.{key}", self.path) }
+    }
+
+    fn take(&mut self, key: &'a str) -> Option<&'a Value> {
+        self.used.insert(key, ());
+        self.map.get(key)
+    }
+
+    fn string(&mut self, key: &'a str) -> Result<Option<String>, (String, String)> {
+        match self.take(key) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(other) => Err((self.name(key), format!("expected a string, found {}", kind(other)))),
+        }
+    }
+
+    fn integer(&mut self, key: &'a str, default: usize, min: usize, max: usize) -> Result<usize, (String, String)> {
+        let Some(value) = self.take(key) else { return Ok(default) };
+        match value.as_u64() {
+            Some(n) if (min as u64..=max as u64).contains(&n) => Ok(n as usize),
+            Some(n) => Err((self.name(key), format!("{n} is out of range {min} to {max}"))),
+            None => Err((self.name(key), format!("expected a whole number, found {}", kind(value)))),
+        }
+    }
+
+    fn secs(&mut self, key: &'a str, default: u64) -> Result<Duration, (String, String)> {
+        let n = self.integer(key, default as usize, 1, 86_400 * 30)?;
+        Ok(Duration::from_secs(n as u64))
+    }
+
+    fn secs_or_zero(&mut self, key: &'a str, default: u64) -> Result<Duration, (String, String)> {
+        let n = self.integer(key, default as usize, 0, 86_400)?;
+        Ok(Duration::from_secs(n as u64))
+    }
+
+    fn refuse_unknown(&self) -> Result<(), (String, String)> {
+        match self.map.keys().find(|k| !self.used.contains_key(k.as_str())) {
+            None => Ok(()),
+            Some(k) => Err((self.name(k), "unknown key".into())),
+        }
+    }
+}
+
+/// The README's configuration table.
+pub fn reference_markdown() -> String {
+    let mut out = String::from("| key | default | meaning |\n|---|---|---|\n");
+    for doc in REFERENCE {
+        out.push_str(&format!("| `{}` | {} | {} |\n", doc.key, doc.default, doc.meaning));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(name: &str) -> Option<String> {
+        match name {
+            "TOKEN" => Some("s3cret".into()),
+            "PORT" => Some("9001".into()),
+            _ => None,
+        }
+    }
+
+    fn parse(text: &str) -> Result<Config, (String, String)> {
+        Config::parse(text, &env)
+    }
+
+    #[test]
+    fn example_from_the_issue_parses_with_defaults() {
+        let c = parse(
+            r#"{
+              "listen": "127.0.0.1:8780", "workers": 8, "session_idle_timeout_secs": 300,
+              "mcpServers": {
+                "files": { "url": "http://127.0.0.1:${PORT}/mcp", "headers": { "Authorization": "Bearer ${TOKEN}" } },
+                "search": { "url": "http://127.0.0.1:9002/mcp", "prefix": "" }
+              }
+            }"#,
+        )
+        .unwrap();
+        assert_eq!(c.workers, 8);
+        assert_eq!(c.keepalive, Duration::from_secs(15));
+        let files = c.server("files").unwrap();
+        assert_eq!(files.url, "http://127.0.0.1:9001/mcp");
+        assert_eq!(files.headers, vec![("Authorization".into(), "Bearer s3cret".into())]);
+        assert_eq!(files.prefix, "files");
+        assert_eq!(c.server("search").unwrap().prefix, "");
+        assert!(c.secrets().any(|s| s == "s3cret"));
+    }
+
+    #[test]
+    fn servers_keep_the_order_of_the_file() {
+        let c = parse(r#"{"mcpServers": {"zeta": {"url": "http://z"}, "alpha": {"url": "http://a"}}}"#).unwrap();
+        let names: Vec<&str> = c.servers.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["zeta", "alpha"]);
+        let (key, problem) =
+            parse(r#"{"mcpServers": {"a": {"url": "http://z"}, "a": {"url": "http://a"}}}"#).unwrap_err();
+        assert_eq!(key, "mcpServers");
+        assert!(problem.contains("named twice"), "{problem}");
+    }
+
+    #[test]
+    fn every_refusal_names_the_key_and_the_problem() {
+        let cases = [
+            (r#"{"mcpServers": {"a": {"url": "http://x/mcp"}}, "wrokers": 2}"#, "wrokers", "unknown key"),
+            (r#"{"mcpServers": {"a": {"url": "http://x/mcp"}}, "workers": "8"}"#, "workers", "expected a whole number"),
+            (r#"{"mcpServers": {"a": {"url": "http://x/mcp"}}, "workers": 0}"#, "workers", "out of range"),
+            (r#"{"mcpServers": {"a": {"url": "ftp://x/mcp"}}}"#, "mcpServers.a.url", "must start with http"),
+            (r#"{"mcpServers": {"a": {"url": "http://x/${NOPE}"}}}"#, "mcpServers.a.url", "`NOPE` is not set"),
+            (r#"{"mcpServers": {"a": {"url": "http://x/mcp", "color": 1}}}"#, "mcpServers.a.color", "unknown key"),
+            (r#"{"mcpServers": {"a": {"command": "npx"}}}"#, "mcpServers.a", "stdio servers"),
+            (r#"{"mcpServers": {"a": {"url": "http://x", "type": "sse"}}}"#, "mcpServers.a.type", "HTTP+SSE"),
+            (r#"{"mcpServers": {"a": {"url": "http://x", "prefix": "a__b"}}}"#, "mcpServers.a.prefix", "without `__`"),
+            (r#"{"mcpServers": {}}"#, "mcpServers", "empty"),
+            (r#"{"listen": "localhost"}"#, "listen", "not an address"),
+            (r#"{}"#, "mcpServers", "missing"),
+            (r#"[1]"#, "", "expected a JSON object"),
+            (r#"{"mcpServers": "#, "", "not valid JSON"),
+        ];
+        for (text, key, problem) in cases {
+            let (k, p) = parse(text).expect_err(text);
+            assert_eq!(k, key, "{text}");
+            assert!(p.contains(problem), "{text}: {p}");
+        }
+    }
+
+    #[test]
+    fn load_error_names_the_file() {
+        let e = Config::load(Path::new("/nonexistent/mcpgate.json"), &env).unwrap_err();
+        assert!(e.to_string().starts_with("/nonexistent/mcpgate.json: cannot read"), "{e}");
+    }
+
+    #[test]
+    fn expand_leaves_plain_dollars_alone() {
+        let mut secrets = Vec::new();
+        assert_eq!(expand("a$b ${PORT}$", &env, &mut secrets).unwrap(), "a$b 9001$");
+        assert_eq!(secrets, vec!["9001".to_string()]);
+        assert!(expand("${unterminated", &env, &mut secrets).is_err());
+        assert!(expand("${9X}", &env, &mut secrets).is_err());
+    }
+
+    #[test]
+    fn every_key_read_is_documented() {
+        // Keys that parse() accepts must appear in REFERENCE, and the reverse.
+        let documented: Vec<&str> = REFERENCE.iter().map(|d| d.key).collect();
+        let source = include_str!("config.rs");
+        for doc in &documented {
+            let leaf = doc.rsplit('.').next().unwrap();
+            if leaf != "<name>" && doc != &"mcpServers" {
+                assert!(source.contains(&format!("\"{leaf}\"")), "{doc} documented but never read");
+            }
+        }
+        let mut rest = source;
+        while let Some(at) = rest.find("keys.") {
+            rest = &rest[at + 5..];
+            let method: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+            let Some(args) = rest[method.len()..].strip_prefix("(\"") else { continue };
+            let key: String = args.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+            if !key.is_empty() && args[key.len()..].starts_with('"') {
+                assert!(documented.iter().any(|d| d.ends_with(key.as_str())), "{key} read but not documented");
+            }
+        }
+    }
+}

@@ -1,0 +1,244 @@
+#![forbid(unsafe_code)]
+//! JSON-RPC 2.0 messages as MCP uses them: parsing, classification and the
+//! few shapes mcpgate writes. Params and results stay raw JSON text so that
+//! what mcpgate only forwards is never re-serialized.
+
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+pub const PARSE_ERROR: i64 = -32700;
+pub const INVALID_REQUEST: i64 = -32600;
+pub const METHOD_NOT_FOUND: i64 = -32601;
+pub const INVALID_PARAMS: i64 = -32602;
+pub const INTERNAL_ERROR: i64 = -32603;
+
+/// One JSON-RPC message as received. `id` is `Some(Value::Null)` when the
+/// field is present and null, `None` when absent.
+#[derive(Debug, Deserialize)]
+pub struct Message {
+    #[serde(default)]
+    pub jsonrpc: Option<String>,
+    #[serde(default, deserialize_with = "present")]
+    pub id: Option<Value>,
+    #[serde(default)]
+    pub method: Option<String>,
+    #[serde(default)]
+    pub params: Option<Box<RawValue>>,
+    #[serde(default)]
+    pub result: Option<Box<RawValue>>,
+    #[serde(default)]
+    pub error: Option<Box<RawValue>>,
+}
+
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
+/// What a message is, by the rules of JSON-RPC 2.0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Request,
+    Notification,
+    Response,
+}
+
+/// A JSON-RPC error, with the HTTP status to answer it with when it ends a
+/// request before any JSON-RPC exchange could happen.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RpcError {
+    pub code: i64,
+    pub message: String,
+    pub data: Option<Value>,
+}
+
+impl RpcError {
+    pub fn new(code: i64, message: impl Into<String>) -> RpcError {
+        RpcError { code, message: message.into(), data: None }
+    }
+
+    pub fn invalid_params(message: impl Into<String>) -> RpcError {
+        RpcError::new(INVALID_PARAMS, message)
+    }
+
+    pub fn internal(message: impl Into<String>) -> RpcError {
+        RpcError::new(INTERNAL_ERROR, message)
+    }
+
+    /// An error caused by one downstream server: the message and the data name it.
+    pub fn server(server: &str, message: impl std::fmt::Display) -> RpcError {
+        RpcError {
+            code: INTERNAL_ERROR,
+            message: format!("server `{server}`: {message}"),
+            data: Some(serde_json::json!({ "server": server })),
+        }
+    }
+}
+
+impl std::fmt::Display for RpcError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.message, self.code)
+    }
+}
+
+impl Message {
+    /// Parses one message from JSON text.
+    pub fn parse(bytes: &[u8]) -> Result<Message, RpcError> {
+        let message: Message = serde_json::from_slice(bytes).map_err(|e| {
+            if e.is_syntax() || e.is_eof() {
+                RpcError::new(PARSE_ERROR, format!("parse error: {e}"))
+            } else {
+                RpcError::new(INVALID_REQUEST, format!("invalid JSON-RPC message: {e}"))
+            }
+        })?;
+        message.kind()?;
+        Ok(message)
+    }
+
+    /// Classifies the message, refusing shapes JSON-RPC 2.0 does not allow.
+    pub fn kind(&self) -> Result<Kind, RpcError> {
+        if self.jsonrpc.as_deref() != Some("2.0") {
+            return Err(RpcError::new(INVALID_REQUEST, "invalid request: `jsonrpc` must be \"2.0\""));
+        }
+        let id_ok = match &self.id {
+            None => true,
+            Some(Value::String(_)) => true,
+            Some(Value::Number(n)) => n.is_i64() || n.is_u64(),
+            Some(_) => false,
+        };
+        match (&self.method, &self.id) {
+            (Some(_), _) if !id_ok => {
+                Err(RpcError::new(INVALID_REQUEST, "invalid request: `id` must be a string or an integer"))
+            }
+            (Some(_), Some(_)) => Ok(Kind::Request),
+            (Some(_), None) => Ok(Kind::Notification),
+            (None, Some(_)) if self.result.is_some() != self.error.is_some() => Ok(Kind::Response),
+            (None, Some(_)) => {
+                Err(RpcError::new(INVALID_REQUEST, "invalid response: exactly one of `result` and `error` is required"))
+            }
+            (None, None) => Err(RpcError::new(INVALID_REQUEST, "invalid request: `method` is missing")),
+        }
+    }
+
+    pub fn method(&self) -> &str {
+        self.method.as_deref().unwrap_or("")
+    }
+
+    /// The params as a JSON object (absent params read as an empty object).
+    pub fn params_object(&self) -> Result<serde_json::Map<String, Value>, RpcError> {
+        match &self.params {
+            None => Ok(serde_json::Map::new()),
+            Some(raw) => match serde_json::from_str(raw.get()) {
+                Ok(Value::Object(map)) => Ok(map),
+                Ok(Value::Null) => Ok(serde_json::Map::new()),
+                _ => {
+                    Err(RpcError::invalid_params(format!("invalid params for `{}`: expected an object", self.method())))
+                }
+            },
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct Out<'a> {
+    jsonrpc: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    method: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    params: Option<&'a RawValue>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    result: Option<&'a RawValue>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a RawValue>,
+}
+
+impl Out<'_> {
+    fn to_vec(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("serializing borrowed JSON cannot fail")
+    }
+}
+
+const fn out() -> Out<'static> {
+    Out { jsonrpc: "2.0", id: None, method: None, params: None, result: None, error: None }
+}
+
+pub fn request(id: &Value, method: &str, params: Option<&RawValue>) -> Vec<u8> {
+    Out { id: Some(id), method: Some(method), params, ..out() }.to_vec()
+}
+
+pub fn notification(method: &str, params: Option<&RawValue>) -> Vec<u8> {
+    Out { method: Some(method), params, ..out() }.to_vec()
+}
+
+pub fn result(id: &Value, result: &RawValue) -> Vec<u8> {
+    Out { id: Some(id), result: Some(result), ..out() }.to_vec()
+}
+
+/// A response carrying an error exactly as another peer wrote it.
+pub fn raw_error(id: &Value, error: &RawValue) -> Vec<u8> {
+    Out { id: Some(id), error: Some(error), ..out() }.to_vec()
+}
+
+pub fn error(id: &Value, error: &RpcError) -> Vec<u8> {
+    let mut body = serde_json::json!({ "code": error.code, "message": error.message });
+    if let Some(data) = &error.data {
+        body["data"] = data.clone();
+    }
+    let raw = RawValue::from_string(body.to_string()).expect("json! output is valid JSON");
+    raw_error(id, &raw)
+}
+
+/// JSON text for a value built in code.
+pub fn raw(value: &Value) -> Box<RawValue> {
+    RawValue::from_string(value.to_string()).expect("a Value serializes to valid JSON")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_requests_notifications_and_responses() {
+        let cases: [(&str, Result<Kind, i64>); 10] = [
+            (r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#, Ok(Kind::Request)),
+            (r#"{"jsonrpc":"2.0","id":"a","method":"ping"}"#, Ok(Kind::Request)),
+            (r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#, Ok(Kind::Notification)),
+            (r#"{"jsonrpc":"2.0","id":1,"result":{}}"#, Ok(Kind::Response)),
+            (r#"{"jsonrpc":"2.0","id":null,"error":{"code":1,"message":"x"}}"#, Ok(Kind::Response)),
+            (r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#, Err(INVALID_REQUEST)),
+            (r#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#, Err(INVALID_REQUEST)),
+            (r#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#, Err(INVALID_REQUEST)),
+            (r#"{"jsonrpc":"2.0","id":1}"#, Err(INVALID_REQUEST)),
+            (r#"{"jsonrpc":"2.0","id":1,"method":"x""#, Err(PARSE_ERROR)),
+        ];
+        for (text, want) in cases {
+            let got = Message::parse(text.as_bytes()).map(|m| m.kind().unwrap()).map_err(|e| e.code);
+            assert_eq!(got, want, "{text}");
+        }
+    }
+
+    #[test]
+    fn non_object_json_is_an_invalid_request_not_a_parse_error() {
+        assert_eq!(Message::parse(b"[1]").unwrap_err().code, INVALID_REQUEST);
+        assert_eq!(Message::parse(b"42").unwrap_err().code, INVALID_REQUEST);
+        assert_eq!(Message::parse(b"{nope").unwrap_err().code, PARSE_ERROR);
+    }
+
+    #[test]
+    fn forwarded_results_keep_their_bytes() {
+        let m = Message::parse(br#"{"jsonrpc":"2.0","id":7,"result":{"b": 1,  "a":[1.50]}}"#).unwrap();
+        let out = result(&Value::from("c-1"), m.result.as_deref().unwrap());
+        assert_eq!(out, br#"{"jsonrpc":"2.0","id":"c-1","result":{"b": 1,  "a":[1.50]}}"#);
+    }
+
+    #[test]
+    fn errors_carry_code_message_and_data() {
+        let out = error(&Value::from(3), &RpcError::server("files", "connection refused"));
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["error"]["code"], INTERNAL_ERROR);
+        assert_eq!(v["error"]["message"], "server `files`: connection refused");
+        assert_eq!(v["error"]["data"]["server"], "files");
+    }
+}
