@@ -1,0 +1,649 @@
+#![forbid(unsafe_code)]
+//! The client side: one [`Server`] per configured MCP server (its connection
+//! pool and health), and the [`Downstream`] sessions opened on it, one per
+//! client session. [`close_all`] is the only way a downstream session ends.
+
+use std::fmt;
+use std::io::{BufReader, Read};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant, SystemTime};
+
+use parking_lot::Mutex;
+use serde_json::Value;
+use serde_json::value::RawValue;
+use ureq::Agent;
+use ureq::http::Response;
+
+use crate::config::{Config, ServerConfig};
+use crate::jsonrpc::{self, Kind, Message};
+use crate::reader::{self, Reader};
+use crate::sse;
+use crate::stats::{Gauge, Stats};
+
+/// Protocol versions mcpgate speaks, newest first.
+pub const PROTOCOL_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26"];
+
+/// Why a downstream exchange failed, in words a person can act on.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DownstreamError {
+    /// The server could not be reached.
+    Connect(String),
+    /// The server stayed silent longer than the configured timeout.
+    Timeout(Duration),
+    /// An HTTP status other than the ones MCP defines for the exchange.
+    Status { status: u16, detail: String },
+    /// The server answered 404 for our session id: it no longer knows it.
+    SessionGone,
+    /// The answer broke the protocol: bad JSON, wrong content type, a stream without a response.
+    Protocol(String),
+    /// The server refused `initialize` or offered no usable protocol version.
+    Refused(String),
+    /// mcpgate is closing this downstream session.
+    Closed,
+}
+
+impl fmt::Display for DownstreamError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DownstreamError::Connect(e) => write!(f, "unreachable: {e}"),
+            DownstreamError::Timeout(d) => write!(f, "no answer within {} s", d.as_secs_f64()),
+            DownstreamError::Status { status, detail } if detail.is_empty() => write!(f, "answered HTTP {status}"),
+            DownstreamError::Status { status, detail } => write!(f, "answered HTTP {status}: {detail}"),
+            DownstreamError::SessionGone => write!(f, "the server no longer knows this session (HTTP 404)"),
+            DownstreamError::Protocol(e) => write!(f, "protocol error: {e}"),
+            DownstreamError::Refused(e) => write!(f, "initialize refused: {e}"),
+            DownstreamError::Closed => write!(f, "the session is closing"),
+        }
+    }
+}
+
+/// Where a downstream session's unsolicited messages go: the client session
+/// that owns it.
+pub trait Inbox: Send + Sync {
+    /// A message the server sent on its `GET` stream.
+    fn deliver(&self, server: &Arc<Server>, message: Message);
+}
+
+/// Last success and failure of one server, for the status page.
+#[derive(Debug, Default, Clone)]
+pub struct Health {
+    pub last_error: Option<String>,
+    pub last_error_at: Option<SystemTime>,
+    pub last_ok_at: Option<SystemTime>,
+}
+
+/// Timeouts and limits for talking to servers, from the configuration.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub connect: Duration,
+    pub request: Duration,
+    pub delete: Duration,
+    pub max_message: usize,
+}
+
+impl Limits {
+    pub fn from_config(config: &Config) -> Limits {
+        Limits {
+            connect: config.connect_timeout,
+            request: config.request_timeout,
+            delete: config.delete_timeout,
+            max_message: config.max_message_bytes,
+        }
+    }
+}
+
+/// One configured server, shared by every client session.
+pub struct Server {
+    pub config: ServerConfig,
+    /// Position in the configuration: the lower wins a name collision.
+    pub rank: usize,
+    pub limits: Limits,
+    /// For `POST` and `DELETE`; keeps connections to the server alive.
+    agent: Agent,
+    pub live_sessions: Gauge,
+    /// Guards the last error and success times; held only to copy them.
+    health: Mutex<Health>,
+    pub stats: Arc<Stats>,
+}
+
+impl fmt::Debug for Server {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Server({})", self.config.name)
+    }
+}
+
+/// An agent with small buffers, no proxy from the environment, and status
+/// codes returned as responses.
+pub fn agent(limits: &Limits, idle_per_host: usize) -> Agent {
+    let config = Agent::config_builder()
+        .http_status_as_error(false)
+        .proxy(None)
+        .timeout_connect(Some(limits.connect))
+        .timeout_recv_response(Some(limits.request))
+        .timeout_per_read(Some(limits.request))
+        .input_buffer_size(16 * 1024)
+        .output_buffer_size(16 * 1024)
+        .max_idle_connections(idle_per_host.max(1) * 4)
+        .max_idle_connections_per_host(idle_per_host.max(1))
+        .max_redirects(0)
+        .user_agent(concat!("mcpgate/", env!("CARGO_PKG_VERSION")))
+        .build();
+    Agent::new_with_config(config)
+}
+
+impl Server {
+    pub fn new(config: ServerConfig, rank: usize, limits: Limits, idle_per_host: usize, stats: Arc<Stats>) -> Server {
+        Server {
+            agent: agent(&limits, idle_per_host),
+            config,
+            rank,
+            limits,
+            live_sessions: Gauge::default(),
+            health: Mutex::new(Health::default()),
+            stats,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    /// Unblocks every request in flight on this server's shared agent.
+    pub fn shutdown(&self) {
+        self.agent.clone().shutdown();
+    }
+
+    pub fn health(&self) -> Health {
+        self.health.lock().clone()
+    }
+
+    /// Replaces every secret of this server in `text` with `***`.
+    pub fn redact(&self, text: &str) -> String {
+        let mut out = text.to_string();
+        for secret in &self.config.secrets {
+            out = out.replace(secret.as_str(), "***");
+        }
+        out
+    }
+
+    fn record<T>(&self, result: &Result<T, DownstreamError>) {
+        let mut health = self.health.lock();
+        match result {
+            Ok(_) => health.last_ok_at = Some(SystemTime::now()),
+            Err(DownstreamError::Closed) => {}
+            Err(e) => {
+                health.last_error = Some(self.redact(&e.to_string()));
+                health.last_error_at = Some(SystemTime::now());
+            }
+        }
+    }
+
+    /// Opens a downstream session: `initialize`, `notifications/initialized`,
+    /// then the reader of its `GET` stream. `init_params` are the client's.
+    pub fn open(
+        self: &Arc<Self>,
+        init_params: &RawValue,
+        inbox: Weak<dyn Inbox>,
+    ) -> Result<Arc<Downstream>, DownstreamError> {
+        let result = self.open_inner(init_params, inbox);
+        self.record(&result);
+        if let Err(e) = &result {
+            log::warn!(
+                "server `{}`: {}: left out of this session's lists until it is retried",
+                self.name(),
+                self.redact(&e.to_string())
+            );
+        }
+        result
+    }
+
+    fn open_inner(
+        self: &Arc<Self>,
+        init_params: &RawValue,
+        inbox: Weak<dyn Inbox>,
+    ) -> Result<Arc<Downstream>, DownstreamError> {
+        let id = Value::from(0);
+        let body = jsonrpc::request(&id, "initialize", Some(init_params));
+        let response = self.post(None, None, &body)?;
+        let session_id = match response.headers().get("mcp-session-id").map(|v| v.to_str()) {
+            None => None,
+            Some(Ok(v)) if !v.is_empty() && v.bytes().all(|b| (0x21..=0x7e).contains(&b)) => Some(v.to_string()),
+            Some(_) => return Err(DownstreamError::Protocol("Mcp-Session-Id is not visible ASCII".into())),
+        };
+        let not_closing = AtomicBool::new(false);
+        let exchange =
+            Exchange { session_id: session_id.as_deref(), version: PROTOCOL_VERSIONS[0], closing: &not_closing };
+        let answer = self.read_answer(response, &id, &mut |_| {}, &exchange);
+        if session_id.is_none() {
+            // Without a session id there is nothing to close if the answer is bad.
+            answer.as_ref().map_err(Clone::clone)?;
+        }
+        // From here the server may hold a session: every failure must close it.
+        let mut downstream = Downstream::new(self.clone(), session_id);
+        let init = match answer.and_then(|m| initialize_result(&m)) {
+            Ok(init) => init,
+            Err(e) => {
+                close_all(&[Arc::new(downstream)], 1);
+                return Err(e);
+            }
+        };
+        downstream.protocol_version = init.protocol_version;
+        downstream.capabilities = init.capabilities;
+        downstream.instructions = init.instructions;
+        downstream.server_info = init.server_info;
+        let downstream = Arc::new(downstream);
+        if let Err(e) = downstream.notify("notifications/initialized", None) {
+            close_all(&[downstream], 1);
+            return Err(e);
+        }
+        match reader::start(&downstream, inbox) {
+            Ok(reader) => *downstream.reader.lock() = Some(reader),
+            Err(e) => log::error!(
+                "server `{}`: cannot start a reader thread ({e}): this session gets no server notifications",
+                self.name()
+            ),
+        }
+        Ok(downstream)
+    }
+
+    /// Adds the session, the protocol version and the configured headers.
+    fn headers<B>(
+        &self,
+        mut request: ureq::RequestBuilder<B>,
+        session: Option<&str>,
+        version: Option<&str>,
+    ) -> ureq::RequestBuilder<B> {
+        if let Some(session) = session {
+            request = request.header("Mcp-Session-Id", session);
+        }
+        if let Some(version) = version {
+            request = request.header("MCP-Protocol-Version", version);
+        }
+        for (name, value) in &self.config.headers {
+            request = request.header(name.as_str(), value.as_str());
+        }
+        request
+    }
+
+    /// A `POST` of one JSON-RPC message; the response head, whatever its status.
+    fn post(
+        &self,
+        session: Option<&str>,
+        version: Option<&str>,
+        body: &[u8],
+    ) -> Result<Response<ureq::Body>, DownstreamError> {
+        let request = self
+            .agent
+            .post(&self.config.url)
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream");
+        self.headers(request, session, version).send(body).map_err(|e| self.transport_error(e))
+    }
+
+    /// A `GET` of the session's stream, optionally resuming after `last_event_id`.
+    pub(crate) fn get_stream(
+        &self,
+        agent: &Agent,
+        session: Option<&str>,
+        version: &str,
+        last_event_id: Option<&str>,
+    ) -> Result<Response<ureq::Body>, DownstreamError> {
+        let mut request =
+            self.headers(agent.get(&self.config.url).header("Accept", "text/event-stream"), session, Some(version));
+        if let Some(id) = last_event_id {
+            request = request.header("Last-Event-ID", id);
+        }
+        request.call().map_err(|e| self.transport_error(e))
+    }
+
+    fn delete(&self, session: &str, version: &str) -> Result<(), DownstreamError> {
+        let request = self.headers(self.agent.delete(&self.config.url), Some(session), Some(version));
+        let response = request
+            .config()
+            .timeout_global(Some(self.limits.delete))
+            .build()
+            .call()
+            .map_err(|e| self.transport_error(e))?;
+        let status = response.status().as_u16();
+        // Read the (small) body so the connection can be reused.
+        let _ = response.into_body().with_config().limit(64 * 1024).read_to_vec();
+        match status {
+            200..=299 => Ok(()),
+            // Already gone, or the server does not let clients end sessions: nothing is left open.
+            404 | 405 => Ok(()),
+            status => Err(DownstreamError::Status { status, detail: String::new() }),
+        }
+    }
+
+    pub(crate) fn transport_error(&self, e: ureq::Error) -> DownstreamError {
+        match e {
+            ureq::Error::Timeout(_) => DownstreamError::Timeout(self.limits.request),
+            ureq::Error::Io(io)
+                if io.kind() == std::io::ErrorKind::TimedOut || io.kind() == std::io::ErrorKind::WouldBlock =>
+            {
+                DownstreamError::Timeout(self.limits.request)
+            }
+            ureq::Error::Io(io) if io.kind() == std::io::ErrorKind::NotConnected => DownstreamError::Closed,
+            ureq::Error::Io(io) => DownstreamError::Connect(format!("{io} ({})", self.config.url)),
+            ureq::Error::HostNotFound => DownstreamError::Connect(format!("host not found ({})", self.config.url)),
+            ureq::Error::ConnectionFailed => {
+                DownstreamError::Connect(format!("connection failed ({})", self.config.url))
+            }
+            other => DownstreamError::Protocol(other.to_string()),
+        }
+    }
+
+    /// Reads the answer to the request `id`: a JSON body, or an SSE stream
+    /// whose other messages go to `on_message`. A stream that ends early is
+    /// resumed with `GET` and `Last-Event-ID` when the server gave event ids.
+    fn read_answer(
+        &self,
+        response: Response<ureq::Body>,
+        id: &Value,
+        on_message: &mut dyn FnMut(Message),
+        session: &Exchange<'_>,
+    ) -> Result<Message, DownstreamError> {
+        let status = response.status().as_u16();
+        let mime = response.body().mime_type().unwrap_or("").to_ascii_lowercase();
+        match status {
+            200 if mime == "application/json" => {
+                let bytes = response
+                    .into_body()
+                    .with_config()
+                    .limit(self.limits.max_message as u64)
+                    .read_to_vec()
+                    .map_err(|e| self.body_error(e))?;
+                let message = Message::parse(&bytes)
+                    .map_err(|e| DownstreamError::Protocol(format!("invalid JSON-RPC answer: {}", e.message)))?;
+                match message.kind() {
+                    Ok(Kind::Response) if message.id.as_ref() == Some(id) => Ok(message),
+                    _ => Err(DownstreamError::Protocol("the JSON answer is not the response to the request".into())),
+                }
+            }
+            200 if mime == "text/event-stream" => self.read_stream(response, id, on_message, session),
+            200 | 202 => Err(DownstreamError::Protocol(format!(
+                "answered HTTP {status} with `{mime}`, expected application/json or text/event-stream"
+            ))),
+            404 if session.session_id.is_some() => Err(DownstreamError::SessionGone),
+            _ => Err(status_error(response)),
+        }
+    }
+
+    fn read_stream(
+        &self,
+        response: Response<ureq::Body>,
+        id: &Value,
+        on_message: &mut dyn FnMut(Message),
+        session: &Exchange<'_>,
+    ) -> Result<Message, DownstreamError> {
+        const MAX_RESUMES: usize = 10;
+        let mut body = response.into_body().into_reader();
+        let mut last_event_id: Option<String> = None;
+        let mut retry: Option<Duration> = None;
+        for _ in 0..=MAX_RESUMES {
+            let mut decoder = sse::Decoder::new(BufReader::with_capacity(8 * 1024, body), self.limits.max_message);
+            let ended = loop {
+                match decoder.next_event() {
+                    Ok(Some(event)) => {
+                        if event.id.is_some() {
+                            last_event_id = event.id;
+                        }
+                        if let Some(ms) = event.retry_ms {
+                            retry = Some(Duration::from_millis(ms));
+                        }
+                        if event.data.trim().is_empty() {
+                            continue;
+                        }
+                        let message = Message::parse(event.data.as_bytes()).map_err(|e| {
+                            DownstreamError::Protocol(format!("invalid JSON-RPC in the SSE stream: {}", e.message))
+                        })?;
+                        match message.kind() {
+                            Ok(Kind::Response) if message.id.as_ref() == Some(id) => return Ok(message),
+                            Ok(Kind::Response) => {
+                                log::debug!("server `{}`: response to an unknown id ignored", self.name())
+                            }
+                            _ => on_message(message),
+                        }
+                    }
+                    Ok(None) => break "the stream ended before the response".to_string(),
+                    Err(e) if is_timeout(&e) => return Err(DownstreamError::Timeout(self.limits.request)),
+                    Err(e) => break format!("the stream broke before the response: {e}"),
+                }
+            };
+            let Some(resume_from) = last_event_id.as_deref() else {
+                return Err(DownstreamError::Protocol(ended));
+            };
+            if session.closing.load(Ordering::Acquire) {
+                return Err(DownstreamError::Closed);
+            }
+            std::thread::sleep(retry.unwrap_or(Duration::from_millis(50)).min(self.limits.request));
+            let response = self.get_stream(&self.agent, session.session_id, session.version, Some(resume_from))?;
+            let mime = response.body().mime_type().unwrap_or("").to_ascii_lowercase();
+            if response.status().as_u16() != 200 || mime != "text/event-stream" {
+                return Err(DownstreamError::Protocol(format!(
+                    "{ended}, and resuming it failed ({})",
+                    status_error(response)
+                )));
+            }
+            body = response.into_body().into_reader();
+        }
+        Err(DownstreamError::Protocol(format!("the stream ended {MAX_RESUMES} times before the response")))
+    }
+
+    fn body_error(&self, e: ureq::Error) -> DownstreamError {
+        match e {
+            ureq::Error::BodyExceedsLimit(n) => DownstreamError::Protocol(format!("message larger than {n} bytes")),
+            other => self.transport_error(other),
+        }
+    }
+}
+
+fn is_timeout(e: &std::io::Error) -> bool {
+    matches!(e.kind(), std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock)
+        || e.to_string().to_ascii_lowercase().contains("timeout")
+}
+
+/// An error for an unexpected status, with the start of the body (for an
+/// HTML error page) or the `Retry-After` of a 429 or 503.
+fn status_error(response: Response<ureq::Body>) -> DownstreamError {
+    let status = response.status().as_u16();
+    let retry_after = response.headers().get("retry-after").and_then(|v| v.to_str().ok()).map(str::to_string);
+    let mut snippet = Vec::new();
+    let _ = response.into_body().into_reader().take(512).read_to_end(&mut snippet);
+    let text: String = String::from_utf8_lossy(&snippet)
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect::<String>()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut detail = text.chars().take(160).collect::<String>();
+    if let Some(after) = retry_after {
+        detail = format!("retry after {after} s; {detail}");
+    }
+    DownstreamError::Status { status, detail: detail.trim_end_matches("; ").to_string() }
+}
+
+/// What reading an answer needs to know of the session it belongs to.
+struct Exchange<'a> {
+    session_id: Option<&'a str>,
+    version: &'a str,
+    closing: &'a AtomicBool,
+}
+
+struct InitializeResult {
+    protocol_version: String,
+    capabilities: Value,
+    instructions: Option<String>,
+    server_info: Value,
+}
+
+fn initialize_result(message: &Message) -> Result<InitializeResult, DownstreamError> {
+    if let Some(error) = &message.error {
+        return Err(DownstreamError::Refused(error.get().to_string()));
+    }
+    let result: Value = message
+        .result
+        .as_ref()
+        .and_then(|r| serde_json::from_str(r.get()).ok())
+        .ok_or_else(|| DownstreamError::Protocol("initialize result is not JSON".into()))?;
+    let version = result["protocolVersion"].as_str().unwrap_or_default();
+    if !PROTOCOL_VERSIONS.contains(&version) {
+        return Err(DownstreamError::Refused(format!("protocol version `{version}` is not one mcpgate speaks")));
+    }
+    Ok(InitializeResult {
+        protocol_version: version.to_string(),
+        capabilities: result.get("capabilities").cloned().unwrap_or(Value::Object(Default::default())),
+        instructions: result["instructions"].as_str().map(str::to_string),
+        server_info: result.get("serverInfo").cloned().unwrap_or(Value::Null),
+    })
+}
+
+/// One downstream session: a client session's session with one server.
+pub struct Downstream {
+    pub server: Arc<Server>,
+    /// The server's `Mcp-Session-Id`, when it issued one.
+    pub session_id: Option<String>,
+    pub protocol_version: String,
+    pub capabilities: Value,
+    pub instructions: Option<String>,
+    pub server_info: Value,
+    pub opened_at: Instant,
+    next_id: AtomicU64,
+    /// The `GET` stream's reader thread; taken by the close path.
+    reader: Mutex<Option<Reader>>,
+    /// Set once, by the close path; later exchanges fail with `Closed`.
+    closing: AtomicBool,
+}
+
+impl fmt::Debug for Downstream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Downstream({})", self.server.name())
+    }
+}
+
+impl Downstream {
+    fn new(server: Arc<Server>, session_id: Option<String>) -> Downstream {
+        server.stats.downstream_opened.inc();
+        server.stats.downstream_live.inc();
+        server.live_sessions.inc();
+        Downstream {
+            server,
+            session_id,
+            protocol_version: PROTOCOL_VERSIONS[0].to_string(),
+            capabilities: Value::Null,
+            instructions: None,
+            server_info: Value::Null,
+            opened_at: Instant::now(),
+            next_id: AtomicU64::new(1),
+            reader: Mutex::new(None),
+            closing: AtomicBool::new(false),
+        }
+    }
+
+    fn exchange(&self) -> Exchange<'_> {
+        Exchange { session_id: self.session_id.as_deref(), version: &self.protocol_version, closing: &self.closing }
+    }
+
+    pub fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::Acquire)
+    }
+
+    /// A fresh request id within this downstream session.
+    pub fn next_id(&self) -> Value {
+        Value::from(self.next_id.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Sends a request and returns the response message (`result` or `error`).
+    pub fn request(
+        &self,
+        id: &Value,
+        method: &str,
+        params: Option<&RawValue>,
+        on_message: &mut dyn FnMut(Message),
+    ) -> Result<Message, DownstreamError> {
+        if self.is_closing() {
+            return Err(DownstreamError::Closed);
+        }
+        let body = jsonrpc::request(id, method, params);
+        let result = self
+            .server
+            .post(self.session_id.as_deref(), Some(&self.protocol_version), &body)
+            .and_then(|response| self.server.read_answer(response, id, on_message, &self.exchange()));
+        self.server.record(&result);
+        result
+    }
+
+    /// Sends a notification, or a response to a request the server made.
+    pub fn send(&self, body: &[u8]) -> Result<(), DownstreamError> {
+        if self.is_closing() {
+            return Err(DownstreamError::Closed);
+        }
+        let response = self.server.post(self.session_id.as_deref(), Some(&self.protocol_version), body)?;
+        let status = response.status().as_u16();
+        match status {
+            200..=299 => {
+                let _ = response.into_body().with_config().limit(64 * 1024).read_to_vec();
+                Ok(())
+            }
+            404 if self.session_id.is_some() => Err(DownstreamError::SessionGone),
+            _ => Err(status_error(response)),
+        }
+    }
+
+    pub fn notify(&self, method: &str, params: Option<&RawValue>) -> Result<(), DownstreamError> {
+        self.send(&jsonrpc::notification(method, params))
+    }
+
+    /// Whether the server declared `capability` (e.g. "tools", "logging").
+    pub fn offers(&self, capability: &str) -> bool {
+        self.capabilities.get(capability).is_some_and(|v| !v.is_null())
+    }
+}
+
+impl Drop for Downstream {
+    fn drop(&mut self) {
+        if !self.closing.load(Ordering::Acquire) {
+            self.server.stats.downstream_leaked.inc();
+            log::error!("bug: a downstream session of `{}` was dropped without being closed", self.server.name());
+        }
+    }
+}
+
+/// Closes downstream sessions: the one close path. For each one not already
+/// closing: signal its reader, send `DELETE` (in parallel, each bounded by
+/// `delete_timeout_secs`), join the reader (bounded), then count it closed.
+/// A session given twice, or already closed, is closed once.
+pub fn close_all(list: &[Arc<Downstream>], parallel: usize) {
+    let claimed: Vec<(&Arc<Downstream>, Option<Reader>)> = list
+        .iter()
+        .filter(|d| !d.closing.swap(true, Ordering::AcqRel))
+        .map(|d| {
+            let mut reader = d.reader.lock().take();
+            if let Some(reader) = reader.as_mut() {
+                reader.signal();
+            }
+            (d, reader)
+        })
+        .collect();
+    crate::threads::for_each_parallel("close", &claimed, parallel, |(d, _)| {
+        let Some(session) = &d.session_id else { return };
+        if let Err(e) = d.server.delete(session, &d.protocol_version) {
+            d.server.stats.downstream_delete_failures.inc();
+            log::warn!(
+                "server `{}`: DELETE of a downstream session failed: {}; the server may keep it until it expires",
+                d.server.name(),
+                d.server.redact(&e.to_string())
+            );
+        }
+    });
+    for (d, reader) in claimed {
+        if let Some(reader) = reader {
+            reader.join(d.server.limits.delete);
+        }
+        d.server.live_sessions.dec();
+        d.server.stats.downstream_live.dec();
+        d.server.stats.downstream_closed.inc();
+    }
+}

@@ -1,0 +1,269 @@
+#![forbid(unsafe_code)]
+//! The reader of one downstream session's `GET` stream: a thread of its own
+//! with its own ureq Agent, so that the close path can stop it at once
+//! (`Agent::shutdown` unblocks its read) and join it.
+
+use std::io::BufReader;
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded};
+use parking_lot::Mutex;
+use ureq::Agent;
+
+use crate::downstream::{Downstream, DownstreamError, Inbox, Server};
+use crate::jsonrpc::Message;
+use crate::sse;
+use crate::threads;
+
+/// Reconnect delays of a dropped stream: exponential with jitter.
+const BACKOFF_MIN: Duration = Duration::from_millis(500);
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// A stream that stayed up this long resets the backoff.
+const STABLE_AFTER: Duration = Duration::from_secs(10);
+
+/// A running reader. Owned by its [`Downstream`]; the close path signals,
+/// then joins it.
+pub struct Reader {
+    /// Dropped to stop the thread: a disconnected channel stays disconnected.
+    stop: Option<Sender<()>>,
+    agent: Agent,
+    done: Receiver<()>,
+    handle: JoinHandle<()>,
+    server: Arc<Server>,
+}
+
+/// Reader threads whose join timed out; joined later by the reaper and at exit.
+static STRAGGLERS: Mutex<Vec<JoinHandle<()>>> = Mutex::new(Vec::new());
+
+impl Reader {
+    /// Asks the thread to stop and unblocks any read it is in.
+    pub fn signal(&mut self) {
+        drop(self.stop.take());
+        self.agent.clone().shutdown();
+    }
+
+    /// Waits up to `bound` for the thread to finish, then joins it. A thread
+    /// that does not finish in time is joined later by [`join_stragglers`].
+    pub fn join(self, bound: Duration) {
+        match self.done.recv_timeout(bound) {
+            Err(RecvTimeoutError::Timeout) => {
+                self.server.stats.threads_join_timeouts.inc();
+                log::error!(
+                    "server `{}`: reader thread did not stop within {bound:?}; joined later",
+                    self.server.name()
+                );
+                STRAGGLERS.lock().push(self.handle);
+            }
+            _ => {
+                if self.handle.join().is_err() {
+                    log::error!("server `{}`: reader thread panicked", self.server.name());
+                }
+            }
+        }
+    }
+}
+
+/// Joins reader threads that outlived their close; with `wait`, blocks for them.
+pub fn join_stragglers(wait: bool) {
+    let ready: Vec<JoinHandle<()>> = {
+        let mut list = STRAGGLERS.lock();
+        let (ready, pending) = std::mem::take(&mut *list).into_iter().partition(|h| wait || h.is_finished());
+        *list = pending;
+        ready
+    };
+    for handle in ready {
+        let _ = handle.join();
+    }
+}
+
+/// Starts the reader of `downstream`'s stream.
+pub fn start(downstream: &Arc<Downstream>, inbox: Weak<dyn Inbox>) -> std::io::Result<Reader> {
+    let server = downstream.server.clone();
+    // Its own agent: shutting it down must not touch other requests.
+    let agent = crate::downstream::agent(&server.limits, 1);
+    let (stop, stop_rx) = bounded(0);
+    let (done_tx, done) = bounded::<()>(0);
+    let stream = Stream {
+        server: server.clone(),
+        agent: agent.clone(),
+        session_id: downstream.session_id.clone(),
+        version: downstream.protocol_version.clone(),
+        inbox,
+        stop: stop_rx,
+    };
+    let handle = threads::spawn("reader", server.name(), move || {
+        let _live = stream.server.stats.threads_readers.enter();
+        stream.run();
+        drop(done_tx);
+    })?;
+    Ok(Reader { stop: Some(stop), agent, done, handle, server })
+}
+
+struct Stream {
+    server: Arc<Server>,
+    agent: Agent,
+    session_id: Option<String>,
+    version: String,
+    inbox: Weak<dyn Inbox>,
+    /// Never carries a message; disconnects when the reader must stop.
+    stop: Receiver<()>,
+}
+
+enum Ended {
+    /// The server offers no stream, or no longer knows the session: do not reconnect.
+    Final,
+    /// The stream dropped; reconnect after the delay.
+    Dropped { retry: Option<Duration>, stayed_up: Duration },
+}
+
+impl Stream {
+    fn run(&self) {
+        let mut last_event_id: Option<String> = None;
+        let mut backoff = Backoff::new();
+        loop {
+            if self.stopped() {
+                return;
+            }
+            let delay = match self.read_once(&mut last_event_id) {
+                Ended::Final => return,
+                Ended::Dropped { retry, stayed_up } => {
+                    if stayed_up >= STABLE_AFTER {
+                        backoff.reset();
+                    }
+                    retry.unwrap_or_else(|| backoff.next())
+                }
+            };
+            if let Err(RecvTimeoutError::Disconnected) = self.stop.recv_timeout(delay) {
+                return;
+            }
+        }
+    }
+
+    fn stopped(&self) -> bool {
+        matches!(self.stop.try_recv(), Err(crossbeam_channel::TryRecvError::Disconnected))
+    }
+
+    /// Opens the stream once and reads it until it ends.
+    fn read_once(&self, last_event_id: &mut Option<String>) -> Ended {
+        let name = self.server.name();
+        let started = Instant::now();
+        let response = match self.server.get_stream(
+            &self.agent,
+            self.session_id.as_deref(),
+            &self.version,
+            last_event_id.as_deref(),
+        ) {
+            Ok(response) => response,
+            Err(DownstreamError::Closed) => return Ended::Final,
+            Err(e) => {
+                if !self.stopped() {
+                    log::warn!("server `{name}`: GET stream: {}; retrying", self.server.redact(&e.to_string()));
+                }
+                return Ended::Dropped { retry: None, stayed_up: Duration::ZERO };
+            }
+        };
+        let status = response.status().as_u16();
+        let mime = response.body().mime_type().unwrap_or("").to_ascii_lowercase();
+        match status {
+            200 if mime == "text/event-stream" => {}
+            405 => {
+                log::debug!("server `{name}` offers no GET stream");
+                return Ended::Final;
+            }
+            404 => {
+                log::warn!("server `{name}`: GET stream answered 404: the server no longer knows this session");
+                return Ended::Final;
+            }
+            _ => {
+                log::warn!("server `{name}`: GET stream answered HTTP {status} `{mime}`; retrying");
+                return Ended::Dropped { retry: None, stayed_up: Duration::ZERO };
+            }
+        }
+        let reader = BufReader::with_capacity(8 * 1024, response.into_body().into_reader());
+        let mut decoder = sse::Decoder::new(reader, self.server.limits.max_message);
+        let mut retry = None;
+        loop {
+            match decoder.next_event() {
+                Ok(Some(event)) => {
+                    if let Some(id) = event.id {
+                        *last_event_id = Some(id);
+                    }
+                    if let Some(ms) = event.retry_ms {
+                        retry = Some(Duration::from_millis(ms));
+                    }
+                    if event.data.trim().is_empty() {
+                        continue;
+                    }
+                    match Message::parse(event.data.as_bytes()) {
+                        Ok(message) => match self.inbox.upgrade() {
+                            Some(inbox) => inbox.deliver(&self.server, message),
+                            None => return Ended::Final,
+                        },
+                        Err(e) => log::warn!(
+                            "server `{name}`: GET stream carried an invalid message ({}); ignored",
+                            e.message
+                        ),
+                    }
+                }
+                Ok(None) => break,
+                // Quiet streams time out per read; reconnecting is how we notice a dead server.
+                Err(e) => {
+                    if !self.stopped() {
+                        log::debug!("server `{name}`: GET stream ended: {e}");
+                    }
+                    break;
+                }
+            }
+        }
+        Ended::Dropped { retry, stayed_up: started.elapsed() }
+    }
+}
+
+/// Exponential backoff from [`BACKOFF_MIN`] to [`BACKOFF_MAX`], each delay
+/// drawn between half and all of the current step.
+struct Backoff {
+    step: Duration,
+    seed: u64,
+}
+
+impl Backoff {
+    fn new() -> Backoff {
+        use std::hash::{BuildHasher, RandomState};
+        Backoff { step: BACKOFF_MIN, seed: RandomState::new().hash_one(Instant::now()) | 1 }
+    }
+
+    fn reset(&mut self) {
+        self.step = BACKOFF_MIN;
+    }
+
+    fn next(&mut self) -> Duration {
+        // xorshift64: enough randomness to keep readers from reconnecting in step.
+        self.seed ^= self.seed << 13;
+        self.seed ^= self.seed >> 7;
+        self.seed ^= self.seed << 17;
+        let step = self.step;
+        self.step = (self.step * 2).min(BACKOFF_MAX);
+        let half = step / 2;
+        half + Duration::from_nanos(self.seed % (half.as_nanos() as u64 + 1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_to_its_cap_with_jitter_and_resets() {
+        let mut b = Backoff::new();
+        let delays: Vec<Duration> = (0..12).map(|_| b.next()).collect();
+        assert!(delays[0] >= BACKOFF_MIN / 2 && delays[0] <= BACKOFF_MIN);
+        assert!(delays.iter().all(|d| *d <= BACKOFF_MAX));
+        assert!(delays[11] >= BACKOFF_MAX / 2, "{delays:?}");
+        let total: Duration = delays.iter().sum();
+        assert!(total >= Duration::from_secs(60), "never spins: {total:?}");
+        b.reset();
+        assert!(b.next() <= BACKOFF_MIN);
+    }
+}

@@ -1,0 +1,82 @@
+#![forbid(unsafe_code)]
+//! Counters and gauges for the status page. Relaxed atomics: each number is
+//! exact on its own; a reader may see two of them a moment apart.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// A number that only grows.
+#[derive(Default, Debug)]
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    pub fn inc(&self) {
+        self.0.fetch_add(1, Relaxed);
+    }
+
+    pub fn get(&self) -> u64 {
+        self.0.load(Relaxed)
+    }
+}
+
+/// A number that goes up and down, such as live threads of one role.
+#[derive(Default, Debug)]
+pub struct Gauge(AtomicU64);
+
+impl Gauge {
+    pub fn inc(&self) {
+        self.0.fetch_add(1, Relaxed);
+    }
+
+    pub fn dec(&self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
+
+    pub fn get(&self) -> u64 {
+        self.0.load(Relaxed)
+    }
+
+    /// Counts one for as long as the returned guard lives (a thread's body).
+    pub fn enter(&self) -> GaugeGuard<'_> {
+        self.inc();
+        GaugeGuard(self)
+    }
+}
+
+pub struct GaugeGuard<'a>(&'a Gauge);
+
+impl Drop for GaugeGuard<'_> {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// Everything the status page counts, shared by every part of the gateway.
+#[derive(Default, Debug)]
+pub struct Stats {
+    pub sessions_created: Counter,
+    pub sessions_evicted_idle: Counter,
+    pub sessions_deleted_by_client: Counter,
+    pub sessions_closed_at_shutdown: Counter,
+    pub sessions_refused: Counter,
+
+    /// Downstream sessions a server created for mcpgate (it answered `initialize`).
+    pub downstream_opened: Counter,
+    /// Downstream sessions closed: DELETE sent (or not needed) and reader joined.
+    pub downstream_closed: Counter,
+    pub downstream_live: Gauge,
+    pub downstream_delete_failures: Counter,
+    /// Downstream sessions dropped without going through the close path: a bug if ever non-zero.
+    pub downstream_leaked: Counter,
+
+    pub threads_workers: Gauge,
+    pub threads_readers: Gauge,
+    pub threads_streams: Gauge,
+    pub threads_reaper: Gauge,
+    pub threads_connections: Gauge,
+    pub threads_join_timeouts: Counter,
+
+    pub connections_accepted: Counter,
+    pub connections_refused: Counter,
+    pub requests: Counter,
+    pub requests_busy: Counter,
+}

@@ -1,0 +1,125 @@
+#![forbid(unsafe_code)]
+//! Thread roles: every thread mcpgate starts is spawned here, named
+//! `mcpgate-<role>-<detail>` so that `/proc/self/task/*/comm` (15 bytes)
+//! still shows the role, with a small stack.
+
+use std::io;
+use std::thread::{Builder, JoinHandle, Scope, ScopedJoinHandle};
+
+/// Stack size for every mcpgate thread. The deepest path is serde_json at its
+/// recursion limit of 128 plus rustls; 256 KiB leaves room. Only touched
+/// pages count towards RSS.
+pub const STACK_BYTES: usize = 256 * 1024;
+
+/// The roles, as they appear in thread names and on the status page.
+pub const ROLES: &[&str] = &["accept", "conn", "worker", "reader", "reaper", "signal", "fanout", "close"];
+
+fn builder(role: &str, detail: &str) -> Builder {
+    debug_assert!(ROLES.contains(&role), "unknown thread role {role}");
+    let name = if detail.is_empty() { format!("mcpgate-{role}") } else { format!("mcpgate-{role}-{detail}") };
+    Builder::new().name(name).stack_size(STACK_BYTES)
+}
+
+/// Starts a thread of `role`; the caller owns the handle and must join it.
+pub fn spawn<F, T>(role: &str, detail: &str, f: F) -> io::Result<JoinHandle<T>>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    builder(role, detail).spawn(f)
+}
+
+/// Starts a scoped thread of `role`, joined when the scope ends.
+pub fn spawn_scoped<'scope, 'env, F, T>(
+    scope: &'scope Scope<'scope, 'env>,
+    role: &str,
+    detail: &str,
+    f: F,
+) -> io::Result<ScopedJoinHandle<'scope, T>>
+where
+    F: FnOnce() -> T + Send + 'scope,
+    T: Send + 'scope,
+{
+    builder(role, detail).spawn_scoped(scope, f)
+}
+
+/// Runs `f` on every item, on up to `parallel` scoped threads of `role`;
+/// inline when there is one item or a thread cannot be started.
+pub fn for_each_parallel<T: Sync>(role: &str, items: &[T], parallel: usize, f: impl Fn(&T) + Sync) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let threads = parallel.min(items.len());
+    if threads <= 1 {
+        items.iter().for_each(&f);
+        return;
+    }
+    let next = AtomicUsize::new(0);
+    let work = || {
+        while let Some(item) = items.get(next.fetch_add(1, Ordering::Relaxed)) {
+            f(item);
+        }
+    };
+    std::thread::scope(|s| {
+        for i in 0..threads {
+            if spawn_scoped(s, role, &i.to_string(), work).is_err() {
+                break;
+            }
+        }
+        // Whatever the threads did not take (or could not be started for) runs here.
+        work();
+    });
+}
+
+/// Threads of this process by role, from `/proc/self/task/*/comm`; threads
+/// not named by mcpgate count as `other`.
+pub fn count_by_role() -> Vec<(String, u64)> {
+    let mut counts: Vec<(String, u64)> = ROLES.iter().map(|r| (r.to_string(), 0)).collect();
+    counts.push(("other".into(), 0));
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return counts };
+    for task in tasks.flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        let role = comm.trim().strip_prefix("mcpgate-").map(|rest| rest.split('-').next().unwrap_or(""));
+        let slot = role.and_then(|r| counts.iter().position(|(name, _)| name == r)).unwrap_or(ROLES.len());
+        counts[slot].1 += 1;
+    }
+    counts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn role_survives_the_15_byte_comm_limit() {
+        for role in ROLES {
+            let name = format!("mcpgate-{role}-some-long-detail");
+            let comm = &name[..15.min(name.len())];
+            assert_eq!(comm.strip_prefix("mcpgate-").unwrap().split('-').next().unwrap(), *role);
+        }
+    }
+
+    #[test]
+    fn for_each_parallel_visits_every_item_once() {
+        let seen = std::sync::Mutex::new(Vec::new());
+        let items: Vec<usize> = (0..100).collect();
+        for_each_parallel("close", &items, 8, |i| seen.lock().unwrap().push(*i));
+        let mut seen = seen.into_inner().unwrap();
+        seen.sort();
+        assert_eq!(seen, items);
+    }
+
+    #[test]
+    fn named_threads_are_counted_by_role() {
+        let (started_tx, started) = std::sync::mpsc::channel::<()>();
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let h = spawn("reaper", "", move || {
+            started_tx.send(()).unwrap();
+            rx.recv().ok()
+        })
+        .unwrap();
+        started.recv().unwrap();
+        let reapers = count_by_role().into_iter().find(|(r, _)| r == "reaper").unwrap().1;
+        drop(tx);
+        h.join().unwrap();
+        assert!(reapers >= 1);
+    }
+}
