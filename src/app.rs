@@ -1,0 +1,43 @@
+#![forbid(unsafe_code)]
+//! Which path goes where: `/mcp` to the gateway, the status pages to
+//! `status`; and which requests wait for a worker.
+
+use std::sync::Arc;
+
+use crate::gateway::Gateway;
+use crate::httpd::{App, EventSink, HttpReply, HttpRequest, Route};
+use crate::status;
+
+pub struct Mcpgate {
+    pub gateway: Arc<Gateway>,
+}
+
+impl App for Mcpgate {
+    /// `POST` and `DELETE /mcp` talk to servers: a worker runs them. The
+    /// `GET` stream and the status pages never wait on the network, so they
+    /// answer at once even when every worker is busy.
+    fn route(&self, req: &HttpRequest) -> Route {
+        match (req.method.as_str(), req.path.as_str()) {
+            ("POST" | "DELETE", "/mcp") => Route::Worker,
+            _ => Route::Inline,
+        }
+    }
+
+    fn handle(&self, req: &HttpRequest, sink: &mut dyn EventSink) -> HttpReply {
+        let gateway = &self.gateway;
+        match (req.method.as_str(), req.path.as_str()) {
+            (_, "/mcp") => gateway.handle(req, sink),
+            ("GET", "/healthz") => HttpReply::text(200, "text/plain", "ok\n".into()),
+            ("GET", "/status") => HttpReply::text(200, "text/html; charset=utf-8", status::html(gateway)),
+            ("GET", "/status.json") => HttpReply::json(200, status::json(gateway).to_string().into_bytes()),
+            (_, "/healthz" | "/status" | "/status.json") => {
+                HttpReply::text(405, "text/plain", "use GET\n".into()).header("Allow", "GET")
+            }
+            (_, path) => HttpReply::text(
+                404,
+                "text/plain",
+                format!("no such path `{path}`: mcpgate serves /mcp, /status, /status.json and /healthz\n"),
+            ),
+        }
+    }
+}

@@ -1,0 +1,770 @@
+#![forbid(unsafe_code)]
+//! The `/mcp` endpoint: plain requests in, plain replies out. Knows MCP,
+//! sessions and routing; knows nothing of tiny_http (see `httpd`).
+
+use std::io::Read;
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::Mutex;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value, json};
+
+use crate::catalog::{self, List, ListKind, ServerItems};
+use crate::config::Config;
+use crate::downstream::{Downstream, Limits, PROTOCOL_VERSIONS, Server};
+use crate::httpd::{EventSink, HttpReply, HttpRequest, StreamReply};
+use crate::jsonrpc::{self, Kind, Message, RpcError};
+use crate::session::{self, CloseReason, Session, Sessions};
+use crate::stats::Stats;
+use crate::threads;
+
+pub const SESSION_HEADER: &str = "mcp-session-id";
+pub const VERSION_HEADER: &str = "mcp-protocol-version";
+
+/// Pages of one server's list mcpgate follows before it stops.
+const MAX_PAGES: usize = 1000;
+/// Collision lines kept for the status page.
+const MAX_COLLISIONS: usize = 50;
+
+/// The gateway: configuration, servers, sessions and counters.
+pub struct Gateway {
+    pub config: Config,
+    /// In configuration order.
+    pub servers: Vec<Arc<Server>>,
+    pub sessions: Sessions,
+    pub stats: Arc<Stats>,
+    /// Recent name collisions between servers, for the status page.
+    pub collisions: Mutex<Vec<String>>,
+    pub started: Instant,
+}
+
+/// What answers a JSON-RPC request: a result built here, an error, or a
+/// server's response passed on as it came.
+enum Outcome {
+    Result(Value),
+    Error(RpcError),
+    Forwarded(Message),
+}
+
+impl From<RpcError> for Outcome {
+    fn from(e: RpcError) -> Outcome {
+        Outcome::Error(e)
+    }
+}
+
+impl Gateway {
+    pub fn new(config: Config) -> Gateway {
+        let stats = Arc::new(Stats::default());
+        let limits = Limits::from_config(&config);
+        let servers = config
+            .servers
+            .iter()
+            .enumerate()
+            .map(|(rank, s)| Arc::new(Server::new(s.clone(), rank, limits, config.workers, stats.clone())))
+            .collect();
+        Gateway {
+            config,
+            servers,
+            sessions: Sessions::default(),
+            stats,
+            collisions: Mutex::new(Vec::new()),
+            started: Instant::now(),
+        }
+    }
+
+    /// Fails every request still waiting on a server; for the end of shutdown,
+    /// after every session was closed.
+    pub fn shutdown(&self) {
+        for server in &self.servers {
+            server.shutdown();
+        }
+    }
+
+    fn server(&self, name: &str) -> Option<&Arc<Server>> {
+        self.servers.iter().find(|s| s.name() == name)
+    }
+
+    /// Closes sessions already removed from the table: idle, deleted or at shutdown.
+    pub fn close(&self, sessions: Vec<Arc<Session>>, reason: CloseReason) {
+        let parallel = (self.servers.len() * sessions.len()).clamp(1, 32);
+        session::close_sessions(sessions, reason, parallel, &self.stats);
+    }
+
+    /// Handles `/mcp`. Events a `POST` sends before its answer go to `sink`.
+    pub fn handle(&self, req: &HttpRequest, sink: &mut dyn EventSink) -> HttpReply {
+        self.stats.requests.inc();
+        match req.method.as_str() {
+            "POST" => self.post(req, sink),
+            "GET" => self.get(req),
+            "DELETE" => self.delete(req),
+            _ => HttpReply::error(
+                405,
+                &Value::Null,
+                &RpcError::new(jsonrpc::INVALID_REQUEST, "use GET, POST or DELETE on /mcp"),
+            )
+            .header("Allow", "GET, POST, DELETE"),
+        }
+    }
+
+    fn post(&self, req: &HttpRequest, sink: &mut dyn EventSink) -> HttpReply {
+        let accept = req.header("accept").unwrap_or("");
+        if !(accepts(accept, "application/json") && accepts(accept, "text/event-stream")) {
+            return HttpReply::bad(406, "Accept must list both application/json and text/event-stream");
+        }
+        let content_type = req.header("content-type").unwrap_or("");
+        if !content_type.split(';').next().unwrap_or("").trim().eq_ignore_ascii_case("application/json") {
+            return HttpReply::bad(415, "Content-Type must be application/json");
+        }
+        let body = req.body.trim_ascii_start();
+        if body.first() == Some(&b'[') {
+            return self.batch(req, body);
+        }
+        let message = match Message::parse(body) {
+            Ok(m) => m,
+            Err(e) => return HttpReply::error(400, &Value::Null, &e),
+        };
+        if message.method() == "initialize" && message.kind() == Ok(Kind::Request) {
+            return self.initialize(&message);
+        }
+        let session = match self.session_of(req, message.id.as_ref()) {
+            Ok(s) => s,
+            Err(reply) => return reply,
+        };
+        let _busy = session.activity();
+        match message.kind() {
+            Ok(Kind::Request) => {
+                let id = message.id.clone().unwrap_or(Value::Null);
+                let answer = self.request(&session, &message, sink);
+                HttpReply::json(200, answer_bytes(&id, answer))
+            }
+            Ok(Kind::Notification) => {
+                self.client_notification(&session, &message);
+                HttpReply::accepted()
+            }
+            Ok(Kind::Response) => {
+                self.client_answer(&session, &message);
+                HttpReply::accepted()
+            }
+            Err(e) => HttpReply::error(400, &Value::Null, &e),
+        }
+    }
+
+    /// A JSON-RPC batch: only for sessions on protocol 2025-03-26, which had them.
+    fn batch(&self, req: &HttpRequest, body: &[u8]) -> HttpReply {
+        let items: Vec<Box<RawValue>> = match serde_json::from_slice(body) {
+            Ok(items) => items,
+            Err(e) => {
+                return HttpReply::error(
+                    400,
+                    &Value::Null,
+                    &RpcError::new(jsonrpc::PARSE_ERROR, format!("parse error: {e}")),
+                );
+            }
+        };
+        let session = match self.session_of(req, None) {
+            Ok(s) => s,
+            Err(reply) => return reply,
+        };
+        if session.protocol_version != "2025-03-26" {
+            let e = RpcError::new(
+                jsonrpc::INVALID_REQUEST,
+                format!(
+                    "JSON-RPC batches were removed in protocol 2025-06-18; this session speaks {}",
+                    session.protocol_version
+                ),
+            );
+            return HttpReply::error(400, &Value::Null, &e);
+        }
+        if items.is_empty() {
+            return HttpReply::error(400, &Value::Null, &RpcError::new(jsonrpc::INVALID_REQUEST, "empty batch"));
+        }
+        let _busy = session.activity();
+        let mut answers = Vec::new();
+        for item in &items {
+            let message = match Message::parse(item.get().as_bytes()) {
+                Ok(m) => m,
+                Err(e) => {
+                    answers.push(jsonrpc::error(&Value::Null, &e));
+                    continue;
+                }
+            };
+            match message.kind() {
+                Ok(Kind::Request) if message.method() == "initialize" => {
+                    let e = RpcError::new(jsonrpc::INVALID_REQUEST, "initialize cannot be part of a batch");
+                    answers.push(jsonrpc::error(message.id.as_ref().unwrap_or(&Value::Null), &e));
+                }
+                Ok(Kind::Request) => {
+                    let id = message.id.clone().unwrap_or(Value::Null);
+                    let answer = self.request(&session, &message, &mut crate::httpd::NoStream);
+                    answers.push(answer_bytes(&id, answer));
+                }
+                Ok(Kind::Notification) => self.client_notification(&session, &message),
+                Ok(Kind::Response) => self.client_answer(&session, &message),
+                Err(e) => answers.push(jsonrpc::error(&Value::Null, &e)),
+            }
+        }
+        if answers.is_empty() {
+            return HttpReply::accepted();
+        }
+        let mut out = b"[".to_vec();
+        for (i, a) in answers.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(a);
+        }
+        out.push(b']');
+        HttpReply::json(200, out)
+    }
+
+    /// The session a request names, or the reply that refuses it.
+    fn session_of(&self, req: &HttpRequest, id: Option<&Value>) -> Result<Arc<Session>, HttpReply> {
+        let id = id.unwrap_or(&Value::Null);
+        let Some(session_id) = req.header(SESSION_HEADER) else {
+            let e = RpcError::new(jsonrpc::INVALID_REQUEST, "Mcp-Session-Id header is required after initialize");
+            return Err(HttpReply::error(400, id, &e));
+        };
+        if let Some(version) = req.header(VERSION_HEADER)
+            && !PROTOCOL_VERSIONS.contains(&version)
+        {
+            let e = RpcError::new(
+                jsonrpc::INVALID_REQUEST,
+                format!(
+                    "unsupported MCP-Protocol-Version `{version}`; mcpgate speaks {}",
+                    PROTOCOL_VERSIONS.join(", ")
+                ),
+            );
+            return Err(HttpReply::error(400, id, &e));
+        }
+        self.sessions.get(session_id).ok_or_else(|| {
+            let e = RpcError::new(jsonrpc::INVALID_REQUEST, "unknown or ended session: initialize a new one");
+            HttpReply::error(404, id, &e)
+        })
+    }
+
+    fn initialize(&self, message: &Message) -> HttpReply {
+        let id = message.id.clone().unwrap_or(Value::Null);
+        let params = match message.params_object() {
+            Ok(p) => p,
+            Err(e) => return HttpReply::json(200, jsonrpc::error(&id, &e)),
+        };
+        let Some(requested) = params.get("protocolVersion").and_then(Value::as_str) else {
+            let e = RpcError::invalid_params("initialize needs `protocolVersion` (a string)");
+            return HttpReply::json(200, jsonrpc::error(&id, &e));
+        };
+        let version = if PROTOCOL_VERSIONS.contains(&requested) { requested } else { PROTOCOL_VERSIONS[0] };
+        let capabilities = params.get("capabilities").cloned().unwrap_or_else(|| json!({}));
+        if !capabilities.is_object() {
+            let e = RpcError::invalid_params("initialize: `capabilities` must be an object");
+            return HttpReply::json(200, jsonrpc::error(&id, &e));
+        }
+        let client_info =
+            params.get("clientInfo").cloned().unwrap_or_else(|| json!({"name": "unknown", "version": "0"}));
+        let client_name = client_info["name"].as_str().unwrap_or("unknown").chars().take(64).collect();
+        let init_params =
+            json!({ "protocolVersion": version, "capabilities": capabilities, "clientInfo": client_info });
+        let session_id = match new_session_id() {
+            Ok(s) => s,
+            Err(e) => {
+                return HttpReply::error(
+                    500,
+                    &id,
+                    &RpcError::internal(format!("cannot read the OS random source: {e}")),
+                );
+            }
+        };
+        let session = Session::new(session_id.clone(), version.to_string(), jsonrpc::raw(&init_params), client_name);
+        if !self.sessions.insert(session.clone(), self.config.max_sessions) {
+            self.stats.sessions_refused.inc();
+            let e = RpcError::internal(format!(
+                "mcpgate holds its limit of {} sessions; try again later",
+                self.config.max_sessions
+            ));
+            return HttpReply::error(503, &id, &e).header("Retry-After", "5");
+        }
+        self.stats.sessions_created.inc();
+        log::debug!("session {} created for `{}` ({version})", session::short(&session_id), session.client_name);
+        let opened = self.open_all(&session);
+        let result = json!({
+            "protocolVersion": version,
+            "capabilities": self.capabilities(&opened),
+            "serverInfo": { "name": "mcpgate", "version": env!("CARGO_PKG_VERSION") },
+            "instructions": instructions(&opened),
+        });
+        HttpReply::json(200, jsonrpc::result(&id, &jsonrpc::raw(&result))).header("Mcp-Session-Id", &session_id)
+    }
+
+    /// Opens (or reuses) the session's downstream session with every server,
+    /// in parallel; returns those that are open.
+    fn open_all(&self, session: &Session) -> Vec<Arc<Downstream>> {
+        let opened = Mutex::new(Vec::new());
+        threads::for_each_parallel("fanout", &self.servers, self.servers.len(), |server| {
+            if let Ok(d) = session.downstream(server, self.config.open_retry) {
+                opened.lock().push(d);
+            }
+        });
+        let mut opened = opened.into_inner();
+        opened.sort_by_key(|d| d.server.rank);
+        opened
+    }
+
+    /// What mcpgate offers a client: the union of what its servers offer. A
+    /// server that is not open counts as offering tools, prompts and
+    /// resources, so the client asks again once it is back.
+    fn capabilities(&self, opened: &[Arc<Downstream>]) -> Value {
+        let all_open = opened.len() == self.servers.len();
+        let mut caps = Map::new();
+        for kind in ["tools", "prompts", "resources"] {
+            let offering: Vec<&Value> =
+                opened.iter().filter_map(|d| d.capabilities.get(kind)).filter(|v| v.is_object()).collect();
+            if offering.is_empty() && all_open {
+                continue;
+            }
+            let list_changed = !all_open || offering.iter().any(|v| v["listChanged"] == true);
+            let mut cap = json!({ "listChanged": list_changed });
+            if kind == "resources" {
+                cap["subscribe"] = Value::Bool(offering.iter().any(|v| v["subscribe"] == true));
+            }
+            caps.insert(kind.into(), cap);
+        }
+        for kind in ["logging", "completions"] {
+            if opened.iter().any(|d| d.offers(kind)) {
+                caps.insert(kind.into(), json!({}));
+            }
+        }
+        Value::Object(caps)
+    }
+
+    fn request(&self, session: &Arc<Session>, message: &Message, sink: &mut dyn EventSink) -> Outcome {
+        let method = message.method();
+        if let Some(kind) = ListKind::from_method(method) {
+            return self.list_page(session, kind, message);
+        }
+        let params = match message.params_object() {
+            Ok(p) => p,
+            Err(e) => return e.into(),
+        };
+        let result = match method {
+            "ping" => return Outcome::Result(json!({})),
+            "initialize" => {
+                return RpcError::new(jsonrpc::INVALID_REQUEST, "this session is already initialized").into();
+            }
+            "tools/call" => self.by_name(session, ListKind::Tools, message, params),
+            "prompts/get" => self.by_name(session, ListKind::Prompts, message, params),
+            "resources/read" | "resources/subscribe" | "resources/unsubscribe" => self.by_uri(session, message, params),
+            "completion/complete" => self.completion(session, message, params),
+            "logging/setLevel" => return self.set_level(session, message),
+            _ => return RpcError::new(jsonrpc::METHOD_NOT_FOUND, format!("method not found: `{method}`")).into(),
+        };
+        match result {
+            Ok((server, params)) => self.forward(session, &server, message, &Value::Object(params), sink),
+            Err(e) => e.into(),
+        }
+    }
+
+    /// `tools/call` and `prompts/get`: the owner of `params.name`, and the
+    /// params with the server's own name.
+    fn by_name(
+        &self,
+        session: &Arc<Session>,
+        kind: ListKind,
+        message: &Message,
+        mut params: Map<String, Value>,
+    ) -> Result<(Arc<Server>, Map<String, Value>), RpcError> {
+        let Some(name) = params.get("name").and_then(Value::as_str) else {
+            return Err(RpcError::invalid_params(format!("{} needs `name` (a string)", message.method())));
+        };
+        let (server, original) = self.owner(session, kind, name)?;
+        params.insert("name".into(), Value::String(original));
+        Ok((server, params))
+    }
+
+    fn by_uri(
+        &self,
+        session: &Arc<Session>,
+        message: &Message,
+        params: Map<String, Value>,
+    ) -> Result<(Arc<Server>, Map<String, Value>), RpcError> {
+        let Some(uri) = params.get("uri").and_then(Value::as_str) else {
+            return Err(RpcError::invalid_params(format!("{} needs `uri` (a string)", message.method())));
+        };
+        let server = self.resource_owner(session, uri)?;
+        Ok((server, params))
+    }
+
+    fn completion(
+        &self,
+        session: &Arc<Session>,
+        message: &Message,
+        mut params: Map<String, Value>,
+    ) -> Result<(Arc<Server>, Map<String, Value>), RpcError> {
+        let reference = params.get("ref").cloned().unwrap_or(Value::Null);
+        match (reference["type"].as_str(), reference["name"].as_str(), reference["uri"].as_str()) {
+            (Some("ref/prompt"), Some(name), _) => {
+                let (server, original) = self.owner(session, ListKind::Prompts, name)?;
+                params.insert("ref".into(), json!({ "type": "ref/prompt", "name": original }));
+                Ok((server, params))
+            }
+            (Some("ref/resource"), _, Some(uri)) => Ok((self.resource_owner(session, uri)?, params)),
+            _ => Err(RpcError::invalid_params(format!(
+                "{} needs `ref` with type ref/prompt and a name, or ref/resource and a uri",
+                message.method()
+            ))),
+        }
+    }
+
+    /// The server that lists `exposed` in the merged list of `kind`. A name
+    /// not found in a cached list is looked up once more in a fresh one.
+    fn owner(&self, session: &Arc<Session>, kind: ListKind, exposed: &str) -> Result<(Arc<Server>, String), RpcError> {
+        let cached = session.cached_list(kind);
+        for list in [cached, None] {
+            let list = match list {
+                Some(list) => list,
+                None => self.build_list(session, kind),
+            };
+            if let Some(entry) = list.find(exposed) {
+                let server = self
+                    .server(&entry.server)
+                    .ok_or_else(|| RpcError::server(&entry.server, "no longer configured"))?;
+                return Ok((server.clone(), entry.original.clone()));
+            }
+        }
+        let what = match kind {
+            ListKind::Tools => "tool",
+            _ => "prompt",
+        };
+        let mut message = format!("unknown {what} `{exposed}`");
+        let failed = session.failed_servers();
+        if !failed.is_empty() {
+            let names: Vec<String> = failed.iter().map(|(n, e)| format!("`{n}` ({e})")).collect();
+            message.push_str(&format!("; unavailable servers: {}", names.join(", ")));
+        }
+        Err(RpcError::invalid_params(message))
+    }
+
+    /// The server of a resource: the one listing it, else the one whose
+    /// template matches, else the only server offering resources.
+    fn resource_owner(&self, session: &Arc<Session>, uri: &str) -> Result<Arc<Server>, RpcError> {
+        let resources =
+            session.cached_list(ListKind::Resources).unwrap_or_else(|| self.build_list(session, ListKind::Resources));
+        let mut owner = resources.find(uri).map(|e| e.server.clone());
+        if owner.is_none() {
+            let templates = session
+                .cached_list(ListKind::Templates)
+                .unwrap_or_else(|| self.build_list(session, ListKind::Templates));
+            owner = templates
+                .entries
+                .iter()
+                .find(|e| catalog::template_matches(&e.original, uri))
+                .map(|e| e.server.clone());
+        }
+        if owner.is_none() {
+            let offering: Vec<Arc<Downstream>> =
+                session.open_downstreams().into_iter().filter(|d| d.offers("resources")).collect();
+            if let [only] = offering.as_slice() {
+                owner = Some(only.server.name().to_string());
+            }
+        }
+        let name = owner.ok_or_else(|| RpcError::invalid_params(format!("no server lists resource `{uri}`")))?;
+        self.server(&name).cloned().ok_or_else(|| RpcError::server(&name, "no longer configured"))
+    }
+
+    /// Sends a request to `server` with params rewritten for it; what the
+    /// server sends before its answer goes to the client on `sink`.
+    fn forward(
+        &self,
+        session: &Arc<Session>,
+        server: &Arc<Server>,
+        message: &Message,
+        params: &Value,
+        sink: &mut dyn EventSink,
+    ) -> Outcome {
+        let downstream = match session.downstream(server, self.config.open_retry) {
+            Ok(d) => d,
+            Err(e) => return e.into(),
+        };
+        let client_id = message.id.clone().unwrap_or(Value::Null);
+        let id = downstream.next_id();
+        session.start_call(&client_id, server.name(), &id);
+        let mut on_message = |m: Message| {
+            if let Some(bytes) = session.to_client(server, m)
+                && sink.event(&bytes).is_err()
+            {
+                session.push_to_stream(bytes);
+            }
+        };
+        let result = downstream.request(&id, message.method(), Some(&jsonrpc::raw(params)), &mut on_message);
+        session.end_call(&client_id);
+        match result {
+            Ok(response) => Outcome::Forwarded(response),
+            Err(e) => RpcError::server(server.name(), server.redact(&e.to_string())).into(),
+        }
+    }
+
+    fn list_page(&self, session: &Arc<Session>, kind: ListKind, message: &Message) -> Outcome {
+        let params = match message.params_object() {
+            Ok(p) => p,
+            Err(e) => return e.into(),
+        };
+        let cursor = match params.get("cursor") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(c)) => Some(c.as_str()),
+            Some(_) => return RpcError::invalid_params("`cursor` must be a string").into(),
+        };
+        let list = match (cursor, session.cached_list(kind)) {
+            // A first page always reflects the servers as they are now.
+            (None, _) | (Some(_), None) => self.build_list(session, kind),
+            (Some(_), Some(list)) => list,
+        };
+        match list.page(cursor, self.config.page_size) {
+            Ok(page) => Outcome::Result(page),
+            Err(e) => e.into(),
+        }
+    }
+
+    /// Lists `kind` on every server in parallel (opening downstream sessions
+    /// as needed), merges, caches and returns it. Servers that fail are left
+    /// out and their error recorded.
+    fn build_list(&self, session: &Arc<Session>, kind: ListKind) -> Arc<List> {
+        let found: Mutex<Vec<(usize, ServerItems)>> = Mutex::new(Vec::new());
+        threads::for_each_parallel("fanout", &self.servers, self.servers.len(), |server| {
+            let Ok(d) = session.downstream(server, self.config.open_retry) else { return };
+            if !d.offers(kind.capability()) {
+                return;
+            }
+            match fetch_all(&d, kind) {
+                Ok(items) => found.lock().push((
+                    server.rank,
+                    ServerItems { server: server.name().to_string(), prefix: server.config.prefix.clone(), items },
+                )),
+                Err(e) => log::warn!(
+                    "server `{}`: {} failed: {}; its items are left out of this list",
+                    server.name(),
+                    kind.method(),
+                    server.redact(&e.to_string())
+                ),
+            }
+        });
+        let mut found = found.into_inner();
+        found.sort_by_key(|(rank, _)| *rank);
+        let (list, collisions) = List::merge(kind, found.into_iter().map(|(_, items)| items).collect());
+        if !collisions.is_empty() {
+            let mut kept = self.collisions.lock();
+            for line in collisions {
+                if !kept.contains(&line) {
+                    log::warn!("{line}");
+                    if kept.len() == MAX_COLLISIONS {
+                        kept.remove(0);
+                    }
+                    kept.push(line);
+                }
+            }
+        }
+        let list = Arc::new(list);
+        session.cache_list(list.clone());
+        list
+    }
+
+    fn set_level(&self, session: &Arc<Session>, message: &Message) -> Outcome {
+        let targets: Vec<Arc<Downstream>> =
+            session.open_downstreams().into_iter().filter(|d| d.offers("logging")).collect();
+        threads::for_each_parallel("fanout", &targets, targets.len(), |d| {
+            let id = d.next_id();
+            match d.request(&id, "logging/setLevel", message.params.as_deref(), &mut |_| {}) {
+                Ok(m) if m.error.is_some() => log::warn!("server `{}` refused logging/setLevel", d.server.name()),
+                Ok(_) => {}
+                Err(e) => {
+                    log::warn!("server `{}`: logging/setLevel: {}", d.server.name(), d.server.redact(&e.to_string()))
+                }
+            }
+        });
+        Outcome::Result(json!({}))
+    }
+
+    fn client_notification(&self, session: &Arc<Session>, message: &Message) {
+        match message.method() {
+            "notifications/cancelled" => {
+                let Ok(params) = message.params_object() else { return };
+                let Some(request_id) = params.get("requestId") else { return };
+                let Some((downstream, id)) = session.cancel_target(request_id) else {
+                    log::debug!("session {}: cancel of a request not in flight ignored", session::short(&session.id));
+                    return;
+                };
+                let mut params = params.clone();
+                params.insert("requestId".into(), id);
+                if let Err(e) =
+                    downstream.notify("notifications/cancelled", Some(&jsonrpc::raw(&Value::Object(params))))
+                {
+                    log::warn!("server `{}`: forwarding a cancel failed: {e}", downstream.server.name());
+                }
+            }
+            "notifications/roots/list_changed" => {
+                for d in session.open_downstreams() {
+                    if let Err(e) = d.notify("notifications/roots/list_changed", None) {
+                        log::warn!("server `{}`: forwarding roots/list_changed failed: {e}", d.server.name());
+                    }
+                }
+            }
+            "notifications/initialized" => {}
+            other => log::debug!("client notification `{other}` has no server to go to; ignored"),
+        }
+    }
+
+    /// The client answered a request a server made: send it to that server.
+    fn client_answer(&self, session: &Arc<Session>, message: &Message) {
+        let Some((downstream, body)) = session.answer_from_client(message) else {
+            log::debug!("session {}: an answer to an unknown request ignored", session::short(&session.id));
+            return;
+        };
+        if let Err(e) = downstream.send(&body) {
+            log::warn!("server `{}`: forwarding the client's answer failed: {e}", downstream.server.name());
+        }
+    }
+
+    fn get(&self, req: &HttpRequest) -> HttpReply {
+        if !accepts(req.header("accept").unwrap_or(""), "text/event-stream") {
+            return HttpReply::bad(406, "GET /mcp needs Accept: text/event-stream");
+        }
+        if !req.http11 {
+            return HttpReply::bad(400, "the GET stream needs HTTP/1.1");
+        }
+        let session = match self.session_of(req, None) {
+            Ok(s) => s,
+            Err(reply) => return reply,
+        };
+        match session.attach_stream() {
+            Ok((id, rx)) => HttpReply::stream(StreamReply {
+                rx,
+                keepalive: self.config.keepalive,
+                on_end: Box::new(move || session.detach_stream(id)),
+            }),
+            Err(e) => HttpReply::error(409, &Value::Null, &e),
+        }
+    }
+
+    fn delete(&self, req: &HttpRequest) -> HttpReply {
+        let Some(id) = req.header(SESSION_HEADER) else {
+            return HttpReply::bad(400, "DELETE /mcp needs the Mcp-Session-Id header");
+        };
+        match self.sessions.remove(id) {
+            Some(session) => {
+                self.close(vec![session], CloseReason::ClientDelete);
+                HttpReply::empty(200)
+            }
+            None => HttpReply::error(
+                404,
+                &Value::Null,
+                &RpcError::new(jsonrpc::INVALID_REQUEST, "unknown or ended session"),
+            ),
+        }
+    }
+}
+
+/// Every page of one server's list.
+fn fetch_all(d: &Downstream, kind: ListKind) -> Result<Vec<Value>, RpcError> {
+    let mut items = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..MAX_PAGES {
+        let params = match &cursor {
+            Some(c) => json!({ "cursor": c }),
+            None => json!({}),
+        };
+        let id = d.next_id();
+        let response = d
+            .request(&id, kind.method(), Some(&jsonrpc::raw(&params)), &mut |_| {})
+            .map_err(|e| RpcError::server(d.server.name(), e))?;
+        if let Some(error) = &response.error {
+            return Err(RpcError::server(
+                d.server.name(),
+                format!("{} answered an error: {}", kind.method(), error.get()),
+            ));
+        }
+        let result: Value =
+            response.result.as_ref().and_then(|r| serde_json::from_str(r.get()).ok()).unwrap_or(Value::Null);
+        match result.get(kind.field()) {
+            Some(Value::Array(page)) => items.extend(page.iter().cloned()),
+            _ => {
+                return Err(RpcError::server(
+                    d.server.name(),
+                    format!("{} result has no `{}` array", kind.method(), kind.field()),
+                ));
+            }
+        }
+        match result.get("nextCursor").and_then(Value::as_str) {
+            Some(next) if cursor.as_deref() != Some(next) => cursor = Some(next.to_string()),
+            _ => return Ok(items),
+        }
+    }
+    log::warn!("server `{}`: {} has more than {MAX_PAGES} pages; the rest is left out", d.server.name(), kind.method());
+    Ok(items)
+}
+
+fn answer_bytes(id: &Value, outcome: Outcome) -> Vec<u8> {
+    match outcome {
+        Outcome::Result(value) => jsonrpc::result(id, &jsonrpc::raw(&value)),
+        Outcome::Error(e) => jsonrpc::error(id, &e),
+        Outcome::Forwarded(m) => match (&m.result, &m.error) {
+            (Some(result), _) => jsonrpc::result(id, result),
+            (None, Some(error)) => jsonrpc::raw_error(id, error),
+            (None, None) => {
+                jsonrpc::error(id, &RpcError::internal("the server's response had neither result nor error"))
+            }
+        },
+    }
+}
+
+fn instructions(opened: &[Arc<Downstream>]) -> Option<String> {
+    let parts: Vec<String> = opened
+        .iter()
+        .filter_map(|d| {
+            d.instructions
+                .as_ref()
+                .filter(|t| !t.trim().is_empty())
+                .map(|t| format!("## {}\n{}", d.server.name(), t.trim()))
+        })
+        .collect();
+    if parts.is_empty() { None } else { Some(parts.join("\n\n")) }
+}
+
+/// Whether an `Accept` header admits `mime` (directly or by a wildcard).
+fn accepts(accept: &str, mime: &str) -> bool {
+    let major = mime.split('/').next().unwrap_or("");
+    accept.split(',').any(|part| {
+        let range = part.split(';').next().unwrap_or("").trim();
+        range.eq_ignore_ascii_case(mime)
+            || range == "*/*"
+            || range.strip_suffix("/*").is_some_and(|m| m.eq_ignore_ascii_case(major))
+    })
+}
+
+/// A session id: 128 bits from the OS random source, as 32 hex digits.
+fn new_session_id() -> std::io::Result<String> {
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accept_header_matching() {
+        assert!(accepts("application/json, text/event-stream", "text/event-stream"));
+        assert!(accepts("text/event-stream;q=0.9, application/json", "application/json"));
+        assert!(accepts("*/*", "application/json"));
+        assert!(accepts("text/*", "text/event-stream"));
+        assert!(!accepts("application/json", "text/event-stream"));
+        assert!(!accepts("", "application/json"));
+    }
+
+    #[test]
+    fn session_ids_are_128_bit_visible_ascii_and_distinct() {
+        let a = new_session_id().unwrap();
+        let b = new_session_id().unwrap();
+        assert_eq!(a.len(), 32);
+        assert!(a.bytes().all(|c| (0x21..=0x7e).contains(&c)));
+        assert_ne!(a, b);
+    }
+}

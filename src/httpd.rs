@@ -1,0 +1,534 @@
+#![forbid(unsafe_code)]
+//! The upstream HTTP adapter over tiny_http_fork: mcpgate's own accept
+//! loop, one thread per connection, a fixed pool of workers, and SSE
+//! written as one HTTP chunk per event. Requests become [`HttpRequest`]s and
+//! [`HttpReply`]s become bytes; nothing else here knows MCP.
+//!
+//! tiny_http's own accept thread and task pool are not used: its pool can
+//! starve a burst of connections and its accept thread dies when a thread
+//! cannot be spawned. Here a connection beyond `max_connections`, or one
+//! whose thread cannot be started, is closed and counted, and the rest go on.
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender, TrySendError, bounded, select, tick};
+use parking_lot::Mutex;
+use serde_json::Value;
+use tiny_http_fork::{Request, Response};
+
+use crate::jsonrpc::{self, RpcError};
+use crate::stats::Stats;
+use crate::threads;
+
+/// Request headers mcpgate reads; others are not copied out of tiny_http.
+const HEADERS: &[&str] = &[
+    "accept",
+    "content-type",
+    "mcp-session-id",
+    "mcp-protocol-version",
+    "last-event-id",
+    "origin",
+    "host",
+    "authorization",
+];
+
+/// A request as the handlers see it.
+#[derive(Debug, Clone, Default)]
+pub struct HttpRequest {
+    pub method: String,
+    /// The path without the query.
+    pub path: String,
+    /// Lower-case names, from [`HEADERS`] only.
+    pub headers: Vec<(&'static str, String)>,
+    pub body: Vec<u8>,
+    pub peer: Option<SocketAddr>,
+    pub http11: bool,
+}
+
+impl HttpRequest {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| *n == name).map(|(_, v)| v.as_str())
+    }
+}
+
+/// A `GET` stream: messages to send as SSE events until `rx` disconnects or
+/// a write fails; then `on_end` runs.
+pub struct StreamReply {
+    pub rx: Receiver<Vec<u8>>,
+    pub keepalive: Duration,
+    pub on_end: Box<dyn FnOnce() + Send>,
+}
+
+pub enum ReplyBody {
+    Empty,
+    Data { content_type: &'static str, bytes: Vec<u8> },
+    Stream(StreamReply),
+}
+
+pub struct HttpReply {
+    pub status: u16,
+    pub headers: Vec<(&'static str, String)>,
+    pub body: ReplyBody,
+}
+
+impl HttpReply {
+    pub fn json(status: u16, bytes: Vec<u8>) -> HttpReply {
+        HttpReply { status, headers: Vec::new(), body: ReplyBody::Data { content_type: "application/json", bytes } }
+    }
+
+    /// A JSON-RPC error as the body of an HTTP error (or of a 200).
+    pub fn error(status: u16, id: &Value, error: &RpcError) -> HttpReply {
+        HttpReply::json(status, jsonrpc::error(id, error))
+    }
+
+    /// An HTTP error whose body is a JSON-RPC "invalid request" saying why.
+    pub fn bad(status: u16, message: &str) -> HttpReply {
+        HttpReply::error(status, &Value::Null, &RpcError::new(jsonrpc::INVALID_REQUEST, message))
+    }
+
+    pub fn empty(status: u16) -> HttpReply {
+        HttpReply { status, headers: Vec::new(), body: ReplyBody::Empty }
+    }
+
+    pub fn accepted() -> HttpReply {
+        HttpReply::empty(202)
+    }
+
+    pub fn text(status: u16, content_type: &'static str, text: String) -> HttpReply {
+        HttpReply { status, headers: Vec::new(), body: ReplyBody::Data { content_type, bytes: text.into_bytes() } }
+    }
+
+    pub fn stream(stream: StreamReply) -> HttpReply {
+        HttpReply { status: 200, headers: Vec::new(), body: ReplyBody::Stream(stream) }
+    }
+
+    pub fn header(mut self, name: &'static str, value: &str) -> HttpReply {
+        self.headers.push((name, value.to_string()));
+        self
+    }
+}
+
+/// Where a handler sends events that precede its answer. The first event
+/// turns the answer into an SSE stream.
+pub trait EventSink {
+    fn event(&mut self, data: &[u8]) -> io::Result<()>;
+}
+
+/// A sink for answers that cannot stream (batches, HTTP/1.0).
+pub struct NoStream;
+
+impl EventSink for NoStream {
+    fn event(&mut self, _: &[u8]) -> io::Result<()> {
+        Err(io::Error::new(io::ErrorKind::Unsupported, "this answer cannot stream"))
+    }
+}
+
+/// Where each request is handled.
+pub enum Route {
+    /// On the connection thread, at once; must not wait on the network.
+    Inline,
+    /// On a worker.
+    Worker,
+}
+
+/// The application behind the adapter.
+pub trait App: Send + Sync + 'static {
+    fn route(&self, req: &HttpRequest) -> Route;
+    fn handle(&self, req: &HttpRequest, sink: &mut dyn EventSink) -> HttpReply;
+}
+
+/// Socket and queue limits of the listener.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    pub workers: usize,
+    pub max_connections: usize,
+    pub max_body_bytes: usize,
+    /// Idle time between requests, and the longest silence while one is sent.
+    pub idle_timeout: Duration,
+    pub write_timeout: Duration,
+}
+
+struct Job {
+    req: HttpRequest,
+    rq: Request,
+    /// Dropped when the worker is done with the request.
+    _done: Sender<()>,
+}
+
+/// What connection and worker threads share.
+struct Shared {
+    app: Arc<dyn App>,
+    options: Options,
+    stats: Arc<Stats>,
+    stopping: AtomicBool,
+}
+
+/// The running listener: its accept thread, connection threads and workers.
+pub struct Httpd {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    /// A handle on the listening socket, to wake the accept thread.
+    waker: TcpStream,
+    accept: Option<JoinHandle<()>>,
+    /// Guards the handles of connection threads; the accept thread adds and reaps them.
+    conns: Arc<Mutex<Vec<JoinHandle<()>>>>,
+    jobs: Option<Sender<Job>>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+/// Binds `addr` with the socket options accepted connections inherit:
+/// TCP_NODELAY and the read and write timeouts.
+fn listen(addr: SocketAddr, options: &Options) -> io::Result<TcpListener> {
+    let listener = TcpListener::bind(addr)?;
+    let socket = TcpStream::from(OwnedFd::from(listener));
+    socket.set_nodelay(true)?;
+    // SO_RCVTIMEO on the listener also makes accept() return every so often; the loop expects it.
+    socket.set_read_timeout(Some(options.idle_timeout))?;
+    socket.set_write_timeout(Some(options.write_timeout))?;
+    Ok(TcpListener::from(OwnedFd::from(socket)))
+}
+
+impl Httpd {
+    pub fn start(addr: SocketAddr, app: Arc<dyn App>, options: Options, stats: Arc<Stats>) -> io::Result<Httpd> {
+        let listener = listen(addr, &options)?;
+        let addr = listener.local_addr()?;
+        let waker = TcpStream::from(OwnedFd::from(listener.try_clone()?));
+        let shared = Arc::new(Shared { app, options, stats, stopping: AtomicBool::new(false) });
+        let (jobs, jobs_rx) = bounded::<Job>(options.workers * 2);
+        let mut workers = Vec::with_capacity(options.workers);
+        for i in 0..options.workers {
+            let (shared, jobs_rx) = (shared.clone(), jobs_rx.clone());
+            workers.push(threads::spawn("worker", &i.to_string(), move || work(&shared, jobs_rx))?);
+        }
+        let conns = Arc::new(Mutex::new(Vec::new()));
+        let accept = {
+            let (shared, conns, jobs) = (shared.clone(), conns.clone(), jobs.clone());
+            let listener = tiny_http_fork::Listener::Tcp(listener);
+            threads::spawn("accept", "", move || accept_loop(&listener, &shared, &conns, &jobs))?
+        };
+        Ok(Httpd { addr, shared, waker, accept: Some(accept), conns, jobs: Some(jobs), workers })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops accepting connections; requests already read are still served.
+    pub fn stop_accepting(&mut self) {
+        self.shared.stopping.store(true, Ordering::Release);
+        // shutdown() on a listening socket wakes a blocked accept() on Linux.
+        let _ = self.waker.shutdown(Shutdown::Both);
+        if let Some(accept) = self.accept.take() {
+            let _ = accept.join();
+        }
+    }
+
+    /// Joins the workers, then the connection threads, until `deadline`.
+    /// Returns how many connection threads were still running (waiting on
+    /// an idle client) at the deadline.
+    pub fn join(mut self, deadline: Instant) -> usize {
+        self.stop_accepting();
+        drop(self.jobs.take());
+        for worker in self.workers.drain(..) {
+            let _ = worker.join();
+        }
+        loop {
+            let pending = {
+                let mut conns = self.conns.lock();
+                reap(&mut conns);
+                conns.len()
+            };
+            if pending == 0 || Instant::now() >= deadline {
+                return pending;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+/// Joins connection threads that have finished.
+fn reap(conns: &mut Vec<JoinHandle<()>>) {
+    let mut i = 0;
+    while i < conns.len() {
+        if conns[i].is_finished() {
+            let _ = conns.swap_remove(i).join();
+        } else {
+            i += 1;
+        }
+    }
+}
+
+fn accept_loop(
+    listener: &tiny_http_fork::Listener,
+    shared: &Arc<Shared>,
+    conns: &Mutex<Vec<JoinHandle<()>>>,
+    jobs: &Sender<Job>,
+) {
+    let ssl = match tiny_http_fork::SslContextWrap::build_ssl_capabilities(None) {
+        Ok(ssl) => ssl,
+        Err(e) => {
+            log::error!("cannot set up the listener: {e}");
+            return;
+        }
+    };
+    let mut last_refusal_log: Option<Instant> = None;
+    while !shared.stopping.load(Ordering::Acquire) {
+        let conn = match tiny_http_fork::Server::accept_connection(listener, &ssl) {
+            Ok(Some(conn)) => conn,
+            Ok(None) => continue,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+                ) =>
+            {
+                continue;
+            }
+            Err(_) if shared.stopping.load(Ordering::Acquire) => break,
+            Err(e) => {
+                // Out of file descriptors, most likely: wait instead of spinning.
+                log::error!("accept failed: {e}; retrying in 100 ms");
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+        };
+        shared.stats.connections_accepted.inc();
+        let mut list = conns.lock();
+        reap(&mut list);
+        let refusal = if list.len() >= shared.options.max_connections {
+            drop(conn);
+            Some(format!("{} connections are open (max_connections)", list.len()))
+        } else {
+            let (shared, jobs) = (shared.clone(), jobs.clone());
+            match threads::spawn("conn", "", move || serve_connection(conn, &shared, &jobs)) {
+                Ok(handle) => {
+                    list.push(handle);
+                    None
+                }
+                Err(e) => Some(format!("cannot start a thread: {e}")),
+            }
+        };
+        drop(list);
+        if let Some(why) = refusal {
+            shared.stats.connections_refused.inc();
+            if last_refusal_log.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
+                log::warn!("a client connection was closed unanswered: {why}");
+                last_refusal_log = Some(Instant::now());
+            }
+        }
+    }
+}
+
+fn serve_connection<I, E>(conn: I, shared: &Shared, jobs: &Sender<Job>)
+where
+    I: Iterator<Item = Result<Request, E>>,
+{
+    let _live = shared.stats.threads_connections.enter();
+    for rq in conn {
+        let Ok(rq) = rq else { break };
+        if shared.stopping.load(Ordering::Acquire) {
+            respond(rq, HttpReply::bad(503, "mcpgate is shutting down").header("Connection", "close"), shared);
+            break;
+        }
+        let mut rq = rq;
+        let req = match read_request(&mut rq, &shared.options) {
+            Ok(req) => req,
+            Err(reply) => {
+                respond(rq, reply.header("Connection", "close"), shared);
+                break;
+            }
+        };
+        match shared.app.route(&req) {
+            Route::Inline => {
+                let reply = shared.app.handle(&req, &mut NoStream);
+                respond(rq, reply, shared);
+            }
+            Route::Worker => {
+                let (done, finished) = bounded::<()>(0);
+                match jobs.try_send(Job { req, rq, _done: done }) {
+                    // The next request on this connection waits for this one's answer.
+                    Ok(()) => {
+                        let _ = finished.recv();
+                    }
+                    Err(TrySendError::Full(job) | TrySendError::Disconnected(job)) => {
+                        shared.stats.requests_busy.inc();
+                        let reply = HttpReply::bad(503, "every worker is busy; try again").header("Retry-After", "1");
+                        respond(job.rq, reply, shared);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Copies what the handlers need out of a tiny_http request, reading the
+/// body unless it is too large (decided before a byte of it is read).
+fn read_request(rq: &mut Request, options: &Options) -> Result<HttpRequest, HttpReply> {
+    let too_large =
+        || HttpReply::bad(413, &format!("request body larger than {} bytes (max_body_bytes)", options.max_body_bytes));
+    if rq.body_length().is_some_and(|n| n > options.max_body_bytes) {
+        return Err(too_large());
+    }
+    let url = rq.url();
+    let path = url.split('?').next().unwrap_or("").to_string();
+    let mut headers = Vec::new();
+    for name in HEADERS {
+        if let Some(value) = rq.headers().get(name) {
+            headers.push((*name, value.as_str().to_string()));
+        }
+    }
+    let method = rq.method().as_str().to_string();
+    let http11 = *rq.http_version() == (1, 1);
+    let peer = rq.remote_addr().copied();
+    let mut body = Vec::new();
+    let limit = options.max_body_bytes as u64 + 1;
+    if let Err(e) = rq.as_reader().take(limit).read_to_end(&mut body) {
+        return Err(HttpReply::bad(400, &format!("cannot read the request body: {e}")));
+    }
+    if body.len() > options.max_body_bytes {
+        return Err(too_large());
+    }
+    Ok(HttpRequest { method, path, headers, body, peer, http11 })
+}
+
+fn work(shared: &Shared, jobs: Receiver<Job>) {
+    let _live = shared.stats.threads_workers.enter();
+    for job in jobs {
+        let mut sink = PostSink::Waiting(Some(job.rq));
+        let reply = shared.app.handle(&job.req, &mut sink);
+        sink.finish(reply, shared);
+    }
+}
+
+/// The answer to a `POST`: plain until its first event, SSE after.
+enum PostSink {
+    Waiting(Option<Request>),
+    Streaming(Box<dyn Write + Send>),
+    Gone,
+}
+
+impl EventSink for PostSink {
+    fn event(&mut self, data: &[u8]) -> io::Result<()> {
+        if let PostSink::Waiting(rq) = self {
+            let Some(rq) = rq.take() else { return Err(io::ErrorKind::NotConnected.into()) };
+            if *rq.http_version() != (1, 1) {
+                *self = PostSink::Waiting(Some(rq));
+                return Err(io::Error::new(io::ErrorKind::Unsupported, "HTTP/1.0 cannot stream"));
+            }
+            let mut writer = rq.into_writer();
+            match write_sse_head(&mut writer, &[]) {
+                Ok(()) => *self = PostSink::Streaming(writer),
+                Err(e) => {
+                    *self = PostSink::Gone;
+                    return Err(e);
+                }
+            }
+        }
+        let PostSink::Streaming(writer) = self else { return Err(io::ErrorKind::NotConnected.into()) };
+        let result = write_chunk(writer, &crate::sse::encode(None, data));
+        if result.is_err() {
+            *self = PostSink::Gone;
+        }
+        result
+    }
+}
+
+impl PostSink {
+    fn finish(self, reply: HttpReply, shared: &Shared) {
+        match self {
+            PostSink::Waiting(Some(rq)) => respond(rq, reply, shared),
+            PostSink::Streaming(mut writer) => {
+                if let ReplyBody::Data { bytes, .. } = &reply.body {
+                    let _ = write_chunk(&mut writer, &crate::sse::encode(None, bytes));
+                }
+                let _ = end_chunks(&mut writer);
+            }
+            PostSink::Waiting(None) | PostSink::Gone => {}
+        }
+    }
+}
+
+fn respond(rq: Request, reply: HttpReply, shared: &Shared) {
+    let HttpReply { status, headers, body } = reply;
+    let result = match body {
+        ReplyBody::Stream(stream) => {
+            run_stream(rq, &headers, stream, shared);
+            return;
+        }
+        ReplyBody::Empty => rq.respond(with_headers(Response::empty(status), &headers)),
+        ReplyBody::Data { content_type, bytes } => {
+            let response = Response::from_data(bytes).with_status_code(status);
+            let response = with_headers(response, &headers);
+            rq.respond(match tiny_http_fork::Header::from_bytes("Content-Type", content_type) {
+                Ok(h) => response.with_header(h),
+                Err(_) => response,
+            })
+        }
+    };
+    if let Err(e) = result {
+        log::debug!("writing a response failed: {e}");
+    }
+}
+
+fn with_headers<R: Read>(mut response: Response<R>, headers: &[(&'static str, String)]) -> Response<R> {
+    for (name, value) in headers {
+        match tiny_http_fork::Header::from_bytes(name.as_bytes(), value.as_bytes()) {
+            Ok(h) => response = response.with_header(h),
+            Err(_) => log::error!("header `{name}` has a value tiny_http refuses; left out"),
+        }
+    }
+    response
+}
+
+/// Writes a `GET` stream on this connection thread until it ends.
+fn run_stream(rq: Request, headers: &[(&'static str, String)], stream: StreamReply, shared: &Shared) {
+    let _live = shared.stats.threads_streams.enter();
+    let mut writer = rq.into_writer();
+    if write_sse_head(&mut writer, headers).is_ok() {
+        let keepalive = tick(stream.keepalive);
+        loop {
+            let written = select! {
+                recv(stream.rx) -> message => match message {
+                    Ok(bytes) => write_chunk(&mut writer, &crate::sse::encode(None, &bytes)),
+                    Err(_) => break,
+                },
+                recv(keepalive) -> _ => write_chunk(&mut writer, b": keep-alive\n\n"),
+            };
+            if written.is_err() {
+                break;
+            }
+        }
+        let _ = end_chunks(&mut writer);
+    }
+    (stream.on_end)();
+}
+
+fn write_sse_head(writer: &mut dyn Write, headers: &[(&'static str, String)]) -> io::Result<()> {
+    let mut head = String::from(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nX-Accel-Buffering: no\r\nTransfer-Encoding: chunked\r\n",
+    );
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    writer.write_all(head.as_bytes())?;
+    writer.flush()
+}
+
+fn write_chunk(writer: &mut dyn Write, data: &[u8]) -> io::Result<()> {
+    writer.write_all(format!("{:x}\r\n", data.len()).as_bytes())?;
+    writer.write_all(data)?;
+    writer.write_all(b"\r\n")?;
+    writer.flush()
+}
+
+fn end_chunks(writer: &mut dyn Write) -> io::Result<()> {
+    writer.write_all(b"0\r\n\r\n")?;
+    writer.flush()
+}

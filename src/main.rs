@@ -1,0 +1,205 @@
+#![forbid(unsafe_code)]
+//! `mcpgate --config FILE`: parse arguments, load the configuration, start
+//! the threads, and on SIGTERM or SIGINT close everything and exit 0.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+use mcpgate::app::Mcpgate;
+use mcpgate::config::{self, Config, ConfigError};
+use mcpgate::gateway::Gateway;
+use mcpgate::httpd::{self, Httpd};
+use mcpgate::session::CloseReason;
+use mcpgate::sys::{self, Signal};
+use mcpgate::{reader, reaper, threads};
+
+const USAGE: &str = "\
+usage: mcpgate --config FILE [--listen ADDR]
+       mcpgate --check --config FILE
+       mcpgate --config-reference
+
+  --config FILE       the JSON configuration (see README: Configuration)
+  --listen ADDR       listen on ADDR instead of the file's `listen`, e.g. 127.0.0.1:0
+  --check             validate the configuration and exit (0: valid, 2: not)
+  --config-reference  print the table of configuration keys as Markdown
+  --version           print the version
+
+Logging: MCPGATE_LOG=debug|info|warn|error (default info), to stderr.";
+
+/// Why mcpgate stopped early; each maps to an exit code.
+enum Error {
+    Usage(String),
+    Config(ConfigError),
+    Io { context: String, error: std::io::Error },
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Usage(problem) => write!(f, "{problem}\n\n{USAGE}"),
+            Error::Config(e) => write!(f, "{e}"),
+            Error::Io { context, error } => write!(f, "{context}: {error}"),
+        }
+    }
+}
+
+impl Error {
+    fn exit_code(&self) -> ExitCode {
+        match self {
+            Error::Usage(_) | Error::Config(_) => ExitCode::from(2),
+            Error::Io { .. } => ExitCode::from(1),
+        }
+    }
+}
+
+fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
+    let context = context.into();
+    move |error| Error::Io { context, error }
+}
+
+struct Args {
+    config: Option<PathBuf>,
+    listen: Option<String>,
+    check: bool,
+}
+
+enum Command {
+    Run(Args),
+    Print(String),
+}
+
+fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Command, Error> {
+    let mut parsed = Args { config: None, listen: None, check: false };
+    while let Some(arg) = args.next() {
+        let mut value = |name: &str| args.next().ok_or_else(|| Error::Usage(format!("{name} needs a value")));
+        match arg.as_str() {
+            "--config" | "-c" => parsed.config = Some(PathBuf::from(value("--config")?)),
+            "--listen" => parsed.listen = Some(value("--listen")?),
+            "--check" => parsed.check = true,
+            "--config-reference" => return Ok(Command::Print(config::reference_markdown())),
+            "--version" | "-V" => return Ok(Command::Print(format!("mcpgate {}\n", env!("CARGO_PKG_VERSION")))),
+            "--help" | "-h" => return Ok(Command::Print(format!("{USAGE}\n"))),
+            other => return Err(Error::Usage(format!("unknown argument `{other}`"))),
+        }
+    }
+    if parsed.config.is_none() {
+        return Err(Error::Usage("--config FILE is required".into()));
+    }
+    Ok(Command::Run(parsed))
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mcpgate: {e}");
+            e.exit_code()
+        }
+    }
+}
+
+fn run() -> Result<(), Error> {
+    let args = match parse_args(std::env::args().skip(1))? {
+        Command::Print(text) => {
+            print!("{text}");
+            return Ok(());
+        }
+        Command::Run(args) => args,
+    };
+    let path = args.config.expect("parse_args requires --config");
+    let mut config = Config::load(&path, &|name| std::env::var(name).ok()).map_err(Error::Config)?;
+    if let Some(listen) = &args.listen {
+        config.listen = listen
+            .parse()
+            .map_err(|_| Error::Usage(format!("--listen `{listen}` is not an address like 127.0.0.1:8780")))?;
+    }
+    if args.check {
+        println!("{}: valid, {} server(s)", path.display(), config.servers.len());
+        return Ok(());
+    }
+    // Before any thread starts, so that every thread inherits the mask.
+    let signals = sys::block().map_err(io("cannot block signals"))?;
+    env_logger::Builder::from_env(env_logger::Env::default().filter_or("MCPGATE_LOG", "info")).init();
+    serve(config, signals)
+}
+
+fn serve(config: Config, signals: sys::Signals) -> Result<(), Error> {
+    let options = httpd::Options {
+        workers: config.workers,
+        max_connections: config.max_connections,
+        max_body_bytes: config.max_body_bytes,
+        idle_timeout: config.client_idle_timeout,
+        write_timeout: config.client_write_timeout,
+    };
+    let listen = config.listen;
+    let shutdown_timeout = config.shutdown_timeout;
+    let gateway = Arc::new(Gateway::new(config));
+    let app = Arc::new(Mcpgate { gateway: gateway.clone() });
+    let mut httpd =
+        Httpd::start(listen, app, options, gateway.stats.clone()).map_err(io(format!("cannot listen on {listen}")))?;
+    let reaper = reaper::start(gateway.clone()).map_err(io("cannot start the reaper"))?;
+    let (signal_tx, signal_rx) = crossbeam_channel::bounded::<Signal>(4);
+    let signal_thread = threads::spawn("signal", "", move || {
+        loop {
+            match signals.wait() {
+                Ok(signal) => {
+                    let last = signal != Signal::Hangup;
+                    if signal_tx.send(signal).is_err() || last {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    log::error!("waiting for signals failed: {e}");
+                    return;
+                }
+            }
+        }
+    })
+    .map_err(io("cannot start the signal thread"))?;
+    let addr = httpd.local_addr();
+    println!("listening on http://{addr}/mcp");
+    log::info!("listening on http://{addr}/mcp, status on http://{addr}/status, {} server(s)", gateway.servers.len());
+
+    loop {
+        match signal_rx.recv() {
+            Ok(Signal::Hangup) => log::warn!("SIGHUP: configuration reload is not supported yet; nothing changed"),
+            Ok(signal) => {
+                log::info!("{signal:?}: closing every session");
+                break;
+            }
+            Err(_) => {
+                log::error!("the signal thread ended; shutting down");
+                sys::terminate_self();
+                break;
+            }
+        }
+    }
+
+    let started = Instant::now();
+    let deadline = started + shutdown_timeout;
+    httpd.stop_accepting();
+    reaper.stop();
+    let sessions = gateway.sessions.take_all();
+    let count = sessions.len();
+    gateway.close(sessions, CloseReason::Shutdown);
+    gateway.shutdown();
+    let lingering = httpd.join(deadline);
+    reader::join_stragglers(true);
+    let _ = signal_thread.join();
+    let s = &gateway.stats;
+    log::info!(
+        "stopped in {} ms: {count} session(s) closed; downstream opened {}, closed {}, live {}, DELETE failures {}",
+        started.elapsed().as_millis(),
+        s.downstream_opened.get(),
+        s.downstream_closed.get(),
+        s.downstream_live.get(),
+        s.downstream_delete_failures.get(),
+    );
+    if lingering > 0 {
+        log::warn!("{lingering} connection thread(s) still waited on idle clients at the shutdown deadline");
+    }
+    Ok(())
+}

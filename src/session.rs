@@ -1,0 +1,506 @@
+#![forbid(unsafe_code)]
+//! Client sessions: each holds one slot per server for its downstream
+//! session, its `GET` streams, the requests in flight in both directions and
+//! its merged lists. [`close_sessions`] is the one way a session ends.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
+use parking_lot::{Condvar, Mutex};
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use crate::catalog::{List, ListKind};
+use crate::downstream::{self, Downstream, Inbox, Server};
+use crate::jsonrpc::{self, Kind, Message, RpcError};
+use crate::stats::Stats;
+
+/// Messages kept for a client that has no `GET` stream open yet.
+const BACKLOG: usize = 256;
+/// Messages queued on one `GET` stream before it counts as stuck.
+const STREAM_QUEUE: usize = 256;
+/// `GET` streams one session may hold at once.
+pub const MAX_STREAMS: usize = 4;
+
+/// Why a session ended, for the counters and the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseReason {
+    Idle,
+    ClientDelete,
+    Shutdown,
+}
+
+enum Slot {
+    /// A thread is opening it; others wait on `slot_changed`.
+    Opening,
+    Open(Arc<Downstream>),
+    Failed {
+        error: String,
+        at: Instant,
+    },
+}
+
+/// A request of the client that a server is working on: where a cancel goes.
+struct Call {
+    server: String,
+    downstream_id: Value,
+}
+
+/// A request a server sent to the client: where the answer goes.
+struct Ask {
+    server: String,
+    id: Value,
+}
+
+struct ClientStream {
+    id: u64,
+    tx: Sender<Vec<u8>>,
+}
+
+/// Everything about a session that changes. Guarded by `Session::state`,
+/// which is never held across network I/O.
+struct State {
+    closed: bool,
+    last_active: Instant,
+    in_flight: usize,
+    streams: Vec<ClientStream>,
+    next_stream: u64,
+    slots: HashMap<String, Slot>,
+    lists: HashMap<ListKind, Arc<List>>,
+    calls: HashMap<String, Call>,
+    asks: HashMap<u64, Ask>,
+    next_ask: u64,
+    backlog: VecDeque<Vec<u8>>,
+}
+
+pub struct Session {
+    pub id: String,
+    pub protocol_version: String,
+    /// What every server gets as `initialize` params: the client's capabilities and info.
+    init_params: Box<RawValue>,
+    pub client_name: String,
+    pub created: Instant,
+    state: Mutex<State>,
+    slot_changed: Condvar,
+    me: Weak<Session>,
+}
+
+impl Session {
+    pub fn new(id: String, protocol_version: String, init_params: Box<RawValue>, client_name: String) -> Arc<Session> {
+        let now = Instant::now();
+        Arc::new_cyclic(|me| Session {
+            id,
+            protocol_version,
+            init_params,
+            client_name,
+            created: now,
+            state: Mutex::new(State {
+                closed: false,
+                last_active: now,
+                in_flight: 0,
+                streams: Vec::new(),
+                next_stream: 0,
+                slots: HashMap::new(),
+                lists: HashMap::new(),
+                calls: HashMap::new(),
+                asks: HashMap::new(),
+                next_ask: 1,
+                backlog: VecDeque::new(),
+            }),
+            slot_changed: Condvar::new(),
+            me: me.clone(),
+        })
+    }
+
+    /// Marks a request as running until the guard drops; a session with a
+    /// request running is never idle.
+    pub fn activity(&self) -> Activity<'_> {
+        let mut st = self.state.lock();
+        st.in_flight += 1;
+        st.last_active = Instant::now();
+        Activity(self)
+    }
+
+    /// How long the session has been idle: no request running, no `GET`
+    /// stream, nothing since the later of the last request and the last
+    /// stream's end. `None` while it is in use.
+    pub fn idle_for(&self, now: Instant) -> Option<Duration> {
+        let st = self.state.lock();
+        if st.closed || st.in_flight > 0 || !st.streams.is_empty() {
+            return None;
+        }
+        Some(now.saturating_duration_since(st.last_active))
+    }
+
+    /// The open downstream session with `server`, opening it if needed. A
+    /// server that failed is tried again only after `retry`.
+    pub fn downstream(&self, server: &Arc<Server>, retry: Duration) -> Result<Arc<Downstream>, RpcError> {
+        let name = server.name();
+        let wait = server.limits.connect + server.limits.request;
+        {
+            let mut st = self.state.lock();
+            loop {
+                if st.closed {
+                    return Err(RpcError::internal("the session is closing"));
+                }
+                match st.slots.get(name) {
+                    Some(Slot::Open(d)) => return Ok(d.clone()),
+                    Some(Slot::Opening) => {
+                        if self.slot_changed.wait_for(&mut st, wait).timed_out() {
+                            return Err(RpcError::server(name, "still opening its session"));
+                        }
+                    }
+                    Some(Slot::Failed { error, at }) if at.elapsed() < retry => {
+                        return Err(RpcError::server(name, error));
+                    }
+                    _ => {
+                        st.slots.insert(name.to_string(), Slot::Opening);
+                        break;
+                    }
+                }
+            }
+        }
+        let inbox: Weak<dyn Inbox> = self.me.clone();
+        let result = server.open(&self.init_params, inbox);
+        let mut st = self.state.lock();
+        let outcome = match result {
+            Ok(d) if st.closed => {
+                st.slots.remove(name);
+                drop(st);
+                downstream::close_all(&[d], 1);
+                self.slot_changed.notify_all();
+                return Err(RpcError::internal("the session is closing"));
+            }
+            Ok(d) => {
+                let recovered = matches!(st.slots.get(name), Some(Slot::Failed { .. }));
+                st.slots.insert(name.to_string(), Slot::Open(d.clone()));
+                if recovered {
+                    st.lists.clear();
+                }
+                Ok(d)
+            }
+            Err(e) => {
+                let error = server.redact(&e.to_string());
+                st.slots.insert(name.to_string(), Slot::Failed { error: error.clone(), at: Instant::now() });
+                Err(RpcError::server(name, error))
+            }
+        };
+        drop(st);
+        self.slot_changed.notify_all();
+        outcome
+    }
+
+    /// The downstream session with `server` if it is open now; never opens one.
+    pub fn open_downstream(&self, server: &str) -> Option<Arc<Downstream>> {
+        match self.state.lock().slots.get(server) {
+            Some(Slot::Open(d)) => Some(d.clone()),
+            _ => None,
+        }
+    }
+
+    /// The error of each server whose downstream session failed to open.
+    pub fn failed_servers(&self) -> Vec<(String, String)> {
+        let st = self.state.lock();
+        let mut failed: Vec<(String, String)> = st
+            .slots
+            .iter()
+            .filter_map(|(name, slot)| match slot {
+                Slot::Failed { error, .. } => Some((name.clone(), error.clone())),
+                _ => None,
+            })
+            .collect();
+        failed.sort();
+        failed
+    }
+
+    pub fn cached_list(&self, kind: ListKind) -> Option<Arc<List>> {
+        self.state.lock().lists.get(&kind).cloned()
+    }
+
+    pub fn cache_list(&self, list: Arc<List>) {
+        self.state.lock().lists.insert(list.kind, list);
+    }
+
+    /// Remembers which server works on the client's request `client_id`.
+    pub fn start_call(&self, client_id: &Value, server: &str, downstream_id: &Value) {
+        let call = Call { server: server.to_string(), downstream_id: downstream_id.clone() };
+        self.state.lock().calls.insert(id_key(client_id), call);
+    }
+
+    pub fn end_call(&self, client_id: &Value) {
+        self.state.lock().calls.remove(&id_key(client_id));
+    }
+
+    /// Where a client's `notifications/cancelled` for `client_id` goes.
+    pub fn cancel_target(&self, client_id: &Value) -> Option<(Arc<Downstream>, Value)> {
+        let st = self.state.lock();
+        let call = st.calls.get(&id_key(client_id))?;
+        match st.slots.get(&call.server) {
+            Some(Slot::Open(d)) => Some((d.clone(), call.downstream_id.clone())),
+            _ => None,
+        }
+    }
+
+    /// Every open downstream session.
+    pub fn open_downstreams(&self) -> Vec<Arc<Downstream>> {
+        let st = self.state.lock();
+        st.slots
+            .values()
+            .filter_map(|slot| match slot {
+                Slot::Open(d) => Some(d.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Turns a message from `server` into what the client receives, or
+    /// `None` when the client must not see it. Requests get an id of
+    /// mcpgate's, remembered so the answer can go back; `list_changed`
+    /// makes the merged list stale.
+    pub fn to_client(&self, server: &Server, message: Message) -> Option<Vec<u8>> {
+        match message.kind().ok()? {
+            Kind::Request => {
+                let mut st = self.state.lock();
+                let n = st.next_ask;
+                st.next_ask += 1;
+                st.asks.insert(n, Ask { server: server.name().to_string(), id: message.id.clone()? });
+                Some(jsonrpc::request(&Value::from(n), message.method(), message.params.as_deref()))
+            }
+            Kind::Notification => {
+                let method = message.method();
+                if let Some(kinds) = stale_lists(method) {
+                    let mut st = self.state.lock();
+                    for kind in kinds {
+                        st.lists.remove(kind);
+                    }
+                }
+                if method == "notifications/cancelled" {
+                    return self.server_cancelled(server, &message);
+                }
+                Some(jsonrpc::notification(method, message.params.as_deref()))
+            }
+            Kind::Response => None,
+        }
+    }
+
+    /// A server withdrew a request it sent the client: rewrite its id to ours.
+    fn server_cancelled(&self, server: &Server, message: &Message) -> Option<Vec<u8>> {
+        let mut params = message.params_object().ok()?;
+        let theirs = params.get("requestId")?.clone();
+        let mut st = self.state.lock();
+        let ours = *st.asks.iter().find(|(_, a)| a.server == server.name() && a.id == theirs)?.0;
+        st.asks.remove(&ours);
+        params.insert("requestId".into(), Value::from(ours));
+        Some(jsonrpc::notification("notifications/cancelled", Some(&jsonrpc::raw(&Value::Object(params)))))
+    }
+
+    /// The client's answer to a server's request: the downstream session it
+    /// goes to and the message with the server's own id. `None` for an id
+    /// mcpgate never issued (or already answered).
+    pub fn answer_from_client(&self, message: &Message) -> Option<(Arc<Downstream>, Vec<u8>)> {
+        let n = message.id.as_ref()?.as_u64()?;
+        let mut st = self.state.lock();
+        let ask = st.asks.remove(&n)?;
+        let Some(Slot::Open(d)) = st.slots.get(&ask.server) else { return None };
+        let body = match (&message.result, &message.error) {
+            (Some(result), _) => jsonrpc::result(&ask.id, result),
+            (None, Some(error)) => jsonrpc::raw_error(&ask.id, error),
+            (None, None) => return None,
+        };
+        Some((d.clone(), body))
+    }
+
+    /// Sends a message to the client's `GET` stream, or keeps it until one
+    /// opens. A stream that cannot take it (stuck client) is ended.
+    pub fn push_to_stream(&self, message: Vec<u8>) {
+        let mut st = self.state.lock();
+        let mut message = message;
+        while let Some(stream) = st.streams.last() {
+            match stream.tx.try_send(message) {
+                Ok(()) => return,
+                Err(TrySendError::Full(m) | TrySendError::Disconnected(m)) => {
+                    log::warn!("session {}: a GET stream fell {STREAM_QUEUE} messages behind; ended", short(&self.id));
+                    message = m;
+                    st.streams.pop();
+                }
+            }
+        }
+        if st.backlog.len() == BACKLOG {
+            st.backlog.pop_front();
+            log::warn!(
+                "session {}: no GET stream open and {BACKLOG} messages waiting; the oldest is dropped",
+                short(&self.id)
+            );
+        }
+        st.backlog.push_back(message);
+    }
+
+    /// Attaches a new `GET` stream: its id, its queue, and the messages that
+    /// waited for it.
+    pub fn attach_stream(&self) -> Result<(u64, Receiver<Vec<u8>>), RpcError> {
+        let mut st = self.state.lock();
+        if st.closed {
+            return Err(RpcError::internal("the session is closing"));
+        }
+        if st.streams.len() >= MAX_STREAMS {
+            return Err(RpcError::new(
+                jsonrpc::INVALID_REQUEST,
+                format!("this session already has {MAX_STREAMS} GET streams open"),
+            ));
+        }
+        let (tx, rx) = bounded(STREAM_QUEUE);
+        while let Some(m) = st.backlog.pop_front() {
+            if let Err(TrySendError::Full(m) | TrySendError::Disconnected(m)) = tx.try_send(m) {
+                st.backlog.push_front(m);
+                break;
+            }
+        }
+        st.next_stream += 1;
+        let id = st.next_stream;
+        st.streams.push(ClientStream { id, tx });
+        Ok((id, rx))
+    }
+
+    /// A `GET` stream ended (client gone, or the session closed).
+    pub fn detach_stream(&self, id: u64) {
+        let mut st = self.state.lock();
+        st.streams.retain(|s| s.id != id);
+        if st.streams.is_empty() {
+            st.last_active = st.last_active.max(Instant::now());
+        }
+    }
+
+    /// Marks the session closed and takes what must be closed: its open
+    /// downstream sessions. Its streams end as their queues are dropped.
+    fn take_for_close(&self) -> Vec<Arc<Downstream>> {
+        let mut st = self.state.lock();
+        st.closed = true;
+        st.streams.clear();
+        st.calls.clear();
+        st.asks.clear();
+        st.lists.clear();
+        st.backlog.clear();
+        let slots = std::mem::take(&mut st.slots);
+        drop(st);
+        self.slot_changed.notify_all();
+        slots
+            .into_values()
+            .filter_map(|slot| match slot {
+                Slot::Open(d) => Some(d),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// The lists a `list_changed` notification makes stale.
+fn stale_lists(method: &str) -> Option<&'static [ListKind]> {
+    match method {
+        "notifications/tools/list_changed" => Some(&[ListKind::Tools]),
+        "notifications/prompts/list_changed" => Some(&[ListKind::Prompts]),
+        "notifications/resources/list_changed" => Some(&[ListKind::Resources, ListKind::Templates]),
+        _ => None,
+    }
+}
+
+impl Inbox for Session {
+    fn deliver(&self, server: &Arc<Server>, message: Message) {
+        if let Some(bytes) = self.to_client(server, message) {
+            self.push_to_stream(bytes);
+        }
+    }
+}
+
+/// Keeps a session busy while a request runs.
+pub struct Activity<'a>(&'a Session);
+
+impl Drop for Activity<'_> {
+    fn drop(&mut self) {
+        let mut st = self.0.state.lock();
+        st.in_flight -= 1;
+        st.last_active = Instant::now();
+    }
+}
+
+/// A map key for a JSON-RPC id: `1` and `"1"` stay distinct.
+fn id_key(id: &Value) -> String {
+    id.to_string()
+}
+
+/// The first characters of a session id, enough to tell sessions apart in logs.
+pub fn short(id: &str) -> &str {
+    &id[..id.len().min(8)]
+}
+
+/// The live sessions by id.
+#[derive(Default)]
+pub struct Sessions {
+    /// Guards the map only; sessions lock their own state.
+    map: Mutex<HashMap<String, Arc<Session>>>,
+}
+
+impl Sessions {
+    pub fn len(&self) -> usize {
+        self.map.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn get(&self, id: &str) -> Option<Arc<Session>> {
+        self.map.lock().get(id).cloned()
+    }
+
+    /// Adds a session unless `max` are live.
+    pub fn insert(&self, session: Arc<Session>, max: usize) -> bool {
+        let mut map = self.map.lock();
+        if map.len() >= max {
+            return false;
+        }
+        map.insert(session.id.clone(), session);
+        true
+    }
+
+    pub fn remove(&self, id: &str) -> Option<Arc<Session>> {
+        self.map.lock().remove(id)
+    }
+
+    /// Removes and returns the sessions idle for at least `timeout`.
+    pub fn take_idle(&self, timeout: Duration) -> Vec<Arc<Session>> {
+        let now = Instant::now();
+        let mut map = self.map.lock();
+        let idle: Vec<String> =
+            map.values().filter(|s| s.idle_for(now).is_some_and(|d| d >= timeout)).map(|s| s.id.clone()).collect();
+        idle.iter().filter_map(|id| map.remove(id)).collect()
+    }
+
+    /// Removes and returns every session.
+    pub fn take_all(&self) -> Vec<Arc<Session>> {
+        self.map.lock().drain().map(|(_, s)| s).collect()
+    }
+
+    /// A copy of the list, to read without holding the map.
+    pub fn snapshot(&self) -> Vec<Arc<Session>> {
+        self.map.lock().values().cloned().collect()
+    }
+}
+
+/// Closes sessions already removed from [`Sessions`]: the one close path of
+/// client sessions, for idle eviction, client `DELETE` and shutdown alike.
+/// Every downstream session goes through [`downstream::close_all`].
+pub fn close_sessions(sessions: Vec<Arc<Session>>, reason: CloseReason, parallel: usize, stats: &Stats) {
+    let mut downstreams = Vec::new();
+    for session in &sessions {
+        downstreams.extend(session.take_for_close());
+        match reason {
+            CloseReason::Idle => stats.sessions_evicted_idle.inc(),
+            CloseReason::ClientDelete => stats.sessions_deleted_by_client.inc(),
+            CloseReason::Shutdown => stats.sessions_closed_at_shutdown.inc(),
+        }
+        log::debug!("session {} closed ({reason:?})", short(&session.id));
+    }
+    downstream::close_all(&downstreams, parallel);
+}

@@ -1,0 +1,189 @@
+#![forbid(unsafe_code)]
+//! The status page (`/status`, HTML with no external assets) and its JSON
+//! twin (`/status.json`), read from the counters, the servers and `/proc`.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::{Map, Value, json};
+
+use crate::gateway::Gateway;
+use crate::threads;
+
+/// What `/proc/self` says about the process.
+pub struct Process {
+    pub threads: u64,
+    pub rss_bytes: u64,
+    pub open_fds: u64,
+}
+
+pub fn process() -> Process {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| -> u64 {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    let threads = std::fs::read_dir("/proc/self/task").map(|d| d.count() as u64).unwrap_or(0);
+    // One of the entries is the descriptor read_dir itself holds.
+    let open_fds = std::fs::read_dir("/proc/self/fd").map(|d| d.count().saturating_sub(1) as u64).unwrap_or(0);
+    Process { threads, rss_bytes: field("VmRSS:") * 1024, open_fds }
+}
+
+fn unix(t: Option<SystemTime>) -> Value {
+    t.and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map_or(Value::Null, |d| Value::from(d.as_secs()))
+}
+
+pub fn json(g: &Gateway) -> Value {
+    let s = &g.stats;
+    let p = process();
+    let by_role: Map<String, Value> =
+        threads::count_by_role().into_iter().map(|(role, n)| (role, Value::from(n))).collect();
+    let mut servers = Map::new();
+    for server in &g.servers {
+        let health = server.health();
+        servers.insert(
+            server.name().to_string(),
+            json!({
+                "url": server.redact(&server.config.url),
+                "prefix": server.config.prefix,
+                "live_sessions": server.live_sessions.get(),
+                "last_error": health.last_error,
+                "last_error_at": unix(health.last_error_at),
+                "last_ok_at": unix(health.last_ok_at),
+            }),
+        );
+    }
+    let (opened, closed, live) = (s.downstream_opened.get(), s.downstream_closed.get(), s.downstream_live.get());
+    json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "uptime_secs": g.started.elapsed().as_secs(),
+        "process": {
+            "threads": p.threads,
+            "threads_by_role": by_role,
+            "rss_bytes": p.rss_bytes,
+            "open_fds": p.open_fds,
+        },
+        "threads": {
+            "workers": s.threads_workers.get(),
+            "readers": s.threads_readers.get(),
+            "streams": s.threads_streams.get(),
+            "reaper": s.threads_reaper.get(),
+            "connections": s.threads_connections.get(),
+            "join_timeouts": s.threads_join_timeouts.get(),
+        },
+        "sessions": {
+            "live": g.sessions.len(),
+            "created": s.sessions_created.get(),
+            "evicted_idle": s.sessions_evicted_idle.get(),
+            "deleted_by_client": s.sessions_deleted_by_client.get(),
+            "closed_at_shutdown": s.sessions_closed_at_shutdown.get(),
+            "refused": s.sessions_refused.get(),
+        },
+        "downstream": {
+            "opened": opened,
+            "closed": closed,
+            "live": live,
+            "balanced": opened == closed + live,
+            "delete_failures": s.downstream_delete_failures.get(),
+            "leaked": s.downstream_leaked.get(),
+        },
+        "connections": {
+            "accepted": s.connections_accepted.get(),
+            "refused": s.connections_refused.get(),
+        },
+        "requests": {
+            "total": s.requests.get(),
+            "refused_busy": s.requests_busy.get(),
+        },
+        "limits": {
+            "workers": g.config.workers,
+            "max_connections": g.config.max_connections,
+            "max_sessions": g.config.max_sessions,
+            "session_idle_timeout_secs": g.config.session_idle_timeout.as_secs(),
+        },
+        "servers": servers,
+        "collisions": *g.collisions.lock(),
+    })
+}
+
+/// The page a person reads: the same numbers, in tables.
+pub fn html(g: &Gateway) -> String {
+    let v = json(g);
+    let mut out = String::from(concat!(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><meta http-equiv=\"refresh\" content=\"5\">",
+        "<title>mcpgate status</title><style>body{font:14px sans-serif;margin:1em}table{border-collapse:collapse;margin:0 0 1em}",
+        "td,th{border:1px solid #ccc;padding:2px 8px;text-align:left}th{background:#eee}.bad{color:#b00}</style></head><body>",
+    ));
+    out.push_str(&format!(
+        "<h1>mcpgate {}</h1><p>up {} s; downstream.opened == downstream.closed + downstream.live: <b class=\"{}\">{}</b></p>",
+        escape(v["version"].as_str().unwrap_or("")),
+        v["uptime_secs"],
+        if v["downstream"]["balanced"] == true { "" } else { "bad" },
+        v["downstream"]["balanced"],
+    ));
+    for section in ["process", "threads", "sessions", "downstream", "connections", "requests", "limits"] {
+        out.push_str(&format!("<h2>{section}</h2><table>"));
+        if let Some(map) = v[section].as_object() {
+            for (key, value) in map {
+                out.push_str(&format!("<tr><th>{}</th><td>{}</td></tr>", escape(key), escape(&plain(value))));
+            }
+        }
+        out.push_str("</table>");
+    }
+    out.push_str("<h2>servers</h2><table><tr><th>name</th><th>url</th><th>prefix</th><th>live sessions</th><th>last error</th></tr>");
+    if let Some(servers) = v["servers"].as_object() {
+        for (name, s) in servers {
+            out.push_str(&format!(
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"bad\">{}</td></tr>",
+                escape(name),
+                escape(s["url"].as_str().unwrap_or("")),
+                escape(s["prefix"].as_str().unwrap_or("")),
+                s["live_sessions"],
+                escape(s["last_error"].as_str().unwrap_or("")),
+            ));
+        }
+    }
+    out.push_str("</table>");
+    if let Some(collisions) = v["collisions"].as_array().filter(|c| !c.is_empty()) {
+        out.push_str("<h2>name collisions</h2><ul>");
+        for line in collisions {
+            out.push_str(&format!("<li>{}</li>", escape(line.as_str().unwrap_or(""))));
+        }
+        out.push_str("</ul>");
+    }
+    out.push_str("</body></html>\n");
+    out
+}
+
+fn plain(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        Value::Object(map) => map.iter().map(|(k, v)| format!("{k}: {}", plain(v))).collect::<Vec<_>>().join(", "),
+        other => other.to_string(),
+    }
+}
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn process_readings_are_plausible() {
+        let p = process();
+        assert!(p.threads >= 1);
+        assert!(p.rss_bytes > 100 * 1024);
+        assert!(p.open_fds >= 3);
+    }
+
+    #[test]
+    fn html_escapes_what_servers_say() {
+        assert_eq!(escape("<b>\"x\" & y</b>"), "&lt;b&gt;&quot;x&quot; &amp; y&lt;/b&gt;");
+    }
+}
