@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Runs mcpgate in front of two bundled demo MCP servers (the test fixture,
+# on 127.0.0.1:9101 and :9102), sends one tool call through it with curl,
+# and keeps running until Ctrl-C. With --once it stops after the call.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+once=0
+[ "${1:-}" = "--once" ] && once=1
+
+cargo build --quiet --bins
+bin=target/debug
+pids=()
+# mcpgate first, so that its DELETEs reach the demo servers.
+cleanup() {
+  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+    kill "${pids[i]}" 2>/dev/null || true
+    wait "${pids[i]}" 2>/dev/null || true
+  done
+}
+trap cleanup EXIT INT TERM
+
+"$bin/mcp-fixture" --listen 127.0.0.1:9101 --name demo > /dev/null & pids+=($!)
+"$bin/mcp-fixture" --listen 127.0.0.1:9102 --name tools > /dev/null & pids+=($!)
+"$bin/mcpgate" --config config/demo.json > /dev/null & pids+=($!)
+
+url=http://127.0.0.1:8780/mcp
+for _ in $(seq 50); do
+  curl -fsS -o /dev/null http://127.0.0.1:8780/healthz 2>/dev/null && break
+  sleep 0.1
+done
+
+post() {
+  curl -fsS -D "$headers" -H 'Content-Type: application/json' \
+    -H 'Accept: application/json, text/event-stream' ${session:+-H "Mcp-Session-Id: $session"} \
+    "$url" -d "$1"
+}
+headers=$(mktemp)
+trap 'rm -f "$headers"; cleanup' EXIT INT TERM
+session=
+echo "> initialize"
+post '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"demo","version":"1"}}}'
+echo
+session=$(grep -i '^mcp-session-id:' "$headers" | cut -d' ' -f2 | tr -d '\r')
+post '{"jsonrpc":"2.0","method":"notifications/initialized"}'
+echo "> tools/list (names)"
+post '{"jsonrpc":"2.0","id":2,"method":"tools/list"}' | grep -o '"name":"[^"]*"' | tr '\n' ' '
+echo
+echo "> tools/call demo__echo"
+reply=$(post '{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"demo__echo","arguments":{"text":"hello through mcpgate"}}}')
+echo "$reply"
+grep -q 'hello through mcpgate' <<<"$reply"
+echo "> status: $(curl -fsS http://127.0.0.1:8780/status.json | grep -o '"downstream":{[^}]*}')"
+
+if [ $once = 1 ]; then
+  exit 0
+fi
+echo
+echo "mcpgate is serving $url (status: http://127.0.0.1:8780/status). Ctrl-C stops it and the demo servers."
+wait "${pids[2]}"

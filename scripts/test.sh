@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it: formatting, lints, unit and
+# integration tests, and the demo end to end.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy"
+cargo clippy --all-targets --quiet -- -D warnings
+
+step "cargo test"
+cargo test --quiet
+
+step "demo (scripts/demo.sh --once)"
+scripts/demo.sh --once
