@@ -57,9 +57,10 @@ impl HttpRequest {
     }
 }
 
-/// A `GET` stream: messages to send as SSE events until `rx` disconnects or
-/// a write fails; then `on_end` runs.
+/// A `GET` stream: SSE events (already encoded) to send, `first` and then
+/// from `rx` until it disconnects or a write fails; then `on_end` runs.
 pub struct StreamReply {
+    pub first: Vec<Vec<u8>>,
     pub rx: Receiver<Vec<u8>>,
     pub keepalive: Duration,
     pub on_end: Box<dyn FnOnce() + Send>,
@@ -104,6 +105,15 @@ impl HttpReply {
         HttpReply { status, headers: Vec::new(), body: ReplyBody::Data { content_type, bytes: text.into_bytes() } }
     }
 
+    /// The last event of an SSE answer to a `POST` (already encoded).
+    pub fn sse(event: Vec<u8>) -> HttpReply {
+        HttpReply {
+            status: 200,
+            headers: Vec::new(),
+            body: ReplyBody::Data { content_type: "text/event-stream", bytes: event },
+        }
+    }
+
     pub fn stream(stream: StreamReply) -> HttpReply {
         HttpReply { status: 200, headers: Vec::new(), body: ReplyBody::Stream(stream) }
     }
@@ -114,16 +124,22 @@ impl HttpReply {
     }
 }
 
-/// Where a handler sends events that precede its answer. The first event
-/// turns the answer into an SSE stream.
+/// Where a handler sends events (SSE-encoded) that precede its answer. The
+/// first event turns the answer into an SSE stream.
 pub trait EventSink {
-    fn event(&mut self, data: &[u8]) -> io::Result<()>;
+    /// Whether this answer can become an SSE stream at all.
+    fn can_stream(&self) -> bool;
+    fn event(&mut self, sse: &[u8]) -> io::Result<()>;
 }
 
-/// A sink for answers that cannot stream (batches, HTTP/1.0).
+/// A sink for answers that cannot stream (batches, inline answers).
 pub struct NoStream;
 
 impl EventSink for NoStream {
+    fn can_stream(&self) -> bool {
+        false
+    }
+
     fn event(&mut self, _: &[u8]) -> io::Result<()> {
         Err(io::Error::new(io::ErrorKind::Unsupported, "this answer cannot stream"))
     }
@@ -414,13 +430,18 @@ enum PostSink {
 }
 
 impl EventSink for PostSink {
+    fn can_stream(&self) -> bool {
+        match self {
+            // Chunked framing needs HTTP/1.1.
+            PostSink::Waiting(Some(rq)) => *rq.http_version() == (1, 1),
+            PostSink::Waiting(None) => false,
+            PostSink::Streaming(_) | PostSink::Gone => true,
+        }
+    }
+
     fn event(&mut self, data: &[u8]) -> io::Result<()> {
         if let PostSink::Waiting(rq) = self {
             let Some(rq) = rq.take() else { return Err(io::ErrorKind::NotConnected.into()) };
-            if *rq.http_version() != (1, 1) {
-                *self = PostSink::Waiting(Some(rq));
-                return Err(io::Error::new(io::ErrorKind::Unsupported, "HTTP/1.0 cannot stream"));
-            }
             let mut writer = rq.into_writer();
             match write_sse_head(&mut writer, &[]) {
                 Ok(()) => *self = PostSink::Streaming(writer),
@@ -431,7 +452,7 @@ impl EventSink for PostSink {
             }
         }
         let PostSink::Streaming(writer) = self else { return Err(io::ErrorKind::NotConnected.into()) };
-        let result = write_chunk(writer, &crate::sse::encode(None, data));
+        let result = write_chunk(writer, data);
         if result.is_err() {
             *self = PostSink::Gone;
         }
@@ -445,7 +466,7 @@ impl PostSink {
             PostSink::Waiting(Some(rq)) => respond(rq, reply, shared),
             PostSink::Streaming(mut writer) => {
                 if let ReplyBody::Data { bytes, .. } = &reply.body {
-                    let _ = write_chunk(&mut writer, &crate::sse::encode(None, bytes));
+                    let _ = write_chunk(&mut writer, bytes);
                 }
                 let _ = end_chunks(&mut writer);
             }
@@ -490,12 +511,14 @@ fn with_headers<R: Read>(mut response: Response<R>, headers: &[(&'static str, St
 fn run_stream(rq: Request, headers: &[(&'static str, String)], stream: StreamReply, shared: &Shared) {
     let _live = shared.stats.threads_streams.enter();
     let mut writer = rq.into_writer();
-    if write_sse_head(&mut writer, headers).is_ok() {
+    let opened = write_sse_head(&mut writer, headers).is_ok()
+        && stream.first.iter().all(|event| write_chunk(&mut writer, event).is_ok());
+    if opened {
         let keepalive = tick(stream.keepalive);
         loop {
             let written = select! {
                 recv(stream.rx) -> message => match message {
-                    Ok(bytes) => write_chunk(&mut writer, &crate::sse::encode(None, &bytes)),
+                    Ok(event) => write_chunk(&mut writer, &event),
                     Err(_) => break,
                 },
                 recv(keepalive) -> _ => write_chunk(&mut writer, b": keep-alive\n\n"),

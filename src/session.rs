@@ -7,7 +7,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
+use crossbeam_channel::{Receiver, Sender, bounded};
 use parking_lot::{Condvar, Mutex};
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -15,6 +15,7 @@ use serde_json::value::RawValue;
 use crate::catalog::{List, ListKind};
 use crate::downstream::{self, Downstream, Inbox, Server};
 use crate::jsonrpc::{self, Kind, Message, RpcError};
+use crate::sse;
 use crate::stats::Stats;
 
 /// Messages kept for a client that has no `GET` stream open yet.
@@ -23,6 +24,11 @@ const BACKLOG: usize = 256;
 const STREAM_QUEUE: usize = 256;
 /// `GET` streams one session may hold at once.
 pub const MAX_STREAMS: usize = 4;
+/// Events kept for clients that resume a stream with `Last-Event-ID`.
+const REPLAY_EVENTS: usize = 256;
+const REPLAY_BYTES: usize = 1 << 20;
+/// What a 2025-11-25 client waits before it reconnects a dropped stream.
+const RETRY_MS: u64 = 1000;
 
 /// Why a session ended, for the counters and the log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +65,25 @@ struct ClientStream {
     tx: Sender<Vec<u8>>,
 }
 
+/// An SSE event as sent, kept for replay. Ids are `<stream>-<seq>`: unique
+/// within the session, and they name the stream they belong to.
+struct Logged {
+    stream: u64,
+    seq: u64,
+    /// The response that ends a `POST` stream.
+    last: bool,
+    bytes: Vec<u8>,
+}
+
+/// A `GET` stream as the connection thread writes it: `first` (priming,
+/// replay, waiting messages), then whatever arrives on `rx` until it
+/// disconnects. `id` is set for a `GET` stream to detach when it ends.
+pub struct Attached {
+    pub id: Option<u64>,
+    pub first: Vec<Vec<u8>>,
+    pub rx: Receiver<Vec<u8>>,
+}
+
 /// Everything about a session that changes. Guarded by `Session::state`,
 /// which is never held across network I/O.
 struct State {
@@ -72,7 +97,15 @@ struct State {
     calls: HashMap<String, Call>,
     asks: HashMap<u64, Ask>,
     next_ask: u64,
+    /// Messages for a `GET` stream that is not open yet.
     backlog: VecDeque<Vec<u8>>,
+    next_seq: u64,
+    log: VecDeque<Logged>,
+    log_bytes: usize,
+    /// `POST` answers streaming now, with the `GET` that resumed one, if any.
+    posts: HashMap<u64, Option<Sender<Vec<u8>>>>,
+    /// The last `logging/setLevel` params, for servers opened later.
+    log_level: Option<Box<RawValue>>,
 }
 
 pub struct Session {
@@ -108,6 +141,11 @@ impl Session {
                 asks: HashMap::new(),
                 next_ask: 1,
                 backlog: VecDeque::new(),
+                next_seq: 1,
+                log: VecDeque::new(),
+                log_bytes: 0,
+                posts: HashMap::new(),
+                log_level: None,
             }),
             slot_changed: Condvar::new(),
             me: me.clone(),
@@ -166,18 +204,27 @@ impl Session {
         let result = server.open(&self.init_params, inbox);
         let mut st = self.state.lock();
         let outcome = match result {
-            Ok(d) if st.closed => {
+            Ok(d) if st.closed || server.is_retired() => {
                 st.slots.remove(name);
                 drop(st);
                 downstream::close_all(&[d], 1);
                 self.slot_changed.notify_all();
-                return Err(RpcError::internal("the session is closing"));
+                return Err(RpcError::server(name, "closed while it opened (session ended or configuration reloaded)"));
             }
             Ok(d) => {
                 let recovered = matches!(st.slots.get(name), Some(Slot::Failed { .. }));
                 st.slots.insert(name.to_string(), Slot::Open(d.clone()));
                 if recovered {
                     st.lists.clear();
+                }
+                if let Some(level) = st.log_level.clone().filter(|_| d.offers("logging")) {
+                    drop(st);
+                    self.slot_changed.notify_all();
+                    let id = d.next_id();
+                    if let Err(e) = d.request(&id, "logging/setLevel", Some(&level), &mut |_| {}) {
+                        log::warn!("server `{name}`: logging/setLevel: {}", server.redact(&e.to_string()));
+                    }
+                    return Ok(d);
                 }
                 Ok(d)
             }
@@ -190,6 +237,48 @@ impl Session {
         drop(st);
         self.slot_changed.notify_all();
         outcome
+    }
+
+    /// Replaces a downstream session the server no longer knows: the old one
+    /// goes through the close path, a new one opens. When another request
+    /// already replaced it, that one is used.
+    pub fn reopen(&self, server: &Arc<Server>, old: &Arc<Downstream>) -> Result<Arc<Downstream>, RpcError> {
+        {
+            let mut st = self.state.lock();
+            if let Some(Slot::Open(d)) = st.slots.get(server.name())
+                && Arc::ptr_eq(d, old)
+            {
+                st.slots.remove(server.name());
+            }
+        }
+        downstream::close_all(std::slice::from_ref(old), 1);
+        self.downstream(server, Duration::ZERO)
+    }
+
+    /// Takes the downstream sessions of `servers` (retired by a reload) for
+    /// the caller to close; they reopen lazily with the new settings.
+    pub fn take_servers(&self, servers: &[Arc<Server>]) -> Vec<Arc<Downstream>> {
+        let mut st = self.state.lock();
+        let mut taken = Vec::new();
+        for server in servers {
+            match st.slots.remove(server.name()) {
+                Some(Slot::Open(d)) => taken.push(d),
+                Some(Slot::Opening) => {
+                    // Its opener sees the server retired and closes what it opened.
+                    st.slots.insert(server.name().to_string(), Slot::Opening);
+                }
+                _ => {}
+            }
+        }
+        taken
+    }
+
+    /// The merged lists may have changed (a reload): forget them and tell the client.
+    pub fn lists_changed(&self) {
+        self.state.lock().lists.clear();
+        for kind in [ListKind::Tools, ListKind::Prompts, ListKind::Resources] {
+            self.push_to_stream(jsonrpc::notification(kind.changed_notification(), None));
+        }
     }
 
     /// The downstream session with `server` if it is open now; never opens one.
@@ -316,13 +405,13 @@ impl Session {
     /// opens. A stream that cannot take it (stuck client) is ended.
     pub fn push_to_stream(&self, message: Vec<u8>) {
         let mut st = self.state.lock();
-        let mut message = message;
         while let Some(stream) = st.streams.last() {
-            match stream.tx.try_send(message) {
+            let (id, tx) = (stream.id, stream.tx.clone());
+            let bytes = st.record(id, &message, false);
+            match tx.try_send(bytes) {
                 Ok(()) => return,
-                Err(TrySendError::Full(m) | TrySendError::Disconnected(m)) => {
+                Err(_) => {
                     log::warn!("session {}: a GET stream fell {STREAM_QUEUE} messages behind; ended", short(&self.id));
-                    message = m;
                     st.streams.pop();
                 }
             }
@@ -337,12 +426,59 @@ impl Session {
         st.backlog.push_back(message);
     }
 
-    /// Attaches a new `GET` stream: its id, its queue, and the messages that
-    /// waited for it.
-    pub fn attach_stream(&self) -> Result<(u64, Receiver<Vec<u8>>), RpcError> {
+    /// The priming event that opens a stream for a 2025-11-25 client: an id
+    /// to resume from and how long to wait before reconnecting.
+    pub fn priming(&self, stream: u64) -> Option<Vec<u8>> {
+        (self.protocol_version.as_str() >= "2025-11-25").then(|| sse::priming(&format!("{stream}-0"), Some(RETRY_MS)))
+    }
+
+    /// Starts the SSE answer of a `POST`: its stream number.
+    pub fn open_post_stream(&self) -> u64 {
+        let mut st = self.state.lock();
+        st.next_stream += 1;
+        let id = st.next_stream;
+        st.posts.insert(id, None);
+        id
+    }
+
+    /// One event of a `POST` stream as SSE bytes, kept for replay and passed
+    /// to a `GET` that resumed the stream. `last` (the response) ends it.
+    pub fn post_event(&self, stream: u64, message: &[u8], last: bool) -> Vec<u8> {
+        let mut st = self.state.lock();
+        let bytes = st.record(stream, message, last);
+        let resumer = if last { st.posts.remove(&stream).flatten() } else { st.posts.get(&stream).cloned().flatten() };
+        if let Some(tx) = resumer {
+            let _ = tx.try_send(bytes.clone());
+        }
+        bytes
+    }
+
+    /// Attaches a `GET` stream. With `last_event_id` of an earlier stream,
+    /// the events of that stream after it are replayed first, and only
+    /// those; resuming a `POST` stream follows it to its response.
+    pub fn attach_stream(&self, last_event_id: Option<&str>) -> Result<Attached, RpcError> {
         let mut st = self.state.lock();
         if st.closed {
             return Err(RpcError::internal("the session is closing"));
+        }
+        let resume = last_event_id.and_then(parse_event_id);
+        let replay: Vec<Vec<u8>> = match resume {
+            Some((stream, seq)) => {
+                st.log.iter().filter(|e| e.stream == stream && e.seq > seq).map(|e| e.bytes.clone()).collect()
+            }
+            None => Vec::new(),
+        };
+        if let Some((stream, _)) = resume {
+            let finished = st.log.iter().any(|e| e.stream == stream && e.last);
+            if finished {
+                let (_, rx) = bounded(0);
+                return Ok(Attached { id: None, first: replay, rx });
+            }
+            if let Some(resumer) = st.posts.get_mut(&stream) {
+                let (tx, rx) = bounded(STREAM_QUEUE);
+                *resumer = Some(tx);
+                return Ok(Attached { id: None, first: replay, rx });
+            }
         }
         if st.streams.len() >= MAX_STREAMS {
             return Err(RpcError::new(
@@ -350,17 +486,22 @@ impl Session {
                 format!("this session already has {MAX_STREAMS} GET streams open"),
             ));
         }
-        let (tx, rx) = bounded(STREAM_QUEUE);
-        while let Some(m) = st.backlog.pop_front() {
-            if let Err(TrySendError::Full(m) | TrySendError::Disconnected(m)) = tx.try_send(m) {
-                st.backlog.push_front(m);
-                break;
-            }
-        }
         st.next_stream += 1;
         let id = st.next_stream;
+        let mut first: Vec<Vec<u8>> = self.priming(id).into_iter().collect();
+        first.extend(replay);
+        let waiting: Vec<Vec<u8>> = st.backlog.drain(..).collect();
+        for message in waiting {
+            first.push(st.record(id, &message, false));
+        }
+        let (tx, rx) = bounded(STREAM_QUEUE);
         st.streams.push(ClientStream { id, tx });
-        Ok((id, rx))
+        Ok(Attached { id: Some(id), first, rx })
+    }
+
+    /// Remembers `logging/setLevel` for servers this session opens later.
+    pub fn remember_log_level(&self, params: Option<&RawValue>) {
+        self.state.lock().log_level = params.map(|p| p.to_owned());
     }
 
     /// A `GET` stream ended (client gone, or the session closed).
@@ -382,6 +523,8 @@ impl Session {
         st.asks.clear();
         st.lists.clear();
         st.backlog.clear();
+        st.log.clear();
+        st.posts.clear();
         let slots = std::mem::take(&mut st.slots);
         drop(st);
         self.slot_changed.notify_all();
@@ -393,6 +536,30 @@ impl Session {
             })
             .collect()
     }
+}
+
+impl State {
+    /// Encodes `message` as the next event of `stream` and keeps it for replay.
+    fn record(&mut self, stream: u64, message: &[u8], last: bool) -> Vec<u8> {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let bytes = sse::encode(Some(&format!("{stream}-{seq}")), message);
+        self.log_bytes += bytes.len();
+        self.log.push_back(Logged { stream, seq, last, bytes: bytes.clone() });
+        while self.log.len() > REPLAY_EVENTS || self.log_bytes > REPLAY_BYTES {
+            match self.log.pop_front() {
+                Some(old) => self.log_bytes -= old.bytes.len(),
+                None => break,
+            }
+        }
+        bytes
+    }
+}
+
+/// `<stream>-<seq>` back into numbers.
+fn parse_event_id(id: &str) -> Option<(u64, u64)> {
+    let (stream, seq) = id.trim().split_once('-')?;
+    Some((stream.parse().ok()?, seq.parse().ok()?))
 }
 
 /// The lists a `list_changed` notification makes stale.
