@@ -4,12 +4,17 @@
 
 use std::sync::Arc;
 
+use serde_json::json;
+
+use crate::config::Source;
 use crate::gateway::Gateway;
 use crate::httpd::{App, EventSink, HttpReply, HttpRequest, Route};
 use crate::status;
 
 pub struct Mcpgate {
     pub gateway: Arc<Gateway>,
+    /// The configuration file, for `POST /reload`.
+    pub source: Source,
 }
 
 impl App for Mcpgate {
@@ -18,7 +23,7 @@ impl App for Mcpgate {
     /// answer at once even when every worker is busy.
     fn route(&self, req: &HttpRequest) -> Route {
         match (req.method.as_str(), req.path.as_str()) {
-            ("POST" | "DELETE", "/mcp") => Route::Worker,
+            ("POST" | "DELETE", "/mcp") | ("POST", "/reload") => Route::Worker,
             _ => Route::Inline,
         }
     }
@@ -30,14 +35,33 @@ impl App for Mcpgate {
             ("GET", "/healthz") => HttpReply::text(200, "text/plain", "ok\n".into()),
             ("GET", "/status") => HttpReply::text(200, "text/html; charset=utf-8", status::html(gateway)),
             ("GET", "/status.json") => HttpReply::json(200, status::json(gateway).to_string().into_bytes()),
+            ("POST", "/reload") => self.reload(req),
             (_, "/healthz" | "/status" | "/status.json") => {
                 HttpReply::text(405, "text/plain", "use GET\n".into()).header("Allow", "GET")
             }
             (_, path) => HttpReply::text(
                 404,
                 "text/plain",
-                format!("no such path `{path}`: mcpgate serves /mcp, /status, /status.json and /healthz\n"),
+                format!("no such path `{path}`: mcpgate serves /mcp, /status, /status.json, /healthz and /reload\n"),
             ),
         }
+    }
+}
+
+impl Mcpgate {
+    /// `POST /reload`, from this host only: the same as SIGHUP, with the outcome as JSON.
+    fn reload(&self, req: &HttpRequest) -> HttpReply {
+        if !req.peer.is_some_and(|p| p.ip().is_loopback()) {
+            return HttpReply::text(403, "text/plain", "reload is allowed from this host only\n".into());
+        }
+        let outcome = self.gateway.reload_from(&self.source);
+        let body = json!({
+            "reloaded": outcome.error.is_none(),
+            "error": outcome.error,
+            "changed_servers": outcome.changed,
+            "restart_needed": outcome.restart_needed,
+        });
+        let status = if outcome.error.is_none() { 200 } else { 400 };
+        HttpReply::json(status, body.to_string().into_bytes())
     }
 }

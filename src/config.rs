@@ -479,6 +479,24 @@ impl<'a> Keys<'a> {
     }
 }
 
+/// Where the configuration comes from: the file, and a `--listen` given on
+/// the command line, which wins over the file at start and at every reload.
+#[derive(Debug, Clone)]
+pub struct Source {
+    pub path: PathBuf,
+    pub listen: Option<SocketAddr>,
+}
+
+impl Source {
+    pub fn load(&self) -> Result<Config, ConfigError> {
+        let mut config = Config::load(&self.path, &|name| std::env::var(name).ok())?;
+        if let Some(listen) = self.listen {
+            config.listen = listen;
+        }
+        Ok(config)
+    }
+}
+
 /// The README's configuration table.
 pub fn reference_markdown() -> String {
     let mut out = String::from("| key | default | meaning |\n|---|---|---|\n");

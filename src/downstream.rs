@@ -74,7 +74,7 @@ pub struct Health {
 }
 
 /// Timeouts and limits for talking to servers, from the configuration.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     pub connect: Duration,
     pub request: Duration,
@@ -96,9 +96,10 @@ impl Limits {
 /// One configured server, shared by every client session.
 pub struct Server {
     pub config: ServerConfig,
-    /// Position in the configuration: the lower wins a name collision.
-    pub rank: usize,
     pub limits: Limits,
+    /// Set when a reload removed or changed this server: sessions opened on
+    /// it after that close themselves.
+    retired: AtomicBool,
     /// For `POST` and `DELETE`; keeps connections to the server alive.
     agent: Agent,
     pub live_sessions: Gauge,
@@ -133,12 +134,12 @@ pub fn agent(limits: &Limits, idle_per_host: usize) -> Agent {
 }
 
 impl Server {
-    pub fn new(config: ServerConfig, rank: usize, limits: Limits, idle_per_host: usize, stats: Arc<Stats>) -> Server {
+    pub fn new(config: ServerConfig, limits: Limits, idle_per_host: usize, stats: Arc<Stats>) -> Server {
         Server {
             agent: agent(&limits, idle_per_host),
             config,
-            rank,
             limits,
+            retired: AtomicBool::new(false),
             live_sessions: Gauge::default(),
             health: Mutex::new(Health::default()),
             stats,
@@ -147,6 +148,14 @@ impl Server {
 
     pub fn name(&self) -> &str {
         &self.config.name
+    }
+
+    pub fn retire(&self) {
+        self.retired.store(true, Ordering::Release);
+    }
+
+    pub fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::Acquire)
     }
 
     /// Unblocks every request in flight on this server's shared agent.

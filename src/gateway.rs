@@ -12,8 +12,8 @@ use serde_json::{Map, Value, json};
 
 use crate::catalog::{self, List, ListKind, ServerItems};
 use crate::config::Config;
-use crate::downstream::{Downstream, Limits, PROTOCOL_VERSIONS, Server};
-use crate::httpd::{EventSink, HttpReply, HttpRequest, StreamReply};
+use crate::downstream::{self, Downstream, DownstreamError, Limits, PROTOCOL_VERSIONS, Server};
+use crate::httpd::{EventSink, HttpReply, HttpRequest, NoStream, StreamReply};
 use crate::jsonrpc::{self, Kind, Message, RpcError};
 use crate::session::{self, CloseReason, Session, Sessions};
 use crate::stats::Stats;
@@ -22,20 +22,52 @@ use crate::threads;
 pub const SESSION_HEADER: &str = "mcp-session-id";
 pub const VERSION_HEADER: &str = "mcp-protocol-version";
 
+/// The error of protocol 2026-07-28 for a version the server does not speak.
+pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+
 /// Pages of one server's list mcpgate follows before it stops.
 const MAX_PAGES: usize = 1000;
 /// Collision lines kept for the status page.
 const MAX_COLLISIONS: usize = 50;
 
+/// The configuration in force and its servers; replaced whole on reload.
+pub struct Current {
+    pub config: Config,
+    /// In configuration order: the first wins a name collision.
+    pub servers: Vec<Arc<Server>>,
+}
+
+impl Current {
+    pub fn server(&self, name: &str) -> Option<&Arc<Server>> {
+        self.servers.iter().find(|s| s.name() == name)
+    }
+
+    /// Position in the configuration, for collision order.
+    fn rank(&self, name: &str) -> usize {
+        self.servers.iter().position(|s| s.name() == name).unwrap_or(usize::MAX)
+    }
+}
+
+/// What the last reload did, for the status page.
+#[derive(Debug, Clone, Default)]
+pub struct ReloadOutcome {
+    pub at: Option<std::time::SystemTime>,
+    pub error: Option<String>,
+    pub changed: Vec<String>,
+    pub restart_needed: Vec<String>,
+}
+
 /// The gateway: configuration, servers, sessions and counters.
 pub struct Gateway {
-    pub config: Config,
-    /// In configuration order.
-    pub servers: Vec<Arc<Server>>,
+    /// Guards only the swap of the whole `Current`; readers clone the Arc.
+    current: parking_lot::RwLock<Arc<Current>>,
     pub sessions: Sessions,
     pub stats: Arc<Stats>,
     /// Recent name collisions between servers, for the status page.
     pub collisions: Mutex<Vec<String>>,
+    /// Guards the outcome of the last reload; `reloading` serializes reloads.
+    pub last_reload: Mutex<ReloadOutcome>,
+    reloading: Mutex<()>,
     pub started: Instant,
 }
 
@@ -56,39 +88,119 @@ impl From<RpcError> for Outcome {
 impl Gateway {
     pub fn new(config: Config) -> Gateway {
         let stats = Arc::new(Stats::default());
-        let limits = Limits::from_config(&config);
-        let servers = config
-            .servers
-            .iter()
-            .enumerate()
-            .map(|(rank, s)| Arc::new(Server::new(s.clone(), rank, limits, config.workers, stats.clone())))
-            .collect();
+        let servers = config.servers.iter().map(|s| new_server(s, &config, &stats)).collect();
         Gateway {
-            config,
-            servers,
+            current: parking_lot::RwLock::new(Arc::new(Current { config, servers })),
             sessions: Sessions::default(),
             stats,
             collisions: Mutex::new(Vec::new()),
+            last_reload: Mutex::new(ReloadOutcome::default()),
+            reloading: Mutex::new(()),
             started: Instant::now(),
         }
+    }
+
+    /// The configuration and servers in force now.
+    pub fn current(&self) -> Arc<Current> {
+        self.current.read().clone()
     }
 
     /// Fails every request still waiting on a server; for the end of shutdown,
     /// after every session was closed.
     pub fn shutdown(&self) {
-        for server in &self.servers {
+        for server in &self.current().servers {
             server.shutdown();
         }
     }
 
-    fn server(&self, name: &str) -> Option<&Arc<Server>> {
-        self.servers.iter().find(|s| s.name() == name)
-    }
-
     /// Closes sessions already removed from the table: idle, deleted or at shutdown.
     pub fn close(&self, sessions: Vec<Arc<Session>>, reason: CloseReason) {
-        let parallel = (self.servers.len() * sessions.len()).clamp(1, 32);
+        let parallel = (self.current().servers.len() * sessions.len()).clamp(1, 32);
         session::close_sessions(sessions, reason, parallel, &self.stats);
+    }
+
+    /// Applies a new configuration. Servers removed or changed (URL, headers,
+    /// prefix, the values of their variables, limits) are retired: every
+    /// downstream session of theirs is closed through the close path and
+    /// reopened lazily with the new settings. Unchanged servers and their
+    /// sessions are left alone; sessions whose lists change are told with
+    /// `list_changed`. Settings of the listener need a restart and are reported.
+    pub fn reload(&self, new: Config) -> ReloadOutcome {
+        let _one_at_a_time = self.reloading.lock();
+        let old = self.current();
+        let mut outcome = ReloadOutcome { at: Some(std::time::SystemTime::now()), ..Default::default() };
+        for (key, differs) in [
+            ("listen", old.config.listen != new.listen),
+            ("workers", old.config.workers != new.workers),
+            ("max_connections", old.config.max_connections != new.max_connections),
+            ("max_body_bytes", old.config.max_body_bytes != new.max_body_bytes),
+            ("client_idle_timeout_secs", old.config.client_idle_timeout != new.client_idle_timeout),
+            ("client_write_timeout_secs", old.config.client_write_timeout != new.client_write_timeout),
+        ] {
+            if differs {
+                outcome.restart_needed.push(key.to_string());
+            }
+        }
+        let same_limits = Limits::from_config(&old.config) == Limits::from_config(&new);
+        let mut servers = Vec::with_capacity(new.servers.len());
+        for config in &new.servers {
+            match old.server(&config.name) {
+                Some(server) if server.config == *config && same_limits => servers.push(server.clone()),
+                _ => servers.push(new_server(config, &new, &self.stats)),
+            }
+        }
+        let retired: Vec<Arc<Server>> =
+            old.servers.iter().filter(|o| !servers.iter().any(|s| Arc::ptr_eq(s, o))).cloned().collect();
+        let added = servers.iter().filter(|s| !old.servers.iter().any(|o| Arc::ptr_eq(s, o))).count();
+        outcome.changed = retired.iter().map(|s| s.name().to_string()).collect();
+        outcome
+            .changed
+            .extend(servers.iter().filter(|s| old.server(s.name()).is_none()).map(|s| format!("{} (new)", s.name())));
+        *self.current.write() = Arc::new(Current { config: new, servers });
+        // After the swap: an open that finishes now sees its server retired and closes itself.
+        for server in &retired {
+            server.retire();
+        }
+        let mut closing = Vec::new();
+        for session in self.sessions.snapshot() {
+            let taken = session.take_servers(&retired);
+            if !taken.is_empty() || added > 0 || !retired.is_empty() {
+                session.lists_changed();
+            }
+            closing.extend(taken);
+        }
+        let parallel = closing.len().clamp(1, 32);
+        downstream::close_all(&closing, parallel);
+        log::info!(
+            "configuration reloaded: {} server(s) changed, {} downstream session(s) closed{}",
+            outcome.changed.len(),
+            closing.len(),
+            if outcome.restart_needed.is_empty() {
+                String::new()
+            } else {
+                format!("; these take effect after a restart: {}", outcome.restart_needed.join(", "))
+            }
+        );
+        *self.last_reload.lock() = outcome.clone();
+        outcome
+    }
+
+    /// Reloads from `source`. A configuration that cannot be loaded is
+    /// refused with a log line and a status-page entry; the old one stays.
+    pub fn reload_from(&self, source: &crate::config::Source) -> ReloadOutcome {
+        match source.load() {
+            Ok(config) => self.reload(config),
+            Err(e) => {
+                log::error!("configuration reload refused, the previous configuration stays in force: {e}");
+                let outcome = ReloadOutcome {
+                    at: Some(std::time::SystemTime::now()),
+                    error: Some(e.to_string()),
+                    ..Default::default()
+                };
+                *self.last_reload.lock() = outcome.clone();
+                outcome
+            }
+        }
     }
 
     /// Handles `/mcp`. Events a `POST` sends before its answer go to `sink`.
@@ -135,8 +247,9 @@ impl Gateway {
         match message.kind() {
             Ok(Kind::Request) => {
                 let id = message.id.clone().unwrap_or(Value::Null);
-                let answer = self.request(&session, &message, sink);
-                HttpReply::json(200, answer_bytes(&id, answer))
+                let mut events = PostStream { session: &session, sink, stream: None };
+                let answer = self.request(&session, &message, &mut events);
+                events.finish(answer_bytes(&id, answer))
             }
             Ok(Kind::Notification) => {
                 self.client_notification(&session, &message);
@@ -196,7 +309,8 @@ impl Gateway {
                 }
                 Ok(Kind::Request) => {
                     let id = message.id.clone().unwrap_or(Value::Null);
-                    let answer = self.request(&session, &message, &mut crate::httpd::NoStream);
+                    let mut events = PostStream { session: &session, sink: &mut NoStream, stream: None };
+                    let answer = self.request(&session, &message, &mut events);
                     answers.push(answer_bytes(&id, answer));
                 }
                 Ok(Kind::Notification) => self.client_notification(&session, &message),
@@ -221,22 +335,26 @@ impl Gateway {
     /// The session a request names, or the reply that refuses it.
     fn session_of(&self, req: &HttpRequest, id: Option<&Value>) -> Result<Arc<Session>, HttpReply> {
         let id = id.unwrap_or(&Value::Null);
+        if let Some(version) = req.header(VERSION_HEADER)
+            && !PROTOCOL_VERSIONS.contains(&version)
+        {
+            // -32022 names the versions mcpgate speaks: a client of the
+            // session-less 2026-07-28 generation that probes first falls
+            // back to `initialize` on it.
+            let e = RpcError {
+                code: UNSUPPORTED_PROTOCOL_VERSION,
+                message: format!(
+                    "unsupported MCP-Protocol-Version `{version}`; mcpgate speaks {}",
+                    PROTOCOL_VERSIONS.join(", ")
+                ),
+                data: Some(json!({ "supported": PROTOCOL_VERSIONS, "requested": version })),
+            };
+            return Err(HttpReply::error(400, id, &e));
+        }
         let Some(session_id) = req.header(SESSION_HEADER) else {
             let e = RpcError::new(jsonrpc::INVALID_REQUEST, "Mcp-Session-Id header is required after initialize");
             return Err(HttpReply::error(400, id, &e));
         };
-        if let Some(version) = req.header(VERSION_HEADER)
-            && !PROTOCOL_VERSIONS.contains(&version)
-        {
-            let e = RpcError::new(
-                jsonrpc::INVALID_REQUEST,
-                format!(
-                    "unsupported MCP-Protocol-Version `{version}`; mcpgate speaks {}",
-                    PROTOCOL_VERSIONS.join(", ")
-                ),
-            );
-            return Err(HttpReply::error(400, id, &e));
-        }
         self.sessions.get(session_id).ok_or_else(|| {
             let e = RpcError::new(jsonrpc::INVALID_REQUEST, "unknown or ended session: initialize a new one");
             HttpReply::error(404, id, &e)
@@ -275,12 +393,11 @@ impl Gateway {
             }
         };
         let session = Session::new(session_id.clone(), version.to_string(), jsonrpc::raw(&init_params), client_name);
-        if !self.sessions.insert(session.clone(), self.config.max_sessions) {
+        let max_sessions = self.current().config.max_sessions;
+        if !self.sessions.insert(session.clone(), max_sessions) {
             self.stats.sessions_refused.inc();
-            let e = RpcError::internal(format!(
-                "mcpgate holds its limit of {} sessions; try again later",
-                self.config.max_sessions
-            ));
+            let e =
+                RpcError::internal(format!("mcpgate holds its limit of {} sessions; try again later", max_sessions));
             return HttpReply::error(503, &id, &e).header("Retry-After", "5");
         }
         self.stats.sessions_created.inc();
@@ -298,14 +415,15 @@ impl Gateway {
     /// Opens (or reuses) the session's downstream session with every server,
     /// in parallel; returns those that are open.
     fn open_all(&self, session: &Session) -> Vec<Arc<Downstream>> {
+        let cur = self.current();
         let opened = Mutex::new(Vec::new());
-        threads::for_each_parallel("fanout", &self.servers, self.servers.len(), |server| {
-            if let Ok(d) = session.downstream(server, self.config.open_retry) {
+        threads::for_each_parallel("fanout", &cur.servers, cur.servers.len(), |server| {
+            if let Ok(d) = session.downstream(server, cur.config.open_retry) {
                 opened.lock().push(d);
             }
         });
         let mut opened = opened.into_inner();
-        opened.sort_by_key(|d| d.server.rank);
+        opened.sort_by_key(|d| cur.rank(d.server.name()));
         opened
     }
 
@@ -313,7 +431,7 @@ impl Gateway {
     /// server that is not open counts as offering tools, prompts and
     /// resources, so the client asks again once it is back.
     fn capabilities(&self, opened: &[Arc<Downstream>]) -> Value {
-        let all_open = opened.len() == self.servers.len();
+        let all_open = opened.len() == self.current().servers.len();
         let mut caps = Map::new();
         for kind in ["tools", "prompts", "resources"] {
             let offering: Vec<&Value> =
@@ -336,7 +454,7 @@ impl Gateway {
         Value::Object(caps)
     }
 
-    fn request(&self, session: &Arc<Session>, message: &Message, sink: &mut dyn EventSink) -> Outcome {
+    fn request(&self, session: &Arc<Session>, message: &Message, events: &mut PostStream<'_>) -> Outcome {
         let method = message.method();
         if let Some(kind) = ListKind::from_method(method) {
             return self.list_page(session, kind, message);
@@ -358,7 +476,7 @@ impl Gateway {
             _ => return RpcError::new(jsonrpc::METHOD_NOT_FOUND, format!("method not found: `{method}`")).into(),
         };
         match result {
-            Ok((server, params)) => self.forward(session, &server, message, &Value::Object(params), sink),
+            Ok((server, params)) => self.forward(session, &server, message, &Value::Object(params), events),
             Err(e) => e.into(),
         }
     }
@@ -425,9 +543,11 @@ impl Gateway {
             };
             if let Some(entry) = list.find(exposed) {
                 let server = self
+                    .current()
                     .server(&entry.server)
+                    .cloned()
                     .ok_or_else(|| RpcError::server(&entry.server, "no longer configured"))?;
-                return Ok((server.clone(), entry.original.clone()));
+                return Ok((server, entry.original.clone()));
             }
         }
         let what = match kind {
@@ -467,7 +587,7 @@ impl Gateway {
             }
         }
         let name = owner.ok_or_else(|| RpcError::invalid_params(format!("no server lists resource `{uri}`")))?;
-        self.server(&name).cloned().ok_or_else(|| RpcError::server(&name, "no longer configured"))
+        self.current().server(&name).cloned().ok_or_else(|| RpcError::server(&name, "no longer configured"))
     }
 
     /// Sends a request to `server` with params rewritten for it; what the
@@ -478,28 +598,52 @@ impl Gateway {
         server: &Arc<Server>,
         message: &Message,
         params: &Value,
-        sink: &mut dyn EventSink,
+        events: &mut PostStream<'_>,
     ) -> Outcome {
-        let downstream = match session.downstream(server, self.config.open_retry) {
-            Ok(d) => d,
-            Err(e) => return e.into(),
-        };
         let client_id = message.id.clone().unwrap_or(Value::Null);
-        let id = downstream.next_id();
-        session.start_call(&client_id, server.name(), &id);
-        let mut on_message = |m: Message| {
-            if let Some(bytes) = session.to_client(server, m)
-                && sink.event(&bytes).is_err()
-            {
-                session.push_to_stream(bytes);
-            }
-        };
-        let result = downstream.request(&id, message.method(), Some(&jsonrpc::raw(params)), &mut on_message);
+        let params = jsonrpc::raw(params);
+        let result = self.exchange(session, server, |downstream| {
+            let id = downstream.next_id();
+            session.start_call(&client_id, server.name(), &id);
+            let mut on_message = |m: Message| {
+                if let Some(bytes) = session.to_client(server, m) {
+                    events.send(bytes);
+                }
+            };
+            downstream.request(&id, message.method(), Some(&params), &mut on_message)
+        });
         session.end_call(&client_id);
         match result {
             Ok(response) => Outcome::Forwarded(response),
-            Err(e) => RpcError::server(server.name(), server.redact(&e.to_string())).into(),
+            Err(e) => e.into(),
         }
+    }
+
+    /// Runs `exchange` on the session's downstream session with `server`,
+    /// opening it if needed. If the server answers 404 (it no longer knows
+    /// that session, e.g. it restarted), the downstream session is closed,
+    /// opened anew, and `exchange` runs once more: the client never sees a
+    /// half-alive session.
+    fn exchange<T>(
+        &self,
+        session: &Session,
+        server: &Arc<Server>,
+        mut exchange: impl FnMut(&Downstream) -> Result<T, DownstreamError>,
+    ) -> Result<T, RpcError> {
+        let downstream = session.downstream(server, self.current().config.open_retry)?;
+        let result = match exchange(&downstream) {
+            Err(DownstreamError::SessionGone) => {
+                log::warn!(
+                    "server `{}` no longer knows session {}'s downstream session: opening a new one and retrying once",
+                    server.name(),
+                    session::short(&session.id)
+                );
+                let downstream = session.reopen(server, &downstream)?;
+                exchange(&downstream)
+            }
+            other => other,
+        };
+        result.map_err(|e| RpcError::server(server.name(), server.redact(&e.to_string())))
     }
 
     fn list_page(&self, session: &Arc<Session>, kind: ListKind, message: &Message) -> Outcome {
@@ -517,7 +661,7 @@ impl Gateway {
             (None, _) | (Some(_), None) => self.build_list(session, kind),
             (Some(_), Some(list)) => list,
         };
-        match list.page(cursor, self.config.page_size) {
+        match list.page(cursor, self.current().config.page_size) {
             Ok(page) => Outcome::Result(page),
             Err(e) => e.into(),
         }
@@ -527,22 +671,23 @@ impl Gateway {
     /// as needed), merges, caches and returns it. Servers that fail are left
     /// out and their error recorded.
     fn build_list(&self, session: &Arc<Session>, kind: ListKind) -> Arc<List> {
+        let cur = self.current();
         let found: Mutex<Vec<(usize, ServerItems)>> = Mutex::new(Vec::new());
-        threads::for_each_parallel("fanout", &self.servers, self.servers.len(), |server| {
-            let Ok(d) = session.downstream(server, self.config.open_retry) else { return };
+        threads::for_each_parallel("fanout", &cur.servers, cur.servers.len(), |server| {
+            let Ok(d) = session.downstream(server, cur.config.open_retry) else { return };
             if !d.offers(kind.capability()) {
                 return;
             }
-            match fetch_all(&d, kind) {
+            match self.exchange(session, server, |d| fetch_all(d, kind)) {
                 Ok(items) => found.lock().push((
-                    server.rank,
+                    cur.rank(server.name()),
                     ServerItems { server: server.name().to_string(), prefix: server.config.prefix.clone(), items },
                 )),
                 Err(e) => log::warn!(
                     "server `{}`: {} failed: {}; its items are left out of this list",
                     server.name(),
                     kind.method(),
-                    server.redact(&e.to_string())
+                    e.message
                 ),
             }
         });
@@ -567,6 +712,7 @@ impl Gateway {
     }
 
     fn set_level(&self, session: &Arc<Session>, message: &Message) -> Outcome {
+        session.remember_log_level(message.params.as_deref());
         let targets: Vec<Arc<Downstream>> =
             session.open_downstreams().into_iter().filter(|d| d.offers("logging")).collect();
         threads::for_each_parallel("fanout", &targets, targets.len(), |d| {
@@ -633,11 +779,16 @@ impl Gateway {
             Ok(s) => s,
             Err(reply) => return reply,
         };
-        match session.attach_stream() {
-            Ok((id, rx)) => HttpReply::stream(StreamReply {
-                rx,
-                keepalive: self.config.keepalive,
-                on_end: Box::new(move || session.detach_stream(id)),
+        match session.attach_stream(req.header("last-event-id")) {
+            Ok(attached) => HttpReply::stream(StreamReply {
+                first: attached.first,
+                rx: attached.rx,
+                keepalive: self.current().config.keepalive,
+                on_end: Box::new(move || {
+                    if let Some(id) = attached.id {
+                        session.detach_stream(id);
+                    }
+                }),
             }),
             Err(e) => HttpReply::error(409, &Value::Null, &e),
         }
@@ -661,8 +812,53 @@ impl Gateway {
     }
 }
 
+/// The answer to one `POST`: JSON, unless a message for the client comes
+/// first; then an SSE stream that opens with a priming event, whose events
+/// are kept so a client that lost the connection can resume it with `GET`
+/// and `Last-Event-ID`.
+struct PostStream<'a> {
+    session: &'a Session,
+    sink: &'a mut dyn EventSink,
+    stream: Option<u64>,
+}
+
+impl PostStream<'_> {
+    fn send(&mut self, message: Vec<u8>) {
+        let stream = match self.stream {
+            Some(stream) => stream,
+            None if !self.sink.can_stream() => {
+                // This answer cannot stream (HTTP/1.0, a batch): the GET stream carries it.
+                self.session.push_to_stream(message);
+                return;
+            }
+            None => {
+                let stream = self.session.open_post_stream();
+                if let Some(priming) = self.session.priming(stream) {
+                    // A client that went away can resume from the replay log.
+                    let _ = self.sink.event(&priming);
+                }
+                self.stream = Some(stream);
+                stream
+            }
+        };
+        let bytes = self.session.post_event(stream, &message, false);
+        let _ = self.sink.event(&bytes);
+    }
+
+    fn finish(self, answer: Vec<u8>) -> HttpReply {
+        match self.stream {
+            None => HttpReply::json(200, answer),
+            Some(stream) => HttpReply::sse(self.session.post_event(stream, &answer, true)),
+        }
+    }
+}
+
+fn new_server(config: &crate::config::ServerConfig, all: &Config, stats: &Arc<Stats>) -> Arc<Server> {
+    Arc::new(Server::new(config.clone(), Limits::from_config(all), all.workers, stats.clone()))
+}
+
 /// Every page of one server's list.
-fn fetch_all(d: &Downstream, kind: ListKind) -> Result<Vec<Value>, RpcError> {
+fn fetch_all(d: &Downstream, kind: ListKind) -> Result<Vec<Value>, DownstreamError> {
     let mut items = Vec::new();
     let mut cursor: Option<String> = None;
     for _ in 0..MAX_PAGES {
@@ -671,24 +867,20 @@ fn fetch_all(d: &Downstream, kind: ListKind) -> Result<Vec<Value>, RpcError> {
             None => json!({}),
         };
         let id = d.next_id();
-        let response = d
-            .request(&id, kind.method(), Some(&jsonrpc::raw(&params)), &mut |_| {})
-            .map_err(|e| RpcError::server(d.server.name(), e))?;
+        let response = d.request(&id, kind.method(), Some(&jsonrpc::raw(&params)), &mut |_| {})?;
         if let Some(error) = &response.error {
-            return Err(RpcError::server(
-                d.server.name(),
-                format!("{} answered an error: {}", kind.method(), error.get()),
-            ));
+            return Err(DownstreamError::Protocol(format!("{} answered an error: {}", kind.method(), error.get())));
         }
         let result: Value =
             response.result.as_ref().and_then(|r| serde_json::from_str(r.get()).ok()).unwrap_or(Value::Null);
         match result.get(kind.field()) {
             Some(Value::Array(page)) => items.extend(page.iter().cloned()),
             _ => {
-                return Err(RpcError::server(
-                    d.server.name(),
-                    format!("{} result has no `{}` array", kind.method(), kind.field()),
-                ));
+                return Err(DownstreamError::Protocol(format!(
+                    "{} result has no `{}` array",
+                    kind.method(),
+                    kind.field()
+                )));
             }
         }
         match result.get("nextCursor").and_then(Value::as_str) {

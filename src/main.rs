@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use mcpgate::app::Mcpgate;
-use mcpgate::config::{self, Config, ConfigError};
+use mcpgate::config::{self, Config, ConfigError, Source};
 use mcpgate::gateway::Gateway;
 use mcpgate::httpd::{self, Httpd};
 use mcpgate::session::CloseReason;
@@ -109,24 +109,27 @@ fn run() -> Result<(), Error> {
         }
         Command::Run(args) => args,
     };
-    let path = args.config.expect("parse_args requires --config");
-    let mut config = Config::load(&path, &|name| std::env::var(name).ok()).map_err(Error::Config)?;
-    if let Some(listen) = &args.listen {
-        config.listen = listen
-            .parse()
-            .map_err(|_| Error::Usage(format!("--listen `{listen}` is not an address like 127.0.0.1:8780")))?;
-    }
+    let listen = match &args.listen {
+        Some(listen) => Some(
+            listen
+                .parse()
+                .map_err(|_| Error::Usage(format!("--listen `{listen}` is not an address like 127.0.0.1:8780")))?,
+        ),
+        None => None,
+    };
+    let source = Source { path: args.config.expect("parse_args requires --config"), listen };
+    let config = source.load().map_err(Error::Config)?;
     if args.check {
-        println!("{}: valid, {} server(s)", path.display(), config.servers.len());
+        println!("{}: valid, {} server(s)", source.path.display(), config.servers.len());
         return Ok(());
     }
     // Before any thread starts, so that every thread inherits the mask.
     let signals = sys::block().map_err(io("cannot block signals"))?;
     env_logger::Builder::from_env(env_logger::Env::default().filter_or("MCPGATE_LOG", "info")).init();
-    serve(config, signals)
+    serve(config, source, signals)
 }
 
-fn serve(config: Config, signals: sys::Signals) -> Result<(), Error> {
+fn serve(config: Config, source: Source, signals: sys::Signals) -> Result<(), Error> {
     let options = httpd::Options {
         workers: config.workers,
         max_connections: config.max_connections,
@@ -137,7 +140,7 @@ fn serve(config: Config, signals: sys::Signals) -> Result<(), Error> {
     let listen = config.listen;
     let shutdown_timeout = config.shutdown_timeout;
     let gateway = Arc::new(Gateway::new(config));
-    let app = Arc::new(Mcpgate { gateway: gateway.clone() });
+    let app = Arc::new(Mcpgate { gateway: gateway.clone(), source: source.clone() });
     let mut httpd =
         Httpd::start(listen, app, options, gateway.stats.clone()).map_err(io(format!("cannot listen on {listen}")))?;
     let reaper = reaper::start(gateway.clone()).map_err(io("cannot start the reaper"))?;
@@ -161,11 +164,17 @@ fn serve(config: Config, signals: sys::Signals) -> Result<(), Error> {
     .map_err(io("cannot start the signal thread"))?;
     let addr = httpd.local_addr();
     println!("listening on http://{addr}/mcp");
-    log::info!("listening on http://{addr}/mcp, status on http://{addr}/status, {} server(s)", gateway.servers.len());
+    log::info!(
+        "listening on http://{addr}/mcp, status on http://{addr}/status, {} server(s)",
+        gateway.current().servers.len()
+    );
 
     loop {
         match signal_rx.recv() {
-            Ok(Signal::Hangup) => log::warn!("SIGHUP: configuration reload is not supported yet; nothing changed"),
+            Ok(Signal::Hangup) => {
+                log::info!("SIGHUP: reloading {}", source.path.display());
+                gateway.reload_from(&source);
+            }
             Ok(signal) => {
                 log::info!("{signal:?}: closing every session");
                 break;

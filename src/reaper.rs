@@ -26,12 +26,13 @@ pub fn start(gateway: Arc<Gateway>) -> std::io::Result<Reaper> {
     let (stop, stopped) = bounded::<()>(0);
     let handle = threads::spawn("reaper", "", move || {
         let _live = gateway.stats.threads_reaper.enter();
-        let timeout = gateway.config.session_idle_timeout;
-        let ticks = tick(interval(timeout));
+        let ticks = tick(interval(gateway.current().config.session_idle_timeout));
         loop {
             select! {
                 recv(stopped) -> _ => return,
                 recv(ticks) -> _ => {
+                    // Read each time: a reload may change it.
+                    let timeout = gateway.current().config.session_idle_timeout;
                     let idle = gateway.sessions.take_idle(timeout);
                     if !idle.is_empty() {
                         log::debug!("{} idle session(s) evicted", idle.len());

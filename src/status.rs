@@ -41,8 +41,9 @@ pub fn json(g: &Gateway) -> Value {
     let p = process();
     let by_role: Map<String, Value> =
         threads::count_by_role().into_iter().map(|(role, n)| (role, Value::from(n))).collect();
+    let current = g.current();
     let mut servers = Map::new();
-    for server in &g.servers {
+    for server in &current.servers {
         let health = server.health();
         servers.insert(
             server.name().to_string(),
@@ -99,13 +100,23 @@ pub fn json(g: &Gateway) -> Value {
             "refused_busy": s.requests_busy.get(),
         },
         "limits": {
-            "workers": g.config.workers,
-            "max_connections": g.config.max_connections,
-            "max_sessions": g.config.max_sessions,
-            "session_idle_timeout_secs": g.config.session_idle_timeout.as_secs(),
+            "workers": current.config.workers,
+            "max_connections": current.config.max_connections,
+            "max_sessions": current.config.max_sessions,
+            "session_idle_timeout_secs": current.config.session_idle_timeout.as_secs(),
         },
         "servers": servers,
         "collisions": *g.collisions.lock(),
+        "reload": reload(&g.last_reload.lock()),
+    })
+}
+
+fn reload(r: &crate::gateway::ReloadOutcome) -> Value {
+    json!({
+        "at": unix(r.at),
+        "error": r.error,
+        "changed_servers": r.changed,
+        "restart_needed": r.restart_needed,
     })
 }
 
@@ -124,7 +135,7 @@ pub fn html(g: &Gateway) -> String {
         if v["downstream"]["balanced"] == true { "" } else { "bad" },
         v["downstream"]["balanced"],
     ));
-    for section in ["process", "threads", "sessions", "downstream", "connections", "requests", "limits"] {
+    for section in ["process", "threads", "sessions", "downstream", "connections", "requests", "limits", "reload"] {
         out.push_str(&format!("<h2>{section}</h2><table>"));
         if let Some(map) = v[section].as_object() {
             for (key, value) in map {
