@@ -100,6 +100,11 @@ pub const REFERENCE: &[KeyDoc] = &[
         meaning: "Items per page of the merged `tools/list`, `prompts/list`, `resources/list` and `resources/templates/list`.",
     },
     KeyDoc {
+        key: "state_file",
+        default: "none",
+        meaning: "Path of the file that keeps live sessions across restarts (see README: Restarts). Without it a restart ends every session.",
+    },
+    KeyDoc {
         key: "mcpServers",
         default: "(required)",
         meaning: "Map of server name to server. Names are 1 to 64 of `A-Z a-z 0-9 _ . -`.",
@@ -145,6 +150,7 @@ pub struct Config {
     pub max_message_bytes: usize,
     pub max_sessions: usize,
     pub page_size: usize,
+    pub state_file: Option<PathBuf>,
     /// In the order of the file: the first server wins a name collision.
     pub servers: Vec<ServerConfig>,
 }
@@ -220,6 +226,7 @@ impl Config {
             max_message_bytes: keys.integer("max_message_bytes", 16 << 20, 1024, 1 << 30)?,
             max_sessions: keys.integer("max_sessions", 10_000, 1, 1_000_000)?,
             page_size: keys.integer("page_size", 100, 1, 100_000)?,
+            state_file: keys.string("state_file")?.map(PathBuf::from),
             servers: servers(keys.take("mcpServers"), server_order(text)?, env)?,
         };
         keys.refuse_unknown()?;

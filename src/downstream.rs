@@ -246,14 +246,31 @@ impl Server {
             close_all(&[downstream], 1);
             return Err(e);
         }
-        match reader::start(&downstream, inbox) {
-            Ok(reader) => *downstream.reader.lock() = Some(reader),
-            Err(e) => log::error!(
-                "server `{}`: cannot start a reader thread ({e}): this session gets no server notifications",
-                self.name()
-            ),
-        }
+        downstream.start_reader(inbox);
         Ok(downstream)
+    }
+
+    /// Takes over a downstream session an earlier mcpgate process opened
+    /// (from the state file): no `initialize`; if the server has forgotten
+    /// it, the first request gets 404 and the session is opened anew.
+    pub fn adopt(self: &Arc<Self>, saved: &SavedDownstream, inbox: Weak<dyn Inbox>) -> Arc<Downstream> {
+        let mut downstream = Downstream::new(self.clone(), saved.session_id.clone());
+        downstream.protocol_version = saved.protocol_version.clone();
+        downstream.capabilities = saved.capabilities.clone();
+        downstream.instructions = saved.instructions.clone();
+        let downstream = Arc::new(downstream);
+        self.stats.downstream_resumed.inc();
+        downstream.start_reader(inbox);
+        downstream
+    }
+
+    /// Sends `DELETE` for a downstream session found in the state file that
+    /// is not resumed (its client session expired while mcpgate was down).
+    /// It counts as opened and closed by this process.
+    pub fn close_saved(self: &Arc<Self>, saved: &SavedDownstream) {
+        let mut downstream = Downstream::new(self.clone(), saved.session_id.clone());
+        downstream.protocol_version = saved.protocol_version.clone();
+        close_all(&[Arc::new(downstream)], 1);
     }
 
     /// Adds the session, the protocol version and the configured headers.
@@ -509,6 +526,18 @@ fn initialize_result(message: &Message) -> Result<InitializeResult, DownstreamEr
     })
 }
 
+/// A downstream session as the state file keeps it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SavedDownstream {
+    pub server: String,
+    /// The server's URL when it was saved: a server whose URL changed since is not resumed.
+    pub url: String,
+    pub session_id: Option<String>,
+    pub protocol_version: String,
+    pub capabilities: Value,
+    pub instructions: Option<String>,
+}
+
 /// One downstream session: a client session's session with one server.
 pub struct Downstream {
     pub server: Arc<Server>,
@@ -549,6 +578,29 @@ impl Downstream {
             reader: Mutex::new(None),
             closing: AtomicBool::new(false),
         }
+    }
+
+    fn start_reader(self: &Arc<Self>, inbox: Weak<dyn Inbox>) {
+        match reader::start(self, inbox) {
+            Ok(reader) => *self.reader.lock() = Some(reader),
+            Err(e) => log::error!(
+                "server `{}`: cannot start a reader thread ({e}): this session gets no server notifications",
+                self.server.name()
+            ),
+        }
+    }
+
+    /// What the state file keeps of this downstream session.
+    pub fn saved(&self) -> Option<SavedDownstream> {
+        Some(SavedDownstream {
+            server: self.server.name().to_string(),
+            url: self.server.config.url.clone(),
+            session_id: self.session_id.clone(),
+            protocol_version: self.protocol_version.clone(),
+            capabilities: self.capabilities.clone(),
+            instructions: self.instructions.clone(),
+        })
+        .filter(|_| !self.is_closing())
     }
 
     fn exchange(&self) -> Exchange<'_> {

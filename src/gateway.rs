@@ -136,6 +136,7 @@ impl Gateway {
             ("max_body_bytes", old.config.max_body_bytes != new.max_body_bytes),
             ("client_idle_timeout_secs", old.config.client_idle_timeout != new.client_idle_timeout),
             ("client_write_timeout_secs", old.config.client_write_timeout != new.client_write_timeout),
+            ("state_file", old.config.state_file != new.state_file),
         ] {
             if differs {
                 outcome.restart_needed.push(key.to_string());

@@ -22,6 +22,7 @@ pub mod reader;
 pub mod reaper;
 pub mod session;
 pub mod sse;
+pub mod state;
 pub mod stats;
 pub mod status;
 pub mod sys;

@@ -13,6 +13,7 @@ use mcpgate::config::{self, Config, ConfigError, Source};
 use mcpgate::gateway::Gateway;
 use mcpgate::httpd::{self, Httpd};
 use mcpgate::session::CloseReason;
+use mcpgate::state::{self, StateFile};
 use mcpgate::sys::{self, Signal};
 use mcpgate::{reader, reaper, threads};
 
@@ -139,11 +140,22 @@ fn serve(config: Config, source: Source, signals: sys::Signals) -> Result<(), Er
     };
     let listen = config.listen;
     let shutdown_timeout = config.shutdown_timeout;
+    let state_file = config.state_file.as_deref().map(StateFile::new);
     let gateway = Arc::new(Gateway::new(config));
+    if let Some(file) = &state_file {
+        match file.load() {
+            Ok(saved) => state::restore(&gateway, saved),
+            Err(e) => log::error!("{e}: starting without the saved sessions (the file is overwritten)"),
+        }
+    }
     let app = Arc::new(Mcpgate { gateway: gateway.clone(), source: source.clone() });
     let mut httpd =
         Httpd::start(listen, app, options, gateway.stats.clone()).map_err(io(format!("cannot listen on {listen}")))?;
     let reaper = reaper::start(gateway.clone()).map_err(io("cannot start the reaper"))?;
+    let writer = match state_file {
+        Some(file) => Some(state::start(gateway.clone(), file).map_err(io("cannot start the state writer"))?),
+        None => None,
+    };
     let (signal_tx, signal_rx) = crossbeam_channel::bounded::<Signal>(4);
     let signal_thread = threads::spawn("signal", "", move || {
         loop {
@@ -191,9 +203,22 @@ fn serve(config: Config, source: Source, signals: sys::Signals) -> Result<(), Er
     let deadline = started + shutdown_timeout;
     httpd.stop_accepting();
     reaper.stop();
+    // With a state file, clients keep their sessions across the restart: the
+    // client side is saved, the downstream sessions are closed all the same.
+    let keep = writer.map(|writer| {
+        writer.stop();
+        state::snapshot(&gateway, false)
+    });
     let sessions = gateway.sessions.take_all();
     let count = sessions.len();
     gateway.close(sessions, CloseReason::Shutdown);
+    if let (Some(keep), Some(path)) = (keep, &gateway.current().config.state_file) {
+        let saved = keep.sessions.len();
+        match StateFile::new(path).save(&keep) {
+            Ok(()) => log::info!("{saved} session(s) saved to {}: clients resume them after a restart", path.display()),
+            Err(e) => log::error!("cannot write the state file {}: {e}", path.display()),
+        }
+    }
     gateway.shutdown();
     let lingering = httpd.join(deadline);
     reader::join_stragglers(true);

@@ -120,8 +120,48 @@ pub struct Session {
     me: Weak<Session>,
 }
 
+/// A client session as the state file keeps it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SavedSession {
+    pub id: String,
+    pub protocol_version: String,
+    pub init_params: Value,
+    pub client_name: String,
+    /// Unix seconds of the last request or stream end.
+    pub last_active: u64,
+    pub downstreams: Vec<downstream::SavedDownstream>,
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
 impl Session {
     pub fn new(id: String, protocol_version: String, init_params: Box<RawValue>, client_name: String) -> Arc<Session> {
+        Session::with_last_active(id, protocol_version, init_params, client_name, Instant::now())
+    }
+
+    /// Rebuilds a session saved by an earlier process; its downstream
+    /// sessions are added with [`Session::adopt`].
+    pub fn restore(saved: &SavedSession) -> Arc<Session> {
+        let idle = Duration::from_secs(unix_now().saturating_sub(saved.last_active));
+        let last_active = Instant::now().checked_sub(idle).unwrap_or_else(Instant::now);
+        Session::with_last_active(
+            saved.id.clone(),
+            saved.protocol_version.clone(),
+            jsonrpc::raw(&saved.init_params),
+            saved.client_name.clone(),
+            last_active,
+        )
+    }
+
+    fn with_last_active(
+        id: String,
+        protocol_version: String,
+        init_params: Box<RawValue>,
+        client_name: String,
+        last_active: Instant,
+    ) -> Arc<Session> {
         let now = Instant::now();
         Arc::new_cyclic(|me| Session {
             id,
@@ -131,7 +171,7 @@ impl Session {
             created: now,
             state: Mutex::new(State {
                 closed: false,
-                last_active: now,
+                last_active,
                 in_flight: 0,
                 streams: Vec::new(),
                 next_stream: 0,
@@ -237,6 +277,41 @@ impl Session {
         drop(st);
         self.slot_changed.notify_all();
         outcome
+    }
+
+    /// Takes over a downstream session saved by an earlier process.
+    pub fn adopt(&self, server: &Arc<Server>, saved: &downstream::SavedDownstream) {
+        let inbox: Weak<dyn Inbox> = self.me.clone();
+        let d = server.adopt(saved, inbox);
+        self.state.lock().slots.insert(server.name().to_string(), Slot::Open(d));
+    }
+
+    /// What the state file keeps of this session; `None` once it is closing.
+    pub fn saved(&self, with_downstreams: bool) -> Option<SavedSession> {
+        let st = self.state.lock();
+        if st.closed {
+            return None;
+        }
+        let downstreams = if with_downstreams {
+            st.slots
+                .values()
+                .filter_map(|slot| match slot {
+                    Slot::Open(d) => d.saved(),
+                    _ => None,
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let idle = if st.in_flight > 0 || !st.streams.is_empty() { Duration::ZERO } else { st.last_active.elapsed() };
+        Some(SavedSession {
+            id: self.id.clone(),
+            protocol_version: self.protocol_version.clone(),
+            init_params: serde_json::from_str(self.init_params.get()).unwrap_or(Value::Null),
+            client_name: self.client_name.clone(),
+            last_active: unix_now().saturating_sub(idle.as_secs()),
+            downstreams,
+        })
     }
 
     /// Replaces a downstream session the server no longer knows: the old one

@@ -58,12 +58,18 @@ pub struct Stats {
     pub sessions_deleted_by_client: Counter,
     pub sessions_closed_at_shutdown: Counter,
     pub sessions_refused: Counter,
+    /// Client sessions restored from the state file at start.
+    pub sessions_restored: Counter,
+    /// Client sessions in the state file that had expired: their downstream sessions were closed.
+    pub sessions_expired_at_start: Counter,
 
     /// Downstream sessions a server created for mcpgate (it answered `initialize`).
     pub downstream_opened: Counter,
     /// Downstream sessions closed: DELETE sent (or not needed) and reader joined.
     pub downstream_closed: Counter,
     pub downstream_live: Gauge,
+    /// Downstream sessions taken over from the state file (included in `opened`).
+    pub downstream_resumed: Counter,
     pub downstream_delete_failures: Counter,
     /// Downstream sessions dropped without going through the close path: a bug if ever non-zero.
     pub downstream_leaked: Counter,
