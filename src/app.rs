@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 
+use crate::access;
 use crate::config::Source;
 use crate::gateway::Gateway;
 use crate::httpd::{App, EventSink, HttpReply, HttpRequest, Route};
@@ -30,12 +31,24 @@ impl App for Mcpgate {
 
     fn handle(&self, req: &HttpRequest, sink: &mut dyn EventSink) -> HttpReply {
         let gateway = &self.gateway;
+        let config = &gateway.current().config;
+        if let Err(refused) = access::check_origin(req, config) {
+            return refused;
+        }
+        if matches!(req.path.as_str(), "/status" | "/status.json" | "/reload")
+            && let Err(refused) = access::check_status(req, config)
+        {
+            return refused;
+        }
         match (req.method.as_str(), req.path.as_str()) {
-            (_, "/mcp") => gateway.handle(req, sink),
+            (_, "/mcp") => match access::authenticate(req, config) {
+                Ok(access) => gateway.handle(req, sink, &access),
+                Err(refused) => refused,
+            },
             ("GET", "/healthz") => HttpReply::text(200, "text/plain", "ok\n".into()),
             ("GET", "/status") => HttpReply::text(200, "text/html; charset=utf-8", status::html(gateway)),
             ("GET", "/status.json") => HttpReply::json(200, status::json(gateway).to_string().into_bytes()),
-            ("POST", "/reload") => self.reload(req),
+            ("POST", "/reload") => self.reload(),
             (_, "/healthz" | "/status" | "/status.json") => {
                 HttpReply::text(405, "text/plain", "use GET\n".into()).header("Allow", "GET")
             }
@@ -49,11 +62,8 @@ impl App for Mcpgate {
 }
 
 impl Mcpgate {
-    /// `POST /reload`, from this host only: the same as SIGHUP, with the outcome as JSON.
-    fn reload(&self, req: &HttpRequest) -> HttpReply {
-        if !req.peer.is_some_and(|p| p.ip().is_loopback()) {
-            return HttpReply::text(403, "text/plain", "reload is allowed from this host only\n".into());
-        }
+    /// `POST /reload`: the same as SIGHUP, with the outcome as JSON.
+    fn reload(&self) -> HttpReply {
         let outcome = self.gateway.reload_from(&self.source);
         let body = json!({
             "reloaded": outcome.error.is_none(),

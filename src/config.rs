@@ -100,6 +100,51 @@ pub const REFERENCE: &[KeyDoc] = &[
         meaning: "Items per page of the merged `tools/list`, `prompts/list`, `resources/list` and `resources/templates/list`.",
     },
     KeyDoc {
+        key: "max_streams_per_session",
+        default: "4",
+        meaning: "`GET` streams one client session may hold open; one more gets 409.",
+    },
+    KeyDoc {
+        key: "max_requests_per_session",
+        default: "32",
+        meaning: "Requests of one client session in flight at once; one more gets 429 with `Retry-After`.",
+    },
+    KeyDoc {
+        key: "allowed_origins",
+        default: "[]",
+        meaning: "Browser origins allowed besides `http(s)://localhost`, `127.0.0.1` and `[::1]` (any port), e.g. `\"https://app.example.com\"`. A request with any other `Origin` gets 403.",
+    },
+    KeyDoc {
+        key: "auth",
+        default: "none",
+        meaning: "Without it no token is needed. With it every `/mcp` request needs `Authorization: Bearer <token>` (401 otherwise).",
+    },
+    KeyDoc {
+        key: "auth.tokens",
+        default: "[]",
+        meaning: "Tokens clients may present, e.g. `[{\"token\": \"${MCPGATE_TOKEN}\", \"servers\": [\"files\"]}]`.",
+    },
+    KeyDoc {
+        key: "auth.tokens[].token",
+        default: "(required)",
+        meaning: "The bearer token: at least 16 visible ASCII characters; compared in constant time.",
+    },
+    KeyDoc {
+        key: "auth.tokens[].servers",
+        default: "all",
+        meaning: "The only servers this token reaches; the others are invisible in its lists and refused for its calls.",
+    },
+    KeyDoc {
+        key: "auth.tokens_file",
+        default: "none",
+        meaning: "A JSON file holding more tokens in the same form as `auth.tokens`, to keep secrets out of the main file. Its `${VAR}`s expand too.",
+    },
+    KeyDoc {
+        key: "status_public",
+        default: "false",
+        meaning: "`/status`, `/status.json` and `/reload` answer other hosts too. By default they answer only loopback clients and clients with a valid token.",
+    },
+    KeyDoc {
         key: "state_file",
         default: "none",
         meaning: "Path of the file that keeps live sessions across restarts (see README: Restarts). Without it a restart ends every session.",
@@ -151,8 +196,30 @@ pub struct Config {
     pub max_sessions: usize,
     pub page_size: usize,
     pub state_file: Option<PathBuf>,
+    pub max_streams_per_session: usize,
+    pub max_requests_per_session: usize,
+    pub allowed_origins: Vec<String>,
+    /// `None` without an `auth` key: no token needed.
+    pub tokens: Option<Vec<Token>>,
+    pub status_public: bool,
+    /// Values that came from the environment outside `mcpServers` (tokens).
+    pub own_secrets: Vec<String>,
     /// In the order of the file: the first server wins a name collision.
     pub servers: Vec<ServerConfig>,
+}
+
+/// A bearer token a client may present, and the servers it may reach.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Token {
+    pub token: String,
+    /// `None`: every server.
+    pub servers: Option<Vec<String>>,
+}
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Token(***, servers: {:?})", self.servers)
+    }
 }
 
 /// One downstream MCP server.
@@ -209,7 +276,7 @@ impl Config {
         let listen = listen
             .parse::<SocketAddr>()
             .map_err(|_| ("listen".to_string(), format!("`{listen}` is not an address like 127.0.0.1:8780")))?;
-        let config = Config {
+        let mut config = Config {
             listen,
             workers: keys.integer("workers", 8, 1, 256)?,
             session_idle_timeout: keys.secs("session_idle_timeout_secs", 300)?,
@@ -227,8 +294,19 @@ impl Config {
             max_sessions: keys.integer("max_sessions", 10_000, 1, 1_000_000)?,
             page_size: keys.integer("page_size", 100, 1, 100_000)?,
             state_file: keys.string("state_file")?.map(PathBuf::from),
+            max_streams_per_session: keys.integer("max_streams_per_session", 4, 1, 64)?,
+            max_requests_per_session: keys.integer("max_requests_per_session", 32, 1, 4096)?,
+            allowed_origins: keys.strings("allowed_origins")?,
+            tokens: None,
+            status_public: keys.boolean("status_public", false)?,
+            own_secrets: Vec::new(),
             servers: servers(keys.take("mcpServers"), server_order(text)?, env)?,
         };
+        if let Some(auth) = keys.take("auth") {
+            let mut secrets = Vec::new();
+            config.tokens = Some(tokens(auth, &config, env, &mut secrets)?);
+            config.own_secrets = secrets;
+        }
         keys.refuse_unknown()?;
         Ok(config)
     }
@@ -240,8 +318,88 @@ impl Config {
 
     /// Every value that must not appear in logs, errors or the status page.
     pub fn secrets(&self) -> impl Iterator<Item = &str> {
-        self.servers.iter().flat_map(|s| s.secrets.iter().map(String::as_str))
+        let tokens = self.tokens.iter().flatten().map(|t| t.token.as_str());
+        self.servers
+            .iter()
+            .flat_map(|s| s.secrets.iter().map(String::as_str))
+            .chain(self.own_secrets.iter().map(String::as_str))
+            .chain(tokens)
     }
+}
+
+/// `auth`: its inline tokens and those of `tokens_file`.
+fn tokens(
+    auth: &Value,
+    config: &Config,
+    env: &dyn Fn(&str) -> Option<String>,
+    secrets: &mut Vec<String>,
+) -> Result<Vec<Token>, (String, String)> {
+    let Value::Object(map) = auth else {
+        return Err(("auth".into(), format!("expected an object, found {}", kind(auth))));
+    };
+    let mut keys = Keys::new(map, "auth");
+    let mut out = Vec::new();
+    if let Some(list) = keys.take("tokens") {
+        out.extend(token_list(list, "auth.tokens", config, env, secrets)?);
+    }
+    if let Some(path) = keys.string("tokens_file")? {
+        let key = "auth.tokens_file".to_string();
+        let text = std::fs::read_to_string(&path).map_err(|e| (key.clone(), format!("cannot read `{path}`: {e}")))?;
+        let list: Value =
+            serde_json::from_str(&text).map_err(|e| (key.clone(), format!("`{path}` is not valid JSON: {e}")))?;
+        out.extend(token_list(&list, &format!("{key} ({path})"), config, env, secrets)?);
+    }
+    keys.refuse_unknown()?;
+    if out.is_empty() {
+        return Err(("auth".into(), "no tokens: give auth.tokens or auth.tokens_file, or remove `auth`".into()));
+    }
+    Ok(out)
+}
+
+fn token_list(
+    list: &Value,
+    path: &str,
+    config: &Config,
+    env: &dyn Fn(&str) -> Option<String>,
+    secrets: &mut Vec<String>,
+) -> Result<Vec<Token>, (String, String)> {
+    let Value::Array(items) = list else {
+        return Err((path.to_string(), format!("expected an array of tokens, found {}", kind(list))));
+    };
+    let mut out = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let key = format!("{path}[{i}]");
+        let Value::Object(map) = item else {
+            return Err((key, format!("expected an object with `token`, found {}", kind(item))));
+        };
+        let mut keys = Keys::new(map, &key);
+        let token = keys.string("token")?.ok_or_else(|| (format!("{key}.token"), "missing".to_string()))?;
+        let token = expand(&token, env, secrets).map_err(|p| (format!("{key}.token"), p))?;
+        if token.len() < 16 || token.bytes().any(|b| !(0x21..=0x7e).contains(&b)) {
+            return Err((format!("{key}.token"), "a token is at least 16 visible ASCII characters".into()));
+        }
+        secrets.push(token.clone());
+        let servers = match keys.take("servers") {
+            None => None,
+            Some(Value::Array(names)) => {
+                let mut list = Vec::new();
+                for name in names {
+                    let Some(name) = name.as_str() else {
+                        return Err((format!("{key}.servers"), "expected server names (strings)".into()));
+                    };
+                    if config.server(name).is_none() {
+                        return Err((format!("{key}.servers"), format!("no server is named `{name}`")));
+                    }
+                    list.push(name.to_string());
+                }
+                Some(list)
+            }
+            Some(other) => return Err((format!("{key}.servers"), format!("expected an array, found {}", kind(other)))),
+        };
+        keys.refuse_unknown()?;
+        out.push(Token { token, servers });
+    }
+    Ok(out)
 }
 
 fn servers(
@@ -465,6 +623,25 @@ impl<'a> Keys<'a> {
             Some(n) if (min as u64..=max as u64).contains(&n) => Ok(n as usize),
             Some(n) => Err((self.name(key), format!("{n} is out of range {min} to {max}"))),
             None => Err((self.name(key), format!("expected a whole number, found {}", kind(value)))),
+        }
+    }
+
+    fn boolean(&mut self, key: &'a str, default: bool) -> Result<bool, (String, String)> {
+        match self.take(key) {
+            None => Ok(default),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(other) => Err((self.name(key), format!("expected true or false, found {}", kind(other)))),
+        }
+    }
+
+    fn strings(&mut self, key: &'a str) -> Result<Vec<String>, (String, String)> {
+        match self.take(key) {
+            None => Ok(Vec::new()),
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|v| v.as_str().map(str::to_string).ok_or_else(|| (self.name(key), "expected strings".to_string())))
+                .collect(),
+            Some(other) => Err((self.name(key), format!("expected an array of strings, found {}", kind(other)))),
         }
     }
 

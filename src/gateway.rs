@@ -10,6 +10,7 @@ use parking_lot::Mutex;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
+use crate::access::Access;
 use crate::catalog::{self, List, ListKind, ServerItems};
 use crate::config::Config;
 use crate::downstream::{self, Downstream, DownstreamError, Limits, PROTOCOL_VERSIONS, Server};
@@ -205,11 +206,11 @@ impl Gateway {
     }
 
     /// Handles `/mcp`. Events a `POST` sends before its answer go to `sink`.
-    pub fn handle(&self, req: &HttpRequest, sink: &mut dyn EventSink) -> HttpReply {
+    pub fn handle(&self, req: &HttpRequest, sink: &mut dyn EventSink, access: &Access) -> HttpReply {
         self.stats.requests.inc();
         match req.method.as_str() {
-            "POST" => self.post(req, sink),
-            "GET" => self.get(req),
+            "POST" => self.post(req, sink, access),
+            "GET" => self.get(req, access),
             "DELETE" => self.delete(req),
             _ => HttpReply::error(
                 405,
@@ -220,7 +221,7 @@ impl Gateway {
         }
     }
 
-    fn post(&self, req: &HttpRequest, sink: &mut dyn EventSink) -> HttpReply {
+    fn post(&self, req: &HttpRequest, sink: &mut dyn EventSink, access: &Access) -> HttpReply {
         let accept = req.header("accept").unwrap_or("");
         if !(accepts(accept, "application/json") && accepts(accept, "text/event-stream")) {
             return HttpReply::bad(406, "Accept must list both application/json and text/event-stream");
@@ -231,20 +232,22 @@ impl Gateway {
         }
         let body = req.body.trim_ascii_start();
         if body.first() == Some(&b'[') {
-            return self.batch(req, body);
+            return self.batch(req, body, access);
         }
         let message = match Message::parse(body) {
             Ok(m) => m,
             Err(e) => return HttpReply::error(400, &Value::Null, &e),
         };
         if message.method() == "initialize" && message.kind() == Ok(Kind::Request) {
-            return self.initialize(&message);
+            return self.initialize(&message, access);
         }
-        let session = match self.session_of(req, message.id.as_ref()) {
+        let session = match self.session_of(req, message.id.as_ref(), access) {
             Ok(s) => s,
             Err(reply) => return reply,
         };
-        let _busy = session.activity();
+        let Some(_busy) = session.activity(self.current().config.max_requests_per_session) else {
+            return too_busy(&session);
+        };
         match message.kind() {
             Ok(Kind::Request) => {
                 let id = message.id.clone().unwrap_or(Value::Null);
@@ -265,7 +268,7 @@ impl Gateway {
     }
 
     /// A JSON-RPC batch: only for sessions on protocol 2025-03-26, which had them.
-    fn batch(&self, req: &HttpRequest, body: &[u8]) -> HttpReply {
+    fn batch(&self, req: &HttpRequest, body: &[u8], access: &Access) -> HttpReply {
         let items: Vec<Box<RawValue>> = match serde_json::from_slice(body) {
             Ok(items) => items,
             Err(e) => {
@@ -276,7 +279,7 @@ impl Gateway {
                 );
             }
         };
-        let session = match self.session_of(req, None) {
+        let session = match self.session_of(req, None, access) {
             Ok(s) => s,
             Err(reply) => return reply,
         };
@@ -293,7 +296,9 @@ impl Gateway {
         if items.is_empty() {
             return HttpReply::error(400, &Value::Null, &RpcError::new(jsonrpc::INVALID_REQUEST, "empty batch"));
         }
-        let _busy = session.activity();
+        let Some(_busy) = session.activity(self.current().config.max_requests_per_session) else {
+            return too_busy(&session);
+        };
         let mut answers = Vec::new();
         for item in &items {
             let message = match Message::parse(item.get().as_bytes()) {
@@ -334,7 +339,10 @@ impl Gateway {
     }
 
     /// The session a request names, or the reply that refuses it.
-    fn session_of(&self, req: &HttpRequest, id: Option<&Value>) -> Result<Arc<Session>, HttpReply> {
+    /// The session a request names, or the reply that refuses it. A session
+    /// created with a token answers only to that token: to any other it is
+    /// unknown.
+    fn session_of(&self, req: &HttpRequest, id: Option<&Value>, access: &Access) -> Result<Arc<Session>, HttpReply> {
         let id = id.unwrap_or(&Value::Null);
         if let Some(version) = req.header(VERSION_HEADER)
             && !PROTOCOL_VERSIONS.contains(&version)
@@ -356,13 +364,16 @@ impl Gateway {
             let e = RpcError::new(jsonrpc::INVALID_REQUEST, "Mcp-Session-Id header is required after initialize");
             return Err(HttpReply::error(400, id, &e));
         };
-        self.sessions.get(session_id).ok_or_else(|| {
-            let e = RpcError::new(jsonrpc::INVALID_REQUEST, "unknown or ended session: initialize a new one");
-            HttpReply::error(404, id, &e)
-        })
+        match self.sessions.get(session_id) {
+            Some(session) if session.admits(access) => Ok(session),
+            _ => {
+                let e = RpcError::new(jsonrpc::INVALID_REQUEST, "unknown or ended session: initialize a new one");
+                Err(HttpReply::error(404, id, &e))
+            }
+        }
     }
 
-    fn initialize(&self, message: &Message) -> HttpReply {
+    fn initialize(&self, message: &Message, access: &Access) -> HttpReply {
         let id = message.id.clone().unwrap_or(Value::Null);
         let params = match message.params_object() {
             Ok(p) => p,
@@ -393,7 +404,8 @@ impl Gateway {
                 );
             }
         };
-        let session = Session::new(session_id.clone(), version.to_string(), jsonrpc::raw(&init_params), client_name);
+        let session =
+            Session::new(session_id.clone(), version.to_string(), jsonrpc::raw(&init_params), client_name, access);
         let max_sessions = self.current().config.max_sessions;
         if !self.sessions.insert(session.clone(), max_sessions) {
             self.stats.sessions_refused.inc();
@@ -406,7 +418,7 @@ impl Gateway {
         let opened = self.open_all(&session);
         let result = json!({
             "protocolVersion": version,
-            "capabilities": self.capabilities(&opened),
+            "capabilities": self.capabilities(&session, &opened),
             "serverInfo": { "name": "mcpgate", "version": env!("CARGO_PKG_VERSION") },
             "instructions": instructions(&opened),
         });
@@ -417,8 +429,9 @@ impl Gateway {
     /// in parallel; returns those that are open.
     fn open_all(&self, session: &Session) -> Vec<Arc<Downstream>> {
         let cur = self.current();
+        let servers = visible(&cur, session);
         let opened = Mutex::new(Vec::new());
-        threads::for_each_parallel("fanout", &cur.servers, cur.servers.len(), |server| {
+        threads::for_each_parallel("fanout", &servers, servers.len(), |server| {
             if let Ok(d) = session.downstream(server, cur.config.open_retry) {
                 opened.lock().push(d);
             }
@@ -431,8 +444,8 @@ impl Gateway {
     /// What mcpgate offers a client: the union of what its servers offer. A
     /// server that is not open counts as offering tools, prompts and
     /// resources, so the client asks again once it is back.
-    fn capabilities(&self, opened: &[Arc<Downstream>]) -> Value {
-        let all_open = opened.len() == self.current().servers.len();
+    fn capabilities(&self, session: &Session, opened: &[Arc<Downstream>]) -> Value {
+        let all_open = opened.len() == visible(&self.current(), session).len();
         let mut caps = Map::new();
         for kind in ["tools", "prompts", "resources"] {
             let offering: Vec<&Value> =
@@ -673,8 +686,9 @@ impl Gateway {
     /// out and their error recorded.
     fn build_list(&self, session: &Arc<Session>, kind: ListKind) -> Arc<List> {
         let cur = self.current();
+        let servers = visible(&cur, session);
         let found: Mutex<Vec<(usize, ServerItems)>> = Mutex::new(Vec::new());
-        threads::for_each_parallel("fanout", &cur.servers, cur.servers.len(), |server| {
+        threads::for_each_parallel("fanout", &servers, servers.len(), |server| {
             let Ok(d) = session.downstream(server, cur.config.open_retry) else { return };
             if !d.offers(kind.capability()) {
                 return;
@@ -769,18 +783,18 @@ impl Gateway {
         }
     }
 
-    fn get(&self, req: &HttpRequest) -> HttpReply {
+    fn get(&self, req: &HttpRequest, access: &Access) -> HttpReply {
         if !accepts(req.header("accept").unwrap_or(""), "text/event-stream") {
             return HttpReply::bad(406, "GET /mcp needs Accept: text/event-stream");
         }
         if !req.http11 {
             return HttpReply::bad(400, "the GET stream needs HTTP/1.1");
         }
-        let session = match self.session_of(req, None) {
+        let session = match self.session_of(req, None, access) {
             Ok(s) => s,
             Err(reply) => return reply,
         };
-        match session.attach_stream(req.header("last-event-id")) {
+        match session.attach_stream(req.header("last-event-id"), self.current().config.max_streams_per_session) {
             Ok(attached) => HttpReply::stream(StreamReply {
                 first: attached.first,
                 rx: attached.rx,
@@ -854,8 +868,23 @@ impl PostStream<'_> {
     }
 }
 
+/// The servers a session may reach, in configuration order.
+fn visible(current: &Current, session: &Session) -> Vec<Arc<Server>> {
+    current.servers.iter().filter(|s| session.allows(s.name())).cloned().collect()
+}
+
 fn new_server(config: &crate::config::ServerConfig, all: &Config, stats: &Arc<Stats>) -> Arc<Server> {
     Arc::new(Server::new(config.clone(), Limits::from_config(all), all.workers, stats.clone()))
+}
+
+/// 429 for a session with `max_requests_per_session` requests in flight.
+fn too_busy(session: &Session) -> HttpReply {
+    log::warn!("session {}: too many requests in flight; one refused with 429", session::short(&session.id));
+    let e = RpcError::new(
+        jsonrpc::INVALID_REQUEST,
+        "this session has too many requests in flight (max_requests_per_session); retry later",
+    );
+    HttpReply::error(429, &Value::Null, &e).header("Retry-After", "1")
 }
 
 /// Every page of one server's list.

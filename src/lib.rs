@@ -11,6 +11,7 @@
 //! session through `downstream::close_all`.
 #![deny(unsafe_code)]
 
+pub mod access;
 pub mod app;
 pub mod catalog;
 pub mod config;

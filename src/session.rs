@@ -12,6 +12,7 @@ use parking_lot::{Condvar, Mutex};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use crate::access::Access;
 use crate::catalog::{List, ListKind};
 use crate::downstream::{self, Downstream, Inbox, Server};
 use crate::jsonrpc::{self, Kind, Message, RpcError};
@@ -22,8 +23,6 @@ use crate::stats::Stats;
 const BACKLOG: usize = 256;
 /// Messages queued on one `GET` stream before it counts as stuck.
 const STREAM_QUEUE: usize = 256;
-/// `GET` streams one session may hold at once.
-pub const MAX_STREAMS: usize = 4;
 /// Events kept for clients that resume a stream with `Last-Event-ID`.
 const REPLAY_EVENTS: usize = 256;
 const REPLAY_BYTES: usize = 1 << 20;
@@ -106,6 +105,9 @@ struct State {
     posts: HashMap<u64, Option<Sender<Vec<u8>>>>,
     /// The last `logging/setLevel` params, for servers opened later.
     log_level: Option<Box<RawValue>>,
+    /// The token that created the session (kept in memory only); a session
+    /// restored from the state file binds to the first valid token it sees.
+    bearer: Option<String>,
 }
 
 pub struct Session {
@@ -115,6 +117,8 @@ pub struct Session {
     init_params: Box<RawValue>,
     pub client_name: String,
     pub created: Instant,
+    /// The servers this session may reach (its token's); `None` for all.
+    scope: Option<Vec<String>>,
     state: Mutex<State>,
     slot_changed: Condvar,
     me: Weak<Session>,
@@ -129,6 +133,9 @@ pub struct SavedSession {
     pub client_name: String,
     /// Unix seconds of the last request or stream end.
     pub last_active: u64,
+    /// The servers its token may reach; absent for all.
+    #[serde(default)]
+    pub scope: Option<Vec<String>>,
     pub downstreams: Vec<downstream::SavedDownstream>,
 }
 
@@ -137,8 +144,23 @@ fn unix_now() -> u64 {
 }
 
 impl Session {
-    pub fn new(id: String, protocol_version: String, init_params: Box<RawValue>, client_name: String) -> Arc<Session> {
-        Session::with_last_active(id, protocol_version, init_params, client_name, Instant::now())
+    pub fn new(
+        id: String,
+        protocol_version: String,
+        init_params: Box<RawValue>,
+        client_name: String,
+        access: &Access,
+    ) -> Arc<Session> {
+        let session = Session::with_last_active(
+            id,
+            protocol_version,
+            init_params,
+            client_name,
+            access.servers().map(<[String]>::to_vec),
+            Instant::now(),
+        );
+        session.state.lock().bearer = access.bearer().map(str::to_string);
+        session
     }
 
     /// Rebuilds a session saved by an earlier process; its downstream
@@ -151,6 +173,7 @@ impl Session {
             saved.protocol_version.clone(),
             jsonrpc::raw(&saved.init_params),
             saved.client_name.clone(),
+            saved.scope.clone(),
             last_active,
         )
     }
@@ -160,6 +183,7 @@ impl Session {
         protocol_version: String,
         init_params: Box<RawValue>,
         client_name: String,
+        scope: Option<Vec<String>>,
         last_active: Instant,
     ) -> Arc<Session> {
         let now = Instant::now();
@@ -169,6 +193,7 @@ impl Session {
             init_params,
             client_name,
             created: now,
+            scope,
             state: Mutex::new(State {
                 closed: false,
                 last_active,
@@ -186,6 +211,7 @@ impl Session {
                 log_bytes: 0,
                 posts: HashMap::new(),
                 log_level: None,
+                bearer: None,
             }),
             slot_changed: Condvar::new(),
             me: me.clone(),
@@ -193,12 +219,34 @@ impl Session {
     }
 
     /// Marks a request as running until the guard drops; a session with a
-    /// request running is never idle.
-    pub fn activity(&self) -> Activity<'_> {
+    /// request running is never idle. `None` when `max` are running already.
+    pub fn activity(&self, max: usize) -> Option<Activity<'_>> {
         let mut st = self.state.lock();
+        if st.in_flight >= max {
+            return None;
+        }
         st.in_flight += 1;
         st.last_active = Instant::now();
-        Activity(self)
+        Some(Activity(self))
+    }
+
+    /// Whether a request with `access` may use this session: the token that
+    /// created it, or any when no tokens are configured.
+    pub fn admits(&self, access: &Access) -> bool {
+        let Some(presented) = access.bearer() else { return true };
+        let mut st = self.state.lock();
+        match &st.bearer {
+            Some(bearer) => crate::access::constant_time_eq(bearer.as_bytes(), presented.as_bytes()),
+            None => {
+                st.bearer = Some(presented.to_string());
+                true
+            }
+        }
+    }
+
+    /// Whether this session may reach `server`.
+    pub fn allows(&self, server: &str) -> bool {
+        self.scope.as_ref().is_none_or(|servers| servers.iter().any(|s| s == server))
     }
 
     /// How long the session has been idle: no request running, no `GET`
@@ -310,6 +358,7 @@ impl Session {
             init_params: serde_json::from_str(self.init_params.get()).unwrap_or(Value::Null),
             client_name: self.client_name.clone(),
             last_active: unix_now().saturating_sub(idle.as_secs()),
+            scope: self.scope.clone(),
             downstreams,
         })
     }
@@ -531,7 +580,7 @@ impl Session {
     /// Attaches a `GET` stream. With `last_event_id` of an earlier stream,
     /// the events of that stream after it are replayed first, and only
     /// those; resuming a `POST` stream follows it to its response.
-    pub fn attach_stream(&self, last_event_id: Option<&str>) -> Result<Attached, RpcError> {
+    pub fn attach_stream(&self, last_event_id: Option<&str>, max_streams: usize) -> Result<Attached, RpcError> {
         let mut st = self.state.lock();
         if st.closed {
             return Err(RpcError::internal("the session is closing"));
@@ -555,10 +604,10 @@ impl Session {
                 return Ok(Attached { id: None, first: replay, rx });
             }
         }
-        if st.streams.len() >= MAX_STREAMS {
+        if st.streams.len() >= max_streams {
             return Err(RpcError::new(
                 jsonrpc::INVALID_REQUEST,
-                format!("this session already has {MAX_STREAMS} GET streams open"),
+                format!("this session already has {max_streams} GET streams open (max_streams_per_session)"),
             ));
         }
         st.next_stream += 1;

@@ -1,0 +1,152 @@
+#![forbid(unsafe_code)]
+//! Who may talk to mcpgate: the `Origin` check (DNS rebinding), bearer
+//! tokens for `/mcp`, and the rule for the status pages.
+
+use serde_json::Value;
+
+use crate::config::{Config, Token};
+use crate::httpd::{HttpReply, HttpRequest};
+use crate::jsonrpc::{self, RpcError};
+
+/// What a request may reach once admitted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Access {
+    /// No `auth` configured: everything.
+    Open,
+    /// A valid token: the servers it names (all when it names none).
+    Token(Token),
+}
+
+impl Access {
+    /// The servers this access is limited to; `None` for all of them.
+    pub fn servers(&self) -> Option<&[String]> {
+        match self {
+            Access::Open => None,
+            Access::Token(token) => token.servers.as_deref(),
+        }
+    }
+
+    pub fn bearer(&self) -> Option<&str> {
+        match self {
+            Access::Open => None,
+            Access::Token(token) => Some(&token.token),
+        }
+    }
+}
+
+/// A browser page from another site must not reach mcpgate: a request with
+/// an `Origin` that is not loopback and not in `allowed_origins` gets 403.
+/// Requests without `Origin` (not from a browser) pass.
+pub fn check_origin(req: &HttpRequest, config: &Config) -> Result<(), HttpReply> {
+    let Some(origin) = req.header("origin") else { return Ok(()) };
+    if is_loopback_origin(origin) || config.allowed_origins.iter().any(|o| o.eq_ignore_ascii_case(origin)) {
+        return Ok(());
+    }
+    let e = RpcError::new(
+        jsonrpc::INVALID_REQUEST,
+        format!("Origin `{}` is not allowed (allowed_origins)", printable(origin)),
+    );
+    Err(HttpReply::error(403, &Value::Null, &e))
+}
+
+/// `http(s)://localhost`, `127.0.0.1` or `[::1]`, with any port.
+fn is_loopback_origin(origin: &str) -> bool {
+    let Some(rest) = origin.strip_prefix("http://").or_else(|| origin.strip_prefix("https://")) else {
+        return false;
+    };
+    let host = if rest.starts_with('[') {
+        rest.split_inclusive(']').next().unwrap_or("")
+    } else {
+        rest.split(':').next().unwrap_or("")
+    };
+    matches!(host.to_ascii_lowercase().as_str(), "localhost" | "127.0.0.1" | "[::1]")
+        && rest[host.len()..].chars().all(|c| c == ':' || c.is_ascii_digit())
+}
+
+/// The access of a `/mcp` request: with tokens configured it needs a valid
+/// `Authorization: Bearer`; 401 with `WWW-Authenticate: Bearer` otherwise.
+pub fn authenticate(req: &HttpRequest, config: &Config) -> Result<Access, HttpReply> {
+    let Some(tokens) = &config.tokens else { return Ok(Access::Open) };
+    let presented = req.header("authorization").and_then(|v| {
+        let (scheme, token) = v.trim().split_once(' ')?;
+        scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+    });
+    let (challenge, message) = match presented {
+        None => ("Bearer", "this gateway needs Authorization: Bearer <token>"),
+        Some(presented) => match find(tokens, presented) {
+            Some(token) => return Ok(Access::Token(token.clone())),
+            None => ("Bearer error=\"invalid_token\"", "the bearer token is not valid"),
+        },
+    };
+    let e = RpcError::new(jsonrpc::INVALID_REQUEST, message);
+    Err(HttpReply::error(401, &Value::Null, &e).header("WWW-Authenticate", challenge))
+}
+
+/// The token equal to `presented`. Every configured token is compared in
+/// full, in time that depends only on the lengths, so the answer's timing
+/// tells nothing about how much of a token was right.
+fn find<'a>(tokens: &'a [Token], presented: &str) -> Option<&'a Token> {
+    let mut found = None;
+    for token in tokens {
+        if constant_time_eq(token.token.as_bytes(), presented.as_bytes()) {
+            found = Some(token);
+        }
+    }
+    found
+}
+
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = a.len() ^ b.len();
+    for i in 0..a.len().max(b.len()) {
+        let x = a.get(i).copied().unwrap_or(0);
+        let y = b.get(i).copied().unwrap_or(0);
+        diff |= usize::from(x ^ y);
+    }
+    std::hint::black_box(diff) == 0
+}
+
+/// The status pages and `/reload`: loopback clients always; others with a
+/// valid token, or anyone when `status_public` is set.
+pub fn check_status(req: &HttpRequest, config: &Config) -> Result<(), HttpReply> {
+    if config.status_public || req.peer.is_some_and(|p| p.ip().is_loopback()) {
+        return Ok(());
+    }
+    if config.tokens.is_some() {
+        return authenticate(req, config).map(|_| ());
+    }
+    Err(HttpReply::text(403, "text/plain", "the status pages answer this host only (status_public)\n".into()))
+}
+
+fn printable(text: &str) -> String {
+    text.chars().take(100).map(|c| if c.is_control() { '?' } else { c }).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_origins_with_any_port_pass_and_others_do_not() {
+        for origin in ["http://localhost", "http://localhost:6274", "https://127.0.0.1:8780", "http://[::1]:3000"] {
+            assert!(is_loopback_origin(origin), "{origin}");
+        }
+        for origin in [
+            "http://evil.example.com",
+            "http://localhost.evil.com",
+            "http://127.0.0.1.evil.com:80",
+            "null",
+            "file://",
+            "http://localhost@evil.com",
+        ] {
+            assert!(!is_loopback_origin(origin), "{origin}");
+        }
+    }
+
+    #[test]
+    fn constant_time_eq_is_equality() {
+        assert!(constant_time_eq(b"abcdefghijklmnop", b"abcdefghijklmnop"));
+        assert!(!constant_time_eq(b"abcdefghijklmnop", b"abcdefghijklmnoq"));
+        assert!(!constant_time_eq(b"abcdefghijklmnop", b"abcdefghijklmno"));
+        assert!(!constant_time_eq(b"", b"x"));
+    }
+}
