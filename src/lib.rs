@@ -19,6 +19,7 @@ pub mod downstream;
 pub mod gateway;
 pub mod httpd;
 pub mod jsonrpc;
+pub mod notify;
 pub mod reader;
 pub mod reaper;
 pub mod session;

@@ -12,6 +12,7 @@ use mcpgate::app::Mcpgate;
 use mcpgate::config::{self, Config, ConfigError, Source};
 use mcpgate::gateway::Gateway;
 use mcpgate::httpd::{self, Httpd};
+use mcpgate::notify::{self, Notifier};
 use mcpgate::session::CloseReason;
 use mcpgate::state::{self, StateFile};
 use mcpgate::sys::{self, Signal};
@@ -126,8 +127,28 @@ fn run() -> Result<(), Error> {
     }
     // Before any thread starts, so that every thread inherits the mask.
     let signals = sys::block().map_err(io("cannot block signals"))?;
-    env_logger::Builder::from_env(env_logger::Env::default().filter_or("MCPGATE_LOG", "info")).init();
+    init_logging();
     serve(config, source, signals)
+}
+
+/// Logs to stderr. Under systemd (`$JOURNAL_STREAM`) each line starts with
+/// its syslog priority (`<3>` error ... `<7>` debug) and carries no
+/// timestamp, which journald adds.
+fn init_logging() {
+    let mut builder = env_logger::Builder::from_env(env_logger::Env::default().filter_or("MCPGATE_LOG", "info"));
+    if std::env::var_os("JOURNAL_STREAM").is_some() {
+        builder.format(|buf, record| {
+            use std::io::Write;
+            let priority = match record.level() {
+                log::Level::Error => 3,
+                log::Level::Warn => 4,
+                log::Level::Info => 6,
+                log::Level::Debug | log::Level::Trace => 7,
+            };
+            writeln!(buf, "<{priority}>{}: {}", record.target(), record.args())
+        });
+    }
+    builder.init();
 }
 
 fn serve(config: Config, source: Source, signals: sys::Signals) -> Result<(), Error> {
@@ -176,6 +197,17 @@ fn serve(config: Config, source: Source, signals: sys::Signals) -> Result<(), Er
     .map_err(io("cannot start the signal thread"))?;
     let addr = httpd.local_addr();
     println!("listening on http://{addr}/mcp");
+    let notifier = Notifier::from_env().map(Arc::new);
+    let mut watchdog = None;
+    if let Some(notifier) = &notifier {
+        notifier.send(&format!("READY=1\nSTATUS={}", notify::status_line(&gateway)));
+        if let Some(interval) = notify::watchdog_interval() {
+            watchdog = Some(
+                notify::start_watchdog(notifier.clone(), gateway.clone(), addr, interval)
+                    .map_err(io("cannot start the watchdog thread"))?,
+            );
+        }
+    }
     log::info!(
         "listening on http://{addr}/mcp, status on http://{addr}/status, {} server(s)",
         gateway.current().servers.len()
@@ -185,7 +217,13 @@ fn serve(config: Config, source: Source, signals: sys::Signals) -> Result<(), Er
         match signal_rx.recv() {
             Ok(Signal::Hangup) => {
                 log::info!("SIGHUP: reloading {}", source.path.display());
+                if let Some(notifier) = &notifier {
+                    notifier.send("RELOADING=1");
+                }
                 gateway.reload_from(&source);
+                if let Some(notifier) = &notifier {
+                    notifier.send(&format!("READY=1\nSTATUS={}", notify::status_line(&gateway)));
+                }
             }
             Ok(signal) => {
                 log::info!("{signal:?}: closing every session");
@@ -201,6 +239,12 @@ fn serve(config: Config, source: Source, signals: sys::Signals) -> Result<(), Er
 
     let started = Instant::now();
     let deadline = started + shutdown_timeout;
+    if let Some(notifier) = &notifier {
+        notifier.send("STOPPING=1\nSTATUS=closing every session");
+    }
+    if let Some(watchdog) = watchdog {
+        watchdog.stop();
+    }
     httpd.stop_accepting();
     reaper.stop();
     // With a state file, clients keep their sessions across the restart: the
