@@ -84,6 +84,12 @@ pub const REFERENCE: &[KeyDoc] = &[
         default: "4194304",
         meaning: "Largest request body in bytes; larger ones get 413 before the body is read.",
     },
+    KeyDoc { key: "max_header_count", default: "64", meaning: "Request headers allowed in one request; more get 431." },
+    KeyDoc {
+        key: "max_header_bytes",
+        default: "16384",
+        meaning: "Bytes of request headers allowed in one request; more get 431 (see README: Security for what this cannot prevent).",
+    },
     KeyDoc {
         key: "max_message_bytes",
         default: "16777216",
@@ -91,7 +97,7 @@ pub const REFERENCE: &[KeyDoc] = &[
     },
     KeyDoc {
         key: "max_sessions",
-        default: "10000",
+        default: "1024",
         meaning: "Live client sessions; an `initialize` beyond it gets 503 with `Retry-After`.",
     },
     KeyDoc {
@@ -192,6 +198,8 @@ pub struct Config {
     pub client_write_timeout: Duration,
     pub max_connections: usize,
     pub max_body_bytes: usize,
+    pub max_header_count: usize,
+    pub max_header_bytes: usize,
     pub max_message_bytes: usize,
     pub max_sessions: usize,
     pub page_size: usize,
@@ -290,8 +298,10 @@ impl Config {
             client_write_timeout: keys.secs("client_write_timeout_secs", 10)?,
             max_connections: keys.integer("max_connections", 512, 4, 65_536)?,
             max_body_bytes: keys.integer("max_body_bytes", 4 << 20, 1024, 1 << 30)?,
+            max_header_count: keys.integer("max_header_count", 64, 8, 4096)?,
+            max_header_bytes: keys.integer("max_header_bytes", 16 << 10, 1024, 1 << 20)?,
             max_message_bytes: keys.integer("max_message_bytes", 16 << 20, 1024, 1 << 30)?,
-            max_sessions: keys.integer("max_sessions", 10_000, 1, 1_000_000)?,
+            max_sessions: keys.integer("max_sessions", 1024, 1, 1_000_000)?,
             page_size: keys.integer("page_size", 100, 1, 100_000)?,
             state_file: keys.string("state_file")?.map(PathBuf::from),
             max_streams_per_session: keys.integer("max_streams_per_session", 4, 1, 64)?,
@@ -309,6 +319,21 @@ impl Config {
         }
         keys.refuse_unknown()?;
         Ok(config)
+    }
+
+    /// The most threads this configuration can run, by role: what
+    /// `TasksMax` must allow. Reaching a part's limit refuses work (a
+    /// connection, a session) instead of failing to start a thread.
+    pub fn thread_budget(&self) -> Vec<(&'static str, usize)> {
+        let servers = self.servers.len();
+        vec![
+            ("main, accept, reaper, signal, state, notify", 6),
+            ("workers", self.workers),
+            ("connections (max_connections)", self.max_connections),
+            ("readers (max_sessions x servers)", self.max_sessions * servers),
+            ("fanout (workers x servers)", self.workers * servers),
+            ("close (reaper, shutdown, reload, DELETEs)", 32 + 32 + self.workers * servers),
+        ]
     }
 
     /// The server with this name, if configured.

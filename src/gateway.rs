@@ -135,6 +135,8 @@ impl Gateway {
             ("workers", old.config.workers != new.workers),
             ("max_connections", old.config.max_connections != new.max_connections),
             ("max_body_bytes", old.config.max_body_bytes != new.max_body_bytes),
+            ("max_header_count", old.config.max_header_count != new.max_header_count),
+            ("max_header_bytes", old.config.max_header_bytes != new.max_header_bytes),
             ("client_idle_timeout_secs", old.config.client_idle_timeout != new.client_idle_timeout),
             ("client_write_timeout_secs", old.config.client_write_timeout != new.client_write_timeout),
             ("state_file", old.config.state_file != new.state_file),

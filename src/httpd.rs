@@ -165,6 +165,8 @@ pub struct Options {
     pub workers: usize,
     pub max_connections: usize,
     pub max_body_bytes: usize,
+    pub max_header_count: usize,
+    pub max_header_bytes: usize,
     /// Idle time between requests, and the longest silence while one is sent.
     pub idle_timeout: Duration,
     pub write_timeout: Duration,
@@ -388,6 +390,9 @@ where
 fn read_request(rq: &mut Request, options: &Options) -> Result<HttpRequest, HttpReply> {
     let too_large =
         || HttpReply::bad(413, &format!("request body larger than {} bytes (max_body_bytes)", options.max_body_bytes));
+    if let Err(why) = check_headers(rq.headers(), options) {
+        return Err(HttpReply::bad(431, &why));
+    }
     if rq.body_length().is_some_and(|n| n > options.max_body_bytes) {
         return Err(too_large());
     }
@@ -411,6 +416,40 @@ fn read_request(rq: &mut Request, options: &Options) -> Result<HttpRequest, Http
         return Err(too_large());
     }
     Ok(HttpRequest { method, path, headers, body, peer, http11 })
+}
+
+/// Counts the headers and their bytes. tiny_http offers no way to walk its
+/// headers, but its `Debug` output writes each one as a `Header { .. }`
+/// struct: a writer that counts those, and stops the output as soon as a
+/// limit is passed, measures them without copying.
+fn check_headers(headers: &tiny_http_fork::Headers, options: &Options) -> Result<(), String> {
+    struct Budget {
+        count: usize,
+        bytes: usize,
+        max_count: usize,
+        max_bytes: usize,
+    }
+    impl std::fmt::Write for Budget {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            if s == "Header" {
+                self.count += 1;
+            }
+            self.bytes += s.len();
+            // The Debug text adds about 64 bytes of field names per header.
+            let over = self.count > self.max_count || self.bytes > self.max_bytes + self.count * 64;
+            if over { Err(std::fmt::Error) } else { Ok(()) }
+        }
+    }
+    let mut budget =
+        Budget { count: 0, bytes: 0, max_count: options.max_header_count, max_bytes: options.max_header_bytes };
+    if std::fmt::write(&mut budget, format_args!("{headers:?}")).is_ok() {
+        return Ok(());
+    }
+    if budget.count > options.max_header_count {
+        Err(format!("more than {} request headers (max_header_count)", options.max_header_count))
+    } else {
+        Err(format!("request headers larger than {} bytes (max_header_bytes)", options.max_header_bytes))
+    }
 }
 
 fn work(shared: &Shared, jobs: Receiver<Job>) {

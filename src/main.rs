@@ -156,6 +156,8 @@ fn serve(config: Config, source: Source, signals: sys::Signals) -> Result<(), Er
         workers: config.workers,
         max_connections: config.max_connections,
         max_body_bytes: config.max_body_bytes,
+        max_header_count: config.max_header_count,
+        max_header_bytes: config.max_header_bytes,
         idle_timeout: config.client_idle_timeout,
         write_timeout: config.client_write_timeout,
     };

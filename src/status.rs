@@ -74,6 +74,8 @@ pub fn json(g: &Gateway) -> Value {
             "reaper": s.threads_reaper.get(),
             "connections": s.threads_connections.get(),
             "join_timeouts": s.threads_join_timeouts.get(),
+            "budget": current.config.thread_budget().iter().map(|(_, n)| n).sum::<usize>(),
+            "budget_by_role": current.config.thread_budget().into_iter().map(|(role, n)| (role.to_string(), Value::from(n))).collect::<Map<String, Value>>(),
         },
         "sessions": {
             "live": g.sessions.len(),
