@@ -52,6 +52,7 @@ impl App for Mcpgate {
             (_, "/healthz" | "/status" | "/status.json") => {
                 HttpReply::text(405, "text/plain", "use GET\n".into()).header("Allow", "GET")
             }
+            (_, "/reload") => HttpReply::text(405, "text/plain", "use POST\n".into()).header("Allow", "POST"),
             (_, path) => HttpReply::text(
                 404,
                 "text/plain",

@@ -66,7 +66,7 @@ pub const REFERENCE: &[KeyDoc] = &[
     },
     KeyDoc {
         key: "client_idle_timeout_secs",
-        default: "5",
+        default: "15",
         meaning: "Seconds a client connection may be idle between requests, or silent while it sends one, before it is closed.",
     },
     KeyDoc {
@@ -294,7 +294,7 @@ impl Config {
             delete_timeout: keys.secs("delete_timeout_secs", 2)?,
             shutdown_timeout: keys.secs("shutdown_timeout_secs", 5)?,
             open_retry: keys.secs_or_zero("open_retry_secs", 5)?,
-            client_idle_timeout: keys.secs("client_idle_timeout_secs", 5)?,
+            client_idle_timeout: keys.secs("client_idle_timeout_secs", 15)?,
             client_write_timeout: keys.secs("client_write_timeout_secs", 10)?,
             max_connections: keys.integer("max_connections", 512, 4, 65_536)?,
             max_body_bytes: keys.integer("max_body_bytes", 4 << 20, 1024, 1 << 30)?,

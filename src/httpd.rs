@@ -247,9 +247,10 @@ impl Httpd {
         }
     }
 
-    /// Joins the workers, then the connection threads, until `deadline`.
-    /// Returns how many connection threads were still running (waiting on
-    /// an idle client) at the deadline.
+    /// Joins the workers, then the connection threads as soon as none is
+    /// handling a request (or at `deadline`). A connection thread still
+    /// waiting for the next request of an idle keep-alive client holds
+    /// nothing and ends with the process; returns how many did.
     pub fn join(mut self, deadline: Instant) -> usize {
         self.stop_accepting();
         drop(self.jobs.take());
@@ -257,12 +258,13 @@ impl Httpd {
             let _ = worker.join();
         }
         loop {
+            let busy = self.shared.stats.connections_busy.get();
             let pending = {
                 let mut conns = self.conns.lock();
                 reap(&mut conns);
                 conns.len()
             };
-            if pending == 0 || Instant::now() >= deadline {
+            if pending == 0 || busy == 0 || Instant::now() >= deadline {
                 return pending;
             }
             std::thread::sleep(Duration::from_millis(10));
@@ -349,23 +351,30 @@ where
 {
     let _live = shared.stats.threads_connections.enter();
     for rq in conn {
-        let Ok(rq) = rq else { break };
+        let Ok(mut rq) = rq else { break };
+        // Counted while a request is handled; an idle connection waits in `conn.next()`.
+        let _busy = shared.stats.connections_busy.enter();
+        // A refused request ends its connection: its body may be unread.
+        // (tiny_http will not write `Connection: close`; the close says it.)
+        // tiny_http writes the answer first, then drains what is left of the
+        // body with a 4 KiB buffer, bounded by the read timeout.
         if shared.stopping.load(Ordering::Acquire) {
-            respond(rq, HttpReply::bad(503, "mcpgate is shutting down").header("Connection", "close"), shared);
+            respond(rq, HttpReply::bad(503, "mcpgate is shutting down"), shared);
             break;
         }
-        let mut rq = rq;
         let req = match read_request(&mut rq, &shared.options) {
             Ok(req) => req,
             Err(reply) => {
-                respond(rq, reply.header("Connection", "close"), shared);
+                respond(rq, reply, shared);
                 break;
             }
         };
         match shared.app.route(&req) {
             Route::Inline => {
                 let reply = shared.app.handle(&req, &mut NoStream);
-                respond(rq, reply, shared);
+                if respond(rq, reply, shared) == After::Close {
+                    break;
+                }
             }
             Route::Worker => {
                 let (done, finished) = bounded::<()>(0);
@@ -395,6 +404,11 @@ fn read_request(rq: &mut Request, options: &Options) -> Result<HttpRequest, Http
     }
     if rq.body_length().is_some_and(|n| n > options.max_body_bytes) {
         return Err(too_large());
+    }
+    // tiny_http reads a Content-Length it cannot parse as "no body" and would
+    // then take the body for the next request: refuse it (RFC 9112, 6.3).
+    if rq.body_length().is_none() && rq.headers().get("Content-Length").is_some() {
+        return Err(HttpReply::bad(400, "Content-Length is not a valid length"));
     }
     let url = rq.url();
     let path = url.split('?').next().unwrap_or("").to_string();
@@ -502,7 +516,9 @@ impl EventSink for PostSink {
 impl PostSink {
     fn finish(self, reply: HttpReply, shared: &Shared) {
         match self {
-            PostSink::Waiting(Some(rq)) => respond(rq, reply, shared),
+            PostSink::Waiting(Some(rq)) => {
+                respond(rq, reply, shared);
+            }
             PostSink::Streaming(mut writer) => {
                 if let ReplyBody::Data { bytes, .. } = &reply.body {
                     let _ = write_chunk(&mut writer, bytes);
@@ -514,17 +530,25 @@ impl PostSink {
     }
 }
 
-fn respond(rq: Request, reply: HttpReply, shared: &Shared) {
+/// What a connection does after a reply.
+#[derive(Debug, PartialEq, Eq)]
+enum After {
+    KeepAlive,
+    /// A `GET` stream was sent with `Connection: close`.
+    Close,
+}
+
+fn respond(rq: Request, reply: HttpReply, shared: &Shared) -> After {
     let HttpReply { status, headers, body } = reply;
     let result = match body {
         ReplyBody::Stream(stream) => {
             run_stream(rq, &headers, stream, shared);
-            return;
+            return After::Close;
         }
-        ReplyBody::Empty => rq.respond(with_headers(Response::empty(status), &headers)),
+        ReplyBody::Empty => rq.respond(with_headers(Response::empty(status), &headers, shared)),
         ReplyBody::Data { content_type, bytes } => {
             let response = Response::from_data(bytes).with_status_code(status);
-            let response = with_headers(response, &headers);
+            let response = with_headers(response, &headers, shared);
             rq.respond(match tiny_http_fork::Header::from_bytes("Content-Type", content_type) {
                 Ok(h) => response.with_header(h),
                 Err(_) => response,
@@ -534,9 +558,20 @@ fn respond(rq: Request, reply: HttpReply, shared: &Shared) {
     if let Err(e) = result {
         log::debug!("writing a response failed: {e}");
     }
+    After::KeepAlive
 }
 
-fn with_headers<R: Read>(mut response: Response<R>, headers: &[(&'static str, String)]) -> Response<R> {
+fn with_headers<R: Read>(
+    mut response: Response<R>,
+    headers: &[(&'static str, String)],
+    shared: &Shared,
+) -> Response<R> {
+    // Tells clients (Node's undici, browsers) to drop an idle connection just
+    // before mcpgate closes it, so that a request never races the close.
+    let idle = shared.options.idle_timeout.as_secs().saturating_sub(1).max(1);
+    if let Ok(h) = tiny_http_fork::Header::from_bytes("Keep-Alive", format!("timeout={idle}")) {
+        response = response.with_header(h);
+    }
     for (name, value) in headers {
         match tiny_http_fork::Header::from_bytes(name.as_bytes(), value.as_bytes()) {
             Ok(h) => response = response.with_header(h),
@@ -550,7 +585,10 @@ fn with_headers<R: Read>(mut response: Response<R>, headers: &[(&'static str, St
 fn run_stream(rq: Request, headers: &[(&'static str, String)], stream: StreamReply, shared: &Shared) {
     let _live = shared.stats.threads_streams.enter();
     let mut writer = rq.into_writer();
-    let opened = write_sse_head(&mut writer, headers).is_ok()
+    // A stream's connection is not reused: after it, the connection thread ends.
+    let mut headers = headers.to_vec();
+    headers.push(("Connection", "close".into()));
+    let opened = write_sse_head(&mut writer, &headers).is_ok()
         && stream.first.iter().all(|event| write_chunk(&mut writer, event).is_ok());
     if opened {
         let keepalive = tick(stream.keepalive);

@@ -279,7 +279,7 @@ fn serve(config: Config, source: Source, signals: sys::Signals) -> Result<(), Er
         s.downstream_delete_failures.get(),
     );
     if lingering > 0 {
-        log::warn!("{lingering} connection thread(s) still waited on idle clients at the shutdown deadline");
+        log::info!("{lingering} idle keep-alive connection(s) closed at exit");
     }
     Ok(())
 }

@@ -23,8 +23,11 @@ use crate::threads;
 const FORMAT: u32 = 1;
 /// How often the writer looks for changes.
 const LOOK_EVERY: Duration = Duration::from_millis(250);
-/// Activity alone (no session opened or closed) is written at most this often.
-const ACTIVITY_EVERY: Duration = Duration::from_secs(30);
+/// Activity alone (no session opened or closed) is written at most this
+/// often, and at least four times per idle timeout.
+fn activity_every(idle_timeout: Duration) -> Duration {
+    (idle_timeout / 4).clamp(LOOK_EVERY, Duration::from_secs(30))
+}
 
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct Saved {
@@ -84,7 +87,10 @@ pub fn snapshot(gateway: &Gateway, with_downstreams: bool) -> Saved {
 /// others are restored and their downstream sessions taken over by id.
 pub fn restore(gateway: &Gateway, saved: Saved) {
     let current = gateway.current();
-    let timeout = current.config.session_idle_timeout.as_secs();
+    // The saved activity may be one write interval old: a session is expired
+    // only past that, so one in use at the crash is never closed at start.
+    let idle_timeout = current.config.session_idle_timeout;
+    let timeout = (idle_timeout + activity_every(idle_timeout)).as_secs();
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let mut to_close: Vec<(Arc<Server>, SavedDownstream)> = Vec::new();
     let (mut restored, mut expired) = (0, 0);
@@ -162,7 +168,8 @@ pub fn start(gateway: Arc<Gateway>, file: StateFile) -> std::io::Result<Writer> 
                 recv(stopped) -> _ => return,
                 recv(ticks) -> _ => {
                     let now = structure(&gateway);
-                    let active = gateway.stats.requests.get() != requests && at.elapsed() >= ACTIVITY_EVERY;
+                    let every = activity_every(gateway.current().config.session_idle_timeout);
+                    let active = gateway.stats.requests.get() != requests && at.elapsed() >= every;
                     if now == written && !active {
                         continue;
                     }

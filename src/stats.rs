@@ -79,6 +79,8 @@ pub struct Stats {
     pub threads_streams: Gauge,
     pub threads_reaper: Gauge,
     pub threads_connections: Gauge,
+    /// Connection threads handling a request now (the others wait for one).
+    pub connections_busy: Gauge,
     pub threads_join_timeouts: Counter,
 
     pub connections_accepted: Counter,
