@@ -1,0 +1,246 @@
+//! The tiny_http hazards the README names, each proven harmless against a
+//! real mcpgate process: (1) a huge `Content-Length` does not abort it,
+//! (2) a burst of connections is answered at once, none starved behind a
+//! pool, and (3) a thread that cannot be spawned costs one connection, not
+//! the accept loop.
+
+mod support;
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream};
+use std::process::Command;
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use support::{
+    Ending, Fixture, Gate, config, parse_reply, raw_exchange, raw_request, read_response, read_until_closed, wait_until,
+};
+
+const HUGE: &str = "200000000000";
+
+fn healthz_answers(addr: SocketAddr) -> bool {
+    let reply = raw_request(addr, "GET", "/healthz", &[], b"");
+    reply.status == 200 && reply.body == "ok\n"
+}
+
+#[test]
+fn huge_content_length_gets_413_at_once_and_the_process_survives() {
+    let fixture = Fixture::start("alpha", &[]);
+    let mut gate = Gate::start(&config(&[("alpha", fixture.url())]));
+    let addr = gate.addr;
+    let cases = [
+        ("GET /mcp", format!("GET /mcp HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n")),
+        (
+            "POST /mcp",
+            format!(
+                "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
+            ),
+        ),
+    ];
+    for (case, head) in cases {
+        let bytes = format!("{head}Content-Length: {HUGE}\r\n\r\n{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}}");
+        let started = Instant::now();
+        let text = raw_exchange(addr, bytes.as_bytes());
+        let elapsed = started.elapsed();
+        assert!(gate.is_running(), "{case}: mcpgate died\n{}", gate.stderr());
+        let reply = parse_reply(&text).unwrap_or_else(|| panic!("{case}: no answer: {text:?}"));
+        assert_eq!(reply.status, 413, "{case}: {reply:?}");
+        assert!(reply.json()["error"]["message"].as_str().unwrap().contains("max_body_bytes"), "{case}: {reply:?}");
+        // Answered before the body, not after waiting for it.
+        assert!(elapsed < Duration::from_secs(1), "{case}: answered after {elapsed:?}");
+        assert!(healthz_answers(addr), "{case}: /healthz after");
+    }
+    // The largest value that still parses, and one more than a usize holds.
+    let max = format!("POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\n\r\n{{}}", usize::MAX);
+    let reply = parse_reply(&raw_exchange(addr, max.as_bytes())).expect("an answer");
+    assert_eq!(reply.status, 413, "{reply:?}");
+    let over = format!("POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 1{}\r\n\r\n{{}}", usize::MAX);
+    let _ = raw_exchange(addr, over.as_bytes());
+    assert!(gate.is_running(), "mcpgate died\n{}", gate.stderr());
+    assert!(healthz_answers(addr));
+    // Nothing near the declared size was ever allocated.
+    let status = gate.status();
+    let rss = status["process"]["rss_bytes"].as_u64().unwrap();
+    assert!(rss < 256 << 20, "rss {rss} bytes: {}", status["process"]);
+    // The connections drained what they could and ended (idle timeout 1 s).
+    assert!(
+        wait_until(Duration::from_secs(5), || gate.status()["threads"]["connections"].as_u64() <= Some(1)),
+        "connection threads still running: {}",
+        gate.status()["threads"]
+    );
+}
+
+#[test]
+fn a_burst_of_40_keep_alive_connections_is_answered_at_once() {
+    let fixture = Fixture::start("alpha", &[]);
+    let mut c = config(&[("alpha", fixture.url())]);
+    // Long enough that every connection of the burst is still held when counted.
+    c["client_idle_timeout_secs"] = json!(10);
+    let gate = Gate::start(&c);
+    let addr = gate.addr;
+    const BURST: usize = 40;
+    let barrier = Arc::new(Barrier::new(BURST));
+    let handles: Vec<_> = (0..BURST)
+        .map(|_| {
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                barrier.wait();
+                let started = Instant::now();
+                let mut stream = TcpStream::connect(addr).expect("connect");
+                let request = format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\nConnection: keep-alive\r\n\r\n");
+                stream.write_all(request.as_bytes()).expect("send");
+                let answer = read_response(&mut stream, Duration::from_secs(5));
+                (started.elapsed(), answer, stream)
+            })
+        })
+        .collect();
+    let results: Vec<_> = handles.into_iter().map(|h| h.join().expect("burst thread")).collect();
+    let slowest = results.iter().map(|(t, _, _)| *t).max().unwrap();
+    println!("burst of {BURST}: slowest answer after {slowest:?}");
+    for (i, (elapsed, answer, _)) in results.iter().enumerate() {
+        let answer = answer.as_deref().unwrap_or_else(|| panic!("connection {i}: no answer within 5 s"));
+        let reply = parse_reply(answer).unwrap();
+        assert_eq!((reply.status, reply.body.as_str()), (200, "ok\n"), "connection {i}");
+        assert!(*elapsed < Duration::from_secs(2), "connection {i} waited {elapsed:?}");
+    }
+    // Every connection of the burst holds its own thread at the same time.
+    let status = gate.status();
+    let connections = status["threads"]["connections"].as_u64().unwrap();
+    assert!(connections > BURST as u64, "{BURST} held + this one: {}", status["threads"]);
+    assert_eq!(status["connections"]["refused"], 0, "{}", status["connections"]);
+    drop(results);
+    assert!(
+        wait_until(Duration::from_secs(5), || gate.status()["threads"]["connections"].as_u64() <= Some(1)),
+        "connection threads end when their clients go: {}",
+        gate.status()["threads"]
+    );
+}
+
+fn is_root() -> bool {
+    let out = Command::new("id").arg("-u").output().expect("run id -u");
+    String::from_utf8_lossy(&out.stdout).trim() == "0"
+}
+
+/// Threads (tasks) whose real uid is `uid`, machine-wide: what RLIMIT_NPROC counts.
+fn threads_of_uid(uid: u32) -> usize {
+    let Ok(procs) = std::fs::read_dir("/proc") else { return 0 };
+    let mut total = 0;
+    for entry in procs.flatten() {
+        let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else { continue };
+        let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).map(str::split_whitespace);
+        let real_uid = field("Uid:").and_then(|mut f| f.next()).and_then(|v| v.parse::<u32>().ok());
+        if real_uid == Some(uid) {
+            total += field("Threads:").and_then(|mut f| f.next()).and_then(|v| v.parse::<usize>().ok()).unwrap_or(0);
+        }
+    }
+    total
+}
+
+/// Makes the directory of `--config` and the file readable by anyone (the gate runs as nobody).
+fn open_config_to_all(command: &Command) {
+    use std::os::unix::fs::PermissionsExt;
+    let args: Vec<_> = command.get_args().collect();
+    let at = args.iter().position(|a| *a == "--config").expect("--config") + 1;
+    let path = std::path::Path::new(args[at]);
+    std::fs::set_permissions(path.parent().unwrap(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644)).unwrap();
+}
+
+#[test]
+fn a_thread_that_cannot_be_spawned_costs_one_connection_and_the_gateway_recovers() {
+    if !is_root() {
+        println!("skipped: this check needs root (it runs mcpgate as nobody under a thread limit)");
+        return;
+    }
+    const NOBODY: u32 = 65534;
+    let fixture = Fixture::start("alpha", &[]);
+    let mut c = config(&[("alpha", fixture.url())]);
+    c["workers"] = json!(2);
+    // Served connections keep their thread while the test holds them.
+    c["client_idle_timeout_secs"] = json!(10);
+    let at_rest = Gate::start(&c).threads();
+    assert!(at_rest >= 4, "accept, 2 workers, reaper: {at_rest}");
+    // Room for exactly two more threads: a connection and a reader, say.
+    let limit = at_rest + 2 + threads_of_uid(NOBODY);
+    let mut gate = Gate::start_with(&c, |mcpgate| {
+        open_config_to_all(&mcpgate);
+        let mut wrapped = Command::new("setpriv");
+        wrapped.args([&format!("--reuid={NOBODY}"), &format!("--regid={NOBODY}"), "--clear-groups", "prlimit"]);
+        wrapped.arg(format!("--nproc={limit}:{limit}"));
+        wrapped.arg(mcpgate.get_program()).args(mcpgate.get_args());
+        wrapped
+    });
+    let addr = gate.addr;
+    assert!(gate.settles_to(at_rest), "limited gate at rest: {} threads, expected {at_rest}", gate.threads());
+
+    // Ten connections at once, each asking and then holding on.
+    let mut streams: Vec<TcpStream> = (0..10).map(|_| TcpStream::connect(addr).expect("connect")).collect();
+    let request = format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\nConnection: keep-alive\r\n\r\n");
+    for stream in &mut streams {
+        let _ = stream.write_all(request.as_bytes());
+    }
+    let (mut served, mut refused) = (0, 0);
+    for (i, stream) in streams.iter_mut().enumerate() {
+        let (text, ending) = read_until_closed(stream, Duration::from_millis(1500));
+        match ending {
+            // Still open: it must have been answered.
+            Ending::TimedOut => {
+                assert!(text.starts_with("HTTP/1.1 200"), "connection {i} is open but unanswered: {text:?}");
+                served += 1;
+            }
+            Ending::Closed | Ending::Reset => {
+                assert_eq!(text, "", "connection {i}: a refused connection is closed unanswered");
+                refused += 1;
+            }
+        }
+    }
+    println!("thread limit {limit} ({at_rest} at rest): {served} connections served, {refused} refused");
+    assert!(gate.is_running(), "mcpgate died\n{}", gate.stderr());
+    assert!(served >= 1, "the first connections get threads");
+    assert!(served <= 2, "no more threads than the limit allows");
+    assert!(refused >= 8, "the rest are refused at once");
+    assert!(gate.threads() <= limit, "{} threads", gate.threads());
+    drop(streams);
+
+    // Once the clients are gone, everything works again.
+    assert!(gate.settles_to(at_rest), "threads {} != {at_rest} after the clients left", gate.threads());
+    assert!(healthz_answers(addr), "/healthz after the burst");
+    let status = gate.status();
+    let counted = status["connections"]["refused"].as_u64().unwrap();
+    assert!(counted >= refused, "refusals counted: {}", status["connections"]);
+    assert!(gate.stderr().contains("cannot start a thread"), "the refusal is logged:\n{}", gate.stderr());
+    // A session needs a connection thread and a reader: exactly the room left.
+    assert!(gate.settles_to(at_rest), "threads {} != {at_rest}", gate.threads());
+    let mut client = gate.client();
+    client.initialize();
+    assert_eq!(client.tool_text("alpha__echo", json!({"text": "recovered"})), "recovered");
+    assert!(wait_until(Duration::from_secs(5), || fixture.count("get_streams_open") == 1), "the reader started");
+    assert!(gate.is_running(), "mcpgate died\n{}", gate.stderr());
+}
+
+#[test]
+/// tiny_http answers a read that timed out with `400 Bad Request` and no
+/// request behind it; mcpgate cannot stop that write. What it can do: close
+/// the idle connection, and tell clients in every response to drop an idle
+/// connection a second before that (`Keep-Alive: timeout`), so that a
+/// client's next request never races the close.
+#[test]
+fn an_idle_keep_alive_connection_is_closed_after_the_timeout_it_announced() {
+    let fixture = Fixture::start("alpha", &[]);
+    let mut c = config(&[("alpha", fixture.url())]);
+    c["client_idle_timeout_secs"] = serde_json::json!(2);
+    let gate = Gate::start(&c);
+    let mut stream = TcpStream::connect(gate.addr).unwrap();
+    let request = format!("GET /healthz HTTP/1.1\r\nHost: {}\r\n\r\n", gate.addr);
+    stream.write_all(request.as_bytes()).unwrap();
+    let answer = read_response(&mut stream, Duration::from_secs(5)).expect("an answer");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer:?}");
+    let reply = parse_reply(&answer).unwrap();
+    assert_eq!(reply.header("keep-alive"), Some("timeout=1"), "{answer:?}");
+    let started = std::time::Instant::now();
+    let (_, ending) = read_until_closed(&mut stream, Duration::from_secs(6));
+    assert_eq!(ending, Ending::Closed, "the idle connection was not closed");
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(1500) && waited < Duration::from_secs(5), "closed after {waited:?}");
+}

@@ -1,0 +1,191 @@
+//! `/status`, `/status.json` and `/healthz` are answered on the connection
+//! thread, never behind the workers: they stay fast while hundreds of client
+//! `GET` streams are open and every worker waits on a slow server, and the
+//! JSON carries every field the README's status table names, with values
+//! that match what is running.
+
+mod support;
+
+use std::net::{SocketAddr, TcpListener};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::{Client, Fixture, Gate, RawReply, Stream, config, raw_request, wait_until};
+
+const STREAMS: u64 = 200;
+const WORKERS: u64 = 4;
+
+/// A port nothing listens on (bound, then released).
+fn closed_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Times one `GET` on a fresh connection, from connect to the last byte.
+fn timed_get(addr: SocketAddr, path: &str) -> (Duration, RawReply) {
+    let started = Instant::now();
+    let reply = raw_request(addr, "GET", path, &[], b"");
+    (started.elapsed(), reply)
+}
+
+/// Opens `n` sessions, each with its GET stream, from 4 threads.
+fn open_streams(url: &str, n: u64) -> Vec<Stream> {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4)
+            .map(|t| {
+                s.spawn(move || {
+                    (t..n)
+                        .step_by(4)
+                        .map(|_| {
+                            let mut client = Client::new(url);
+                            client.initialize();
+                            client.open_stream()
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles.into_iter().flat_map(|h| h.join().expect("opening streams")).collect()
+    })
+}
+
+#[track_caller]
+fn number(status: &Value, section: &str, field: &str) -> u64 {
+    status[section][field]
+        .as_u64()
+        .unwrap_or_else(|| panic!("`{section}.{field}` is not a number: {}", status[section]))
+}
+
+#[test]
+fn status_pages_answer_fast_with_200_streams_open_and_every_worker_busy() {
+    let fixture = Fixture::start("alpha", &[]);
+    let offline = format!("http://127.0.0.1:{}/mcp", closed_port());
+    let mut c = config(&[("alpha", fixture.url()), ("offline", offline)]);
+    c["workers"] = json!(WORKERS);
+    c["max_connections"] = json!(1024);
+    // Keep-alive comments on every stream each second: load while measuring,
+    // and how a stream learns that its client left.
+    c["keepalive_secs"] = json!(1);
+    let gate = Gate::start(&c);
+    let addr = gate.addr;
+
+    let opening = Instant::now();
+    let streams = open_streams(&gate.url(), STREAMS);
+    assert!(
+        wait_until(Duration::from_secs(10), || gate.status()["threads"]["streams"] == STREAMS),
+        "streams open: {}",
+        gate.status()["threads"]
+    );
+    println!("{STREAMS} sessions with open streams in {:?}", opening.elapsed());
+
+    // Every worker waits on a slow tool call (the tool list is fetched first,
+    // so each call is exactly one request at the fixture).
+    let slow_clients: Vec<Client> = (0..WORKERS)
+        .map(|_| {
+            let mut client = gate.client();
+            client.initialize();
+            assert!(client.tool_names().contains(&"alpha__slow".to_string()));
+            client
+        })
+        .collect();
+    let before = fixture.count("requests");
+    let calls: Vec<JoinHandle<String>> = slow_clients
+        .into_iter()
+        .map(|mut client| std::thread::spawn(move || client.tool_text("alpha__slow", json!({"ms": 5000}))))
+        .collect();
+    assert!(
+        wait_until(Duration::from_secs(4), || fixture.count("requests") == before + WORKERS),
+        "the slow calls reached the server: {}",
+        fixture.stats()
+    );
+
+    let mut last = Vec::new();
+    for path in ["/status", "/status.json", "/healthz"] {
+        let mut times = Vec::new();
+        let mut reply = None;
+        for i in 0..10 {
+            let (took, r) = timed_get(addr, path);
+            assert_eq!(r.status, 200, "{path} #{i}: {r:?}");
+            times.push(took);
+            reply = Some(r);
+        }
+        times.sort();
+        let (median, max) = ((times[4] + times[5]) / 2, times[9]);
+        println!(
+            "{path}: median {median:?}, max {max:?} ({STREAMS} streams open, {WORKERS} of {WORKERS} workers busy)"
+        );
+        assert!(median < Duration::from_millis(100), "{path}: median {median:?}; all: {times:?}");
+        assert!(max < Duration::from_secs(1), "{path}: max {max:?}; all: {times:?}");
+        last.push(reply.unwrap());
+    }
+    let status = gate.status();
+    let os_threads = gate.threads() as u64;
+    assert!(
+        calls.iter().all(|call| !call.is_finished()),
+        "the slow calls must still be in flight after the measurements"
+    );
+
+    // The JSON: every field of the README's table, with values that match.
+    let process = &status["process"];
+    let threads = number(&status, "process", "threads");
+    assert!(threads.abs_diff(os_threads) <= 20, "process.threads {threads}, /proc says {os_threads}");
+    assert!(threads >= 2 * STREAMS + WORKERS + 2, "streams, readers, workers, accept, reaper: {process}");
+    let by_role = &process["threads_by_role"];
+    assert_eq!(by_role["worker"], WORKERS, "{by_role}");
+    assert_eq!(by_role["reader"], STREAMS + WORKERS, "{by_role}");
+    assert!(by_role["conn"].as_u64().unwrap() >= STREAMS + WORKERS, "{by_role}");
+    let rss = number(&status, "process", "rss_bytes");
+    assert!((1 << 20..1 << 30).contains(&rss), "process.rss_bytes {rss}");
+    let fds = number(&status, "process", "open_fds");
+    assert!((2 * STREAMS..5000).contains(&fds), "process.open_fds {fds}: a socket per stream and per reader");
+
+    let t = &status["threads"];
+    assert_eq!(t["workers"], WORKERS, "threads.workers is the configured count: {t}");
+    assert_eq!(t["readers"], STREAMS + WORKERS, "one reader per downstream session: {t}");
+    assert_eq!(t["streams"], STREAMS, "{t}");
+    assert_eq!(t["reaper"], 1, "{t}");
+    assert!(number(&status, "threads", "connections") >= STREAMS + WORKERS, "{t}");
+
+    let s = &status["sessions"];
+    assert_eq!(s["live"], STREAMS + WORKERS, "{s}");
+    assert_eq!(s["created"], STREAMS + WORKERS, "{s}");
+    assert_eq!(s["evicted_idle"], 0, "{s}");
+    assert_eq!(s["deleted_by_client"], 0, "{s}");
+
+    let d = &status["downstream"];
+    assert_eq!(d["opened"], STREAMS + WORKERS, "only alpha opens: {d}");
+    assert_eq!(d["closed"], 0, "{d}");
+    assert_eq!(d["live"], STREAMS + WORKERS, "{d}");
+    assert_eq!(d["balanced"], true, "{d}");
+    assert_eq!(d["delete_failures"], 0, "{d}");
+    assert_eq!(d["leaked"], 0, "{d}");
+
+    let alpha = &status["servers"]["alpha"];
+    assert_eq!(alpha["live_sessions"], STREAMS + WORKERS, "{alpha}");
+    assert_eq!(alpha["last_error"], Value::Null, "{alpha}");
+    let down = &status["servers"]["offline"];
+    assert_eq!(down["live_sessions"], 0, "{down}");
+    assert!(down["last_error"].as_str().is_some_and(|e| !e.is_empty()), "the failing server says why: {down}");
+
+    // The HTML page names the servers; /healthz says ok.
+    let html = &last[0];
+    assert!(html.header("content-type").is_some_and(|t| t.starts_with("text/html")), "{:?}", html.headers);
+    assert!(html.body.starts_with("<!doctype html>"), "{}", &html.body[..80.min(html.body.len())]);
+    for name in ["alpha", "offline"] {
+        assert!(html.body.contains(&format!("<td>{name}</td>")), "/status names `{name}`");
+    }
+    assert_eq!(last[1].json()["threads"]["streams"], STREAMS);
+    assert_eq!(last[2].body, "ok\n");
+
+    for call in calls {
+        assert_eq!(call.join().expect("slow call"), "done");
+    }
+    for stream in streams {
+        stream.close();
+    }
+    assert!(
+        wait_until(Duration::from_secs(10), || gate.status()["threads"]["streams"] == 0),
+        "streams end when their clients go: {}",
+        gate.status()["threads"]
+    );
+}
