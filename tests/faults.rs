@@ -1,0 +1,719 @@
+//! Faults, counted at the downstream servers: a server killed or restarted
+//! under the gateway, mcpgate itself killed with SIGKILL (with and without a
+//! state file), configuration reloads good and bad, and a scripted server
+//! that answers garbage, hangs, or keeps a stream open for ever. After each
+//! fault the invariant holds: `downstream.opened == closed + live`.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::{Client, Fixture, Gate, TempDir, assert_balanced, config, wait_until};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+// ---------------------------------------------------------------------------
+// A scripted downstream server: real HTTP/1.1 on 127.0.0.1, one thread per
+// connection, every thread joined when it is dropped.
+// ---------------------------------------------------------------------------
+
+#[derive(Default)]
+struct Shared {
+    stop: AtomicBool,
+    /// GET /mcp: an SSE stream that never ends and ignores DELETE (else 405).
+    endless_get: bool,
+    initialize: AtomicUsize,
+    deletes: AtomicUsize,
+    gets: AtomicUsize,
+}
+
+struct Scripted {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    accept: Option<JoinHandle<()>>,
+}
+
+impl Scripted {
+    fn start(endless_get: bool) -> Scripted {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shared = Arc::new(Shared { endless_get, ..Shared::default() });
+        let sh = shared.clone();
+        let accept = std::thread::spawn(move || {
+            let mut connections = Vec::new();
+            while !sh.stop.load(Ordering::Acquire) {
+                match listener.accept() {
+                    Ok((stream, _)) => {
+                        let sh = sh.clone();
+                        connections.push(std::thread::spawn(move || serve(stream, &sh)));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                }
+            }
+            for c in connections {
+                let _ = c.join();
+            }
+        });
+        Scripted { addr, shared, accept: Some(accept) }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/mcp", self.addr)
+    }
+
+    fn deletes(&self) -> usize {
+        self.shared.deletes.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for Scripted {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        if let Some(accept) = self.accept.take() {
+            let _ = accept.join();
+        }
+    }
+}
+
+fn serve(mut s: TcpStream, sh: &Shared) {
+    let _ = s.set_nonblocking(false);
+    let _ = s.set_read_timeout(Some(Duration::from_millis(100)));
+    let mut buf = Vec::new();
+    while let Some((head, body)) = read_request(&mut s, &mut buf, sh) {
+        if !answer(&mut s, &head, &body, sh) {
+            return;
+        }
+    }
+}
+
+/// One request (head and Content-Length body); `None` when the peer closed or the test ended.
+fn read_request(s: &mut TcpStream, buf: &mut Vec<u8>, sh: &Shared) -> Option<(String, Vec<u8>)> {
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_string();
+            let length = head
+                .lines()
+                .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_string()))
+                .and_then(|v| v.parse::<usize>().ok())
+                .unwrap_or(0);
+            if buf.len() >= end + 4 + length {
+                let body = buf[end + 4..end + 4 + length].to_vec();
+                buf.drain(..end + 4 + length);
+                return Some((head, body));
+            }
+        }
+        if !wait_readable(s, &mut chunk, buf, sh) {
+            return None;
+        }
+    }
+}
+
+/// Reads once (100 ms at most); false when the peer closed, the read failed or the test ended.
+fn wait_readable(s: &mut TcpStream, chunk: &mut [u8], buf: &mut Vec<u8>, sh: &Shared) -> bool {
+    if sh.stop.load(Ordering::Acquire) {
+        return false;
+    }
+    match s.read(chunk) {
+        Ok(0) => false,
+        Ok(n) => {
+            buf.extend_from_slice(&chunk[..n]);
+            true
+        }
+        Err(e) => matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut),
+    }
+}
+
+fn reply(s: &mut TcpStream, status: &str, mime: &str, extra: &str, body: &[u8]) -> bool {
+    let head = format!("HTTP/1.1 {status}\r\nContent-Type: {mime}\r\n{extra}Content-Length: {}\r\n\r\n", body.len());
+    s.write_all(&[head.as_bytes(), body].concat()).is_ok()
+}
+
+fn result(id: &Value, result: Value) -> Vec<u8> {
+    json!({ "jsonrpc": "2.0", "id": id, "result": result }).to_string().into_bytes()
+}
+
+/// Answers one request; false when the connection must end.
+fn answer(s: &mut TcpStream, head: &str, body: &[u8], sh: &Shared) -> bool {
+    match head.split(' ').next().unwrap_or("") {
+        "DELETE" => {
+            sh.deletes.fetch_add(1, Ordering::AcqRel);
+            return reply(s, "200 OK", "text/plain", "", b"");
+        }
+        "GET" if !sh.endless_get => return reply(s, "405 Method Not Allowed", "text/plain", "Allow: POST\r\n", b""),
+        "GET" => {
+            sh.gets.fetch_add(1, Ordering::AcqRel);
+            let mut ok = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n").is_ok();
+            while ok && !sh.stop.load(Ordering::Acquire) {
+                ok = s.write_all(b": ping\n\n").is_ok();
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            return false;
+        }
+        _ => {}
+    }
+    let message: Value = serde_json::from_slice(body).unwrap_or_default();
+    let id = &message["id"];
+    match (message["method"].as_str().unwrap_or(""), message["params"]["name"].as_str().unwrap_or("")) {
+        ("initialize", _) => {
+            let n = sh.initialize.fetch_add(1, Ordering::AcqRel) + 1;
+            let init = json!({
+                "protocolVersion": "2025-11-25",
+                "capabilities": { "tools": {} },
+                "serverInfo": { "name": "scripted", "version": "1" },
+            });
+            reply(s, "200 OK", "application/json", &format!("Mcp-Session-Id: scripted-{n}\r\n"), &result(id, init))
+        }
+        ("notifications/initialized", _) => reply(s, "202 Accepted", "text/plain", "", b""),
+        ("tools/list", _) => {
+            let names = ["bad_json", "html_error", "broken_sse", "unavailable", "too_many", "hang", "ok"];
+            let tools: Vec<Value> =
+                names.iter().map(|n| json!({ "name": n, "inputSchema": { "type": "object" } })).collect();
+            reply(s, "200 OK", "application/json", "", &result(id, json!({ "tools": tools })))
+        }
+        ("tools/call", "bad_json") => reply(s, "200 OK", "application/json", "", b"{not json"),
+        ("tools/call", "html_error") => {
+            let page = b"<!DOCTYPE html><html><body><h1>Internal Server Error</h1><p>oops</p></body></html>";
+            reply(s, "500 Internal Server Error", "text/html", "", page)
+        }
+        ("tools/call", "broken_sse") => {
+            let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n";
+            let _ = s.write_all(head.as_bytes()).and_then(|()| s.write_all(b"data: {\"jsonrpc\":\"2.0\",\"id\":"));
+            false
+        }
+        ("tools/call", "unavailable") => reply(s, "503 Service Unavailable", "text/plain", "", b"down for maintenance"),
+        ("tools/call", "too_many") => {
+            reply(s, "429 Too Many Requests", "text/plain", "Retry-After: 30\r\n", b"slow down")
+        }
+        ("tools/call", "hang") => {
+            // Never answers; holds the socket until the peer closes it or the test ends.
+            let (mut chunk, mut sink) = ([0u8; 512], Vec::new());
+            while wait_readable(s, &mut chunk, &mut sink, sh) {
+                sink.clear();
+            }
+            false
+        }
+        ("tools/call", "ok") => {
+            let ok = json!({ "content": [{ "type": "text", "text": "ok" }] });
+            reply(s, "200 OK", "application/json", "", &result(id, ok))
+        }
+        _ => {
+            let e = json!({ "jsonrpc": "2.0", "id": id, "error": { "code": -32601, "message": "not scripted" } });
+            reply(s, "200 OK", "application/json", "", e.to_string().as_bytes())
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------
+
+fn two_servers() -> (Fixture, Fixture) {
+    (Fixture::start("alpha", &[]), Fixture::start("beta", &[]))
+}
+
+fn two_server_config(a: &Fixture, b: &Fixture) -> Value {
+    config(&[("alpha", a.url()), ("beta", b.url())])
+}
+
+/// Waits until `downstream.live` is `live`, then checks the invariant.
+fn assert_settled(gate: &Gate, live: u64) -> Value {
+    let ok = wait_until(WAIT, || gate.status()["downstream"]["live"] == live);
+    let status = gate.status();
+    assert!(ok, "downstream.live never reached {live}: {}", status["downstream"]);
+    assert_balanced(&status);
+    status
+}
+
+/// The fixture counted `n` initializations and as many DELETEs, and holds `live` sessions.
+fn assert_counts(f: &Fixture, n: u64, live: u64) {
+    let ok = wait_until(WAIT, || f.count("delete") == n);
+    let stats = f.stats();
+    assert!(ok, "{}: expected {n} DELETEs: {stats}", f.name);
+    assert_eq!(stats["initialize"], n, "{}: {stats}", f.name);
+    assert_eq!(stats["live_sessions"], live, "{}: {stats}", f.name);
+}
+
+/// The downstream session id in a `whoami` answer (`NAME:<id>`).
+fn whoami(client: &mut Client, tool: &str) -> String {
+    client.tool_text(tool, json!({}))
+}
+
+fn read_state(path: &Path) -> Value {
+    std::fs::read_to_string(path).ok().and_then(|t| serde_json::from_str(&t).ok()).unwrap_or(Value::Null)
+}
+
+/// Waits until the state file lists `sessions` sessions with `downstreams` downstream sessions each.
+fn wait_for_state(path: &Path, sessions: usize, downstreams: usize) {
+    let ok = wait_until(WAIT, || {
+        let state = read_state(path);
+        let list = state["sessions"].as_array().cloned().unwrap_or_default();
+        list.len() == sessions && list.iter().all(|s| s["downstreams"].as_array().map(Vec::len) == Some(downstreams))
+    });
+    assert!(ok, "state file {}: {}", path.display(), read_state(path));
+}
+
+/// Whether a message matching `wanted` arrives on the client's stream within 10 s.
+fn stream_carries(stream: &support::Stream, wanted: impl Fn(&Value) -> bool) -> bool {
+    let deadline = Instant::now() + WAIT;
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        match stream.next(left) {
+            Some(m) if wanted(&m) => return true,
+            Some(m) => eprintln!("stream: {m}"),
+            None => return false,
+        }
+    }
+    false
+}
+
+fn write_config(gate: &Gate, text: &str) {
+    std::fs::write(gate.dir.0.join("mcpgate.json"), text).unwrap();
+}
+
+fn post_reload(gate: &Gate) -> support::RawReply {
+    support::raw_request(gate.addr, "POST", "/reload", &[("Content-Type", "application/json")], b"{}")
+}
+
+// ---------------------------------------------------------------------------
+// A downstream server that dies or restarts
+// ---------------------------------------------------------------------------
+
+#[test]
+fn a_downstream_killed_mid_stream_is_reconnected_and_forgets_nothing_the_client_needs() {
+    let (mut a, b) = two_servers();
+    let gate = Gate::start(&two_server_config(&a, &b));
+    let baseline = gate.threads();
+    let mut client = gate.client();
+    client.initialize();
+    let stream = client.open_stream();
+    let a_before = whoami(&mut client, "alpha__whoami");
+    let b_before = whoami(&mut client, "beta__whoami");
+    assert!(wait_until(WAIT, || a.count("get_streams_open") == 1), "mcpgate's reader holds A's stream: {}", a.stats());
+
+    a.kill();
+    assert_eq!(client.tool_text("beta__echo", json!({"text": "b lives"})), "b lives");
+    let reply = client.call_tool("alpha__echo", json!({"text": "x"}));
+    eprintln!("call to a killed server: {}", reply.body);
+    assert_eq!(reply.status, 200, "{reply:?}");
+    assert_eq!(reply.error_code(), -32603, "{}", reply.body);
+    assert!(reply.error_message().contains("server `alpha`: unreachable"), "{}", reply.body);
+    assert_eq!(reply.body["error"]["data"]["server"], "alpha", "{}", reply.body);
+
+    a.restart();
+    let a_after = whoami(&mut client, "alpha__whoami");
+    assert!(a_after.starts_with("alpha:") && a_after != a_before, "{a_before} -> {a_after}");
+    assert_eq!(a.count("initialize"), 1, "mcpgate re-initialized A once: {}", a.stats());
+    // A's notifications reach the client again: mcpgate's reader holds the new session's stream.
+    assert!(wait_until(WAIT, || a.count("get_streams_open") == 1), "reader reconnected: {}", a.stats());
+    assert_eq!(client.tool_text("alpha__notify", json!({"kind": "message"})), "sent");
+    assert!(stream_carries(&stream, |m| m["params"]["data"] == "hello from alpha"), "A's notification arrived");
+    assert_eq!(whoami(&mut client, "beta__whoami"), b_before, "B's downstream session is untouched");
+    assert_eq!(b.count("initialize"), 1);
+    let status = gate.status();
+    assert_eq!(status["sessions"]["created"], 1, "the client never re-initialized: {status}");
+    assert!(gate.stderr().contains("no longer knows"), "{}", gate.stderr());
+
+    assert_eq!(client.delete(), 200);
+    stream.close();
+    assert_counts(&a, 1, 0);
+    assert_counts(&b, 1, 0);
+    // The session the dead process held went through the close path too: its DELETE found nothing.
+    assert_eq!(a.count("delete_unknown"), 1, "{}", a.stats());
+    let status = assert_settled(&gate, 0);
+    assert_eq!(status["downstream"]["opened"], 3, "{status}");
+    assert_eq!(status["threads"]["readers"], 0, "{status}");
+    assert!(gate.settles_to(baseline), "threads {} != baseline {baseline}", gate.threads());
+}
+
+#[test]
+fn a_downstream_that_forgot_its_sessions_is_reinitialized_once_and_the_request_retried() {
+    let (mut a, b) = two_servers();
+    let gate = Gate::start(&two_server_config(&a, &b));
+    let mut client = gate.client();
+    client.initialize();
+    let before = whoami(&mut client, "alpha__whoami");
+    a.restart();
+    let reply = client.call_tool("alpha__whoami", json!({}));
+    assert_eq!(reply.status, 200, "{reply:?}");
+    let after = reply.result()["content"][0]["text"].as_str().unwrap().to_string();
+    assert!(after.starts_with("alpha:") && after != before, "{before} -> {after}");
+    assert_eq!(a.count("initialize"), 1, "{}", a.stats());
+    assert_eq!(gate.status()["sessions"]["created"], 1);
+    assert_eq!(client.delete(), 200);
+    assert_counts(&a, 1, 0);
+    assert_counts(&b, 1, 0);
+    assert_settled(&gate, 0);
+}
+
+// ---------------------------------------------------------------------------
+// mcpgate killed or restarted
+// ---------------------------------------------------------------------------
+
+/// Three clients, each with a downstream session on both servers; their `whoami` answers.
+fn three_clients(gate: &Gate) -> Vec<(Client, String, String)> {
+    (0..3)
+        .map(|_| {
+            let mut c = gate.client();
+            c.initialize();
+            let (a, b) = (whoami(&mut c, "alpha__whoami"), whoami(&mut c, "beta__whoami"));
+            (c, a, b)
+        })
+        .collect()
+}
+
+#[test]
+fn kill_9_of_mcpgate_with_a_state_file_keeps_client_sessions_and_orphans_nothing() {
+    let (a, b) = two_servers();
+    let state = TempDir::new();
+    let path = state.0.join("state.json");
+    let mut c = two_server_config(&a, &b);
+    c["state_file"] = json!(path);
+    let mut first = Gate::start(&c);
+    let baseline = first.threads();
+    let mut clients = three_clients(&first);
+    wait_for_state(&path, 3, 2);
+    first.kill();
+
+    let gate = Gate::start(&c);
+    assert_ne!(gate.addr, first.addr);
+    for (client, a_id, b_id) in &mut clients {
+        client.url = gate.url();
+        assert_eq!(&whoami(client, "alpha__whoami"), a_id, "resumed by id");
+        assert_eq!(&whoami(client, "beta__whoami"), b_id, "resumed by id");
+    }
+    assert_eq!(a.count("initialize"), 3, "{}", a.stats());
+    assert_eq!(b.count("initialize"), 3, "{}", b.stats());
+    let status = gate.status();
+    assert_eq!(status["sessions"]["live"], 3, "{status}");
+    assert_eq!(status["sessions"]["created"], 0, "{status}");
+    for (client, _, _) in &clients {
+        assert_eq!(client.delete(), 200);
+    }
+    assert_counts(&a, 3, 0);
+    assert_counts(&b, 3, 0);
+    let status = assert_settled(&gate, 0);
+    assert_eq!(status["downstream"]["opened"], 6, "{status}");
+    assert_eq!(status["downstream"]["delete_failures"], 0, "{status}");
+    assert!(gate.settles_to(baseline), "threads {} != a fresh process's {baseline}", gate.threads());
+}
+
+#[test]
+fn kill_9_of_mcpgate_with_a_state_file_and_expired_sessions_deletes_them_at_start() {
+    let (a, b) = two_servers();
+    let state = TempDir::new();
+    let path = state.0.join("state.json");
+    let mut c = two_server_config(&a, &b);
+    c["state_file"] = json!(path);
+    c["session_idle_timeout_secs"] = json!(1);
+    let mut first = Gate::start(&c);
+    let mut clients = three_clients(&first);
+    // Open streams keep the sessions from idle eviction until the kill.
+    let streams: Vec<_> = clients.iter().map(|(c, _, _)| c.open_stream()).collect();
+    wait_for_state(&path, 3, 2);
+    first.kill();
+    for s in streams {
+        s.close();
+    }
+    assert_eq!(a.count("delete") + b.count("delete"), 0, "nothing was closed before the kill");
+    // Time is the subject: the saved sessions pass their idle timeout while no mcpgate runs.
+    std::thread::sleep(Duration::from_secs(2));
+
+    let gate = Gate::start(&c);
+    assert_counts(&a, 3, 0);
+    assert_counts(&b, 3, 0);
+    for (client, _, _) in &mut clients {
+        client.url = gate.url();
+        let reply = client.call_tool("alpha__whoami", json!({}));
+        assert_eq!(reply.status, 404, "{reply:?}");
+    }
+    let status = assert_settled(&gate, 0);
+    assert_eq!(status["sessions"]["live"], 0, "{status}");
+    assert_eq!(status["downstream"]["opened"], 6, "{status}");
+    assert!(gate.stderr().contains("3 expired"), "{}", gate.stderr());
+}
+
+#[test]
+fn kill_9_of_mcpgate_without_a_state_file_means_404_and_a_fresh_session() {
+    let (a, b) = two_servers();
+    let c = two_server_config(&a, &b);
+    let mut first = Gate::start(&c);
+    let mut clients = three_clients(&first);
+    first.kill();
+
+    let gate = Gate::start(&c);
+    let (client, _, _) = &mut clients[0];
+    client.url = gate.url();
+    let reply = client.call_tool("alpha__whoami", json!({}));
+    assert_eq!(reply.status, 404, "{reply:?}");
+    assert_eq!(reply.error_code(), -32600, "{}", reply.body);
+    assert!(reply.error_message().contains("initialize a new one"), "{}", reply.body);
+    let orphaned = (a.count("live_sessions"), b.count("live_sessions"));
+    eprintln!("without a state file, kill -9 left {orphaned:?} downstream sessions open at (alpha, beta)");
+    assert_eq!(orphaned, (3, 3), "the cost of no state file: every downstream session of the dead process");
+
+    client.session = None;
+    client.initialize();
+    assert!(whoami(client, "alpha__whoami").starts_with("alpha:"));
+    assert_eq!(client.tool_text("beta__add", json!({"a": 2, "b": 3})), "5");
+    assert_eq!(client.delete(), 200);
+    assert!(wait_until(WAIT, || a.count("delete") == 1 && b.count("delete") == 1));
+    assert_eq!((a.count("live_sessions"), b.count("live_sessions")), (3, 3), "the orphans stay");
+    assert_eq!(a.count("initialize"), 4);
+    assert_settled(&gate, 0);
+}
+
+#[test]
+fn a_clean_restart_with_a_state_file_keeps_the_client_session() {
+    let (a, b) = two_servers();
+    let state = TempDir::new();
+    let path = state.0.join("state.json");
+    let mut c = two_server_config(&a, &b);
+    c["state_file"] = json!(path);
+    let mut first = Gate::start(&c);
+    let mut client = first.client();
+    client.initialize();
+    let before = (whoami(&mut client, "alpha__whoami"), whoami(&mut client, "beta__whoami"));
+    let exit = first.terminate(WAIT).expect("mcpgate exits after SIGTERM");
+    assert!(exit.success(), "{exit:?}\n{}", first.stderr());
+    assert_counts(&a, 1, 0);
+    assert_counts(&b, 1, 0);
+    let saved = read_state(&path);
+    assert_eq!(saved["sessions"].as_array().map(Vec::len), Some(1), "{saved}");
+
+    let gate = Gate::start(&c);
+    client.url = gate.url();
+    let after = (whoami(&mut client, "alpha__whoami"), whoami(&mut client, "beta__whoami"));
+    assert!(after.0.starts_with("alpha:") && after.1.starts_with("beta:"), "{after:?}");
+    assert!(after.0 != before.0 && after.1 != before.1, "new downstream sessions: {before:?} -> {after:?}");
+    assert_eq!((a.count("initialize"), b.count("initialize")), (2, 2));
+    assert_eq!(gate.status()["sessions"]["created"], 0);
+    assert_eq!(client.delete(), 200);
+    assert_counts(&a, 2, 0);
+    assert_counts(&b, 2, 0);
+    assert_settled(&gate, 0);
+}
+
+// ---------------------------------------------------------------------------
+// Reloads
+// ---------------------------------------------------------------------------
+
+#[test]
+fn a_reload_that_changes_one_server_of_three_closes_only_its_sessions() {
+    let (a, b, c, d) =
+        (Fixture::start("a", &[]), Fixture::start("b", &[]), Fixture::start("c", &[]), Fixture::start("d", &[]));
+    let mut conf = config(&[("a", a.url()), ("b", b.url()), ("c", c.url())]);
+    let gate = Gate::start(&conf);
+    let baseline = gate.threads();
+    let mut client = gate.client();
+    client.initialize();
+    let stream = client.open_stream();
+    let before: Vec<String> = ["a__whoami", "b__whoami", "c__whoami"].iter().map(|t| whoami(&mut client, t)).collect();
+
+    conf["mcpServers"]["b"]["url"] = json!(d.url());
+    write_config(&gate, &serde_json::to_string_pretty(&conf).unwrap());
+    support::signal(gate.pid(), "HUP");
+    assert!(wait_until(WAIT, || b.count("delete") == 1), "b's session closed: {}", b.stats());
+    assert_eq!((a.count("delete"), c.count("delete")), (0, 0));
+    assert_eq!(whoami(&mut client, "a__whoami"), before[0]);
+    assert_eq!(whoami(&mut client, "c__whoami"), before[2]);
+    let moved = whoami(&mut client, "b__whoami");
+    assert!(moved.starts_with("d:"), "b now answers from d: {moved}");
+    let told = stream_carries(&stream, |m| m["method"] == "notifications/tools/list_changed");
+    assert!(told, "the client's stream carried tools/list_changed");
+    let status = gate.status();
+    assert_eq!(status["reload"]["changed_servers"], json!(["b"]), "{status}");
+    assert_eq!(status["reload"]["error"], Value::Null, "{status}");
+    assert_settled(&gate, 3);
+
+    let reply = post_reload(&gate);
+    assert_eq!(reply.status, 200, "{reply:?}");
+    assert_eq!(reply.json()["reloaded"], true, "{reply:?}");
+    assert_eq!(reply.json()["changed_servers"], json!([]), "{reply:?}");
+
+    assert_eq!(client.delete(), 200);
+    stream.close();
+    for (f, n) in [(&a, 1), (&b, 1), (&c, 1), (&d, 1)] {
+        assert_counts(f, n, 0);
+    }
+    assert_settled(&gate, 0);
+    assert!(gate.settles_to(baseline), "threads {} != baseline {baseline}", gate.threads());
+}
+
+#[test]
+fn a_reload_with_a_broken_file_keeps_the_old_configuration() {
+    let (a, b) = two_servers();
+    let conf = two_server_config(&a, &b);
+    let gate = Gate::start(&conf);
+    let mut client = gate.client();
+    client.initialize();
+    let before = (whoami(&mut client, "alpha__whoami"), whoami(&mut client, "beta__whoami"));
+    let reload_error = || gate.status()["reload"]["error"].as_str().unwrap_or_default().to_string();
+
+    write_config(&gate, "{ \"mcpServers\": { not json");
+    support::signal(gate.pid(), "HUP");
+    assert!(wait_until(WAIT, || !reload_error().is_empty()), "{}", gate.status()["reload"]);
+    let error = reload_error();
+    eprintln!("invalid JSON: {error}");
+    assert!(error.contains("mcpgate.json") && error.to_lowercase().contains("json"), "{error}");
+    assert_eq!((whoami(&mut client, "alpha__whoami"), whoami(&mut client, "beta__whoami")), before);
+
+    let mut unknown = conf.clone();
+    unknown["wrokers"] = json!(2);
+    write_config(&gate, &unknown.to_string());
+    support::signal(gate.pid(), "HUP");
+    assert!(wait_until(WAIT, || reload_error().contains("wrokers")), "{}", gate.status()["reload"]);
+    let error = reload_error();
+    eprintln!("unknown key: {error}");
+    assert!(error.contains("mcpgate.json") && error.contains("unknown key"), "{error}");
+    assert_eq!((whoami(&mut client, "alpha__whoami"), whoami(&mut client, "beta__whoami")), before);
+    assert_eq!(gate.stderr().matches("reload refused").count(), 2, "{}", gate.stderr());
+
+    let reply = post_reload(&gate);
+    assert_eq!(reply.status, 400, "{reply:?}");
+    assert_eq!(reply.json()["reloaded"], false, "{reply:?}");
+    assert!(reply.json()["error"].as_str().unwrap_or_default().contains("wrokers"), "{reply:?}");
+    assert_eq!((a.count("delete"), b.count("delete")), (0, 0), "no downstream session was touched");
+    assert_eq!(client.delete(), 200);
+    assert_counts(&a, 1, 0);
+    assert_counts(&b, 1, 0);
+    assert_settled(&gate, 0);
+}
+
+// ---------------------------------------------------------------------------
+// A downstream server that misbehaves
+// ---------------------------------------------------------------------------
+
+#[test]
+fn garbage_from_a_downstream_becomes_a_clear_error_and_harms_nothing_else() {
+    let bad = Scripted::start(false);
+    let good = Fixture::start("good", &[]);
+    let mut conf = config(&[("bad", bad.url()), ("good", good.url())]);
+    conf["request_timeout_secs"] = json!(2);
+    conf["workers"] = json!(2);
+    let mut gate = Gate::start(&conf);
+    let baseline = gate.threads();
+    let mut client = gate.client();
+    client.initialize();
+    let mut other = gate.client();
+    other.initialize();
+    assert_eq!(client.tool_text("bad__ok", json!({})), "ok");
+
+    let faults = [
+        ("bad_json", "invalid JSON-RPC"),
+        ("html_error", "HTTP 500"),
+        ("broken_sse", "stream"),
+        ("unavailable", "HTTP 503"),
+        ("too_many", "retry after 30"),
+        ("hang", "no answer within 2 s"),
+    ];
+    for (tool, expected) in faults {
+        let started = Instant::now();
+        let reply = client.call_tool(&format!("bad__{tool}"), json!({}));
+        let took = started.elapsed();
+        eprintln!("{tool}: {} in {took:?}", reply.body);
+        assert_eq!(reply.status, 200, "{tool}: {reply:?}");
+        assert_eq!(reply.error_code(), -32603, "{tool}: {}", reply.body);
+        let message = reply.error_message();
+        assert!(message.starts_with("server `bad`: ") && message.contains(expected), "{tool}: {message}");
+        assert!(took < Duration::from_secs(4), "{tool} took {took:?}");
+        assert_eq!(client.tool_text("good__echo", json!({"text": tool})), tool, "same session after {tool}");
+        assert_eq!(other.tool_text("good__echo", json!({"text": tool})), tool, "other session after {tool}");
+        assert!(gate.is_running(), "after {tool}");
+    }
+    assert!(client.error_message_of("bad__too_many").contains("HTTP 429"));
+    assert!(client.error_message_of("bad__html_error").contains("Internal Server Error"));
+
+    // A hung call holds its worker no longer than the timeout: 4 in a row with 2 workers.
+    let started = Instant::now();
+    for _ in 0..4 {
+        assert!(client.error_message_of("bad__hang").contains("no answer within"));
+    }
+    let took = started.elapsed();
+    eprintln!("4 hung calls, one after another, with 2 workers: {took:?}");
+    assert!(took < Duration::from_secs(12), "4 hung calls took {took:?}");
+    assert_eq!(client.tool_text("bad__ok", json!({})), "ok", "the bad server's session still works");
+    assert_settled(&gate, 4);
+
+    assert_eq!(client.delete(), 200);
+    assert_eq!(other.delete(), 200);
+    assert!(wait_until(WAIT, || bad.deletes() == 2), "bad counted {} DELETEs", bad.deletes());
+    assert_counts(&good, 2, 0);
+    assert_eq!(gate.status()["downstream"]["delete_failures"], 0);
+    assert_settled(&gate, 0);
+    assert!(gate.settles_to(baseline), "threads {} != baseline {baseline}", gate.threads());
+}
+
+#[test]
+fn a_downstream_whose_stream_never_ends_is_closed_within_a_bound() {
+    let endless = Scripted::start(true);
+    let gate = Gate::start(&config(&[("endless", endless.url())]));
+    let baseline = gate.threads();
+    let mut client = gate.client();
+    client.initialize();
+    assert!(wait_until(WAIT, || endless.shared.gets.load(Ordering::Acquire) == 1), "mcpgate's reader opened a stream");
+    assert_eq!(gate.status()["threads"]["readers"], 1);
+    let started = Instant::now();
+    assert_eq!(client.delete(), 200);
+    let took = started.elapsed();
+    eprintln!("DELETE with a never-ending downstream stream answered in {took:?}");
+    assert!(took < Duration::from_secs(3), "DELETE answered in {took:?}");
+    assert_eq!(endless.deletes(), 1);
+    assert!(wait_until(WAIT, || gate.status()["threads"]["readers"] == 0), "{}", gate.status()["threads"]);
+    let status = assert_settled(&gate, 0);
+    assert_eq!(status["threads"]["join_timeouts"], 0, "{status}");
+    assert!(gate.settles_to(baseline), "threads {} != baseline {baseline}", gate.threads());
+}
+
+/// Activity must reach the state file often enough that a session in use is
+/// never taken for expired at restart (it was written at most every 30 s).
+#[test]
+fn a_session_in_use_survives_kill_9_even_with_an_idle_timeout_under_30_s() {
+    let (a, b) = two_servers();
+    let state = TempDir::new();
+    let path = state.0.join("state.json");
+    let mut c = two_server_config(&a, &b);
+    c["state_file"] = json!(path);
+    c["session_idle_timeout_secs"] = json!(2);
+    let mut first = Gate::start(&c);
+    let mut client = first.client();
+    client.initialize();
+    let before = whoami(&mut client, "alpha__whoami");
+    wait_for_state(&path, 1, 2);
+    // Never idle for more than 0.3 s, for longer than the idle timeout.
+    for _ in 0..12 {
+        assert_eq!(client.tool_text("beta__echo", json!({"text": "x"})), "x");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    first.kill();
+    let gate = Gate::start(&c);
+    client.url = gate.url();
+    let reply = client.call_tool("alpha__whoami", json!({}));
+    assert_eq!(reply.status, 200, "a session in use was expired at restart: {reply:?}\n{}", gate.stderr());
+    assert_eq!(reply.result()["content"][0]["text"], before.as_str());
+    assert_eq!((a.count("initialize"), a.count("delete")), (1, 0), "{}", a.stats());
+    assert_eq!(client.delete(), 200);
+    assert_counts(&a, 1, 0);
+    assert_counts(&b, 1, 0);
+    assert_settled(&gate, 0);
+}
+
+/// The error message of a tool call that must fail.
+trait ErrorOf {
+    fn error_message_of(&mut self, tool: &str) -> String;
+}
+
+impl ErrorOf for Client {
+    fn error_message_of(&mut self, tool: &str) -> String {
+        let reply = self.call_tool(tool, json!({}));
+        assert!(reply.body.get("error").is_some(), "{tool}: expected an error, got {}", reply.body);
+        reply.error_message()
+    }
+}
