@@ -69,6 +69,9 @@ pub struct Gateway {
     /// Guards the outcome of the last reload; `reloading` serializes reloads.
     pub last_reload: Mutex<ReloadOutcome>,
     reloading: Mutex<()>,
+    /// Set at shutdown, once every session is closed: requests still waiting
+    /// on a server are cut short, and say why.
+    stopping: std::sync::atomic::AtomicBool,
     pub started: Instant,
 }
 
@@ -97,6 +100,7 @@ impl Gateway {
             collisions: Mutex::new(Vec::new()),
             last_reload: Mutex::new(ReloadOutcome::default()),
             reloading: Mutex::new(()),
+            stopping: std::sync::atomic::AtomicBool::new(false),
             started: Instant::now(),
         }
     }
@@ -109,6 +113,7 @@ impl Gateway {
     /// Fails every request still waiting on a server; for the end of shutdown,
     /// after every session was closed.
     pub fn shutdown(&self) {
+        self.stopping.store(true, std::sync::atomic::Ordering::Release);
         for server in &self.current().servers {
             server.shutdown();
         }
@@ -659,7 +664,13 @@ impl Gateway {
             }
             other => other,
         };
-        result.map_err(|e| RpcError::server(server.name(), server.redact(&e.to_string())))
+        result.map_err(|e| {
+            if self.stopping.load(std::sync::atomic::Ordering::Acquire) {
+                RpcError::server(server.name(), "mcpgate is shutting down; the request was cut short")
+            } else {
+                RpcError::server(server.name(), server.redact(&e.to_string()))
+            }
+        })
     }
 
     fn list_page(&self, session: &Arc<Session>, kind: ListKind, message: &Message) -> Outcome {
