@@ -142,6 +142,33 @@ mod tests {
         }
     }
 
+    fn config(extra: &str) -> Config {
+        let text = format!(r#"{{ {extra} "mcpServers": {{"a": {{"url": "http://127.0.0.1:1/mcp"}}}} }}"#);
+        Config::parse(&text, &|_| None).unwrap()
+    }
+
+    fn from(peer: &str, authorization: Option<&str>) -> HttpRequest {
+        let mut req = HttpRequest { peer: Some(peer.parse().unwrap()), ..Default::default() };
+        if let Some(value) = authorization {
+            req.headers.push(("authorization", value.to_string()));
+        }
+        req
+    }
+
+    #[test]
+    fn status_pages_answer_loopback_a_valid_token_or_anyone_when_public() {
+        let open = config("");
+        assert!(check_status(&from("127.0.0.1:5000", None), &open).is_ok());
+        assert!(check_status(&from("[::1]:5000", None), &open).is_ok());
+        assert_eq!(check_status(&from("192.0.2.7:5000", None), &open).unwrap_err().status, 403);
+        let public = config(r#""status_public": true,"#);
+        assert!(check_status(&from("192.0.2.7:5000", None), &public).is_ok());
+        let tokens = config(r#""auth": {"tokens": [{"token": "0123456789abcdef0123"}]},"#);
+        assert_eq!(check_status(&from("192.0.2.7:5000", None), &tokens).unwrap_err().status, 401);
+        assert!(check_status(&from("192.0.2.7:5000", Some("Bearer 0123456789abcdef0123")), &tokens).is_ok());
+        assert_eq!(check_status(&from("192.0.2.7:5000", Some("Bearer wrong")), &tokens).unwrap_err().status, 401);
+    }
+
     #[test]
     fn constant_time_eq_is_equality() {
         assert!(constant_time_eq(b"abcdefghijklmnop", b"abcdefghijklmnop"));

@@ -218,7 +218,7 @@ impl Gateway {
         match req.method.as_str() {
             "POST" => self.post(req, sink, access),
             "GET" => self.get(req, access),
-            "DELETE" => self.delete(req),
+            "DELETE" => self.delete(req, access),
             _ => HttpReply::error(
                 405,
                 &Value::Null,
@@ -822,11 +822,11 @@ impl Gateway {
         }
     }
 
-    fn delete(&self, req: &HttpRequest) -> HttpReply {
+    fn delete(&self, req: &HttpRequest, access: &Access) -> HttpReply {
         let Some(id) = req.header(SESSION_HEADER) else {
             return HttpReply::bad(400, "DELETE /mcp needs the Mcp-Session-Id header");
         };
-        match self.sessions.remove(id) {
+        match self.sessions.remove_if(id, |session| session.admits(access)) {
             Some(session) => {
                 self.close(vec![session], CloseReason::ClientDelete);
                 HttpReply::empty(200)

@@ -135,7 +135,9 @@ fn run() -> Result<(), Error> {
 /// its syslog priority (`<3>` error ... `<7>` debug) and carries no
 /// timestamp, which journald adds.
 fn init_logging() {
-    let mut builder = env_logger::Builder::from_env(env_logger::Env::default().filter_or("MCPGATE_LOG", "info"));
+    // The HTTP client's own debug lines stay off unless asked for by name.
+    let default = "info,ureq=warn,ureq_proto=warn,rustls=warn";
+    let mut builder = env_logger::Builder::from_env(env_logger::Env::default().filter_or("MCPGATE_LOG", default));
     if std::env::var_os("JOURNAL_STREAM").is_some() {
         builder.format(|buf, record| {
             use std::io::Write;
@@ -199,6 +201,12 @@ fn serve(config: Config, source: Source, signals: sys::Signals) -> Result<(), Er
     .map_err(io("cannot start the signal thread"))?;
     let addr = httpd.local_addr();
     println!("listening on http://{addr}/mcp");
+    if !addr.ip().is_loopback() && gateway.current().config.tokens.is_none() {
+        log::warn!(
+            "LISTENING ON {addr}, NOT LOOPBACK, WITHOUT TOKENS: anyone who can reach this address can use every \
+             server behind mcpgate with its credentials. Add `auth` to the configuration, or listen on 127.0.0.1."
+        );
+    }
     let notifier = Notifier::from_env().map(Arc::new);
     let mut watchdog = None;
     if let Some(notifier) = &notifier {

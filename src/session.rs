@@ -755,8 +755,13 @@ impl Sessions {
         true
     }
 
-    pub fn remove(&self, id: &str) -> Option<Arc<Session>> {
-        self.map.lock().remove(id)
+    /// Removes the session if `allowed` says so (e.g. it answers to the token).
+    pub fn remove_if(&self, id: &str, allowed: impl FnOnce(&Session) -> bool) -> Option<Arc<Session>> {
+        let mut map = self.map.lock();
+        if !allowed(map.get(id)?) {
+            return None;
+        }
+        map.remove(id)
     }
 
     /// Removes and returns the sessions idle for at least `timeout`.
