@@ -323,11 +323,13 @@ pub struct Client {
     pub url: String,
     pub session: Option<String>,
     next_id: u64,
+    /// Sent with every request, e.g. `Authorization`.
+    pub headers: Vec<(String, String)>,
 }
 
 impl Client {
     pub fn new(url: &str) -> Client {
-        Client { agent: agent(), url: url.to_string(), session: None, next_id: 1 }
+        Client { agent: agent(), url: url.to_string(), session: None, next_id: 1, headers: Vec::new() }
     }
 
     pub fn initialize(&mut self) -> Value {
@@ -356,6 +358,9 @@ impl Client {
             .header("Accept", "application/json, text/event-stream");
         if let Some(session) = &self.session {
             request = request.header("Mcp-Session-Id", session).header("MCP-Protocol-Version", PROTOCOL);
+        }
+        for (name, value) in &self.headers {
+            request = request.header(name, value);
         }
         for (name, value) in extra {
             request = request.header(*name, *value);
@@ -409,6 +414,9 @@ impl Client {
 
     pub fn delete(&self) -> u16 {
         let mut request = self.agent.delete(&self.url);
+        for (name, value) in &self.headers {
+            request = request.header(name, value);
+        }
         if let Some(session) = &self.session {
             request = request.header("Mcp-Session-Id", session);
         }
@@ -418,8 +426,11 @@ impl Client {
     /// Opens the session's GET stream; messages arrive on the returned receiver.
     pub fn open_stream(&self) -> Stream {
         let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).proxy(None).build().into();
-        let response = agent
-            .get(&self.url)
+        let mut request = agent.get(&self.url);
+        for (name, value) in &self.headers {
+            request = request.header(name, value);
+        }
+        let response = request
             .header("Accept", "text/event-stream")
             .header("Mcp-Session-Id", self.session.as_deref().expect("initialized"))
             .header("MCP-Protocol-Version", PROTOCOL)
@@ -622,4 +633,9 @@ pub fn read_until_closed(stream: &mut std::net::TcpStream, timeout: Duration) ->
         }
     };
     (String::from_utf8_lossy(&out).into_owned(), ending)
+}
+
+/// The body of a GET, as text.
+pub fn get_text(url: &str) -> String {
+    agent().get(url).call().unwrap_or_else(|e| panic!("GET {url}: {e}")).body_mut().read_to_string().unwrap_or_default()
 }
