@@ -15,7 +15,7 @@ use crate::catalog::{self, List, ListKind, ServerItems};
 use crate::config::Config;
 use crate::downstream::{self, Downstream, DownstreamError, Limits, PROTOCOL_VERSIONS, Server};
 use crate::httpd::{EventSink, HttpReply, HttpRequest, NoStream, StreamReply};
-use crate::jsonrpc::{self, Kind, Message, RpcError};
+use crate::jsonrpc::{self, Kind, Message, Params, RpcError};
 use crate::session::{self, CloseReason, Session, Sessions};
 use crate::stats::Stats;
 use crate::threads;
@@ -480,7 +480,7 @@ impl Gateway {
         if let Some(kind) = ListKind::from_method(method) {
             return self.list_page(session, kind, message);
         }
-        let params = match message.params_object() {
+        let params = match Params::of(message) {
             Ok(p) => p,
             Err(e) => return e.into(),
         };
@@ -497,7 +497,7 @@ impl Gateway {
             _ => return RpcError::new(jsonrpc::METHOD_NOT_FOUND, format!("method not found: `{method}`")).into(),
         };
         match result {
-            Ok((server, params)) => self.forward(session, &server, message, &Value::Object(params), events),
+            Ok((server, params)) => self.forward(session, &server, message, &params, events),
             Err(e) => e.into(),
         }
     }
@@ -509,13 +509,13 @@ impl Gateway {
         session: &Arc<Session>,
         kind: ListKind,
         message: &Message,
-        mut params: Map<String, Value>,
-    ) -> Result<(Arc<Server>, Map<String, Value>), RpcError> {
-        let Some(name) = params.get("name").and_then(Value::as_str) else {
+        mut params: Params,
+    ) -> Result<(Arc<Server>, Params), RpcError> {
+        let Some(name) = params.str("name") else {
             return Err(RpcError::invalid_params(format!("{} needs `name` (a string)", message.method())));
         };
-        let (server, original) = self.owner(session, kind, name)?;
-        params.insert("name".into(), Value::String(original));
+        let (server, original) = self.owner(session, kind, &name)?;
+        params.set("name", &Value::String(original));
         Ok((server, params))
     }
 
@@ -523,12 +523,12 @@ impl Gateway {
         &self,
         session: &Arc<Session>,
         message: &Message,
-        params: Map<String, Value>,
-    ) -> Result<(Arc<Server>, Map<String, Value>), RpcError> {
-        let Some(uri) = params.get("uri").and_then(Value::as_str) else {
+        params: Params,
+    ) -> Result<(Arc<Server>, Params), RpcError> {
+        let Some(uri) = params.str("uri") else {
             return Err(RpcError::invalid_params(format!("{} needs `uri` (a string)", message.method())));
         };
-        let server = self.resource_owner(session, uri)?;
+        let server = self.resource_owner(session, &uri)?;
         Ok((server, params))
     }
 
@@ -536,13 +536,13 @@ impl Gateway {
         &self,
         session: &Arc<Session>,
         message: &Message,
-        mut params: Map<String, Value>,
-    ) -> Result<(Arc<Server>, Map<String, Value>), RpcError> {
-        let reference = params.get("ref").cloned().unwrap_or(Value::Null);
+        mut params: Params,
+    ) -> Result<(Arc<Server>, Params), RpcError> {
+        let reference = params.value("ref").unwrap_or(Value::Null);
         match (reference["type"].as_str(), reference["name"].as_str(), reference["uri"].as_str()) {
             (Some("ref/prompt"), Some(name), _) => {
                 let (server, original) = self.owner(session, ListKind::Prompts, name)?;
-                params.insert("ref".into(), json!({ "type": "ref/prompt", "name": original }));
+                params.set("ref", &json!({ "type": "ref/prompt", "name": original }));
                 Ok((server, params))
             }
             (Some("ref/resource"), _, Some(uri)) => Ok((self.resource_owner(session, uri)?, params)),
@@ -618,11 +618,11 @@ impl Gateway {
         session: &Arc<Session>,
         server: &Arc<Server>,
         message: &Message,
-        params: &Value,
+        params: &Params,
         events: &mut PostStream<'_>,
     ) -> Outcome {
         let client_id = message.id.clone().unwrap_or(Value::Null);
-        let params = jsonrpc::raw(params);
+        let params = params.to_raw();
         let result = self.exchange(session, server, |downstream| {
             let id = downstream.next_id();
             session.start_call(&client_id, server.name(), &id);

@@ -131,11 +131,52 @@ impl Message {
             Some(raw) => match serde_json::from_str(raw.get()) {
                 Ok(Value::Object(map)) => Ok(map),
                 Ok(Value::Null) => Ok(serde_json::Map::new()),
-                _ => {
+                Ok(_) => {
                     Err(RpcError::invalid_params(format!("invalid params for `{}`: expected an object", self.method())))
                 }
+                Err(e) => Err(RpcError::invalid_params(format!("invalid params for `{}`: {e}", self.method()))),
             },
         }
+    }
+}
+
+/// The params of a request to forward: each member kept as the client
+/// wrote it, so that what mcpgate does not touch (tool arguments, with
+/// their big integers and their formatting) reaches the server unchanged.
+#[derive(Debug, Default)]
+pub struct Params(std::collections::BTreeMap<String, Box<RawValue>>);
+
+impl Params {
+    pub fn of(message: &Message) -> Result<Params, RpcError> {
+        let Some(raw) = &message.params else { return Ok(Params::default()) };
+        if raw.get().trim() == "null" {
+            return Ok(Params::default());
+        }
+        serde_json::from_str(raw.get()).map(Params).map_err(|e| {
+            RpcError::invalid_params(format!("invalid params for `{}`: expected an object ({e})", message.method()))
+        })
+    }
+
+    /// A member that is a JSON string.
+    pub fn str(&self, key: &str) -> Option<String> {
+        serde_json::from_str(self.0.get(key)?.get()).ok()
+    }
+
+    /// A member parsed whole (for small members: a ref, a request id).
+    pub fn value(&self, key: &str) -> Option<Value> {
+        serde_json::from_str(self.0.get(key)?.get()).ok()
+    }
+
+    pub fn contains(&self, key: &str) -> bool {
+        self.0.contains_key(key)
+    }
+
+    pub fn set(&mut self, key: &str, value: &Value) {
+        self.0.insert(key.to_string(), raw(value));
+    }
+
+    pub fn to_raw(&self) -> Box<RawValue> {
+        serde_json::value::to_raw_value(&self.0).expect("raw members serialize")
     }
 }
 
@@ -231,6 +272,23 @@ mod tests {
         let m = Message::parse(br#"{"jsonrpc":"2.0","id":7,"result":{"b": 1,  "a":[1.50]}}"#).unwrap();
         let out = result(&Value::from("c-1"), m.result.as_deref().unwrap());
         assert_eq!(out, br#"{"jsonrpc":"2.0","id":"c-1","result":{"b": 1,  "a":[1.50]}}"#);
+    }
+
+    #[test]
+    fn forwarded_params_keep_what_mcpgate_does_not_touch() {
+        let m = Message::parse(
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a__b","arguments":{"n":123456789012345678901234567890, "x": 1.50}}}"#,
+        )
+        .unwrap();
+        let mut params = Params::of(&m).unwrap();
+        assert_eq!(params.str("name").as_deref(), Some("a__b"));
+        params.set("name", &Value::from("b"));
+        assert_eq!(
+            params.to_raw().get(),
+            r#"{"arguments":{"n":123456789012345678901234567890, "x": 1.50},"name":"b"}"#
+        );
+        let m = Message::parse(br#"{"jsonrpc":"2.0","id":1,"method":"x","params":[1]}"#).unwrap();
+        assert_eq!(Params::of(&m).unwrap_err().code, INVALID_PARAMS);
     }
 
     #[test]
