@@ -60,7 +60,10 @@ struct Ask {
 }
 
 struct ClientStream {
+    /// The stream number in event ids.
     id: u64,
+    /// This attachment: a resumed stream keeps its number on a new connection.
+    attach: u64,
     tx: Sender<Vec<u8>>,
 }
 
@@ -74,8 +77,8 @@ struct Logged {
     bytes: Vec<u8>,
 }
 
-/// A `GET` stream as the connection thread writes it: `first` (priming,
-/// replay, waiting messages), then whatever arrives on `rx` until it
+/// A `GET` stream as the connection thread writes it: `first` (replay,
+/// priming, waiting messages), then whatever arrives on `rx` until it
 /// disconnects. `id` is set for a `GET` stream to detach when it ends.
 pub struct Attached {
     pub id: Option<u64>,
@@ -91,6 +94,7 @@ struct State {
     in_flight: usize,
     streams: Vec<ClientStream>,
     next_stream: u64,
+    next_attach: u64,
     slots: HashMap<String, Slot>,
     lists: HashMap<ListKind, Arc<List>>,
     calls: HashMap<String, Call>,
@@ -200,6 +204,7 @@ impl Session {
                 in_flight: 0,
                 streams: Vec::new(),
                 next_stream: 0,
+                next_attach: 0,
                 slots: HashMap::new(),
                 lists: HashMap::new(),
                 calls: HashMap::new(),
@@ -604,23 +609,42 @@ impl Session {
                 return Ok(Attached { id: None, first: replay, rx });
             }
         }
+        // Resuming a GET stream continues it: same stream number, so the ids
+        // the client sees keep naming one stream. The connection it replaces
+        // is taken as dead.
+        let resumed = resume.map(|(stream, _)| stream).filter(|&stream| stream <= st.next_stream);
+        if let Some(stream) = resumed {
+            st.streams.retain(|s| s.id != stream);
+        }
         if st.streams.len() >= max_streams {
             return Err(RpcError::new(
                 jsonrpc::INVALID_REQUEST,
                 format!("this session already has {max_streams} GET streams open (max_streams_per_session)"),
             ));
         }
-        st.next_stream += 1;
-        let id = st.next_stream;
-        let mut first: Vec<Vec<u8>> = self.priming(id).into_iter().collect();
-        first.extend(replay);
+        let id = match resumed {
+            Some(stream) => stream,
+            None => {
+                st.next_stream += 1;
+                st.next_stream
+            }
+        };
+        // Replay first, then the priming event: its id must not be one a
+        // client could resume from while replayed events are still unseen.
+        let mut first = replay;
+        if self.protocol_version.as_str() >= "2025-11-25" {
+            let priming = st.record(id, b"", false);
+            first.push(priming);
+        }
         let waiting: Vec<Vec<u8>> = st.backlog.drain(..).collect();
         for message in waiting {
             first.push(st.record(id, &message, false));
         }
         let (tx, rx) = bounded(STREAM_QUEUE);
-        st.streams.push(ClientStream { id, tx });
-        Ok(Attached { id: Some(id), first, rx })
+        st.next_attach += 1;
+        let attach = st.next_attach;
+        st.streams.push(ClientStream { id, attach, tx });
+        Ok(Attached { id: Some(attach), first, rx })
     }
 
     /// Remembers `logging/setLevel` for servers this session opens later.
@@ -629,9 +653,9 @@ impl Session {
     }
 
     /// A `GET` stream ended (client gone, or the session closed).
-    pub fn detach_stream(&self, id: u64) {
+    pub fn detach_stream(&self, attach: u64) {
         let mut st = self.state.lock();
-        st.streams.retain(|s| s.id != id);
+        st.streams.retain(|s| s.attach != attach);
         if st.streams.is_empty() {
             st.last_active = st.last_active.max(Instant::now());
         }

@@ -425,10 +425,18 @@ impl Client {
 
     /// Opens the session's GET stream; messages arrive on the returned receiver.
     pub fn open_stream(&self) -> Stream {
+        self.open_stream_from(None)
+    }
+
+    /// Opens the GET stream, resuming after `last_event_id` when given.
+    pub fn open_stream_from(&self, last_event_id: Option<&str>) -> Stream {
         let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).proxy(None).build().into();
         let mut request = agent.get(&self.url);
         for (name, value) in &self.headers {
             request = request.header(name, value);
+        }
+        if let Some(id) = last_event_id {
+            request = request.header("Last-Event-ID", id);
         }
         let response = request
             .header("Accept", "text/event-stream")
@@ -439,10 +447,15 @@ impl Client {
         assert_eq!(response.status().as_u16(), 200, "GET stream status");
         let (tx, rx) = std::sync::mpsc::channel();
         let handle = agent.clone();
+        let last_id = Arc::new(Mutex::new(None));
+        let seen = last_id.clone();
         std::thread::spawn(move || {
             let reader = BufReader::new(response.into_body().into_reader());
             let mut decoder = mcpgate::sse::Decoder::new(reader, 1 << 20);
             while let Ok(Some(event)) = decoder.next_event() {
+                if event.id.is_some() {
+                    *seen.lock().unwrap() = event.id.clone();
+                }
                 if event.data.trim().is_empty() {
                     continue;
                 }
@@ -452,7 +465,7 @@ impl Client {
                 }
             }
         });
-        Stream { rx, agent: handle }
+        Stream { rx, agent: handle, last_id }
     }
 }
 
@@ -460,9 +473,15 @@ impl Client {
 pub struct Stream {
     pub rx: std::sync::mpsc::Receiver<Value>,
     agent: ureq::Agent,
+    last_id: Arc<Mutex<Option<String>>>,
 }
 
 impl Stream {
+    /// The id of the last event received, as an EventSource keeps it.
+    pub fn last_event_id(&self) -> Option<String> {
+        self.last_id.lock().unwrap().clone()
+    }
+
     /// The next message within `timeout`.
     pub fn next(&self, timeout: Duration) -> Option<Value> {
         self.rx.recv_timeout(timeout).ok()
