@@ -1,0 +1,110 @@
+"""A second downstream server for scripts/interop.sh, written with the official
+Python SDK (`mcp` 2.3.0, its FastMCP-style `MCPServer`) and served over
+Streamable HTTP on 127.0.0.1.
+
+It binds port 0 itself and prints `listening on 127.0.0.1:PORT` first (like
+mcp-fixture), so the caller never races another process for a port.
+
+Tools: echo, add, progress (progress notifications), add_tool (registers a
+tool, then sends notifications/tools/list_changed), sample (sampling),
+ask (elicitation), roots (roots/list). One prompt, one resource.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+
+import anyio
+import uvicorn
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.types import SamplingMessage, TextContent
+from pydantic import BaseModel
+
+server = MCPServer("py-interop", instructions="Python SDK server of the interop check", log_level="WARNING")
+
+
+@server.tool(description="Echoes the text back")
+def echo(text: str) -> str:
+    return f"py echo: {text}"
+
+
+@server.tool(description="Adds two integers")
+def add(a: int, b: int) -> str:
+    return str(a + b)
+
+
+@server.tool(description="Sends `steps` progress notifications, then answers")
+async def progress(steps: int, ctx: Context) -> str:
+    for step in range(1, steps + 1):
+        await anyio.sleep(0.05)
+        await ctx.report_progress(step, steps, f"step {step} of {steps}")
+    return f"done after {steps} steps"
+
+
+@server.tool(description="Registers a new tool named `name` and announces it with tools/list_changed")
+async def add_tool(name: str, ctx: Context) -> str:
+    def added() -> str:
+        return f"{name} was added at run time"
+
+    server.add_tool(added, name=name, description="Added by add_tool")
+    await ctx.session.send_tool_list_changed()
+    return f"added {name}"
+
+
+@server.tool(description="Asks the client's LLM (sampling/createMessage)")
+async def sample(prompt: str, ctx: Context) -> str:
+    result = await ctx.session.create_message(
+        [SamplingMessage(role="user", content=TextContent(type="text", text=prompt))],
+        max_tokens=50,
+        related_request_id=ctx.request_id,
+    )
+    content = result.content
+    text = content.text if isinstance(content, TextContent) else str(content)
+    return f"py sampled: {text}"
+
+
+class Answer(BaseModel):
+    name: str
+
+
+@server.tool(description="Asks the user for a name (elicitation/create)")
+async def ask(ctx: Context) -> str:
+    result = await ctx.elicit("What is your name?", Answer)
+    if result.action == "accept" and result.data is not None:
+        return f"py elicited: {result.data.name}"
+    return f"py elicited: {result.action}"
+
+
+@server.tool(description="Lists the client's roots (roots/list)")
+async def roots(ctx: Context) -> str:
+    result = await ctx.session.list_roots()
+    return "py roots: " + ", ".join(str(root.uri) for root in result.roots)
+
+
+@server.prompt(description="Greets someone")
+def greet(name: str) -> str:
+    return f"Hello, {name}, from Python!"
+
+
+@server.resource("py://readme", name="readme", description="A static text", mime_type="text/plain")
+def readme() -> str:
+    return "readme of the Python server"
+
+
+async def main() -> None:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    app = server.streamable_http_app(host="127.0.0.1")
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    print(f"listening on 127.0.0.1:{port}", flush=True)
+    await uvicorn.Server(config).serve(sockets=[sock])
+
+
+if __name__ == "__main__":
+    try:
+        anyio.run(main)
+    except KeyboardInterrupt:
+        sys.exit(0)
