@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: formatting, lints, unit and
-# integration tests, and the demo end to end.
+# integration tests, the demo end to end, the interoperability check with
+# the official SDK and conformance suite (it installs pinned versions into
+# .interop/), and a short smoke run of the benchmark.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,3 +19,6 @@ cargo test --quiet
 
 step "demo (scripts/demo.sh --once)"
 scripts/demo.sh --once
+
+step "interop (scripts/interop.sh)"
+scripts/interop.sh
