@@ -117,14 +117,25 @@ impl fmt::Debug for Server {
 /// An agent with small buffers, no proxy from the environment, and status
 /// codes returned as responses.
 pub fn agent(limits: &Limits, idle_per_host: usize) -> Agent {
+    agent_with_buffers(limits, idle_per_host, 16 * 1024, 16 * 1024)
+}
+
+/// The agent of one `GET` stream's reader: it only sends a small request and
+/// reads events, so it gets small buffers (the SSE decoder bounds events
+/// itself); there is one per downstream session, and this is most of its memory.
+pub fn stream_agent(limits: &Limits) -> Agent {
+    agent_with_buffers(limits, 1, 8 * 1024, 2 * 1024)
+}
+
+fn agent_with_buffers(limits: &Limits, idle_per_host: usize, input: usize, output: usize) -> Agent {
     let config = Agent::config_builder()
         .http_status_as_error(false)
         .proxy(None)
         .timeout_connect(Some(limits.connect))
         .timeout_recv_response(Some(limits.request))
         .timeout_per_read(Some(limits.request))
-        .input_buffer_size(16 * 1024)
-        .output_buffer_size(16 * 1024)
+        .input_buffer_size(input)
+        .output_buffer_size(output)
         .max_idle_connections(idle_per_host.max(1) * 4)
         .max_idle_connections_per_host(idle_per_host.max(1))
         .max_redirects(0)
@@ -314,13 +325,18 @@ impl Server {
         session: Option<&str>,
         version: &str,
         last_event_id: Option<&str>,
+        head_timeout: Option<Duration>,
     ) -> Result<Response<ureq::Body>, DownstreamError> {
         let mut request =
             self.headers(agent.get(&self.config.url).header("Accept", "text/event-stream"), session, Some(version));
         if let Some(id) = last_event_id {
             request = request.header("Last-Event-ID", id);
         }
-        request.call().map_err(|e| self.transport_error(e))
+        match head_timeout {
+            Some(timeout) => request.config().timeout_recv_response(Some(timeout)).build().call(),
+            None => request.call(),
+        }
+        .map_err(|e| self.transport_error(e))
     }
 
     fn delete(&self, session: &str, version: &str) -> Result<(), DownstreamError> {
@@ -444,7 +460,8 @@ impl Server {
                 return Err(DownstreamError::Closed);
             }
             std::thread::sleep(retry.unwrap_or(Duration::from_millis(50)).min(self.limits.request));
-            let response = self.get_stream(&self.agent, session.session_id, session.version, Some(resume_from))?;
+            let response =
+                self.get_stream(&self.agent, session.session_id, session.version, Some(resume_from), None)?;
             let mime = response.body().mime_type().unwrap_or("").to_ascii_lowercase();
             if response.status().as_u16() != 200 || mime != "text/event-stream" {
                 return Err(DownstreamError::Protocol(format!(
@@ -582,7 +599,7 @@ impl Downstream {
 
     fn start_reader(self: &Arc<Self>, inbox: Weak<dyn Inbox>) {
         match reader::start(self, inbox) {
-            Ok(reader) => *self.reader.lock() = Some(reader),
+            Ok(reader) => *self.reader.lock() = reader,
             Err(e) => log::error!(
                 "server `{}`: cannot start a reader thread ({e}): this session gets no server notifications",
                 self.server.name()

@@ -1,7 +1,7 @@
 #![forbid(unsafe_code)]
 //! The upstream HTTP adapter over tiny_http_fork: mcpgate's own accept
-//! loop, one thread per connection, a fixed pool of workers, and SSE
-//! written as one HTTP chunk per event. Requests become [`HttpRequest`]s and
+//! loop, one thread per connection, at most `workers` requests handled at
+//! once, and SSE written as one HTTP chunk per event. Requests become [`HttpRequest`]s and
 //! [`HttpReply`]s become bytes; nothing else here knows MCP.
 //!
 //! tiny_http's own accept thread and task pool are not used: its pool can
@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, TrySendError, bounded, select, tick};
+use crossbeam_channel::{Receiver, Sender, bounded, select, tick};
 use parking_lot::Mutex;
 use serde_json::Value;
 use tiny_http_fork::{Request, Response};
@@ -172,11 +172,39 @@ pub struct Options {
     pub write_timeout: Duration,
 }
 
-struct Job {
-    req: HttpRequest,
-    rq: Request,
-    /// Dropped when the worker is done with the request.
-    _done: Sender<()>,
+/// At most `workers` requests that talk to servers run at once. They run on
+/// the connection thread that read them, holding one of these permits: a
+/// pool of worker threads would add two thread wake-ups to every request,
+/// measured at about 100 µs of latency and a fifth of the throughput on a
+/// 2-core host (docs/BENCHMARKS.md). A request that finds every permit
+/// taken waits for one, in order.
+struct Permits {
+    give: Sender<()>,
+    take: Receiver<()>,
+}
+
+impl Permits {
+    fn new(count: usize) -> Permits {
+        let (give, take) = bounded(count);
+        for _ in 0..count {
+            give.send(()).expect("the channel holds `count`");
+        }
+        Permits { give, take }
+    }
+
+    /// Waits for a permit; it is given back when the guard drops.
+    fn acquire(&self) -> Permit<'_> {
+        let _ = self.take.recv();
+        Permit(self)
+    }
+}
+
+struct Permit<'a>(&'a Permits);
+
+impl Drop for Permit<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.give.try_send(());
+    }
 }
 
 /// What connection and worker threads share.
@@ -185,9 +213,10 @@ struct Shared {
     options: Options,
     stats: Arc<Stats>,
     stopping: AtomicBool,
+    permits: Permits,
 }
 
-/// The running listener: its accept thread, connection threads and workers.
+/// The running listener: its accept thread and connection threads.
 pub struct Httpd {
     addr: SocketAddr,
     shared: Arc<Shared>,
@@ -196,8 +225,6 @@ pub struct Httpd {
     accept: Option<JoinHandle<()>>,
     /// Guards the handles of connection threads; the accept thread adds and reaps them.
     conns: Arc<Mutex<Vec<JoinHandle<()>>>>,
-    jobs: Option<Sender<Job>>,
-    workers: Vec<JoinHandle<()>>,
 }
 
 /// Binds `addr` with the socket options accepted connections inherit:
@@ -217,20 +244,15 @@ impl Httpd {
         let listener = listen(addr, &options)?;
         let addr = listener.local_addr()?;
         let waker = TcpStream::from(OwnedFd::from(listener.try_clone()?));
-        let shared = Arc::new(Shared { app, options, stats, stopping: AtomicBool::new(false) });
-        let (jobs, jobs_rx) = bounded::<Job>(options.workers * 2);
-        let mut workers = Vec::with_capacity(options.workers);
-        for i in 0..options.workers {
-            let (shared, jobs_rx) = (shared.clone(), jobs_rx.clone());
-            workers.push(threads::spawn("worker", &i.to_string(), move || work(&shared, jobs_rx))?);
-        }
+        let permits = Permits::new(options.workers);
+        let shared = Arc::new(Shared { app, options, stats, stopping: AtomicBool::new(false), permits });
         let conns = Arc::new(Mutex::new(Vec::new()));
         let accept = {
-            let (shared, conns, jobs) = (shared.clone(), conns.clone(), jobs.clone());
+            let (shared, conns) = (shared.clone(), conns.clone());
             let listener = tiny_http_fork::Listener::Tcp(listener);
-            threads::spawn("accept", "", move || accept_loop(&listener, &shared, &conns, &jobs))?
+            threads::spawn("accept", "", move || accept_loop(&listener, &shared, &conns))?
         };
-        Ok(Httpd { addr, shared, waker, accept: Some(accept), conns, jobs: Some(jobs), workers })
+        Ok(Httpd { addr, shared, waker, accept: Some(accept), conns })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -247,16 +269,12 @@ impl Httpd {
         }
     }
 
-    /// Joins the workers, then the connection threads as soon as none is
-    /// handling a request (or at `deadline`). A connection thread still
-    /// waiting for the next request of an idle keep-alive client holds
-    /// nothing and ends with the process; returns how many did.
+    /// Joins the connection threads as soon as none is handling a request
+    /// (or at `deadline`). A connection thread still waiting for the next
+    /// request of an idle keep-alive client holds nothing and ends with the
+    /// process; returns how many did.
     pub fn join(mut self, deadline: Instant) -> usize {
         self.stop_accepting();
-        drop(self.jobs.take());
-        for worker in self.workers.drain(..) {
-            let _ = worker.join();
-        }
         loop {
             let busy = self.shared.stats.connections_busy.get();
             let pending = {
@@ -284,12 +302,7 @@ fn reap(conns: &mut Vec<JoinHandle<()>>) {
     }
 }
 
-fn accept_loop(
-    listener: &tiny_http_fork::Listener,
-    shared: &Arc<Shared>,
-    conns: &Mutex<Vec<JoinHandle<()>>>,
-    jobs: &Sender<Job>,
-) {
+fn accept_loop(listener: &tiny_http_fork::Listener, shared: &Arc<Shared>, conns: &Mutex<Vec<JoinHandle<()>>>) {
     let ssl = match tiny_http_fork::SslContextWrap::build_ssl_capabilities(None) {
         Ok(ssl) => ssl,
         Err(e) => {
@@ -325,8 +338,8 @@ fn accept_loop(
             drop(conn);
             Some(format!("{} connections are open (max_connections)", list.len()))
         } else {
-            let (shared, jobs) = (shared.clone(), jobs.clone());
-            match threads::spawn("conn", "", move || serve_connection(conn, &shared, &jobs)) {
+            let shared = shared.clone();
+            match threads::spawn("conn", "", move || serve_connection(conn, &shared)) {
                 Ok(handle) => {
                     list.push(handle);
                     None
@@ -345,7 +358,7 @@ fn accept_loop(
     }
 }
 
-fn serve_connection<I, E>(conn: I, shared: &Shared, jobs: &Sender<Job>)
+fn serve_connection<I, E>(conn: I, shared: &Shared)
 where
     I: Iterator<Item = Result<Request, E>>,
 {
@@ -377,18 +390,11 @@ where
                 }
             }
             Route::Worker => {
-                let (done, finished) = bounded::<()>(0);
-                match jobs.try_send(Job { req, rq, _done: done }) {
-                    // The next request on this connection waits for this one's answer.
-                    Ok(()) => {
-                        let _ = finished.recv();
-                    }
-                    Err(TrySendError::Full(job) | TrySendError::Disconnected(job)) => {
-                        shared.stats.requests_busy.inc();
-                        let reply = HttpReply::bad(503, "every worker is busy; try again").header("Retry-After", "1");
-                        respond(job.rq, reply, shared);
-                    }
-                }
+                let _permit = shared.permits.acquire();
+                let _handling = shared.stats.threads_workers.enter();
+                let mut sink = PostSink::Waiting(Some(rq));
+                let reply = shared.app.handle(&req, &mut sink);
+                sink.finish(reply, shared);
             }
         }
     }
@@ -463,15 +469,6 @@ fn check_headers(headers: &tiny_http_fork::Headers, options: &Options) -> Result
         Err(format!("more than {} request headers (max_header_count)", options.max_header_count))
     } else {
         Err(format!("request headers larger than {} bytes (max_header_bytes)", options.max_header_bytes))
-    }
-}
-
-fn work(shared: &Shared, jobs: Receiver<Job>) {
-    let _live = shared.stats.threads_workers.enter();
-    for job in jobs {
-        let mut sink = PostSink::Waiting(Some(job.rq));
-        let reply = shared.app.handle(&job.req, &mut sink);
-        sink.finish(reply, shared);
     }
 }
 

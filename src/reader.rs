@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded};
 use parking_lot::Mutex;
 use ureq::Agent;
+use ureq::http::Response;
 
 use crate::downstream::{Downstream, DownstreamError, Inbox, Server};
 use crate::jsonrpc::Message;
@@ -79,10 +80,29 @@ pub fn join_stragglers(wait: bool) {
 }
 
 /// Starts the reader of `downstream`'s stream.
-pub fn start(downstream: &Arc<Downstream>, inbox: Weak<dyn Inbox>) -> std::io::Result<Reader> {
+/// Starts the reader of `downstream`'s stream, or none when the server
+/// offers no stream (405).
+///
+/// The first `GET` runs here, on the thread that opened the session: its
+/// deep stack (connect, request, response head) is that thread's, and the
+/// reader thread keeps resident only what reading needs, about 30 KiB less
+/// per downstream session. The response head must come within the connect
+/// timeout; otherwise the reader tries again on its own.
+pub fn start(downstream: &Arc<Downstream>, inbox: Weak<dyn Inbox>) -> std::io::Result<Option<Reader>> {
     let server = downstream.server.clone();
     // Its own agent: shutting it down must not touch other requests.
-    let agent = crate::downstream::agent(&server.limits, 1);
+    let agent = crate::downstream::stream_agent(&server.limits);
+    let first = server.get_stream(
+        &agent,
+        downstream.session_id.as_deref(),
+        &downstream.protocol_version,
+        None,
+        Some(server.limits.connect),
+    );
+    if matches!(&first, Ok(response) if response.status().as_u16() == 405) {
+        log::debug!("server `{}` offers no GET stream", server.name());
+        return Ok(None);
+    }
     let (stop, stop_rx) = bounded(0);
     let (done_tx, done) = bounded::<()>(0);
     let stream = Stream {
@@ -95,10 +115,10 @@ pub fn start(downstream: &Arc<Downstream>, inbox: Weak<dyn Inbox>) -> std::io::R
     };
     let handle = threads::spawn("reader", server.name(), move || {
         let _live = stream.server.stats.threads_readers.enter();
-        stream.run();
+        stream.run(first);
         drop(done_tx);
     })?;
-    Ok(Reader { stop: Some(stop), agent, done, handle, server })
+    Ok(Some(Reader { stop: Some(stop), agent, done, handle, server }))
 }
 
 struct Stream {
@@ -119,14 +139,24 @@ enum Ended {
 }
 
 impl Stream {
-    fn run(&self) {
+    fn run(&self, first: Result<Response<ureq::Body>, DownstreamError>) {
         let mut last_event_id: Option<String> = None;
         let mut backoff = Backoff::new();
+        let mut first = Some(first);
         loop {
             if self.stopped() {
                 return;
             }
-            let delay = match self.read_once(&mut last_event_id) {
+            let opened = first.take().unwrap_or_else(|| {
+                self.server.get_stream(
+                    &self.agent,
+                    self.session_id.as_deref(),
+                    &self.version,
+                    last_event_id.as_deref(),
+                    None,
+                )
+            });
+            let delay = match self.read_once(opened, &mut last_event_id) {
                 Ended::Final => return,
                 Ended::Dropped { retry, stayed_up } => {
                     if stayed_up >= STABLE_AFTER {
@@ -145,16 +175,15 @@ impl Stream {
         matches!(self.stop.try_recv(), Err(crossbeam_channel::TryRecvError::Disconnected))
     }
 
-    /// Opens the stream once and reads it until it ends.
-    fn read_once(&self, last_event_id: &mut Option<String>) -> Ended {
+    /// Reads one opened stream until it ends.
+    fn read_once(
+        &self,
+        opened: Result<Response<ureq::Body>, DownstreamError>,
+        last_event_id: &mut Option<String>,
+    ) -> Ended {
         let name = self.server.name();
         let started = Instant::now();
-        let response = match self.server.get_stream(
-            &self.agent,
-            self.session_id.as_deref(),
-            &self.version,
-            last_event_id.as_deref(),
-        ) {
+        let response = match opened {
             Ok(response) => response,
             Err(DownstreamError::Closed) => return Ended::Final,
             Err(e) => {
@@ -181,7 +210,7 @@ impl Stream {
                 return Ended::Dropped { retry: None, stayed_up: Duration::ZERO };
             }
         }
-        let reader = BufReader::with_capacity(8 * 1024, response.into_body().into_reader());
+        let reader = BufReader::with_capacity(4 * 1024, response.into_body().into_reader());
         let mut decoder = sse::Decoder::new(reader, self.server.limits.max_message);
         let mut retry = None;
         loop {

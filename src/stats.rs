@@ -74,6 +74,8 @@ pub struct Stats {
     /// Downstream sessions dropped without going through the close path: a bug if ever non-zero.
     pub downstream_leaked: Counter,
 
+    /// Connection threads running a request that talks to servers (holding
+    /// one of the `workers` permits).
     pub threads_workers: Gauge,
     pub threads_readers: Gauge,
     pub threads_streams: Gauge,
@@ -86,5 +88,4 @@ pub struct Stats {
     pub connections_accepted: Counter,
     pub connections_refused: Counter,
     pub requests: Counter,
-    pub requests_busy: Counter,
 }

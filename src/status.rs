@@ -99,7 +99,6 @@ pub fn json(g: &Gateway) -> Value {
         },
         "requests": {
             "total": s.requests.get(),
-            "refused_busy": s.requests_busy.get(),
         },
         "limits": {
             "workers": current.config.workers,

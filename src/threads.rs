@@ -12,8 +12,7 @@ use std::thread::{Builder, JoinHandle, Scope, ScopedJoinHandle};
 pub const STACK_BYTES: usize = 256 * 1024;
 
 /// The roles, as they appear in thread names and on the status page.
-pub const ROLES: &[&str] =
-    &["accept", "conn", "worker", "reader", "reaper", "signal", "fanout", "close", "state", "notify"];
+pub const ROLES: &[&str] = &["accept", "conn", "reader", "reaper", "signal", "fanout", "close", "state", "notify"];
 
 fn builder(role: &str, detail: &str) -> Builder {
     debug_assert!(ROLES.contains(&role), "unknown thread role {role}");

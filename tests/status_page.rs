@@ -129,9 +129,8 @@ fn status_pages_answer_fast_with_200_streams_open_and_every_worker_busy() {
     let process = &status["process"];
     let threads = number(&status, "process", "threads");
     assert!(threads.abs_diff(os_threads) <= 20, "process.threads {threads}, /proc says {os_threads}");
-    assert!(threads >= 2 * STREAMS + WORKERS + 2, "streams, readers, workers, accept, reaper: {process}");
+    assert!(threads >= 2 * STREAMS + WORKERS + 2, "streams, readers, slow calls, accept, reaper: {process}");
     let by_role = &process["threads_by_role"];
-    assert_eq!(by_role["worker"], WORKERS, "{by_role}");
     assert_eq!(by_role["reader"], STREAMS + WORKERS, "{by_role}");
     assert!(by_role["conn"].as_u64().unwrap() >= STREAMS + WORKERS, "{by_role}");
     let rss = number(&status, "process", "rss_bytes");
