@@ -31,7 +31,7 @@ pub const REFERENCE: &[KeyDoc] = &[
     KeyDoc {
         key: "workers",
         default: "8",
-        meaning: "Worker threads that run `POST` and `DELETE /mcp` (1 to 256). A request that finds all of them busy and the queue full gets 503.",
+        meaning: "`POST` and `DELETE /mcp` requests handled at once (1 to 256), each on its connection's thread; more wait their turn.",
     },
     KeyDoc {
         key: "session_idle_timeout_secs",
@@ -328,7 +328,6 @@ impl Config {
         let servers = self.servers.len();
         vec![
             ("main, accept, reaper, signal, state, notify", 6),
-            ("workers", self.workers),
             ("connections (max_connections)", self.max_connections),
             ("readers (max_sessions x servers)", self.max_sessions * servers),
             ("fanout (workers x servers)", self.workers * servers),
