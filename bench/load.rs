@@ -134,17 +134,27 @@ impl Client {
             self.session = Some(session.to_string());
         }
         let sse = response.body().mime_type() == Some("text/event-stream");
-        let text = response.into_body().read_to_string().map_err(|e| e.to_string())?;
         let message = if sse {
-            // The last `data:` line carries the response.
-            text.lines()
-                .filter_map(|l| l.strip_prefix("data:"))
-                .map(str::trim)
-                .rfind(|d| !d.is_empty())
-                .unwrap_or("")
-                .to_string()
+            // Read events until the response to this request, as SDK clients
+            // do; what the server sends after it (or how it ends the stream)
+            // is not part of the call.
+            let mut reader = std::io::BufReader::new(response.into_body().into_reader());
+            let mut line = String::new();
+            let mut found = String::new();
+            loop {
+                line.clear();
+                if reader.read_line(&mut line).map_err(|e| e.to_string())? == 0 {
+                    break;
+                }
+                let Some(data) = line.strip_prefix("data:").map(str::trim) else { continue };
+                if serde_json::from_str::<Value>(data).is_ok_and(|v| v.get("id") == Some(&json!(id))) {
+                    found = data.to_string();
+                    break;
+                }
+            }
+            found
         } else {
-            text
+            response.into_body().read_to_string().map_err(|e| e.to_string())?
         };
         let value: Value = serde_json::from_str(&message).map_err(|e| format!("{method}: {e}: {message}"))?;
         if let Some(error) = value.get("error") {
@@ -274,6 +284,10 @@ fn sessions(a: &Args) {
         clients.push(client);
     }
     println!("{}", json!({"ready": a.count, "open_seconds": started.elapsed().as_secs_f64()}));
+    if a.no_stream {
+        // Nothing is held open here: the sessions live on at the server.
+        return;
+    }
     match &a.hold_file {
         Some(path) => {
             for _ in 0..36_000 {
@@ -331,28 +345,47 @@ fn churn(a: &Args) {
     });
     let errors = AtomicU64::new(0);
     let workers = 4;
-    std::thread::scope(|s| {
-        for w in 0..workers {
-            let (errors, done) = (&errors, &done);
-            s.spawn(move || {
-                for cycle in (w..a.cycles).step_by(workers) {
-                    let result = Client::connect(&a.url).and_then(|mut client| {
-                        client.request("tools/call", json!({"name": a.tool, "arguments": {"text": "churn"}}))?;
-                        if cycle % 2 == 0 { client.delete() } else { Ok(()) }
-                    });
-                    if let Err(e) = result
-                        && errors.fetch_add(1, Ordering::Relaxed) < 3
-                    {
-                        eprintln!("cycle {cycle}: {e}");
+    // After the first tenth (at most 1,000 cycles), everything pauses until
+    // the idle sessions are evicted: RSS there and at the end are taken at
+    // the same quiet point, so the two compare.
+    let first = (a.cycles / 10).clamp(1, 1000);
+    let quiet = Duration::from_secs(3);
+    let mut rss_first = 0;
+    let run = |range: std::ops::Range<usize>| {
+        std::thread::scope(|s| {
+            for w in 0..workers {
+                let (errors, done, range) = (&errors, &done, range.clone());
+                s.spawn(move || {
+                    for cycle in range.skip(w).step_by(workers) {
+                        let result = Client::connect(&a.url).and_then(|mut client| {
+                            client.request("tools/call", json!({"name": a.tool, "arguments": {"text": "churn"}}))?;
+                            if cycle % 2 == 0 { client.delete() } else { Ok(()) }
+                        });
+                        if let Err(e) = result
+                            && errors.fetch_add(1, Ordering::Relaxed) < 3
+                        {
+                            eprintln!("cycle {cycle}: {e}");
+                        }
+                        done.fetch_add(1, Ordering::Relaxed);
                     }
-                    done.fetch_add(1, Ordering::Relaxed);
-                }
-            });
-        }
-    });
-    let elapsed = begin.elapsed();
-    // Keep sampling while the idle sessions are evicted.
-    std::thread::sleep(Duration::from_secs(3));
+                });
+            }
+        });
+    };
+    let mut working = Duration::ZERO;
+    let t = Instant::now();
+    run(0..first);
+    working += t.elapsed();
+    std::thread::sleep(quiet);
+    if let Some(pid) = a.sample_pid {
+        rss_first = sample(pid).map_or(0, |(rss, _)| rss);
+    }
+    let t = Instant::now();
+    run(first..a.cycles);
+    working += t.elapsed();
+    std::thread::sleep(quiet);
+    let rss_end = a.sample_pid.and_then(sample).map_or(0, |(rss, _)| rss);
+    let elapsed = working;
     stop.store(true, Ordering::Relaxed);
     if let Some(sampler) = sampler {
         let _ = sampler.join();
@@ -371,6 +404,9 @@ fn churn(a: &Args) {
             "seconds": elapsed.as_secs_f64(),
             "ms_per_cycle": elapsed.as_secs_f64() * 1000.0 / a.cycles as f64,
             "errors": errors.load(Ordering::Relaxed),
+            "quiet_rss_after_first": rss_first,
+            "first_cycles": first,
+            "quiet_rss_at_end": rss_end,
         })
     );
 }

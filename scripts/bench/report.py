@@ -1,0 +1,312 @@
+"""Turns the raw results of scripts/bench.sh into one table.
+
+    report.py RESULTS.jsonl CHURN.csv full|smoke --versions TEXT --command TEXT
+
+Full mode writes docs/BENCHMARKS.md and docs/churn.svg; smoke mode writes
+.bench/BENCHMARKS.smoke.md. Both print the table. The exit status is 1 when
+a correctness check fails (an error in a call, a DELETE missing, a thread
+left behind); timing targets are reported, never enforced: they depend on
+the machine and its load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def machine() -> str:
+    model = "unknown CPU"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = 0
+    try:
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemTotal:"):
+                mem = int(line.split()[1]) // (1024 * 1024)
+    except OSError:
+        pass
+    return f"{os.cpu_count()} cores ({model}), {mem} GiB, Linux {platform.release()}"
+
+
+def load(path: str) -> list[dict]:
+    return [json.loads(line) for line in open(path) if line.strip()]
+
+
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def overhead(rows: list[dict], server: str):
+    """Per client count: the median over rounds of p50, p99 and throughput, per target."""
+    table: dict[int, dict[str, dict]] = {}
+    for row in rows:
+        if row["part"] != "overhead" or row["server"] != server:
+            continue
+        r = row["result"]
+        cell = table.setdefault(r["clients"], {}).setdefault(row["target"], {"p50": [], "p99": [], "tput": [], "errors": 0})
+        cell["p50"].append(r["p50_us"])
+        cell["p99"].append(r["p99_us"])
+        cell["tput"].append(r["throughput"])
+        cell["errors"] += r["errors"]
+    return {
+        clients: {t: {k: (median(v) if k != "errors" else v) for k, v in cell.items()} for t, cell in targets.items()}
+        for clients, targets in sorted(table.items())
+    }
+
+
+def fmt_us(v):
+    return "-" if v is None else f"{v / 1000:.2f} ms"
+
+
+def svg(samples: list[dict], path: str) -> None:
+    """RSS and threads over the churn run, as two lines on one time axis."""
+    if not samples:
+        return
+    w, h, left, right, top, bottom = 760, 300, 60, 60, 20, 40
+    t_max = max(s["t"] for s in samples) or 1
+    rss_max = max(s["rss"] for s in samples) * 1.1 or 1
+    th_max = max(s["threads"] for s in samples) * 1.1 or 1
+
+    def x(t):
+        return left + (w - left - right) * t / t_max
+
+    def y(v, vmax):
+        return top + (h - top - bottom) * (1 - v / vmax)
+
+    rss_line = " ".join(f"{x(s['t']):.1f},{y(s['rss'], rss_max):.1f}" for s in samples)
+    th_line = " ".join(f"{x(s['t']):.1f},{y(s['threads'], th_max):.1f}" for s in samples)
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="11">',
+        f'<rect width="{w}" height="{h}" fill="white"/>',
+        f'<line x1="{left}" y1="{h - bottom}" x2="{w - right}" y2="{h - bottom}" stroke="#444"/>',
+        f'<line x1="{left}" y1="{top}" x2="{left}" y2="{h - bottom}" stroke="#1f77b4"/>',
+        f'<line x1="{w - right}" y1="{top}" x2="{w - right}" y2="{h - bottom}" stroke="#d62728"/>',
+        f'<polyline fill="none" stroke="#1f77b4" stroke-width="1.5" points="{rss_line}"/>',
+        f'<polyline fill="none" stroke="#d62728" stroke-width="1.5" points="{th_line}"/>',
+        f'<text x="{left}" y="{top - 6}" fill="#1f77b4">RSS (MiB)</text>',
+        f'<text x="{w - right}" y="{top - 6}" fill="#d62728" text-anchor="end">threads</text>',
+        f'<text x="{(w) / 2}" y="{h - 8}" text-anchor="middle">seconds into the churn run</text>',
+    ]
+    for i in range(5):
+        frac = i / 4
+        yy = top + (h - top - bottom) * (1 - frac)
+        parts.append(f'<text x="{left - 6}" y="{yy + 4:.0f}" text-anchor="end" fill="#1f77b4">{rss_max * frac / 1048576:.1f}</text>')
+        parts.append(f'<text x="{w - right + 6}" y="{yy + 4:.0f}" fill="#d62728">{th_max * frac:.0f}</text>')
+        xx = left + (w - left - right) * frac
+        parts.append(f'<text x="{xx:.0f}" y="{h - bottom + 14}" text-anchor="middle">{t_max * frac:.0f}</text>')
+    parts.append("</svg>")
+    with open(path, "w") as f:
+        f.write("\n".join(parts) + "\n")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("results")
+    ap.add_argument("churn_csv")
+    ap.add_argument("mode", choices=["full", "smoke"])
+    ap.add_argument("--versions", default="")
+    ap.add_argument("--command", default="scripts/bench.sh")
+    a = ap.parse_args()
+    rows = load(a.results)
+    failures: list[str] = []
+    out: list[str] = []
+    say = out.append
+
+    say("# mcpgate benchmark")
+    say("")
+    say(f"- Run: {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}, `{a.command}`")
+    say(f"- Machine: {machine()}; load generator, gateways and servers share it, all on 127.0.0.1")
+    say(f"- Versions: {a.versions}")
+    say("- Builds: release (`opt-level = \"s\"`, LTO, `panic = \"abort\"`); the downstream is mcp-fixture unless named")
+    say("")
+
+    # 1. overhead
+    say("## 1. Overhead: `tools/call` latency and throughput")
+    say("")
+    say("Median of the rounds; each point is a fresh session per client calling `echo` in a loop, the targets interleaved.")
+    say("")
+    say("| clients | direct p50 / p99 | req/s | mcpgate p50 / p99 | req/s | added p50 | mcpgate / direct | FastMCP proxy p50 / p99 | req/s | FastMCP / direct |")
+    say("|---|---|---|---|---|---|---|---|---|---|")
+    fixture = overhead(rows, "fixture")
+    for clients, t in fixture.items():
+        d, g, f = t.get("direct", {}), t.get("mcpgate", {}), t.get("fastmcp", {})
+        for name, cell in (("direct", d), ("mcpgate", g)):
+            if cell and cell["errors"]:
+                failures.append(f"{cell['errors']} failed calls at {clients} clients ({name})")
+        added = g["p50"] - d["p50"] if d and g else None
+        cells = [
+            str(clients),
+            f"{fmt_us(d.get('p50'))} / {fmt_us(d.get('p99'))}",
+            f"{d.get('tput', 0):.0f}",
+            f"{fmt_us(g.get('p50'))} / {fmt_us(g.get('p99'))}",
+            f"{g.get('tput', 0):.0f}",
+            "-" if added is None else f"{added / 1000:.3f} ms",
+            f"{g['tput'] / d['tput']:.2f}" if d and g else "-",
+            f"{fmt_us(f['p50'])} / {fmt_us(f['p99'])}" if f else "-",
+            f"{f['tput']:.0f}" if f else "-",
+            f"{f['tput'] / d['tput']:.2f}" if d and f else "-",
+        ]
+        say("| " + " | ".join(cells) + " |")
+    say("")
+    py = overhead(rows, "python-sdk")
+    if py:
+        say("A third-party downstream, a server written with the official Python SDK (`mcp` 2.3.0):")
+        say("")
+        say("| clients | direct p50 / p99 | req/s | mcpgate p50 / p99 | req/s | added p50 | mcpgate / direct |")
+        say("|---|---|---|---|---|---|---|")
+        for clients, t in py.items():
+            d, g = t.get("direct", {}), t.get("mcpgate", {})
+            if d.get("errors") or g.get("errors") or not d.get("tput") or not g.get("tput"):
+                failures.append(f"python-sdk calls failed at {clients} clients")
+                continue
+            say(
+                f"| {clients} | {fmt_us(d.get('p50'))} / {fmt_us(d.get('p99'))} | {d.get('tput', 0):.0f} "
+                f"| {fmt_us(g.get('p50'))} / {fmt_us(g.get('p99'))} | {g.get('tput', 0):.0f} "
+                f"| {(g['p50'] - d['p50']) / 1000:.3f} ms | {g['tput'] / d['tput']:.2f} |"
+            )
+        say("")
+
+    # 2. footprint
+    say("## 2. Footprint")
+    say("")
+    say("Client sessions that each hold 2 downstream sessions with open `GET` streams (the client itself keeps no connection).")
+    say("")
+    say("| gateway | client sessions | RSS | threads | reader threads |")
+    say("|---|---|---|---|---|")
+    fp = [r for r in rows if r["part"] == "footprint"]
+    for r in fp:
+        say(f"| {r['target']} | {r['sessions']} | {r['rss_kib'] / 1024:.1f} MiB | {r['threads']} | {r['readers'] if r['target'] == 'mcpgate' else '-'} |")
+    gate_fp = sorted((r for r in fp if r["target"] == "mcpgate"), key=lambda r: r["sessions"])
+    per_ds_bytes = per_ds_threads = None
+    if len(gate_fp) >= 3:
+        lo, hi = gate_fp[1], gate_fp[-1]
+        downstream = 2 * (hi["sessions"] - lo["sessions"])
+        per_ds_bytes = (hi["rss_kib"] - lo["rss_kib"]) * 1024 / downstream
+        per_ds_threads = (hi["threads"] - lo["threads"]) / downstream
+        say("")
+        say(
+            f"Per downstream session (from {lo['sessions']} to {hi['sessions']} client sessions, including its share of the "
+            f"client session): **{per_ds_bytes / 1024:.1f} KiB RSS and {per_ds_threads:.2f} threads**."
+        )
+        for r in gate_fp:
+            if r["readers"] != 2 * r["sessions"]:
+                failures.append(f"{r['sessions']} sessions: {r['readers']} reader threads, not {2 * r['sessions']}")
+    say("")
+
+    # 3. churn
+    churn = next((r for r in rows if r["part"] == "churn"), None)
+    samples = []
+    if os.path.exists(a.churn_csv):
+        for s in csv.DictReader(open(a.churn_csv)):
+            samples.append({"t": float(s["seconds"]), "rss": int(s["rss_bytes"]), "threads": int(s["threads"]), "done": int(s["cycles_done"])})
+    rss_1k = rss_end = None
+    if churn:
+        res = churn["result"]
+        say("## 3. Churn")
+        say("")
+        say(f"{res['cycles']} cycles of initialize, one call, then DELETE (even cycles) or walking away (odd: idle eviction after 1 s), 4 at a time, 2 servers.")
+        say("")
+        first_k = min(1000, max(res["cycles"] // 10, 1))
+        after = [s for s in samples if s["done"] >= first_k]
+        rss_1k = after[0]["rss"] if after else None
+        rss_end = churn["end_rss_kib"] * 1024
+        say("| measure | value |")
+        say("|---|---|")
+        say(f"| time per cycle | {res['ms_per_cycle']:.2f} ms ({res['seconds']:.1f} s in all) |")
+        say(f"| failed cycles | {res['errors']} |")
+        say(f"| downstream sessions opened / closed (mcpgate) | {churn['opened']} / {churn['closed']} |")
+        say(f"| initialize / DELETE counted at the servers | {churn['initialize']} / {churn['delete']} |")
+        say(f"| threads before / after | {churn['base_threads']} / {churn['end_threads']} |")
+        if rss_1k:
+            say(f"| RSS after {first_k} cycles / at the end | {rss_1k / 1048576:.2f} MiB / {rss_end / 1048576:.2f} MiB ({(rss_end - rss_1k) / 1048576:+.2f} MiB) |")
+        say("")
+        if a.mode == "full":
+            say("![RSS and threads over the churn run](churn.svg)")
+            say("")
+        if res["errors"]:
+            failures.append(f"{res['errors']} churn cycles failed")
+        if churn["initialize"] != churn["delete"]:
+            failures.append(f"churn: {churn['initialize']} initialize but {churn['delete']} DELETE at the servers")
+        if churn["opened"] != churn["closed"]:
+            failures.append(f"churn: opened {churn['opened']} != closed {churn['closed']}")
+        if churn["end_threads"] != churn["base_threads"]:
+            failures.append(f"churn: {churn['end_threads']} threads at the end, {churn['base_threads']} before")
+
+    # 4. shutdown
+    sd = next((r for r in rows if r["part"] == "shutdown"), None)
+    if sd:
+        say("## 4. Shutdown")
+        say("")
+        say(f"SIGTERM with {sd['sessions']} live client sessions ({2 * sd['sessions']} downstream sessions): exit {sd['exit']} after **{sd['seconds']:.2f} s**; the servers counted {sd['delete']} DELETEs for {sd['initialize']} sessions.")
+        say("")
+        if sd["exit"] != 0:
+            failures.append(f"shutdown exit status {sd['exit']}")
+        if sd["delete"] != sd["initialize"]:
+            failures.append(f"shutdown: {sd['delete']} DELETE for {sd['initialize']} sessions")
+
+    # targets
+    say("## Targets")
+    say("")
+    say("| target | measured | met |")
+    say("|---|---|---|")
+
+    def target(name, value, ok):
+        say(f"| {name} | {value} | {'yes' if ok else 'no'} |")
+
+    t16 = fixture.get(16, {})
+    if t16.get("direct") and t16.get("mcpgate"):
+        r = t16["mcpgate"]["tput"] / t16["direct"]["tput"]
+        target("throughput through mcpgate >= 0.8 of direct at 16 clients", f"{r:.2f}", r >= 0.8)
+    t1 = fixture.get(1, {})
+    if t1.get("direct") and t1.get("mcpgate"):
+        added = (t1["mcpgate"]["p50"] - t1["direct"]["p50"]) / 1000
+        target("p50 added latency < 0.2 ms (1 client)", f"{added:.3f} ms", added < 0.2)
+    rest = next((r for r in fp if r["target"] == "mcpgate" and r["sessions"] == 0), None)
+    if rest:
+        target("RSS at rest < 4 MB", f"{rest['rss_kib'] * 1024 / 1e6:.2f} MB ({rest['threads']} threads)", rest["rss_kib"] * 1024 < 4e6)
+    if per_ds_bytes is not None:
+        target("<= 64 KiB RSS per downstream session with an open GET stream", f"{per_ds_bytes / 1024:.1f} KiB", per_ds_bytes <= 64 * 1024)
+        target("exactly 1 reader thread per such downstream session", f"{per_ds_threads:.2f} threads; readers == 2 x sessions at each point", abs(per_ds_threads - 1) < 0.01)
+    if churn and rss_1k:
+        grow = (rss_end - rss_1k) / 1048576
+        target("churn: RSS at the end within 1 MB of after the first 1,000 cycles", f"{grow:+.2f} MiB", abs(grow) <= 1)
+        target("churn: DELETEs == opens, threads back to baseline", f"{churn['delete']} == {churn['initialize']}; {churn['end_threads']} == {churn['base_threads']}", churn["delete"] == churn["initialize"] and churn["end_threads"] == churn["base_threads"])
+    if sd:
+        target(f"shutdown with {sd['sessions']} sessions < 2 s, every DELETE sent", f"{sd['seconds']:.2f} s, {sd['delete']}/{sd['initialize']}", sd["seconds"] < 2 and sd["delete"] == sd["initialize"])
+    say("")
+    if failures:
+        say("## Correctness failures")
+        say("")
+        for f in failures:
+            say(f"- {f}")
+        say("")
+
+    text = "\n".join(out) + "\n"
+    print(text)
+    if a.mode == "full":
+        with open(os.path.join(ROOT, "docs", "BENCHMARKS.md"), "w") as f:
+            f.write(text)
+        svg(samples, os.path.join(ROOT, "docs", "churn.svg"))
+    else:
+        with open(os.path.join(ROOT, ".bench", "BENCHMARKS.smoke.md"), "w") as f:
+            f.write(text)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
