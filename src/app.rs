@@ -19,11 +19,14 @@ pub struct Mcpgate {
 }
 
 impl App for Mcpgate {
-    /// `POST` and `DELETE /mcp` talk to servers: a worker runs them. The
-    /// `GET` stream and the status pages never wait on the network, so they
-    /// answer at once even when every worker is busy.
+    /// Requests that may wait long on servers hold one of the `workers`
+    /// permits: JSON-RPC requests, `DELETE /mcp`, `/reload`. A client's
+    /// answer to a server's request and its notifications (a cancel) never
+    /// wait for a permit: the calls holding the permits may be waiting for
+    /// exactly those. The `GET` stream and the status pages answer at once.
     fn route(&self, req: &HttpRequest) -> Route {
         match (req.method.as_str(), req.path.as_str()) {
+            ("POST", "/mcp") if !carries_a_request(&req.body) => Route::Inline,
             ("POST" | "DELETE", "/mcp") | ("POST", "/reload") => Route::Worker,
             _ => Route::Inline,
         }
@@ -59,6 +62,21 @@ impl App for Mcpgate {
                 format!("no such path `{path}`: mcpgate serves /mcp, /status, /status.json, /healthz and /reload\n"),
             ),
         }
+    }
+}
+
+/// Whether a `POST` body holds a JSON-RPC request (a message with both
+/// `method` and `id`), or may (a batch, or something that does not parse:
+/// the handler then says what is wrong).
+fn carries_a_request(body: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Shape {
+        method: Option<serde::de::IgnoredAny>,
+        id: Option<serde::de::IgnoredAny>,
+    }
+    match serde_json::from_slice::<Shape>(body) {
+        Ok(shape) => shape.method.is_some() && shape.id.is_some(),
+        Err(_) => true,
     }
 }
 
