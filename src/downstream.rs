@@ -41,6 +41,8 @@ pub enum DownstreamError {
     Refused(String),
     /// mcpgate is closing this downstream session.
     Closed,
+    /// The client cancelled the request and the server ended its answer.
+    Cancelled,
 }
 
 impl fmt::Display for DownstreamError {
@@ -54,6 +56,7 @@ impl fmt::Display for DownstreamError {
             DownstreamError::Protocol(e) => write!(f, "protocol error: {e}"),
             DownstreamError::Refused(e) => write!(f, "initialize refused: {e}"),
             DownstreamError::Closed => write!(f, "the session is closing"),
+            DownstreamError::Cancelled => write!(f, "the request was cancelled"),
         }
     }
 }
@@ -191,7 +194,7 @@ impl Server {
         let mut health = self.health.lock();
         match result {
             Ok(_) => health.last_ok_at = Some(SystemTime::now()),
-            Err(DownstreamError::Closed) => {}
+            Err(DownstreamError::Closed | DownstreamError::Cancelled) => {}
             Err(e) => {
                 health.last_error = Some(self.redact(&e.to_string()));
                 health.last_error_at = Some(SystemTime::now());
@@ -231,9 +234,13 @@ impl Server {
             Some(Ok(v)) if !v.is_empty() && v.bytes().all(|b| (0x21..=0x7e).contains(&b)) => Some(v.to_string()),
             Some(_) => return Err(DownstreamError::Protocol("Mcp-Session-Id is not visible ASCII".into())),
         };
-        let not_closing = AtomicBool::new(false);
-        let exchange =
-            Exchange { session_id: session_id.as_deref(), version: PROTOCOL_VERSIONS[0], closing: &not_closing };
+        let not_set = AtomicBool::new(false);
+        let exchange = Exchange {
+            session_id: session_id.as_deref(),
+            version: PROTOCOL_VERSIONS[0],
+            closing: &not_set,
+            cancelled: &not_set,
+        };
         let answer = self.read_answer(response, &id, &mut |_| {}, &exchange);
         if session_id.is_none() {
             // Without a session id there is nothing to close if the answer is bad.
@@ -459,6 +466,9 @@ impl Server {
             if session.closing.load(Ordering::Acquire) {
                 return Err(DownstreamError::Closed);
             }
+            if session.cancelled.load(Ordering::Acquire) {
+                return Err(DownstreamError::Cancelled);
+            }
             std::thread::sleep(retry.unwrap_or(Duration::from_millis(50)).min(self.limits.request));
             let response =
                 self.get_stream(&self.agent, session.session_id, session.version, Some(resume_from), None)?;
@@ -513,6 +523,8 @@ struct Exchange<'a> {
     session_id: Option<&'a str>,
     version: &'a str,
     closing: &'a AtomicBool,
+    /// Set when the client cancelled the request: a stream that ends is not resumed.
+    cancelled: &'a AtomicBool,
 }
 
 struct InitializeResult {
@@ -620,10 +632,6 @@ impl Downstream {
         .filter(|_| !self.is_closing())
     }
 
-    fn exchange(&self) -> Exchange<'_> {
-        Exchange { session_id: self.session_id.as_deref(), version: &self.protocol_version, closing: &self.closing }
-    }
-
     pub fn is_closing(&self) -> bool {
         self.closing.load(Ordering::Acquire)
     }
@@ -641,14 +649,33 @@ impl Downstream {
         params: Option<&RawValue>,
         on_message: &mut dyn FnMut(Message),
     ) -> Result<Message, DownstreamError> {
+        self.call(id, method, params, on_message, &AtomicBool::new(false))
+    }
+
+    /// A request the client may cancel: once `cancelled` is set, an answer
+    /// stream that ends early is not resumed.
+    pub fn call(
+        &self,
+        id: &Value,
+        method: &str,
+        params: Option<&RawValue>,
+        on_message: &mut dyn FnMut(Message),
+        cancelled: &AtomicBool,
+    ) -> Result<Message, DownstreamError> {
         if self.is_closing() {
             return Err(DownstreamError::Closed);
         }
         let body = jsonrpc::request(id, method, params);
+        let exchange = Exchange {
+            session_id: self.session_id.as_deref(),
+            version: &self.protocol_version,
+            closing: &self.closing,
+            cancelled,
+        };
         let result = self
             .server
             .post(self.session_id.as_deref(), Some(&self.protocol_version), &body)
-            .and_then(|response| self.server.read_answer(response, id, on_message, &self.exchange()));
+            .and_then(|response| self.server.read_answer(response, id, on_message, &exchange));
         self.server.record(&result);
         result
     }

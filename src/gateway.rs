@@ -625,13 +625,13 @@ impl Gateway {
         let params = params.to_raw();
         let result = self.exchange(session, server, |downstream| {
             let id = downstream.next_id();
-            session.start_call(&client_id, server.name(), &id);
+            let cancelled = session.start_call(&client_id, server.name(), &id);
             let mut on_message = |m: Message| {
                 if let Some(bytes) = session.to_client(server, m) {
                     events.send(bytes);
                 }
             };
-            downstream.request(&id, message.method(), Some(&params), &mut on_message)
+            downstream.call(&id, message.method(), Some(&params), &mut on_message, &cancelled)
         });
         session.end_call(&client_id);
         match result {

@@ -4,6 +4,7 @@
 //! its merged lists. [`close_sessions`] is the one way a session ends.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -51,6 +52,7 @@ enum Slot {
 struct Call {
     server: String,
     downstream_id: Value,
+    cancelled: Arc<AtomicBool>,
 }
 
 /// A request a server sent to the client: where the answer goes.
@@ -441,10 +443,14 @@ impl Session {
         self.state.lock().lists.insert(list.kind, list);
     }
 
-    /// Remembers which server works on the client's request `client_id`.
-    pub fn start_call(&self, client_id: &Value, server: &str, downstream_id: &Value) {
-        let call = Call { server: server.to_string(), downstream_id: downstream_id.clone() };
+    /// Remembers which server works on the client's request `client_id`;
+    /// the flag is set if the client cancels it.
+    pub fn start_call(&self, client_id: &Value, server: &str, downstream_id: &Value) -> Arc<AtomicBool> {
+        let cancelled = Arc::new(AtomicBool::new(false));
+        let call =
+            Call { server: server.to_string(), downstream_id: downstream_id.clone(), cancelled: cancelled.clone() };
         self.state.lock().calls.insert(id_key(client_id), call);
+        cancelled
     }
 
     pub fn end_call(&self, client_id: &Value) {
@@ -455,6 +461,7 @@ impl Session {
     pub fn cancel_target(&self, client_id: &Value) -> Option<(Arc<Downstream>, Value)> {
         let st = self.state.lock();
         let call = st.calls.get(&id_key(client_id))?;
+        call.cancelled.store(true, Ordering::Release);
         match st.slots.get(&call.server) {
             Some(Slot::Open(d)) => Some((d.clone(), call.downstream_id.clone())),
             _ => None,
