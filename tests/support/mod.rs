@@ -658,3 +658,105 @@ pub fn read_until_closed(stream: &mut std::net::TcpStream, timeout: Duration) ->
 pub fn get_text(url: &str) -> String {
     agent().get(url).call().unwrap_or_else(|e| panic!("GET {url}: {e}")).body_mut().read_to_string().unwrap_or_default()
 }
+
+/// Ids of `call_streaming` requests: unique in the test process, so two
+/// clients sharing a session never send the same id.
+static STREAMING_IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+/// Sessions shared by `same_session` clients, to give each its own id range.
+static SHARED_CLIENTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+impl Client {
+    /// Another client on this client's session (same id and headers, its
+    /// own connection and request ids), e.g. for a second thread.
+    pub fn same_session(&self) -> Client {
+        let n = SHARED_CLIENTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Client {
+            agent: agent(),
+            url: self.url.clone(),
+            session: self.session.clone(),
+            next_id: 1_000_000 * n,
+            headers: self.headers.clone(),
+        }
+    }
+
+    /// POSTs a response `{"id": id, "result": result}` to a request a server
+    /// made, on a connection of its own; the HTTP status.
+    pub fn respond(&self, id: &Value, result: Value) -> u16 {
+        let mut request = agent()
+            .post(&self.url)
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream")
+            .header("Mcp-Session-Id", self.session.as_deref().expect("initialized"))
+            .header("MCP-Protocol-Version", PROTOCOL);
+        for (name, value) in &self.headers {
+            request = request.header(name, value);
+        }
+        let body = json!({ "jsonrpc": "2.0", "id": id, "result": result });
+        let response = request.send(body.to_string().as_bytes()).unwrap_or_else(|e| panic!("POST answer: {e}"));
+        response.status().as_u16()
+    }
+
+    /// Calls tool `name` and reads the SSE answer event by event as it
+    /// arrives. Each JSON-RPC request in it (a server asking the client) goes
+    /// to `answer`; a result it returns is POSTed back on another connection
+    /// (202 expected) while the answer is still being read. Returns the
+    /// messages before the response, and the response (or the JSON answer;
+    /// `Value::Null` when the stream ended without one).
+    pub fn call_streaming(
+        &self,
+        name: &str,
+        arguments: Value,
+        mut answer: impl FnMut(&Value) -> Option<Value>,
+    ) -> (Vec<Value>, Value) {
+        let id = json!(format!("stream-{}", STREAMING_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));
+        let body = json!({
+            "jsonrpc": "2.0",
+            "id": id,
+            "method": "tools/call",
+            "params": { "name": name, "arguments": arguments },
+        });
+        let mut request = self
+            .agent
+            .post(&self.url)
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream");
+        if let Some(session) = &self.session {
+            request = request.header("Mcp-Session-Id", session).header("MCP-Protocol-Version", PROTOCOL);
+        }
+        for (name, value) in &self.headers {
+            request = request.header(name, value);
+        }
+        let response = request.send(body.to_string().as_bytes()).unwrap_or_else(|e| panic!("POST {name}: {e}"));
+        let content_type = response.body().mime_type().unwrap_or("").to_string();
+        if content_type != "text/event-stream" {
+            let text = response.into_body().read_to_string().unwrap_or_default();
+            return (Vec::new(), serde_json::from_str(&text).unwrap_or(Value::String(text)));
+        }
+        let reader = BufReader::new(response.into_body().into_reader());
+        let mut decoder = mcpgate::sse::Decoder::new(reader, 16 << 20);
+        let mut events = Vec::new();
+        loop {
+            let event = match decoder.next_event() {
+                Ok(Some(event)) => event,
+                Ok(None) => return (events, Value::Null),
+                Err(e) => panic!("{name}: reading the SSE answer failed: {e}; messages so far: {events:?}"),
+            };
+            if event.data.trim().is_empty() {
+                continue;
+            }
+            let message: Value = serde_json::from_str(&event.data)
+                .unwrap_or_else(|e| panic!("{name}: SSE data is not JSON ({e}): {}", event.data));
+            if message.get("method").is_none() && message.get("id") == Some(&id) {
+                return (events, message);
+            }
+            if message.get("method").is_some()
+                && let Some(asked) = message.get("id")
+                && let Some(result) = answer(&message)
+            {
+                let status = self.respond(asked, result);
+                assert_eq!(status, 202, "{name}: POSTing the answer to {message}");
+            }
+            events.push(message);
+        }
+    }
+}
