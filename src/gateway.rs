@@ -72,6 +72,8 @@ pub struct Gateway {
     /// Set at shutdown, once every session is closed: requests still waiting
     /// on a server are cut short, and say why.
     stopping: std::sync::atomic::AtomicBool,
+    /// Milliseconds since start at the last `release_memory`.
+    trimmed_at: std::sync::atomic::AtomicU64,
     pub started: Instant,
 }
 
@@ -101,6 +103,7 @@ impl Gateway {
             last_reload: Mutex::new(ReloadOutcome::default()),
             reloading: Mutex::new(()),
             stopping: std::sync::atomic::AtomicBool::new(false),
+            trimmed_at: std::sync::atomic::AtomicU64::new(0),
             started: Instant::now(),
         }
     }
@@ -123,6 +126,20 @@ impl Gateway {
     pub fn close(&self, sessions: Vec<Arc<Session>>, reason: CloseReason) {
         let parallel = (self.current().servers.len() * sessions.len()).clamp(1, 32);
         session::close_sessions(sessions, reason, parallel, &self.stats);
+        self.release_memory();
+    }
+
+    /// Gives freed memory back to the kernel after sessions close, at most
+    /// every 100 ms: RSS then follows the sessions that are live.
+    fn release_memory(&self) {
+        use std::sync::atomic::Ordering;
+        let now = self.started.elapsed().as_millis() as u64;
+        let last = self.trimmed_at.load(Ordering::Relaxed);
+        if now.saturating_sub(last) >= 100
+            && self.trimmed_at.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+        {
+            crate::sys::release_free_memory();
+        }
     }
 
     /// Applies a new configuration. Servers removed or changed (URL, headers,

@@ -37,7 +37,6 @@ pub fn start(gateway: Arc<Gateway>) -> std::io::Result<Reaper> {
                     if !idle.is_empty() {
                         log::debug!("{} idle session(s) evicted", idle.len());
                         gateway.close(idle, CloseReason::Idle);
-                        crate::sys::release_free_memory();
                     }
                     reader::join_stragglers(false);
                 }
