@@ -22,3 +22,6 @@ scripts/demo.sh --once
 
 step "interop (scripts/interop.sh)"
 scripts/interop.sh
+
+step "benchmark smoke run (scripts/bench.sh --smoke: correctness only, never timing)"
+scripts/bench.sh --smoke
