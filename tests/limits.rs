@@ -1,0 +1,158 @@
+//! Every configurable limit is answered with the right status and a clear
+//! message, never a crash, and costs nothing to the other sessions.
+
+mod support;
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use support::{Ending, Fixture, Gate, config, raw_request, read_until_closed, wait_until};
+
+fn gate_with(fixture: &Fixture, limits: serde_json::Value) -> Gate {
+    let mut c = config(&[("fx", fixture.url())]);
+    for (key, value) in limits.as_object().unwrap() {
+        c[key] = value.clone();
+    }
+    Gate::start(&c)
+}
+
+#[test]
+fn too_many_headers_or_too_many_header_bytes_get_431() {
+    let fixture = Fixture::start("fx", &[]);
+    let gate = gate_with(&fixture, json!({"max_header_count": 16, "max_header_bytes": 2048}));
+    let many: Vec<(String, String)> = (0..20).map(|i| (format!("X-H{i}"), "v".to_string())).collect();
+    let headers: Vec<(&str, &str)> = many.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+    let reply = raw_request(gate.addr, "GET", "/healthz", &headers, b"");
+    assert_eq!(reply.status, 431, "{reply:?}");
+    assert!(reply.json()["error"]["message"].as_str().unwrap().contains("more than 16 request headers"), "{reply:?}");
+    let big = "x".repeat(3000);
+    let reply = raw_request(gate.addr, "GET", "/healthz", &[("X-Big", &big)], b"");
+    assert_eq!(reply.status, 431, "{reply:?}");
+    assert!(reply.json()["error"]["message"].as_str().unwrap().contains("larger than 2048 bytes"), "{reply:?}");
+    assert_eq!(raw_request(gate.addr, "GET", "/healthz", &[("X-Small", "y")], b"").status, 200);
+}
+
+#[test]
+fn an_initialize_beyond_max_sessions_gets_503_with_retry_after() {
+    let fixture = Fixture::start("fx", &[]);
+    let gate = gate_with(&fixture, json!({"max_sessions": 2}));
+    let mut first = gate.client();
+    first.initialize();
+    gate.client().initialize();
+    let mut third = gate.client();
+    let params = json!({"protocolVersion": support::PROTOCOL, "capabilities": {}});
+    let reply = third.request("initialize", params);
+    assert_eq!(reply.status, 503, "{reply:?}");
+    assert!(reply.error_message().contains("limit of 2 sessions"), "{reply:?}");
+    assert_eq!(fixture.count("initialize"), 2, "the refused session opened nothing downstream");
+    assert_eq!(first.tool_text("fx__echo", json!({"text": "still"})), "still");
+    assert_eq!(gate.status()["sessions"]["refused"], 1);
+    // A session that ends makes room.
+    assert_eq!(first.delete(), 200);
+    third.initialize();
+}
+
+#[test]
+fn a_get_stream_beyond_max_streams_per_session_gets_409() {
+    let fixture = Fixture::start("fx", &[]);
+    let gate = gate_with(&fixture, json!({"max_streams_per_session": 2}));
+    let mut client = gate.client();
+    client.initialize();
+    let _a = client.open_stream();
+    let _b = client.open_stream();
+    let session = client.session.clone().unwrap();
+    let headers = [("Accept", "text/event-stream"), ("Mcp-Session-Id", session.as_str())];
+    let reply = raw_request(gate.addr, "GET", "/mcp", &headers, b"");
+    assert_eq!(reply.status, 409, "{reply:?}");
+    assert!(reply.json()["error"]["message"].as_str().unwrap().contains("already has 2 GET streams"), "{reply:?}");
+    assert_eq!(client.tool_text("fx__echo", json!({"text": "ok"})), "ok");
+}
+
+#[test]
+fn requests_beyond_max_requests_per_session_get_429_and_other_sessions_do_not_wait() {
+    let fixture = Fixture::start("fx", &[]);
+    let gate = gate_with(&fixture, json!({"max_requests_per_session": 2, "workers": 8}));
+    let mut busy = gate.client();
+    busy.initialize();
+    let url = gate.url();
+    let session = busy.session.clone();
+    let slow: Vec<_> = (0..2)
+        .map(|_| {
+            let (url, session) = (url.clone(), session.clone());
+            std::thread::spawn(move || {
+                let mut c = support::Client::new(&url);
+                c.session = session;
+                c.tool_text("fx__slow", json!({"ms": 1500, "steps": 1}))
+            })
+        })
+        .collect();
+    assert!(wait_until(Duration::from_secs(5), || fixture.count("requests") >= 3), "the slow calls reached the server");
+    let reply = busy.call_tool("fx__echo", json!({"text": "one too many"}));
+    assert_eq!(reply.status, 429, "{reply:?}");
+    assert!(reply.error_message().contains("max_requests_per_session"), "{reply:?}");
+    let mut other = gate.client();
+    other.initialize();
+    assert_eq!(other.tool_text("fx__echo", json!({"text": "unaffected"})), "unaffected");
+    for call in slow {
+        assert_eq!(call.join().unwrap(), "done");
+    }
+    assert_eq!(busy.tool_text("fx__echo", json!({"text": "again"})), "again");
+}
+
+#[test]
+fn a_server_message_over_max_message_bytes_is_an_error_naming_the_server() {
+    let fixture = Fixture::start("fx", &[]);
+    let gate = gate_with(&fixture, json!({"max_message_bytes": 4096}));
+    let mut client = gate.client();
+    client.initialize();
+    assert_eq!(client.tool_text("fx__big", json!({"bytes": 1000})).len(), 1000);
+    let reply = client.call_tool("fx__big", json!({"bytes": 100_000}));
+    let message = reply.error_message();
+    assert!(message.contains("server `fx`") && message.contains("larger than 4096 bytes"), "{reply:?}");
+    assert_eq!(client.tool_text("fx__echo", json!({"text": "fine"})), "fine");
+    assert!(gate.status()["downstream"]["balanced"] == true);
+}
+
+#[test]
+fn a_client_that_stops_sending_is_cut_off_by_the_idle_timeout() {
+    let fixture = Fixture::start("fx", &[]);
+    // client_idle_timeout_secs is 1 in the test config.
+    let gate = gate_with(&fixture, json!({}));
+    let mut stream = TcpStream::connect(gate.addr).unwrap();
+    stream.write_all(b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n").unwrap();
+    let started = Instant::now();
+    let (_, ending) = read_until_closed(&mut stream, Duration::from_secs(6));
+    assert_ne!(ending, Ending::TimedOut, "a half-sent request must not hold its thread");
+    assert!(started.elapsed() < Duration::from_secs(4), "cut off after {:?}", started.elapsed());
+    assert!(wait_until(Duration::from_secs(3), || gate.status()["threads"]["connections"] == 1));
+}
+
+#[test]
+fn a_client_that_stops_reading_loses_its_answer_and_frees_its_thread() {
+    let fixture = Fixture::start("fx", &[]);
+    let gate = gate_with(&fixture, json!({"client_write_timeout_secs": 1, "max_message_bytes": 64 << 20}));
+    let mut client = gate.client();
+    client.initialize();
+    let session = client.session.clone().unwrap();
+    let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "fx__big", "arguments": {"bytes": 32 << 20}}})
+        .to_string();
+    let mut stream = TcpStream::connect(gate.addr).unwrap();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Session-Id: {session}\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(body.as_bytes()).unwrap();
+    // Never read: the answer (32 MB) cannot fit the socket buffers, the write
+    // blocks, and times out after client_write_timeout_secs.
+    assert!(
+        wait_until(Duration::from_secs(10), || gate.status()["threads"]["workers"] == 0
+            && fixture.count("requests") >= 2),
+        "the thread that wrote the answer was freed: {}",
+        gate.status()["threads"]
+    );
+    assert_eq!(client.tool_text("fx__echo", json!({"text": "others fine"})), "others fine");
+    drop(stream);
+}
