@@ -66,6 +66,9 @@ impl fmt::Display for DownstreamError {
 pub trait Inbox: Send + Sync {
     /// A message the server sent on its `GET` stream.
     fn deliver(&self, server: &Arc<Server>, message: Message);
+    /// The server answered 404 for the stream of downstream session
+    /// `session_id`: it no longer knows it (it restarted).
+    fn lost(&self, server: &Arc<Server>, session_id: Option<&str>);
 }
 
 /// Last success and failure of one server, for the status page.

@@ -202,7 +202,12 @@ impl Stream {
                 return Ended::Final;
             }
             404 => {
-                log::warn!("server `{name}`: GET stream answered 404: the server no longer knows this session");
+                log::warn!(
+                    "server `{name}`: GET stream answered 404: the server no longer knows this session; it is reopened"
+                );
+                if let Some(inbox) = self.inbox.upgrade() {
+                    inbox.lost(&self.server, self.session_id.as_deref());
+                }
                 return Ended::Final;
             }
             _ => {

@@ -38,12 +38,33 @@ pub fn start(gateway: Arc<Gateway>) -> std::io::Result<Reaper> {
                         log::debug!("{} idle session(s) evicted", idle.len());
                         gateway.close(idle, CloseReason::Idle);
                     }
+                    reopen_lost(&gateway);
                     reader::join_stragglers(false);
                 }
             }
         }
     })?;
     Ok(Reaper { stop, handle })
+}
+
+/// Reopens downstream sessions whose server forgot them (its stream
+/// answered 404), so that a client that only listens gets that server's
+/// notifications again without sending anything.
+fn reopen_lost(gateway: &Gateway) {
+    let current = gateway.current();
+    let mut lost = Vec::new();
+    for session in gateway.sessions.snapshot() {
+        for old in session.take_lost() {
+            if let Some(server) = current.server(old.server.name()).filter(|s| Arc::ptr_eq(s, &old.server)) {
+                lost.push((session.clone(), server.clone(), old));
+            }
+        }
+    }
+    threads::for_each_parallel("fanout", &lost, 8, |(session, server, old)| {
+        if let Err(e) = session.reopen(server, old) {
+            log::warn!("server `{}`: reopening a forgotten downstream session failed: {}", server.name(), e.message);
+        }
+    });
 }
 
 impl Reaper {

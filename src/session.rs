@@ -114,6 +114,9 @@ struct State {
     /// The token that created the session (kept in memory only); a session
     /// restored from the state file binds to the first valid token it sees.
     bearer: Option<String>,
+    /// Downstream sessions (server, session id) whose stream answered 404:
+    /// the reaper reopens them.
+    lost: Vec<(String, Option<String>)>,
 }
 
 pub struct Session {
@@ -219,6 +222,7 @@ impl Session {
                 posts: HashMap::new(),
                 log_level: None,
                 bearer: None,
+                lost: Vec::new(),
             }),
             slot_changed: Condvar::new(),
             me: me.clone(),
@@ -332,6 +336,20 @@ impl Session {
         drop(st);
         self.slot_changed.notify_all();
         outcome
+    }
+
+    /// The downstream sessions whose server forgot them, to reopen; each is
+    /// handed out once, and only while it is still the one in its slot (a
+    /// request may have replaced it already).
+    pub fn take_lost(&self) -> Vec<Arc<Downstream>> {
+        let mut st = self.state.lock();
+        let lost = std::mem::take(&mut st.lost);
+        lost.iter()
+            .filter_map(|(name, session_id)| match st.slots.get(name) {
+                Some(Slot::Open(d)) if d.session_id == *session_id => Some(d.clone()),
+                _ => None,
+            })
+            .collect()
     }
 
     /// Takes over a downstream session saved by an earlier process.
@@ -732,6 +750,10 @@ impl Inbox for Session {
         if let Some(bytes) = self.to_client(server, message) {
             self.push_to_stream(bytes);
         }
+    }
+
+    fn lost(&self, server: &Arc<Server>, session_id: Option<&str>) {
+        self.state.lock().lost.push((server.name().to_string(), session_id.map(str::to_string)));
     }
 }
 

@@ -353,6 +353,31 @@ fn a_downstream_that_forgot_its_sessions_is_reinitialized_once_and_the_request_r
     assert_settled(&gate, 0);
 }
 
+#[test]
+fn a_listening_client_hears_a_restarted_server_again_without_sending_anything() {
+    let (mut a, b) = two_servers();
+    let gate = Gate::start(&two_server_config(&a, &b));
+    let mut client = gate.client();
+    client.initialize();
+    let stream = client.open_stream();
+    assert!(wait_until(WAIT, || a.count("get_streams_open") == 1));
+    let requests_before = gate.status()["requests"]["total"].as_u64().unwrap();
+    a.restart();
+    // The reader reconnects, gets 404 for the forgotten session, and the
+    // reaper opens a new one, with a new stream: no client request needed.
+    let reopened =
+        wait_until(Duration::from_secs(20), || a.count("initialize") == 1 && a.count("get_streams_open") == 1);
+    assert!(reopened, "the restarted server got no new session and stream: {}", a.stats());
+    let status = gate.status();
+    assert_eq!(status["requests"]["total"].as_u64().unwrap(), requests_before, "no /mcp request was sent meanwhile");
+    assert_eq!(client.tool_text("alpha__notify", json!({"kind": "message"})), "sent");
+    let message = stream.next(Duration::from_secs(5)).expect("the server's notification arrives");
+    assert_eq!(message["method"], "notifications/message", "{message}");
+    assert_eq!(client.delete(), 200);
+    assert_counts(&a, 1, 0);
+    assert_settled(&gate, 0);
+}
+
 // ---------------------------------------------------------------------------
 // mcpgate killed or restarted
 // ---------------------------------------------------------------------------
