@@ -1,6 +1,6 @@
 #![forbid(unsafe_code)]
 //! Which path goes where: `/mcp` to the gateway, the status pages to
-//! `status`; and which requests wait for a worker.
+//! `status`; and which requests wait for a `workers` permit.
 
 use std::sync::Arc;
 
@@ -26,9 +26,9 @@ impl App for Mcpgate {
     /// exactly those. The `GET` stream and the status pages answer at once.
     fn route(&self, req: &HttpRequest) -> Route {
         match (req.method.as_str(), req.path.as_str()) {
-            ("POST", "/mcp") if !carries_a_request(&req.body) => Route::Inline,
-            ("POST" | "DELETE", "/mcp") | ("POST", "/reload") => Route::Worker,
-            _ => Route::Inline,
+            ("POST", "/mcp") if !carries_a_request(&req.body) => Route::AtOnce,
+            ("POST" | "DELETE", "/mcp") | ("POST", "/reload") => Route::WithPermit,
+            _ => Route::AtOnce,
         }
     }
 

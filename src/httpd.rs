@@ -145,12 +145,12 @@ impl EventSink for NoStream {
     }
 }
 
-/// Where each request is handled.
+/// How a request waits before it runs (always on its connection's thread).
 pub enum Route {
-    /// On the connection thread, at once; must not wait on the network.
-    Inline,
-    /// On a worker.
-    Worker,
+    /// At once: it does not wait long on servers.
+    AtOnce,
+    /// After taking one of the `workers` permits.
+    WithPermit,
 }
 
 /// The application behind the adapter.
@@ -207,7 +207,7 @@ impl Drop for Permit<'_> {
     }
 }
 
-/// What connection and worker threads share.
+/// What the accept thread and the connection threads share.
 struct Shared {
     app: Arc<dyn App>,
     options: Options,
@@ -383,13 +383,13 @@ where
             }
         };
         match shared.app.route(&req) {
-            Route::Inline => {
+            Route::AtOnce => {
                 let reply = shared.app.handle(&req, &mut NoStream);
                 if respond(rq, reply, shared) == After::Close {
                     break;
                 }
             }
-            Route::Worker => {
+            Route::WithPermit => {
                 let _permit = shared.permits.acquire();
                 let _handling = shared.stats.threads_workers.enter();
                 let mut sink = PostSink::Waiting(Some(rq));
