@@ -349,8 +349,8 @@ impl Client {
         reply.result().clone()
     }
 
-    /// POSTs a raw body with the usual headers plus `extra`.
-    pub fn post(&self, body: &[u8], extra: &[(&str, &str)]) -> Reply {
+    /// A POST to the endpoint with the JSON headers, the session and `self.headers`.
+    fn post_request(&self) -> ureq::RequestBuilder<ureq::typestate::WithBody> {
         let mut request = self
             .agent
             .post(&self.url)
@@ -362,6 +362,12 @@ impl Client {
         for (name, value) in &self.headers {
             request = request.header(name, value);
         }
+        request
+    }
+
+    /// POSTs a raw body with the usual headers plus `extra`.
+    pub fn post(&self, body: &[u8], extra: &[(&str, &str)]) -> Reply {
+        let mut request = self.post_request();
         for (name, value) in extra {
             request = request.header(*name, *value);
         }
@@ -715,18 +721,8 @@ impl Client {
             "method": "tools/call",
             "params": { "name": name, "arguments": arguments },
         });
-        let mut request = self
-            .agent
-            .post(&self.url)
-            .header("Content-Type", "application/json")
-            .header("Accept", "application/json, text/event-stream");
-        if let Some(session) = &self.session {
-            request = request.header("Mcp-Session-Id", session).header("MCP-Protocol-Version", PROTOCOL);
-        }
-        for (name, value) in &self.headers {
-            request = request.header(name, value);
-        }
-        let response = request.send(body.to_string().as_bytes()).unwrap_or_else(|e| panic!("POST {name}: {e}"));
+        let response =
+            self.post_request().send(body.to_string().as_bytes()).unwrap_or_else(|e| panic!("POST {name}: {e}"));
         let content_type = response.body().mime_type().unwrap_or("").to_string();
         if content_type != "text/event-stream" {
             let text = response.into_body().read_to_string().unwrap_or_default();
