@@ -272,8 +272,8 @@ def main() -> int:
     say("| target | measured | met |")
     say("|---|---|---|")
 
-    def target(name, value, ok):
-        say(f"| {name} | {value} | {'yes' if ok else 'no'} |")
+    def target(name, value, ok, note=""):
+        say(f"| {name} | {value} | {'yes' if ok else 'no'}{note} |")
 
     t16 = fixture.get(16, {})
     if t16.get("direct") and t16.get("mcpgate"):
@@ -291,7 +291,12 @@ def main() -> int:
         target("exactly 1 reader thread per such downstream session", f"{per_ds_threads:.2f} threads; readers == 2 x sessions at each point", abs(per_ds_threads - 1) < 0.01)
     if churn and rss_1k:
         grow = (rss_end - rss_1k) / 1048576
-        target(f"churn: RSS after {churn['result']['cycles']} cycles within 1 MB of after the first {churn['result'].get('first_cycles', 1000)}", f"{grow:+.2f} MiB", abs(grow) <= 1)
+        target(
+            f"churn: RSS after {churn['result']['cycles']} cycles within 1 MB of after the first {churn['result'].get('first_cycles', 1000)}",
+            f"{grow:+.2f} MiB",
+            abs(grow) <= 1,
+            " (it fell: no growth)" if grow < -1 else "",
+        )
         target("churn: DELETEs == opens, threads back to baseline", f"{churn['delete']} == {churn['initialize']}; {churn['end_threads']} == {churn['base_threads']}", churn["delete"] == churn["initialize"] and churn["end_threads"] == churn["base_threads"])
     if sd:
         target(f"shutdown with {sd['sessions']} sessions < 2 s, every DELETE sent", f"{sd['seconds']:.2f} s, {sd['delete']}/{sd['initialize']}", sd["seconds"] < 2 and sd["delete"] == sd["initialize"])
