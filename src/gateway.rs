@@ -269,7 +269,13 @@ impl Gateway {
             Ok(s) => s,
             Err(reply) => return reply,
         };
-        let Some(_busy) = session.activity(self.current().config.max_requests_per_session) else {
+        // Only requests count against max_requests_per_session: an answer or
+        // a cancel may be what ends the requests in flight.
+        let limit = match message.kind() {
+            Ok(Kind::Request) => self.current().config.max_requests_per_session,
+            _ => usize::MAX,
+        };
+        let Some(_busy) = session.activity(limit) else {
             return too_busy(&session);
         };
         match message.kind() {

@@ -156,3 +156,18 @@ fn a_client_that_stops_reading_loses_its_answer_and_frees_its_thread() {
     assert_eq!(client.tool_text("fx__echo", json!({"text": "others fine"})), "others fine");
     drop(stream);
 }
+
+#[test]
+fn an_answer_to_a_server_gets_through_when_the_session_is_at_its_request_limit() {
+    let fixture = Fixture::start("fx", &[]);
+    let gate = gate_with(&fixture, json!({"max_requests_per_session": 1}));
+    let mut client = gate.client();
+    client.initialize_with(json!({"sampling": {}}));
+    // The call holds the session's only slot while it waits for the answer.
+    let (events, answer) = client.call_streaming("fx__sample", json!({"prompt": "q"}), |request| {
+        (request["method"] == "sampling/createMessage")
+            .then(|| json!({"role": "assistant", "content": {"type": "text", "text": "a"}, "model": "m"}))
+    });
+    assert!(events.iter().any(|e| e["method"] == "sampling/createMessage"), "{events:?}");
+    assert_eq!(answer["result"]["content"][0]["text"], "sampled: a", "{answer}");
+}
