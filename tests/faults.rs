@@ -247,6 +247,15 @@ fn whoami(client: &mut Client, tool: &str) -> String {
     client.tool_text(tool, json!({}))
 }
 
+/// `config` with a `state_file` in a directory of its own (kept alive by the
+/// returned `TempDir`), so that two mcpgate processes in a row share it.
+fn with_state_file(mut config: Value) -> (TempDir, std::path::PathBuf, Value) {
+    let state = TempDir::new();
+    let path = state.0.join("state.json");
+    config["state_file"] = json!(path);
+    (state, path, config)
+}
+
 fn read_state(path: &Path) -> Value {
     std::fs::read_to_string(path).ok().and_then(|t| serde_json::from_str(&t).ok()).unwrap_or(Value::Null)
 }
@@ -397,10 +406,7 @@ fn three_clients(gate: &Gate) -> Vec<(Client, String, String)> {
 #[test]
 fn kill_9_of_mcpgate_with_a_state_file_keeps_client_sessions_and_orphans_nothing() {
     let (a, b) = two_servers();
-    let state = TempDir::new();
-    let path = state.0.join("state.json");
-    let mut c = two_server_config(&a, &b);
-    c["state_file"] = json!(path);
+    let (_state, path, c) = with_state_file(two_server_config(&a, &b));
     let mut first = Gate::start(&c);
     let baseline = first.threads();
     let mut clients = three_clients(&first);
@@ -433,10 +439,7 @@ fn kill_9_of_mcpgate_with_a_state_file_keeps_client_sessions_and_orphans_nothing
 #[test]
 fn kill_9_of_mcpgate_with_a_state_file_and_expired_sessions_deletes_them_at_start() {
     let (a, b) = two_servers();
-    let state = TempDir::new();
-    let path = state.0.join("state.json");
-    let mut c = two_server_config(&a, &b);
-    c["state_file"] = json!(path);
+    let (_state, path, mut c) = with_state_file(two_server_config(&a, &b));
     c["session_idle_timeout_secs"] = json!(1);
     let mut first = Gate::start(&c);
     let mut clients = three_clients(&first);
@@ -498,10 +501,7 @@ fn kill_9_of_mcpgate_without_a_state_file_means_404_and_a_fresh_session() {
 #[test]
 fn a_clean_restart_with_a_state_file_keeps_the_client_session() {
     let (a, b) = two_servers();
-    let state = TempDir::new();
-    let path = state.0.join("state.json");
-    let mut c = two_server_config(&a, &b);
-    c["state_file"] = json!(path);
+    let (_state, path, c) = with_state_file(two_server_config(&a, &b));
     let mut first = Gate::start(&c);
     let mut client = first.client();
     client.initialize();
@@ -702,10 +702,7 @@ fn a_downstream_whose_stream_never_ends_is_closed_within_a_bound() {
 #[test]
 fn a_session_in_use_survives_kill_9_even_with_an_idle_timeout_under_30_s() {
     let (a, b) = two_servers();
-    let state = TempDir::new();
-    let path = state.0.join("state.json");
-    let mut c = two_server_config(&a, &b);
-    c["state_file"] = json!(path);
+    let (_state, path, mut c) = with_state_file(two_server_config(&a, &b));
     c["session_idle_timeout_secs"] = json!(2);
     let mut first = Gate::start(&c);
     let mut client = first.client();
