@@ -7,7 +7,7 @@ use std::fmt;
 use std::io::{BufReader, Read};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
 use serde_json::Value;
@@ -261,7 +261,6 @@ impl Server {
         downstream.protocol_version = init.protocol_version;
         downstream.capabilities = init.capabilities;
         downstream.instructions = init.instructions;
-        downstream.server_info = init.server_info;
         let downstream = Arc::new(downstream);
         if let Err(e) = downstream.notify("notifications/initialized", None) {
             close_all(&[downstream], 1);
@@ -534,7 +533,6 @@ struct InitializeResult {
     protocol_version: String,
     capabilities: Value,
     instructions: Option<String>,
-    server_info: Value,
 }
 
 fn initialize_result(message: &Message) -> Result<InitializeResult, DownstreamError> {
@@ -554,7 +552,6 @@ fn initialize_result(message: &Message) -> Result<InitializeResult, DownstreamEr
         protocol_version: version.to_string(),
         capabilities: result.get("capabilities").cloned().unwrap_or(Value::Object(Default::default())),
         instructions: result["instructions"].as_str().map(str::to_string),
-        server_info: result.get("serverInfo").cloned().unwrap_or(Value::Null),
     })
 }
 
@@ -578,8 +575,6 @@ pub struct Downstream {
     pub protocol_version: String,
     pub capabilities: Value,
     pub instructions: Option<String>,
-    pub server_info: Value,
-    pub opened_at: Instant,
     next_id: AtomicU64,
     /// The `GET` stream's reader thread; taken by the close path.
     reader: Mutex<Option<Reader>>,
@@ -604,8 +599,6 @@ impl Downstream {
             protocol_version: PROTOCOL_VERSIONS[0].to_string(),
             capabilities: Value::Null,
             instructions: None,
-            server_info: Value::Null,
-            opened_at: Instant::now(),
             next_id: AtomicU64::new(1),
             reader: Mutex::new(None),
             closing: AtomicBool::new(false),

@@ -125,7 +125,6 @@ pub struct Session {
     /// What every server gets as `initialize` params: the client's capabilities and info.
     init_params: Box<RawValue>,
     pub client_name: String,
-    pub created: Instant,
     /// The servers this session may reach (its token's); `None` for all.
     scope: Option<Vec<String>>,
     state: Mutex<State>,
@@ -195,13 +194,11 @@ impl Session {
         scope: Option<Vec<String>>,
         last_active: Instant,
     ) -> Arc<Session> {
-        let now = Instant::now();
         Arc::new_cyclic(|me| Session {
             id,
             protocol_version,
             init_params,
             client_name,
-            created: now,
             scope,
             state: Mutex::new(State {
                 closed: false,

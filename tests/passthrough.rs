@@ -15,7 +15,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::{Client, Fixture, Gate, PROTOCOL, Stream, config, wait_until};
+use support::{Client, Fixture, Gate, PROTOCOL, config, wait_until};
 
 fn gate_for(fixtures: &[&Fixture]) -> Gate {
     let servers: Vec<(&str, String)> = fixtures.iter().map(|f| (f.name.as_str(), f.url())).collect();
@@ -51,22 +51,6 @@ fn requests_during<T>(a: &Fixture, b: &Fixture, act: impl FnOnce() -> T) -> ((u6
     let before = (a.count("requests"), b.count("requests"));
     let out = act();
     ((a.count("requests") - before.0, b.count("requests") - before.1), out)
-}
-
-/// The next message with `method` on a client's GET stream, skipping others, within `timeout`.
-fn next_with_method(stream: &Stream, method: &str, timeout: Duration) -> Option<Value> {
-    let deadline = Instant::now() + timeout;
-    for _ in 0..1000 {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return None;
-        }
-        let message = stream.next(left)?;
-        if message["method"] == method {
-            return Some(message);
-        }
-    }
-    None
 }
 
 /// The session id in a `whoami` answer (`NAME:<session id>`) of server `name`.
@@ -417,7 +401,8 @@ fn resource_subscriptions_go_to_the_owning_server_and_updates_reach_the_get_stre
     assert_eq!(subscriptions.values().collect::<Vec<_>>(), [&json!([uri])], "b: {subscriptions:?}");
     assert!(per_session(&a, "subscriptions").is_empty(), "a: {}", a.stats());
 
-    let updated = next_with_method(&stream, "notifications/resources/updated", Duration::from_secs(5))
+    let updated = stream
+        .next_with_method("notifications/resources/updated", Duration::from_secs(5))
         .expect("no resources/updated on the GET stream within 5 s");
     assert_eq!(updated["params"]["uri"], uri, "{updated}");
 
@@ -443,7 +428,7 @@ fn a_list_changed_makes_the_next_list_fresh() {
     };
     let notify_tools = |client: &mut Client| {
         assert_eq!(client.tool_text("a__notify", json!({"kind": "tools"})), "sent");
-        let changed = next_with_method(&stream, "notifications/tools/list_changed", Duration::from_secs(5));
+        let changed = stream.next_with_method("notifications/tools/list_changed", Duration::from_secs(5));
         assert!(changed.is_some(), "no tools/list_changed on the GET stream within 5 s");
     };
 

@@ -12,7 +12,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::{Client, Fixture, Gate, Stream, TempDir, config, wait_until};
+use support::{Client, Fixture, Gate, TempDir, config, wait_until};
 
 const FOUR_LISTS: [(&str, &str, &str); 4] = [
     ("tools/list", "tools", "name"),
@@ -104,22 +104,6 @@ fn whoami(client: &mut Client, tool: &str, name: &str) -> String {
     let id = text.strip_prefix(&format!("{name}:")).unwrap_or_else(|| panic!("{tool} answered {text:?}"));
     assert!(!id.is_empty(), "{tool} answered {text:?}");
     id.to_string()
-}
-
-/// The next message with `method` on a client's GET stream, skipping others, within `timeout`.
-fn next_with_method(stream: &Stream, method: &str, timeout: Duration) -> Option<Value> {
-    let deadline = Instant::now() + timeout;
-    for _ in 0..1000 {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return None;
-        }
-        let message = stream.next(left)?;
-        if message["method"] == method {
-            return Some(message);
-        }
-    }
-    None
 }
 
 #[test]
@@ -498,11 +482,12 @@ fn server_notifications_reach_the_clients_get_stream() {
     assert!(wait_until(Duration::from_secs(5), || a.count("get_streams_open") == 1), "{}", a.stats());
 
     assert_eq!(client.tool_text("alpha__notify", json!({"kind": "tools"})), "sent");
-    let changed = next_with_method(&stream, "notifications/tools/list_changed", Duration::from_secs(5));
+    let changed = stream.next_with_method("notifications/tools/list_changed", Duration::from_secs(5));
     assert!(changed.is_some(), "no tools/list_changed on the GET stream within 5 s");
 
     assert_eq!(client.tool_text("alpha__notify", json!({"kind": "message"})), "sent");
-    let message = next_with_method(&stream, "notifications/message", Duration::from_secs(5))
+    let message = stream
+        .next_with_method("notifications/message", Duration::from_secs(5))
         .expect("no notifications/message on the GET stream within 5 s");
     assert_eq!(message["params"]["data"], "hello from alpha", "{message}");
     assert_eq!(message["params"]["level"], "info", "{message}");

@@ -483,6 +483,22 @@ pub struct Stream {
 }
 
 impl Stream {
+    /// The next message with `method`, skipping others, within `timeout`.
+    pub fn next_with_method(&self, method: &str, timeout: Duration) -> Option<Value> {
+        let deadline = Instant::now() + timeout;
+        for _ in 0..1000 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            let message = self.next(left)?;
+            if message["method"] == method {
+                return Some(message);
+            }
+        }
+        None
+    }
+
     /// The id of the last event received, as an EventSource keeps it.
     pub fn last_event_id(&self) -> Option<String> {
         self.last_id.lock().unwrap().clone()
