@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 use crate::config::{Config, Token};
-use crate::httpd::{HttpReply, HttpRequest};
+use crate::http::{HttpReply, HttpRequest};
 use crate::jsonrpc::{self, RpcError};
 
 /// What a request may reach once admitted.

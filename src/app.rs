@@ -9,7 +9,7 @@ use serde_json::json;
 use crate::access;
 use crate::config::Source;
 use crate::gateway::Gateway;
-use crate::httpd::{App, EventSink, HttpReply, HttpRequest, Route};
+use crate::http::{App, EventSink, HttpReply, HttpRequest, Route};
 use crate::status;
 
 pub struct Mcpgate {

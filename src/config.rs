@@ -67,12 +67,17 @@ pub const REFERENCE: &[KeyDoc] = &[
     KeyDoc {
         key: "client_idle_timeout_secs",
         default: "15",
-        meaning: "Seconds a client connection may be idle between requests, or silent while it sends one, before it is closed.",
+        meaning: "Seconds a keep-alive client connection may be idle between requests before it is closed (answers announce one second less).",
+    },
+    KeyDoc {
+        key: "header_timeout_secs",
+        default: "10",
+        meaning: "Seconds a request head may take from its first byte (then 408 and a close); its body gets as long again plus one second per 64 KiB.",
     },
     KeyDoc {
         key: "client_write_timeout_secs",
         default: "10",
-        meaning: "Seconds a write to a client may block (a client that stops reading loses its stream).",
+        meaning: "Seconds a client may take to accept each 64 KiB of its answer; a client that reads slower is cut off (and loses its stream).",
     },
     KeyDoc {
         key: "max_connections",
@@ -196,6 +201,7 @@ pub struct Config {
     pub open_retry: Duration,
     pub client_idle_timeout: Duration,
     pub client_write_timeout: Duration,
+    pub header_timeout: Duration,
     pub max_connections: usize,
     pub max_body_bytes: usize,
     pub max_header_count: usize,
@@ -296,6 +302,7 @@ impl Config {
             open_retry: keys.secs_or_zero("open_retry_secs", 5)?,
             client_idle_timeout: keys.secs("client_idle_timeout_secs", 15)?,
             client_write_timeout: keys.secs("client_write_timeout_secs", 10)?,
+            header_timeout: keys.secs("header_timeout_secs", 10)?,
             max_connections: keys.integer("max_connections", 512, 4, 65_536)?,
             max_body_bytes: keys.integer("max_body_bytes", 4 << 20, 1024, 1 << 30)?,
             max_header_count: keys.integer("max_header_count", 64, 8, 4096)?,

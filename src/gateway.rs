@@ -14,7 +14,7 @@ use crate::access::Access;
 use crate::catalog::{self, List, ListKind, ServerItems};
 use crate::config::Config;
 use crate::downstream::{self, Downstream, DownstreamError, Limits, PROTOCOL_VERSIONS, Server};
-use crate::httpd::{EventSink, HttpReply, HttpRequest, NoStream, StreamReply};
+use crate::http::{EventSink, HttpReply, HttpRequest, NoStream, StreamReply};
 use crate::jsonrpc::{self, Kind, Message, Params, RpcError};
 use crate::session::{self, CloseReason, Session, Sessions};
 use crate::stats::Stats;
@@ -161,6 +161,7 @@ impl Gateway {
             ("max_header_bytes", old.config.max_header_bytes != new.max_header_bytes),
             ("client_idle_timeout_secs", old.config.client_idle_timeout != new.client_idle_timeout),
             ("client_write_timeout_secs", old.config.client_write_timeout != new.client_write_timeout),
+            ("header_timeout_secs", old.config.header_timeout != new.header_timeout),
             ("state_file", old.config.state_file != new.state_file),
         ] {
             if differs {

@@ -11,7 +11,7 @@ use std::time::Instant;
 use mcpgate::app::Mcpgate;
 use mcpgate::config::{self, Config, ConfigError, Source};
 use mcpgate::gateway::Gateway;
-use mcpgate::httpd::{self, Httpd};
+use mcpgate::http::{self, Httpd};
 use mcpgate::notify::{self, Notifier};
 use mcpgate::session::CloseReason;
 use mcpgate::state::{self, StateFile};
@@ -154,13 +154,14 @@ fn init_logging() {
 }
 
 fn serve(config: Config, source: Source, signals: sys::Signals) -> Result<(), Error> {
-    let options = httpd::Options {
+    let options = http::Options {
         workers: config.workers,
         max_connections: config.max_connections,
         max_body_bytes: config.max_body_bytes,
         max_header_count: config.max_header_count,
         max_header_bytes: config.max_header_bytes,
         idle_timeout: config.client_idle_timeout,
+        header_timeout: config.header_timeout,
         write_timeout: config.client_write_timeout,
     };
     let listen = config.listen;

@@ -86,6 +86,11 @@ pub struct Stats {
     pub threads_join_timeouts: Counter,
 
     pub connections_accepted: Counter,
+    /// Connections closed unanswered or with 503: no slot, no thread, no descriptor.
     pub connections_refused: Counter,
+    /// Connections closed to give their slot to a new one (idle, or slow to send a head).
+    pub connections_evicted: Counter,
+    /// Requests answered with an error by the front door (bad head, framing, limits, timeouts).
+    pub requests_refused: Counter,
     pub requests: Counter,
 }

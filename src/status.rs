@@ -96,9 +96,11 @@ pub fn json(g: &Gateway) -> Value {
         "connections": {
             "accepted": s.connections_accepted.get(),
             "refused": s.connections_refused.get(),
+            "evicted": s.connections_evicted.get(),
         },
         "requests": {
             "total": s.requests.get(),
+            "refused": s.requests_refused.get(),
         },
         "limits": {
             "workers": current.config.workers,

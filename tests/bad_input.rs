@@ -408,9 +408,9 @@ fn a_413_ends_the_connection_and_answers_nothing_more_on_it() {
     let mut stream = TcpStream::connect(bench.addr()).unwrap();
     stream.write_all(bytes.as_bytes()).unwrap();
     let reply = parse_reply(&read_response(&mut stream, Duration::from_secs(5)).expect("an answer")).unwrap();
-    assert_eq!(reply.status, 413, "{reply:?}");
+    assert_eq!((reply.status, reply.header("connection")), (413, Some("close")), "{reply:?}");
     // mcpgate closes the connection after a 413: nothing more is answered on
-    // it. (tiny_http refuses to write `Connection: close`; the close is the signal.)
+    // it, and the answer says so (`Connection: close`).
     let (rest, ending) = read_until_closed(&mut stream, Duration::from_secs(3));
     assert_eq!((rest.as_str(), ending), ("", Ending::Closed));
 }
@@ -504,11 +504,17 @@ fn other_methods_get_405_with_allow_and_unknown_paths_get_404() {
 }
 
 #[test]
-fn a_request_head_tiny_http_refuses_gets_an_error_and_only_its_connection_closes() {
+fn a_request_head_mcpgate_refuses_gets_an_error_and_only_its_connection_closes() {
     let mut bench = Bench::start();
     let follow_up = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
-    let cases: [(&str, &[u8], &str); 7] = [
-        ("non-ASCII header value", b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Note: caf\xc3\xa9\r\n\r\n", "400"),
+    let cases: [(&str, &[u8], &str); 9] = [
+        (
+            "a header mcpgate reads that is not UTF-8",
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\nOrigin: caf\xe9\r\n\r\n",
+            "400",
+        ),
+        ("HTTP/2.0 request line", b"GET /healthz HTTP/2.0\r\n\r\n", "505"),
+        ("TLS handshake bytes", b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03\r\n\r\n", "400"),
         ("header line without a colon", b"GET /healthz HTTP/1.1\r\nHost: x\r\nNoColonHere\r\n\r\n", "400"),
         ("bare LF line ends", b"GET /healthz HTTP/1.1\nHost: x\n\n", "400"),
         ("garbage request line", b"HELLO\r\n\r\n", "400"),
@@ -517,7 +523,7 @@ fn a_request_head_tiny_http_refuses_gets_an_error_and_only_its_connection_closes
             b"POST /mcp HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n",
             "400",
         ),
-        ("unknown transfer coding", b"POST /mcp HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", "400"),
+        ("unknown transfer coding", b"POST /mcp HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", "501"),
         ("unknown expectation", b"GET /healthz HTTP/1.1\r\nHost: x\r\nExpect: 200-ok\r\n\r\n", "417"),
     ];
     for (case, bytes, status) in cases {
@@ -541,7 +547,7 @@ fn an_invalid_content_length_gets_400_and_the_connection_closes() {
     let mut bench = Bench::start();
     // What follows the head is the declared body; it looks like a request.
     let body = "GET /nope HTTP/1.1\r\nHost: x\r\n\r\n";
-    for value in ["-5", "99999999999999999999999", "12abc"] {
+    for (value, status) in [("-5", 400), ("+5", 400), ("12abc", 400), ("0x10", 400), ("99999999999999999999999", 413)] {
         let case = format!("Content-Length: {value}");
         let head = format!("GET /healthz HTTP/1.1\r\nHost: {}\r\nContent-Length: {value}\r\n\r\n", bench.addr());
         let mut stream = TcpStream::connect(bench.addr()).unwrap();
@@ -549,7 +555,7 @@ fn an_invalid_content_length_gets_400_and_the_connection_closes() {
         let (text, ending) = read_until_closed(&mut stream, Duration::from_secs(4));
         assert_ne!(ending, Ending::TimedOut, "{case}: the connection must be closed, got {text:?}");
         assert_eq!(text.matches("HTTP/1.1 ").count(), 1, "{case}: the body was served as a request: {text:?}");
-        assert!(text.starts_with("HTTP/1.1 400 "), "{case}: {text:?}");
+        assert!(text.starts_with(&format!("HTTP/1.1 {status} ")), "{case}: {text:?}");
         bench.assert_unharmed(&case, false);
     }
 }

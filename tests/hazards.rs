@@ -190,7 +190,9 @@ fn a_thread_that_cannot_be_spawned_costs_one_connection_and_the_gateway_recovers
                 served += 1;
             }
             Ending::Closed | Ending::Reset => {
-                assert_eq!(text, "", "connection {i}: a refused connection is closed unanswered");
+                let reply = parse_reply(&text).unwrap_or_else(|| panic!("connection {i}: closed unanswered: {text:?}"));
+                assert_eq!((reply.status, reply.header("retry-after")), (503, Some("1")), "connection {i}: {text:?}");
+                assert!(reply.body.contains("cannot start a thread"), "connection {i}: {text:?}");
                 refused += 1;
             }
         }

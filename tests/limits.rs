@@ -8,7 +8,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use support::{Ending, Fixture, Gate, config, raw_request, read_until_closed, wait_until};
+use support::{Ending, Fixture, Gate, config, parse_reply, raw_request, read_until_closed, wait_until};
 
 fn gate_with(fixture: &Fixture, limits: serde_json::Value) -> Gate {
     let mut c = config(&[("fx", fixture.url())]);
@@ -116,16 +116,19 @@ fn a_server_message_over_max_message_bytes_is_an_error_naming_the_server() {
 }
 
 #[test]
-fn a_client_that_stops_sending_is_cut_off_by_the_idle_timeout() {
+fn a_client_that_stops_sending_its_head_gets_408_at_the_header_timeout() {
     let fixture = Fixture::start("fx", &[]);
-    // client_idle_timeout_secs is 1 in the test config.
-    let gate = gate_with(&fixture, json!({}));
+    let gate = gate_with(&fixture, json!({"header_timeout_secs": 2}));
     let mut stream = TcpStream::connect(gate.addr).unwrap();
     stream.write_all(b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n").unwrap();
     let started = Instant::now();
-    let (_, ending) = read_until_closed(&mut stream, Duration::from_secs(6));
+    let (text, ending) = read_until_closed(&mut stream, Duration::from_secs(6));
     assert_ne!(ending, Ending::TimedOut, "a half-sent request must not hold its thread");
-    assert!(started.elapsed() < Duration::from_secs(4), "cut off after {:?}", started.elapsed());
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(1900) && waited < Duration::from_secs(4), "cut off after {waited:?}");
+    let reply = parse_reply(&text).unwrap_or_else(|| panic!("no answer: {text:?}"));
+    assert_eq!((reply.status, reply.header("connection")), (408, Some("close")), "{text:?}");
+    assert!(reply.body.contains("header_timeout_secs"), "{text:?}");
     assert!(wait_until(Duration::from_secs(3), || gate.status()["threads"]["connections"] == 1));
 }
 

@@ -606,11 +606,14 @@ pub fn parse_reply(text: &str) -> Option<RawReply> {
     Some(RawReply { status, headers, body })
 }
 
-/// Sends one request on a fresh connection with `Host`, `Connection: close`
+/// Sends one request on a fresh connection with `Host` (unless given), `Connection: close`
 /// and (when there is a body) `Content-Length` added to `headers`, and
 /// parses the answer; panics if none came within 5 s.
 pub fn raw_request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> RawReply {
-    let mut bytes = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    let mut bytes = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
+    if !headers.iter().any(|(name, _)| name.eq_ignore_ascii_case("host")) {
+        bytes.push_str(&format!("Host: {addr}\r\n"));
+    }
     for (name, value) in headers {
         bytes.push_str(&format!("{name}: {value}\r\n"));
     }

@@ -1,0 +1,192 @@
+#![forbid(unsafe_code)]
+//! The upstream HTTP/1.1 front door: what a client's bytes become before
+//! any MCP is spoken, and how replies go back.
+//!
+//! - `server`: the listener, the accept loop, connection slots (with the
+//!   eviction of peers that send nothing useful, and slots kept for
+//!   `/healthz`), and the thread of each connection;
+//! - `request`: reading one request, head and body, with deadlines and
+//!   limits in bytes and counts, and the framing rules of RFC 9112;
+//! - `response`: writing replies and SSE streams, each write bounded in time.
+//!
+//! Handlers see only the plain [`HttpRequest`] and return an [`HttpReply`];
+//! nothing outside this folder knows a socket.
+//!
+//! mcpgate parses request heads itself with `httparse` (the parser hyper
+//! uses) and writes its own responses. tiny_http, which this front door
+//! replaced, wedged a thread on an `HTTP/2.0` request line, panicked on a
+//! failed `try_clone` when file descriptors ran out, buffered header lines
+//! of any length, had no deadline for a request head, accepted framing that
+//! RFC 9112 refuses, and wrote `400` on idle connections: each is a test in
+//! `tests/front_door.rs`.
+
+use std::io;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crossbeam_channel::Receiver;
+use serde_json::Value;
+
+use crate::jsonrpc::{self, RpcError};
+
+mod request;
+mod response;
+mod server;
+
+pub use server::Httpd;
+
+/// Request headers the handlers may read; the others are not copied.
+const HEADERS: &[&str] = &[
+    "accept",
+    "content-type",
+    "mcp-session-id",
+    "mcp-protocol-version",
+    "last-event-id",
+    "origin",
+    "host",
+    "authorization",
+];
+
+/// A request as the handlers see it.
+#[derive(Debug, Clone, Default)]
+pub struct HttpRequest {
+    pub method: String,
+    /// The path without the query.
+    pub path: String,
+    /// Lower-case names, from [`HEADERS`] only.
+    pub headers: Vec<(&'static str, String)>,
+    pub body: Vec<u8>,
+    pub peer: Option<SocketAddr>,
+    pub http11: bool,
+}
+
+impl HttpRequest {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| *n == name).map(|(_, v)| v.as_str())
+    }
+}
+
+/// A `GET` stream: SSE events (already encoded) to send, `first` and then
+/// from `rx` until it disconnects or a write fails; then `on_end` runs.
+pub struct StreamReply {
+    pub first: Vec<Vec<u8>>,
+    pub rx: Receiver<Vec<u8>>,
+    pub keepalive: Duration,
+    pub on_end: Box<dyn FnOnce() + Send>,
+}
+
+pub enum ReplyBody {
+    Empty,
+    Data { content_type: &'static str, bytes: Vec<u8> },
+    Stream(StreamReply),
+}
+
+pub struct HttpReply {
+    pub status: u16,
+    pub headers: Vec<(&'static str, String)>,
+    pub body: ReplyBody,
+}
+
+impl HttpReply {
+    pub fn json(status: u16, bytes: Vec<u8>) -> HttpReply {
+        HttpReply { status, headers: Vec::new(), body: ReplyBody::Data { content_type: "application/json", bytes } }
+    }
+
+    /// A JSON-RPC error as the body of an HTTP error (or of a 200).
+    pub fn error(status: u16, id: &Value, error: &RpcError) -> HttpReply {
+        HttpReply::json(status, jsonrpc::error(id, error))
+    }
+
+    /// An HTTP error whose body is a JSON-RPC "invalid request" saying why.
+    pub fn bad(status: u16, message: &str) -> HttpReply {
+        HttpReply::error(status, &Value::Null, &RpcError::new(jsonrpc::INVALID_REQUEST, message))
+    }
+
+    pub fn empty(status: u16) -> HttpReply {
+        HttpReply { status, headers: Vec::new(), body: ReplyBody::Empty }
+    }
+
+    pub fn accepted() -> HttpReply {
+        HttpReply::empty(202)
+    }
+
+    pub fn text(status: u16, content_type: &'static str, text: String) -> HttpReply {
+        HttpReply { status, headers: Vec::new(), body: ReplyBody::Data { content_type, bytes: text.into_bytes() } }
+    }
+
+    /// The last event of an SSE answer to a `POST` (already encoded).
+    pub fn sse(event: Vec<u8>) -> HttpReply {
+        HttpReply {
+            status: 200,
+            headers: Vec::new(),
+            body: ReplyBody::Data { content_type: "text/event-stream", bytes: event },
+        }
+    }
+
+    pub fn stream(stream: StreamReply) -> HttpReply {
+        HttpReply { status: 200, headers: Vec::new(), body: ReplyBody::Stream(stream) }
+    }
+
+    pub fn header(mut self, name: &'static str, value: &str) -> HttpReply {
+        self.headers.push((name, value.to_string()));
+        self
+    }
+}
+
+/// Where a handler sends events (SSE-encoded) that precede its answer. The
+/// first event turns the answer into an SSE stream.
+pub trait EventSink {
+    /// Whether this answer can become an SSE stream at all.
+    fn can_stream(&self) -> bool;
+    fn event(&mut self, sse: &[u8]) -> io::Result<()>;
+}
+
+/// A sink for answers that cannot stream (batches, inline answers).
+pub struct NoStream;
+
+impl EventSink for NoStream {
+    fn can_stream(&self) -> bool {
+        false
+    }
+
+    fn event(&mut self, _: &[u8]) -> io::Result<()> {
+        Err(io::Error::new(io::ErrorKind::Unsupported, "this answer cannot stream"))
+    }
+}
+
+/// How a request waits before it runs (always on its connection's thread).
+pub enum Route {
+    /// At once: it does not wait long on servers.
+    AtOnce,
+    /// After taking one of the `workers` permits.
+    WithPermit,
+}
+
+/// The application behind the adapter.
+pub trait App: Send + Sync + 'static {
+    fn route(&self, req: &HttpRequest) -> Route;
+    fn handle(&self, req: &HttpRequest, sink: &mut dyn EventSink) -> HttpReply;
+}
+
+/// Limits and deadlines of the front door.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    pub workers: usize,
+    pub max_connections: usize,
+    pub max_body_bytes: usize,
+    pub max_header_count: usize,
+    /// Bytes of a request head: request line and headers.
+    pub max_header_bytes: usize,
+    /// Idle time between two requests of a keep-alive connection.
+    pub idle_timeout: Duration,
+    /// The longest a request head may take from its first byte; its body
+    /// gets this again plus one second per 64 KiB.
+    pub header_timeout: Duration,
+    /// The longest a client may take to accept 64 KiB of its answer.
+    pub write_timeout: Duration,
+}
+
+/// Paths answered on the slots kept for loopback peers when every other
+/// slot is busy: enough for systemd's watchdog, a load balancer's health
+/// check and an operator looking at the status page.
+pub const RESERVED_PATHS: &[&str] = &["/healthz", "/status", "/status.json"];
