@@ -49,6 +49,47 @@ pub fn check_origin(req: &HttpRequest, config: &Config) -> Result<(), HttpReply>
     Err(HttpReply::error(403, &Value::Null, &e))
 }
 
+/// DNS rebinding: a page on `evil.example.com` whose name now resolves to
+/// 127.0.0.1 reaches mcpgate with `Host: evil.example.com` and, for a
+/// plain `GET`, no `Origin`. Requests must name mcpgate: a loopback name or
+/// address, the address it listens on, or one of `allowed_hosts`. A
+/// gateway that listens beyond loopback with no `allowed_hosts` accepts any
+/// name (it is reached by names mcpgate cannot know). `/healthz` answers
+/// any `Host`: load balancers' checks send their own.
+pub fn check_host(req: &HttpRequest, config: &Config) -> Result<(), HttpReply> {
+    let Some(host) = req.header("host") else { return Ok(()) };
+    if req.path == "/healthz" || (!config.listen.ip().is_loopback() && config.allowed_hosts.is_empty()) {
+        return Ok(());
+    }
+    let name = host_name(host);
+    let ip = name.trim_matches(['[', ']']).parse::<std::net::IpAddr>().ok();
+    let allowed = name.eq_ignore_ascii_case("localhost")
+        || ip.is_some_and(|ip| ip.is_loopback() || ip == config.listen.ip())
+        || config.allowed_hosts.iter().any(|a| a.eq_ignore_ascii_case(host) || a.eq_ignore_ascii_case(name));
+    if allowed {
+        return Ok(());
+    }
+    let e = RpcError::new(
+        jsonrpc::INVALID_REQUEST,
+        format!(
+            "Host `{}` is not allowed (allowed_hosts); mcpgate answers requests for its own names only",
+            printable(host)
+        ),
+    );
+    Err(HttpReply::error(403, &Value::Null, &e))
+}
+
+/// The name in a `Host` value, without the port: `[::1]:80` gives `[::1]`.
+fn host_name(host: &str) -> &str {
+    if host.starts_with('[') {
+        return host.split_inclusive(']').next().unwrap_or(host);
+    }
+    match host.rsplit_once(':') {
+        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => host,
+    }
+}
+
 /// `http(s)://localhost`, `127.0.0.1` or `[::1]`, with any port.
 fn is_loopback_origin(origin: &str) -> bool {
     let Some(rest) = origin.strip_prefix("http://").or_else(|| origin.strip_prefix("https://")) else {
@@ -167,6 +208,34 @@ mod tests {
         assert_eq!(check_status(&from("192.0.2.7:5000", None), &tokens).unwrap_err().status, 401);
         assert!(check_status(&from("192.0.2.7:5000", Some("Bearer 0123456789abcdef0123")), &tokens).is_ok());
         assert_eq!(check_status(&from("192.0.2.7:5000", Some("Bearer wrong")), &tokens).unwrap_err().status, 401);
+    }
+
+    fn with_host(host: &str, path: &str) -> HttpRequest {
+        HttpRequest { path: path.into(), headers: vec![("host", host.to_string())], ..Default::default() }
+    }
+
+    #[test]
+    fn requests_must_name_mcpgate_in_their_host() {
+        let local = config(r#""allowed_hosts": ["gate.example.com"],"#);
+        for host in [
+            "127.0.0.1:8780",
+            "localhost",
+            "LOCALHOST:1",
+            "[::1]:8780",
+            "[::1]",
+            "gate.example.com",
+            "gate.example.com:443",
+        ] {
+            assert!(check_host(&with_host(host, "/status"), &local).is_ok(), "{host}");
+        }
+        for host in
+            ["evil.example.com", "evil.example.com:8780", "127.0.0.1.evil.com", "localhost.evil.com", "10.0.0.1"]
+        {
+            assert_eq!(check_host(&with_host(host, "/status"), &local).unwrap_err().status, 403, "{host}");
+        }
+        assert!(check_host(&with_host("evil.example.com", "/healthz"), &local).is_ok());
+        let wide = config(r#""listen": "0.0.0.0:8780","#);
+        assert!(check_host(&with_host("gate.internal", "/mcp"), &wide).is_ok());
     }
 
     #[test]

@@ -35,7 +35,7 @@ impl App for Mcpgate {
     fn handle(&self, req: &HttpRequest, sink: &mut dyn EventSink) -> HttpReply {
         let gateway = &self.gateway;
         let config = &gateway.current().config;
-        if let Err(refused) = access::check_origin(req, config) {
+        if let Err(refused) = access::check_host(req, config).and_then(|()| access::check_origin(req, config)) {
             return refused;
         }
         if matches!(req.path.as_str(), "/status" | "/status.json" | "/reload")

@@ -126,6 +126,11 @@ pub const REFERENCE: &[KeyDoc] = &[
         meaning: "Browser origins allowed besides `http(s)://localhost`, `127.0.0.1` and `[::1]` (any port), e.g. `\"https://app.example.com\"`. A request with any other `Origin` gets 403.",
     },
     KeyDoc {
+        key: "allowed_hosts",
+        default: "[]",
+        meaning: "Names besides loopback ones and the listen address that requests may carry in `Host`, e.g. `\"gate.example.com\"`; any other gets 403 (DNS rebinding). Listening beyond loopback with none listed accepts any `Host`.",
+    },
+    KeyDoc {
         key: "auth",
         default: "none",
         meaning: "Without it no token is needed. With it every `/mcp` request needs `Authorization: Bearer <token>` (401 otherwise).",
@@ -213,6 +218,7 @@ pub struct Config {
     pub max_streams_per_session: usize,
     pub max_requests_per_session: usize,
     pub allowed_origins: Vec<String>,
+    pub allowed_hosts: Vec<String>,
     /// `None` without an `auth` key: no token needed.
     pub tokens: Option<Vec<Token>>,
     pub status_public: bool,
@@ -314,6 +320,7 @@ impl Config {
             max_streams_per_session: keys.integer("max_streams_per_session", 4, 1, 64)?,
             max_requests_per_session: keys.integer("max_requests_per_session", 32, 1, 4096)?,
             allowed_origins: keys.strings("allowed_origins")?,
+            allowed_hosts: keys.strings("allowed_hosts")?,
             tokens: None,
             status_public: keys.boolean("status_public", false)?,
             own_secrets: Vec::new(),
