@@ -1,0 +1,309 @@
+//! What mcpgate holds in memory stays under `max_memory_mb`, measured from
+//! outside (the process's RSS in /proc) and from inside (the status page's
+//! `memory.buffered_bytes` against `memory.limit_bytes`): large messages for
+//! clients that do not read, and a server whose stream is one line that
+//! never ends. Memory comes back once the sessions are gone.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::{Client, Ending, Fixture, Gate, PROTOCOL, assert_balanced, config, read_until_closed, wait_until};
+
+const MB: u64 = 1 << 20;
+/// The RSS mcpgate must stay under with `max_memory_mb: 16`.
+const RSS_BOUND: u64 = 96 * MB;
+/// Flooding stops once mcpgate's RSS passes this, so a gateway without a
+/// bound cannot take the machine down.
+const FLOOD_CAP: u64 = 2048 * MB;
+
+/// Taken by each test for its whole run: both load the machine's two cores
+/// for seconds, and each measures its own load, not the other's.
+static ALONE: Mutex<()> = Mutex::new(());
+
+fn alone() -> std::sync::MutexGuard<'static, ()> {
+    ALONE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn gate_with(fixture: &Fixture, keys: Value) -> Gate {
+    let mut c = config(&[(fixture.name.as_str(), fixture.url())]);
+    for (key, value) in keys.as_object().expect("keys are an object") {
+        c[key] = value.clone();
+    }
+    if let Err(why) = check_config(&c) {
+        panic!("mcpgate refuses the config: {why}");
+    }
+    Gate::start(&c)
+}
+
+/// `mcpgate --check` on `config`: a refusal fails the test with its reason
+/// (a key this build does not know, say), not with a gateway that never starts.
+fn check_config(config: &Value) -> Result<(), String> {
+    let dir = support::TempDir::new();
+    let path = dir.0.join("check.json");
+    std::fs::write(&path, config.to_string()).expect("write the config");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mcpgate"))
+        .arg("--check")
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .expect("run mcpgate --check");
+    if out.status.success() { Ok(()) } else { Err(String::from_utf8_lossy(&out.stderr).trim().to_string()) }
+}
+
+fn session_with(gate: &Gate) -> Client {
+    let mut client = gate.client();
+    client.initialize();
+    client
+}
+
+/// VmRSS of a process, in bytes (0 once it is gone).
+fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kb = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or(0);
+    kb * 1024
+}
+
+fn mb(bytes: u64) -> String {
+    format!("{:.1} MB", bytes as f64 / MB as f64)
+}
+
+/// The status page, or `None` if it did not answer within 2 s (a busy
+/// gateway must not fail the sampler).
+fn try_status(addr: SocketAddr) -> Option<Value> {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .proxy(None)
+        .timeout_global(Some(Duration::from_secs(2)))
+        .build()
+        .into();
+    let text = agent.get(format!("http://{addr}/status.json")).call().ok()?.body_mut().read_to_string().ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+/// What the sampler saw.
+#[derive(Debug, Default, Clone)]
+struct Samples {
+    count: u64,
+    peak_rss: u64,
+    /// The largest `memory.buffered_bytes` seen, with the limit shown then.
+    peak_buffered: Option<(u64, u64)>,
+    /// A sample where `buffered_bytes` exceeded `limit_bytes`, if any.
+    over_limit: Option<Value>,
+}
+
+/// Samples mcpgate's RSS and its status page's `memory` every 100 ms (at
+/// most 60 s) until stopped.
+struct Sampler {
+    stop: Arc<AtomicBool>,
+    samples: Arc<Mutex<Samples>>,
+    current_rss: Arc<AtomicU64>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl Sampler {
+    fn start(gate: &Gate) -> Sampler {
+        let (pid, addr) = (gate.pid(), gate.addr);
+        let stop = Arc::new(AtomicBool::new(false));
+        let samples = Arc::new(Mutex::new(Samples::default()));
+        let current_rss = Arc::new(AtomicU64::new(rss_bytes(pid)));
+        let (stopped, seen, current) = (stop.clone(), samples.clone(), current_rss.clone());
+        let handle = std::thread::spawn(move || {
+            for _ in 0..600 {
+                if stopped.load(Ordering::Acquire) {
+                    return;
+                }
+                let rss = rss_bytes(pid);
+                current.store(rss, Ordering::Release);
+                let memory = try_status(addr).map(|s| s["memory"].clone());
+                let mut s = seen.lock().unwrap();
+                s.count += 1;
+                s.peak_rss = s.peak_rss.max(rss);
+                if let Some(memory) = memory
+                    && let (Some(buffered), Some(limit)) =
+                        (memory["buffered_bytes"].as_u64(), memory["limit_bytes"].as_u64())
+                {
+                    if s.peak_buffered.is_none_or(|(peak, _)| buffered > peak) {
+                        s.peak_buffered = Some((buffered, limit));
+                    }
+                    if buffered > limit && s.over_limit.is_none() {
+                        s.over_limit = Some(memory);
+                    }
+                }
+                drop(s);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        Sampler { stop, samples, current_rss, handle: Some(handle) }
+    }
+
+    /// The RSS at the last sample.
+    fn rss(&self) -> u64 {
+        self.current_rss.load(Ordering::Acquire)
+    }
+
+    fn finish(mut self) -> Samples {
+        self.stop.store(true, Ordering::Release);
+        if let Some(handle) = self.handle.take() {
+            let _ = handle.join();
+        }
+        self.samples.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+    }
+}
+
+/// Opens the session's GET stream on a raw socket and reads only the
+/// response head: after that the test never reads it, like a client that
+/// hangs (its socket buffers fill, then mcpgate's writes block).
+fn open_unread_stream(addr: SocketAddr, session: &str) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).expect("connect to mcpgate");
+    let request = format!(
+        "GET /mcp HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\nMcp-Session-Id: {session}\r\n\
+         MCP-Protocol-Version: {PROTOCOL}\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).expect("send the GET");
+    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") && head.len() < 16 * 1024 {
+        match stream.read(&mut byte) {
+            Ok(1) => head.push(byte[0]),
+            _ => panic!("the GET stream's head did not come: {}", String::from_utf8_lossy(&head)),
+        }
+    }
+    let head = String::from_utf8_lossy(&head);
+    assert!(head.starts_with("HTTP/1.1 200"), "GET stream: {head}");
+    stream
+}
+
+/// Large notifications for clients whose GET streams are never read must
+/// not pile up in mcpgate: what it holds stays under `max_memory_mb` (RSS
+/// under 96 MB while 600 MB go through), other sessions keep working, and
+/// the stuck streams are closed.
+#[test]
+fn big_notifications_to_clients_that_do_not_read_stay_within_max_memory() {
+    let _alone = alone();
+    let alpha = Fixture::start("alpha", &[]);
+    let gate = gate_with(&alpha, json!({"max_memory_mb": 16, "client_write_timeout_secs": 2}));
+    let stuck: Vec<Client> = (0..3).map(|_| session_with(&gate)).collect();
+    // mcpgate reads each session's stream from alpha: the flood has a way in.
+    assert!(wait_until(Duration::from_secs(5), || alpha.count("get_streams_open") == 3), "{}", alpha.stats());
+    let streams: Vec<TcpStream> =
+        stuck.iter().map(|c| open_unread_stream(gate.addr, c.session.as_deref().unwrap())).collect();
+    let rss_before = rss_bytes(gate.pid());
+
+    let sampler = Sampler::start(&gate);
+    let started = Instant::now();
+    // 200 messages of 1 MiB per session, 20 at a time, all sessions at once.
+    let sent: u64 = std::thread::scope(|scope| {
+        let floods: Vec<_> = stuck
+            .iter()
+            .map(|client| {
+                let (mut client, sampler) = (client.same_session(), &sampler);
+                scope.spawn(move || {
+                    let mut sent = 0;
+                    for _ in 0..10 {
+                        if sampler.rss() > FLOOD_CAP {
+                            break;
+                        }
+                        let text = client.tool_text("alpha__flood", json!({"count": 20, "bytes": MB}));
+                        sent += text.parse::<u64>().unwrap_or_else(|_| panic!("flood answered {text:?}"));
+                    }
+                    sent
+                })
+            })
+            .collect();
+        floods.into_iter().map(|f| f.join().expect("a flood thread panicked")).sum()
+    });
+    let flooded_in = started.elapsed();
+
+    // Another session is served meanwhile.
+    let mut other = session_with(&gate);
+    let echoed = other.tool_text("alpha__echo", json!({"text": "fine"}));
+    // The stuck streams are closed: mcpgate writes to none of them any more.
+    let closed = wait_until(Duration::from_secs(8), || gate.status()["threads"]["streams"] == 0);
+    let samples = sampler.finish();
+    let status = gate.status();
+    eprintln!(
+        "flood: {sent} messages of 1 MiB in {flooded_in:?}; RSS before {}, peak {} ({} samples); \
+         buffered peak {:?}; over the limit: {:?}; stuck streams closed: {closed}; memory now: {}",
+        mb(rss_before),
+        mb(samples.peak_rss),
+        samples.count,
+        samples.peak_buffered,
+        samples.over_limit,
+        status["memory"],
+    );
+    assert!(sent >= 2 * 96, "the flood must push at least twice the RSS bound through, it sent {sent} MiB");
+    assert!(samples.peak_rss < RSS_BOUND, "RSS peaked at {}", mb(samples.peak_rss));
+    assert_eq!(samples.over_limit, None, "memory.buffered_bytes went over memory.limit_bytes");
+    let (buffered, limit) = (status["memory"]["buffered_bytes"].as_u64(), status["memory"]["limit_bytes"].as_u64());
+    let (Some(buffered), Some(limit)) = (buffered, limit) else {
+        panic!("the status page shows no memory.buffered_bytes and memory.limit_bytes: {status}");
+    };
+    assert!(buffered <= limit && limit <= 16 * MB, "memory: {}", status["memory"]);
+    assert_eq!(echoed, "fine");
+    assert!(closed, "the stuck streams are still open: {}", status["threads"]);
+    // What the sockets still hold drains, then the end.
+    for mut stream in streams {
+        let (_, ending) = read_until_closed(&mut stream, Duration::from_secs(5));
+        assert_ne!(ending, Ending::TimedOut, "a stuck stream was left open");
+    }
+}
+
+/// A server whose GET stream is one line that never ends must cost mcpgate
+/// a bounded amount of memory (not `max_message_bytes` per session), and
+/// that memory must come back once the sessions are gone.
+#[test]
+fn a_get_stream_without_newlines_is_bounded_and_memory_returns() {
+    let _alone = alone();
+    let alpha = Fixture::start("alpha", &["--endless-get"]);
+    let gate = gate_with(&alpha, json!({"max_memory_mb": 16}));
+    let rss_before = rss_bytes(gate.pid());
+    let clients: Vec<Client> = (0..20).map(|_| session_with(&gate)).collect();
+    // Every session's reader is reading its endless line.
+    assert!(wait_until(Duration::from_secs(5), || alpha.count("get_streams_total") >= 20), "{}", alpha.stats());
+
+    let sampler = Sampler::start(&gate);
+    std::thread::sleep(Duration::from_secs(5));
+    let during = sampler.finish();
+
+    let deleted_at = Instant::now();
+    let statuses: Vec<u16> = clients.iter().map(Client::delete).collect();
+    let deleted_in = deleted_at.elapsed();
+    let returned = wait_until(Duration::from_secs(5), || rss_bytes(gate.pid()) <= rss_before + 16 * MB);
+    let rss_after = rss_bytes(gate.pid());
+    eprintln!(
+        "endless GET lines, 20 sessions: RSS before {}, peak {} ({} samples), buffered peak {:?}; \
+         DELETEs took {deleted_in:?}; RSS 5 s after {}",
+        mb(rss_before),
+        mb(during.peak_rss),
+        during.count,
+        during.peak_buffered,
+        mb(rss_after),
+    );
+    assert!(during.peak_rss < RSS_BOUND, "RSS peaked at {}", mb(during.peak_rss));
+    assert_eq!(during.over_limit, None, "memory.buffered_bytes went over memory.limit_bytes");
+    assert!(statuses.iter().all(|&s| s == 200), "DELETE statuses: {statuses:?}");
+    assert!(returned, "RSS {} is more than 16 MB above the {} before the sessions", mb(rss_after), mb(rss_before));
+    assert!(wait_until(Duration::from_secs(5), || gate.status()["downstream"]["live"] == 0), "{}", gate.status());
+    assert_balanced(&gate.status());
+    // mcpgate stopped reading: alpha's endless writers saw their connections close.
+    assert!(wait_until(Duration::from_secs(5), || alpha.count("get_streams_open") == 0), "{}", alpha.stats());
+}

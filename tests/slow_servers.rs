@@ -1,0 +1,346 @@
+//! Servers that are slow, silent or deaf, measured from the client's side:
+//! a server that keeps its answer open with keep-alive comments and never
+//! answers is cut off at `request_timeout_secs`; a server that hangs holds
+//! only its own `calls_per_server` permits, never another server's; a call
+//! the client cancels ends at once even when the server ignores the cancel;
+//! and a session the client deletes ends its calls at once. Every call here
+//! is a POST on a connection of its own, read with a deadline, so a test
+//! that fails says how long it waited instead of hanging.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::{Client, Fixture, Gate, PROTOCOL, assert_balanced, config, wait_until};
+
+/// The longest any single call here is waited for.
+const GIVE_UP: Duration = Duration::from_secs(10);
+
+fn gate_with(fixtures: &[&Fixture], keys: Value) -> Gate {
+    let servers: Vec<(&str, String)> = fixtures.iter().map(|f| (f.name.as_str(), f.url())).collect();
+    let mut c = config(&servers);
+    for (key, value) in keys.as_object().expect("keys are an object") {
+        c[key] = value.clone();
+    }
+    if let Err(why) = check_config(&c) {
+        panic!("mcpgate refuses the config: {why}");
+    }
+    Gate::start(&c)
+}
+
+/// `mcpgate --check` on `config`: a refusal fails the test with its reason
+/// (a key this build does not know, say), not with a gateway that never starts.
+fn check_config(config: &Value) -> Result<(), String> {
+    let dir = support::TempDir::new();
+    let path = dir.0.join("check.json");
+    std::fs::write(&path, config.to_string()).expect("write the config");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mcpgate"))
+        .arg("--check")
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .expect("run mcpgate --check");
+    if out.status.success() { Ok(()) } else { Err(String::from_utf8_lossy(&out.stderr).trim().to_string()) }
+}
+
+fn session_with(gate: &Gate) -> Client {
+    let mut client = gate.client();
+    client.initialize();
+    client
+}
+
+fn session_of(client: &Client) -> String {
+    client.session.clone().expect("initialized")
+}
+
+fn call_body(id: &str, tool: &str, arguments: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": arguments}})
+}
+
+/// What came back for one POST sent on a connection of its own.
+#[derive(Debug)]
+struct Answer {
+    /// From sending the request to the end of the answer, or to giving up.
+    took: Duration,
+    /// The answer ended (its last chunk, its whole body, or the connection
+    /// closed) before the time was up.
+    ended: bool,
+    status: u16,
+    /// The JSON-RPC messages in it: the JSON body, or the data of each SSE event.
+    messages: Vec<Value>,
+}
+
+impl Answer {
+    /// The response (not a request or a notification) with this id.
+    fn response_to(&self, id: &str) -> Option<&Value> {
+        self.messages.iter().find(|m| m.get("method").is_none() && m["id"] == id)
+    }
+
+    /// The text of the first content item of the response to `id`.
+    fn text_of(&self, id: &str) -> Option<&str> {
+        self.response_to(id)?["result"]["content"][0]["text"].as_str()
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// A chunked body decoded as far as it goes, and whether its last chunk came.
+fn dechunk(mut rest: &[u8]) -> (Vec<u8>, bool) {
+    let mut plain = Vec::new();
+    // Every turn consumes at least a size line: bounded by the input.
+    loop {
+        let Some(line_end) = find(rest, b"\r\n") else { return (plain, false) };
+        let size = std::str::from_utf8(&rest[..line_end])
+            .ok()
+            .and_then(|line| usize::from_str_radix(line.split(';').next().unwrap_or("").trim(), 16).ok());
+        let Some(size) = size else { return (plain, false) };
+        if size == 0 {
+            return (plain, true);
+        }
+        let data = &rest[line_end + 2..];
+        if data.len() < size + 2 {
+            plain.extend_from_slice(&data[..size.min(data.len())]);
+            return (plain, false);
+        }
+        plain.extend_from_slice(&data[..size]);
+        rest = &data[size + 2..];
+    }
+}
+
+fn is_chunked(head: &str) -> bool {
+    head.to_ascii_lowercase().contains("transfer-encoding: chunked")
+}
+
+fn content_length(head: &str) -> Option<usize> {
+    head.to_ascii_lowercase()
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:").and_then(|v| v.trim().parse().ok()))
+}
+
+/// Whether the answer read so far is whole.
+fn complete(received: &[u8]) -> bool {
+    let Some(at) = find(received, b"\r\n\r\n") else { return false };
+    let head = String::from_utf8_lossy(&received[..at]);
+    let body = &received[at + 4..];
+    if is_chunked(&head) {
+        return dechunk(body).1;
+    }
+    content_length(&head).is_some_and(|n| body.len() >= n)
+}
+
+impl Answer {
+    fn parse(received: &[u8], took: Duration, ended: bool) -> Answer {
+        let Some(at) = find(received, b"\r\n\r\n") else {
+            return Answer { took, ended, status: 0, messages: Vec::new() };
+        };
+        let head = String::from_utf8_lossy(&received[..at]).to_string();
+        let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+        let raw = &received[at + 4..];
+        let body = if is_chunked(&head) { dechunk(raw).0 } else { raw.to_vec() };
+        let mut messages = Vec::new();
+        if head.to_ascii_lowercase().contains("text/event-stream") {
+            let mut decoder = mcpgate::sse::Decoder::new(std::io::BufReader::new(&body[..]), 16 << 20);
+            // A cut-off or broken stream ends the list: what came before it counts.
+            while let Ok(Some(event)) = decoder.next_event() {
+                if let Ok(message) = serde_json::from_str::<Value>(&event.data) {
+                    messages.push(message);
+                }
+            }
+        } else if let Ok(message) = serde_json::from_slice::<Value>(&body) {
+            messages.push(message);
+        }
+        Answer { took, ended, status, messages }
+    }
+}
+
+/// POSTs `body` in `session` on a fresh connection and reads the answer
+/// until it is whole, the connection ends, or `limit` passes.
+fn post_alone(addr: SocketAddr, session: &str, body: &Value, limit: Duration) -> Answer {
+    let started = Instant::now();
+    let body = body.to_string();
+    let mut stream = TcpStream::connect(addr).expect("connect to mcpgate");
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nMcp-Session-Id: {session}\r\n\
+         MCP-Protocol-Version: {PROTOCOL}\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).expect("send the POST");
+    let mut received = Vec::new();
+    let mut buf = [0u8; 16 * 1024];
+    let ended = loop {
+        if complete(&received) {
+            break true;
+        }
+        let Some(left) = (started + limit).checked_duration_since(Instant::now()).filter(|d| !d.is_zero()) else {
+            break false;
+        };
+        stream.set_read_timeout(Some(left)).expect("set a read timeout");
+        match stream.read(&mut buf) {
+            Ok(0) => break true,
+            Ok(n) => received.extend_from_slice(&buf[..n]),
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => break false,
+            Err(_) => break true,
+        }
+    };
+    Answer::parse(&received, started.elapsed(), ended)
+}
+
+/// Starts `post_alone` on a thread; the answer arrives on the receiver.
+fn post_in_background(gate: &Gate, client: &Client, body: Value, limit: Duration) -> mpsc::Receiver<Answer> {
+    let (addr, session) = (gate.addr, session_of(client));
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(post_alone(addr, &session, &body, limit));
+    });
+    rx
+}
+
+/// A server that keeps its answer open with keep-alive comments and never
+/// answers must not hold a client (and a permit, and a connection) for as
+/// long as it likes: comments are not messages, and `request_timeout_secs`
+/// bounds how long a server may go without sending one.
+#[test]
+fn a_server_that_trickles_comments_is_cut_off_at_the_request_timeout() {
+    let alpha = Fixture::start("alpha", &[]);
+    let gate = gate_with(&[&alpha], json!({"request_timeout_secs": 2}));
+    let client = session_with(&gate);
+    let body = call_body("trickle", "alpha__trickle", json!({"every_ms": 300}));
+    let answer = post_alone(gate.addr, &session_of(&client), &body, GIVE_UP);
+    eprintln!("trickle with request_timeout_secs 2: {answer:?}");
+    assert!(answer.ended, "no answer within {GIVE_UP:?}: the comments kept the call alive");
+    let response = answer.response_to("trickle").unwrap_or_else(|| panic!("no response for the call: {answer:?}"));
+    assert_eq!(response["error"]["code"], -32603, "{response}");
+    let message = response["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("server `alpha`") && message.contains("within 2 s"), "{response}");
+    let took = answer.took;
+    assert!(took >= Duration::from_secs(2) && took < Duration::from_secs(4), "cut off after {took:?}");
+    // The call is over at the server too: mcpgate closed that connection.
+    assert!(wait_until(Duration::from_secs(3), || alpha.count("held_open") == 0), "{}", alpha.stats());
+}
+
+/// Permits are per server: a server that hangs (sends nothing at all for
+/// 20 s) uses up its own `calls_per_server`, and the calls queued behind
+/// them wait for that server only; a call to another server goes at once.
+#[test]
+fn calls_to_a_hung_server_do_not_delay_calls_to_another() {
+    let (alpha, beta) = (Fixture::start("alpha", &[]), Fixture::start("beta", &[]));
+    let gate = gate_with(&[&alpha, &beta], json!({"calls_per_server": 2}));
+    let mut client = session_with(&gate);
+    // Both downstream sessions are open: the timed call measures the call alone.
+    assert_eq!(client.tool_text("beta__echo", json!({"text": "warm"})), "warm");
+    assert_eq!(client.tool_text("alpha__echo", json!({"text": "warm"})), "warm");
+    let before = alpha.count("requests");
+    let _hung: Vec<_> = (0..4)
+        .map(|i| {
+            post_in_background(
+                &gate,
+                &client,
+                call_body(&format!("hung-{i}"), "alpha__slow", json!({"ms": 20_000})),
+                GIVE_UP,
+            )
+        })
+        .collect();
+    assert!(
+        wait_until(Duration::from_secs(5), || alpha.count("requests") >= before + 2),
+        "the hung calls never reached alpha: {}",
+        alpha.stats()
+    );
+    // The other two are queued by now, behind alpha's two permits.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(alpha.count("requests"), before + 2, "calls_per_server 2 lets two calls at a time reach alpha");
+    let answer = post_alone(
+        gate.addr,
+        &session_of(&client),
+        &call_body("beta", "beta__echo", json!({"text": "through"})),
+        GIVE_UP,
+    );
+    eprintln!("beta__echo while alpha hangs: {answer:?}");
+    assert_eq!(answer.text_of("beta"), Some("through"), "{answer:?}");
+    assert!(answer.took < Duration::from_secs(1), "beta's call waited {:?} behind alpha's", answer.took);
+}
+
+/// A cancelled call is over for the client: mcpgate forwards the cancel
+/// (with the server's own id), ends the call's answer at once without a
+/// response, and frees its permit, even when the server (like those built
+/// on the TypeScript SDK) ignores the cancel and keeps its stream open.
+#[test]
+fn a_cancelled_call_frees_its_permit_at_once() {
+    let alpha = Fixture::start("alpha", &[]);
+    let gate = gate_with(&[&alpha], json!({"calls_per_server": 1}));
+    let mut client = session_with(&gate);
+    assert_eq!(client.tool_text("alpha__echo", json!({"text": "warm"})), "warm");
+    let call = post_in_background(&gate, &client, call_body("ignore-me", "alpha__ignore_cancel", json!({})), GIVE_UP);
+    assert!(wait_until(Duration::from_secs(5), || alpha.count("held_open") == 1), "{}", alpha.stats());
+
+    let cancelled_at = Instant::now();
+    assert_eq!(client.notify("notifications/cancelled", json!({"requestId": "ignore-me", "reason": "test"})), 202);
+    let cancelled = || alpha.stats()["cancelled"].as_array().cloned().unwrap_or_default();
+    assert!(
+        wait_until(Duration::from_secs(2), || cancelled().len() == 1),
+        "no cancel reached alpha: {}",
+        alpha.stats()
+    );
+    assert_ne!(cancelled()[0]["requestId"], "ignore-me", "mcpgate must send the server's own id: {:?}", cancelled());
+
+    let answer = call.recv_timeout(Duration::from_millis(1500));
+    eprintln!("the cancelled call, {:?} after the cancel: {answer:?}", cancelled_at.elapsed());
+    let answer = answer.unwrap_or_else(|_| panic!("the cancelled call still runs 1.5 s after its cancel"));
+    assert!(answer.ended && matches!(answer.status, 200 | 202), "{answer:?}");
+    assert!(answer.response_to("ignore-me").is_none(), "a cancelled call gets no response: {answer:?}");
+
+    let next = post_alone(
+        gate.addr,
+        &session_of(&client),
+        &call_body("next", "alpha__echo", json!({"text": "next"})),
+        GIVE_UP,
+    );
+    eprintln!("the next call to alpha: {next:?}");
+    assert_eq!(next.text_of("next"), Some("next"), "{next:?}");
+    assert!(next.took < Duration::from_secs(1), "the next call waited {:?} for the permit", next.took);
+    assert!(
+        wait_until(Duration::from_secs(1), || gate.status()["calls"]["in_flight"] == 0),
+        "calls: {}",
+        gate.status()["calls"]
+    );
+    // Nothing is left of the call at the server's end either: its connection is closed.
+    assert!(wait_until(Duration::from_secs(2), || alpha.count("held_open") == 0), "{}", alpha.stats());
+}
+
+/// A DELETE ends the session's calls with it: it is answered at once (not
+/// after the calls), the calls' answers end, the servers get their DELETE,
+/// and nothing is left open downstream.
+#[test]
+fn deleting_a_session_ends_its_calls_at_once() {
+    let alpha = Fixture::start("alpha", &[]);
+    let gate = gate_with(&[&alpha], json!({}));
+    let mut client = session_with(&gate);
+    assert_eq!(client.tool_text("alpha__echo", json!({"text": "warm"})), "warm");
+    let call = post_in_background(&gate, &client, call_body("trickle", "alpha__trickle", json!({})), GIVE_UP);
+    assert!(wait_until(Duration::from_secs(5), || alpha.count("held_open") == 1), "{}", alpha.stats());
+
+    let deleted_at = Instant::now();
+    let (tx, deleted) = mpsc::channel();
+    let deleter = client.same_session();
+    std::thread::spawn(move || {
+        let _ = tx.send(deleter.delete());
+    });
+    let status = deleted.recv_timeout(GIVE_UP);
+    let delete_took = deleted_at.elapsed();
+    let answer = call.recv_timeout(Duration::from_millis(1500).saturating_sub(delete_took));
+    eprintln!("DELETE: {status:?} after {delete_took:?}; the call, {:?} after it: {answer:?}", deleted_at.elapsed());
+    assert_eq!(status, Ok(200), "the DELETE was not answered within {GIVE_UP:?}");
+    assert!(delete_took < Duration::from_secs(1), "the DELETE took {delete_took:?}");
+    let answer = answer.unwrap_or_else(|_| panic!("the call still runs 1.5 s after its session was deleted"));
+    assert!(answer.ended, "{answer:?}");
+    assert!(wait_until(Duration::from_secs(2), || alpha.count("delete") == 1), "{}", alpha.stats());
+    assert!(wait_until(Duration::from_secs(2), || alpha.count("held_open") == 0), "{}", alpha.stats());
+    assert!(wait_until(Duration::from_secs(2), || gate.status()["downstream"]["live"] == 0), "{}", gate.status());
+    assert_balanced(&gate.status());
+}
