@@ -1,0 +1,975 @@
+//! Crashes and the state file. mcpgate killed with SIGKILL under load and
+//! restarted on the same port; a restart whose saved sessions point at a
+//! server that never answers; a restored session and the token that made it;
+//! and the file itself: its mode, a symlink at its temporary path, a file
+//! others may write, a damaged file, a full disk. The promise, counted at the
+//! downstream servers: every downstream session mcpgate opens is DELETEd
+//! exactly once, whatever happens to mcpgate in between; the only slack is
+//! what a kill makes unknowable (a session id the server sent to a process
+//! that died before recording it, a DELETE answered to a process that died
+//! before recording it), bounded by the requests the kills cut.
+
+mod support;
+
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::{Client, Fixture, Gate, PROTOCOL, TempDir, assert_balanced, config, wait_until};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+// ---------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------
+
+fn two_servers() -> (Fixture, Fixture) {
+    (Fixture::start("alpha", &[]), Fixture::start("beta", &[]))
+}
+
+fn two_server_config(a: &Fixture, b: &Fixture) -> Value {
+    config(&[("alpha", a.url()), ("beta", b.url())])
+}
+
+/// `config` with a `state_file` in a directory of its own (kept alive by the
+/// returned `TempDir`), so that mcpgate processes in a row share it.
+fn with_state_file(mut config: Value) -> (TempDir, PathBuf, Value) {
+    let state = TempDir::new();
+    let path = state.0.join("state.json");
+    config["state_file"] = json!(path);
+    (state, path, config)
+}
+
+/// `config` listening where `gate` listens, for a restart on the same port.
+fn same_port(config: &Value, gate: &Gate) -> Value {
+    let mut config = config.clone();
+    config["listen"] = json!(gate.addr.to_string());
+    config
+}
+
+fn read_state(path: &Path) -> Value {
+    std::fs::read_to_string(path).ok().and_then(|t| serde_json::from_str(&t).ok()).unwrap_or(Value::Null)
+}
+
+/// Waits until the state file lists `sessions` sessions with `downstreams` downstream sessions each.
+fn wait_for_state(path: &Path, sessions: usize, downstreams: usize) {
+    let ok = wait_until(WAIT, || {
+        let state = read_state(path);
+        let list = state["sessions"].as_array().cloned().unwrap_or_default();
+        list.len() == sessions && list.iter().all(|s| s["downstreams"].as_array().map(Vec::len) == Some(downstreams))
+    });
+    assert!(ok, "state file {}: {}", path.display(), read_state(path));
+}
+
+/// The files of `dir` whose bytes are exactly `bytes`.
+fn files_holding(dir: &Path, bytes: &[u8]) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.is_file() && std::fs::read(p).is_ok_and(|b| b == bytes))
+        .collect()
+}
+
+fn file_names(dir: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    entries.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).collect()
+}
+
+fn initialize_params() -> Value {
+    json!({
+        "protocolVersion": PROTOCOL,
+        "capabilities": {},
+        "clientInfo": { "name": "mcpgate-crash-tests", "version": "1" },
+    })
+}
+
+/// A small xorshift generator: the test's random pauses, reproducible from the printed seed.
+struct Rng(u64);
+
+impl Rng {
+    fn seeded() -> Rng {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos());
+        Rng((nanos as u64) | 1)
+    }
+
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The load: clients that churn sessions and keep some across restarts
+// ---------------------------------------------------------------------------
+
+/// How long a request is sent again while mcpgate does not answer (it restarts).
+const RETRY_FOR: Duration = Duration::from_secs(5);
+/// Sessions a load client keeps for later calls; beyond it the oldest is DELETEd.
+const KEEP: usize = 6;
+/// No load thread runs longer than this, whatever happens to the test.
+const LOAD_AT_MOST: Duration = Duration::from_secs(60);
+
+/// What the load's clients saw.
+#[derive(Default)]
+struct Tally {
+    /// `initialize` answered with a session id.
+    initialized: AtomicU64,
+    /// Sessions the client ended with DELETE (200, or 404 when the DELETE had to be sent again).
+    deleted: AtomicU64,
+    /// Tool calls answered with their echo.
+    calls: AtomicU64,
+    /// 404 for a session whose `initialize` was answered and that the client did not DELETE.
+    lost: AtomicU64,
+    /// Requests sent again after a connection error or a 503.
+    retried: AtomicU64,
+    /// Requests still failing after `RETRY_FOR`.
+    unanswered: AtomicU64,
+    /// Any other answer (unexpected status or body).
+    odd: AtomicU64,
+    /// `initialize` requests that reached an mcpgate killed before it answered.
+    cut_initialize: AtomicU64,
+    /// DELETEs that reached an mcpgate killed before it answered.
+    cut_delete: AtomicU64,
+    /// Other requests cut by a kill.
+    cut_other: AtomicU64,
+    /// Downstream sessions the clients learned from `whoami` (`alpha:<id>`): mcpgate answered for them.
+    known: Mutex<HashSet<String>>,
+    /// The first few lost or odd answers, for the failure message.
+    notes: Mutex<Vec<String>>,
+}
+
+impl Tally {
+    fn note(&self, counter: &AtomicU64, what: String) {
+        counter.fetch_add(1, Ordering::Relaxed);
+        let mut notes = self.notes.lock().unwrap();
+        if notes.len() < 20 {
+            notes.push(what);
+        }
+    }
+
+    fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn figures(&self) -> Value {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        json!({
+            "initialized": get(&self.initialized),
+            "deleted": get(&self.deleted),
+            "calls": get(&self.calls),
+            "lost": get(&self.lost),
+            "retried": get(&self.retried),
+            "unanswered": get(&self.unanswered),
+            "odd": get(&self.odd),
+            "cut_initialize": get(&self.cut_initialize),
+            "cut_delete": get(&self.cut_delete),
+            "cut_other": get(&self.cut_other),
+            "known_downstream_sessions": self.known.lock().unwrap().len(),
+        })
+    }
+}
+
+struct Answer {
+    status: u16,
+    session: Option<String>,
+    body: String,
+    /// Whether the request had to be sent more than once.
+    retried: bool,
+}
+
+fn load_agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .proxy(None)
+        .timeout_global(Some(Duration::from_secs(10)))
+        .build()
+        .into()
+}
+
+fn with_session<B>(mut request: ureq::RequestBuilder<B>, session: Option<&str>) -> ureq::RequestBuilder<B> {
+    if let Some(session) = session {
+        request = request.header("Mcp-Session-Id", session).header("MCP-Protocol-Version", PROTOCOL);
+    }
+    request
+}
+
+/// Whether a failed attempt may have reached mcpgate (the connection was made).
+fn reached(error: &ureq::Error) -> bool {
+    match error {
+        ureq::Error::Io(e) => e.kind() != std::io::ErrorKind::ConnectionRefused,
+        ureq::Error::ConnectionFailed => false,
+        _ => true,
+    }
+}
+
+/// One POST (with `body`) or DELETE (without), sent again on a connection
+/// error or a 503 for up to `RETRY_FOR`; `None` if it never got an answer.
+/// `cuts` counts it once if an attempt reached mcpgate and got no answer.
+fn send(
+    agent: &ureq::Agent,
+    url: &str,
+    session: Option<&str>,
+    body: Option<&Value>,
+    tally: &Tally,
+    cuts: &AtomicU64,
+) -> Option<Answer> {
+    let deadline = Instant::now() + RETRY_FOR;
+    let (mut retried, mut cut) = (false, false);
+    let mut answer = None;
+    for _ in 0..1000 {
+        let sent = match body {
+            Some(body) => {
+                let request = agent
+                    .post(url)
+                    .header("Content-Type", "application/json")
+                    .header("Accept", "application/json, text/event-stream");
+                with_session(request, session).send(body.to_string().as_bytes())
+            }
+            None => with_session(agent.delete(url), session).call(),
+        };
+        let read = sent.and_then(|response| {
+            let status = response.status().as_u16();
+            let session = response.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_string);
+            let body = response.into_body().read_to_string()?;
+            Ok(Answer { status, session, body, retried })
+        });
+        match read {
+            Ok(a) if a.status != 503 => {
+                answer = Some(a);
+                break;
+            }
+            Ok(_) => {}
+            Err(e) => cut |= reached(&e),
+        }
+        if Instant::now() >= deadline {
+            break;
+        }
+        retried = true;
+        Tally::bump(&tally.retried);
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    if cut {
+        Tally::bump(cuts);
+    }
+    answer
+}
+
+/// A 404 for a session the client holds.
+struct Lost;
+
+/// Sends `message` on `session`: the body when answered with `expect` (and
+/// `echo` in it), `None` when unanswered or odd (counted), `Lost` on 404.
+fn use_session(
+    agent: &ureq::Agent,
+    url: &str,
+    session: &str,
+    message: &Value,
+    expect: u16,
+    echo: Option<&str>,
+    tally: &Tally,
+) -> Result<Option<String>, Lost> {
+    let Some(answer) = send(agent, url, Some(session), Some(message), tally, &tally.cut_other) else {
+        Tally::bump(&tally.unanswered);
+        return Ok(None);
+    };
+    let what = message["method"].as_str().unwrap_or("?");
+    if answer.status == 404 {
+        tally.note(&tally.lost, format!("lost session {session}: {what} got 404 {}", answer.body));
+        return Err(Lost);
+    }
+    if answer.status != expect || echo.is_some_and(|text| !answer.body.contains(text)) {
+        tally.note(&tally.odd, format!("{what} on {session}: {} {}", answer.status, answer.body));
+        return Ok(None);
+    }
+    if echo.is_some() {
+        Tally::bump(&tally.calls);
+    }
+    Ok(Some(answer.body))
+}
+
+fn end_session(agent: &ureq::Agent, url: &str, session: &str, tally: &Tally) {
+    match send(agent, url, Some(session), None, tally, &tally.cut_delete) {
+        Some(a) if a.status == 200 => Tally::bump(&tally.deleted),
+        // Sent again after a connection error: the first one may have ended it.
+        Some(a) if a.status == 404 && a.retried => Tally::bump(&tally.deleted),
+        Some(a) if a.status == 404 => tally.note(&tally.lost, format!("lost session {session}: DELETE got 404")),
+        Some(a) => tally.note(&tally.odd, format!("DELETE {session}: {} {}", a.status, a.body)),
+        None => Tally::bump(&tally.unanswered),
+    }
+}
+
+fn rpc(next_id: &mut u64, method: &str, params: Value) -> Value {
+    *next_id += 1;
+    json!({ "jsonrpc": "2.0", "id": *next_id, "method": method, "params": params })
+}
+
+/// `alpha:<id>` out of a `whoami` answer of server `alpha`.
+fn downstream_id(body: &str, server: &str) -> Option<String> {
+    let start = body.find(&format!("{server}:"))?;
+    let id: String = body[start + server.len() + 1..].chars().take_while(char::is_ascii_alphanumeric).collect();
+    (!id.is_empty()).then(|| format!("{server}:{id}"))
+}
+
+/// One load client: initialize, call both servers (`echo`, and `whoami` to
+/// learn the downstream session ids), then DELETE about half of its
+/// sessions and keep the others for calls later (across restarts).
+fn churn(url: &str, seed: u64, stop: &AtomicBool, tally: &Tally) {
+    let agent = load_agent();
+    let mut rng = Rng(seed | 1);
+    let mut kept: Vec<String> = Vec::new();
+    let mut next_id = 0;
+    let started = Instant::now();
+    for n in 0..100_000u64 {
+        if stop.load(Ordering::Acquire) || started.elapsed() > LOAD_AT_MOST {
+            return;
+        }
+        let init = rpc(&mut next_id, "initialize", initialize_params());
+        let Some(answer) = send(&agent, url, None, Some(&init), tally, &tally.cut_initialize) else {
+            Tally::bump(&tally.unanswered);
+            continue;
+        };
+        let Some(session) = answer.session.clone().filter(|_| answer.status == 200) else {
+            tally.note(&tally.odd, format!("initialize: {} {}", answer.status, answer.body));
+            continue;
+        };
+        Tally::bump(&tally.initialized);
+        let initialized = json!({ "jsonrpc": "2.0", "method": "notifications/initialized" });
+        let mut live = use_session(&agent, url, &session, &initialized, 202, None, tally).is_ok();
+        for server in ["alpha", "beta"] {
+            if !live {
+                break;
+            }
+            let text = format!("{seed:x}-{n}-{server}");
+            let echo = json!({ "name": format!("{server}__echo"), "arguments": { "text": text } });
+            let echo = rpc(&mut next_id, "tools/call", echo);
+            if use_session(&agent, url, &session, &echo, 200, Some(&text), tally).is_err() {
+                live = false;
+                break;
+            }
+            let whoami =
+                rpc(&mut next_id, "tools/call", json!({ "name": format!("{server}__whoami"), "arguments": {} }));
+            match use_session(&agent, url, &session, &whoami, 200, None, tally) {
+                Ok(body) => {
+                    if let Some(id) = body.and_then(|b| downstream_id(&b, server)) {
+                        tally.known.lock().unwrap().insert(id);
+                    }
+                }
+                Err(Lost) => live = false,
+            }
+        }
+        if live {
+            if rng.below(2) == 0 {
+                end_session(&agent, url, &session, tally);
+            } else {
+                kept.push(session);
+            }
+        }
+        if kept.len() > KEEP {
+            let oldest = kept.remove(0);
+            end_session(&agent, url, &oldest, tally);
+        }
+        if !kept.is_empty() {
+            let i = rng.below(kept.len() as u64) as usize;
+            let text = format!("{seed:x}-{n}-kept");
+            let call = rpc(&mut next_id, "tools/call", json!({ "name": "alpha__echo", "arguments": { "text": text } }));
+            if use_session(&agent, url, &kept[i], &call, 200, Some(&text), tally).is_err() {
+                kept.remove(i);
+            }
+        }
+    }
+}
+
+/// Load client threads, stopped and joined when dropped.
+struct Load {
+    stop: Arc<AtomicBool>,
+    tally: Arc<Tally>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Load {
+    fn start(url: &str, clients: usize, rng: &mut Rng) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let tally = Arc::new(Tally::default());
+        let threads = (0..clients)
+            .map(|_| {
+                let (url, seed, stop, tally) = (url.to_string(), rng.next(), stop.clone(), tally.clone());
+                std::thread::spawn(move || churn(&url, seed, &stop, &tally))
+            })
+            .collect();
+        Load { stop, tally, threads }
+    }
+
+    /// Stops the clients; how many of them panicked.
+    fn finish(&mut self) -> usize {
+        self.stop.store(true, Ordering::Release);
+        self.threads.drain(..).map(JoinHandle::join).filter(Result::is_err).count()
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+// ---------------------------------------------------------------------------
+// kill -9 under load
+// ---------------------------------------------------------------------------
+
+/// The core promise under the worst timing: mcpgate killed with SIGKILL at
+/// random moments while clients open, use and close sessions, and restarted
+/// at once with the same state file. Whatever was in flight, each downstream
+/// session is DELETEd exactly once, and no client loses a session it holds.
+/// Exact for every session mcpgate answered `initialize` for (the clients
+/// learn its downstream ids with `whoami`); a kill can only orphan or
+/// repeat what it cut in flight, one per server for each cut request.
+#[test]
+fn kill_9_under_load_five_times_closes_every_downstream_session_exactly_once() {
+    let (a, b) = two_servers();
+    let (_state, _path, c) = with_state_file(two_server_config(&a, &b));
+    let mut gate = Gate::start(&c);
+    let c = same_port(&c, &gate);
+    let url = gate.url();
+    let mut rng = Rng::seeded();
+    eprintln!("seed {:#x}", rng.0);
+    let mut load = Load::start(&url, 8, &mut rng);
+    for round in 1..=5 {
+        let pause = 300 + rng.below(601);
+        std::thread::sleep(Duration::from_millis(pause));
+        gate.kill();
+        let killed_at = Instant::now();
+        gate = Gate::start(&c);
+        eprintln!("kill -9 #{round} after {pause} ms of load; listening again after {:?}", killed_at.elapsed());
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let panicked = load.finish();
+    let seen = load.tally.figures();
+    let notes = load.tally.notes.lock().unwrap().clone();
+    let exit = gate.terminate(Duration::from_secs(20));
+    assert!(exit.is_some_and(|e| e.success()), "mcpgate's exit after SIGTERM: {exit:?}\n{}", gate.stderr());
+    // mcpgate has exited: every DELETE it sent was answered already.
+
+    let known = load.tally.known.lock().unwrap().clone();
+    let seen_count = |key: &str| seen[key].as_u64().unwrap();
+    let (cut_initialize, cut_delete) = (seen_count("cut_initialize"), seen_count("cut_delete"));
+    eprintln!("clients: {seen}");
+    for note in &notes {
+        eprintln!("  {note}");
+    }
+    let mut findings = Vec::new();
+    for f in [&a, &b] {
+        let stats = f.stats();
+        let live: Vec<String> = support::get_json(&format!("http://{}/stats/sessions", f.addr))["sessions"]
+            .as_array()
+            .map(|ids| ids.iter().filter_map(Value::as_str).map(|id| format!("{}:{id}", f.name)).collect())
+            .unwrap_or_default();
+        let answered_for: Vec<String> = live.iter().filter(|id| known.contains(*id)).cloned().collect();
+        let delete_unknown = stats["delete_unknown"].as_u64().unwrap();
+        eprintln!(
+            "{}: initialize {}, delete {}, delete_unknown {delete_unknown}, never DELETEd {} ({} of them of sessions \
+             mcpgate had answered initialize for)",
+            f.name,
+            stats["initialize"],
+            stats["delete"],
+            live.len(),
+            answered_for.len()
+        );
+        findings.push((f.name.clone(), stats, live, answered_for, delete_unknown));
+    }
+    assert_eq!(panicked, 0, "load threads panicked");
+    assert!(seen_count("initialized") > 0, "the load opened no session: {seen}");
+    for (name, stats, live, answered_for, delete_unknown) in &findings {
+        assert!(
+            answered_for.is_empty(),
+            "{name}: {} downstream session(s) of client sessions mcpgate had answered `initialize` for were never \
+             DELETEd: {answered_for:?}\n{stats}",
+            answered_for.len()
+        );
+        // A kill between the server's answer to `initialize` and the record
+        // of its session id leaves a session mcpgate never learned: at most
+        // one per server for each `initialize` the kill cut.
+        assert!(
+            live.len() as u64 <= cut_initialize,
+            "{name}: {} downstream session(s) never DELETEd, more than the {cut_initialize} `initialize` request(s) \
+             cut by a kill can explain: {stats}",
+            live.len()
+        );
+        // Likewise a kill between a DELETE's answer and the record that it
+        // was sent: at most one repeat per server for each DELETE the kill cut.
+        assert!(
+            *delete_unknown <= cut_delete,
+            "{name}: {delete_unknown} DELETE(s) of sessions already DELETEd, more than the {cut_delete} DELETE(s) cut \
+             by a kill can explain: {stats}"
+        );
+    }
+    assert_eq!(seen["lost"], 0, "clients got 404 for sessions they held: {seen}\n{notes:#?}");
+}
+
+// ---------------------------------------------------------------------------
+// Restore does not hold up listening
+// ---------------------------------------------------------------------------
+
+/// mcpgate started by hand, to time its `listening on` line past Gate's 10 s; killed when dropped.
+struct Timed {
+    child: Child,
+    _dir: TempDir,
+}
+
+impl Drop for Timed {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts mcpgate; its address and when it printed `listening on` (None past `give_up`).
+fn start_timed(config: &Value, give_up: Duration) -> (Timed, Instant, Option<(SocketAddr, Duration)>) {
+    let dir = TempDir::new();
+    let path = dir.0.join("mcpgate.json");
+    std::fs::write(&path, serde_json::to_vec_pretty(config).unwrap()).unwrap();
+    let started = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mcpgate"))
+        .arg("--config")
+        .arg(&path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start mcpgate");
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let mut reader = BufReader::new(stdout);
+        let _ = reader.read_line(&mut line);
+        let _ = tx.send((line, started.elapsed()));
+        let _ = std::io::copy(&mut reader, &mut std::io::sink());
+    });
+    let listening = rx.recv_timeout(give_up).ok().map(|(line, took)| {
+        let url = line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("unexpected first line {line:?}"));
+        (url.trim_start_matches("http://").trim_end_matches("/mcp").parse().expect("a socket address"), took)
+    });
+    (Timed { child, _dir: dir }, started, listening)
+}
+
+/// A server that accepts connections and never answers; stops when dropped.
+struct Silent {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Silent {
+    fn bind(addr: &str) -> Silent {
+        let mut listener = None;
+        for _ in 0..100 {
+            match TcpListener::bind(addr) {
+                Ok(l) => {
+                    listener = Some(l);
+                    break;
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+        let listener = listener.unwrap_or_else(|| panic!("cannot bind {addr} in place of the killed fixture"));
+        listener.set_nonblocking(true).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let started = Instant::now();
+            let mut held: Vec<TcpStream> = Vec::new();
+            while !flag.load(Ordering::Acquire) && started.elapsed() < Duration::from_secs(120) {
+                match listener.accept() {
+                    Ok((stream, _)) => held.push(stream),
+                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                }
+            }
+        });
+        Silent { stop, thread: Some(thread) }
+    }
+}
+
+impl Drop for Silent {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// A POST of `body` on `session` over a fresh connection; the reply (if any) and how long it took.
+fn post_on(addr: SocketAddr, session: &str, body: &str) -> (Option<support::RawReply>, Duration) {
+    let started = Instant::now();
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nMcp-Session-Id: {session}\r\n\
+         MCP-Protocol-Version: {PROTOCOL}\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let text = support::raw_exchange(addr, request.as_bytes());
+    (support::parse_reply(&text), started.elapsed())
+}
+
+/// A restart must not be an outage: restoring saved sessions whose server
+/// hangs (it accepts and never answers) may not delay listening, and the
+/// restored sessions answer (or say to come back) at once instead of 404.
+#[test]
+fn a_restarted_gate_listens_at_once_while_its_sessions_restore() {
+    let mut a = Fixture::start("alpha", &[]);
+    let (_state, path, c) = with_state_file(config(&[("alpha", a.url())]));
+    let mut first = Gate::start(&c);
+    let c = same_port(&c, &first);
+    let ids: Vec<String> = (0..100)
+        .map(|_| {
+            let mut client = first.client();
+            client.initialize();
+            client.session.expect("a session id")
+        })
+        .collect();
+    wait_for_state(&path, 100, 1);
+    first.kill();
+    let fixture_addr = a.addr.clone();
+    a.kill();
+    let _silent = Silent::bind(&fixture_addr);
+
+    let (gate, started, listening) = start_timed(&c, Duration::from_secs(60));
+    let Some((addr, took)) = listening else {
+        panic!("mcpgate printed no `listening on` line within 60 s of its start (100 saved sessions, server hangs)")
+    };
+    let health = support::raw_request(addr, "GET", "/healthz", &[], b"");
+    let healthy_after = started.elapsed();
+    eprintln!("listening after {took:?}, /healthz answered {} after {healthy_after:?}", health.status);
+    assert!(took <= Duration::from_secs(2), "mcpgate listened only {took:?} after its start");
+    assert_eq!(health.status, 200, "{health:?}");
+    assert!(healthy_after <= Duration::from_secs(2), "/healthz answered {healthy_after:?} after the start");
+
+    for id in [&ids[0], &ids[33], &ids[66], &ids[99]] {
+        let (reply, took) = post_on(addr, id, r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#);
+        eprintln!("ping on a restored session: {reply:?} in {took:?}");
+        let reply = reply.unwrap_or_else(|| panic!("no answer within 5 s for the restored session {id}"));
+        assert!(took <= Duration::from_secs(5), "answered after {took:?}: {reply:?}");
+        assert_ne!(reply.status, 404, "the saved session {id} is unknown after the restart: {reply:?}");
+        if reply.status == 503 {
+            assert!(reply.header("retry-after").is_some(), "503 without Retry-After: {reply:?}");
+        }
+    }
+    assert_balanced(&support::get_json(&format!("http://{addr}/status.json")));
+    drop(gate);
+}
+
+// ---------------------------------------------------------------------------
+// Tokens across a restart
+// ---------------------------------------------------------------------------
+
+const TOKEN_A: &str = "alpha-only-token-0123456789";
+const TOKEN_B: &str = "beta-only-token-0123456789";
+
+fn client_with(gate: &Gate, token: &str) -> Client {
+    let mut client = gate.client();
+    client.headers.push(("Authorization".into(), format!("Bearer {token}")));
+    client
+}
+
+/// A session id is not a credential on its own: after a restart, another
+/// valid token presenting a saved session's id is refused, as before it.
+#[test]
+fn a_restored_session_answers_only_to_the_token_that_created_it() {
+    let (a, b) = two_servers();
+    let (_state, path, mut c) = with_state_file(two_server_config(&a, &b));
+    c["auth"] = json!({ "tokens": [
+        { "token": TOKEN_A, "servers": ["alpha"] },
+        { "token": TOKEN_B, "servers": ["beta"] },
+    ]});
+    let mut first = Gate::start(&c);
+    let mut owner = client_with(&first, TOKEN_A);
+    owner.initialize();
+    assert_eq!(owner.tool_text("alpha__echo", json!({"text": "before"})), "before");
+    wait_for_state(&path, 1, 1);
+    first.kill();
+
+    let gate = Gate::start(&c);
+    owner.url = gate.url();
+    let mut other = client_with(&gate, TOKEN_B);
+    other.session = owner.session.clone();
+    let stolen = other.call_tool("alpha__echo", json!({"text": "stolen"}));
+    eprintln!("token B on token A's restored session: {} {}", stolen.status, stolen.body);
+    assert_eq!(stolen.status, 404, "another token used the restored session: {stolen:?}");
+    assert_eq!(other.delete(), 404, "nor may it end it");
+    assert_eq!(owner.tool_text("alpha__echo", json!({"text": "mine"})), "mine", "the owner keeps its session");
+    assert_eq!(owner.delete(), 200);
+    assert!(wait_until(WAIT, || a.count("delete") == 1), "{}", a.stats());
+    assert_eq!((a.count("initialize"), b.count("initialize")), (1, 0));
+    assert_balanced(&gate.status());
+}
+
+// ---------------------------------------------------------------------------
+// The state file itself
+// ---------------------------------------------------------------------------
+
+/// It holds every live session id: a bearer of those ids could take the
+/// sessions over, so nobody but mcpgate's user may read it.
+#[test]
+fn the_state_file_is_readable_by_its_owner_only() {
+    let (a, b) = two_servers();
+    let (_state, path, c) = with_state_file(two_server_config(&a, &b));
+    let gate = Gate::start(&c);
+    let mut client = gate.client();
+    client.initialize();
+    wait_for_state(&path, 1, 2);
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    eprintln!("state file mode {mode:o}");
+    assert_eq!(mode, 0o600, "state file mode is {mode:o}");
+    assert_eq!(client.delete(), 200);
+    assert_balanced(&gate.status());
+}
+
+/// Whoever can write the state directory must not make mcpgate overwrite
+/// another file through a symlink planted at the temporary path.
+#[test]
+fn a_symlink_at_the_temporary_path_is_not_followed() {
+    let (a, b) = two_servers();
+    let (state, path, c) = with_state_file(two_server_config(&a, &b));
+    let elsewhere = TempDir::new();
+    let victim = elsewhere.0.join("victim.txt");
+    let precious = b"not mcpgate's to write\n";
+    std::fs::write(&victim, precious).unwrap();
+    std::os::unix::fs::symlink(&victim, path.with_extension("tmp")).unwrap();
+
+    let gate = Gate::start(&c);
+    let mut client = gate.client();
+    client.initialize();
+    wait_for_state(&path, 1, 2);
+    let after = std::fs::read(&victim).unwrap_or_default();
+    let kind = std::fs::symlink_metadata(&path).map(|m| m.file_type());
+    eprintln!("victim now {} bytes; state path is {kind:?}; dir {:?}", after.len(), file_names(&state.0));
+    let after = String::from_utf8_lossy(&after);
+    assert_eq!(after, String::from_utf8_lossy(precious), "the victim was written through the symlink");
+    assert!(kind.as_ref().is_ok_and(|k| k.is_file()), "the state path is not a regular file: {kind:?}");
+    assert_eq!(client.delete(), 200);
+    assert_balanced(&gate.status());
+}
+
+/// A state file others may write could name sessions (and servers to send
+/// DELETE to) that mcpgate never opened: it is refused, loudly, not loaded,
+/// and not destroyed either (it is evidence).
+#[test]
+fn a_state_file_writable_by_others_is_refused_not_loaded() {
+    let (a, b) = two_servers();
+    let (state, path, c) = with_state_file(two_server_config(&a, &b));
+    let mut first = Gate::start(&c);
+    let mut client = first.client();
+    client.initialize();
+    wait_for_state(&path, 1, 2);
+    first.kill();
+    let original = std::fs::read(&path).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+
+    let mut gate = Gate::start(&c);
+    client.url = gate.url();
+    let reply = client.call_tool("alpha__echo", json!({"text": "x"}));
+    let mut fresh = gate.client();
+    fresh.initialize();
+    assert_eq!(fresh.tool_text("beta__echo", json!({"text": "fresh"})), "fresh", "mcpgate serves new sessions");
+    std::thread::sleep(Duration::from_millis(600));
+    let stderr = gate.stderr();
+    let lower = stderr.to_lowercase();
+    let named = stderr.contains(&path.display().to_string());
+    let says = ["writable by others", "world-writable", "world writable"].iter().any(|s| lower.contains(s));
+    let kept = files_holding(&state.0, &original);
+    eprintln!(
+        "old session: {}; stderr names the file: {named}, says writable by others: {says}; kept in {kept:?}",
+        reply.status
+    );
+    assert!(gate.is_running(), "{stderr}");
+    assert_eq!(reply.status, 404, "a session from a file others may write was restored: {reply:?}");
+    assert!(named && says, "stderr must name {} and say it is writable by others:\n{stderr}", path.display());
+    assert!(!kept.is_empty(), "the original bytes are gone from {}: {:?}", state.0.display(), file_names(&state.0));
+    assert_eq!(fresh.delete(), 200);
+    assert_balanced(&gate.status());
+}
+
+/// A torn or truncated file must not be silently dropped: its downstream
+/// sessions would stay open for ever. What can be read from it is closed,
+/// and the damaged bytes are kept for a human to look at.
+#[test]
+fn a_damaged_state_file_is_kept_and_what_it_names_is_closed() {
+    let (a, b) = two_servers();
+    let (state, path, c) = with_state_file(two_server_config(&a, &b));
+    let mut first = Gate::start(&c);
+    let _clients: Vec<Client> = (0..3)
+        .map(|_| {
+            let mut client = first.client();
+            client.initialize();
+            client
+        })
+        .collect();
+    wait_for_state(&path, 3, 2);
+    first.kill();
+    let length = std::fs::metadata(&path).unwrap().len();
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    file.set_len(length * 6 / 10).unwrap();
+    drop(file);
+    let damaged = std::fs::read(&path).unwrap();
+    assert_eq!((a.count("delete"), b.count("delete")), (0, 0), "nothing was closed before the restart");
+
+    let mut gate = Gate::start(&c);
+    let closed = wait_until(Duration::from_secs(5), || a.count("delete") + b.count("delete") >= 1);
+    let stderr = gate.stderr();
+    let copies = files_holding(&state.0, &damaged);
+    let named: Vec<&PathBuf> = copies
+        .iter()
+        .filter(|p| p.file_name().is_some_and(|n| stderr.contains(n.to_string_lossy().as_ref())))
+        .collect();
+    let says = stderr.to_lowercase().contains("damaged");
+    eprintln!(
+        "stderr says damaged: {says}; copies {copies:?}, named in stderr {named:?}; DELETEs alpha {} beta {}; dir {:?}",
+        a.count("delete"),
+        b.count("delete"),
+        file_names(&state.0)
+    );
+    assert!(gate.is_running(), "{stderr}");
+    assert!(says, "stderr does not say the state file is damaged:\n{stderr}");
+    assert!(!copies.is_empty(), "no file in {} holds the damaged bytes: {:?}", state.0.display(), file_names(&state.0));
+    assert!(!named.is_empty(), "stderr does not name the copy ({copies:?}):\n{stderr}");
+    assert!(closed, "no DELETE within 5 s: alpha {} beta {}", a.stats(), b.stats());
+    assert_balanced(&gate.status());
+}
+
+/// Whether this process runs as root (effective uid 0).
+fn is_root() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status.lines().find_map(|l| l.strip_prefix("Uid:")).and_then(|ids| ids.split_whitespace().nth(1)) == Some("0")
+}
+
+/// A tmpfs mounted on a directory, unmounted when dropped (also on panic).
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(dir: &Path, size: &str) -> Option<Tmpfs> {
+        let status =
+            Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"]).arg(dir).status();
+        status.is_ok_and(|s| s.success()).then(|| Tmpfs(dir.to_path_buf()))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let unmounted = Command::new("umount").arg(&self.0).status().is_ok_and(|s| s.success());
+        if !unmounted {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+}
+
+/// Writes `path` until the file system is full; the bytes written.
+fn fill(path: &Path) -> usize {
+    let mut file = std::fs::File::create(path).unwrap();
+    let chunk = [0u8; 1024];
+    let mut written = 0;
+    for _ in 0..10_000 {
+        match file.write(&chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => written += n,
+        }
+    }
+    let _ = file.sync_all();
+    written
+}
+
+/// A session that cannot be saved would not survive a crash: with a full
+/// disk mcpgate refuses new ones, saying why, keeps serving the ones it
+/// has, does not flood its log, and takes new sessions again once there is room.
+#[test]
+fn a_full_disk_refuses_new_sessions_and_logs_without_flooding() {
+    if !is_root() {
+        println!("skipped: mounting a tmpfs needs root");
+        return;
+    }
+    let dir = TempDir::new();
+    let Some(_tmpfs) = Tmpfs::mount(&dir.0, "64k") else {
+        println!("skipped: cannot mount a tmpfs on {}", dir.0.display());
+        return;
+    };
+    let path = dir.0.join("state.json");
+    let (a, b) = two_servers();
+    let mut c = two_server_config(&a, &b);
+    c["state_file"] = json!(path);
+    let gate = Gate::start(&c);
+    let mut existing = gate.client();
+    existing.initialize();
+    wait_for_state(&path, 1, 2);
+    let filler = dir.0.join("filler");
+    let filled = fill(&filler);
+
+    let mark = gate.stderr().len();
+    let window = Instant::now();
+    let mut refused = gate.client();
+    let reply = refused.request("initialize", initialize_params());
+    let still = existing.call_tool("alpha__echo", json!({"text": "still"}));
+    std::thread::sleep(Duration::from_secs(3).saturating_sub(window.elapsed()));
+    let stderr = gate.stderr();
+    let about_writing: Vec<&str> = stderr[mark..]
+        .lines()
+        .filter(|l| {
+            let l = l.to_lowercase();
+            l.contains("state") && (l.contains("writ") || l.contains("space") || l.contains("full"))
+        })
+        .collect();
+    eprintln!(
+        "filler {filled} bytes; new initialize: {} {}; existing session: {}; {} log line(s) about writing in 3 s, \
+         the first: {:?}",
+        reply.status,
+        reply.body,
+        still.status,
+        about_writing.len(),
+        about_writing.first()
+    );
+    assert_eq!(reply.status, 503, "a new session was answered that could not be saved: {reply:?}");
+    assert!(
+        reply.error_message().contains(&path.display().to_string()),
+        "the error names the state file: {}",
+        reply.body
+    );
+    assert_eq!(still.result()["content"][0]["text"], "still", "the existing session keeps working");
+    assert!(about_writing.len() <= 3, "{} lines about writing the state file in 3 s", about_writing.len());
+
+    std::fs::remove_file(&filler).unwrap();
+    let freed = Instant::now();
+    let mut again = None;
+    for _ in 0..100 {
+        let mut client = gate.client();
+        let reply = client.request("initialize", initialize_params());
+        if reply.status == 200 && reply.session.is_some() {
+            client.session = reply.session;
+            again = Some(client);
+            break;
+        }
+        if freed.elapsed() > Duration::from_secs(2) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!("initialize after the disk was freed: {:?} later", again.as_ref().map(|_| freed.elapsed()));
+    let again = again.expect("initialize works again within 2 s of freeing the disk");
+    assert!(freed.elapsed() <= Duration::from_secs(2), "initialize worked again only after {:?}", freed.elapsed());
+    for client in [&existing, &again] {
+        assert_eq!(client.delete(), 200);
+    }
+    assert_balanced(&gate.status());
+}
