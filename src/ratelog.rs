@@ -53,14 +53,16 @@ pub fn more(suppressed: u64, every: &RateLimit) -> String {
     }
 }
 
-/// Logs at `level` through `limit`: `limited!(LIMIT, warn, "...", args)`.
+/// Logs at `level`, at most once per 10 s from this call site, saying how
+/// many lines were suppressed: `limited!(warn, "server `{name}`: ...")`.
 #[macro_export]
 macro_rules! limited {
-    ($limit:expr, $level:ident, $($arg:tt)+) => {
-        if let Some(suppressed) = $limit.allow() {
-            log::$level!("{}{}", format_args!($($arg)+), $crate::ratelog::more(suppressed, &$limit));
+    ($level:ident, $($arg:tt)+) => {{
+        static LIMIT: $crate::ratelog::RateLimit = $crate::ratelog::RateLimit::new(std::time::Duration::from_secs(10));
+        if let Some(suppressed) = LIMIT.allow() {
+            log::$level!("{}{}", format_args!($($arg)+), $crate::ratelog::more(suppressed, &LIMIT));
         }
-    };
+    }};
 }
 
 #[cfg(test)]

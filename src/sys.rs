@@ -77,3 +77,79 @@ pub fn release_free_memory() {
         libc::malloc_trim(0);
     }
 }
+
+/// Fills `buf` from the kernel's random source (`getrandom(2)`): no file
+/// descriptor needed, so session ids can still be minted when descriptors
+/// run out (opening /dev/urandom then failed every `initialize`).
+pub fn random(buf: &mut [u8]) -> io::Result<()> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        let rest = &mut buf[filled..];
+        // SAFETY: the pointer and length describe `rest`, a live mutable slice.
+        let n = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        filled += n as usize;
+    }
+    Ok(())
+}
+
+/// Raises the soft limit on open files to the hard limit, as systemd's
+/// own services and most servers do (the soft limit is often 1024 for
+/// compatibility with `select`, which mcpgate does not use). Returns the
+/// limit in force afterwards.
+pub fn raise_fd_limit() -> io::Result<u64> {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: `limit` is a live local of the type getrlimit fills.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if limit.rlim_cur < limit.rlim_max {
+        let raised = libc::rlimit { rlim_cur: limit.rlim_max, rlim_max: limit.rlim_max };
+        // SAFETY: `raised` is a live local; setrlimit only reads it.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            limit = raised;
+        }
+    }
+    Ok(limit.rlim_cur as u64)
+}
+
+/// The soft limit on open files now.
+pub fn fd_limit() -> u64 {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: `limit` is a live local of the type getrlimit fills.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return u64::MAX;
+    }
+    limit.rlim_cur as u64
+}
+
+/// Descriptors open in this process, from `/proc/self/fd`; `None` when
+/// that cannot be read (no descriptor left to read it with, say).
+pub fn open_fds() -> Option<u64> {
+    // One of the entries is the descriptor read_dir itself holds.
+    std::fs::read_dir("/proc/self/fd").ok().map(|d| d.count().saturating_sub(1) as u64)
+}
+
+/// Makes closing `socket` send a reset and drop unsent data (`SO_LINGER`
+/// with a zero timeout): for a client that stopped taking its answer,
+/// whose megabytes would otherwise sit in kernel buffers.
+pub fn reset_on_close(socket: &impl std::os::fd::AsRawFd) {
+    let linger = libc::linger { l_onoff: 1, l_linger: 0 };
+    // SAFETY: the descriptor is open (borrowed from a live socket) and
+    // `linger` is a live local of the size passed.
+    unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&linger as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        );
+    }
+}

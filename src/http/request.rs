@@ -138,6 +138,9 @@ impl Reader {
             if have > options.max_header_bytes {
                 return Err(too_large_head(&options));
             }
+            if let Some(refusal) = early_refusal(self.pending()) {
+                return Err(refusal);
+            }
             searched = have.saturating_sub(3);
             match self.fill(deadline) {
                 Ok(0) => return Err(ReadError::Quiet),
@@ -393,6 +396,33 @@ fn parse_head(bytes: &[u8], options: &Options) -> Result<Head, ReadError> {
     Ok(Head { method, path, http11, headers, framing, expect_continue, close })
 }
 
+/// What can be refused before the head is complete: bytes that cannot
+/// start an HTTP request (a TLS handshake, an SSH banner), or a complete
+/// request line that is wrong. Such peers would otherwise wait for a blank
+/// line that never comes.
+fn early_refusal(pending: &[u8]) -> Option<ReadError> {
+    let line_end = pending.iter().position(|&b| b == b'\n');
+    let line = &pending[..line_end.map_or(pending.len(), |i| i + 1)];
+    let method = &line[..line.iter().position(|&b| b == b' ').unwrap_or(line.len())];
+    if !method.iter().all(|&b| is_tchar(b)) {
+        return Some(refuse(400, "malformed request: this is not an HTTP request line"));
+    }
+    line_end?;
+    let mut no_headers = [];
+    match httparse::Request::new(&mut no_headers).parse(line) {
+        Ok(_) | Err(httparse::Error::TooManyHeaders) => None,
+        Err(httparse::Error::Version) if looks_like_request_line(line) => {
+            Some(refuse(505, "mcpgate speaks HTTP versions 1.1 and 1.0 only"))
+        }
+        Err(e) => Some(refuse(400, format!("malformed request: {e}"))),
+    }
+}
+
+/// A token character (RFC 9110 §5.6.2).
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
 /// A request line that is well formed but for its version (`HTTP/2.0`):
 /// such a client gets 505, anything else 400.
 fn looks_like_request_line(bytes: &[u8]) -> bool {
@@ -540,6 +570,20 @@ mod tests {
         assert_eq!(status("GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"), 400);
         assert_eq!(status("GET /healthz HTTP/1.0\r\n\r\n"), 200);
         assert_eq!(status("GET /healthz HTTP/1.1\nHost: x\n\n"), 400, "bare LF");
+    }
+
+    #[test]
+    fn what_cannot_be_http_is_refused_before_the_head_ends() {
+        let early = |bytes: &[u8]| match early_refusal(bytes) {
+            Some(ReadError::Refuse(status, _)) => status,
+            _ => 0,
+        };
+        assert_eq!(early(b"\x16\x03\x01\x00\xa5\x01"), 400, "TLS");
+        assert_eq!(early(b"SSH-2.0-OpenSSH_9.6\r\n"), 400, "SSH");
+        assert_eq!(early(b"GET /healthz HTTP/2.0\r\n"), 505);
+        assert_eq!(early(b"GET /healthz HTTP/1.1\r\nHost: x"), 0);
+        assert_eq!(early(b"GET /heal"), 0);
+        assert_eq!(early(b"POST"), 0);
     }
 
     #[test]

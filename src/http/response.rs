@@ -16,6 +16,8 @@ const PIECE: usize = 64 * 1024;
 pub(super) struct Writer {
     stream: Arc<TcpStream>,
     timeout: Duration,
+    /// A write gave up: the client did not take its answer in time.
+    timed_out: bool,
 }
 
 /// What the connection does after a response.
@@ -28,7 +30,11 @@ pub(super) enum Connection {
 
 impl Writer {
     pub fn new(stream: Arc<TcpStream>, timeout: Duration) -> Writer {
-        Writer { stream, timeout }
+        Writer { stream, timeout, timed_out: false }
+    }
+
+    pub fn timed_out(&self) -> bool {
+        self.timed_out
     }
 
     /// Writes `parts` in order, as few system calls as the kernel allows.
@@ -40,6 +46,7 @@ impl Writer {
         while !slices.is_empty() {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
+                self.timed_out = true;
                 return Err(io::Error::new(io::ErrorKind::TimedOut, "the client did not take its answer in time"));
             }
             self.stream.set_write_timeout(Some(left))?;
@@ -47,6 +54,10 @@ impl Writer {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                    self.timed_out = true;
+                    return Err(e);
+                }
                 Err(e) => return Err(e),
             };
             IoSlice::advance_slices(&mut slices, n);

@@ -29,16 +29,11 @@ use super::request::{Head, ReadError, Reader};
 use super::response::{Connection, Writer};
 use super::{App, EventSink, HttpReply, HttpRequest, NoStream, Options, RESERVED_PATHS, ReplyBody, Route, StreamReply};
 use crate::limited;
-use crate::ratelog::RateLimit;
 use crate::stats::Stats;
 use crate::threads;
 
 /// Extra slots for loopback peers when all `max_connections` are busy.
 pub const RESERVED: usize = 4;
-
-static REFUSED: RateLimit = RateLimit::new(Duration::from_secs(10));
-static EVICTED: RateLimit = RateLimit::new(Duration::from_secs(10));
-static ACCEPT_FAILED: RateLimit = RateLimit::new(Duration::from_secs(10));
 
 /// At most `workers` requests that talk to servers run at once. They run on
 /// the connection thread that read them, holding one of these permits: a
@@ -226,7 +221,7 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>, slots: &Mutex<Vec<S
                 } else {
                     std::thread::sleep(Duration::from_millis(50));
                 }
-                limited!(ACCEPT_FAILED, error, "accepting a connection failed: {e}; the connection was refused");
+                limited!(error, "accepting a connection failed: {e}; the connection was refused");
             }
         }
     }
@@ -283,11 +278,7 @@ fn evict_one(list: &mut [Slot]) -> bool {
     let Some(victim) = victim else { return false };
     let _ = victim.stream.shutdown(Shutdown::Both);
     victim.evicted = true;
-    limited!(
-        EVICTED,
-        warn,
-        "all connection slots taken: closed the connection idle for longest to make room (max_connections)"
-    );
+    limited!(warn, "all connection slots taken: closed the connection idle for longest to make room (max_connections)");
     true
 }
 
@@ -299,7 +290,7 @@ fn refuse(stream: TcpStream, shared: &Shared, why: &str) {
     let body = format!("mcpgate cannot take this connection now: {why}; retry shortly\n");
     let headers = [("Retry-After", "1".to_string())];
     let _ = writer.respond(503, &headers, Some("text/plain"), body.as_bytes(), Connection::Close);
-    limited!(REFUSED, warn, "a client connection was refused with 503: {why}");
+    limited!(warn, "a client connection was refused with 503: {why}");
 }
 
 fn serve_connection(stream: &Arc<TcpStream>, phase: &Phase, reserved: bool, shared: &Shared) {
@@ -358,6 +349,11 @@ fn serve_connection(stream: &Arc<TcpStream>, phase: &Phase, reserved: bool, shar
             break;
         }
     }
+    if writer.timed_out() {
+        // A client too slow to take its answer: drop what the kernel still
+        // holds for it (a reset), instead of trickling it out after we left.
+        crate::sys::reset_on_close(stream);
+    }
     let _ = stream.shutdown(Shutdown::Both);
 }
 
@@ -377,7 +373,11 @@ fn refuse_request(writer: &mut Writer, e: ReadError, shared: &Shared) {
     let ReadError::Refuse(status, message) = e else { return };
     shared.stats.requests_refused.inc();
     log::debug!("request refused with {status}: {message}");
-    let _ = respond(writer, HttpReply::bad(status, &message), Connection::Close, shared);
+    let mut reply = HttpReply::bad(status, &message);
+    if status == 503 {
+        reply = reply.header("Retry-After", "1");
+    }
+    let _ = respond(writer, reply, Connection::Close, shared);
 }
 
 /// The answer to a `POST`: plain until its first event, SSE after.
