@@ -17,6 +17,7 @@ use ureq::http::Response;
 
 use crate::config::{Config, ServerConfig};
 use crate::jsonrpc::{self, Kind, Message};
+use crate::limited;
 use crate::reader::{self, Reader};
 use crate::sse;
 use crate::stats::{Gauge, Stats};
@@ -41,6 +42,8 @@ pub enum DownstreamError {
     Refused(String),
     /// mcpgate is closing this downstream session.
     Closed,
+    /// mcpgate is out of a resource it needs (threads, descriptors, memory).
+    Exhausted(String),
     /// The client cancelled the request and the server ended its answer.
     Cancelled,
 }
@@ -56,6 +59,7 @@ impl fmt::Display for DownstreamError {
             DownstreamError::Protocol(e) => write!(f, "protocol error: {e}"),
             DownstreamError::Refused(e) => write!(f, "initialize refused: {e}"),
             DownstreamError::Closed => write!(f, "the session is closing"),
+            DownstreamError::Exhausted(e) => write!(f, "{e}"),
             DownstreamError::Cancelled => write!(f, "the request was cancelled"),
         }
     }
@@ -147,7 +151,7 @@ fn agent_with_buffers(limits: &Limits, idle_per_host: usize, input: usize, outpu
         .max_redirects(0)
         .user_agent(concat!("mcpgate/", env!("CARGO_PKG_VERSION")))
         .build();
-    Agent::new_with_config(config)
+    Agent::with_parts(config, ureq::unversioned::transport::DefaultConnector::new(), crate::resolver::Lookup)
 }
 
 impl Server {
@@ -215,7 +219,8 @@ impl Server {
         let result = self.open_inner(init_params, inbox);
         self.record(&result);
         if let Err(e) = &result {
-            log::warn!(
+            crate::limited!(
+                warn,
                 "server `{}`: {}: left out of this session's lists until it is retried",
                 self.name(),
                 self.redact(&e.to_string())
@@ -266,7 +271,10 @@ impl Server {
             close_all(&[downstream], 1);
             return Err(e);
         }
-        downstream.start_reader(inbox);
+        if let Err(e) = downstream.start_reader(inbox) {
+            close_all(&[downstream], 1);
+            return Err(e);
+        }
         Ok(downstream)
     }
 
@@ -280,7 +288,8 @@ impl Server {
         downstream.instructions = saved.instructions.clone();
         let downstream = Arc::new(downstream);
         self.stats.downstream_resumed.inc();
-        downstream.start_reader(inbox);
+        // Without a reader it still serves requests; the error is logged.
+        let _ = downstream.start_reader(inbox);
         downstream
     }
 
@@ -348,14 +357,25 @@ impl Server {
         .map_err(|e| self.transport_error(e))
     }
 
+    /// Sends `DELETE` for a downstream session. Out of file descriptors, it
+    /// tries again every 50 ms within `delete_timeout_secs`: closing
+    /// sessions frees descriptors, and this DELETE is what must not be lost.
     fn delete(&self, session: &str, version: &str) -> Result<(), DownstreamError> {
-        let request = self.headers(self.agent.delete(&self.config.url), Some(session), Some(version));
-        let response = request
-            .config()
-            .timeout_global(Some(self.limits.delete))
-            .build()
-            .call()
-            .map_err(|e| self.transport_error(e))?;
+        let deadline = std::time::Instant::now() + self.limits.delete;
+        let response = loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let request = self.headers(self.agent.delete(&self.config.url), Some(session), Some(version));
+            match request.config().timeout_global(Some(left)).build().call() {
+                Ok(response) => break response,
+                Err(ureq::Error::Io(e))
+                    if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+                        && left > Duration::from_millis(50) =>
+                {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) => return Err(self.transport_error(e)),
+            }
+        };
         let status = response.status().as_u16();
         // Read the (small) body so the connection can be reused.
         let _ = response.into_body().with_config().limit(64 * 1024).read_to_vec();
@@ -605,13 +625,19 @@ impl Downstream {
         }
     }
 
-    fn start_reader(self: &Arc<Self>, inbox: Weak<dyn Inbox>) {
+    /// Starts the reader of this session's `GET` stream. A session whose
+    /// reader cannot start would miss the server's notifications without a
+    /// word: the caller closes it and reports the error instead.
+    fn start_reader(self: &Arc<Self>, inbox: Weak<dyn Inbox>) -> Result<(), DownstreamError> {
         match reader::start(self, inbox) {
-            Ok(reader) => *self.reader.lock() = reader,
-            Err(e) => log::error!(
-                "server `{}`: cannot start a reader thread ({e}): this session gets no server notifications",
-                self.server.name()
-            ),
+            Ok(reader) => {
+                *self.reader.lock() = reader;
+                Ok(())
+            }
+            Err(e) => {
+                limited!(error, "server `{}`: cannot start a reader thread: {e}", self.server.name());
+                Err(DownstreamError::Exhausted(format!("mcpgate cannot start a thread now ({e})")))
+            }
         }
     }
 
@@ -713,11 +739,14 @@ impl Drop for Downstream {
 }
 
 /// Closes downstream sessions: the one close path. For each one not already
-/// closing: signal its reader, send `DELETE` (in parallel, each bounded by
-/// `delete_timeout_secs`), join the reader (bounded), then count it closed.
-/// A session given twice, or already closed, is closed once.
+/// closing: signal its reader, then (in parallel, `parallel` at a time)
+/// join the reader (bounded), which closes its socket, and send `DELETE`
+/// (bounded by `delete_timeout_secs`), then count it closed. The reader
+/// goes first so that its descriptor is free for the `DELETE` even when
+/// descriptors have run out. A session given twice, or already closed, is
+/// closed once.
 pub fn close_all(list: &[Arc<Downstream>], parallel: usize) {
-    let claimed: Vec<(&Arc<Downstream>, Option<Reader>)> = list
+    let claimed: Vec<(&Arc<Downstream>, Mutex<Option<Reader>>)> = list
         .iter()
         .filter(|d| !d.closing.swap(true, Ordering::AcqRel))
         .map(|d| {
@@ -725,24 +754,25 @@ pub fn close_all(list: &[Arc<Downstream>], parallel: usize) {
             if let Some(reader) = reader.as_mut() {
                 reader.signal();
             }
-            (d, reader)
+            (d, Mutex::new(reader))
         })
         .collect();
-    crate::threads::for_each_parallel("close", &claimed, parallel, |(d, _)| {
+    crate::threads::for_each_parallel("close", &claimed, parallel, |(d, reader)| {
+        if let Some(reader) = reader.lock().take() {
+            reader.join(d.server.limits.delete);
+        }
         let Some(session) = &d.session_id else { return };
         if let Err(e) = d.server.delete(session, &d.protocol_version) {
             d.server.stats.downstream_delete_failures.inc();
-            log::warn!(
+            limited!(
+                warn,
                 "server `{}`: DELETE of a downstream session failed: {}; the server may keep it until it expires",
                 d.server.name(),
                 d.server.redact(&e.to_string())
             );
         }
     });
-    for (d, reader) in claimed {
-        if let Some(reader) = reader {
-            reader.join(d.server.limits.delete);
-        }
+    for (d, _) in claimed {
         d.server.live_sessions.dec();
         d.server.stats.downstream_live.dec();
         d.server.stats.downstream_closed.inc();

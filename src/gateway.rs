@@ -2,7 +2,6 @@
 //! The `/mcp` endpoint: plain requests in, plain replies out. Knows MCP,
 //! sessions and routing; knows nothing of tiny_http (see `httpd`).
 
-use std::io::Read;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -435,6 +434,11 @@ impl Gateway {
                 );
             }
         };
+        if let Some(why) = self.descriptors_short() {
+            self.stats.sessions_refused.inc();
+            crate::limited!(warn, "an initialize was refused with 503: {why}");
+            return HttpReply::error(503, &id, &RpcError::internal(why)).header("Retry-After", "5");
+        }
         let session =
             Session::new(session_id.clone(), version.to_string(), jsonrpc::raw(&init_params), client_name, access);
         let max_sessions = self.current().config.max_sessions;
@@ -454,6 +458,24 @@ impl Gateway {
             "instructions": instructions(&opened),
         });
         HttpReply::json(200, jsonrpc::result(&id, &jsonrpc::raw(&result))).header("Mcp-Session-Id", &session_id)
+    }
+
+    /// Why a new session must wait: too few file descriptors left. Each
+    /// session takes about two per server; what is kept back closes the
+    /// sessions that are open (a DELETE each, `close` threads at a time)
+    /// and serves the status page. Without the margin, descriptors ran out
+    /// and the DELETEs that keep mcpgate's promise failed.
+    fn descriptors_short(&self) -> Option<String> {
+        let servers = self.current().servers.len() as u64;
+        let reserve = 64 + 4 * servers;
+        let limit = crate::sys::fd_limit();
+        let open = crate::sys::open_fds().unwrap_or(limit);
+        (open + reserve + 2 * servers > limit).then(|| {
+            format!(
+                "mcpgate is near its limit of open files ({open} of {limit} open, {reserve} kept for closing sessions); \
+                 try again later"
+            )
+        })
     }
 
     /// Opens (or reuses) the session's downstream session with every server,
@@ -678,7 +700,8 @@ impl Gateway {
         let downstream = session.downstream(server, self.current().config.open_retry)?;
         let result = match exchange(&downstream) {
             Err(DownstreamError::SessionGone) => {
-                log::warn!(
+                crate::limited!(
+                    warn,
                     "server `{}` no longer knows session {}'s downstream session: opening a new one and retrying once",
                     server.name(),
                     session::short(&session.id)
@@ -735,7 +758,8 @@ impl Gateway {
                     cur.rank(server.name()),
                     ServerItems { server: server.name().to_string(), prefix: server.config.prefix.clone(), items },
                 )),
-                Err(e) => log::warn!(
+                Err(e) => crate::limited!(
+                    warn,
                     "server `{}`: {} failed: {}; its items are left out of this list",
                     server.name(),
                     kind.method(),
@@ -770,10 +794,17 @@ impl Gateway {
         threads::for_each_parallel("fanout", &targets, targets.len(), |d| {
             let id = d.next_id();
             match d.request(&id, "logging/setLevel", message.params.as_deref(), &mut |_| {}) {
-                Ok(m) if m.error.is_some() => log::warn!("server `{}` refused logging/setLevel", d.server.name()),
+                Ok(m) if m.error.is_some() => {
+                    crate::limited!(warn, "server `{}` refused logging/setLevel", d.server.name())
+                }
                 Ok(_) => {}
                 Err(e) => {
-                    log::warn!("server `{}`: logging/setLevel: {}", d.server.name(), d.server.redact(&e.to_string()))
+                    crate::limited!(
+                        warn,
+                        "server `{}`: logging/setLevel: {}",
+                        d.server.name(),
+                        d.server.redact(&e.to_string())
+                    )
                 }
             }
         });
@@ -794,13 +825,17 @@ impl Gateway {
                 if let Err(e) =
                     downstream.notify("notifications/cancelled", Some(&jsonrpc::raw(&Value::Object(params))))
                 {
-                    log::warn!("server `{}`: forwarding a cancel failed: {e}", downstream.server.name());
+                    crate::limited!(warn, "server `{}`: forwarding a cancel failed: {e}", downstream.server.name());
                 }
             }
             "notifications/roots/list_changed" => {
                 for d in session.open_downstreams() {
                     if let Err(e) = d.notify("notifications/roots/list_changed", None) {
-                        log::warn!("server `{}`: forwarding roots/list_changed failed: {e}", d.server.name());
+                        crate::limited!(
+                            warn,
+                            "server `{}`: forwarding roots/list_changed failed: {e}",
+                            d.server.name()
+                        );
                     }
                 }
             }
@@ -816,7 +851,7 @@ impl Gateway {
             return;
         };
         if let Err(e) = downstream.send(&body) {
-            log::warn!("server `{}`: forwarding the client's answer failed: {e}", downstream.server.name());
+            crate::limited!(warn, "server `{}`: forwarding the client's answer failed: {e}", downstream.server.name());
         }
     }
 
@@ -916,7 +951,7 @@ fn new_server(config: &crate::config::ServerConfig, all: &Config, stats: &Arc<St
 
 /// 429 for a session with `max_requests_per_session` requests in flight.
 fn too_busy(session: &Session) -> HttpReply {
-    log::warn!("session {}: too many requests in flight; one refused with 429", session::short(&session.id));
+    crate::limited!(warn, "session {}: too many requests in flight; one refused with 429", session::short(&session.id));
     let e = RpcError::new(
         jsonrpc::INVALID_REQUEST,
         "this session has too many requests in flight (max_requests_per_session); retry later",
@@ -1000,7 +1035,7 @@ fn accepts(accept: &str, mime: &str) -> bool {
 /// A session id: 128 bits from the OS random source, as 32 hex digits.
 fn new_session_id() -> std::io::Result<String> {
     let mut bytes = [0u8; 16];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    crate::sys::random(&mut bytes)?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 

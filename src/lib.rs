@@ -23,6 +23,7 @@ pub mod notify;
 pub mod ratelog;
 pub mod reader;
 pub mod reaper;
+pub mod resolver;
 pub mod session;
 pub mod sse;
 pub mod state;

@@ -16,7 +16,7 @@ use mcpgate::notify::{self, Notifier};
 use mcpgate::session::CloseReason;
 use mcpgate::state::{self, StateFile};
 use mcpgate::sys::{self, Signal};
-use mcpgate::{reader, reaper, threads};
+use mcpgate::{reaper, threads};
 
 const USAGE: &str = "\
 usage: mcpgate --config FILE [--listen ADDR]
@@ -128,7 +128,29 @@ fn run() -> Result<(), Error> {
     // Before any thread starts, so that every thread inherits the mask.
     let signals = sys::block().map_err(io("cannot block signals"))?;
     init_logging();
+    check_fd_limit(&config);
     serve(config, source, signals)
+}
+
+/// Raises the soft limit on open files to the hard one, and says so when
+/// it is below what this configuration can use: mcpgate then refuses new
+/// sessions (503) before it runs out, but serves fewer than configured.
+fn check_fd_limit(config: &Config) {
+    let limit = match sys::raise_fd_limit() {
+        Ok(limit) => limit,
+        Err(e) => {
+            log::warn!("cannot read the limit on open files: {e}");
+            return;
+        }
+    };
+    let servers = config.servers.len();
+    let wanted = config.max_connections + http::RESERVED + 2 * config.max_sessions * servers + 64 + 4 * servers;
+    if (limit as usize) < wanted {
+        log::warn!(
+            "the limit on open files is {limit}, below the {wanted} this configuration can use (max_connections, \
+             max_sessions x servers): new sessions get 503 once descriptors run short; raise LimitNOFILE"
+        );
+    }
 }
 
 /// Logs to stderr. Under systemd (`$JOURNAL_STREAM`) each line starts with
@@ -276,7 +298,7 @@ fn serve(config: Config, source: Source, signals: sys::Signals) -> Result<(), Er
     }
     gateway.shutdown();
     let lingering = httpd.join(deadline);
-    reader::join_stragglers(true);
+    threads::join_late(true);
     let _ = signal_thread.join();
     let s = &gateway.stats;
     log::info!(

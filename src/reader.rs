@@ -9,7 +9,6 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded};
-use parking_lot::Mutex;
 use ureq::Agent;
 use ureq::http::Response;
 
@@ -35,9 +34,6 @@ pub struct Reader {
     server: Arc<Server>,
 }
 
-/// Reader threads whose join timed out; joined later by the reaper and at exit.
-static STRAGGLERS: Mutex<Vec<JoinHandle<()>>> = Mutex::new(Vec::new());
-
 impl Reader {
     /// Asks the thread to stop and unblocks any read it is in.
     pub fn signal(&mut self) {
@@ -46,7 +42,7 @@ impl Reader {
     }
 
     /// Waits up to `bound` for the thread to finish, then joins it. A thread
-    /// that does not finish in time is joined later by [`join_stragglers`].
+    /// that does not finish in time is joined later ([`threads::join_later`]).
     pub fn join(self, bound: Duration) {
         match self.done.recv_timeout(bound) {
             Err(RecvTimeoutError::Timeout) => {
@@ -55,7 +51,7 @@ impl Reader {
                     "server `{}`: reader thread did not stop within {bound:?}; joined later",
                     self.server.name()
                 );
-                STRAGGLERS.lock().push(self.handle);
+                threads::join_later(self.handle);
             }
             _ => {
                 if self.handle.join().is_err() {
@@ -66,20 +62,6 @@ impl Reader {
     }
 }
 
-/// Joins reader threads that outlived their close; with `wait`, blocks for them.
-pub fn join_stragglers(wait: bool) {
-    let ready: Vec<JoinHandle<()>> = {
-        let mut list = STRAGGLERS.lock();
-        let (ready, pending) = std::mem::take(&mut *list).into_iter().partition(|h| wait || h.is_finished());
-        *list = pending;
-        ready
-    };
-    for handle in ready {
-        let _ = handle.join();
-    }
-}
-
-/// Starts the reader of `downstream`'s stream.
 /// Starts the reader of `downstream`'s stream, or none when the server
 /// offers no stream (405).
 ///
@@ -188,7 +170,11 @@ impl Stream {
             Err(DownstreamError::Closed) => return Ended::Final,
             Err(e) => {
                 if !self.stopped() {
-                    log::warn!("server `{name}`: GET stream: {}; retrying", self.server.redact(&e.to_string()));
+                    crate::limited!(
+                        warn,
+                        "server `{name}`: GET stream: {}; retrying",
+                        self.server.redact(&e.to_string())
+                    );
                 }
                 return Ended::Dropped { retry: None, stayed_up: Duration::ZERO };
             }
@@ -202,7 +188,8 @@ impl Stream {
                 return Ended::Final;
             }
             404 => {
-                log::warn!(
+                crate::limited!(
+                    warn,
                     "server `{name}`: GET stream answered 404: the server no longer knows this session; it is reopened"
                 );
                 if let Some(inbox) = self.inbox.upgrade() {
@@ -211,7 +198,7 @@ impl Stream {
                 return Ended::Final;
             }
             _ => {
-                log::warn!("server `{name}`: GET stream answered HTTP {status} `{mime}`; retrying");
+                crate::limited!(warn, "server `{name}`: GET stream answered HTTP {status} `{mime}`; retrying");
                 return Ended::Dropped { retry: None, stayed_up: Duration::ZERO };
             }
         }
@@ -235,7 +222,8 @@ impl Stream {
                             Some(inbox) => inbox.deliver(&self.server, message),
                             None => return Ended::Final,
                         },
-                        Err(e) => log::warn!(
+                        Err(e) => crate::limited!(
+                            warn,
                             "server `{name}`: GET stream carried an invalid message ({}); ignored",
                             e.message
                         ),

@@ -10,7 +10,7 @@ use crossbeam_channel::{Sender, bounded, select, tick};
 
 use crate::gateway::Gateway;
 use crate::session::CloseReason;
-use crate::{reader, threads};
+use crate::threads;
 
 pub struct Reaper {
     stop: Sender<()>,
@@ -39,7 +39,7 @@ pub fn start(gateway: Arc<Gateway>) -> std::io::Result<Reaper> {
                         gateway.close(idle, CloseReason::Idle);
                     }
                     reopen_lost(&gateway);
-                    reader::join_stragglers(false);
+                    threads::join_late(false);
                 }
             }
         }
@@ -62,7 +62,12 @@ fn reopen_lost(gateway: &Gateway) {
     }
     threads::for_each_parallel("fanout", &lost, 8, |(session, server, old)| {
         if let Err(e) = session.reopen(server, old) {
-            log::warn!("server `{}`: reopening a forgotten downstream session failed: {}", server.name(), e.message);
+            crate::limited!(
+                warn,
+                "server `{}`: reopening a forgotten downstream session failed: {}",
+                server.name(),
+                e.message
+            );
         }
     });
 }

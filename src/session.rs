@@ -318,7 +318,7 @@ impl Session {
                     self.slot_changed.notify_all();
                     let id = d.next_id();
                     if let Err(e) = d.request(&id, "logging/setLevel", Some(&level), &mut |_| {}) {
-                        log::warn!("server `{name}`: logging/setLevel: {}", server.redact(&e.to_string()));
+                        crate::limited!(warn, "server `{name}`: logging/setLevel: {}", server.redact(&e.to_string()));
                     }
                     return Ok(d);
                 }
@@ -562,14 +562,19 @@ impl Session {
             match tx.try_send(bytes) {
                 Ok(()) => return,
                 Err(_) => {
-                    log::warn!("session {}: a GET stream fell {STREAM_QUEUE} messages behind; ended", short(&self.id));
+                    crate::limited!(
+                        warn,
+                        "session {}: a GET stream fell {STREAM_QUEUE} messages behind; ended",
+                        short(&self.id)
+                    );
                     st.streams.pop();
                 }
             }
         }
         if st.backlog.len() == BACKLOG {
             st.backlog.pop_front();
-            log::warn!(
+            crate::limited!(
+                warn,
                 "session {}: no GET stream open and {BACKLOG} messages waiting; the oldest is dropped",
                 short(&self.id)
             );

@@ -175,7 +175,7 @@ pub fn start(gateway: Arc<Gateway>, file: StateFile) -> std::io::Result<Writer> 
                     }
                     match file.save(&snapshot(&gateway, true)) {
                         Ok(()) => (written, requests, at) = (now, gateway.stats.requests.get(), Instant::now()),
-                        Err(e) => log::error!("cannot write the state file {}: {e}", file.path.display()),
+                        Err(e) => crate::limited!(error, "cannot write the state file {}: {e}", file.path.display()),
                     }
                 }
             }

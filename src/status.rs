@@ -27,8 +27,7 @@ pub fn process() -> Process {
             .unwrap_or(0)
     };
     let threads = std::fs::read_dir("/proc/self/task").map(|d| d.count() as u64).unwrap_or(0);
-    // One of the entries is the descriptor read_dir itself holds.
-    let open_fds = std::fs::read_dir("/proc/self/fd").map(|d| d.count().saturating_sub(1) as u64).unwrap_or(0);
+    let open_fds = crate::sys::open_fds().unwrap_or(0);
     Process { threads, rss_bytes: field("VmRSS:") * 1024, open_fds }
 }
 

@@ -116,6 +116,7 @@ pub fn raise_fd_limit() -> io::Result<u64> {
             limit = raised;
         }
     }
+    #[allow(clippy::unnecessary_cast)] // rlim_t is u32 on some 32-bit targets
     Ok(limit.rlim_cur as u64)
 }
 
@@ -126,7 +127,9 @@ pub fn fd_limit() -> u64 {
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
         return u64::MAX;
     }
-    limit.rlim_cur as u64
+    #[allow(clippy::unnecessary_cast)] // rlim_t is u32 on some 32-bit targets
+    let limit = limit.rlim_cur as u64;
+    limit
 }
 
 /// Descriptors open in this process, from `/proc/self/fd`; `None` when

@@ -12,7 +12,33 @@ use std::thread::{Builder, JoinHandle, Scope, ScopedJoinHandle};
 pub const STACK_BYTES: usize = 256 * 1024;
 
 /// The roles, as they appear in thread names and on the status page.
-pub const ROLES: &[&str] = &["accept", "conn", "reader", "reaper", "signal", "fanout", "close", "state", "notify"];
+pub const ROLES: &[&str] =
+    &["accept", "conn", "reader", "reaper", "signal", "fanout", "close", "state", "notify", "resolve"];
+
+/// Threads whose owner could not wait for them (a reader that did not stop
+/// within its bound, a name lookup past its timeout). The reaper joins
+/// those that finished, and shutdown joins the rest: every thread is
+/// joined, even late.
+static LATE: parking_lot::Mutex<Vec<JoinHandle<()>>> = parking_lot::Mutex::new(Vec::new());
+
+/// Hands a thread to be joined later, when it has finished.
+pub fn join_later(handle: JoinHandle<()>) {
+    LATE.lock().push(handle);
+}
+
+/// Joins the threads handed to [`join_later`] that have finished; with
+/// `wait`, all of them, waiting for each.
+pub fn join_late(wait: bool) {
+    let ready: Vec<JoinHandle<()>> = {
+        let mut list = LATE.lock();
+        let (ready, pending) = std::mem::take(&mut *list).into_iter().partition(|h| wait || h.is_finished());
+        *list = pending;
+        ready
+    };
+    for handle in ready {
+        let _ = handle.join();
+    }
+}
 
 fn builder(role: &str, detail: &str) -> Builder {
     debug_assert!(ROLES.contains(&role), "unknown thread role {role}");

@@ -33,7 +33,7 @@ mod request;
 mod response;
 mod server;
 
-pub use server::Httpd;
+pub use server::{Httpd, RESERVED};
 
 /// Request headers the handlers may read; the others are not copied.
 const HEADERS: &[&str] = &[
