@@ -97,7 +97,7 @@ status_field() { curl -fsS "http://$1/status.json" | python3 -c "import json,sys
 gate_config() {
     local path=$1 idle=$2; shift 2
     {
-        printf '{"listen": "127.0.0.1:0", "workers": 8, "session_idle_timeout_secs": %s,\n' "$idle"
+        printf '{"listen": "127.0.0.1:0", "calls_per_server": 8, "session_idle_timeout_secs": %s,\n' "$idle"
         printf ' "max_connections": 4096, "max_sessions": 4096, "keepalive_secs": 15,\n "mcpServers": {'
         local first=1 server
         for server in "$@"; do

@@ -1,6 +1,6 @@
 #![forbid(unsafe_code)]
 //! Which path goes where: `/mcp` to the gateway, the status pages to
-//! `status`; and which requests wait for a `workers` permit.
+//! `status`, after the checks every request passes (Host, Origin, access).
 
 use std::sync::Arc;
 
@@ -9,7 +9,7 @@ use serde_json::json;
 use crate::access;
 use crate::config::Source;
 use crate::gateway::Gateway;
-use crate::http::{App, EventSink, HttpReply, HttpRequest, Route};
+use crate::http::{App, EventSink, HttpReply, HttpRequest};
 use crate::status;
 
 pub struct Mcpgate {
@@ -19,19 +19,6 @@ pub struct Mcpgate {
 }
 
 impl App for Mcpgate {
-    /// Requests that may wait long on servers hold one of the `workers`
-    /// permits: JSON-RPC requests, `DELETE /mcp`, `/reload`. A client's
-    /// answer to a server's request and its notifications (a cancel) never
-    /// wait for a permit: the calls holding the permits may be waiting for
-    /// exactly those. The `GET` stream and the status pages answer at once.
-    fn route(&self, req: &HttpRequest) -> Route {
-        match (req.method.as_str(), req.path.as_str()) {
-            ("POST", "/mcp") if !carries_a_request(&req.body) => Route::AtOnce,
-            ("POST" | "DELETE", "/mcp") | ("POST", "/reload") => Route::WithPermit,
-            _ => Route::AtOnce,
-        }
-    }
-
     fn handle(&self, req: &HttpRequest, sink: &mut dyn EventSink) -> HttpReply {
         let gateway = &self.gateway;
         let config = &gateway.current().config;
@@ -62,21 +49,6 @@ impl App for Mcpgate {
                 format!("no such path `{path}`: mcpgate serves /mcp, /status, /status.json, /healthz and /reload\n"),
             ),
         }
-    }
-}
-
-/// Whether a `POST` body holds a JSON-RPC request (a message with both
-/// `method` and `id`), or may (a batch, or something that does not parse:
-/// the handler then says what is wrong).
-fn carries_a_request(body: &[u8]) -> bool {
-    #[derive(serde::Deserialize)]
-    struct Shape {
-        method: Option<serde::de::IgnoredAny>,
-        id: Option<serde::de::IgnoredAny>,
-    }
-    match serde_json::from_slice::<Shape>(body) {
-        Ok(shape) => shape.method.is_some() && shape.id.is_some(),
-        Err(_) => true,
     }
 }
 

@@ -29,10 +29,11 @@ pub const REFERENCE: &[KeyDoc] = &[
         meaning: "Address and port of the `/mcp` endpoint and the status page. `--listen` overrides it.",
     },
     KeyDoc {
-        key: "workers",
+        key: "calls_per_server",
         default: "8",
-        meaning: "`POST` and `DELETE /mcp` requests handled at once (1 to 256), each on its connection's thread; more wait their turn.",
+        meaning: "Requests in flight to one server at once (1 to 256), each holding one of its connections; more wait their turn, up to `request_timeout_secs`. A server that hangs holds only its own.",
     },
+    KeyDoc { key: "workers", default: "(none)", meaning: "The former name of `calls_per_server`, still accepted." },
     KeyDoc {
         key: "session_idle_timeout_secs",
         default: "300",
@@ -47,7 +48,7 @@ pub const REFERENCE: &[KeyDoc] = &[
     KeyDoc {
         key: "request_timeout_secs",
         default: "60",
-        meaning: "Seconds a downstream server may stay silent during one request: waiting for the response head, or between two reads of its body.",
+        meaning: "Seconds a server may go without sending a JSON-RPC message during one request: waiting for the response head, or between two messages of its SSE answer (keep-alive comments and partial bytes do not count). Progress notifications keep a long call alive.",
     },
     KeyDoc {
         key: "delete_timeout_secs",
@@ -196,7 +197,7 @@ pub const REFERENCE: &[KeyDoc] = &[
 #[derive(Clone, Debug)]
 pub struct Config {
     pub listen: SocketAddr,
-    pub workers: usize,
+    pub calls_per_server: usize,
     pub session_idle_timeout: Duration,
     pub keepalive: Duration,
     pub connect_timeout: Duration,
@@ -298,7 +299,10 @@ impl Config {
             .map_err(|_| ("listen".to_string(), format!("`{listen}` is not an address like 127.0.0.1:8780")))?;
         let mut config = Config {
             listen,
-            workers: keys.integer("workers", 8, 1, 256)?,
+            calls_per_server: match keys.integer("workers", 0, 1, 256)? {
+                0 => keys.integer("calls_per_server", 8, 1, 256)?,
+                workers => keys.integer("calls_per_server", workers, 1, 256)?,
+            },
             session_idle_timeout: keys.secs("session_idle_timeout_secs", 300)?,
             keepalive: keys.secs("keepalive_secs", 15)?,
             connect_timeout: keys.secs("connect_timeout_secs", 5)?,
@@ -344,8 +348,8 @@ impl Config {
             ("main, accept, reaper, signal, state, notify", 6),
             ("connections (max_connections)", self.max_connections),
             ("readers (max_sessions x servers)", self.max_sessions * servers),
-            ("fanout (workers x servers)", self.workers * servers),
-            ("close (reaper, shutdown, reload, DELETEs)", 32 + 32 + self.workers * servers),
+            ("fanout (calls_per_server x servers)", self.calls_per_server * servers),
+            ("close (reaper, shutdown, reload, DELETEs)", 32 + 32 + self.calls_per_server * servers),
         ]
     }
 
@@ -756,7 +760,9 @@ mod tests {
             }"#,
         )
         .unwrap();
-        assert_eq!(c.workers, 8);
+        assert_eq!(c.calls_per_server, 8);
+        let old_name = parse(r#"{"workers": 3, "mcpServers": {"a": {"url": "http://x/mcp"}}}"#).unwrap();
+        assert_eq!(old_name.calls_per_server, 3, "`workers` is still read");
         assert_eq!(c.keepalive, Duration::from_secs(15));
         let files = c.server("files").unwrap();
         assert_eq!(files.url, "http://127.0.0.1:9001/mcp");

@@ -16,6 +16,7 @@ use ureq::Agent;
 use ureq::http::Response;
 
 use crate::config::{Config, ServerConfig};
+use crate::flight::{Flight, LaneError, Lanes, Stop};
 use crate::jsonrpc::{self, Kind, Message};
 use crate::limited;
 use crate::reader::{self, Reader};
@@ -30,8 +31,10 @@ pub const PROTOCOL_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26
 pub enum DownstreamError {
     /// The server could not be reached.
     Connect(String),
-    /// The server stayed silent longer than the configured timeout.
+    /// The server sent no message for longer than the request timeout.
     Timeout(Duration),
+    /// Every lane to the server stayed taken while the request waited.
+    Busy(usize),
     /// An HTTP status other than the ones MCP defines for the exchange.
     Status { status: u16, detail: String },
     /// The server answered 404 for our session id: it no longer knows it.
@@ -44,7 +47,7 @@ pub enum DownstreamError {
     Closed,
     /// mcpgate is out of a resource it needs (threads, descriptors, memory).
     Exhausted(String),
-    /// The client cancelled the request and the server ended its answer.
+    /// The client cancelled the request.
     Cancelled,
 }
 
@@ -52,7 +55,12 @@ impl fmt::Display for DownstreamError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             DownstreamError::Connect(e) => write!(f, "unreachable: {e}"),
-            DownstreamError::Timeout(d) => write!(f, "no answer within {} s", d.as_secs_f64()),
+            DownstreamError::Timeout(d) => {
+                write!(f, "sent no message within {} s (request_timeout_secs)", d.as_secs_f64())
+            }
+            DownstreamError::Busy(n) => {
+                write!(f, "busy: {n} requests to it are in flight (calls_per_server); try again later")
+            }
             DownstreamError::Status { status, detail } if detail.is_empty() => write!(f, "answered HTTP {status}"),
             DownstreamError::Status { status, detail } => write!(f, "answered HTTP {status}: {detail}"),
             DownstreamError::SessionGone => write!(f, "the server no longer knows this session (HTTP 404)"),
@@ -110,8 +118,11 @@ pub struct Server {
     /// Set when a reload removed or changed this server: sessions opened on
     /// it after that close themselves.
     retired: AtomicBool,
-    /// For `POST` and `DELETE`; keeps connections to the server alive.
+    /// For `initialize`, notifications, answers and `DELETE`: short
+    /// exchanges bounded in total; keeps connections to the server alive.
     agent: Agent,
+    /// For requests, which hold one of `calls_per_server` lanes while they run.
+    pub lanes: Lanes,
     pub live_sessions: Gauge,
     /// Guards the last error and success times; held only to copy them.
     health: Mutex<Health>,
@@ -155,9 +166,10 @@ fn agent_with_buffers(limits: &Limits, idle_per_host: usize, input: usize, outpu
 }
 
 impl Server {
-    pub fn new(config: ServerConfig, limits: Limits, idle_per_host: usize, stats: Arc<Stats>) -> Server {
+    pub fn new(config: ServerConfig, limits: Limits, lanes: usize, stats: Arc<Stats>) -> Server {
         Server {
-            agent: agent(&limits, idle_per_host),
+            agent: agent(&limits, lanes),
+            lanes: Lanes::new(lanes, move || agent(&limits, 1)),
             config,
             limits,
             retired: AtomicBool::new(false),
@@ -179,8 +191,9 @@ impl Server {
         self.retired.load(Ordering::Acquire)
     }
 
-    /// Unblocks every request in flight on this server's shared agent.
+    /// Unblocks every request in flight to this server.
     pub fn shutdown(&self) {
+        self.lanes.stop_all();
         self.agent.clone().shutdown();
     }
 
@@ -236,18 +249,18 @@ impl Server {
     ) -> Result<Arc<Downstream>, DownstreamError> {
         let id = Value::from(0);
         let body = jsonrpc::request(&id, "initialize", Some(init_params));
-        let response = self.post(None, None, &body)?;
+        let response = self.post(&self.agent, None, None, &body)?;
         let session_id = match response.headers().get("mcp-session-id").map(|v| v.to_str()) {
             None => None,
             Some(Ok(v)) if !v.is_empty() && v.bytes().all(|b| (0x21..=0x7e).contains(&b)) => Some(v.to_string()),
             Some(_) => return Err(DownstreamError::Protocol("Mcp-Session-Id is not visible ASCII".into())),
         };
-        let not_set = AtomicBool::new(false);
+        let flight = self.lanes.flight(0);
         let exchange = Exchange {
             session_id: session_id.as_deref(),
             version: PROTOCOL_VERSIONS[0],
-            closing: &not_set,
-            cancelled: &not_set,
+            agent: &self.agent,
+            flight: &flight,
         };
         let answer = self.read_answer(response, &id, &mut |_| {}, &exchange);
         if session_id.is_none() {
@@ -321,15 +334,16 @@ impl Server {
         request
     }
 
-    /// A `POST` of one JSON-RPC message; the response head, whatever its status.
+    /// A `POST` of one JSON-RPC message on `agent`; the response head,
+    /// whatever its status.
     fn post(
         &self,
+        agent: &Agent,
         session: Option<&str>,
         version: Option<&str>,
         body: &[u8],
     ) -> Result<Response<ureq::Body>, DownstreamError> {
-        let request = self
-            .agent
+        let request = agent
             .post(&self.config.url)
             .header("Content-Type", "application/json")
             .header("Accept", "application/json, text/event-stream");
@@ -466,6 +480,7 @@ impl Server {
                         if event.data.trim().is_empty() {
                             continue;
                         }
+                        session.flight.heard();
                         let message = Message::parse(event.data.as_bytes()).map_err(|e| {
                             DownstreamError::Protocol(format!("invalid JSON-RPC in the SSE stream: {}", e.message))
                         })?;
@@ -485,15 +500,12 @@ impl Server {
             let Some(resume_from) = last_event_id.as_deref() else {
                 return Err(DownstreamError::Protocol(ended));
             };
-            if session.closing.load(Ordering::Acquire) {
-                return Err(DownstreamError::Closed);
-            }
-            if session.cancelled.load(Ordering::Acquire) {
-                return Err(DownstreamError::Cancelled);
+            if let Some(why) = session.flight.stopped() {
+                return Err(self.stopped(why));
             }
             std::thread::sleep(retry.unwrap_or(Duration::from_millis(50)).min(self.limits.request));
             let response =
-                self.get_stream(&self.agent, session.session_id, session.version, Some(resume_from), None)?;
+                self.get_stream(session.agent, session.session_id, session.version, Some(resume_from), None)?;
             let mime = response.body().mime_type().unwrap_or("").to_ascii_lowercase();
             if response.status().as_u16() != 200 || mime != "text/event-stream" {
                 return Err(DownstreamError::Protocol(format!(
@@ -504,6 +516,15 @@ impl Server {
             body = response.into_body().into_reader();
         }
         Err(DownstreamError::Protocol(format!("the stream ended {MAX_RESUMES} times before the response")))
+    }
+
+    /// The error of a request ended early, for this reason.
+    fn stopped(&self, why: Stop) -> DownstreamError {
+        match why {
+            Stop::Cancelled => DownstreamError::Cancelled,
+            Stop::Closing => DownstreamError::Closed,
+            Stop::Silent => DownstreamError::Timeout(self.limits.request),
+        }
     }
 
     fn body_error(&self, e: ureq::Error) -> DownstreamError {
@@ -540,13 +561,14 @@ fn status_error(response: Response<ureq::Body>) -> DownstreamError {
     DownstreamError::Status { status, detail: detail.trim_end_matches("; ").to_string() }
 }
 
-/// What reading an answer needs to know of the session it belongs to.
+/// What reading an answer needs to know of the request it belongs to.
 struct Exchange<'a> {
     session_id: Option<&'a str>,
     version: &'a str,
-    closing: &'a AtomicBool,
-    /// Set when the client cancelled the request: a stream that ends is not resumed.
-    cancelled: &'a AtomicBool,
+    /// The agent of the request's lane, to resume a dropped stream on.
+    agent: &'a Agent,
+    /// Told of every message; a stopped flight's stream is not resumed.
+    flight: &'a Flight,
 }
 
 struct InitializeResult {
@@ -671,33 +693,55 @@ impl Downstream {
         params: Option<&RawValue>,
         on_message: &mut dyn FnMut(Message),
     ) -> Result<Message, DownstreamError> {
-        self.call(id, method, params, on_message, &AtomicBool::new(false))
+        self.call(id, method, params, on_message, &self.flight())
     }
 
-    /// A request the client may cancel: once `cancelled` is set, an answer
-    /// stream that ends early is not resumed.
+    /// A flight for a request of this downstream session: whoever holds it
+    /// can end the request (a client's cancel).
+    pub fn flight(&self) -> Arc<Flight> {
+        self.server.lanes.flight(self.owner())
+    }
+
+    /// This downstream session's mark on its flights.
+    fn owner(&self) -> usize {
+        self as *const Downstream as usize
+    }
+
+    /// Sends a request on one of the server's lanes. It ends early when
+    /// `flight` is stopped: cancelled, closed, or silent past the request
+    /// timeout.
     pub fn call(
         &self,
         id: &Value,
         method: &str,
         params: Option<&RawValue>,
         on_message: &mut dyn FnMut(Message),
-        cancelled: &AtomicBool,
+        flight: &Arc<Flight>,
     ) -> Result<Message, DownstreamError> {
         if self.is_closing() {
             return Err(DownstreamError::Closed);
         }
+        let lane = match self.server.lanes.take(flight, self.server.limits.request) {
+            Ok(lane) => lane,
+            Err(LaneError::Busy(n)) => return Err(DownstreamError::Busy(n)),
+            Err(LaneError::Stopped(why)) => return Err(self.server.stopped(why)),
+        };
         let body = jsonrpc::request(id, method, params);
         let exchange = Exchange {
             session_id: self.session_id.as_deref(),
             version: &self.protocol_version,
-            closing: &self.closing,
-            cancelled,
+            agent: lane.agent(),
+            flight,
         };
         let result = self
             .server
-            .post(self.session_id.as_deref(), Some(&self.protocol_version), &body)
+            .post(lane.agent(), self.session_id.as_deref(), Some(&self.protocol_version), &body)
             .and_then(|response| self.server.read_answer(response, id, on_message, &exchange));
+        // Whatever broke the exchange, a stop says why.
+        let result = match (result, flight.stopped()) {
+            (Err(_), Some(why)) => Err(self.server.stopped(why)),
+            (result, _) => result,
+        };
         self.server.record(&result);
         result
     }
@@ -707,7 +751,8 @@ impl Downstream {
         if self.is_closing() {
             return Err(DownstreamError::Closed);
         }
-        let response = self.server.post(self.session_id.as_deref(), Some(&self.protocol_version), body)?;
+        let response =
+            self.server.post(&self.server.agent, self.session_id.as_deref(), Some(&self.protocol_version), body)?;
         let status = response.status().as_u16();
         match status {
             200..=299 => {
@@ -750,6 +795,7 @@ pub fn close_all(list: &[Arc<Downstream>], parallel: usize) {
         .iter()
         .filter(|d| !d.closing.swap(true, Ordering::AcqRel))
         .map(|d| {
+            d.server.lanes.stop_owned_by(d.owner());
             let mut reader = d.reader.lock().take();
             if let Some(reader) = reader.as_mut() {
                 reader.signal();

@@ -76,12 +76,14 @@ pub struct Gateway {
     pub started: Instant,
 }
 
-/// What answers a JSON-RPC request: a result built here, an error, or a
-/// server's response passed on as it came.
+/// What answers a JSON-RPC request: a result built here, an error, a
+/// server's response passed on as it came, or nothing (the client
+/// cancelled it: the spec says no response follows).
 enum Outcome {
     Result(Value),
     Error(RpcError),
     Forwarded(Message),
+    Cancelled,
 }
 
 impl From<RpcError> for Outcome {
@@ -153,7 +155,6 @@ impl Gateway {
         let mut outcome = ReloadOutcome { at: Some(std::time::SystemTime::now()), ..Default::default() };
         for (key, differs) in [
             ("listen", old.config.listen != new.listen),
-            ("workers", old.config.workers != new.workers),
             ("max_connections", old.config.max_connections != new.max_connections),
             ("max_body_bytes", old.config.max_body_bytes != new.max_body_bytes),
             ("max_header_count", old.config.max_header_count != new.max_header_count),
@@ -167,7 +168,8 @@ impl Gateway {
                 outcome.restart_needed.push(key.to_string());
             }
         }
-        let same_limits = Limits::from_config(&old.config) == Limits::from_config(&new);
+        let same_limits = Limits::from_config(&old.config) == Limits::from_config(&new)
+            && old.config.calls_per_server == new.calls_per_server;
         let mut servers = Vec::with_capacity(new.servers.len());
         for config in &new.servers {
             match old.server(&config.name) {
@@ -347,7 +349,7 @@ impl Gateway {
                     let id = message.id.clone().unwrap_or(Value::Null);
                     let mut events = PostStream { session: &session, sink: &mut NoStream, stream: None };
                     let answer = self.request(&session, &message, &mut events);
-                    answers.push(answer_bytes(&id, answer));
+                    answers.extend(answer_bytes(&id, answer));
                 }
                 Ok(Kind::Notification) => self.client_notification(&session, &message),
                 Ok(Kind::Response) => self.client_answer(&session, &message),
@@ -669,19 +671,24 @@ impl Gateway {
     ) -> Outcome {
         let client_id = message.id.clone().unwrap_or(Value::Null);
         let params = params.to_raw();
+        let mut cancelled = false;
         let result = self.exchange(session, server, |downstream| {
             let id = downstream.next_id();
-            let cancelled = session.start_call(&client_id, server.name(), &id);
+            let flight = downstream.flight();
+            session.start_call(&client_id, server.name(), &id, flight.clone());
             let mut on_message = |m: Message| {
                 if let Some(bytes) = session.to_client(server, m) {
                     events.send(bytes);
                 }
             };
-            downstream.call(&id, message.method(), Some(&params), &mut on_message, &cancelled)
+            let result = downstream.call(&id, message.method(), Some(&params), &mut on_message, &flight);
+            cancelled = matches!(result, Err(DownstreamError::Cancelled));
+            result
         });
         session.end_call(&client_id);
         match result {
             Ok(response) => Outcome::Forwarded(response),
+            Err(_) if cancelled => Outcome::Cancelled,
             Err(e) => e.into(),
         }
     }
@@ -816,7 +823,7 @@ impl Gateway {
             "notifications/cancelled" => {
                 let Ok(params) = message.params_object() else { return };
                 let Some(request_id) = params.get("requestId") else { return };
-                let Some((downstream, id)) = session.cancel_target(request_id) else {
+                let Some((downstream, id)) = session.cancel(request_id) else {
                     log::debug!("session {}: cancel of a request not in flight ignored", session::short(&session.id));
                     return;
                 };
@@ -932,10 +939,17 @@ impl PostStream<'_> {
         let _ = self.sink.event(&bytes);
     }
 
-    fn finish(self, answer: Vec<u8>) -> HttpReply {
-        match self.stream {
-            None => HttpReply::json(200, answer),
-            Some(stream) => HttpReply::sse(self.session.post_event(stream, &answer, true)),
+    /// The answer's end: the response, or (cancelled) an SSE answer that
+    /// ends without one.
+    fn finish(self, answer: Option<Vec<u8>>) -> HttpReply {
+        match (self.stream, answer) {
+            (None, Some(answer)) => HttpReply::json(200, answer),
+            (Some(stream), Some(answer)) => HttpReply::sse(self.session.post_event(stream, &answer, true)),
+            (Some(stream), None) => {
+                self.session.end_post_stream(stream);
+                HttpReply::sse(Vec::new())
+            }
+            (None, None) => HttpReply::sse(Vec::new()),
         }
     }
 }
@@ -946,7 +960,7 @@ fn visible(current: &Current, session: &Session) -> Vec<Arc<Server>> {
 }
 
 fn new_server(config: &crate::config::ServerConfig, all: &Config, stats: &Arc<Stats>) -> Arc<Server> {
-    Arc::new(Server::new(config.clone(), Limits::from_config(all), all.workers, stats.clone()))
+    Arc::new(Server::new(config.clone(), Limits::from_config(all), all.calls_per_server, stats.clone()))
 }
 
 /// 429 for a session with `max_requests_per_session` requests in flight.
@@ -994,8 +1008,10 @@ fn fetch_all(d: &Downstream, kind: ListKind) -> Result<Vec<Value>, DownstreamErr
     Ok(items)
 }
 
-fn answer_bytes(id: &Value, outcome: Outcome) -> Vec<u8> {
-    match outcome {
+/// The response to send, if any.
+fn answer_bytes(id: &Value, outcome: Outcome) -> Option<Vec<u8>> {
+    Some(match outcome {
+        Outcome::Cancelled => return None,
         Outcome::Result(value) => jsonrpc::result(id, &jsonrpc::raw(&value)),
         Outcome::Error(e) => jsonrpc::error(id, &e),
         Outcome::Forwarded(m) => match (&m.result, &m.error) {
@@ -1005,7 +1021,7 @@ fn answer_bytes(id: &Value, outcome: Outcome) -> Vec<u8> {
                 jsonrpc::error(id, &RpcError::internal("the server's response had neither result nor error"))
             }
         },
-    }
+    })
 }
 
 fn instructions(opened: &[Arc<Downstream>]) -> Option<String> {

@@ -16,6 +16,7 @@ pub mod app;
 pub mod catalog;
 pub mod config;
 pub mod downstream;
+pub mod flight;
 pub mod gateway;
 pub mod http;
 pub mod jsonrpc;

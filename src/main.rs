@@ -177,7 +177,6 @@ fn init_logging() {
 
 fn serve(config: Config, source: Source, signals: sys::Signals) -> Result<(), Error> {
     let options = http::Options {
-        workers: config.workers,
         max_connections: config.max_connections,
         max_body_bytes: config.max_body_bytes,
         max_header_count: config.max_header_count,

@@ -1,6 +1,7 @@
 #![forbid(unsafe_code)]
 //! The reaper: one thread that closes idle sessions through the one close
-//! path, and joins reader threads that outlived their close.
+//! path, ends requests to servers silent past the request timeout, and
+//! joins threads that outlived their owner's wait.
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -17,6 +18,10 @@ pub struct Reaper {
     handle: JoinHandle<()>,
 }
 
+/// How often the reaper ends requests whose server went silent past the
+/// request timeout: what they may overrun it by.
+const DEADLINE_EVERY: Duration = Duration::from_millis(250);
+
 /// How often the reaper looks: a tenth of the idle timeout, from 100 ms to 5 s.
 pub fn interval(idle_timeout: Duration) -> Duration {
     (idle_timeout / 10).clamp(Duration::from_millis(100), Duration::from_secs(5))
@@ -27,9 +32,16 @@ pub fn start(gateway: Arc<Gateway>) -> std::io::Result<Reaper> {
     let handle = threads::spawn("reaper", "", move || {
         let _live = gateway.stats.threads_reaper.enter();
         let ticks = tick(interval(gateway.current().config.session_idle_timeout));
+        let deadlines = tick(DEADLINE_EVERY);
         loop {
             select! {
                 recv(stopped) -> _ => return,
+                recv(deadlines) -> _ => {
+                    let current = gateway.current();
+                    for server in &current.servers {
+                        server.lanes.expire(current.config.request_timeout);
+                    }
+                }
                 recv(ticks) -> _ => {
                     // Read each time: a reload may change it.
                     let timeout = gateway.current().config.session_idle_timeout;

@@ -4,7 +4,6 @@
 //! its merged lists. [`close_sessions`] is the one way a session ends.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -16,6 +15,7 @@ use serde_json::value::RawValue;
 use crate::access::Access;
 use crate::catalog::{List, ListKind};
 use crate::downstream::{self, Downstream, Inbox, Server};
+use crate::flight::{Flight, Stop};
 use crate::jsonrpc::{self, Kind, Message, RpcError};
 use crate::sse;
 use crate::stats::Stats;
@@ -48,11 +48,12 @@ enum Slot {
     },
 }
 
-/// A request of the client that a server is working on: where a cancel goes.
+/// A request of the client that a server is working on: where a cancel
+/// goes, and the flight that ends it.
 struct Call {
     server: String,
     downstream_id: Value,
-    cancelled: Arc<AtomicBool>,
+    flight: Arc<Flight>,
 }
 
 /// A request a server sent to the client: where the answer goes.
@@ -458,29 +459,32 @@ impl Session {
         self.state.lock().lists.insert(list.kind, list);
     }
 
-    /// Remembers which server works on the client's request `client_id`;
-    /// the flag is set if the client cancels it.
-    pub fn start_call(&self, client_id: &Value, server: &str, downstream_id: &Value) -> Arc<AtomicBool> {
-        let cancelled = Arc::new(AtomicBool::new(false));
-        let call =
-            Call { server: server.to_string(), downstream_id: downstream_id.clone(), cancelled: cancelled.clone() };
+    /// Remembers which server works on the client's request `client_id`,
+    /// and its flight, which the client's cancel or the session's close stops.
+    pub fn start_call(&self, client_id: &Value, server: &str, downstream_id: &Value, flight: Arc<Flight>) {
+        let call = Call { server: server.to_string(), downstream_id: downstream_id.clone(), flight };
         self.state.lock().calls.insert(id_key(client_id), call);
-        cancelled
     }
 
     pub fn end_call(&self, client_id: &Value) {
         self.state.lock().calls.remove(&id_key(client_id));
     }
 
-    /// Where a client's `notifications/cancelled` for `client_id` goes.
-    pub fn cancel_target(&self, client_id: &Value) -> Option<(Arc<Downstream>, Value)> {
-        let st = self.state.lock();
-        let call = st.calls.get(&id_key(client_id))?;
-        call.cancelled.store(true, Ordering::Release);
-        match st.slots.get(&call.server) {
-            Some(Slot::Open(d)) => Some((d.clone(), call.downstream_id.clone())),
-            _ => None,
-        }
+    /// Ends the client's request `client_id` at once (its answer will
+    /// carry no response) and says where its cancel goes: the downstream
+    /// session and the server's id for the request.
+    pub fn cancel(&self, client_id: &Value) -> Option<(Arc<Downstream>, Value)> {
+        let (flight, target) = {
+            let st = self.state.lock();
+            let call = st.calls.get(&id_key(client_id))?;
+            let target = match st.slots.get(&call.server) {
+                Some(Slot::Open(d)) => Some((d.clone(), call.downstream_id.clone())),
+                _ => None,
+            };
+            (call.flight.clone(), target)
+        };
+        flight.stop(Stop::Cancelled);
+        target
     }
 
     /// Every open downstream session.
@@ -609,6 +613,15 @@ impl Session {
         bytes
     }
 
+    /// Ends a `POST` stream without a response (its request was
+    /// cancelled): a `GET` that resumed it ends, and one that resumes it
+    /// later gets what was sent and nothing more.
+    pub fn end_post_stream(&self, stream: u64) {
+        let mut st = self.state.lock();
+        st.posts.remove(&stream);
+        st.record(stream, b"", true);
+    }
+
     /// Attaches a `GET` stream. With `last_event_id` of an earlier stream,
     /// the events of that stream after it are replayed first, and only
     /// those; resuming a `POST` stream follows it to its response.
@@ -694,7 +707,7 @@ impl Session {
         let mut st = self.state.lock();
         st.closed = true;
         st.streams.clear();
-        st.calls.clear();
+        let calls: Vec<Call> = st.calls.drain().map(|(_, call)| call).collect();
         st.asks.clear();
         st.lists.clear();
         st.backlog.clear();
@@ -703,6 +716,9 @@ impl Session {
         let slots = std::mem::take(&mut st.slots);
         drop(st);
         self.slot_changed.notify_all();
+        for call in calls {
+            call.flight.stop(Stop::Closing);
+        }
         slots
             .into_values()
             .filter_map(|slot| match slot {

@@ -74,9 +74,6 @@ pub struct Stats {
     /// Downstream sessions dropped without going through the close path: a bug if ever non-zero.
     pub downstream_leaked: Counter,
 
-    /// Connection threads running a request that talks to servers (holding
-    /// one of the `workers` permits).
-    pub threads_workers: Gauge,
     pub threads_readers: Gauge,
     pub threads_streams: Gauge,
     pub threads_reaper: Gauge,

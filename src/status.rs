@@ -50,6 +50,7 @@ pub fn json(g: &Gateway) -> Value {
                 "url": server.redact(&server.config.url),
                 "prefix": server.config.prefix,
                 "live_sessions": server.live_sessions.get(),
+                "calls_in_flight": server.lanes.in_flight.get(),
                 "last_error": health.last_error,
                 "last_error_at": unix(health.last_error_at),
                 "last_ok_at": unix(health.last_ok_at),
@@ -67,7 +68,6 @@ pub fn json(g: &Gateway) -> Value {
             "open_fds": p.open_fds,
         },
         "threads": {
-            "workers": s.threads_workers.get(),
             "readers": s.threads_readers.get(),
             "streams": s.threads_streams.get(),
             "reaper": s.threads_reaper.get(),
@@ -75,6 +75,9 @@ pub fn json(g: &Gateway) -> Value {
             "join_timeouts": s.threads_join_timeouts.get(),
             "budget": current.config.thread_budget().iter().map(|(_, n)| n).sum::<usize>(),
             "budget_by_role": current.config.thread_budget().into_iter().map(|(role, n)| (role.to_string(), Value::from(n))).collect::<Map<String, Value>>(),
+        },
+        "calls": {
+            "in_flight": current.servers.iter().map(|s| s.lanes.in_flight.get()).sum::<u64>(),
         },
         "sessions": {
             "live": g.sessions.len(),
@@ -102,7 +105,7 @@ pub fn json(g: &Gateway) -> Value {
             "refused": s.requests_refused.get(),
         },
         "limits": {
-            "workers": current.config.workers,
+            "calls_per_server": current.config.calls_per_server,
             "max_connections": current.config.max_connections,
             "max_sessions": current.config.max_sessions,
             "session_idle_timeout_secs": current.config.session_idle_timeout.as_secs(),

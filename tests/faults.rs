@@ -622,7 +622,7 @@ fn garbage_from_a_downstream_becomes_a_clear_error_and_harms_nothing_else() {
     let good = Fixture::start("good", &[]);
     let mut conf = config(&[("bad", bad.url()), ("good", good.url())]);
     conf["request_timeout_secs"] = json!(2);
-    conf["workers"] = json!(2);
+    conf["calls_per_server"] = json!(2);
     let mut gate = Gate::start(&conf);
     let baseline = gate.threads();
     let mut client = gate.client();
@@ -637,7 +637,7 @@ fn garbage_from_a_downstream_becomes_a_clear_error_and_harms_nothing_else() {
         ("broken_sse", "stream"),
         ("unavailable", "HTTP 503"),
         ("too_many", "retry after 30"),
-        ("hang", "no answer within 2 s"),
+        ("hang", "sent no message within 2 s"),
     ];
     for (tool, expected) in faults {
         let started = Instant::now();
@@ -656,13 +656,13 @@ fn garbage_from_a_downstream_becomes_a_clear_error_and_harms_nothing_else() {
     assert!(client.error_message_of("bad__too_many").contains("HTTP 429"));
     assert!(client.error_message_of("bad__html_error").contains("Internal Server Error"));
 
-    // A hung call holds its worker no longer than the timeout: 4 in a row with 2 workers.
+    // A hung call holds its lane no longer than the timeout: 4 in a row with 2 lanes.
     let started = Instant::now();
     for _ in 0..4 {
-        assert!(client.error_message_of("bad__hang").contains("no answer within"));
+        assert!(client.error_message_of("bad__hang").contains("sent no message within"));
     }
     let took = started.elapsed();
-    eprintln!("4 hung calls, one after another, with 2 workers: {took:?}");
+    eprintln!("4 hung calls, one after another, with 2 lanes: {took:?}");
     assert!(took < Duration::from_secs(12), "4 hung calls took {took:?}");
     assert_eq!(client.tool_text("bad__ok", json!({})), "ok", "the bad server's session still works");
     assert_settled(&gate, 4);

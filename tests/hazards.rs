@@ -156,11 +156,11 @@ fn a_thread_that_cannot_be_spawned_costs_one_connection_and_the_gateway_recovers
     const NOBODY: u32 = 65534;
     let fixture = Fixture::start("alpha", &[]);
     let mut c = config(&[("alpha", fixture.url())]);
-    c["workers"] = json!(2);
+    c["calls_per_server"] = json!(2);
     // Served connections keep their thread while the test holds them.
     c["client_idle_timeout_secs"] = json!(10);
     let at_rest = Gate::start(&c).threads();
-    assert!(at_rest >= 4, "accept, 2 workers, reaper: {at_rest}");
+    assert!(at_rest >= 4, "main, accept, reaper, signal: {at_rest}");
     // Room for exactly two more threads: a connection and a reader, say.
     let limit = at_rest + 2 + threads_of_uid(NOBODY);
     let mut gate = Gate::start_with(&c, |mcpgate| {

@@ -73,7 +73,7 @@ fn a_get_stream_beyond_max_streams_per_session_gets_409() {
 #[test]
 fn requests_beyond_max_requests_per_session_get_429_and_other_sessions_do_not_wait() {
     let fixture = Fixture::start("fx", &[]);
-    let gate = gate_with(&fixture, json!({"max_requests_per_session": 2, "workers": 8}));
+    let gate = gate_with(&fixture, json!({"max_requests_per_session": 2, "calls_per_server": 8}));
     let mut busy = gate.client();
     busy.initialize();
     let url = gate.url();
@@ -151,7 +151,7 @@ fn a_client_that_stops_reading_loses_its_answer_and_frees_its_thread() {
     // Never read: the answer (32 MB) cannot fit the socket buffers, the write
     // blocks, and times out after client_write_timeout_secs.
     assert!(
-        wait_until(Duration::from_secs(10), || gate.status()["threads"]["workers"] == 0
+        wait_until(Duration::from_secs(10), || gate.status()["calls"]["in_flight"] == 0
             && fixture.count("requests") >= 2),
         "the thread that wrote the answer was freed: {}",
         gate.status()["threads"]

@@ -1,6 +1,6 @@
 //! `/status`, `/status.json` and `/healthz` are answered on the connection
-//! thread, never behind the workers: they stay fast while hundreds of client
-//! `GET` streams are open and every worker waits on a slow server, and the
+//! thread, never behind calls to servers: they stay fast while hundreds of
+//! client `GET` streams are open and every lane waits on a slow server, and the
 //! JSON carries every field the README's status table names, with values
 //! that match what is running.
 
@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use support::{Client, Fixture, Gate, RawReply, Stream, config, raw_request, wait_until};
 
 const STREAMS: u64 = 200;
-const WORKERS: u64 = 4;
+const LANES: u64 = 4;
 
 /// A port nothing listens on (bound, then released).
 fn closed_port() -> u16 {
@@ -57,11 +57,11 @@ fn number(status: &Value, section: &str, field: &str) -> u64 {
 }
 
 #[test]
-fn status_pages_answer_fast_with_200_streams_open_and_every_worker_busy() {
+fn status_pages_answer_fast_with_200_streams_open_and_every_lane_busy() {
     let fixture = Fixture::start("alpha", &[]);
     let offline = format!("http://127.0.0.1:{}/mcp", closed_port());
     let mut c = config(&[("alpha", fixture.url()), ("offline", offline)]);
-    c["workers"] = json!(WORKERS);
+    c["calls_per_server"] = json!(LANES);
     c["max_connections"] = json!(1024);
     // Keep-alive comments on every stream each second: load while measuring,
     // and how a stream learns that its client left.
@@ -78,9 +78,9 @@ fn status_pages_answer_fast_with_200_streams_open_and_every_worker_busy() {
     );
     println!("{STREAMS} sessions with open streams in {:?}", opening.elapsed());
 
-    // Every worker waits on a slow tool call (the tool list is fetched first,
+    // Every lane waits on a slow tool call (the tool list is fetched first,
     // so each call is exactly one request at the fixture).
-    let slow_clients: Vec<Client> = (0..WORKERS)
+    let slow_clients: Vec<Client> = (0..LANES)
         .map(|_| {
             let mut client = gate.client();
             client.initialize();
@@ -94,7 +94,7 @@ fn status_pages_answer_fast_with_200_streams_open_and_every_worker_busy() {
         .map(|mut client| std::thread::spawn(move || client.tool_text("alpha__slow", json!({"ms": 5000}))))
         .collect();
     assert!(
-        wait_until(Duration::from_secs(4), || fixture.count("requests") == before + WORKERS),
+        wait_until(Duration::from_secs(4), || fixture.count("requests") == before + LANES),
         "the slow calls reached the server: {}",
         fixture.stats()
     );
@@ -111,9 +111,7 @@ fn status_pages_answer_fast_with_200_streams_open_and_every_worker_busy() {
         }
         times.sort();
         let (median, max) = ((times[4] + times[5]) / 2, times[9]);
-        println!(
-            "{path}: median {median:?}, max {max:?} ({STREAMS} streams open, {WORKERS} of {WORKERS} workers busy)"
-        );
+        println!("{path}: median {median:?}, max {max:?} ({STREAMS} streams open, {LANES} of {LANES} lanes busy)");
         assert!(median < Duration::from_millis(100), "{path}: median {median:?}; all: {times:?}");
         assert!(max < Duration::from_secs(1), "{path}: max {max:?}; all: {times:?}");
         last.push(reply.unwrap());
@@ -129,38 +127,39 @@ fn status_pages_answer_fast_with_200_streams_open_and_every_worker_busy() {
     let process = &status["process"];
     let threads = number(&status, "process", "threads");
     assert!(threads.abs_diff(os_threads) <= 20, "process.threads {threads}, /proc says {os_threads}");
-    assert!(threads >= 2 * STREAMS + WORKERS + 2, "streams, readers, slow calls, accept, reaper: {process}");
+    assert!(threads >= 2 * STREAMS + LANES + 2, "streams, readers, slow calls, accept, reaper: {process}");
     let by_role = &process["threads_by_role"];
-    assert_eq!(by_role["reader"], STREAMS + WORKERS, "{by_role}");
-    assert!(by_role["conn"].as_u64().unwrap() >= STREAMS + WORKERS, "{by_role}");
+    assert_eq!(by_role["reader"], STREAMS + LANES, "{by_role}");
+    assert!(by_role["conn"].as_u64().unwrap() >= STREAMS + LANES, "{by_role}");
     let rss = number(&status, "process", "rss_bytes");
     assert!((1 << 20..1 << 30).contains(&rss), "process.rss_bytes {rss}");
     let fds = number(&status, "process", "open_fds");
     assert!((2 * STREAMS..5000).contains(&fds), "process.open_fds {fds}: a socket per stream and per reader");
 
     let t = &status["threads"];
-    assert_eq!(t["workers"], WORKERS, "threads.workers is the configured count: {t}");
-    assert_eq!(t["readers"], STREAMS + WORKERS, "one reader per downstream session: {t}");
+    assert_eq!(status["calls"]["in_flight"], LANES, "every lane holds a call: {}", status["calls"]);
+    assert_eq!(status["servers"]["alpha"]["calls_in_flight"], LANES, "{}", status["servers"]);
+    assert_eq!(t["readers"], STREAMS + LANES, "one reader per downstream session: {t}");
     assert_eq!(t["streams"], STREAMS, "{t}");
     assert_eq!(t["reaper"], 1, "{t}");
-    assert!(number(&status, "threads", "connections") >= STREAMS + WORKERS, "{t}");
+    assert!(number(&status, "threads", "connections") >= STREAMS + LANES, "{t}");
 
     let s = &status["sessions"];
-    assert_eq!(s["live"], STREAMS + WORKERS, "{s}");
-    assert_eq!(s["created"], STREAMS + WORKERS, "{s}");
+    assert_eq!(s["live"], STREAMS + LANES, "{s}");
+    assert_eq!(s["created"], STREAMS + LANES, "{s}");
     assert_eq!(s["evicted_idle"], 0, "{s}");
     assert_eq!(s["deleted_by_client"], 0, "{s}");
 
     let d = &status["downstream"];
-    assert_eq!(d["opened"], STREAMS + WORKERS, "only alpha opens: {d}");
+    assert_eq!(d["opened"], STREAMS + LANES, "only alpha opens: {d}");
     assert_eq!(d["closed"], 0, "{d}");
-    assert_eq!(d["live"], STREAMS + WORKERS, "{d}");
+    assert_eq!(d["live"], STREAMS + LANES, "{d}");
     assert_eq!(d["balanced"], true, "{d}");
     assert_eq!(d["delete_failures"], 0, "{d}");
     assert_eq!(d["leaked"], 0, "{d}");
 
     let alpha = &status["servers"]["alpha"];
-    assert_eq!(alpha["live_sessions"], STREAMS + WORKERS, "{alpha}");
+    assert_eq!(alpha["live_sessions"], STREAMS + LANES, "{alpha}");
     assert_eq!(alpha["last_error"], Value::Null, "{alpha}");
     let down = &status["servers"]["offline"];
     assert_eq!(down["live_sessions"], 0, "{down}");

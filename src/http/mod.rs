@@ -154,24 +154,17 @@ impl EventSink for NoStream {
     }
 }
 
-/// How a request waits before it runs (always on its connection's thread).
-pub enum Route {
-    /// At once: it does not wait long on servers.
-    AtOnce,
-    /// After taking one of the `workers` permits.
-    WithPermit,
-}
-
-/// The application behind the adapter.
+/// The application behind the adapter. A request runs on the thread of
+/// its connection: a pool of worker threads fed by the connection threads
+/// cost two wake-ups per request, about 100 µs and a fifth of the
+/// throughput on a 2-core host (docs/BENCHMARKS.md).
 pub trait App: Send + Sync + 'static {
-    fn route(&self, req: &HttpRequest) -> Route;
     fn handle(&self, req: &HttpRequest, sink: &mut dyn EventSink) -> HttpReply;
 }
 
 /// Limits and deadlines of the front door.
 #[derive(Debug, Clone, Copy)]
 pub struct Options {
-    pub workers: usize,
     pub max_connections: usize,
     pub max_body_bytes: usize,
     pub max_header_count: usize,

@@ -504,7 +504,6 @@ mod tests {
 
     fn options() -> Options {
         Options {
-            workers: 1,
             max_connections: 4,
             max_body_bytes: 1024,
             max_header_count: 8,

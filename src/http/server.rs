@@ -1,7 +1,6 @@
 #![forbid(unsafe_code)]
-//! The listener and its connections: one accept thread, one thread per
-//! connection up to `max_connections`, at most `workers` requests that talk
-//! to servers at once.
+//! The listener and its connections: one accept thread, and one thread per
+//! connection up to `max_connections`, on which its requests run.
 //!
 //! Slots: when every slot is taken, a new connection takes the slot of the
 //! peer that has sent nothing useful for longest (an idle keep-alive
@@ -22,53 +21,18 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, bounded, select, tick};
+use crossbeam_channel::{select, tick};
 use parking_lot::Mutex;
 
 use super::request::{Head, ReadError, Reader};
 use super::response::{Connection, Writer};
-use super::{App, EventSink, HttpReply, HttpRequest, NoStream, Options, RESERVED_PATHS, ReplyBody, Route, StreamReply};
+use super::{App, EventSink, HttpReply, HttpRequest, Options, RESERVED_PATHS, ReplyBody, StreamReply};
 use crate::limited;
 use crate::stats::Stats;
 use crate::threads;
 
 /// Extra slots for loopback peers when all `max_connections` are busy.
 pub const RESERVED: usize = 4;
-
-/// At most `workers` requests that talk to servers run at once. They run on
-/// the connection thread that read them, holding one of these permits: a
-/// pool of worker threads would add two thread wake-ups to every request,
-/// measured at about 100 µs of latency and a fifth of the throughput on a
-/// 2-core host (docs/BENCHMARKS.md). A request that finds every permit
-/// taken waits for one, in order.
-struct Permits {
-    give: Sender<()>,
-    take: Receiver<()>,
-}
-
-impl Permits {
-    fn new(count: usize) -> Permits {
-        let (give, take) = bounded(count);
-        for _ in 0..count {
-            let _ = give.send(());
-        }
-        Permits { give, take }
-    }
-
-    /// Waits for a permit; it is given back when the guard drops.
-    fn acquire(&self) -> Permit<'_> {
-        let _ = self.take.recv();
-        Permit(self)
-    }
-}
-
-struct Permit<'a>(&'a Permits);
-
-impl Drop for Permit<'_> {
-    fn drop(&mut self) {
-        let _ = self.0.give.try_send(());
-    }
-}
 
 /// What a connection is doing, for the choice of which one gives its slot up.
 const WAITING: u8 = 0;
@@ -105,7 +69,6 @@ struct Shared {
     options: Options,
     stats: Arc<Stats>,
     stopping: AtomicBool,
-    permits: Permits,
     started: Instant,
 }
 
@@ -134,15 +97,8 @@ impl Httpd {
         let listener = listen(addr)?;
         let addr = listener.local_addr()?;
         let waker = TcpStream::from(OwnedFd::from(listener.try_clone()?));
-        let permits = Permits::new(options.workers);
-        let shared = Arc::new(Shared {
-            app,
-            options,
-            stats,
-            stopping: AtomicBool::new(false),
-            permits,
-            started: Instant::now(),
-        });
+        let shared =
+            Arc::new(Shared { app, options, stats, stopping: AtomicBool::new(false), started: Instant::now() });
         let slots = Arc::new(Mutex::new(Vec::new()));
         let accept = {
             let (shared, slots) = (shared.clone(), slots.clone());
@@ -332,19 +288,9 @@ fn serve_connection(stream: &Arc<TcpStream>, phase: &Phase, reserved: bool, shar
         };
         let connection = if head.close { Connection::Close } else { keep_alive };
         let req = request(head, body, stream);
-        let after = match shared.app.route(&req) {
-            Route::AtOnce => {
-                let reply = shared.app.handle(&req, &mut NoStream);
-                respond(&mut writer, reply, connection, shared)
-            }
-            Route::WithPermit => {
-                let _permit = shared.permits.acquire();
-                let _handling = shared.stats.threads_workers.enter();
-                let mut sink = PostSink { writer: &mut writer, state: Sink::Waiting, http11: req.http11, connection };
-                let reply = shared.app.handle(&req, &mut sink);
-                sink.finish(reply, shared)
-            }
-        };
+        let mut sink = PostSink { writer: &mut writer, state: Sink::Waiting, http11: req.http11, connection };
+        let reply = shared.app.handle(&req, &mut sink);
+        let after = sink.finish(reply, shared);
         if after == Connection::Close {
             break;
         }

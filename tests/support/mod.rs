@@ -160,7 +160,7 @@ pub fn config(servers: &[(&str, String)]) -> Value {
     }
     json!({
         "listen": "127.0.0.1:0",
-        "workers": 4,
+        "calls_per_server": 4,
         "session_idle_timeout_secs": 300,
         "client_idle_timeout_secs": 1,
         "connect_timeout_secs": 2,

@@ -1,0 +1,282 @@
+#![forbid(unsafe_code)]
+//! Requests in flight to one server, and what bounds them.
+//!
+//! A server has `calls_per_server` lanes: HTTP agents with one kept-alive
+//! connection each. A request to the server holds a lane for as long as it
+//! runs, so a server that hangs uses up its own lanes and never another
+//! server's. The request is a [`Flight`]: whoever must end it early (the
+//! client's cancel, the close path, the deadline pass of the reaper) stops
+//! it, which shuts its lane's connection down: the thread blocked reading
+//! it returns at once, and the lane is replaced with a fresh agent.
+//!
+//! A flight is silent while the server sends no JSON-RPC message: waiting
+//! for the response head, or between two messages of an SSE answer.
+//! Keep-alive comments and partial bytes do not count, so a server that
+//! trickles them cannot hold a lane past `request_timeout_secs`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+use ureq::Agent;
+
+use crate::stats::Gauge;
+
+/// Why a flight was ended early.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// The client cancelled the request.
+    Cancelled,
+    /// Its downstream session (or mcpgate) is closing.
+    Closing,
+    /// The server sent no message within the request timeout.
+    Silent,
+}
+
+/// One request to a server.
+pub struct Flight {
+    id: u64,
+    /// The downstream session it belongs to (its address), for the close path.
+    owner: usize,
+    /// Guards the lane's agent while the request runs and why it stopped;
+    /// held only to set or read them, and to call `Agent::shutdown`, which
+    /// does not block.
+    state: Mutex<FlightState>,
+    /// Milliseconds since the lanes' epoch of the last message (or the start).
+    heard: AtomicU64,
+    epoch: Instant,
+}
+
+#[derive(Default)]
+struct FlightState {
+    agent: Option<Agent>,
+    stopped: Option<Stop>,
+}
+
+impl Flight {
+    /// Ends the request: the first reason given wins.
+    pub fn stop(&self, why: Stop) {
+        let agent = {
+            let mut st = self.state.lock();
+            if st.stopped.is_some() {
+                return;
+            }
+            st.stopped = Some(why);
+            st.agent.clone()
+        };
+        if let Some(agent) = agent {
+            agent.shutdown();
+        }
+    }
+
+    pub fn stopped(&self) -> Option<Stop> {
+        self.state.lock().stopped
+    }
+
+    /// The server sent a message: the silence starts again.
+    pub fn heard(&self) {
+        self.heard.store(self.epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+
+    fn silent_for(&self, now: Instant) -> Duration {
+        let heard = Duration::from_millis(self.heard.load(Ordering::Relaxed));
+        now.saturating_duration_since(self.epoch + heard)
+    }
+
+    /// Binds the lane's agent to this flight; refused if it stopped already.
+    fn arm(&self, agent: &Agent) -> Result<(), Stop> {
+        let mut st = self.state.lock();
+        match st.stopped {
+            Some(why) => Err(why),
+            None => {
+                st.agent = Some(agent.clone());
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The lanes of one server and its flights.
+pub struct Lanes {
+    /// Guards the idle lanes; `freed` is signalled when one comes back.
+    idle: Mutex<Vec<Agent>>,
+    freed: Condvar,
+    make: Box<dyn Fn() -> Agent + Send + Sync>,
+    count: usize,
+    /// Guards the flights running now, by id; held only to add, remove or list.
+    flights: Mutex<HashMap<u64, Arc<Flight>>>,
+    next: AtomicU64,
+    epoch: Instant,
+    pub in_flight: Gauge,
+}
+
+/// A lane taken for one request; given back when dropped.
+pub struct Lane<'a> {
+    lanes: &'a Lanes,
+    agent: Option<Agent>,
+    flight: Arc<Flight>,
+}
+
+impl Lanes {
+    pub fn new(count: usize, make: impl Fn() -> Agent + Send + Sync + 'static) -> Lanes {
+        let idle = (0..count).map(|_| make()).collect();
+        Lanes {
+            idle: Mutex::new(idle),
+            freed: Condvar::new(),
+            make: Box::new(make),
+            count,
+            flights: Mutex::new(HashMap::new()),
+            next: AtomicU64::new(1),
+            epoch: Instant::now(),
+            in_flight: Gauge::default(),
+        }
+    }
+
+    /// A new flight for a request of the downstream session `owner`; it is
+    /// counted from now, and may be stopped before it gets a lane.
+    pub fn flight(&self, owner: usize) -> Arc<Flight> {
+        let flight = Arc::new(Flight {
+            id: self.next.fetch_add(1, Ordering::Relaxed),
+            owner,
+            state: Mutex::new(FlightState::default()),
+            heard: AtomicU64::new(0),
+            epoch: self.epoch,
+        });
+        flight.heard();
+        flight
+    }
+
+    /// Takes a lane for `flight`, waiting at most `wait` for one.
+    pub fn take(&self, flight: &Arc<Flight>, wait: Duration) -> Result<Lane<'_>, LaneError> {
+        let agent = {
+            let deadline = Instant::now() + wait;
+            let mut idle = self.idle.lock();
+            loop {
+                if let Some(agent) = idle.pop() {
+                    break agent;
+                }
+                if self.freed.wait_until(&mut idle, deadline).timed_out() && idle.is_empty() {
+                    return Err(LaneError::Busy(self.count));
+                }
+            }
+        };
+        let lane = Lane { lanes: self, agent: Some(agent), flight: flight.clone() };
+        self.flights.lock().insert(flight.id, flight.clone());
+        self.in_flight.inc();
+        if let Err(why) = flight.arm(lane.agent()) {
+            return Err(LaneError::Stopped(why));
+        }
+        Ok(lane)
+    }
+
+    /// Stops the flights silent for longer than `timeout`; the reaper's job.
+    pub fn expire(&self, timeout: Duration) {
+        let now = Instant::now();
+        let late: Vec<Arc<Flight>> =
+            self.flights.lock().values().filter(|f| f.silent_for(now) > timeout).cloned().collect();
+        for flight in late {
+            flight.stop(Stop::Silent);
+        }
+    }
+
+    /// Stops every flight of the downstream session `owner` (it is closing).
+    pub fn stop_owned_by(&self, owner: usize) {
+        let owned: Vec<Arc<Flight>> = self.flights.lock().values().filter(|f| f.owner == owner).cloned().collect();
+        for flight in owned {
+            flight.stop(Stop::Closing);
+        }
+    }
+
+    /// Stops every flight (mcpgate is stopping).
+    pub fn stop_all(&self) {
+        let all: Vec<Arc<Flight>> = self.flights.lock().values().cloned().collect();
+        for flight in all {
+            flight.stop(Stop::Closing);
+        }
+    }
+}
+
+impl Lane<'_> {
+    pub fn agent(&self) -> &Agent {
+        self.agent.as_ref().expect("a lane holds its agent until dropped")
+    }
+}
+
+impl Drop for Lane<'_> {
+    fn drop(&mut self) {
+        self.lanes.flights.lock().remove(&self.flight.id);
+        self.lanes.in_flight.dec();
+        let Some(agent) = self.agent.take() else { return };
+        // A stopped flight shut its agent down for good: replace it.
+        let agent = if self.flight.stopped().is_some() { (self.lanes.make)() } else { agent };
+        self.lanes.idle.lock().push(agent);
+        self.lanes.freed.notify_one();
+    }
+}
+
+/// Why no lane was had.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LaneError {
+    /// Every lane stayed taken while the request waited.
+    Busy(usize),
+    /// The flight was stopped before it got its lane.
+    Stopped(Stop),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lanes(count: usize) -> Lanes {
+        Lanes::new(count, || Agent::config_builder().build().new_agent())
+    }
+
+    #[test]
+    fn a_busy_server_refuses_after_the_wait_and_a_freed_lane_is_taken() {
+        let lanes = lanes(1);
+        let first = lanes.flight(1);
+        let held = lanes.take(&first, Duration::ZERO).unwrap();
+        assert_eq!(lanes.in_flight.get(), 1);
+        let second = lanes.flight(1);
+        let started = Instant::now();
+        assert_eq!(lanes.take(&second, Duration::from_millis(50)).err(), Some(LaneError::Busy(1)));
+        assert!(started.elapsed() >= Duration::from_millis(50));
+        drop(held);
+        assert!(lanes.take(&second, Duration::ZERO).is_ok());
+        assert_eq!(lanes.in_flight.get(), 0);
+    }
+
+    #[test]
+    fn stopping_ends_a_flight_once_and_its_lane_is_replaced() {
+        let lanes = lanes(1);
+        let flight = lanes.flight(7);
+        let lane = lanes.take(&flight, Duration::ZERO).unwrap();
+        lanes.stop_owned_by(8);
+        assert_eq!(flight.stopped(), None);
+        lanes.stop_owned_by(7);
+        flight.stop(Stop::Silent);
+        assert_eq!(flight.stopped(), Some(Stop::Closing), "the first reason wins");
+        drop(lane);
+        let next = lanes.flight(7);
+        assert!(lanes.take(&next, Duration::ZERO).is_ok(), "a fresh lane took its place");
+        let stopped = lanes.flight(7);
+        stopped.stop(Stop::Cancelled);
+        assert_eq!(lanes.take(&stopped, Duration::ZERO).err(), Some(LaneError::Stopped(Stop::Cancelled)));
+        assert_eq!(lanes.in_flight.get(), 0);
+    }
+
+    #[test]
+    fn only_silent_flights_expire() {
+        let lanes = lanes(2);
+        let (quiet, chatty) = (lanes.flight(1), lanes.flight(1));
+        let _a = lanes.take(&quiet, Duration::ZERO).unwrap();
+        let _b = lanes.take(&chatty, Duration::ZERO).unwrap();
+        std::thread::sleep(Duration::from_millis(60));
+        chatty.heard();
+        lanes.expire(Duration::from_millis(40));
+        assert_eq!(quiet.stopped(), Some(Stop::Silent));
+        assert_eq!(chatty.stopped(), None);
+    }
+}
