@@ -436,7 +436,7 @@ impl Gateway {
                 );
             }
         };
-        if let Some(why) = self.descriptors_short() {
+        if let Some(why) = self.resources_short() {
             self.stats.sessions_refused.inc();
             crate::limited!(warn, "an initialize was refused with 503: {why}");
             return HttpReply::error(503, &id, &RpcError::internal(why)).header("Retry-After", "5");
@@ -453,6 +453,16 @@ impl Gateway {
         self.stats.sessions_created.inc();
         log::debug!("session {} created for `{}` ({version})", session::short(&session_id), session.client_name);
         let opened = self.open_all(&session);
+        if opened.is_empty()
+            && let Some(why) = session.exhausted()
+            && let Some(session) = self.sessions.remove_if(&session_id, |_| true)
+        {
+            // A session with no server at all, for want of threads or descriptors: better refused.
+            self.close(vec![session], CloseReason::Refused);
+            self.stats.sessions_refused.inc();
+            let e = RpcError::internal(format!("{why}; try again later"));
+            return HttpReply::error(503, &id, &e).header("Retry-After", "5");
+        }
         let result = json!({
             "protocolVersion": version,
             "capabilities": self.capabilities(&session, &opened),
@@ -462,20 +472,30 @@ impl Gateway {
         HttpReply::json(200, jsonrpc::result(&id, &jsonrpc::raw(&result))).header("Mcp-Session-Id", &session_id)
     }
 
-    /// Why a new session must wait: too few file descriptors left. Each
-    /// session takes about two per server; what is kept back closes the
-    /// sessions that are open (a DELETE each, `close` threads at a time)
-    /// and serves the status page. Without the margin, descriptors ran out
-    /// and the DELETEs that keep mcpgate's promise failed.
-    fn descriptors_short(&self) -> Option<String> {
+    /// Why a new session must wait: too few file descriptors or threads
+    /// left. A session takes about two descriptors and one thread (its
+    /// reader) per server; what is kept back serves the sessions that are
+    /// open (their requests need connection threads), closes them (a DELETE
+    /// each) and answers the status page. Without the margin, descriptors
+    /// ran out and the DELETEs that keep mcpgate's promise failed, and
+    /// sessions got no reader.
+    fn resources_short(&self) -> Option<String> {
         let servers = self.current().servers.len() as u64;
         let reserve = 64 + 4 * servers;
         let limit = crate::sys::fd_limit();
         let open = crate::sys::open_fds().unwrap_or(limit);
-        (open + reserve + 2 * servers > limit).then(|| {
+        if open + reserve + 2 * servers > limit {
+            return Some(format!(
+                "mcpgate is near its limit of open files ({open} of {limit} open, {reserve} kept for the sessions \
+                 that are open); try again later"
+            ));
+        }
+        let left = crate::sys::thread_headroom()?;
+        let reserve = 8 + servers;
+        (left < reserve + servers).then(|| {
             format!(
-                "mcpgate is near its limit of open files ({open} of {limit} open, {reserve} kept for closing sessions); \
-                 try again later"
+                "mcpgate is near its limit of threads ({left} more may start, {reserve} kept for the sessions that \
+                 are open); try again later"
             )
         })
     }

@@ -36,6 +36,8 @@ pub enum CloseReason {
     Idle,
     ClientDelete,
     Shutdown,
+    /// Refused at `initialize` after it was created (no server could open).
+    Refused,
 }
 
 enum Slot {
@@ -45,6 +47,8 @@ enum Slot {
     Failed {
         error: String,
         at: Instant,
+        /// mcpgate, not the server, was short of a resource (threads, descriptors).
+        exhausted: bool,
     },
 }
 
@@ -287,7 +291,7 @@ impl Session {
                             return Err(RpcError::server(name, "still opening its session"));
                         }
                     }
-                    Some(Slot::Failed { error, at }) if at.elapsed() < retry => {
+                    Some(Slot::Failed { error, at, .. }) if at.elapsed() < retry => {
                         return Err(RpcError::server(name, error));
                     }
                     _ => {
@@ -327,7 +331,8 @@ impl Session {
             }
             Err(e) => {
                 let error = server.redact(&e.to_string());
-                st.slots.insert(name.to_string(), Slot::Failed { error: error.clone(), at: Instant::now() });
+                let exhausted = matches!(e, downstream::DownstreamError::Exhausted(_));
+                st.slots.insert(name.to_string(), Slot::Failed { error: error.clone(), at: Instant::now(), exhausted });
                 Err(RpcError::server(name, error))
             }
         };
@@ -434,6 +439,14 @@ impl Session {
             Some(Slot::Open(d)) => Some(d.clone()),
             _ => None,
         }
+    }
+
+    /// Why opening failed where mcpgate itself was short of a resource.
+    pub fn exhausted(&self) -> Option<String> {
+        self.state.lock().slots.values().find_map(|slot| match slot {
+            Slot::Failed { error, exhausted: true, .. } => Some(error.clone()),
+            _ => None,
+        })
     }
 
     /// The error of each server whose downstream session failed to open.
@@ -866,6 +879,7 @@ pub fn close_sessions(sessions: Vec<Arc<Session>>, reason: CloseReason, parallel
             CloseReason::Idle => stats.sessions_evicted_idle.inc(),
             CloseReason::ClientDelete => stats.sessions_deleted_by_client.inc(),
             CloseReason::Shutdown => stats.sessions_closed_at_shutdown.inc(),
+            CloseReason::Refused => {}
         }
         log::debug!("session {} closed ({reason:?})", short(&session.id));
     }

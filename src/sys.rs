@@ -116,8 +116,13 @@ pub fn raise_fd_limit() -> io::Result<u64> {
             limit = raised;
         }
     }
-    #[allow(clippy::unnecessary_cast)] // rlim_t is u32 on some 32-bit targets
-    Ok(limit.rlim_cur as u64)
+    Ok(rlim(limit.rlim_cur))
+}
+
+/// An `rlim_t` as u64 (it is u32 on some 32-bit targets).
+#[allow(clippy::unnecessary_cast)]
+fn rlim(value: libc::rlim_t) -> u64 {
+    value as u64
 }
 
 /// The soft limit on open files now.
@@ -127,9 +132,7 @@ pub fn fd_limit() -> u64 {
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
         return u64::MAX;
     }
-    #[allow(clippy::unnecessary_cast)] // rlim_t is u32 on some 32-bit targets
-    let limit = limit.rlim_cur as u64;
-    limit
+    rlim(limit.rlim_cur)
 }
 
 /// Descriptors open in this process, from `/proc/self/fd`; `None` when
@@ -155,4 +158,32 @@ pub fn reset_on_close(socket: &impl std::os::fd::AsRawFd) {
             std::mem::size_of::<libc::linger>() as libc::socklen_t,
         );
     }
+}
+
+/// How many more threads this process may start: the tighter of
+/// `RLIMIT_NPROC` (less this process's threads; under systemd's
+/// `DynamicUser` the user runs nothing else) and its cgroup's `pids.max`
+/// (systemd's `TasksMax`). `None` when neither limits it.
+pub fn thread_headroom() -> Option<u64> {
+    let threads = std::fs::read_dir("/proc/self/task").map_or(0, |d| d.count() as u64);
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: `limit` is a live local of the type getrlimit fills.
+    let by_rlimit = (unsafe { libc::getrlimit(libc::RLIMIT_NPROC, &mut limit) } == 0
+        && limit.rlim_cur != libc::RLIM_INFINITY)
+        .then(|| rlim(limit.rlim_cur).saturating_sub(threads));
+    let by_cgroup = cgroup_pids_left();
+    match (by_rlimit, by_cgroup) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// `pids.max - pids.current` of this process's cgroup (v2), if it has a limit.
+fn cgroup_pids_left() -> Option<u64> {
+    let cgroup = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let path = cgroup.lines().find_map(|l| l.strip_prefix("0::"))?.trim();
+    let dir = std::path::Path::new("/sys/fs/cgroup").join(path.trim_start_matches('/'));
+    let max: u64 = std::fs::read_to_string(dir.join("pids.max")).ok()?.trim().parse().ok()?;
+    let current: u64 = std::fs::read_to_string(dir.join("pids.current")).ok()?.trim().parse().ok()?;
+    Some(max.saturating_sub(current))
 }

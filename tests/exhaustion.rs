@@ -441,7 +441,7 @@ fn threads_that_cannot_be_started_refuse_new_work_and_close_every_session_exactl
     const ROOM: usize = 20;
     let fixture = Fixture::start("alpha", &[]);
     let mut c = config(&[("alpha", fixture.url())]);
-    c["workers"] = json!(2);
+    c["calls_per_server"] = json!(2);
     let at_rest = {
         let probe = Gate::start(&c);
         let mut last = 0;
@@ -453,7 +453,7 @@ fn threads_that_cannot_be_started_refuse_new_work_and_close_every_session_exactl
         });
         last
     };
-    assert!(at_rest >= 4, "accept, 2 workers, reaper: {at_rest}");
+    assert!(at_rest >= 4, "main, accept, reaper, signal: {at_rest}");
     let limit = at_rest + ROOM + threads_of_uid(NOBODY);
     let mut gate = Gate::start_with(&c, |mcpgate| {
         open_config_to_all(&mcpgate);

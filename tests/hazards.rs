@@ -212,12 +212,16 @@ fn a_thread_that_cannot_be_spawned_costs_one_connection_and_the_gateway_recovers
     let counted = status["connections"]["refused"].as_u64().unwrap();
     assert!(counted >= refused, "refusals counted: {}", status["connections"]);
     assert!(gate.stderr().contains("cannot start a thread"), "the refusal is logged:\n{}", gate.stderr());
-    // A session needs a connection thread and a reader: exactly the room left.
+    // A session would take the last threads, which the sessions that are
+    // open need for their requests: it is refused, and says why.
     assert!(gate.settles_to(at_rest), "threads {} != {at_rest}", gate.threads());
-    let mut client = gate.client();
-    client.initialize();
-    assert_eq!(client.tool_text("alpha__echo", json!({"text": "recovered"})), "recovered");
-    assert!(wait_until(Duration::from_secs(5), || fixture.count("get_streams_open") == 1), "the reader started");
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}}});
+    let headers = [("Content-Type", "application/json"), ("Accept", "application/json, text/event-stream")];
+    let reply = raw_request(addr, "POST", "/mcp", &headers, init.to_string().as_bytes());
+    assert_eq!((reply.status, reply.header("retry-after")), (503, Some("5")), "{reply:?}");
+    assert!(reply.json()["error"]["message"].as_str().unwrap().contains("limit of threads"), "{reply:?}");
+    assert_eq!(fixture.count("initialize"), 0, "nothing was opened downstream");
     assert!(gate.is_running(), "mcpgate died\n{}", gate.stderr());
 }
 
