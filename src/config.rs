@@ -102,6 +102,11 @@ pub const REFERENCE: &[KeyDoc] = &[
         meaning: "Largest JSON message or SSE event in bytes accepted from a downstream server.",
     },
     KeyDoc {
+        key: "max_memory_mb",
+        default: "128",
+        meaning: "MiB of message bytes mcpgate may hold in all: request bodies, events queued for clients and kept for their replay, events arriving from servers. Each session may hold its share (half of this divided by the live sessions, at least 1 MiB); a client that falls further behind loses its stream, a server event that does not fit is refused. Keep it below the unit's `MemoryMax`.",
+    },
+    KeyDoc {
         key: "max_sessions",
         default: "1024",
         meaning: "Live client sessions; an `initialize` beyond it gets 503 with `Retry-After`.",
@@ -214,6 +219,8 @@ pub struct Config {
     pub max_header_bytes: usize,
     pub max_message_bytes: usize,
     pub max_sessions: usize,
+    /// In bytes.
+    pub max_memory: usize,
     pub page_size: usize,
     pub state_file: Option<PathBuf>,
     pub max_streams_per_session: usize,
@@ -319,6 +326,7 @@ impl Config {
             max_header_bytes: keys.integer("max_header_bytes", 16 << 10, 1024, 1 << 20)?,
             max_message_bytes: keys.integer("max_message_bytes", 16 << 20, 1024, 1 << 30)?,
             max_sessions: keys.integer("max_sessions", 1024, 1, 1_000_000)?,
+            max_memory: keys.integer("max_memory_mb", 128, 8, 1 << 20)? << 20,
             page_size: keys.integer("page_size", 100, 1, 100_000)?,
             state_file: keys.string("state_file")?.map(PathBuf::from),
             max_streams_per_session: keys.integer("max_streams_per_session", 4, 1, 64)?,

@@ -19,6 +19,7 @@ use crate::config::{Config, ServerConfig};
 use crate::flight::{Flight, LaneError, Lanes, Stop};
 use crate::jsonrpc::{self, Kind, Message};
 use crate::limited;
+use crate::memory::Charge;
 use crate::reader::{self, Reader};
 use crate::sse;
 use crate::stats::{Gauge, Stats};
@@ -433,12 +434,7 @@ impl Server {
         let mime = response.body().mime_type().unwrap_or("").to_ascii_lowercase();
         match status {
             200 if mime == "application/json" => {
-                let bytes = response
-                    .into_body()
-                    .with_config()
-                    .limit(self.limits.max_message as u64)
-                    .read_to_vec()
-                    .map_err(|e| self.body_error(e))?;
+                let (bytes, _held) = self.read_message(response)?;
                 let message = Message::parse(&bytes)
                     .map_err(|e| DownstreamError::Protocol(format!("invalid JSON-RPC answer: {}", e.message)))?;
                 match message.kind() {
@@ -494,6 +490,9 @@ impl Server {
                     }
                     Ok(None) => break "the stream ended before the response".to_string(),
                     Err(e) if is_timeout(&e) => return Err(DownstreamError::Timeout(self.limits.request)),
+                    Err(e) if e.kind() == std::io::ErrorKind::OutOfMemory => {
+                        return Err(DownstreamError::Protocol(e.to_string()));
+                    }
                     Err(e) => break format!("the stream broke before the response: {e}"),
                 }
             };
@@ -527,10 +526,30 @@ impl Server {
         }
     }
 
-    fn body_error(&self, e: ureq::Error) -> DownstreamError {
-        match e {
-            ureq::Error::BodyExceedsLimit(n) => DownstreamError::Protocol(format!("message larger than {n} bytes")),
-            other => self.transport_error(other),
+    /// A JSON body of at most `max_message_bytes`, charged against
+    /// `max_memory_mb` as it arrives (the charge lasts as long as it is held).
+    fn read_message(&self, response: Response<ureq::Body>) -> Result<(Vec<u8>, Charge), DownstreamError> {
+        let max = self.limits.max_message;
+        let mut reader = response.into_body().into_reader();
+        let (mut bytes, mut charge) = (Vec::new(), Charge::empty());
+        let mut buf = [0u8; 16 * 1024];
+        loop {
+            let n = match reader.read(&mut buf) {
+                Ok(0) => return Ok((bytes, charge)),
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) if is_timeout(&e) => return Err(DownstreamError::Timeout(self.limits.request)),
+                Err(e) => return Err(DownstreamError::Protocol(format!("reading the answer failed: {e}"))),
+            };
+            if bytes.len() + n > max {
+                return Err(DownstreamError::Protocol(format!("message larger than {max} bytes")));
+            }
+            if !charge.grow(n) {
+                return Err(DownstreamError::Exhausted(
+                    "mcpgate holds its limit of max_memory_mb; the answer could not be held".into(),
+                ));
+            }
+            bytes.extend_from_slice(&buf[..n]);
         }
     }
 }

@@ -73,6 +73,8 @@ pub struct Gateway {
     stopping: std::sync::atomic::AtomicBool,
     /// Milliseconds since start at the last `release_memory`.
     trimmed_at: std::sync::atomic::AtomicU64,
+    /// Sessions closed since then: the reaper gives their memory back.
+    trim_owed: std::sync::atomic::AtomicBool,
     pub started: Instant,
 }
 
@@ -94,6 +96,7 @@ impl From<RpcError> for Outcome {
 
 impl Gateway {
     pub fn new(config: Config) -> Gateway {
+        crate::memory::set_limit(config.max_memory);
         let stats = Arc::new(Stats::default());
         let servers = config.servers.iter().map(|s| new_server(s, &config, &stats)).collect();
         Gateway {
@@ -105,6 +108,7 @@ impl Gateway {
             reloading: Mutex::new(()),
             stopping: std::sync::atomic::AtomicBool::new(false),
             trimmed_at: std::sync::atomic::AtomicU64::new(0),
+            trim_owed: std::sync::atomic::AtomicBool::new(false),
             started: Instant::now(),
         }
     }
@@ -131,7 +135,9 @@ impl Gateway {
     }
 
     /// Gives freed memory back to the kernel after sessions close, at most
-    /// every 100 ms: RSS then follows the sessions that are live.
+    /// every 100 ms: RSS then follows the sessions that are live. A close
+    /// within 100 ms of the last trim leaves it owed to the reaper
+    /// ([`Gateway::settle_memory`]), so the last of a burst is not missed.
     fn release_memory(&self) {
         use std::sync::atomic::Ordering;
         let now = self.started.elapsed().as_millis() as u64;
@@ -139,7 +145,17 @@ impl Gateway {
         if now.saturating_sub(last) >= 100
             && self.trimmed_at.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
         {
+            self.trim_owed.store(false, Ordering::Relaxed);
             crate::sys::release_free_memory();
+        } else {
+            self.trim_owed.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Pays a trim a burst of closes left owed; the reaper calls it.
+    pub fn settle_memory(&self) {
+        if self.trim_owed.load(std::sync::atomic::Ordering::Relaxed) {
+            self.release_memory();
         }
     }
 
@@ -184,6 +200,7 @@ impl Gateway {
         outcome
             .changed
             .extend(servers.iter().filter(|s| old.server(s.name()).is_none()).map(|s| format!("{} (new)", s.name())));
+        crate::memory::set_limit(new.max_memory);
         *self.current.write() = Arc::new(Current { config: new, servers });
         // After the swap: an open that finishes now sees its server retired and closes itself.
         for server in &retired {

@@ -20,6 +20,7 @@ pub mod flight;
 pub mod gateway;
 pub mod http;
 pub mod jsonrpc;
+pub mod memory;
 pub mod notify;
 pub mod ratelog;
 pub mod reader;

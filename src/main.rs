@@ -127,6 +127,7 @@ fn run() -> Result<(), Error> {
     }
     // Before any thread starts, so that every thread inherits the mask.
     let signals = sys::block().map_err(io("cannot block signals"))?;
+    sys::limit_malloc_arenas();
     init_logging();
     check_fd_limit(&config);
     serve(config, source, signals)

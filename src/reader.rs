@@ -230,6 +230,10 @@ impl Stream {
                     }
                 }
                 Ok(None) => break,
+                Err(e) if e.kind() == std::io::ErrorKind::OutOfMemory => {
+                    crate::limited!(warn, "server `{name}`: GET stream cut off: {e}; reconnecting");
+                    break;
+                }
                 // Quiet streams time out per read; reconnecting is how we notice a dead server.
                 Err(e) => {
                     if !self.stopped() {

@@ -41,6 +41,7 @@ pub fn start(gateway: Arc<Gateway>) -> std::io::Result<Reaper> {
                     for server in &current.servers {
                         server.lanes.expire(current.config.request_timeout);
                     }
+                    gateway.settle_memory();
                 }
                 recv(ticks) -> _ => {
                     // Read each time: a reload may change it.

@@ -4,6 +4,7 @@
 //! its merged lists. [`close_sessions`] is the one way a session ends.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -17,14 +18,17 @@ use crate::catalog::{List, ListKind};
 use crate::downstream::{self, Downstream, Inbox, Server};
 use crate::flight::{Flight, Stop};
 use crate::jsonrpc::{self, Kind, Message, RpcError};
+use crate::memory::{self, Event, Held};
 use crate::sse;
 use crate::stats::Stats;
 
-/// Messages kept for a client that has no `GET` stream open yet.
+/// Messages kept for a client that has no `GET` stream open yet; in bytes,
+/// what the session holds stays within its share of `max_memory_mb`.
 const BACKLOG: usize = 256;
 /// Messages queued on one `GET` stream before it counts as stuck.
 const STREAM_QUEUE: usize = 256;
-/// Events kept for clients that resume a stream with `Last-Event-ID`.
+/// Events kept for clients that resume a stream with `Last-Event-ID`; the
+/// oldest go first when the session needs room for new ones.
 const REPLAY_EVENTS: usize = 256;
 const REPLAY_BYTES: usize = 1 << 20;
 /// What a 2025-11-25 client waits before it reconnects a dropped stream.
@@ -66,12 +70,23 @@ struct Ask {
     id: Value,
 }
 
+/// A `GET` stream as the session sees it. Dropped when the stream ends: what
+/// is still queued for it is dropped at once (a writer blocked on a client
+/// that does not read would hold it until its write times out).
 struct ClientStream {
     /// The stream number in event ids.
     id: u64,
     /// This attachment: a resumed stream keeps its number on a new connection.
     attach: u64,
-    tx: Sender<Vec<u8>>,
+    tx: Sender<Event>,
+    /// The writer's end too, to empty the queue when the stream is cut.
+    rx: Receiver<Event>,
+}
+
+impl Drop for ClientStream {
+    fn drop(&mut self) {
+        while self.rx.try_recv().is_ok() {}
+    }
 }
 
 /// An SSE event as sent, kept for replay. Ids are `<stream>-<seq>`: unique
@@ -81,7 +96,7 @@ struct Logged {
     seq: u64,
     /// The response that ends a `POST` stream.
     last: bool,
-    bytes: Vec<u8>,
+    bytes: Event,
 }
 
 /// A `GET` stream as the connection thread writes it: `first` (replay,
@@ -89,8 +104,8 @@ struct Logged {
 /// disconnects. `id` is set for a `GET` stream to detach when it ends.
 pub struct Attached {
     pub id: Option<u64>,
-    pub first: Vec<Vec<u8>>,
-    pub rx: Receiver<Vec<u8>>,
+    pub first: Vec<Event>,
+    pub rx: Receiver<Event>,
 }
 
 /// Everything about a session that changes. Guarded by `Session::state`,
@@ -108,12 +123,12 @@ struct State {
     asks: HashMap<u64, Ask>,
     next_ask: u64,
     /// Messages for a `GET` stream that is not open yet.
-    backlog: VecDeque<Vec<u8>>,
+    backlog: VecDeque<Event>,
     next_seq: u64,
     log: VecDeque<Logged>,
     log_bytes: usize,
     /// `POST` answers streaming now, with the `GET` that resumed one, if any.
-    posts: HashMap<u64, Option<Sender<Vec<u8>>>>,
+    posts: HashMap<u64, Option<Sender<Event>>>,
     /// The last `logging/setLevel` params, for servers opened later.
     log_level: Option<Box<RawValue>>,
     /// The token that created the session (kept in memory only); a session
@@ -134,6 +149,8 @@ pub struct Session {
     scope: Option<Vec<String>>,
     state: Mutex<State>,
     slot_changed: Condvar,
+    /// Bytes of events this session holds (queued, kept, waiting).
+    tally: Arc<AtomicUsize>,
     me: Weak<Session>,
 }
 
@@ -227,6 +244,7 @@ impl Session {
                 lost: Vec::new(),
             }),
             slot_changed: Condvar::new(),
+            tally: Arc::new(AtomicUsize::new(0)),
             me: me.clone(),
         })
     }
@@ -570,33 +588,71 @@ impl Session {
     }
 
     /// Sends a message to the client's `GET` stream, or keeps it until one
-    /// opens. A stream that cannot take it (stuck client) is ended.
+    /// opens. A stream that falls behind (a client that does not read) by
+    /// more than the session's share of `max_memory_mb`, or by
+    /// [`STREAM_QUEUE`] messages, is ended: the client resumes it with
+    /// `Last-Event-ID` and gets what the replay log still holds.
     pub fn push_to_stream(&self, message: Vec<u8>) {
         let mut st = self.state.lock();
         while let Some(stream) = st.streams.last() {
             let (id, tx) = (stream.id, stream.tx.clone());
-            let bytes = st.record(id, &message, false);
-            match tx.try_send(bytes) {
-                Ok(()) => return,
-                Err(_) => {
+            let Some(event) = st.record(id, &message, false, &self.tally) else {
+                crate::limited!(
+                    warn,
+                    "session {}: mcpgate holds its limit of max_memory_mb; a message for it was dropped",
+                    short(&self.id)
+                );
+                return;
+            };
+            if self.tally.load(Ordering::Relaxed) > memory::share() {
+                let behind = st.streams.iter().filter(|s| !s.tx.is_empty()).count();
+                st.streams.retain(|s| s.tx.is_empty());
+                if behind > 0 {
                     crate::limited!(
                         warn,
-                        "session {}: a GET stream fell {STREAM_QUEUE} messages behind; ended",
-                        short(&self.id)
+                        "session {}: {behind} GET stream(s) fell more than its share of max_memory_mb ({} bytes) \
+                         behind; ended (the client resumes with Last-Event-ID)",
+                        short(&self.id),
+                        memory::share()
                     );
-                    st.streams.pop();
+                }
+            }
+            if st.streams.last().is_some_and(|s| s.id == id && s.tx.same_channel(&tx)) {
+                match tx.try_send(event) {
+                    Ok(()) => return,
+                    Err(_) => {
+                        crate::limited!(
+                            warn,
+                            "session {}: a GET stream fell {STREAM_QUEUE} messages behind; ended",
+                            short(&self.id)
+                        );
+                        st.streams.pop();
+                    }
                 }
             }
         }
-        if st.backlog.len() == BACKLOG {
+        // No stream: keep it, within the count and the session's share.
+        let share = memory::share();
+        while !st.backlog.is_empty()
+            && (st.backlog.len() >= BACKLOG || self.tally.load(Ordering::Relaxed) + message.len() > share)
+        {
             st.backlog.pop_front();
             crate::limited!(
                 warn,
-                "session {}: no GET stream open and {BACKLOG} messages waiting; the oldest is dropped",
+                "session {}: no GET stream open and its backlog is full ({BACKLOG} messages or {share} bytes); \
+                 the oldest is dropped",
                 short(&self.id)
             );
         }
-        st.backlog.push_back(message);
+        st.make_room(message.len(), share, &self.tally);
+        match Held::new(message, &self.tally) {
+            Ok(message) => st.backlog.push_back(message),
+            Err(_) => crate::limited!(
+                warn,
+                "session {}: mcpgate holds its limit of max_memory_mb; a message for it was dropped",
+                short(&self.id)
+            ),
+        }
     }
 
     /// The priming event that opens a stream for a 2025-11-25 client: an id
@@ -614,16 +670,23 @@ impl Session {
         id
     }
 
-    /// One event of a `POST` stream as SSE bytes, kept for replay and passed
-    /// to a `GET` that resumed the stream. `last` (the response) ends it.
+    /// One event of a `POST` stream as SSE bytes, kept for replay (when
+    /// the session has room) and passed to a `GET` that resumed the stream.
+    /// `last` (the response) ends it.
     pub fn post_event(&self, stream: u64, message: &[u8], last: bool) -> Vec<u8> {
         let mut st = self.state.lock();
-        let bytes = st.record(stream, message, last);
         let resumer = if last { st.posts.remove(&stream).flatten() } else { st.posts.get(&stream).cloned().flatten() };
-        if let Some(tx) = resumer {
-            let _ = tx.try_send(bytes.clone());
+        match st.record(stream, message, last, &self.tally) {
+            Some(event) => {
+                let bytes = event.to_vec();
+                if let Some(tx) = resumer {
+                    let _ = tx.try_send(event);
+                }
+                bytes
+            }
+            // Not kept: this answer goes out, but cannot be resumed.
+            None => st.encode(stream, message),
         }
-        bytes
     }
 
     /// Ends a `POST` stream without a response (its request was
@@ -632,7 +695,7 @@ impl Session {
     pub fn end_post_stream(&self, stream: u64) {
         let mut st = self.state.lock();
         st.posts.remove(&stream);
-        st.record(stream, b"", true);
+        st.record(stream, b"", true, &self.tally);
     }
 
     /// Attaches a `GET` stream. With `last_event_id` of an earlier stream,
@@ -644,7 +707,7 @@ impl Session {
             return Err(RpcError::internal("the session is closing"));
         }
         let resume = last_event_id.and_then(parse_event_id);
-        let replay: Vec<Vec<u8>> = match resume {
+        let replay: Vec<Event> = match resume {
             Some((stream, seq)) => {
                 st.log.iter().filter(|e| e.stream == stream && e.seq > seq).map(|e| e.bytes.clone()).collect()
             }
@@ -686,17 +749,24 @@ impl Session {
         // client could resume from while replayed events are still unseen.
         let mut first = replay;
         if self.protocol_version.as_str() >= "2025-11-25" {
-            let priming = st.record(id, b"", false);
-            first.push(priming);
+            first.extend(st.record(id, b"", false, &self.tally));
         }
-        let waiting: Vec<Vec<u8>> = st.backlog.drain(..).collect();
+        let waiting: Vec<Event> = st.backlog.drain(..).collect();
         for message in waiting {
-            first.push(st.record(id, &message, false));
+            // The message leaves the backlog as it enters the log: room for it is there.
+            let len = message.len();
+            let message = Arc::try_unwrap(message).map_or_else(|shared| shared.to_vec(), |held| held.to_vec());
+            match st.record(id, &message, false, &self.tally) {
+                Some(event) => first.push(event),
+                None => {
+                    crate::limited!(warn, "session {}: a waiting message of {len} bytes was dropped", short(&self.id))
+                }
+            }
         }
         let (tx, rx) = bounded(STREAM_QUEUE);
         st.next_attach += 1;
         let attach = st.next_attach;
-        st.streams.push(ClientStream { id, attach, tx });
+        st.streams.push(ClientStream { id, attach, tx, rx: rx.clone() });
         Ok(Attached { id: Some(attach), first, rx })
     }
 
@@ -743,20 +813,51 @@ impl Session {
 }
 
 impl State {
-    /// Encodes `message` as the next event of `stream` and keeps it for replay.
-    fn record(&mut self, stream: u64, message: &[u8], last: bool) -> Vec<u8> {
+    /// Encodes `message` as the next event of `stream`, without keeping it.
+    fn encode(&mut self, stream: u64, message: &[u8]) -> Vec<u8> {
         let seq = self.next_seq;
         self.next_seq += 1;
-        let bytes = sse::encode(Some(&format!("{stream}-{seq}")), message);
-        self.log_bytes += bytes.len();
-        self.log.push_back(Logged { stream, seq, last, bytes: bytes.clone() });
-        while self.log.len() > REPLAY_EVENTS || self.log_bytes > REPLAY_BYTES {
-            match self.log.pop_front() {
-                Some(old) => self.log_bytes -= old.bytes.len(),
-                None => break,
+        sse::encode(Some(&format!("{stream}-{seq}")), message)
+    }
+
+    /// Encodes `message` as the next event of `stream` and keeps it for
+    /// replay; `None` when the budget has no room for it even after the
+    /// session gave up its oldest replay events.
+    fn record(&mut self, stream: u64, message: &[u8], last: bool, tally: &Arc<AtomicUsize>) -> Option<Event> {
+        let seq = self.next_seq;
+        let bytes = self.encode(stream, message);
+        self.make_room(bytes.len(), memory::share(), tally);
+        let mut bytes = bytes;
+        let event = loop {
+            match Held::new(bytes, tally) {
+                Ok(event) => break event,
+                // Spent: what this session keeps for replay goes first.
+                Err(back) if !self.log.is_empty() => {
+                    bytes = back;
+                    self.drop_oldest();
+                }
+                Err(_) => return None,
             }
+        };
+        self.log.push_back(Logged { stream, seq, last, bytes: event.clone() });
+        self.log_bytes += event.len();
+        while self.log.len() > REPLAY_EVENTS || self.log_bytes > REPLAY_BYTES {
+            self.drop_oldest();
         }
-        bytes
+        Some(event)
+    }
+
+    /// Gives up replay events until `more` bytes fit in the session's `share`.
+    fn make_room(&mut self, more: usize, share: usize, tally: &AtomicUsize) {
+        while !self.log.is_empty() && tally.load(Ordering::Relaxed) + more > share {
+            self.drop_oldest();
+        }
+    }
+
+    fn drop_oldest(&mut self) {
+        if let Some(old) = self.log.pop_front() {
+            self.log_bytes -= old.bytes.len();
+        }
     }
 }
 
@@ -836,6 +937,7 @@ impl Sessions {
             return false;
         }
         map.insert(session.id.clone(), session);
+        memory::set_sessions(map.len());
         true
     }
 
@@ -845,7 +947,9 @@ impl Sessions {
         if !allowed(map.get(id)?) {
             return None;
         }
-        map.remove(id)
+        let removed = map.remove(id);
+        memory::set_sessions(map.len());
+        removed
     }
 
     /// Removes and returns the sessions idle for at least `timeout`.
@@ -854,12 +958,16 @@ impl Sessions {
         let mut map = self.map.lock();
         let idle: Vec<String> =
             map.values().filter(|s| s.idle_for(now).is_some_and(|d| d >= timeout)).map(|s| s.id.clone()).collect();
-        idle.iter().filter_map(|id| map.remove(id)).collect()
+        let taken = idle.iter().filter_map(|id| map.remove(id)).collect();
+        memory::set_sessions(map.len());
+        taken
     }
 
     /// Removes and returns every session.
     pub fn take_all(&self) -> Vec<Arc<Session>> {
-        self.map.lock().drain().map(|(_, s)| s).collect()
+        let taken = self.map.lock().drain().map(|(_, s)| s).collect();
+        memory::set_sessions(0);
+        taken
     }
 
     /// A copy of the list, to read without holding the map.

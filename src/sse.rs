@@ -4,6 +4,8 @@
 
 use std::io::{self, BufRead};
 
+use crate::memory::{self, Charge};
+
 /// One event block. `data` is empty for a priming event (an `id` alone) or a
 /// block that only sets `retry`.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -14,26 +16,69 @@ pub struct Event {
     pub retry_ms: Option<u64>,
 }
 
-/// Reads events from a byte stream; no line and no event may exceed `limit` bytes.
+/// Reads events from a byte stream; no line and no event may exceed `limit`
+/// bytes. Beyond its first 64 KiB, an event being read is charged against
+/// `max_memory_mb` and may not pass a session's share of it: a server that
+/// sends one line that never ends holds little.
 pub struct Decoder<R> {
     reader: R,
     limit: usize,
     line: Vec<u8>,
+    /// Bytes of the event being read, beyond [`FREE`].
+    charge: Charge,
 }
+
+/// What an event may hold before it is charged against the memory budget.
+const FREE: usize = 64 * 1024;
+/// How long an event waits for room in a spent budget before it is refused.
+const WAIT_FOR_ROOM: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl<R: BufRead> Decoder<R> {
     pub fn new(reader: R, limit: usize) -> Decoder<R> {
-        Decoder { reader, limit, line: Vec::new() }
+        Decoder { reader, limit, line: Vec::new(), charge: Charge::empty() }
+    }
+
+    /// Charges an event that holds `held` bytes so far.
+    fn account(&mut self, held: usize) -> io::Result<()> {
+        if held <= FREE + self.charge.bytes() {
+            return Ok(());
+        }
+        let want = (held - FREE).next_multiple_of(FREE);
+        if want > memory::share() {
+            return Err(io::Error::new(
+                io::ErrorKind::OutOfMemory,
+                format!("SSE event larger than a session's share of max_memory_mb ({} bytes)", memory::share()),
+            ));
+        }
+        // The budget is spent: wait a little for clients to take what is
+        // queued for them, which slows the server down (TCP pushes back),
+        // before giving up on this event.
+        let deadline = std::time::Instant::now() + WAIT_FOR_ROOM;
+        while !self.charge.grow(want - self.charge.bytes()) {
+            if std::time::Instant::now() >= deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::OutOfMemory,
+                    "mcpgate holds its limit of max_memory_mb: an SSE event could not be held",
+                ));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        Ok(())
     }
 
     /// The next event block, `Ok(None)` at the end of the stream. A block
     /// cut off by the end of the stream is dropped, as the SSE rules say.
     pub fn next_event(&mut self) -> io::Result<Option<Event>> {
+        // The last event went to the caller: what it held is given back.
+        self.charge.shrink_to(0);
+        if self.line.capacity() > FREE {
+            self.line = Vec::new();
+        }
         let mut event = Event::default();
         let mut has_data = false;
         let mut seen = false;
         loop {
-            if !self.read_line()? {
+            if !self.read_line(event.data.len())? {
                 return Ok(None);
             }
             if self.line.is_empty() {
@@ -83,8 +128,9 @@ impl<R: BufRead> Decoder<R> {
     }
 
     /// Reads one line without its terminator (`\n`, `\r\n` or `\r`) into
-    /// `self.line`; false at the end of the stream.
-    fn read_line(&mut self) -> io::Result<bool> {
+    /// `self.line`; false at the end of the stream. `held` bytes of the
+    /// event are read already.
+    fn read_line(&mut self, held: usize) -> io::Result<bool> {
         self.line.clear();
         loop {
             let buf = match self.reader.fill_buf() {
@@ -129,6 +175,7 @@ impl<R: BufRead> Decoder<R> {
             if self.line.len() > self.limit {
                 return Err(too_large(self.limit));
             }
+            self.account(held + self.line.len())?;
         }
     }
 }

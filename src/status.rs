@@ -76,6 +76,12 @@ pub fn json(g: &Gateway) -> Value {
             "budget": current.config.thread_budget().iter().map(|(_, n)| n).sum::<usize>(),
             "budget_by_role": current.config.thread_budget().into_iter().map(|(role, n)| (role.to_string(), Value::from(n))).collect::<Map<String, Value>>(),
         },
+        "memory": {
+            "buffered_bytes": crate::memory::used(),
+            "limit_bytes": crate::memory::limit(),
+            "session_share_bytes": crate::memory::share(),
+            "refused": crate::memory::refused(),
+        },
         "calls": {
             "in_flight": current.servers.iter().map(|s| s.lanes.in_flight.get()).sum::<u64>(),
         },

@@ -28,6 +28,7 @@ use crossbeam_channel::Receiver;
 use serde_json::Value;
 
 use crate::jsonrpc::{self, RpcError};
+use crate::memory::Event;
 
 mod request;
 mod response;
@@ -69,8 +70,8 @@ impl HttpRequest {
 /// A `GET` stream: SSE events (already encoded) to send, `first` and then
 /// from `rx` until it disconnects or a write fails; then `on_end` runs.
 pub struct StreamReply {
-    pub first: Vec<Vec<u8>>,
-    pub rx: Receiver<Vec<u8>>,
+    pub first: Vec<Event>,
+    pub rx: Receiver<Event>,
     pub keepalive: Duration,
     pub on_end: Box<dyn FnOnce() + Send>,
 }

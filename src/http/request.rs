@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{HEADERS, Options};
+use crate::memory::Charge;
 
 /// Bytes read from the socket at a time.
 const READ_SIZE: usize = 8 * 1024;
@@ -165,21 +166,23 @@ impl Reader {
         Ok(head)
     }
 
-    /// Reads the body `head` announces, at most `max_body_bytes`; `on_continue`
-    /// runs first when the client waits for `100 Continue`.
+    /// Reads the body `head` announces, at most `max_body_bytes`, charged
+    /// against `max_memory_mb`; `on_continue` runs first when the client
+    /// waits for `100 Continue`.
     pub fn read_body(
         &mut self,
         head: &Head,
         on_continue: impl FnOnce() -> io::Result<()>,
-    ) -> Result<Vec<u8>, ReadError> {
+    ) -> Result<(Vec<u8>, Charge), ReadError> {
         let max = self.options.max_body_bytes;
         let too_large = || refuse(413, format!("request body larger than {max} bytes (max_body_bytes)"));
         let length = match head.framing {
-            Framing::None => return Ok(Vec::new()),
+            Framing::None => return Ok((Vec::new(), Charge::empty())),
             Framing::Length(n) if n > max as u64 => return Err(too_large()),
             Framing::Length(n) => n as usize,
             Framing::Chunked => 0,
         };
+        let mut charge = Charge::new(length).ok_or_else(no_memory)?;
         if head.expect_continue && self.pending().is_empty() && on_continue().is_err() {
             return Err(ReadError::Quiet);
         }
@@ -187,7 +190,7 @@ impl Reader {
         let deadline =
             move |received: usize| started + header_timeout + Duration::from_secs(received as u64 / MIN_BODY_RATE);
         match head.framing {
-            Framing::Chunked => self.read_chunked(max, deadline),
+            Framing::Chunked => self.read_chunked(max, deadline, &mut charge).map(|body| (body, charge)),
             _ => {
                 let until = deadline(length);
                 let mut body = Vec::with_capacity(length.min(READ_SIZE * 8));
@@ -199,7 +202,7 @@ impl Reader {
                     body.extend_from_slice(&self.pending()[..take]);
                     self.consume(take);
                 }
-                Ok(body)
+                Ok((body, charge))
             }
         }
     }
@@ -214,7 +217,12 @@ impl Reader {
         }
     }
 
-    fn read_chunked(&mut self, max: usize, deadline: impl Fn(usize) -> Instant) -> Result<Vec<u8>, ReadError> {
+    fn read_chunked(
+        &mut self,
+        max: usize,
+        deadline: impl Fn(usize) -> Instant,
+        charge: &mut Charge,
+    ) -> Result<Vec<u8>, ReadError> {
         let mut body = Vec::new();
         loop {
             let line = self.read_line(MAX_CHUNK_LINE, deadline(body.len()), "a chunk-size line")?;
@@ -224,6 +232,9 @@ impl Reader {
             }
             if size > (max - body.len()) as u64 {
                 return Err(refuse(413, format!("request body larger than {max} bytes (max_body_bytes)")));
+            }
+            if !charge.grow(size as usize) {
+                return Err(no_memory());
             }
             let mut left = size as usize;
             while left > 0 {
@@ -287,6 +298,10 @@ fn chunk_size(line: &[u8]) -> Option<u64> {
         return None;
     }
     u64::from_str_radix(std::str::from_utf8(digits).ok()?, 16).ok()
+}
+
+fn no_memory() -> ReadError {
+    refuse(503, "mcpgate holds its limit of max_memory_mb; retry shortly")
 }
 
 fn too_large_head(options: &Options) -> ReadError {

@@ -279,7 +279,8 @@ fn serve_connection(stream: &Arc<TcpStream>, phase: &Phase, reserved: bool, shar
             refuse_request(&mut writer, ReadError::Refuse(503, why.into()), shared);
             break;
         }
-        let body = match reader.read_body(&head, || writer.write_parts(&[b"HTTP/1.1 100 Continue\r\n\r\n"])) {
+        // The charge for the body lasts until its request is answered.
+        let (body, _held) = match reader.read_body(&head, || writer.write_parts(&[b"HTTP/1.1 100 Continue\r\n\r\n"])) {
             Ok(body) => body,
             Err(e) => {
                 refuse_request(&mut writer, e, shared);

@@ -1,0 +1,201 @@
+#![forbid(unsafe_code)]
+//! The bytes of messages mcpgate holds, counted against `max_memory_mb`:
+//! request bodies, events queued for clients and kept for their replay,
+//! and events still arriving from servers. Each holding is a [`Charge`],
+//! given back when it is dropped, so the count cannot drift.
+//!
+//! One budget for the process, as the allocator is one: a charge that would
+//! pass the limit is refused, and the party that wanted it (a client too
+//! slow for its stream, a server sending an event too large) is cut off
+//! with a clear error. Each session may hold its [`share`] of the budget at
+//! most, so one slow client cannot take the room of the others.
+//!
+//! Not counted: thread stacks and socket buffers, which `max_connections`
+//! and `max_sessions` bound (see the status page's thread budget).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+/// A session's share is never less than this: one ordinary large message.
+pub const MIN_SHARE: usize = 1 << 20;
+
+struct Budget {
+    limit: AtomicUsize,
+    used: AtomicUsize,
+    refused: AtomicU64,
+    sessions: AtomicUsize,
+}
+
+static BUDGET: Budget = Budget {
+    limit: AtomicUsize::new(usize::MAX),
+    used: AtomicUsize::new(0),
+    refused: AtomicU64::new(0),
+    sessions: AtomicUsize::new(0),
+};
+
+/// Sets the limit (from `max_memory_mb`, at start and on reload).
+pub fn set_limit(bytes: usize) {
+    BUDGET.limit.store(bytes, Ordering::Relaxed);
+}
+
+pub fn limit() -> usize {
+    BUDGET.limit.load(Ordering::Relaxed)
+}
+
+/// Bytes held now.
+pub fn used() -> usize {
+    BUDGET.used.load(Ordering::Relaxed)
+}
+
+/// Charges refused so far.
+pub fn refused() -> u64 {
+    BUDGET.refused.load(Ordering::Relaxed)
+}
+
+/// How many client sessions share the budget now.
+pub fn set_sessions(live: usize) {
+    BUDGET.sessions.store(live, Ordering::Relaxed);
+}
+
+/// What one session (or one server's event being read) may hold: half the
+/// limit divided by the live sessions, and at least [`MIN_SHARE`]. The
+/// other half is room for what is in flight: events arriving from servers
+/// and bodies being read, which must not wait for slow clients.
+pub fn share() -> usize {
+    (limit() / 2 / BUDGET.sessions.load(Ordering::Relaxed).max(1)).max(MIN_SHARE)
+}
+
+/// Bytes held against the budget; given back when dropped.
+#[derive(Debug)]
+pub struct Charge {
+    bytes: usize,
+}
+
+impl Charge {
+    /// Charges `bytes`, or `None` when that would pass the limit.
+    pub fn new(bytes: usize) -> Option<Charge> {
+        let mut charge = Charge { bytes: 0 };
+        charge.grow(bytes).then_some(charge)
+    }
+
+    /// A charge of nothing, to grow.
+    pub fn empty() -> Charge {
+        Charge { bytes: 0 }
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Charges `more` bytes; false (and nothing charged) past the limit.
+    pub fn grow(&mut self, more: usize) -> bool {
+        let limit = limit();
+        let taken = BUDGET.used.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
+            used.checked_add(more).filter(|&total| total <= limit)
+        });
+        if taken.is_err() {
+            BUDGET.refused.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        self.bytes += more;
+        true
+    }
+
+    /// Gives back what is above `bytes`.
+    pub fn shrink_to(&mut self, bytes: usize) {
+        if bytes < self.bytes {
+            BUDGET.used.fetch_sub(self.bytes - bytes, Ordering::Relaxed);
+            self.bytes = bytes;
+        }
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.shrink_to(0);
+    }
+}
+
+/// Bytes held for a client (an SSE event): in its stream's queue and in its
+/// session's replay log at once, sharing one allocation. Counted against
+/// the budget and the session's tally until the last holder drops it.
+#[derive(Debug)]
+pub struct Held {
+    bytes: Vec<u8>,
+    _charge: Charge,
+    /// The session's tally of what it holds.
+    tally: Arc<AtomicUsize>,
+}
+
+/// An event as it is queued and kept.
+pub type Event = Arc<Held>;
+
+impl Held {
+    /// Holds `bytes` for a session, or gives them back when the budget is spent.
+    pub fn new(bytes: Vec<u8>, tally: &Arc<AtomicUsize>) -> Result<Event, Vec<u8>> {
+        let Some(charge) = Charge::new(bytes.len()) else { return Err(bytes) };
+        tally.fetch_add(bytes.len(), Ordering::Relaxed);
+        Ok(Arc::new(Held { bytes, _charge: charge, tally: tally.clone() }))
+    }
+}
+
+impl AsRef<[u8]> for Held {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+impl std::ops::Deref for Held {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.tally.fetch_sub(self.bytes.len(), Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The budget is one per process: these run in one test so that no other
+    // test's charges move the numbers under them.
+    #[test]
+    fn charges_stop_at_the_limit_and_come_back_when_dropped() {
+        set_limit(used() + 1000);
+        let base = used();
+        let a = Charge::new(600).expect("within the limit");
+        assert!(Charge::new(500).is_none(), "past the limit");
+        let mut b = Charge::empty();
+        assert!(b.grow(400));
+        assert!(!b.grow(1));
+        assert_eq!(used(), base + 1000);
+        b.shrink_to(100);
+        assert_eq!(used(), base + 700);
+        drop(a);
+        drop(b);
+        assert_eq!(used(), base);
+
+        let tally = Arc::new(AtomicUsize::new(0));
+        let event = Held::new(vec![b'x'; 300], &tally).unwrap();
+        let kept = event.clone();
+        assert_eq!((tally.load(Ordering::Relaxed), used()), (300, base + 300));
+        drop(event);
+        assert_eq!(tally.load(Ordering::Relaxed), 300, "still held by the other holder");
+        drop(kept);
+        assert_eq!((tally.load(Ordering::Relaxed), used()), (0, base));
+        assert!(Held::new(vec![0; 2000], &tally).is_err());
+
+        set_sessions(4);
+        set_limit(64 << 20);
+        assert_eq!(share(), 8 << 20);
+        set_sessions(1000);
+        assert_eq!(share(), MIN_SHARE);
+        set_limit(usize::MAX);
+        set_sessions(0);
+    }
+}
