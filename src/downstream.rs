@@ -22,6 +22,7 @@ use crate::limited;
 use crate::memory::Charge;
 use crate::reader::{self, Reader};
 use crate::sse;
+use crate::state::Journal;
 use crate::stats::{Gauge, Stats};
 
 /// Protocol versions mcpgate speaks, newest first.
@@ -125,6 +126,8 @@ pub struct Server {
     /// For requests, which hold one of `calls_per_server` lanes while they run.
     pub lanes: Lanes,
     pub live_sessions: Gauge,
+    /// Where opens and closes are written ahead (the state file).
+    pub journal: Arc<Journal>,
     /// Guards the last error and success times; held only to copy them.
     health: Mutex<Health>,
     pub stats: Arc<Stats>,
@@ -167,8 +170,9 @@ fn agent_with_buffers(limits: &Limits, idle_per_host: usize, input: usize, outpu
 }
 
 impl Server {
-    pub fn new(config: ServerConfig, limits: Limits, lanes: usize, stats: Arc<Stats>) -> Server {
+    pub fn new(config: ServerConfig, limits: Limits, lanes: usize, stats: Arc<Stats>, journal: Arc<Journal>) -> Server {
         Server {
+            journal,
             agent: agent(&limits, lanes),
             lanes: Lanes::new(lanes, move || agent(&limits, 1)),
             config,
@@ -292,28 +296,18 @@ impl Server {
         Ok(downstream)
     }
 
-    /// Takes over a downstream session an earlier mcpgate process opened
-    /// (from the state file): no `initialize`; if the server has forgotten
-    /// it, the first request gets 404 and the session is opened anew.
-    pub fn adopt(self: &Arc<Self>, saved: &SavedDownstream, inbox: Weak<dyn Inbox>) -> Arc<Downstream> {
+    /// A downstream session an earlier mcpgate process opened (from the
+    /// state file), taken over without a word to the server: to resume (its
+    /// reader starts with [`Downstream::start_reader`]; if the server forgot
+    /// it, the first request gets 404 and it is opened anew), or to close.
+    /// It counts as opened by this process.
+    pub fn saved_downstream(self: &Arc<Self>, saved: &SavedDownstream) -> Arc<Downstream> {
         let mut downstream = Downstream::new(self.clone(), saved.session_id.clone());
         downstream.protocol_version = saved.protocol_version.clone();
         downstream.capabilities = saved.capabilities.clone();
         downstream.instructions = saved.instructions.clone();
-        let downstream = Arc::new(downstream);
         self.stats.downstream_resumed.inc();
-        // Without a reader it still serves requests; the error is logged.
-        let _ = downstream.start_reader(inbox);
-        downstream
-    }
-
-    /// Sends `DELETE` for a downstream session found in the state file that
-    /// is not resumed (its client session expired while mcpgate was down).
-    /// It counts as opened and closed by this process.
-    pub fn close_saved(self: &Arc<Self>, saved: &SavedDownstream) {
-        let mut downstream = Downstream::new(self.clone(), saved.session_id.clone());
-        downstream.protocol_version = saved.protocol_version.clone();
-        close_all(&[Arc::new(downstream)], 1);
+        Arc::new(downstream)
     }
 
     /// Adds the session, the protocol version and the configured headers.
@@ -668,11 +662,22 @@ impl Downstream {
 
     /// Starts the reader of this session's `GET` stream. A session whose
     /// reader cannot start would miss the server's notifications without a
-    /// word: the caller closes it and reports the error instead.
-    fn start_reader(self: &Arc<Self>, inbox: Weak<dyn Inbox>) -> Result<(), DownstreamError> {
+    /// word: the caller closes it and reports the error instead. A reader
+    /// that starts as its session closes (a restore racing a close) is
+    /// stopped at once.
+    pub fn start_reader(self: &Arc<Self>, inbox: Weak<dyn Inbox>) -> Result<(), DownstreamError> {
         match reader::start(self, inbox) {
             Ok(reader) => {
-                *self.reader.lock() = reader;
+                let mut slot = self.reader.lock();
+                if self.is_closing() {
+                    drop(slot);
+                    if let Some(mut reader) = reader {
+                        reader.signal();
+                        reader.join(self.server.limits.delete);
+                    }
+                } else {
+                    *slot = reader;
+                }
                 Ok(())
             }
             Err(e) => {
@@ -682,17 +687,27 @@ impl Downstream {
         }
     }
 
-    /// What the state file keeps of this downstream session.
-    pub fn saved(&self) -> Option<SavedDownstream> {
-        Some(SavedDownstream {
+    /// The key and record of this downstream session while it closes, for
+    /// the state file; `None` when there is nothing to DELETE.
+    pub fn closing_record(&self) -> Option<(usize, SavedDownstream)> {
+        self.session_id.as_ref()?;
+        Some((self.owner(), self.record()))
+    }
+
+    fn record(&self) -> SavedDownstream {
+        SavedDownstream {
             server: self.server.name().to_string(),
             url: self.server.config.url.clone(),
             session_id: self.session_id.clone(),
             protocol_version: self.protocol_version.clone(),
             capabilities: self.capabilities.clone(),
             instructions: self.instructions.clone(),
-        })
-        .filter(|_| !self.is_closing())
+        }
+    }
+
+    /// What the state file keeps of this downstream session while it is open.
+    pub fn saved(&self) -> Option<SavedDownstream> {
+        (!self.is_closing()).then(|| self.record())
     }
 
     pub fn is_closing(&self) -> bool {
@@ -822,6 +837,17 @@ pub fn close_all(list: &[Arc<Downstream>], parallel: usize) {
             (d, Mutex::new(reader))
         })
         .collect();
+    let Some((first, _)) = claimed.first() else { return };
+    // Written ahead: a crash from here on leaves these marked closing, and
+    // the next start sends their DELETE.
+    let journal = first.server.journal.clone();
+    let records: Vec<(usize, SavedDownstream)> = claimed.iter().filter_map(|(d, _)| d.closing_record()).collect();
+    let keys: Vec<usize> = records.iter().map(|(key, _)| *key).collect();
+    if !records.is_empty() {
+        journal.closing(records);
+        // A failed write is logged by the writer; the DELETEs go all the same.
+        let _ = journal.commit();
+    }
     crate::threads::for_each_parallel("close", &claimed, parallel, |(d, reader)| {
         if let Some(reader) = reader.lock().take() {
             reader.join(d.server.limits.delete);
@@ -837,6 +863,11 @@ pub fn close_all(list: &[Arc<Downstream>], parallel: usize) {
             );
         }
     });
+    if !keys.is_empty() {
+        journal.closed(&keys);
+        // Failed, a restart sends these DELETEs again; the server answers 404.
+        let _ = journal.commit();
+    }
     for (d, _) in claimed {
         d.server.live_sessions.dec();
         d.server.stats.downstream_live.dec();

@@ -16,6 +16,7 @@ use crate::downstream::{self, Downstream, DownstreamError, Limits, PROTOCOL_VERS
 use crate::http::{EventSink, HttpReply, HttpRequest, NoStream, StreamReply};
 use crate::jsonrpc::{self, Kind, Message, Params, RpcError};
 use crate::session::{self, CloseReason, Session, Sessions};
+use crate::state::Journal;
 use crate::stats::Stats;
 use crate::threads;
 
@@ -63,6 +64,8 @@ pub struct Gateway {
     current: parking_lot::RwLock<Arc<Current>>,
     pub sessions: Sessions,
     pub stats: Arc<Stats>,
+    /// Where opens and closes of downstream sessions are written ahead.
+    pub journal: Arc<Journal>,
     /// Recent name collisions between servers, for the status page.
     pub collisions: Mutex<Vec<String>>,
     /// Guards the outcome of the last reload; `reloading` serializes reloads.
@@ -98,10 +101,12 @@ impl Gateway {
     pub fn new(config: Config) -> Gateway {
         crate::memory::set_limit(config.max_memory);
         let stats = Arc::new(Stats::default());
-        let servers = config.servers.iter().map(|s| new_server(s, &config, &stats)).collect();
+        let journal = Arc::new(Journal::new(config.state_file.as_deref()));
+        let servers = config.servers.iter().map(|s| new_server(s, &config, &stats, &journal)).collect();
         Gateway {
             current: parking_lot::RwLock::new(Arc::new(Current { config, servers })),
-            sessions: Sessions::default(),
+            sessions: Sessions::new(journal.clone()),
+            journal,
             stats,
             collisions: Mutex::new(Vec::new()),
             last_reload: Mutex::new(ReloadOutcome::default()),
@@ -127,8 +132,18 @@ impl Gateway {
         }
     }
 
+    /// At shutdown: the state file keeps the client sessions (not their
+    /// downstream sessions, which are closed) from now on; how many.
+    pub fn keep_clients(&self) -> usize {
+        let kept: Vec<_> = self.sessions.snapshot().iter().filter_map(|s| s.saved(false)).collect();
+        let count = kept.len();
+        self.journal.keep_clients(kept);
+        count
+    }
+
     /// Closes sessions already removed from the table: idle, deleted or at shutdown.
     pub fn close(&self, sessions: Vec<Arc<Session>>, reason: CloseReason) {
+        self.journal.changed();
         let parallel = (self.current().servers.len() * sessions.len()).clamp(1, 32);
         session::close_sessions(sessions, reason, parallel, &self.stats);
         self.release_memory();
@@ -190,7 +205,7 @@ impl Gateway {
         for config in &new.servers {
             match old.server(&config.name) {
                 Some(server) if server.config == *config && same_limits => servers.push(server.clone()),
-                _ => servers.push(new_server(config, &new, &self.stats)),
+                _ => servers.push(new_server(config, &new, &self.stats, &self.journal)),
             }
         }
         let retired: Vec<Arc<Server>> =
@@ -470,6 +485,16 @@ impl Gateway {
         self.stats.sessions_created.inc();
         log::debug!("session {} created for `{}` ({version})", session::short(&session_id), session.client_name);
         let opened = self.open_all(&session);
+        // The session and its downstream sessions are in the state file
+        // before the client learns its id: after a crash it is restored.
+        if let Err(e) = self.journal.commit()
+            && let Some(session) = self.sessions.remove_if(&session_id, |_| true)
+        {
+            self.close(vec![session], CloseReason::Refused);
+            self.stats.sessions_refused.inc();
+            let e = RpcError::internal(format!("{e}; a session that would not survive a restart is refused"));
+            return HttpReply::error(503, &id, &e).header("Retry-After", "5");
+        }
         if opened.is_empty()
             && let Some(why) = session.exhausted()
             && let Some(session) = self.sessions.remove_if(&session_id, |_| true)
@@ -996,8 +1021,19 @@ fn visible(current: &Current, session: &Session) -> Vec<Arc<Server>> {
     current.servers.iter().filter(|s| session.allows(s.name())).cloned().collect()
 }
 
-fn new_server(config: &crate::config::ServerConfig, all: &Config, stats: &Arc<Stats>) -> Arc<Server> {
-    Arc::new(Server::new(config.clone(), Limits::from_config(all), all.calls_per_server, stats.clone()))
+fn new_server(
+    config: &crate::config::ServerConfig,
+    all: &Config,
+    stats: &Arc<Stats>,
+    journal: &Arc<Journal>,
+) -> Arc<Server> {
+    Arc::new(Server::new(
+        config.clone(),
+        Limits::from_config(all),
+        all.calls_per_server,
+        stats.clone(),
+        journal.clone(),
+    ))
 }
 
 /// 429 for a session with `max_requests_per_session` requests in flight.

@@ -27,6 +27,7 @@ pub mod reader;
 pub mod reaper;
 pub mod resolver;
 pub mod session;
+pub mod sha256;
 pub mod sse;
 pub mod state;
 pub mod stats;

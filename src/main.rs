@@ -188,20 +188,19 @@ fn serve(config: Config, source: Source, signals: sys::Signals) -> Result<(), Er
     };
     let listen = config.listen;
     let shutdown_timeout = config.shutdown_timeout;
-    let state_file = config.state_file.as_deref().map(StateFile::new);
+    let loaded = config.state_file.as_deref().map(|path| StateFile::new(path).load());
     let gateway = Arc::new(Gateway::new(config));
-    if let Some(file) = &state_file {
-        match file.load() {
-            Ok(saved) => state::restore(&gateway, saved),
-            Err(e) => log::error!("{e}: starting without the saved sessions (the file is overwritten)"),
-        }
-    }
+    // Sessions come back before mcpgate listens (no server is asked
+    // anything); their readers start, and what is to be closed is closed,
+    // once it listens.
+    let restored = loaded.map(|loaded| state::restore(&gateway, loaded));
+    let writer = state::start(gateway.clone()).map_err(io("cannot start the state writer"))?;
     let app = Arc::new(Mcpgate { gateway: gateway.clone(), source: source.clone() });
     let mut httpd =
         Httpd::start(listen, app, options, gateway.stats.clone()).map_err(io(format!("cannot listen on {listen}")))?;
     let reaper = reaper::start(gateway.clone()).map_err(io("cannot start the reaper"))?;
-    let writer = match state_file {
-        Some(file) => Some(state::start(gateway.clone(), file).map_err(io("cannot start the state writer"))?),
+    let restorer = match restored {
+        Some(restored) => state::finish_restore(restored).map_err(io("cannot start the restore"))?,
         None => None,
     };
     let (signal_tx, signal_rx) = crossbeam_channel::bounded::<Signal>(4);
@@ -280,20 +279,19 @@ fn serve(config: Config, source: Source, signals: sys::Signals) -> Result<(), Er
     }
     httpd.stop_accepting();
     reaper.stop();
+    if let Some(restorer) = restorer {
+        let _ = restorer.join();
+    }
     // With a state file, clients keep their sessions across the restart: the
-    // client side is saved, the downstream sessions are closed all the same.
-    let keep = writer.map(|writer| {
-        writer.stop();
-        state::snapshot(&gateway, false)
-    });
+    // client side is kept, the downstream sessions are closed all the same.
+    let kept = gateway.keep_clients();
     let sessions = gateway.sessions.take_all();
     let count = sessions.len();
     gateway.close(sessions, CloseReason::Shutdown);
-    if let (Some(keep), Some(path)) = (keep, &gateway.current().config.state_file) {
-        let saved = keep.sessions.len();
-        match StateFile::new(path).save(&keep) {
-            Ok(()) => log::info!("{saved} session(s) saved to {}: clients resume them after a restart", path.display()),
-            Err(e) => log::error!("cannot write the state file {}: {e}", path.display()),
+    if let Some(writer) = writer {
+        writer.stop();
+        if let (Some(path), None) = (gateway.journal.path(), gateway.journal.error()) {
+            log::info!("{kept} session(s) kept in {}: clients resume them after a restart", path.display());
         }
     }
     gateway.shutdown();

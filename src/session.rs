@@ -20,6 +20,7 @@ use crate::flight::{Flight, Stop};
 use crate::jsonrpc::{self, Kind, Message, RpcError};
 use crate::memory::{self, Event, Held};
 use crate::sse;
+use crate::state::Journal;
 use crate::stats::Stats;
 
 /// Messages kept for a client that has no `GET` stream open yet; in bytes,
@@ -131,9 +132,6 @@ struct State {
     posts: HashMap<u64, Option<Sender<Event>>>,
     /// The last `logging/setLevel` params, for servers opened later.
     log_level: Option<Box<RawValue>>,
-    /// The token that created the session (kept in memory only); a session
-    /// restored from the state file binds to the first valid token it sees.
-    bearer: Option<String>,
     /// Downstream sessions (server, session id) whose stream answered 404:
     /// the reaper reopens them.
     lost: Vec<(String, Option<String>)>,
@@ -147,6 +145,8 @@ pub struct Session {
     pub client_name: String,
     /// The servers this session may reach (its token's); `None` for all.
     scope: Option<Vec<String>>,
+    /// SHA-256 of the token that created it: only that token reaches it.
+    token: Option<[u8; 32]>,
     state: Mutex<State>,
     slot_changed: Condvar,
     /// Bytes of events this session holds (queued, kept, waiting).
@@ -166,6 +166,9 @@ pub struct SavedSession {
     /// The servers its token may reach; absent for all.
     #[serde(default)]
     pub scope: Option<Vec<String>>,
+    /// SHA-256 of the token that created it (hex), never the token.
+    #[serde(default)]
+    pub token_sha256: Option<String>,
     pub downstreams: Vec<downstream::SavedDownstream>,
 }
 
@@ -181,16 +184,15 @@ impl Session {
         client_name: String,
         access: &Access,
     ) -> Arc<Session> {
-        let session = Session::with_last_active(
+        Session::with_last_active(
             id,
             protocol_version,
             init_params,
             client_name,
             access.servers().map(<[String]>::to_vec),
+            access.bearer().map(|token| crate::sha256::digest(token.as_bytes())),
             Instant::now(),
-        );
-        session.state.lock().bearer = access.bearer().map(str::to_string);
-        session
+        )
     }
 
     /// Rebuilds a session saved by an earlier process; its downstream
@@ -204,6 +206,7 @@ impl Session {
             jsonrpc::raw(&saved.init_params),
             saved.client_name.clone(),
             saved.scope.clone(),
+            saved.token_sha256.as_deref().and_then(parse_digest),
             last_active,
         )
     }
@@ -214,6 +217,7 @@ impl Session {
         init_params: Box<RawValue>,
         client_name: String,
         scope: Option<Vec<String>>,
+        token: Option<[u8; 32]>,
         last_active: Instant,
     ) -> Arc<Session> {
         Arc::new_cyclic(|me| Session {
@@ -221,6 +225,7 @@ impl Session {
             protocol_version,
             init_params,
             client_name,
+            token,
             scope,
             state: Mutex::new(State {
                 closed: false,
@@ -240,7 +245,6 @@ impl Session {
                 log_bytes: 0,
                 posts: HashMap::new(),
                 log_level: None,
-                bearer: None,
                 lost: Vec::new(),
             }),
             slot_changed: Condvar::new(),
@@ -262,16 +266,16 @@ impl Session {
     }
 
     /// Whether a request with `access` may use this session: the token that
-    /// created it, or any when no tokens are configured.
+    /// created it (restored sessions too: its hash is saved), or any when
+    /// no tokens are configured. A session created without a token answers
+    /// no token.
     pub fn admits(&self, access: &Access) -> bool {
-        let Some(presented) = access.bearer() else { return true };
-        let mut st = self.state.lock();
-        match &st.bearer {
-            Some(bearer) => crate::access::constant_time_eq(bearer.as_bytes(), presented.as_bytes()),
-            None => {
-                st.bearer = Some(presented.to_string());
-                true
+        match (access.bearer(), &self.token) {
+            (None, _) => true,
+            (Some(presented), Some(token)) => {
+                crate::access::constant_time_eq(&crate::sha256::digest(presented.as_bytes()), token)
             }
+            (Some(_), None) => false,
         }
     }
 
@@ -336,16 +340,20 @@ impl Session {
                 if recovered {
                     st.lists.clear();
                 }
-                if let Some(level) = st.log_level.clone().filter(|_| d.offers("logging")) {
-                    drop(st);
-                    self.slot_changed.notify_all();
+                let level = st.log_level.clone().filter(|_| d.offers("logging"));
+                drop(st);
+                self.slot_changed.notify_all();
+                // In the state file before anything uses it: a crash from
+                // here on cannot orphan it.
+                // A failed write is logged by the writer (initialize refuses the session).
+                let _ = server.journal.commit();
+                if let Some(level) = level {
                     let id = d.next_id();
                     if let Err(e) = d.request(&id, "logging/setLevel", Some(&level), &mut |_| {}) {
                         crate::limited!(warn, "server `{name}`: logging/setLevel: {}", server.redact(&e.to_string()));
                     }
-                    return Ok(d);
                 }
-                Ok(d)
+                return Ok(d);
             }
             Err(e) => {
                 let error = server.redact(&e.to_string());
@@ -373,11 +381,37 @@ impl Session {
             .collect()
     }
 
-    /// Takes over a downstream session saved by an earlier process.
-    pub fn adopt(&self, server: &Arc<Server>, saved: &downstream::SavedDownstream) {
+    /// Takes over a downstream session saved by an earlier process; its
+    /// reader starts later ([`Session::start_reader`]).
+    pub fn adopt(&self, server: &Arc<Server>, saved: &downstream::SavedDownstream) -> Arc<Downstream> {
+        let d = server.saved_downstream(saved);
+        self.state.lock().slots.insert(server.name().to_string(), Slot::Open(d.clone()));
+        d
+    }
+
+    /// Starts the reader of a downstream session taken over at a restart.
+    /// Without one it still serves requests; the error is logged.
+    pub fn start_reader(&self, d: &Arc<Downstream>) {
         let inbox: Weak<dyn Inbox> = self.me.clone();
-        let d = server.adopt(saved, inbox);
-        self.state.lock().slots.insert(server.name().to_string(), Slot::Open(d));
+        let _ = d.start_reader(inbox);
+    }
+
+    /// The state file's closing records of its open downstream sessions.
+    pub fn closing_records(&self) -> Vec<(usize, downstream::SavedDownstream)> {
+        let st = self.state.lock();
+        st.slots
+            .values()
+            .filter_map(|slot| match slot {
+                Slot::Open(d) => d.closing_record(),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Marks the session closed and takes its open downstream sessions,
+    /// for a session that was never put in the table.
+    pub fn take_downstreams(&self) -> Vec<Arc<Downstream>> {
+        self.take_for_close()
     }
 
     /// What the state file keeps of this session; `None` once it is closing.
@@ -405,6 +439,7 @@ impl Session {
             client_name: self.client_name.clone(),
             last_active: unix_now().saturating_sub(idle.as_secs()),
             scope: self.scope.clone(),
+            token_sha256: self.token.map(|t| t.iter().map(|b| format!("{b:02x}")).collect()),
             downstreams,
         })
     }
@@ -418,6 +453,8 @@ impl Session {
             if let Some(Slot::Open(d)) = st.slots.get(server.name())
                 && Arc::ptr_eq(d, old)
             {
+                // Marked closing before it leaves the slot: no write of the state file misses it.
+                server.journal.closing(old.closing_record());
                 st.slots.remove(server.name());
             }
         }
@@ -432,7 +469,10 @@ impl Session {
         let mut taken = Vec::new();
         for server in servers {
             match st.slots.remove(server.name()) {
-                Some(Slot::Open(d)) => taken.push(d),
+                Some(Slot::Open(d)) => {
+                    server.journal.closing(d.closing_record());
+                    taken.push(d);
+                }
                 Some(Slot::Opening) => {
                     // Its opener sees the server retired and closes what it opened.
                     st.slots.insert(server.name().to_string(), Slot::Opening);
@@ -861,6 +901,18 @@ impl State {
     }
 }
 
+/// 64 hex digits back into a digest.
+fn parse_digest(hex: &str) -> Option<[u8; 32]> {
+    let mut out = [0u8; 32];
+    if hex.len() != 64 {
+        return None;
+    }
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
 /// `<stream>-<seq>` back into numbers.
 fn parse_event_id(id: &str) -> Option<(u64, u64)> {
     let (stream, seq) = id.trim().split_once('-')?;
@@ -911,13 +963,24 @@ pub fn short(id: &str) -> &str {
 }
 
 /// The live sessions by id.
-#[derive(Default)]
 pub struct Sessions {
     /// Guards the map only; sessions lock their own state.
     map: Mutex<HashMap<String, Arc<Session>>>,
+    /// A session leaving the table has its downstream sessions marked
+    /// closing in the state file first, so that no write of the file can
+    /// miss them between the two.
+    journal: Arc<Journal>,
 }
 
 impl Sessions {
+    pub fn new(journal: Arc<Journal>) -> Sessions {
+        Sessions { map: Mutex::new(HashMap::new()), journal }
+    }
+
+    fn leaving(&self, session: &Session) {
+        self.journal.closing(session.closing_records());
+    }
+
     pub fn len(&self) -> usize {
         self.map.lock().len()
     }
@@ -944,9 +1007,11 @@ impl Sessions {
     /// Removes the session if `allowed` says so (e.g. it answers to the token).
     pub fn remove_if(&self, id: &str, allowed: impl FnOnce(&Session) -> bool) -> Option<Arc<Session>> {
         let mut map = self.map.lock();
-        if !allowed(map.get(id)?) {
+        let session = map.get(id)?;
+        if !allowed(session) {
             return None;
         }
+        self.leaving(session);
         let removed = map.remove(id);
         memory::set_sessions(map.len());
         removed
@@ -958,14 +1023,18 @@ impl Sessions {
         let mut map = self.map.lock();
         let idle: Vec<String> =
             map.values().filter(|s| s.idle_for(now).is_some_and(|d| d >= timeout)).map(|s| s.id.clone()).collect();
-        let taken = idle.iter().filter_map(|id| map.remove(id)).collect();
+        let taken: Vec<Arc<Session>> = idle.iter().filter_map(|id| map.remove(id)).collect();
+        taken.iter().for_each(|s| self.leaving(s));
         memory::set_sessions(map.len());
         taken
     }
 
     /// Removes and returns every session.
     pub fn take_all(&self) -> Vec<Arc<Session>> {
-        let taken = self.map.lock().drain().map(|(_, s)| s).collect();
+        let mut map = self.map.lock();
+        map.values().for_each(|s| self.leaving(s));
+        let taken = map.drain().map(|(_, s)| s).collect();
+        drop(map);
         memory::set_sessions(0);
         taken
     }

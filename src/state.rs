@@ -1,28 +1,49 @@
 #![forbid(unsafe_code)]
 //! The state file: the live client sessions with their `initialize` params
-//! and each downstream session's id, so that after a restart (clean or
-//! `kill -9`) clients keep their sessions and no downstream session is left
-//! open for ever. One thread writes it when sessions change, never a request;
-//! each write is atomic (temporary file, fsync, rename).
+//! and each downstream session's id, and the downstream sessions whose
+//! `DELETE` is under way, so that after a restart (clean, `kill -9`, power
+//! cut) clients keep their sessions and every downstream session is still
+//! closed exactly once.
+//!
+//! Write-ahead: a downstream session is in the file before its client's
+//! `initialize` is answered (or before a request uses it), and a closing
+//! one is marked before its `DELETE` and kept until that `DELETE` is
+//! done. A crash can then only leave a session the server created in the
+//! milliseconds before it was written, or repeat a `DELETE` that was
+//! answered in the milliseconds before its end was written (the server
+//! answers 404 to the repeat). [`Journal::commit`] waits for the write;
+//! writes are grouped, so one write serves every request waiting for it.
+//!
+//! The file: 0600, written to a temporary file opened with `O_NOFOLLOW`
+//! and `O_EXCL`, fsynced, renamed over the old one, the directory fsynced.
+//! One entry per line, so a damaged file still gives up what it holds.
 
+use std::collections::HashMap;
 use std::io::Write;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
-use crossbeam_channel::{Sender, bounded, select, tick};
+use parking_lot::{Condvar, Mutex};
 use serde::{Deserialize, Serialize};
 
 use crate::config::ServerConfig;
-use crate::downstream::{SavedDownstream, Server};
+use crate::downstream::{self, Downstream, SavedDownstream, Server};
 use crate::gateway::Gateway;
 use crate::session::{SavedSession, Session};
 use crate::threads;
 
-const FORMAT: u32 = 1;
-/// How often the writer looks for changes.
+/// Format 2 added `closing` and the token hash; format 1 files still load.
+const FORMAT: u32 = 2;
+/// How often the writer looks for activity to save, and retries a failed write.
 const LOOK_EVERY: Duration = Duration::from_millis(250);
+/// The longest a request waits for its write.
+const COMMIT_WAIT: Duration = Duration::from_secs(5);
+/// Downstream sessions whose readers start (or DELETEs go) at once after a restart.
+const RESTORE_PARALLEL: usize = 16;
+
 /// Activity alone (no session opened or closed) is written at most this
 /// often, and at least four times per idle timeout.
 fn activity_every(idle_timeout: Duration) -> Duration {
@@ -32,7 +53,60 @@ fn activity_every(idle_timeout: Duration) -> Duration {
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct Saved {
     pub format: u32,
+    /// Downstream sessions whose `DELETE` had not been seen through.
+    #[serde(default)]
+    pub closing: Vec<SavedDownstream>,
     pub sessions: Vec<SavedSession>,
+}
+
+impl Saved {
+    /// One entry per line: a file cut short loses only its last entry.
+    fn encode(&self) -> Vec<u8> {
+        let mut out = format!("{{\"format\":{},\n\"closing\":[", self.format).into_bytes();
+        let line = |out: &mut Vec<u8>, first: bool, item: Vec<u8>| {
+            out.extend_from_slice(if first { b"\n" } else { b",\n" });
+            out.extend_from_slice(&item);
+        };
+        for (i, d) in self.closing.iter().enumerate() {
+            line(&mut out, i == 0, serde_json::to_vec(d).unwrap_or_default());
+        }
+        out.extend_from_slice(b"\n],\n\"sessions\":[");
+        for (i, s) in self.sessions.iter().enumerate() {
+            line(&mut out, i == 0, serde_json::to_vec(s).unwrap_or_default());
+        }
+        out.extend_from_slice(b"\n]}\n");
+        out
+    }
+
+    /// What can be read from a damaged file, entry by entry.
+    fn recover(text: &str) -> Saved {
+        let mut saved = Saved { format: FORMAT, ..Saved::default() };
+        for line in text.lines() {
+            let entry = line.trim().trim_end_matches(',');
+            if let Ok(session) = serde_json::from_str::<SavedSession>(entry) {
+                saved.sessions.push(session);
+            } else if let Ok(closing) = serde_json::from_str::<SavedDownstream>(entry) {
+                saved.closing.push(closing);
+            }
+        }
+        saved
+    }
+
+    /// Every downstream session it names.
+    fn downstreams(&self) -> impl Iterator<Item = &SavedDownstream> {
+        self.closing.iter().chain(self.sessions.iter().flat_map(|s| &s.downstreams))
+    }
+}
+
+/// What a start found in the state file.
+pub enum Loaded {
+    Absent,
+    Saved(Saved),
+    /// Not to be trusted (others may write it, another user owns it): set
+    /// aside unread, nothing in it acted on.
+    Rejected,
+    /// Damaged: set aside; what could be read from it is to be closed.
+    Damaged(Saved),
 }
 
 pub struct StateFile {
@@ -44,29 +118,99 @@ impl StateFile {
         StateFile { path: path.to_path_buf() }
     }
 
-    /// The saved state; an absent file is an empty state.
-    pub fn load(&self) -> Result<Saved, String> {
-        let text = match std::fs::read_to_string(&self.path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Saved::default()),
-            Err(e) => return Err(format!("{}: cannot read: {e}", self.path.display())),
-        };
-        let saved: Saved =
-            serde_json::from_str(&text).map_err(|e| format!("{}: not a state file: {e}", self.path.display()))?;
-        if saved.format != FORMAT {
-            return Err(format!("{}: state format {} is not {FORMAT}", self.path.display(), saved.format));
-        }
-        Ok(saved)
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
-    /// Writes atomically: a reader (or a crash) sees the old file or the new one.
+    /// Reads the file, refusing one that others could have written, and
+    /// setting aside one that is damaged (a copy is kept; the path is then
+    /// free for new state). Each outcome is logged with what was done.
+    pub fn load(&self) -> Loaded {
+        let path = self.path.display();
+        let meta = match std::fs::symlink_metadata(&self.path) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Loaded::Absent,
+            Err(e) => {
+                log::error!("state file {path}: cannot read it ({e}): starting without saved sessions");
+                return Loaded::Absent;
+            }
+        };
+        let mode = meta.permissions().mode() & 0o7777;
+        let uid = crate::sys::effective_uid();
+        let distrust = if !meta.file_type().is_file() {
+            Some("it is not a regular file (a symlink?)".to_string())
+        } else if mode & 0o022 != 0 {
+            Some(format!("it is writable by others (mode {mode:04o})"))
+        } else if meta.uid() != uid {
+            Some(format!("it is owned by uid {}, not mcpgate's uid {uid}", meta.uid()))
+        } else {
+            None
+        };
+        if let Some(why) = distrust {
+            let kept = self.set_aside("rejected");
+            log::error!(
+                "state file {path}: not loaded: {why}; anyone could have put sessions and servers in it. {}. \
+                 Starting without saved sessions; what it names is not closed",
+                kept_note(&kept)
+            );
+            return Loaded::Rejected;
+        }
+        let text = match std::fs::read(&self.path) {
+            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            Err(e) => {
+                log::error!("state file {path}: cannot read it ({e}): starting without saved sessions");
+                return Loaded::Absent;
+            }
+        };
+        let problem = match serde_json::from_str::<Saved>(&text) {
+            Ok(saved) if saved.format == 1 || saved.format == FORMAT => return Loaded::Saved(saved),
+            Ok(saved) => format!("format {} is not one this mcpgate reads", saved.format),
+            Err(e) => e.to_string(),
+        };
+        let recovered = Saved::recover(&text);
+        let kept = self.set_aside("damaged");
+        log::error!(
+            "state file {path}: damaged ({problem}). {}. {} session(s) and {} downstream session(s) could be read \
+             from it: the downstream sessions are closed (DELETE), the client sessions are not restored",
+            kept_note(&kept),
+            recovered.sessions.len(),
+            recovered.downstreams().count()
+        );
+        Loaded::Damaged(recovered)
+    }
+
+    /// Renames the file to `<path>.<why>-<unix seconds>`, for a person to look at.
+    fn set_aside(&self, why: &str) -> Result<PathBuf, std::io::Error> {
+        let secs = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let mut name = self.path.as_os_str().to_owned();
+        name.push(format!(".{why}-{secs}"));
+        let aside = PathBuf::from(name);
+        std::fs::rename(&self.path, &aside).map(|()| aside)
+    }
+
+    /// Writes atomically: a reader (or a crash) sees the old file or the new
+    /// one. The temporary file is created anew (never through a symlink),
+    /// readable by mcpgate's user only.
     pub fn save(&self, saved: &Saved) -> std::io::Result<()> {
         let tmp = self.path.with_extension("tmp");
-        let mut file = std::fs::File::create(&tmp)?;
-        file.write_all(&serde_json::to_vec(saved).expect("state serializes"))?;
-        file.sync_all()?;
+        // A temporary file left by a crash, or a symlink someone planted: gone.
+        match std::fs::remove_file(&tmp) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)?;
+        let written = file.write_all(&saved.encode()).and_then(|()| file.sync_all());
         drop(file);
-        std::fs::rename(&tmp, &self.path)?;
+        if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, &self.path)) {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
         if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
             // The rename itself is durable once the directory is synced.
             std::fs::File::open(dir)?.sync_all()?;
@@ -75,118 +219,351 @@ impl StateFile {
     }
 }
 
-/// Every live session; with `with_downstreams` false, only the client side
-/// (at a clean shutdown, after which the downstream sessions are closed).
-pub fn snapshot(gateway: &Gateway, with_downstreams: bool) -> Saved {
-    let sessions = gateway.sessions.snapshot().iter().filter_map(|s| s.saved(with_downstreams)).collect();
-    Saved { format: FORMAT, sessions }
+fn kept_note(kept: &Result<PathBuf, std::io::Error>) -> String {
+    match kept {
+        Ok(aside) => format!("It was kept as {}", aside.display()),
+        Err(e) => format!("It could not be set aside ({e})"),
+    }
 }
 
-/// Brings back saved sessions at start. Sessions idle past the timeout are
-/// closed properly (a `DELETE` for each of their downstream sessions); the
-/// others are restored and their downstream sessions taken over by id.
-pub fn restore(gateway: &Gateway, saved: Saved) {
+/// Write-ahead bookkeeping of downstream sessions, and the writer it wakes.
+/// Without a state file, every call returns at once.
+pub struct Journal {
+    file: Option<StateFile>,
+    /// Guards what is to be written and how far writing got; `wake` tells
+    /// the writer, `written` tells the requests waiting for a write. Never
+    /// held while another lock is taken.
+    state: Mutex<JournalState>,
+    wake: Condvar,
+    written: Condvar,
+}
+
+#[derive(Default)]
+struct JournalState {
+    /// Changes asked for, and changes written (a write covers every change
+    /// asked for before it started).
+    wanted: u64,
+    done: u64,
+    /// The last write failed: the change it covered, and why.
+    failure: Option<(u64, String)>,
+    /// Downstream sessions being closed, by their close's key.
+    closing: HashMap<usize, SavedDownstream>,
+    /// At shutdown: the client sessions to keep, without downstream sessions.
+    keep: Option<Vec<SavedSession>>,
+    stopping: bool,
+}
+
+impl Journal {
+    pub fn new(path: Option<&Path>) -> Journal {
+        Journal {
+            file: path.map(StateFile::new),
+            state: Mutex::new(JournalState::default()),
+            wake: Condvar::new(),
+            written: Condvar::new(),
+        }
+    }
+
+    pub fn path(&self) -> Option<&Path> {
+        self.file.as_ref().map(StateFile::path)
+    }
+
+    /// The last write's error, if it failed.
+    pub fn error(&self) -> Option<String> {
+        self.state.lock().failure.as_ref().map(|(_, e)| e.clone())
+    }
+
+    /// Asks for a write and waits until one that covers what changed so
+    /// far is on disk (at most 5 s): what must be durable before a client
+    /// is answered.
+    pub fn commit(&self) -> Result<(), String> {
+        let Some(file) = &self.file else { return Ok(()) };
+        let mut st = self.state.lock();
+        st.wanted += 1;
+        let target = st.wanted;
+        self.wake.notify_one();
+        let deadline = Instant::now() + COMMIT_WAIT;
+        loop {
+            if st.done >= target {
+                return Ok(());
+            }
+            if let Some((at, why)) = &st.failure
+                && *at >= target
+            {
+                return Err(format!("cannot write the state file {}: {why}", file.path.display()));
+            }
+            if st.stopping {
+                return Err("the state file writer has stopped".into());
+            }
+            if self.written.wait_until(&mut st, deadline).timed_out() && st.done < target {
+                return Err(format!("the state file {} was not written within 5 s", file.path.display()));
+            }
+        }
+    }
+
+    /// Asks for a write without waiting for it.
+    pub fn changed(&self) {
+        if self.file.is_some() {
+            self.state.lock().wanted += 1;
+            self.wake.notify_one();
+        }
+    }
+
+    /// Marks downstream sessions as closing; written with the next write.
+    pub fn closing(&self, entries: impl IntoIterator<Item = (usize, SavedDownstream)>) {
+        if self.file.is_some() {
+            self.state.lock().closing.extend(entries);
+        }
+    }
+
+    /// Their `DELETE` is done: they leave the file with the next write.
+    pub fn closed(&self, keys: &[usize]) {
+        if self.file.is_some() {
+            let mut st = self.state.lock();
+            for key in keys {
+                st.closing.remove(key);
+            }
+        }
+    }
+
+    /// From now on, only these client sessions are written, without their
+    /// downstream sessions (closed at shutdown; clients resume after a restart).
+    pub fn keep_clients(&self, sessions: Vec<SavedSession>) {
+        self.state.lock().keep = Some(sessions);
+    }
+}
+
+/// What a restart found and left to do once mcpgate listens.
+#[derive(Default)]
+pub struct Restored {
+    /// Downstream sessions taken over, whose `GET` stream readers must start.
+    readers: Vec<(Arc<Session>, Arc<Downstream>)>,
+    /// Downstream sessions to close: expired, moved, or named by a damaged file.
+    close: Vec<Arc<Downstream>>,
+}
+
+/// Brings back what the state file holds, without a word to any server:
+/// sessions are usable as soon as mcpgate listens. Sessions idle past the
+/// timeout, and downstream sessions that were closing, are to be closed;
+/// [`finish_restore`] does that, and starts the readers, after listening.
+pub fn restore(gateway: &Gateway, loaded: Loaded) -> Restored {
+    let (saved, trusted) = match loaded {
+        Loaded::Absent | Loaded::Rejected => return Restored::default(),
+        Loaded::Saved(saved) => (saved, true),
+        Loaded::Damaged(saved) => (saved, false),
+    };
     let current = gateway.current();
     // The saved activity may be one write interval old: a session is expired
     // only past that, so one in use at the crash is never closed at start.
     let idle_timeout = current.config.session_idle_timeout;
     let timeout = (idle_timeout + activity_every(idle_timeout)).as_secs();
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let mut to_close: Vec<(Arc<Server>, SavedDownstream)> = Vec::new();
+    let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let mut done = Restored::default();
+    let to_close = |saved: &SavedDownstream| server_for(gateway, saved).saved_downstream(saved);
+    done.close.extend(saved.closing.iter().map(to_close));
     let (mut restored, mut expired) = (0, 0);
     for session in saved.sessions {
-        if now.saturating_sub(session.last_active) >= timeout {
+        if !trusted || now.saturating_sub(session.last_active) >= timeout {
             expired += 1;
             gateway.stats.sessions_expired_at_start.inc();
-            to_close.extend(session.downstreams.iter().map(|d| (server_for(gateway, d), d.clone())));
+            done.close.extend(session.downstreams.iter().map(to_close));
             continue;
         }
         let live = Session::restore(&session);
         for saved in &session.downstreams {
             match current.server(&saved.server).filter(|s| s.config.url == saved.url) {
-                Some(server) => live.adopt(server, saved),
+                Some(server) => done.readers.push((live.clone(), live.adopt(server, saved))),
                 // Removed or moved since: close it where it was.
-                None => to_close.push((server_for(gateway, saved), saved.clone())),
+                None => done.close.push(to_close(saved)),
             }
         }
-        if gateway.sessions.insert(live, current.config.max_sessions) {
+        if gateway.sessions.insert(live.clone(), current.config.max_sessions) {
             restored += 1;
             gateway.stats.sessions_restored.inc();
+        } else {
+            done.close.extend(live.take_downstreams());
+            done.readers.retain(|(s, _)| !Arc::ptr_eq(s, &live));
         }
     }
-    threads::for_each_parallel("close", &to_close, 32, |(server, saved)| server.close_saved(saved));
-    if restored + expired > 0 {
+    // Closing before the first write of this process: none of it may fall out of the file.
+    gateway.journal.closing(done.close.iter().filter_map(|d| d.closing_record()));
+    if restored + expired + done.close.len() > 0 {
         log::info!(
-            "state file: {restored} session(s) restored, {expired} expired (their {} downstream session(s) closed)",
-            to_close.len()
+            "state file: {restored} session(s) restored, {expired} expired or not trusted; {} downstream session(s) \
+             to close",
+            done.close.len()
         );
     }
+    done
 }
 
-/// The configured server a saved downstream session belongs to, or, when it
-/// was removed or moved, one made up from what was saved, to send `DELETE`.
+/// Starts the readers of restored downstream sessions and closes what is to
+/// be closed, `RESTORE_PARALLEL` at a time, on a thread of its own while
+/// mcpgate already serves. A server that does not answer delays only its
+/// own sessions' notifications.
+pub fn finish_restore(restored: Restored) -> std::io::Result<Option<JoinHandle<()>>> {
+    if restored.readers.is_empty() && restored.close.is_empty() {
+        return Ok(None);
+    }
+    threads::spawn("state", "restore", move || {
+        let Restored { readers, close } = restored;
+        threads::for_each_parallel("fanout", &readers, RESTORE_PARALLEL, |(session, d)| {
+            session.start_reader(d);
+        });
+        downstream::close_all(&close, RESTORE_PARALLEL);
+    })
+    .map(Some)
+}
+
+/// The configured server a saved downstream session belongs to, or, when
+/// it was removed or moved, one made up from what was saved to send its
+/// `DELETE`: without the configured headers, which belong to the server
+/// configured now (a bearer token for another host, say).
 fn server_for(gateway: &Gateway, saved: &SavedDownstream) -> Arc<Server> {
     let current = gateway.current();
     if let Some(server) = current.server(&saved.server).filter(|s| s.config.url == saved.url) {
         return server.clone();
     }
-    let headers = current.server(&saved.server).map(|s| s.config.headers.clone()).unwrap_or_default();
     let config = ServerConfig {
         name: saved.server.clone(),
         url: saved.url.clone(),
-        headers,
+        headers: Vec::new(),
         prefix: String::new(),
         secrets: Vec::new(),
     };
-    let limits = crate::downstream::Limits::from_config(&current.config);
-    Arc::new(Server::new(config, limits, 1, gateway.stats.clone()))
+    let limits = downstream::Limits::from_config(&current.config);
+    Arc::new(Server::new(config, limits, 1, gateway.stats.clone(), gateway.journal.clone()))
 }
 
-/// The thread that writes the state file when sessions change.
+/// What the file holds now: the live sessions (or, at shutdown, the kept
+/// client sessions), then the downstream sessions closing. In that order,
+/// and with the journal's lock taken only for the second: a session leaves
+/// the table only after its downstream sessions are marked closing, so a
+/// session missed by the first read is caught by the second.
+fn snapshot(gateway: &Gateway, journal: &Journal) -> Saved {
+    let keep = journal.state.lock().keep.clone();
+    let sessions = match keep {
+        Some(keep) => keep,
+        None => gateway.sessions.snapshot().iter().filter_map(|s| s.saved(true)).collect(),
+    };
+    let closing = journal.state.lock().closing.values().cloned().collect();
+    Saved { format: FORMAT, closing, sessions }
+}
+
+/// The thread that writes the state file.
 pub struct Writer {
-    stop: Sender<()>,
+    gateway: Arc<Gateway>,
     handle: JoinHandle<()>,
 }
 
-/// A number that changes whenever a session or a downstream session opens or closes.
-fn structure(gateway: &Gateway) -> u64 {
-    let s = &gateway.stats;
-    s.sessions_created.get()
-        + s.sessions_evicted_idle.get()
-        + s.sessions_deleted_by_client.get()
-        + s.downstream_opened.get()
-        + s.downstream_closed.get()
+/// Starts the writer, when there is a state file.
+pub fn start(gateway: Arc<Gateway>) -> std::io::Result<Option<Writer>> {
+    if gateway.journal.file.is_none() {
+        return Ok(None);
+    }
+    let handle = {
+        let gateway = gateway.clone();
+        threads::spawn("state", "", move || write_loop(&gateway))?
+    };
+    Ok(Some(Writer { gateway, handle }))
 }
 
-pub fn start(gateway: Arc<Gateway>, file: StateFile) -> std::io::Result<Writer> {
-    let (stop, stopped) = bounded::<()>(0);
-    let handle = threads::spawn("state", "", move || {
-        let ticks = tick(LOOK_EVERY);
-        let (mut written, mut requests, mut at) = (u64::MAX, gateway.stats.requests.get(), Instant::now());
-        loop {
-            select! {
-                recv(stopped) -> _ => return,
-                recv(ticks) -> _ => {
-                    let now = structure(&gateway);
-                    let every = activity_every(gateway.current().config.session_idle_timeout);
-                    let active = gateway.stats.requests.get() != requests && at.elapsed() >= every;
-                    if now == written && !active {
-                        continue;
-                    }
-                    match file.save(&snapshot(&gateway, true)) {
-                        Ok(()) => (written, requests, at) = (now, gateway.stats.requests.get(), Instant::now()),
-                        Err(e) => crate::limited!(error, "cannot write the state file {}: {e}", file.path.display()),
-                    }
+fn write_loop(gateway: &Gateway) {
+    let journal = &gateway.journal;
+    let Some(file) = &journal.file else { return };
+    let (mut requests, mut saved_at) = (gateway.stats.requests.get(), Instant::now());
+    let mut st = journal.state.lock();
+    loop {
+        if st.stopping {
+            return;
+        }
+        let every = activity_every(gateway.current().config.session_idle_timeout);
+        let active = gateway.stats.requests.get() != requests && saved_at.elapsed() >= every;
+        let retry = st.failure.is_some();
+        if st.wanted > st.done || active || retry {
+            let target = st.wanted;
+            drop(st);
+            let result = file.save(&snapshot(gateway, journal));
+            st = journal.state.lock();
+            match result {
+                Ok(()) => {
+                    st.done = st.done.max(target);
+                    st.failure = None;
+                    (requests, saved_at) = (gateway.stats.requests.get(), Instant::now());
+                }
+                Err(e) => {
+                    crate::limited!(
+                        error,
+                        "cannot write the state file {}: {e}; new sessions are refused until it can be written",
+                        file.path.display()
+                    );
+                    st.failure = Some((target, e.to_string()));
                 }
             }
+            journal.written.notify_all();
+            if st.failure.is_none() {
+                continue;
+            }
         }
-    })?;
-    Ok(Writer { stop, handle })
+        journal.wake.wait_for(&mut st, LOOK_EVERY);
+    }
 }
 
 impl Writer {
+    /// Writes what is pending, then stops.
     pub fn stop(self) {
-        drop(self.stop);
+        let _ = self.gateway.journal.commit();
+        let mut st = self.gateway.journal.state.lock();
+        st.stopping = true;
+        drop(st);
+        self.gateway.journal.wake.notify_all();
+        self.gateway.journal.written.notify_all();
         let _ = self.handle.join();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn downstream(n: u32) -> SavedDownstream {
+        SavedDownstream {
+            server: "a".into(),
+            url: "http://127.0.0.1:1/mcp".into(),
+            session_id: Some(format!("s{n}")),
+            protocol_version: "2025-11-25".into(),
+            capabilities: serde_json::json!({}),
+            instructions: None,
+        }
+    }
+
+    fn session(n: u32) -> SavedSession {
+        SavedSession {
+            id: format!("c{n}"),
+            protocol_version: "2025-11-25".into(),
+            init_params: serde_json::json!({}),
+            client_name: "t".into(),
+            last_active: 1,
+            scope: None,
+            token_sha256: None,
+            downstreams: vec![downstream(n)],
+        }
+    }
+
+    #[test]
+    fn a_file_cut_anywhere_gives_up_every_whole_entry() {
+        let saved = Saved { format: FORMAT, closing: vec![downstream(9)], sessions: (0..3).map(session).collect() };
+        let text = String::from_utf8(saved.encode()).unwrap();
+        let whole: Saved = serde_json::from_str(&text).unwrap();
+        assert_eq!((whole.closing.len(), whole.sessions.len()), (1, 3));
+        let mut best = 0;
+        for cut in 0..text.len() {
+            let recovered = Saved::recover(&text[..cut]);
+            let found = recovered.closing.len() + recovered.sessions.len();
+            assert!(found >= best, "a longer prefix gives up no less");
+            best = found;
+        }
+        assert_eq!(best, 4);
+        let half = Saved::recover(&text[..text.len() * 6 / 10]);
+        assert!(half.downstreams().count() >= 2, "{}", &text[..text.len() * 6 / 10]);
     }
 }

@@ -82,6 +82,10 @@ pub fn json(g: &Gateway) -> Value {
             "session_share_bytes": crate::memory::share(),
             "refused": crate::memory::refused(),
         },
+        "state": {
+            "file": g.journal.path().map(|p| p.display().to_string()),
+            "error": g.journal.error(),
+        },
         "calls": {
             "in_flight": current.servers.iter().map(|s| s.lanes.in_flight.get()).sum::<u64>(),
         },

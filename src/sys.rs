@@ -137,6 +137,12 @@ fn rlim(value: libc::rlim_t) -> u64 {
     value as u64
 }
 
+/// The user id this process acts as (what owns the files it writes).
+pub fn effective_uid() -> u32 {
+    // SAFETY: geteuid has no arguments and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
 /// The soft limit on open files now.
 pub fn fd_limit() -> u64 {
     let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
