@@ -307,3 +307,30 @@ fn a_get_stream_without_newlines_is_bounded_and_memory_returns() {
     // mcpgate stopped reading: alpha's endless writers saw their connections close.
     assert!(wait_until(Duration::from_secs(5), || alpha.count("get_streams_open") == 0), "{}", alpha.stats());
 }
+
+/// A peer must not be able to turn mcpgate's log into a disk filler: a
+/// message dropped for a client that opened no stream was one warning
+/// each (3.4 million lines, 374 MB, in 20 s). Now a call site logs at most
+/// once per 10 s, saying how many lines it held back.
+#[test]
+fn dropped_messages_are_logged_once_per_interval_not_once_each() {
+    let _alone = alone();
+    let alpha = Fixture::start("alpha", &[]);
+    let gate = gate_with(&alpha, json!({}));
+    let mut client = session_with(&gate);
+    assert!(wait_until(Duration::from_secs(5), || alpha.count("get_streams_open") == 1), "{}", alpha.stats());
+    // The client opened no GET stream: beyond its backlog, each of these is dropped.
+    let mut sent = 0;
+    for _ in 0..4 {
+        let text = client.tool_text("alpha__flood", json!({"count": 500, "bytes": 100}));
+        sent += text.parse::<u64>().unwrap_or_else(|_| panic!("flood answered {text:?}"));
+    }
+    assert_eq!(sent, 2000, "the fixture sent them all");
+    std::thread::sleep(Duration::from_millis(500));
+    let stderr = gate.stderr();
+    let dropped: Vec<&str> = stderr.lines().filter(|l| l.contains("dropped")).collect();
+    eprintln!("{sent} messages for a client without a stream: {} log line(s) about drops: {dropped:?}", dropped.len());
+    assert!(!dropped.is_empty(), "the drops are reported");
+    assert!(dropped.len() <= 2, "{} lines for {sent} messages", dropped.len());
+    assert_eq!(client.tool_text("alpha__echo", json!({"text": "fine"})), "fine");
+}
