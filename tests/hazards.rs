@@ -1,8 +1,8 @@
-//! The tiny_http hazards the README names, each proven harmless against a
-//! real mcpgate process: (1) a huge `Content-Length` does not abort it,
-//! (2) a burst of connections is answered at once, none starved behind a
-//! pool, and (3) a thread that cannot be spawned costs one connection, not
-//! the accept loop.
+//! Hazards found in tiny_http, which mcpgate first ran on, each proven
+//! harmless against a real mcpgate process: (1) a huge `Content-Length` does
+//! not abort it, (2) a burst of connections is answered at once, none starved
+//! behind a pool, and (3) a thread that cannot be spawned costs one
+//! connection, not the accept loop. `tests/front_door.rs` has the rest.
 
 mod support;
 
@@ -225,11 +225,9 @@ fn a_thread_that_cannot_be_spawned_costs_one_connection_and_the_gateway_recovers
     assert!(gate.is_running(), "mcpgate died\n{}", gate.stderr());
 }
 
-/// tiny_http answers a read that timed out with `400 Bad Request` and no
-/// request behind it; mcpgate cannot stop that write. What it can do: close
-/// the idle connection, and tell clients in every response to drop an idle
-/// connection a second before that (`Keep-Alive: timeout`), so that a
-/// client's next request never races the close.
+/// An idle connection is closed, and every response tells clients to drop
+/// an idle connection a second before that (`Keep-Alive: timeout`), so
+/// that a client's next request never races the close.
 #[test]
 fn an_idle_keep_alive_connection_is_closed_after_the_timeout_it_announced() {
     let fixture = Fixture::start("alpha", &[]);
