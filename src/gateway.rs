@@ -505,12 +505,15 @@ impl Gateway {
             let e = RpcError::internal(format!("{why}; try again later"));
             return HttpReply::error(503, &id, &e).header("Retry-After", "5");
         }
-        let result = json!({
+        let mut result = json!({
             "protocolVersion": version,
             "capabilities": self.capabilities(&session, &opened),
             "serverInfo": { "name": "mcpgate", "version": env!("CARGO_PKG_VERSION") },
-            "instructions": instructions(&opened),
         });
+        // Absent, never null: the TypeScript SDK's schema refuses null here.
+        if let Some(text) = instructions(&opened) {
+            result["instructions"] = Value::String(text);
+        }
         HttpReply::json(200, jsonrpc::result(&id, &jsonrpc::raw(&result))).header("Mcp-Session-Id", &session_id)
     }
 

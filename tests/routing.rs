@@ -494,3 +494,33 @@ fn server_notifications_reach_the_clients_get_stream() {
     // The list still answers after it was made stale.
     assert_eq!(client.tool_names().len(), 2 * direct_keys(&a, "tools/list", "tools", "name").len());
 }
+
+/// A JSON field in `value` that is `null`, by its path: what mcpgate writes
+/// must leave an absent optional field out, as the TypeScript SDK's schema
+/// refuses `null` where it allows absence (`"instructions": null` stopped
+/// every client built on it at `initialize`).
+fn nulls(value: &Value, path: &str, found: &mut Vec<String>) {
+    match value {
+        Value::Null => found.push(path.to_string()),
+        Value::Array(items) => items.iter().enumerate().for_each(|(i, v)| nulls(v, &format!("{path}[{i}]"), found)),
+        Value::Object(map) => map.iter().for_each(|(k, v)| nulls(v, &format!("{path}.{k}"), found)),
+        _ => {}
+    }
+}
+
+#[test]
+fn what_mcpgate_writes_for_servers_without_instructions_has_no_nulls() {
+    let (a, b) = (Fixture::start("a", &["--no-instructions"]), Fixture::start("b", &["--no-instructions"]));
+    let gate = gate_for(&a, &b);
+    let mut client = gate.client();
+    let result = client.initialize();
+    let mut found = Vec::new();
+    nulls(&result, "result", &mut found);
+    for (method, field) in [("tools/list", "tools"), ("prompts/list", "prompts"), ("resources/list", "resources")] {
+        let reply = client.request(method, json!({}));
+        nulls(&reply.body, method, &mut found);
+        assert!(reply.result()[field].is_array(), "{method}: {reply:?}");
+    }
+    assert!(found.is_empty(), "null fields: {found:?} in {result}");
+    assert!(result.get("instructions").is_none(), "{result}");
+}
