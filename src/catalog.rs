@@ -1,7 +1,9 @@
 #![forbid(unsafe_code)]
 //! Merging what several servers offer into one list per kind, and finding
 //! which server owns a name or URI. Tools and prompts are renamed
-//! `<prefix>__<name>`; resource URIs and templates are kept.
+//! `<prefix><separator><name>` (`files__read`), made to fit what clients
+//! accept ([`exposed_name`]); resource URIs and templates are kept. Each
+//! server's [`Filter`] decides which of its items are listed at all.
 
 use std::collections::HashMap;
 
@@ -76,9 +78,104 @@ impl ListKind {
     }
 }
 
-/// The name a client sees for `name` of a server with `prefix`.
-pub fn exposed_name(prefix: &str, name: &str) -> String {
-    if prefix.is_empty() { name.to_string() } else { format!("{prefix}__{name}") }
+/// How a server's tool and prompt names are exposed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Naming {
+    pub prefix: String,
+    pub separator: String,
+    /// The longest exposed name (`tool_name_max`).
+    pub max: usize,
+}
+
+impl Naming {
+    /// `<prefix><separator><name>`, or the name alone with an empty prefix.
+    pub fn raw(&self, name: &str) -> String {
+        if self.prefix.is_empty() { name.to_string() } else { format!("{}{}{name}", self.prefix, self.separator) }
+    }
+}
+
+/// The name a client sees for `name`: `^[a-zA-Z0-9_-]{1,max}$`, what
+/// Claude, OpenAI and Gemini accept. Other characters become `_`. A name
+/// that is still too long gives up the end of its prefix first, so the
+/// tool's own name stays readable, and ends in `-` and 8 hex digits of the
+/// SHA-256 of the full name: the same at every start and reload, and
+/// distinct. The server always gets its own name back.
+pub fn exposed_name(naming: &Naming, name: &str) -> String {
+    let raw = naming.raw(name);
+    let clean = fit_charset(&raw);
+    if (1..=naming.max).contains(&clean.len()) {
+        return clean;
+    }
+    let (prefix, separator, name) = (fit_charset(&naming.prefix), fit_charset(&naming.separator), fit_charset(name));
+    let room = naming.max.saturating_sub(HASH_SUFFIX);
+    match room.checked_sub(separator.len() + name.len()) {
+        Some(keep) if !prefix.is_empty() && keep >= 1 => {
+            let hash = &crate::sha256::hex(raw.as_bytes())[..8];
+            format!("{}{separator}{name}-{hash}", &prefix[..keep.min(prefix.len())])
+        }
+        _ => hashed(&clean, &raw, naming.max),
+    }
+}
+
+/// `-` and 8 hex digits.
+const HASH_SUFFIX: usize = 9;
+
+/// Every character outside `[a-zA-Z0-9_-]` as `_`.
+fn fit_charset(text: &str) -> String {
+    text.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' }).collect()
+}
+
+/// `clean` cut to leave room for `-` and a hash of `raw`.
+fn hashed(clean: &str, raw: &str, max: usize) -> String {
+    let hash = &crate::sha256::hex(raw.as_bytes())[..8];
+    let keep = clean.len().min(max.saturating_sub(HASH_SUFFIX));
+    format!("{}-{hash}", &clean[..keep])
+}
+
+/// Which of a server's items are exposed: globs (`*`, `?`) over the names
+/// (URIs for resources) the server itself uses. Empty `allow`: all.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Filter {
+    pub allow: Vec<String>,
+    pub deny: Vec<String>,
+}
+
+impl Filter {
+    pub fn admits(&self, name: &str) -> bool {
+        (self.allow.is_empty() || self.allow.iter().any(|g| glob(g, name))) && !self.deny.iter().any(|g| glob(g, name))
+    }
+}
+
+/// Whether `text` matches `pattern`, where `*` is any run of characters and
+/// `?` any one.
+pub fn glob(pattern: &str, text: &str) -> bool {
+    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
+    let (mut pi, mut ti, mut star, mut mark) = (0, 0, None, 0);
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some(pi);
+            mark = ti;
+            pi += 1;
+        } else if let Some(s) = star {
+            pi = s + 1;
+            mark += 1;
+            ti = mark;
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+/// A tool or prompt whose exposed name is not `<prefix><separator><name>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Renamed {
+    pub name: String,
+    pub server: String,
+    pub original: String,
 }
 
 /// One item of a merged list.
@@ -94,7 +191,9 @@ pub struct Entry {
 /// What one server listed, in the order of the configuration.
 pub struct ServerItems {
     pub server: String,
-    pub prefix: String,
+    pub naming: Naming,
+    /// Its filter for this kind of list.
+    pub filter: Filter,
     pub items: Vec<Value>,
 }
 
@@ -107,36 +206,63 @@ pub struct List {
 }
 
 impl List {
-    /// Merges per-server items (given in configuration order): the first
-    /// server wins a collision. Returns the list and one line per collision.
-    pub fn merge(kind: ListKind, servers: Vec<ServerItems>) -> (List, Vec<String>) {
+    /// Merges per-server items (given in configuration order), leaving out
+    /// what their filters hide. The same name from two servers (empty
+    /// prefixes): the first server wins and the other is hidden. Two names
+    /// that become one only when made to fit: the later gets a hash suffix.
+    /// Returns the list, one line per collision, and the renamed items.
+    pub fn merge(kind: ListKind, servers: Vec<ServerItems>) -> (List, Vec<String>, Vec<Renamed>) {
         let mut list = List { kind, entries: Vec::new(), index: HashMap::new() };
-        let mut collisions = Vec::new();
-        for ServerItems { server, prefix, items } in servers {
+        let (mut collisions, mut renamed) = (Vec::new(), Vec::new());
+        // The raw name behind each exposed one, to tell a real collision from one made by fitting.
+        let mut raw_of: HashMap<String, String> = HashMap::new();
+        let what = &kind.field()[..kind.field().len() - 1];
+        for ServerItems { server, naming, filter, items } in servers {
             for item in items {
                 let Value::Object(mut object) = item else { continue };
                 let Some(original) = object.get(kind.key()).and_then(Value::as_str).map(str::to_string) else {
                     continue;
                 };
-                let exposed = if kind.renamed() { exposed_name(&prefix, &original) } else { original.clone() };
-                if let Some(&i) = list.index.get(&exposed) {
-                    let winner = &list.entries[i].server;
-                    if winner != &server {
-                        collisions.push(format!(
-                            "{} `{exposed}` of server `{server}` is hidden by server `{winner}`",
-                            &kind.field()[..kind.field().len() - 1]
-                        ));
-                    }
+                if !filter.admits(&original) {
                     continue;
                 }
+                let (raw, mut exposed) = if kind.renamed() {
+                    (naming.raw(&original), exposed_name(&naming, &original))
+                } else {
+                    (original.clone(), original.clone())
+                };
+                if let Some(&i) = list.index.get(&exposed) {
+                    if raw_of.get(&exposed) == Some(&raw) {
+                        let winner = &list.entries[i].server;
+                        if winner != &server {
+                            collisions.push(format!(
+                                "{what} `{exposed}` of server `{server}` is hidden by server `{winner}`"
+                            ));
+                        }
+                        continue;
+                    }
+                    exposed = hashed(&exposed, &raw, naming.max);
+                    if list.index.contains_key(&exposed) {
+                        collisions.push(format!("{what} `{original}` of server `{server}` has no name left to take"));
+                        continue;
+                    }
+                }
                 if kind.renamed() {
+                    if exposed != raw {
+                        renamed.push(Renamed {
+                            name: exposed.clone(),
+                            server: server.clone(),
+                            original: original.clone(),
+                        });
+                    }
                     object.insert(kind.key().to_string(), Value::String(exposed.clone()));
                 }
+                raw_of.insert(exposed.clone(), raw);
                 list.index.insert(exposed, list.entries.len());
                 list.entries.push(Entry { server: server.clone(), original, item: Value::Object(object) });
             }
         }
-        (list, collisions)
+        (list, collisions, renamed)
     }
 
     pub fn find(&self, exposed: &str) -> Option<&Entry> {
@@ -209,17 +335,22 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn naming(prefix: &str) -> Naming {
+        Naming { prefix: prefix.into(), separator: "__".into(), max: 64 }
+    }
+
     fn items(server: &str, prefix: &str, names: &[&str]) -> ServerItems {
         ServerItems {
             server: server.into(),
-            prefix: prefix.into(),
+            naming: naming(prefix),
+            filter: Filter::default(),
             items: names.iter().map(|n| json!({"name": n, "description": format!("{n} of {server}")})).collect(),
         }
     }
 
     #[test]
     fn prefixes_names_and_keeps_the_first_server_on_collision() {
-        let (list, collisions) = List::merge(
+        let (list, collisions, renamed) = List::merge(
             ListKind::Tools,
             vec![
                 items("files", "files", &["read", "write"]),
@@ -234,13 +365,68 @@ mod tests {
         assert_eq!(echo.item["description"], "echo of a");
         assert_eq!(list.find("files__read").unwrap().original, "read");
         assert_eq!(collisions, ["tool `echo` of server `b` is hidden by server `a`"]);
+        assert!(renamed.is_empty());
+    }
+
+    #[test]
+    fn exposed_names_fit_what_clients_accept() {
+        let fit =
+            |name: &str| name.len() <= 64 && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        assert_eq!(exposed_name(&naming("files"), "read"), "files__read");
+        assert_eq!(exposed_name(&naming("files"), "read.all"), "files__read_all");
+        assert_eq!(exposed_name(&naming(""), "ünï cödé"), "_n__c_d_");
+        let long = exposed_name(&naming("a_server_with_a_long_name"), "and_a_tool_with_an_even_longer_name_than_that");
+        assert!(fit(&long) && long.len() == 64, "{long}");
+        assert!(long.starts_with("a_server__and_a_tool_with_an_even_longer_name_than_that-"), "{long}");
+        assert_eq!(
+            long,
+            exposed_name(&naming("a_server_with_a_long_name"), "and_a_tool_with_an_even_longer_name_than_that")
+        );
+        let dotted = Naming { prefix: "fs".into(), separator: ".".into(), max: 20 };
+        assert_eq!(exposed_name(&dotted, "x"), "fs_x");
+        assert_eq!(exposed_name(&naming("p"), "").len(), 3);
+    }
+
+    #[test]
+    fn names_that_meet_only_once_fitted_are_told_apart_the_same_way_every_time() {
+        let merge = || List::merge(ListKind::Tools, vec![items("s", "s", &["a.b", "a_b", "a-b"])]);
+        let (list, collisions, renamed) = merge();
+        let names: Vec<&str> = list.entries.iter().map(|e| e.item["name"].as_str().unwrap()).collect();
+        assert_eq!(names.len(), 3, "{names:?} {collisions:?}");
+        assert_eq!(names[0], "s__a_b");
+        assert!(names[1].starts_with("s__a_b-") && names[1].len() == 15, "{names:?}");
+        assert_eq!(names[2], "s__a-b");
+        assert_eq!(list.find(names[1]).unwrap().original, "a_b");
+        assert_eq!(renamed.len(), 2, "a.b and a_b are renamed: {renamed:?}");
+        assert_eq!(merge().0.entries[1].item["name"], names[1], "the same on every merge");
+    }
+
+    #[test]
+    fn filters_allow_then_deny_by_glob() {
+        let filter = Filter { allow: vec!["read*".into(), "st?t".into()], deny: vec!["*secret*".into()] };
+        for (name, admitted) in [
+            ("read", true),
+            ("read_file", true),
+            ("stat", true),
+            ("start", false),
+            ("read_secret", false),
+            ("write", false),
+        ] {
+            assert_eq!(filter.admits(name), admitted, "{name}");
+        }
+        assert!(Filter::default().admits("anything"));
+        assert!(glob("*", "") && glob("a*b*c", "aXXbYc") && !glob("a*b", "ac") && glob("??", "xy") && !glob("?", ""));
+        let mut hidden = items("s", "s", &["keep", "drop"]);
+        hidden.filter = Filter { allow: vec![], deny: vec!["drop".into()] };
+        let (list, _, _) = List::merge(ListKind::Tools, vec![hidden]);
+        assert!(list.find("s__keep").is_some() && list.find("s__drop").is_none());
     }
 
     #[test]
     fn pages_are_stable_and_bad_cursors_are_refused() {
         let names: Vec<String> = (0..5).map(|i| format!("t{i}")).collect();
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-        let (list, _) = List::merge(ListKind::Tools, vec![items("s", "", &refs)]);
+        let (list, _, _) = List::merge(ListKind::Tools, vec![items("s", "", &refs)]);
         let first = list.page(None, 2).unwrap();
         assert_eq!(first["tools"].as_array().unwrap().len(), 2);
         let second = list.page(first["nextCursor"].as_str(), 2).unwrap();
@@ -257,10 +443,11 @@ mod tests {
     fn resources_keep_their_uris() {
         let servers = vec![ServerItems {
             server: "s".into(),
-            prefix: "p".into(),
+            naming: naming("p"),
+            filter: Filter::default(),
             items: vec![json!({"uri": "file:///a", "name": "a"})],
         }];
-        let (list, _) = List::merge(ListKind::Resources, servers);
+        let (list, _, _) = List::merge(ListKind::Resources, servers);
         assert_eq!(list.find("file:///a").unwrap().item["name"], "a");
     }
 

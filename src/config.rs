@@ -14,6 +14,8 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
+use crate::catalog::Filter;
+
 /// One documented configuration key.
 pub struct KeyDoc {
     pub key: &'static str,
@@ -112,6 +114,11 @@ pub const REFERENCE: &[KeyDoc] = &[
         meaning: "Live client sessions; an `initialize` beyond it gets 503 with `Retry-After`.",
     },
     KeyDoc {
+        key: "tool_name_max",
+        default: "64",
+        meaning: "Longest tool or prompt name shown to clients (16 to 128). Exposed names match `^[a-zA-Z0-9_-]{1,N}$` (Claude, OpenAI and Gemini accept it): other characters become `_`, and a longer name keeps its start and ends in `-` and 8 hex digits of a hash of the full name, the same at every start. The status page lists each renamed tool with its original.",
+    },
+    KeyDoc {
         key: "page_size",
         default: "100",
         meaning: "Items per page of the merged `tools/list`, `prompts/list`, `resources/list` and `resources/templates/list`.",
@@ -192,6 +199,32 @@ pub const REFERENCE: &[KeyDoc] = &[
         meaning: "Tools and prompts appear as `<prefix>__<name>`; `\"\"` keeps the server's names unchanged.",
     },
     KeyDoc {
+        key: "mcpServers.<name>.separator",
+        default: "\"__\"",
+        meaning: "What joins the prefix and a tool's or prompt's own name.",
+    },
+    KeyDoc {
+        key: "mcpServers.<name>.tools",
+        default: "all",
+        meaning: "Which of the server's tools are listed and callable, e.g. `{\"allow\": [\"read_*\"], \"deny\": [\"*_secret\"]}`. Calling a hidden tool is an error naming it.",
+    },
+    KeyDoc {
+        key: "mcpServers.<name>.tools.allow",
+        default: "all",
+        meaning: "Globs (`*`, `?`) over the server's own names: only these are exposed. Empty or absent: all.",
+    },
+    KeyDoc {
+        key: "mcpServers.<name>.tools.deny",
+        default: "[]",
+        meaning: "Globs of names hidden even when `allow` lets them in.",
+    },
+    KeyDoc { key: "mcpServers.<name>.prompts", default: "all", meaning: "The same filter for its prompts." },
+    KeyDoc {
+        key: "mcpServers.<name>.resources",
+        default: "all",
+        meaning: "The same filter for its resources and resource templates, over their URIs.",
+    },
+    KeyDoc {
         key: "mcpServers.<name>.type",
         default: "\"http\"",
         meaning: "Accepted for compatibility: `http`, `streamable-http` or `streamableHttp`.",
@@ -222,6 +255,7 @@ pub struct Config {
     /// In bytes.
     pub max_memory: usize,
     pub page_size: usize,
+    pub tool_name_max: usize,
     pub state_file: Option<PathBuf>,
     pub max_streams_per_session: usize,
     pub max_requests_per_session: usize,
@@ -258,6 +292,12 @@ pub struct ServerConfig {
     /// Names and values after `${VAR}` expansion.
     pub headers: Vec<(String, String)>,
     pub prefix: String,
+    /// Joins the prefix and a name: `__` unless configured.
+    pub separator: String,
+    /// Which tools, prompts and resources (by URI) of the server are exposed.
+    pub tools: Filter,
+    pub prompts: Filter,
+    pub resources: Filter,
     /// Values that came from the environment: never logged or shown.
     pub secrets: Vec<String>,
 }
@@ -328,6 +368,7 @@ impl Config {
             max_sessions: keys.integer("max_sessions", 1024, 1, 1_000_000)?,
             max_memory: keys.integer("max_memory_mb", 128, 8, 1 << 20)? << 20,
             page_size: keys.integer("page_size", 100, 1, 100_000)?,
+            tool_name_max: keys.integer("tool_name_max", 64, 16, 128)?,
             state_file: keys.string("state_file")?.map(PathBuf::from),
             max_streams_per_session: keys.integer("max_streams_per_session", 4, 1, 64)?,
             max_requests_per_session: keys.integer("max_requests_per_session", 32, 1, 4096)?,
@@ -570,8 +611,30 @@ fn server(name: &str, value: &Value, env: &dyn Fn(&str) -> Option<String>) -> Re
             "a prefix is empty, or 1 to 64 of A-Z a-z 0-9 _ . - without `__`".into(),
         ));
     }
+    let separator = keys.string("separator")?.unwrap_or_else(|| "__".into());
+    if separator.is_empty() || separator.len() > 8 || separator.chars().any(|c| c.is_control() || c == ' ') {
+        return Err((format!("{path}.separator"), "a separator is 1 to 8 visible characters".into()));
+    }
+    let tools = filter(keys.take("tools"), &format!("{path}.tools"))?;
+    let prompts = filter(keys.take("prompts"), &format!("{path}.prompts"))?;
+    let resources = filter(keys.take("resources"), &format!("{path}.resources"))?;
     keys.refuse_unknown()?;
-    Ok(ServerConfig { name: name.to_string(), url, headers, prefix, secrets })
+    Ok(ServerConfig { name: name.to_string(), url, headers, prefix, separator, tools, prompts, resources, secrets })
+}
+
+/// `{"allow": [...], "deny": [...]}`: globs over a server's own names.
+fn filter(value: Option<&Value>, path: &str) -> Result<Filter, (String, String)> {
+    let Some(value) = value else { return Ok(Filter::default()) };
+    let Value::Object(map) = value else {
+        return Err((
+            path.to_string(),
+            format!("expected an object with `allow` and/or `deny`, found {}", kind(value)),
+        ));
+    };
+    let mut keys = Keys::new(map, path);
+    let filter = Filter { allow: keys.strings("allow")?, deny: keys.strings("deny")? };
+    keys.refuse_unknown()?;
+    Ok(filter)
 }
 
 /// Expands `${NAME}` from the environment; the values are recorded as secrets.

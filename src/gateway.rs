@@ -30,6 +30,8 @@ pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 const MAX_PAGES: usize = 1000;
 /// Collision lines kept for the status page.
 const MAX_COLLISIONS: usize = 50;
+/// Renamed tools and prompts kept for the status page.
+const MAX_RENAMED: usize = 500;
 
 /// The configuration in force and its servers; replaced whole on reload.
 pub struct Current {
@@ -68,6 +70,8 @@ pub struct Gateway {
     pub journal: Arc<Journal>,
     /// Recent name collisions between servers, for the status page.
     pub collisions: Mutex<Vec<String>>,
+    /// Tools and prompts exposed under another name than `<prefix>__<name>`.
+    pub renamed: Mutex<Vec<catalog::Renamed>>,
     /// Guards the outcome of the last reload; `reloading` serializes reloads.
     pub last_reload: Mutex<ReloadOutcome>,
     reloading: Mutex<()>,
@@ -109,6 +113,7 @@ impl Gateway {
             journal,
             stats,
             collisions: Mutex::new(Vec::new()),
+            renamed: Mutex::new(Vec::new()),
             last_reload: Mutex::new(ReloadOutcome::default()),
             reloading: Mutex::new(()),
             stopping: std::sync::atomic::AtomicBool::new(false),
@@ -688,6 +693,9 @@ impl Gateway {
             ListKind::Tools => "tool",
             _ => "prompt",
         };
+        if let Some(hidden) = self.hidden_by_filter(session, kind, exposed) {
+            return Err(RpcError::invalid_params(hidden));
+        }
         let mut message = format!("unknown {what} `{exposed}`");
         let failed = session.failed_servers();
         if !failed.is_empty() {
@@ -695,6 +703,25 @@ impl Gateway {
             message.push_str(&format!("; unavailable servers: {}", names.join(", ")));
         }
         Err(RpcError::invalid_params(message))
+    }
+
+    /// Why `exposed` names nothing: a server whose `tools`/`prompts` filter
+    /// hides the name it would stand for, if any.
+    fn hidden_by_filter(&self, session: &Session, kind: ListKind, exposed: &str) -> Option<String> {
+        let cur = self.current();
+        let key = if kind == ListKind::Tools { "tools" } else { "prompts" };
+        visible(&cur, session).iter().find_map(|server| {
+            let c = &server.config;
+            let original =
+                if c.prefix.is_empty() { exposed } else { exposed.strip_prefix(&naming(c, &cur.config).raw(""))? };
+            (!filter_for(c, kind).admits(original)).then(|| {
+                format!(
+                    "{} `{exposed}` is not exposed by this gateway: mcpServers.{}.{key} hides `{original}`",
+                    &key[..key.len() - 1],
+                    server.name()
+                )
+            })
+        })
     }
 
     /// The server of a resource: the one listing it, else the one whose
@@ -721,7 +748,14 @@ impl Gateway {
             }
         }
         let name = owner.ok_or_else(|| RpcError::invalid_params(format!("no server lists resource `{uri}`")))?;
-        self.current().server(&name).cloned().ok_or_else(|| RpcError::server(&name, "no longer configured"))
+        let server =
+            self.current().server(&name).cloned().ok_or_else(|| RpcError::server(&name, "no longer configured"))?;
+        if !server.config.resources.admits(uri) {
+            return Err(RpcError::invalid_params(format!(
+                "resource `{uri}` is not exposed by this gateway: mcpServers.{name}.resources hides it"
+            )));
+        }
+        Ok(server)
     }
 
     /// Sends a request to `server` with params rewritten for it; what the
@@ -828,7 +862,12 @@ impl Gateway {
             match self.exchange(session, server, |d| fetch_all(d, kind)) {
                 Ok(items) => found.lock().push((
                     cur.rank(server.name()),
-                    ServerItems { server: server.name().to_string(), prefix: server.config.prefix.clone(), items },
+                    ServerItems {
+                        server: server.name().to_string(),
+                        naming: naming(&server.config, &cur.config),
+                        filter: filter_for(&server.config, kind).clone(),
+                        items,
+                    },
                 )),
                 Err(e) => crate::limited!(
                     warn,
@@ -841,7 +880,18 @@ impl Gateway {
         });
         let mut found = found.into_inner();
         found.sort_by_key(|(rank, _)| *rank);
-        let (list, collisions) = List::merge(kind, found.into_iter().map(|(_, items)| items).collect());
+        let (list, collisions, renamed) = List::merge(kind, found.into_iter().map(|(_, items)| items).collect());
+        if !renamed.is_empty() {
+            let mut kept = self.renamed.lock();
+            for entry in renamed {
+                if !kept.contains(&entry) {
+                    if kept.len() == MAX_RENAMED {
+                        kept.remove(0);
+                    }
+                    kept.push(entry);
+                }
+            }
+        }
         if !collisions.is_empty() {
             let mut kept = self.collisions.lock();
             for line in collisions {
@@ -1016,6 +1066,20 @@ impl PostStream<'_> {
             }
             (None, None) => HttpReply::sse(Vec::new()),
         }
+    }
+}
+
+/// How `server`'s tools and prompts are named for clients.
+fn naming(server: &crate::config::ServerConfig, config: &Config) -> catalog::Naming {
+    catalog::Naming { prefix: server.prefix.clone(), separator: server.separator.clone(), max: config.tool_name_max }
+}
+
+/// `server`'s filter for lists of `kind`.
+fn filter_for(server: &crate::config::ServerConfig, kind: ListKind) -> &catalog::Filter {
+    match kind {
+        ListKind::Tools => &server.tools,
+        ListKind::Prompts => &server.prompts,
+        ListKind::Resources | ListKind::Templates => &server.resources,
     }
 }
 

@@ -428,6 +428,10 @@ fn server_for(gateway: &Gateway, saved: &SavedDownstream) -> Arc<Server> {
         url: saved.url.clone(),
         headers: Vec::new(),
         prefix: String::new(),
+        separator: "__".into(),
+        tools: Default::default(),
+        prompts: Default::default(),
+        resources: Default::default(),
         secrets: Vec::new(),
     };
     let limits = downstream::Limits::from_config(&current.config);

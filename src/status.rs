@@ -122,6 +122,7 @@ pub fn json(g: &Gateway) -> Value {
         },
         "servers": servers,
         "collisions": *g.collisions.lock(),
+        "renamed_tools": g.renamed.lock().iter().map(|r| json!({"name": r.name, "server": r.server, "original": r.original})).collect::<Vec<_>>(),
         "reload": reload(&g.last_reload.lock()),
     })
 }

@@ -524,3 +524,71 @@ fn what_mcpgate_writes_for_servers_without_instructions_has_no_nulls() {
     assert!(found.is_empty(), "null fields: {found:?} in {result}");
     assert!(result.get("instructions").is_none(), "{result}");
 }
+
+/// Clients limit tool names (Claude: `^[a-zA-Z0-9_-]{1,64}$`; OpenAI: no
+/// dots; Gemini: 64 at most): what mcpgate exposes fits by construction,
+/// shortened with a hash of the full name so it is stable across restarts,
+/// while the server still gets its own name. The renamed ones are listed
+/// on the status page.
+#[test]
+fn exposed_tool_names_fit_every_client_and_still_reach_their_tool() {
+    let long = "a_server_with_a_rather_long_name_for_its_own_good";
+    let fixture = Fixture::start("fx", &["--conformance"]);
+    let c = config(&[(long, fixture.url())]);
+    let gate = Gate::start(&c);
+    let mut client = gate.client();
+    client.initialize();
+    let names = client.tool_names();
+    for name in &names {
+        assert!(
+            (1..=64).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-'),
+            "`{name}` breaks ^[a-zA-Z0-9_-]{{1,64}}$"
+        );
+    }
+    assert_no_duplicates(&names);
+    assert_eq!(names.len(), direct_keys(&fixture, "tools/list", "tools", "name").len(), "every tool: {names:?}");
+    let renamed = gate.status()["renamed_tools"].clone();
+    let exposed = |original: &str| {
+        renamed.as_array().and_then(|r| r.iter().find(|t| t["original"] == original)).map(|t| t["name"].clone())
+    };
+    // Too long: the end of the prefix goes first, so the tool's own name shows.
+    let add = exposed("json_schema_2020_12_tool").unwrap_or_else(|| panic!("not renamed: {renamed}"));
+    let add = add.as_str().unwrap();
+    assert!(add.starts_with("a_server_") && add.contains("__json_schema_2020_12_tool-"), "{add}");
+    let text = client.call_tool(add, json!({"name": "x"}));
+    assert_eq!(text.status, 200, "{text:?}");
+    assert!(text.body.get("result").is_some(), "the server got its own name back: {:?}", text.body);
+    assert!(exposed("echo").is_none(), "a name that fits is kept: {renamed}");
+    // The same names after a restart: they are a function of the names, nothing else.
+    let again = Gate::start(&c);
+    let mut other = again.client();
+    other.initialize();
+    assert_eq!(other.tool_names(), names);
+}
+
+/// A server's `tools.allow` and `tools.deny` (globs over its own names)
+/// decide what is listed and callable; a hidden tool's call is an error that
+/// names it. Prompts and resources take the same filters.
+#[test]
+fn allow_and_deny_lists_decide_what_a_server_exposes() {
+    let fixture = Fixture::start("fx", &[]);
+    let mut c = config(&[("fx", fixture.url())]);
+    c["mcpServers"]["fx"]["tools"] = json!({"allow": ["ec*", "add", "sl?w", "big"], "deny": ["big"]});
+    c["mcpServers"]["fx"]["prompts"] = json!({"deny": ["*"]});
+    let gate = Gate::start(&c);
+    let mut client = gate.client();
+    client.initialize();
+    let mut names = client.tool_names();
+    names.sort();
+    assert_eq!(names, ["fx__add", "fx__echo", "fx__slow"]);
+    assert_eq!(client.tool_text("fx__echo", json!({"text": "ok"})), "ok");
+    for hidden in ["fx__big", "fx__whoami"] {
+        let reply = client.call_tool(hidden, json!({}));
+        let message = reply.error_message();
+        assert_eq!(reply.error_code(), -32602, "{hidden}: {reply:?}");
+        assert!(message.contains(hidden) && message.contains("mcpServers.fx.tools"), "{hidden}: {message}");
+    }
+    let prompts = client.list_all("prompts/list", "prompts");
+    assert!(prompts.is_empty(), "{prompts:?}");
+    assert!(fixture.count("requests") > 0);
+}
