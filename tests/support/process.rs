@@ -1,0 +1,274 @@
+//! The processes under test, on 127.0.0.1 and stopped by PID when dropped:
+//! the `mcp-fixture` server, mcpgate itself with its config, and signals.
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::{Client, get_json};
+
+/// Polls `cond` every 20 ms until it holds or `timeout` passes.
+pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Reads the first stdout line `listening on ...` of a child, within 10 s.
+fn listening_line(child: &mut Child) -> String {
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let mut reader = BufReader::new(stdout);
+        let _ = reader.read_line(&mut line);
+        let _ = tx.send(line);
+        // Keep draining so the child never blocks on a full pipe.
+        let _ = std::io::copy(&mut reader, &mut std::io::sink());
+    });
+    let line = rx.recv_timeout(Duration::from_secs(10)).expect("child printed no `listening on` line within 10 s");
+    line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("unexpected first line: {line:?}")).to_string()
+}
+
+/// Sends a signal by name (`TERM`, `KILL`, `HUP`) to a PID.
+pub fn signal(pid: u32, name: &str) {
+    let status = Command::new("kill").arg(format!("-{name}")).arg(pid.to_string()).status().expect("run kill");
+    assert!(status.success(), "kill -{name} {pid} failed");
+}
+
+/// Waits for a child to exit, at most `timeout`; kills it if it does not.
+pub fn wait_exit(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A fixture MCP server process.
+pub struct Fixture {
+    child: Child,
+    pub addr: String,
+    pub name: String,
+    args: Vec<String>,
+}
+
+impl Fixture {
+    pub fn start(name: &str, args: &[&str]) -> Fixture {
+        Fixture::start_on(name, "127.0.0.1:0", args)
+    }
+
+    /// Starts it on a given address, e.g. the port of a fixture that was killed.
+    pub fn start_on(name: &str, listen: &str, args: &[&str]) -> Fixture {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_mcp-fixture"))
+            .args(["--listen", listen, "--name", name])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start mcp-fixture");
+        let addr = listening_line(&mut child);
+        Fixture { child, addr, name: name.into(), args: args.iter().map(|s| s.to_string()).collect() }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/mcp", self.addr)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// What the server counted: initializations, DELETEs, live sessions, open GET streams.
+    pub fn stats(&self) -> Value {
+        get_json(&format!("http://{}/stats", self.addr))
+    }
+
+    pub fn count(&self, key: &str) -> u64 {
+        self.stats()[key].as_u64().unwrap_or_else(|| panic!("fixture stats have no `{key}`"))
+    }
+
+    /// Kills it with SIGKILL, as a crash would.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts it again on the same port (it remembers nothing).
+    pub fn restart(&mut self) {
+        self.kill();
+        let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
+        *self = Fixture::start_on(&self.name.clone(), &self.addr.clone(), &args);
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+static DIRS: AtomicUsize = AtomicUsize::new(0);
+
+/// A scratch directory removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new() -> TempDir {
+        let n = DIRS.fetch_add(1, Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("mcpgate-test-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).expect("create a temp dir");
+        TempDir(path)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A config with test-friendly timeouts and the given servers (name, url).
+pub fn config(servers: &[(&str, String)]) -> Value {
+    let mut map = serde_json::Map::new();
+    for (name, url) in servers {
+        map.insert(name.to_string(), json!({ "url": url }));
+    }
+    json!({
+        "listen": "127.0.0.1:0",
+        "calls_per_server": 4,
+        "session_idle_timeout_secs": 300,
+        "client_idle_timeout_secs": 1,
+        "connect_timeout_secs": 2,
+        "request_timeout_secs": 10,
+        "mcpServers": map,
+    })
+}
+
+/// A running mcpgate process.
+pub struct Gate {
+    child: Child,
+    pub addr: SocketAddr,
+    stderr: Arc<Mutex<String>>,
+    pub dir: TempDir,
+}
+
+impl Gate {
+    pub fn start(config: &Value) -> Gate {
+        Gate::start_with(config, |c| c)
+    }
+
+    /// Starts mcpgate with `config`; `wrap` may prefix the command (e.g. setpriv).
+    pub fn start_with(config: &Value, wrap: impl FnOnce(Command) -> Command) -> Gate {
+        let dir = TempDir::new();
+        let path = dir.0.join("mcpgate.json");
+        std::fs::write(&path, serde_json::to_vec_pretty(config).unwrap()).unwrap();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_mcpgate"));
+        command.arg("--config").arg(&path);
+        let mut command = wrap(command);
+        let mut child = command
+            .env("MCPGATE_LOG", "mcpgate=debug")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start mcpgate");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let mut pipe = child.stderr.take().unwrap();
+        let sink = stderr.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        let url = listening_line(&mut child);
+        let addr = url.trim_start_matches("http://").trim_end_matches("/mcp").parse().expect("a socket address");
+        Gate { child, addr, stderr, dir }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/mcp", self.addr)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn client(&self) -> Client {
+        Client::new(&self.url())
+    }
+
+    pub fn status(&self) -> Value {
+        get_json(&format!("http://{}/status.json", self.addr))
+    }
+
+    /// Threads of the mcpgate process, counted from /proc.
+    pub fn threads(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/task", self.pid())).map(|d| d.count()).unwrap_or(0)
+    }
+
+    /// Waits until the thread count is back to `baseline` (at most 10 s).
+    pub fn settles_to(&self, baseline: usize) -> bool {
+        wait_until(Duration::from_secs(10), || self.threads() == baseline)
+    }
+
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// SIGTERM, then the exit status (None if it did not exit within `timeout`).
+    pub fn terminate(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        signal(self.pid(), "TERM");
+        wait_exit(&mut self.child, timeout)
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The downstream invariant as the status page shows it.
+pub fn assert_balanced(status: &Value) {
+    let d = &status["downstream"];
+    let (opened, closed, live) =
+        (d["opened"].as_u64().unwrap(), d["closed"].as_u64().unwrap(), d["live"].as_u64().unwrap());
+    assert_eq!(opened, closed + live, "downstream.opened == closed + live: {d}");
+    assert_eq!(d["leaked"], 0, "{d}");
+}
