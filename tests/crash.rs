@@ -23,7 +23,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::{Client, Fixture, Gate, PROTOCOL, TempDir, assert_balanced, config, wait_until};
+use support::{Client, Fixture, Gate, PROTOCOL, TempDir, assert_balanced, config, is_root, wait_until};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -849,12 +849,6 @@ fn a_damaged_state_file_is_kept_and_what_it_names_is_closed() {
     assert!(!named.is_empty(), "stderr does not name the copy ({copies:?}):\n{stderr}");
     assert!(closed, "no DELETE within 5 s: alpha {} beta {}", a.stats(), b.stats());
     assert_balanced(&gate.status());
-}
-
-/// Whether this process runs as root (effective uid 0).
-fn is_root() -> bool {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status.lines().find_map(|l| l.strip_prefix("Uid:")).and_then(|ids| ids.split_whitespace().nth(1)) == Some("0")
 }
 
 /// A tmpfs mounted on a directory, unmounted when dropped (also on panic).

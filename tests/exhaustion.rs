@@ -17,7 +17,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::{Ending, Fixture, Gate, PROTOCOL, RawReply, config, parse_reply, read_until_closed, wait_until};
+use support::{
+    Ending, Fixture, Gate, NOBODY, PROTOCOL, RawReply, as_nobody_with_thread_limit, config, is_root, parse_reply,
+    read_until_closed, threads_of_uid, wait_until,
+};
 
 /// How long a request may go without any answer before it counts as left hanging.
 const ANSWER_WITHIN: Duration = Duration::from_secs(5);
@@ -258,11 +261,6 @@ fn open_fds(pid: u32) -> Option<usize> {
     std::fs::read_dir(format!("/proc/{pid}/fd")).ok().map(|d| d.count())
 }
 
-fn is_root() -> bool {
-    let out = Command::new("id").arg("-u").output().expect("run id -u");
-    String::from_utf8_lossy(&out.stdout).trim() == "0"
-}
-
 fn have(tool: &str) -> bool {
     Command::new(tool).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok()
 }
@@ -400,31 +398,6 @@ fn running_out_of_file_descriptors_refuses_new_work_and_closes_every_session_exa
 // 2. Threads
 // ---------------------------------------------------------------------------
 
-/// Threads (tasks) whose real uid is `uid`, machine-wide: what RLIMIT_NPROC counts.
-fn threads_of_uid(uid: u32) -> usize {
-    let Ok(procs) = std::fs::read_dir("/proc") else { return 0 };
-    let mut total = 0;
-    for entry in procs.flatten() {
-        let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else { continue };
-        let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).map(str::split_whitespace);
-        let real_uid = field("Uid:").and_then(|mut f| f.next()).and_then(|v| v.parse::<u32>().ok());
-        if real_uid == Some(uid) {
-            total += field("Threads:").and_then(|mut f| f.next()).and_then(|v| v.parse::<usize>().ok()).unwrap_or(0);
-        }
-    }
-    total
-}
-
-/// Makes the directory of `--config` and the file readable by anyone (the gate runs as nobody).
-fn open_config_to_all(command: &Command) {
-    use std::os::unix::fs::PermissionsExt;
-    let args: Vec<_> = command.get_args().collect();
-    let at = args.iter().position(|a| *a == "--config").expect("--config") + 1;
-    let path = std::path::Path::new(args[at]);
-    std::fs::set_permissions(path.parent().unwrap(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644)).unwrap();
-}
-
 /// An audit saw, as a user with `--nproc 200`, a thread spawn inside the
 /// HTTP client (ureq's resolver) panic and abort the process, leaving 450
 /// of 600 downstream sessions never DELETEd. Here there is room for 20
@@ -437,7 +410,6 @@ fn threads_that_cannot_be_started_refuse_new_work_and_close_every_session_exactl
         );
         return;
     }
-    const NOBODY: u32 = 65534;
     const ROOM: usize = 20;
     let fixture = Fixture::start("alpha", &[]);
     let mut c = config(&[("alpha", fixture.url())]);
@@ -455,14 +427,7 @@ fn threads_that_cannot_be_started_refuse_new_work_and_close_every_session_exactl
     };
     assert!(at_rest >= 4, "main, accept, reaper, signal: {at_rest}");
     let limit = at_rest + ROOM + threads_of_uid(NOBODY);
-    let mut gate = Gate::start_with(&c, |mcpgate| {
-        open_config_to_all(&mcpgate);
-        let mut wrapped = Command::new("setpriv");
-        wrapped.args([&format!("--reuid={NOBODY}"), &format!("--regid={NOBODY}"), "--clear-groups", "prlimit"]);
-        wrapped.arg(format!("--nproc={limit}:{limit}"));
-        wrapped.arg(mcpgate.get_program()).args(mcpgate.get_args());
-        wrapped
-    });
+    let mut gate = Gate::start_with(&c, as_nobody_with_thread_limit(limit));
     let addr = gate.addr;
     assert!(gate.settles_to(at_rest), "limited gate at rest: {} threads, expected {at_rest}", gate.threads());
 

@@ -8,13 +8,13 @@ mod support;
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
-use std::process::Command;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 use support::{
-    Ending, Fixture, Gate, config, parse_reply, raw_exchange, raw_request, read_response, read_until_closed, wait_until,
+    Ending, Fixture, Gate, NOBODY, as_nobody_with_thread_limit, config, is_root, parse_reply, raw_exchange,
+    raw_request, read_response, read_until_closed, threads_of_uid, wait_until,
 };
 
 const HUGE: &str = "200000000000";
@@ -117,43 +117,12 @@ fn a_burst_of_40_keep_alive_connections_is_answered_at_once() {
     );
 }
 
-fn is_root() -> bool {
-    let out = Command::new("id").arg("-u").output().expect("run id -u");
-    String::from_utf8_lossy(&out.stdout).trim() == "0"
-}
-
-/// Threads (tasks) whose real uid is `uid`, machine-wide: what RLIMIT_NPROC counts.
-fn threads_of_uid(uid: u32) -> usize {
-    let Ok(procs) = std::fs::read_dir("/proc") else { return 0 };
-    let mut total = 0;
-    for entry in procs.flatten() {
-        let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else { continue };
-        let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).map(str::split_whitespace);
-        let real_uid = field("Uid:").and_then(|mut f| f.next()).and_then(|v| v.parse::<u32>().ok());
-        if real_uid == Some(uid) {
-            total += field("Threads:").and_then(|mut f| f.next()).and_then(|v| v.parse::<usize>().ok()).unwrap_or(0);
-        }
-    }
-    total
-}
-
-/// Makes the directory of `--config` and the file readable by anyone (the gate runs as nobody).
-fn open_config_to_all(command: &Command) {
-    use std::os::unix::fs::PermissionsExt;
-    let args: Vec<_> = command.get_args().collect();
-    let at = args.iter().position(|a| *a == "--config").expect("--config") + 1;
-    let path = std::path::Path::new(args[at]);
-    std::fs::set_permissions(path.parent().unwrap(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644)).unwrap();
-}
-
 #[test]
 fn a_thread_that_cannot_be_spawned_costs_one_connection_and_the_gateway_recovers() {
     if !is_root() {
         println!("skipped: this check needs root (it runs mcpgate as nobody under a thread limit)");
         return;
     }
-    const NOBODY: u32 = 65534;
     let fixture = Fixture::start("alpha", &[]);
     let mut c = config(&[("alpha", fixture.url())]);
     c["calls_per_server"] = json!(2);
@@ -163,14 +132,7 @@ fn a_thread_that_cannot_be_spawned_costs_one_connection_and_the_gateway_recovers
     assert!(at_rest >= 4, "main, accept, reaper, signal: {at_rest}");
     // Room for exactly two more threads: a connection and a reader, say.
     let limit = at_rest + 2 + threads_of_uid(NOBODY);
-    let mut gate = Gate::start_with(&c, |mcpgate| {
-        open_config_to_all(&mcpgate);
-        let mut wrapped = Command::new("setpriv");
-        wrapped.args([&format!("--reuid={NOBODY}"), &format!("--regid={NOBODY}"), "--clear-groups", "prlimit"]);
-        wrapped.arg(format!("--nproc={limit}:{limit}"));
-        wrapped.arg(mcpgate.get_program()).args(mcpgate.get_args());
-        wrapped
-    });
+    let mut gate = Gate::start_with(&c, as_nobody_with_thread_limit(limit));
     let addr = gate.addr;
     assert!(gate.settles_to(at_rest), "limited gate at rest: {} threads, expected {at_rest}", gate.threads());
 
