@@ -10,12 +10,11 @@ mod support;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::{
-    Ending, Fixture, Gate, PROTOCOL, RawReply, Stream, TempDir, config, parse_reply, read_response, read_until_closed,
+    Ending, Fixture, Gate, PROTOCOL, RawReply, Stream, config, parse_reply, read_response, read_until_closed,
     wait_until,
 };
 
@@ -24,27 +23,6 @@ const MB: usize = 1 << 20;
 const RSS_LIMIT: u64 = 64 << 20;
 /// `header_timeout_secs` of the slowloris case.
 const HEADER_TIMEOUT: u64 = 2;
-
-/// Starts mcpgate, first asking `mcpgate --check` about the config so that a
-/// key it does not know yet fails with its own words.
-fn start(c: &Value) -> Gate {
-    let dir = TempDir::new();
-    let path = dir.0.join("check.json");
-    std::fs::write(&path, serde_json::to_vec_pretty(c).unwrap()).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_mcpgate"))
-        .arg("--check")
-        .arg("--config")
-        .arg(&path)
-        .output()
-        .expect("run --check");
-    assert!(
-        out.status.success(),
-        "mcpgate refuses the config ({}): {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr).trim()
-    );
-    Gate::start(c)
-}
 
 #[track_caller]
 fn assert_alive(gate: &mut Gate, case: &str) {
@@ -416,7 +394,7 @@ fn slowloris_heads_are_cut_at_header_timeout_and_lock_nobody_out() {
     let mut c = config(&[("alpha", fixture.url())]);
     c["header_timeout_secs"] = json!(HEADER_TIMEOUT);
     c["max_connections"] = json!(16);
-    let mut gate = start(&c);
+    let mut gate = Gate::start_checked(&c);
     let addr = gate.addr;
     let limit = Duration::from_secs(HEADER_TIMEOUT + 2);
     let slow: Vec<_> =
@@ -767,7 +745,7 @@ fn allowed_hosts_lets_a_named_host_in_and_no_other() {
     let fixture = Fixture::start("alpha", &[]);
     let mut c = config(&[("alpha", fixture.url())]);
     c["allowed_hosts"] = json!(["gate.example.com"]);
-    let mut gate = start(&c);
+    let mut gate = Gate::start_checked(&c);
     let addr = gate.addr;
     let none = String::new;
     let cases = [

@@ -8,20 +8,12 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use support::{Ending, Fixture, Gate, config, parse_reply, raw_request, read_until_closed, wait_until};
-
-fn gate_with(fixture: &Fixture, limits: serde_json::Value) -> Gate {
-    let mut c = config(&[("fx", fixture.url())]);
-    for (key, value) in limits.as_object().unwrap() {
-        c[key] = value.clone();
-    }
-    Gate::start(&c)
-}
+use support::{Ending, Fixture, Gate, parse_reply, raw_request, read_until_closed, wait_until};
 
 #[test]
 fn too_many_headers_or_too_many_header_bytes_get_431() {
     let fixture = Fixture::start("fx", &[]);
-    let gate = gate_with(&fixture, json!({"max_header_count": 16, "max_header_bytes": 2048}));
+    let gate = Gate::start_for(&[&fixture], json!({"max_header_count": 16, "max_header_bytes": 2048}));
     let many: Vec<(String, String)> = (0..20).map(|i| (format!("X-H{i}"), "v".to_string())).collect();
     let headers: Vec<(&str, &str)> = many.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
     let reply = raw_request(gate.addr, "GET", "/healthz", &headers, b"");
@@ -37,7 +29,7 @@ fn too_many_headers_or_too_many_header_bytes_get_431() {
 #[test]
 fn an_initialize_beyond_max_sessions_gets_503_with_retry_after() {
     let fixture = Fixture::start("fx", &[]);
-    let gate = gate_with(&fixture, json!({"max_sessions": 2}));
+    let gate = Gate::start_for(&[&fixture], json!({"max_sessions": 2}));
     let mut first = gate.client();
     first.initialize();
     gate.client().initialize();
@@ -57,7 +49,7 @@ fn an_initialize_beyond_max_sessions_gets_503_with_retry_after() {
 #[test]
 fn a_get_stream_beyond_max_streams_per_session_gets_409() {
     let fixture = Fixture::start("fx", &[]);
-    let gate = gate_with(&fixture, json!({"max_streams_per_session": 2}));
+    let gate = Gate::start_for(&[&fixture], json!({"max_streams_per_session": 2}));
     let mut client = gate.client();
     client.initialize();
     let _a = client.open_stream();
@@ -73,7 +65,7 @@ fn a_get_stream_beyond_max_streams_per_session_gets_409() {
 #[test]
 fn requests_beyond_max_requests_per_session_get_429_and_other_sessions_do_not_wait() {
     let fixture = Fixture::start("fx", &[]);
-    let gate = gate_with(&fixture, json!({"max_requests_per_session": 2, "calls_per_server": 8}));
+    let gate = Gate::start_for(&[&fixture], json!({"max_requests_per_session": 2, "calls_per_server": 8}));
     let mut busy = gate.client();
     busy.initialize();
     let url = gate.url();
@@ -104,7 +96,7 @@ fn requests_beyond_max_requests_per_session_get_429_and_other_sessions_do_not_wa
 #[test]
 fn a_server_message_over_max_message_bytes_is_an_error_naming_the_server() {
     let fixture = Fixture::start("fx", &[]);
-    let gate = gate_with(&fixture, json!({"max_message_bytes": 4096}));
+    let gate = Gate::start_for(&[&fixture], json!({"max_message_bytes": 4096}));
     let mut client = gate.client();
     client.initialize();
     assert_eq!(client.tool_text("fx__big", json!({"bytes": 1000})).len(), 1000);
@@ -118,7 +110,7 @@ fn a_server_message_over_max_message_bytes_is_an_error_naming_the_server() {
 #[test]
 fn a_client_that_stops_sending_its_head_gets_408_at_the_header_timeout() {
     let fixture = Fixture::start("fx", &[]);
-    let gate = gate_with(&fixture, json!({"header_timeout_secs": 2}));
+    let gate = Gate::start_for(&[&fixture], json!({"header_timeout_secs": 2}));
     let mut stream = TcpStream::connect(gate.addr).unwrap();
     stream.write_all(b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n").unwrap();
     let started = Instant::now();
@@ -135,7 +127,7 @@ fn a_client_that_stops_sending_its_head_gets_408_at_the_header_timeout() {
 #[test]
 fn a_client_that_stops_reading_loses_its_answer_and_frees_its_thread() {
     let fixture = Fixture::start("fx", &[]);
-    let gate = gate_with(&fixture, json!({"client_write_timeout_secs": 1, "max_message_bytes": 64 << 20}));
+    let gate = Gate::start_for(&[&fixture], json!({"client_write_timeout_secs": 1, "max_message_bytes": 64 << 20}));
     let mut client = gate.client();
     client.initialize();
     let session = client.session.clone().unwrap();
@@ -163,7 +155,7 @@ fn a_client_that_stops_reading_loses_its_answer_and_frees_its_thread() {
 #[test]
 fn an_answer_to_a_server_gets_through_when_the_session_is_at_its_request_limit() {
     let fixture = Fixture::start("fx", &[]);
-    let gate = gate_with(&fixture, json!({"max_requests_per_session": 1}));
+    let gate = Gate::start_for(&[&fixture], json!({"max_requests_per_session": 1}));
     let mut client = gate.client();
     client.initialize_with(json!({"sampling": {}}));
     // The call holds the session's only slot while it waits for the answer.

@@ -14,7 +14,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::{Client, Ending, Fixture, Gate, PROTOCOL, assert_balanced, config, read_until_closed, wait_until};
+use support::{Client, Ending, Fixture, Gate, PROTOCOL, assert_balanced, read_until_closed, wait_until};
 
 const MB: u64 = 1 << 20;
 /// The RSS mcpgate must stay under with `max_memory_mb: 16`.
@@ -29,38 +29,6 @@ static ALONE: Mutex<()> = Mutex::new(());
 
 fn alone() -> std::sync::MutexGuard<'static, ()> {
     ALONE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-fn gate_with(fixture: &Fixture, keys: Value) -> Gate {
-    let mut c = config(&[(fixture.name.as_str(), fixture.url())]);
-    for (key, value) in keys.as_object().expect("keys are an object") {
-        c[key] = value.clone();
-    }
-    if let Err(why) = check_config(&c) {
-        panic!("mcpgate refuses the config: {why}");
-    }
-    Gate::start(&c)
-}
-
-/// `mcpgate --check` on `config`: a refusal fails the test with its reason
-/// (a key this build does not know, say), not with a gateway that never starts.
-fn check_config(config: &Value) -> Result<(), String> {
-    let dir = support::TempDir::new();
-    let path = dir.0.join("check.json");
-    std::fs::write(&path, config.to_string()).expect("write the config");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mcpgate"))
-        .arg("--check")
-        .arg("--config")
-        .arg(&path)
-        .output()
-        .expect("run mcpgate --check");
-    if out.status.success() { Ok(()) } else { Err(String::from_utf8_lossy(&out.stderr).trim().to_string()) }
-}
-
-fn session_with(gate: &Gate) -> Client {
-    let mut client = gate.client();
-    client.initialize();
-    client
 }
 
 /// VmRSS of a process, in bytes (0 once it is gone).
@@ -200,8 +168,8 @@ fn open_unread_stream(addr: SocketAddr, session: &str) -> TcpStream {
 fn big_notifications_to_clients_that_do_not_read_stay_within_max_memory() {
     let _alone = alone();
     let alpha = Fixture::start("alpha", &[]);
-    let gate = gate_with(&alpha, json!({"max_memory_mb": 16, "client_write_timeout_secs": 2}));
-    let stuck: Vec<Client> = (0..3).map(|_| session_with(&gate)).collect();
+    let gate = Gate::start_for(&[&alpha], json!({"max_memory_mb": 16, "client_write_timeout_secs": 2}));
+    let stuck: Vec<Client> = (0..3).map(|_| gate.open_session()).collect();
     // mcpgate reads each session's stream from alpha: the flood has a way in.
     assert!(wait_until(Duration::from_secs(5), || alpha.count("get_streams_open") == 3), "{}", alpha.stats());
     let streams: Vec<TcpStream> =
@@ -234,7 +202,7 @@ fn big_notifications_to_clients_that_do_not_read_stay_within_max_memory() {
     let flooded_in = started.elapsed();
 
     // Another session is served meanwhile.
-    let mut other = session_with(&gate);
+    let mut other = gate.open_session();
     let echoed = other.tool_text("alpha__echo", json!({"text": "fine"}));
     // The stuck streams are closed: mcpgate writes to none of them any more.
     let closed = wait_until(Duration::from_secs(8), || gate.status()["threads"]["streams"] == 0);
@@ -274,9 +242,9 @@ fn big_notifications_to_clients_that_do_not_read_stay_within_max_memory() {
 fn a_get_stream_without_newlines_is_bounded_and_memory_returns() {
     let _alone = alone();
     let alpha = Fixture::start("alpha", &["--endless-get"]);
-    let gate = gate_with(&alpha, json!({"max_memory_mb": 16}));
+    let gate = Gate::start_for(&[&alpha], json!({"max_memory_mb": 16}));
     let rss_before = rss_bytes(gate.pid());
-    let clients: Vec<Client> = (0..20).map(|_| session_with(&gate)).collect();
+    let clients: Vec<Client> = (0..20).map(|_| gate.open_session()).collect();
     // Every session's reader is reading its endless line.
     assert!(wait_until(Duration::from_secs(5), || alpha.count("get_streams_total") >= 20), "{}", alpha.stats());
 
@@ -316,8 +284,8 @@ fn a_get_stream_without_newlines_is_bounded_and_memory_returns() {
 fn dropped_messages_are_logged_once_per_interval_not_once_each() {
     let _alone = alone();
     let alpha = Fixture::start("alpha", &[]);
-    let gate = gate_with(&alpha, json!({}));
-    let mut client = session_with(&gate);
+    let gate = Gate::start_for(&[&alpha], json!({}));
+    let mut client = gate.open_session();
     assert!(wait_until(Duration::from_secs(5), || alpha.count("get_streams_open") == 1), "{}", alpha.stats());
     // The client opened no GET stream: beyond its backlog, each of these is dropped.
     let mut sent = 0;

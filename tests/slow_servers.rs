@@ -15,43 +15,10 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::{Client, Fixture, Gate, PROTOCOL, assert_balanced, config, wait_until};
+use support::{Client, Fixture, Gate, PROTOCOL, assert_balanced, wait_until};
 
 /// The longest any single call here is waited for.
 const GIVE_UP: Duration = Duration::from_secs(10);
-
-fn gate_with(fixtures: &[&Fixture], keys: Value) -> Gate {
-    let servers: Vec<(&str, String)> = fixtures.iter().map(|f| (f.name.as_str(), f.url())).collect();
-    let mut c = config(&servers);
-    for (key, value) in keys.as_object().expect("keys are an object") {
-        c[key] = value.clone();
-    }
-    if let Err(why) = check_config(&c) {
-        panic!("mcpgate refuses the config: {why}");
-    }
-    Gate::start(&c)
-}
-
-/// `mcpgate --check` on `config`: a refusal fails the test with its reason
-/// (a key this build does not know, say), not with a gateway that never starts.
-fn check_config(config: &Value) -> Result<(), String> {
-    let dir = support::TempDir::new();
-    let path = dir.0.join("check.json");
-    std::fs::write(&path, config.to_string()).expect("write the config");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mcpgate"))
-        .arg("--check")
-        .arg("--config")
-        .arg(&path)
-        .output()
-        .expect("run mcpgate --check");
-    if out.status.success() { Ok(()) } else { Err(String::from_utf8_lossy(&out.stderr).trim().to_string()) }
-}
-
-fn session_with(gate: &Gate) -> Client {
-    let mut client = gate.client();
-    client.initialize();
-    client
-}
 
 fn session_of(client: &Client) -> String {
     client.session.clone().expect("initialized")
@@ -209,8 +176,8 @@ fn post_in_background(gate: &Gate, client: &Client, body: Value, limit: Duration
 #[test]
 fn a_server_that_trickles_comments_is_cut_off_at_the_request_timeout() {
     let alpha = Fixture::start("alpha", &[]);
-    let gate = gate_with(&[&alpha], json!({"request_timeout_secs": 2}));
-    let client = session_with(&gate);
+    let gate = Gate::start_for(&[&alpha], json!({"request_timeout_secs": 2}));
+    let client = gate.open_session();
     let body = call_body("trickle", "alpha__trickle", json!({"every_ms": 300}));
     let answer = post_alone(gate.addr, &session_of(&client), &body, GIVE_UP);
     eprintln!("trickle with request_timeout_secs 2: {answer:?}");
@@ -231,8 +198,8 @@ fn a_server_that_trickles_comments_is_cut_off_at_the_request_timeout() {
 #[test]
 fn calls_to_a_hung_server_do_not_delay_calls_to_another() {
     let (alpha, beta) = (Fixture::start("alpha", &[]), Fixture::start("beta", &[]));
-    let gate = gate_with(&[&alpha, &beta], json!({"calls_per_server": 2}));
-    let mut client = session_with(&gate);
+    let gate = Gate::start_for(&[&alpha, &beta], json!({"calls_per_server": 2}));
+    let mut client = gate.open_session();
     // Both downstream sessions are open: the timed call measures the call alone.
     assert_eq!(client.tool_text("beta__echo", json!({"text": "warm"})), "warm");
     assert_eq!(client.tool_text("alpha__echo", json!({"text": "warm"})), "warm");
@@ -273,8 +240,8 @@ fn calls_to_a_hung_server_do_not_delay_calls_to_another() {
 #[test]
 fn a_cancelled_call_frees_its_permit_at_once() {
     let alpha = Fixture::start("alpha", &[]);
-    let gate = gate_with(&[&alpha], json!({"calls_per_server": 1}));
-    let mut client = session_with(&gate);
+    let gate = Gate::start_for(&[&alpha], json!({"calls_per_server": 1}));
+    let mut client = gate.open_session();
     assert_eq!(client.tool_text("alpha__echo", json!({"text": "warm"})), "warm");
     let call = post_in_background(&gate, &client, call_body("ignore-me", "alpha__ignore_cancel", json!({})), GIVE_UP);
     assert!(wait_until(Duration::from_secs(5), || alpha.count("held_open") == 1), "{}", alpha.stats());
@@ -319,8 +286,8 @@ fn a_cancelled_call_frees_its_permit_at_once() {
 #[test]
 fn deleting_a_session_ends_its_calls_at_once() {
     let alpha = Fixture::start("alpha", &[]);
-    let gate = gate_with(&[&alpha], json!({}));
-    let mut client = session_with(&gate);
+    let gate = Gate::start_for(&[&alpha], json!({}));
+    let mut client = gate.open_session();
     assert_eq!(client.tool_text("alpha__echo", json!({"text": "warm"})), "warm");
     let call = post_in_background(&gate, &client, call_body("trickle", "alpha__trickle", json!({})), GIVE_UP);
     assert!(wait_until(Duration::from_secs(5), || alpha.count("held_open") == 1), "{}", alpha.stats());

@@ -142,6 +142,13 @@ impl TempDir {
         std::fs::create_dir_all(&path).expect("create a temp dir");
         TempDir(path)
     }
+
+    /// Writes `config` here as `mcpgate.json`; its path.
+    pub fn write_config(&self, config: &Value) -> PathBuf {
+        let path = self.0.join("mcpgate.json");
+        std::fs::write(&path, serde_json::to_vec_pretty(config).unwrap()).unwrap();
+        path
+    }
 }
 
 impl Drop for TempDir {
@@ -167,6 +174,25 @@ pub fn config(servers: &[(&str, String)]) -> Value {
     })
 }
 
+/// [`config`] for these fixtures, each under its own name.
+pub fn config_for(fixtures: &[&Fixture]) -> Value {
+    let servers: Vec<(&str, String)> = fixtures.iter().map(|f| (f.name.as_str(), f.url())).collect();
+    config(&servers)
+}
+
+/// `mcpgate --check` on `config`: `Err` with mcpgate's reason when it refuses it.
+pub fn check_config(config: &Value) -> Result<(), String> {
+    let dir = TempDir::new();
+    let path = dir.write_config(config);
+    let out = Command::new(env!("CARGO_BIN_EXE_mcpgate"))
+        .arg("--check")
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .expect("run mcpgate --check");
+    if out.status.success() { Ok(()) } else { Err(String::from_utf8_lossy(&out.stderr).trim().to_string()) }
+}
+
 /// A running mcpgate process.
 pub struct Gate {
     child: Child,
@@ -180,11 +206,30 @@ impl Gate {
         Gate::start_with(config, |c| c)
     }
 
+    /// Starts mcpgate once `mcpgate --check` accepts `config`: a refusal (a
+    /// key this build does not know, say) fails the test with its reason,
+    /// not with a gateway that never starts.
+    pub fn start_checked(config: &Value) -> Gate {
+        if let Err(why) = check_config(config) {
+            panic!("mcpgate refuses the config: {why}");
+        }
+        Gate::start(config)
+    }
+
+    /// [`Gate::start_checked`] in front of `fixtures` (each under its own
+    /// name), with `keys` set over [`config`]'s.
+    pub fn start_for(fixtures: &[&Fixture], keys: Value) -> Gate {
+        let mut c = config_for(fixtures);
+        for (key, value) in keys.as_object().expect("keys are an object") {
+            c[key] = value.clone();
+        }
+        Gate::start_checked(&c)
+    }
+
     /// Starts mcpgate with `config`; `wrap` may prefix the command (e.g. setpriv).
     pub fn start_with(config: &Value, wrap: impl FnOnce(Command) -> Command) -> Gate {
         let dir = TempDir::new();
-        let path = dir.0.join("mcpgate.json");
-        std::fs::write(&path, serde_json::to_vec_pretty(config).unwrap()).unwrap();
+        let path = dir.write_config(config);
         let mut command = Command::new(env!("CARGO_BIN_EXE_mcpgate"));
         command.arg("--config").arg(&path);
         let mut command = wrap(command);
@@ -221,6 +266,13 @@ impl Gate {
 
     pub fn client(&self) -> Client {
         Client::new(&self.url())
+    }
+
+    /// A client with a session of its own, initialized.
+    pub fn open_session(&self) -> Client {
+        let mut client = self.client();
+        client.initialize();
+        client
     }
 
     pub fn status(&self) -> Value {
