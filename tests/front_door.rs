@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::{
-    Ending, Fixture, Gate, PROTOCOL, RawReply, Stream, config, parse_reply, read_response, read_until_closed,
-    wait_until,
+    Ending, Fixture, Gate, PROTOCOL, RawReply, Stream, config, parse_reply, peak_rss_bytes, read_response,
+    read_until_closed, wait_until,
 };
 
 const MB: usize = 1 << 20;
@@ -29,16 +29,9 @@ fn assert_alive(gate: &mut Gate, case: &str) {
     assert!(gate.is_running(), "{case}: mcpgate exited\n{}", gate.stderr());
 }
 
-/// A `/proc/<pid>/status` field in bytes: `VmRSS:` now, `VmHWM:` the peak.
-fn proc_bytes(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kb = status.lines().find_map(|l| l.strip_prefix(field)).and_then(|v| v.split_whitespace().next());
-    kb.and_then(|v| v.parse::<u64>().ok()).unwrap_or(0) * 1024
-}
-
 /// Peak RSS of the process so far, in MB, for messages.
 fn peak_mb(pid: u32) -> f64 {
-    proc_bytes(pid, "VmHWM:") as f64 / MB as f64
+    peak_rss_bytes(pid) as f64 / MB as f64
 }
 
 /// At most 300 characters of what came back, for messages.
@@ -493,7 +486,7 @@ fn an_endless_header_line_gets_431_early_and_costs_no_memory() {
     // Paced by a 4 ms look for the answer after every 64 KiB (about 16 MB/s).
     let sent = flood(addr, head.as_bytes(), b"a", 50_000_000, b"\r\n\r\n", Duration::from_millis(4));
     assert_alive(&mut gate, "after a 50 MB header line");
-    let peak = proc_bytes(gate.pid(), "VmHWM:");
+    let peak = peak_rss_bytes(gate.pid());
     let status = sent.reply.as_ref().map(|r| r.status);
     println!(
         "50 MB header line: {} ({} sent in {:?}); answer {status:?}; peak RSS {:.1} MB",
@@ -525,7 +518,7 @@ fn a_million_tiny_headers_get_431_and_cost_no_memory() {
     let head = format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\n");
     let sent = flood(addr, head.as_bytes(), b"a:b\r\n", 1_000_000, b"\r\n", Duration::from_millis(4));
     assert_alive(&mut gate, "after a million headers");
-    let peak = proc_bytes(gate.pid(), "VmHWM:");
+    let peak = peak_rss_bytes(gate.pid());
     let status = sent.reply.as_ref().map(|r| r.status);
     println!(
         "a million headers: {} ({} sent in {:?}); answer {status:?}; peak RSS {:.1} MB",
@@ -558,7 +551,7 @@ fn eight_parallel_64_mb_header_lines_get_431_and_memory_stays_bounded() {
         .collect();
     let floods: Vec<Flood> = runs.into_iter().map(|h| h.join().expect("sender")).collect();
     assert_alive(&mut gate, "after eight 64 MB header lines");
-    let peak = proc_bytes(gate.pid(), "VmHWM:");
+    let peak = peak_rss_bytes(gate.pid());
     let statuses: Vec<_> = floods.iter().map(|f| f.reply.as_ref().map(|r| r.status)).collect();
     println!(
         "eight 64 MB header lines in {:?}: answers {statuses:?}; peak RSS {:.1} MB",
@@ -604,7 +597,7 @@ fn a_megabyte_chunk_size_line_gets_400() {
         }
     }
     assert_alive(&mut gate, "after megabyte chunk-size lines");
-    let peak = proc_bytes(gate.pid(), "VmHWM:");
+    let peak = peak_rss_bytes(gate.pid());
     println!("peak RSS {:.1} MB", peak_mb(gate.pid()));
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     assert!(peak < RSS_LIMIT, "peak RSS {:.1} MB after megabyte chunk-size lines", peak_mb(gate.pid()));

@@ -14,7 +14,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::{Client, Ending, Fixture, Gate, PROTOCOL, assert_balanced, read_until_closed, wait_until};
+use support::{Client, Ending, Fixture, Gate, PROTOCOL, assert_balanced, read_until_closed, rss_bytes, wait_until};
 
 const MB: u64 = 1 << 20;
 /// The RSS mcpgate must stay under with `max_memory_mb: 16`.
@@ -29,18 +29,6 @@ static ALONE: Mutex<()> = Mutex::new(());
 
 fn alone() -> std::sync::MutexGuard<'static, ()> {
     ALONE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// VmRSS of a process, in bytes (0 once it is gone).
-fn rss_bytes(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kb = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|n| n.parse::<u64>().ok())
-        .unwrap_or(0);
-    kb * 1024
 }
 
 fn mb(bytes: u64) -> String {

@@ -324,3 +324,20 @@ pub fn assert_balanced(status: &Value) {
     assert_eq!(opened, closed + live, "downstream.opened == closed + live: {d}");
     assert_eq!(d["leaked"], 0, "{d}");
 }
+
+/// A `/proc/<pid>/status` field in bytes (0 once the process is gone).
+fn proc_status_bytes(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kb = status.lines().find_map(|l| l.strip_prefix(field)).and_then(|v| v.split_whitespace().next());
+    kb.and_then(|v| v.parse::<u64>().ok()).unwrap_or(0) * 1024
+}
+
+/// The resident memory of a process now, in bytes (0 once it is gone).
+pub fn rss_bytes(pid: u32) -> u64 {
+    proc_status_bytes(pid, "VmRSS:")
+}
+
+/// The most resident memory a process has had, in bytes (0 once it is gone).
+pub fn peak_rss_bytes(pid: u32) -> u64 {
+    proc_status_bytes(pid, "VmHWM:")
+}
