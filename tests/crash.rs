@@ -23,7 +23,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::{Client, Fixture, Gate, PROTOCOL, TempDir, assert_balanced, config, is_root, wait_until};
+use support::{
+    Client, Fixture, Gate, PROTOCOL, TempDir, assert_balanced, config, config_for, is_root, wait_for_state, wait_until,
+    with_state_file,
+};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -31,42 +34,11 @@ const WAIT: Duration = Duration::from_secs(10);
 // Helpers
 // ---------------------------------------------------------------------------
 
-fn two_servers() -> (Fixture, Fixture) {
-    (Fixture::start("alpha", &[]), Fixture::start("beta", &[]))
-}
-
-fn two_server_config(a: &Fixture, b: &Fixture) -> Value {
-    config(&[("alpha", a.url()), ("beta", b.url())])
-}
-
-/// `config` with a `state_file` in a directory of its own (kept alive by the
-/// returned `TempDir`), so that mcpgate processes in a row share it.
-fn with_state_file(mut config: Value) -> (TempDir, PathBuf, Value) {
-    let state = TempDir::new();
-    let path = state.0.join("state.json");
-    config["state_file"] = json!(path);
-    (state, path, config)
-}
-
 /// `config` listening where `gate` listens, for a restart on the same port.
 fn same_port(config: &Value, gate: &Gate) -> Value {
     let mut config = config.clone();
     config["listen"] = json!(gate.addr.to_string());
     config
-}
-
-fn read_state(path: &Path) -> Value {
-    std::fs::read_to_string(path).ok().and_then(|t| serde_json::from_str(&t).ok()).unwrap_or(Value::Null)
-}
-
-/// Waits until the state file lists `sessions` sessions with `downstreams` downstream sessions each.
-fn wait_for_state(path: &Path, sessions: usize, downstreams: usize) {
-    let ok = wait_until(WAIT, || {
-        let state = read_state(path);
-        let list = state["sessions"].as_array().cloned().unwrap_or_default();
-        list.len() == sessions && list.iter().all(|s| s["downstreams"].as_array().map(Vec::len) == Some(downstreams))
-    });
-    assert!(ok, "state file {}: {}", path.display(), read_state(path));
 }
 
 /// The files of `dir` whose bytes are exactly `bytes`.
@@ -442,8 +414,8 @@ impl Drop for Load {
 /// repeat what it cut in flight, one per server for each cut request.
 #[test]
 fn kill_9_under_load_five_times_closes_every_downstream_session_exactly_once() {
-    let (a, b) = two_servers();
-    let (_state, _path, c) = with_state_file(two_server_config(&a, &b));
+    let (a, b) = Fixture::alpha_and_beta();
+    let (_state, _path, c) = with_state_file(config_for(&[&a, &b]));
     let mut gate = Gate::start(&c);
     let c = same_port(&c, &gate);
     let url = gate.url();
@@ -690,8 +662,8 @@ fn client_with(gate: &Gate, token: &str) -> Client {
 /// valid token presenting a saved session's id is refused, as before it.
 #[test]
 fn a_restored_session_answers_only_to_the_token_that_created_it() {
-    let (a, b) = two_servers();
-    let (_state, path, mut c) = with_state_file(two_server_config(&a, &b));
+    let (a, b) = Fixture::alpha_and_beta();
+    let (_state, path, mut c) = with_state_file(config_for(&[&a, &b]));
     c["auth"] = json!({ "tokens": [
         { "token": TOKEN_A, "servers": ["alpha"] },
         { "token": TOKEN_B, "servers": ["beta"] },
@@ -726,8 +698,8 @@ fn a_restored_session_answers_only_to_the_token_that_created_it() {
 /// sessions over, so nobody but mcpgate's user may read it.
 #[test]
 fn the_state_file_is_readable_by_its_owner_only() {
-    let (a, b) = two_servers();
-    let (_state, path, c) = with_state_file(two_server_config(&a, &b));
+    let (a, b) = Fixture::alpha_and_beta();
+    let (_state, path, c) = with_state_file(config_for(&[&a, &b]));
     let gate = Gate::start(&c);
     let mut client = gate.client();
     client.initialize();
@@ -743,8 +715,8 @@ fn the_state_file_is_readable_by_its_owner_only() {
 /// another file through a symlink planted at the temporary path.
 #[test]
 fn a_symlink_at_the_temporary_path_is_not_followed() {
-    let (a, b) = two_servers();
-    let (state, path, c) = with_state_file(two_server_config(&a, &b));
+    let (a, b) = Fixture::alpha_and_beta();
+    let (state, path, c) = with_state_file(config_for(&[&a, &b]));
     let elsewhere = TempDir::new();
     let victim = elsewhere.0.join("victim.txt");
     let precious = b"not mcpgate's to write\n";
@@ -770,8 +742,8 @@ fn a_symlink_at_the_temporary_path_is_not_followed() {
 /// and not destroyed either (it is evidence).
 #[test]
 fn a_state_file_writable_by_others_is_refused_not_loaded() {
-    let (a, b) = two_servers();
-    let (state, path, c) = with_state_file(two_server_config(&a, &b));
+    let (a, b) = Fixture::alpha_and_beta();
+    let (state, path, c) = with_state_file(config_for(&[&a, &b]));
     let mut first = Gate::start(&c);
     let mut client = first.client();
     client.initialize();
@@ -809,8 +781,8 @@ fn a_state_file_writable_by_others_is_refused_not_loaded() {
 /// and the damaged bytes are kept for a human to look at.
 #[test]
 fn a_damaged_state_file_is_kept_and_what_it_names_is_closed() {
-    let (a, b) = two_servers();
-    let (state, path, c) = with_state_file(two_server_config(&a, &b));
+    let (a, b) = Fixture::alpha_and_beta();
+    let (state, path, c) = with_state_file(config_for(&[&a, &b]));
     let mut first = Gate::start(&c);
     let _clients: Vec<Client> = (0..3)
         .map(|_| {
@@ -901,8 +873,8 @@ fn a_full_disk_refuses_new_sessions_and_logs_without_flooding() {
         return;
     };
     let path = dir.0.join("state.json");
-    let (a, b) = two_servers();
-    let mut c = two_server_config(&a, &b);
+    let (a, b) = Fixture::alpha_and_beta();
+    let mut c = config_for(&[&a, &b]);
     c["state_file"] = json!(path);
     let gate = Gate::start(&c);
     let mut existing = gate.client();

@@ -8,14 +8,15 @@ mod support;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::{Client, Fixture, Gate, TempDir, assert_balanced, config, wait_until};
+use support::{
+    Client, Fixture, Gate, assert_balanced, config, config_for, read_state, wait_for_state, wait_until, with_state_file,
+};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -216,14 +217,6 @@ fn answer(s: &mut TcpStream, head: &str, body: &[u8], sh: &Shared) -> bool {
 // Helpers
 // ---------------------------------------------------------------------------
 
-fn two_servers() -> (Fixture, Fixture) {
-    (Fixture::start("alpha", &[]), Fixture::start("beta", &[]))
-}
-
-fn two_server_config(a: &Fixture, b: &Fixture) -> Value {
-    config(&[("alpha", a.url()), ("beta", b.url())])
-}
-
 /// Waits until `downstream.live` is `live`, then checks the invariant.
 fn assert_settled(gate: &Gate, live: u64) -> Value {
     let ok = wait_until(WAIT, || gate.status()["downstream"]["live"] == live);
@@ -245,29 +238,6 @@ fn assert_counts(f: &Fixture, n: u64, live: u64) {
 /// The downstream session id in a `whoami` answer (`NAME:<id>`).
 fn whoami(client: &mut Client, tool: &str) -> String {
     client.tool_text(tool, json!({}))
-}
-
-/// `config` with a `state_file` in a directory of its own (kept alive by the
-/// returned `TempDir`), so that two mcpgate processes in a row share it.
-fn with_state_file(mut config: Value) -> (TempDir, std::path::PathBuf, Value) {
-    let state = TempDir::new();
-    let path = state.0.join("state.json");
-    config["state_file"] = json!(path);
-    (state, path, config)
-}
-
-fn read_state(path: &Path) -> Value {
-    std::fs::read_to_string(path).ok().and_then(|t| serde_json::from_str(&t).ok()).unwrap_or(Value::Null)
-}
-
-/// Waits until the state file lists `sessions` sessions with `downstreams` downstream sessions each.
-fn wait_for_state(path: &Path, sessions: usize, downstreams: usize) {
-    let ok = wait_until(WAIT, || {
-        let state = read_state(path);
-        let list = state["sessions"].as_array().cloned().unwrap_or_default();
-        list.len() == sessions && list.iter().all(|s| s["downstreams"].as_array().map(Vec::len) == Some(downstreams))
-    });
-    assert!(ok, "state file {}: {}", path.display(), read_state(path));
 }
 
 /// Whether a message matching `wanted` arrives on the client's stream within 10 s.
@@ -297,8 +267,8 @@ fn post_reload(gate: &Gate) -> support::RawReply {
 
 #[test]
 fn a_downstream_killed_mid_stream_is_reconnected_and_forgets_nothing_the_client_needs() {
-    let (mut a, b) = two_servers();
-    let gate = Gate::start(&two_server_config(&a, &b));
+    let (mut a, b) = Fixture::alpha_and_beta();
+    let gate = Gate::start(&config_for(&[&a, &b]));
     let baseline = gate.threads();
     let mut client = gate.client();
     client.initialize();
@@ -344,8 +314,8 @@ fn a_downstream_killed_mid_stream_is_reconnected_and_forgets_nothing_the_client_
 
 #[test]
 fn a_downstream_that_forgot_its_sessions_is_reinitialized_once_and_the_request_retried() {
-    let (mut a, b) = two_servers();
-    let gate = Gate::start(&two_server_config(&a, &b));
+    let (mut a, b) = Fixture::alpha_and_beta();
+    let gate = Gate::start(&config_for(&[&a, &b]));
     let mut client = gate.client();
     client.initialize();
     let before = whoami(&mut client, "alpha__whoami");
@@ -364,8 +334,8 @@ fn a_downstream_that_forgot_its_sessions_is_reinitialized_once_and_the_request_r
 
 #[test]
 fn a_listening_client_hears_a_restarted_server_again_without_sending_anything() {
-    let (mut a, b) = two_servers();
-    let gate = Gate::start(&two_server_config(&a, &b));
+    let (mut a, b) = Fixture::alpha_and_beta();
+    let gate = Gate::start(&config_for(&[&a, &b]));
     let mut client = gate.client();
     client.initialize();
     let stream = client.open_stream();
@@ -405,8 +375,8 @@ fn three_clients(gate: &Gate) -> Vec<(Client, String, String)> {
 
 #[test]
 fn kill_9_of_mcpgate_with_a_state_file_keeps_client_sessions_and_orphans_nothing() {
-    let (a, b) = two_servers();
-    let (_state, path, c) = with_state_file(two_server_config(&a, &b));
+    let (a, b) = Fixture::alpha_and_beta();
+    let (_state, path, c) = with_state_file(config_for(&[&a, &b]));
     let mut first = Gate::start(&c);
     let baseline = first.threads();
     let mut clients = three_clients(&first);
@@ -438,8 +408,8 @@ fn kill_9_of_mcpgate_with_a_state_file_keeps_client_sessions_and_orphans_nothing
 
 #[test]
 fn kill_9_of_mcpgate_with_a_state_file_and_expired_sessions_deletes_them_at_start() {
-    let (a, b) = two_servers();
-    let (_state, path, mut c) = with_state_file(two_server_config(&a, &b));
+    let (a, b) = Fixture::alpha_and_beta();
+    let (_state, path, mut c) = with_state_file(config_for(&[&a, &b]));
     c["session_idle_timeout_secs"] = json!(1);
     let mut first = Gate::start(&c);
     let mut clients = three_clients(&first);
@@ -470,8 +440,8 @@ fn kill_9_of_mcpgate_with_a_state_file_and_expired_sessions_deletes_them_at_star
 
 #[test]
 fn kill_9_of_mcpgate_without_a_state_file_means_404_and_a_fresh_session() {
-    let (a, b) = two_servers();
-    let c = two_server_config(&a, &b);
+    let (a, b) = Fixture::alpha_and_beta();
+    let c = config_for(&[&a, &b]);
     let mut first = Gate::start(&c);
     let mut clients = three_clients(&first);
     first.kill();
@@ -500,8 +470,8 @@ fn kill_9_of_mcpgate_without_a_state_file_means_404_and_a_fresh_session() {
 
 #[test]
 fn a_clean_restart_with_a_state_file_keeps_the_client_session() {
-    let (a, b) = two_servers();
-    let (_state, path, c) = with_state_file(two_server_config(&a, &b));
+    let (a, b) = Fixture::alpha_and_beta();
+    let (_state, path, c) = with_state_file(config_for(&[&a, &b]));
     let mut first = Gate::start(&c);
     let mut client = first.client();
     client.initialize();
@@ -574,8 +544,8 @@ fn a_reload_that_changes_one_server_of_three_closes_only_its_sessions() {
 
 #[test]
 fn a_reload_with_a_broken_file_keeps_the_old_configuration() {
-    let (a, b) = two_servers();
-    let conf = two_server_config(&a, &b);
+    let (a, b) = Fixture::alpha_and_beta();
+    let conf = config_for(&[&a, &b]);
     let gate = Gate::start(&conf);
     let mut client = gate.client();
     client.initialize();
@@ -701,8 +671,8 @@ fn a_downstream_whose_stream_never_ends_is_closed_within_a_bound() {
 /// never taken for expired at restart (it was written at most every 30 s).
 #[test]
 fn a_session_in_use_survives_kill_9_even_with_an_idle_timeout_under_30_s() {
-    let (a, b) = two_servers();
-    let (_state, path, mut c) = with_state_file(two_server_config(&a, &b));
+    let (a, b) = Fixture::alpha_and_beta();
+    let (_state, path, mut c) = with_state_file(config_for(&[&a, &b]));
     c["session_idle_timeout_secs"] = json!(2);
     let mut first = Gate::start(&c);
     let mut client = first.client();

@@ -10,10 +10,6 @@ use std::time::Duration;
 use serde_json::json;
 use support::{Fixture, Gate, assert_balanced, config, wait_until};
 
-fn two_servers() -> (Fixture, Fixture) {
-    (Fixture::start("alpha", &[]), Fixture::start("beta", &[]))
-}
-
 fn gate_for(a: &Fixture, b: &Fixture, idle_secs: u64) -> Gate {
     let mut c = config(&[("alpha", a.url()), ("beta", b.url())]);
     c["session_idle_timeout_secs"] = json!(idle_secs);
@@ -35,7 +31,7 @@ fn assert_all_closed(fixtures: &[&Fixture], sessions: u64) {
 
 #[test]
 fn idle_eviction_deletes_every_downstream_session_exactly_once_and_joins_readers() {
-    let (a, b) = two_servers();
+    let (a, b) = Fixture::alpha_and_beta();
     let gate = gate_for(&a, &b, 1);
     let baseline = gate.threads();
     for _ in 0..3 {
@@ -64,7 +60,7 @@ fn idle_eviction_deletes_every_downstream_session_exactly_once_and_joins_readers
 
 #[test]
 fn a_listening_client_stays_and_a_vanished_one_is_evicted() {
-    let (a, b) = two_servers();
+    let (a, b) = Fixture::alpha_and_beta();
     let gate = gate_for(&a, &b, 1);
     let mut listening = gate.client();
     listening.initialize();
@@ -84,7 +80,7 @@ fn a_listening_client_stays_and_a_vanished_one_is_evicted() {
 
 #[test]
 fn client_delete_closes_every_downstream_session() {
-    let (a, b) = two_servers();
+    let (a, b) = Fixture::alpha_and_beta();
     let gate = gate_for(&a, &b, 300);
     let mut client = gate.client();
     client.initialize();
@@ -104,7 +100,7 @@ fn client_delete_closes_every_downstream_session() {
 
 #[test]
 fn sigterm_closes_every_session_and_exits_zero() {
-    let (a, b) = two_servers();
+    let (a, b) = Fixture::alpha_and_beta();
     let mut gate = gate_for(&a, &b, 300);
     let mut streams = Vec::new();
     for _ in 0..5 {
@@ -121,7 +117,7 @@ fn sigterm_closes_every_session_and_exits_zero() {
 
 #[test]
 fn churn_of_1000_sessions_leaves_no_session_and_no_thread_behind() {
-    let (a, b) = two_servers();
+    let (a, b) = Fixture::alpha_and_beta();
     let gate = gate_for(&a, &b, 1);
     let baseline = gate.threads();
     let url = gate.url();

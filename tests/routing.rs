@@ -21,10 +21,6 @@ const FOUR_LISTS: [(&str, &str, &str); 4] = [
     ("resources/templates/list", "resourceTemplates", "uriTemplate"),
 ];
 
-fn two_servers() -> (Fixture, Fixture) {
-    (Fixture::start("alpha", &[]), Fixture::start("beta", &[]))
-}
-
 fn gate_for(a: &Fixture, b: &Fixture) -> Gate {
     Gate::start(&config(&[("alpha", a.url()), ("beta", b.url())]))
 }
@@ -108,7 +104,7 @@ fn whoami(client: &mut Client, tool: &str, name: &str) -> String {
 
 #[test]
 fn lists_of_two_servers_are_merged_under_their_prefixes_in_configuration_order() {
-    let (a, b) = two_servers();
+    let (a, b) = Fixture::alpha_and_beta();
     let gate = gate_for(&a, &b);
     let mut client = session(&gate);
 
@@ -148,7 +144,7 @@ fn lists_of_two_servers_are_merged_under_their_prefixes_in_configuration_order()
 
 #[test]
 fn calls_reach_only_the_server_that_owns_the_name_or_uri() {
-    let (a, b) = two_servers();
+    let (a, b) = Fixture::alpha_and_beta();
     let gate = gate_for(&a, &b);
     let mut client = session(&gate);
     // With the merged lists cached, routing a call asks no server for its list.
@@ -216,7 +212,7 @@ fn calls_reach_only_the_server_that_owns_the_name_or_uri() {
 
 #[test]
 fn with_empty_prefixes_the_first_server_wins_each_name_and_the_hidden_ones_are_listed() {
-    let (a, b) = two_servers();
+    let (a, b) = Fixture::alpha_and_beta();
     // beta is configured first: it must win although alpha sorts first.
     let (gate, _dir) = gate_in_order(&[("beta", b.url(), Some("")), ("alpha", a.url(), Some(""))]);
     let mut client = session(&gate);
@@ -254,7 +250,7 @@ fn with_empty_prefixes_the_first_server_wins_each_name_and_the_hidden_ones_are_l
 
 #[test]
 fn each_client_session_has_its_own_downstream_session_reused_for_every_call() {
-    let (a, b) = two_servers();
+    let (a, b) = Fixture::alpha_and_beta();
     let gate = gate_for(&a, &b);
     let mut first = session(&gate);
     let mut second = session(&gate);
@@ -411,7 +407,7 @@ fn a_server_down_at_start_is_left_out_named_in_errors_and_joins_once_it_is_up() 
 
 #[test]
 fn progress_notifications_stream_before_the_result() {
-    let (a, b) = two_servers();
+    let (a, b) = Fixture::alpha_and_beta();
     let gate = gate_for(&a, &b);
     let mut client = session(&gate);
     let params = json!({
@@ -474,7 +470,7 @@ fn servers_that_always_stream_or_have_no_get_stream_both_work() {
 
 #[test]
 fn server_notifications_reach_the_clients_get_stream() {
-    let (a, b) = two_servers();
+    let (a, b) = Fixture::alpha_and_beta();
     let gate = gate_for(&a, &b);
     let mut client = session(&gate);
     let stream = client.open_stream();

@@ -1,16 +1,17 @@
 //! What the integration tests share: real processes (the `mcp-fixture`
 //! server and `mcpgate` itself) on 127.0.0.1, stopped by PID when dropped
 //! ([`process`]); a small MCP client over real sockets ([`client`]); raw
-//! HTTP for what a client never sends or never waits for ([`raw`]); and
-//! mcpgate run as nobody under a thread limit ([`privileges`]). Each test
-//! file uses a part of it.
+//! HTTP for what a client never sends or never waits for ([`raw`]); the
+//! state file ([`state`]); and mcpgate run as nobody under a thread limit
+//! ([`privileges`]). Each test file uses a part of it.
 #![allow(dead_code)]
 
 mod client;
 mod privileges;
 mod process;
 mod raw;
+mod state;
 
 // Each test file uses a part of what is re-exported here.
 #[allow(unused_imports)]
-pub use self::{client::*, privileges::*, process::*, raw::*};
+pub use self::{client::*, privileges::*, process::*, raw::*, state::*};

@@ -78,6 +78,11 @@ impl Fixture {
         Fixture::start_on(name, "127.0.0.1:0", args)
     }
 
+    /// Two fixtures, `alpha` and `beta`.
+    pub fn alpha_and_beta() -> (Fixture, Fixture) {
+        (Fixture::start("alpha", &[]), Fixture::start("beta", &[]))
+    }
+
     /// Starts it on a given address, e.g. the port of a fixture that was killed.
     pub fn start_on(name: &str, listen: &str, args: &[&str]) -> Fixture {
         let mut child = Command::new(env!("CARGO_BIN_EXE_mcp-fixture"))
