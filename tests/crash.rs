@@ -12,7 +12,7 @@
 mod support;
 
 use std::collections::HashSet;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::{
-    Client, Fixture, Gate, PROTOCOL, TempDir, assert_balanced, config, config_for, is_root, wait_for_state, wait_until,
-    with_state_file,
+    Client, Fixture, Gate, PROTOCOL, TempDir, addr_of_url, assert_balanced, config, config_for, http_agent,
+    initialize_params, is_root, listening_on, wait_for_state, wait_until, with_state_file,
 };
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -54,14 +54,6 @@ fn files_holding(dir: &Path, bytes: &[u8]) -> Vec<PathBuf> {
 fn file_names(dir: &Path) -> Vec<String> {
     let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
     entries.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).collect()
-}
-
-fn initialize_params() -> Value {
-    json!({
-        "protocolVersion": PROTOCOL,
-        "capabilities": {},
-        "clientInfo": { "name": "mcpgate-crash-tests", "version": "1" },
-    })
 }
 
 /// A small xorshift generator: the test's random pauses, reproducible from the printed seed.
@@ -164,15 +156,6 @@ struct Answer {
     body: String,
     /// Whether the request had to be sent more than once.
     retried: bool,
-}
-
-fn load_agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .proxy(None)
-        .timeout_global(Some(Duration::from_secs(10)))
-        .build()
-        .into()
 }
 
 fn with_session<B>(mut request: ureq::RequestBuilder<B>, session: Option<&str>) -> ureq::RequestBuilder<B> {
@@ -303,7 +286,7 @@ fn downstream_id(body: &str, server: &str) -> Option<String> {
 /// learn the downstream session ids), then DELETE about half of its
 /// sessions and keep the others for calls later (across restarts).
 fn churn(url: &str, seed: u64, stop: &AtomicBool, tally: &Tally) {
-    let agent = load_agent();
+    let agent = http_agent(Some(Duration::from_secs(10)));
     let mut rng = Rng(seed | 1);
     let mut kept: Vec<String> = Vec::new();
     let mut next_id = 0;
@@ -514,8 +497,7 @@ impl Drop for Timed {
 /// Starts mcpgate; its address and when it printed `listening on` (None past `give_up`).
 fn start_timed(config: &Value, give_up: Duration) -> (Timed, Instant, Option<(SocketAddr, Duration)>) {
     let dir = TempDir::new();
-    let path = dir.0.join("mcpgate.json");
-    std::fs::write(&path, serde_json::to_vec_pretty(config).unwrap()).unwrap();
+    let path = dir.write_config(config);
     let started = Instant::now();
     let mut child = Command::new(env!("CARGO_BIN_EXE_mcpgate"))
         .arg("--config")
@@ -524,19 +506,7 @@ fn start_timed(config: &Value, give_up: Duration) -> (Timed, Instant, Option<(So
         .stderr(Stdio::null())
         .spawn()
         .expect("start mcpgate");
-    let stdout = child.stdout.take().expect("stdout is piped");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let mut reader = BufReader::new(stdout);
-        let _ = reader.read_line(&mut line);
-        let _ = tx.send((line, started.elapsed()));
-        let _ = std::io::copy(&mut reader, &mut std::io::sink());
-    });
-    let listening = rx.recv_timeout(give_up).ok().map(|(line, took)| {
-        let url = line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("unexpected first line {line:?}"));
-        (url.trim_start_matches("http://").trim_end_matches("/mcp").parse().expect("a socket address"), took)
-    });
+    let listening = listening_on(&mut child, started, give_up).map(|(url, took)| (addr_of_url(&url), took));
     (Timed { child, _dir: dir }, started, listening)
 }
 

@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::{
-    Ending, Fixture, Gate, NOBODY, PROTOCOL, RawReply, as_nobody_with_thread_limit, config, is_root, parse_reply,
-    read_until_closed, threads_of_uid, wait_until,
+    Ending, Fixture, Gate, NOBODY, PROTOCOL, RawReply, as_nobody_with_thread_limit, config, initialize_params, is_root,
+    parse_reply, read_until_closed, threads_of_uid, wait_until,
 };
 
 /// How long a request may go without any answer before it counts as left hanging.
@@ -121,14 +121,7 @@ enum Init {
 }
 
 fn initialize(addr: SocketAddr, allowed_refusal: impl Fn(&RawReply) -> bool) -> Init {
-    let message = json!({
-        "jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {
-            "protocolVersion": PROTOCOL,
-            "capabilities": {},
-            "clientInfo": { "name": "mcpgate-exhaustion", "version": "1" },
-        },
-    });
+    let message = json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": initialize_params() });
     match post(addr, None, &message) {
         Answer::Reply(reply) if reply.status == 200 && message_of(&reply).get("result").is_some() => {
             match reply.header("mcp-session-id") {

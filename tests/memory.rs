@@ -14,7 +14,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::{Client, Ending, Fixture, Gate, PROTOCOL, assert_balanced, read_until_closed, rss_bytes, wait_until};
+use support::{
+    Client, Ending, Fixture, Gate, PROTOCOL, assert_balanced, http_agent, read_until_closed, rss_bytes, wait_until,
+};
 
 const MB: u64 = 1 << 20;
 /// The RSS mcpgate must stay under with `max_memory_mb: 16`.
@@ -38,12 +40,7 @@ fn mb(bytes: u64) -> String {
 /// The status page, or `None` if it did not answer within 2 s (a busy
 /// gateway must not fail the sampler).
 fn try_status(addr: SocketAddr) -> Option<Value> {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .proxy(None)
-        .timeout_global(Some(Duration::from_secs(2)))
-        .build()
-        .into();
+    let agent = http_agent(Some(Duration::from_secs(2)));
     let text = agent.get(format!("http://{addr}/status.json")).call().ok()?.body_mut().read_to_string().ok()?;
     serde_json::from_str(&text).ok()
 }

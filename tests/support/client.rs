@@ -11,13 +11,23 @@ use serde_json::{Value, json};
 /// The protocol version the tests speak.
 pub const PROTOCOL: &str = "2025-11-25";
 
+/// An HTTP client that hands back error statuses as answers, ignores proxy
+/// settings, and gives up on a request after `timeout` (never when `None`).
+pub fn http_agent(timeout: Option<Duration>) -> ureq::Agent {
+    ureq::Agent::config_builder().http_status_as_error(false).proxy(None).timeout_global(timeout).build().into()
+}
+
 fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .proxy(None)
-        .timeout_global(Some(Duration::from_secs(30)))
-        .build()
-        .into()
+    http_agent(Some(Duration::from_secs(30)))
+}
+
+/// The params of an `initialize` from a client with no capabilities.
+pub fn initialize_params() -> Value {
+    json!({
+        "protocolVersion": PROTOCOL,
+        "capabilities": {},
+        "clientInfo": { "name": "mcpgate-tests", "version": "1" },
+    })
 }
 
 pub fn get_json(url: &str) -> Value {
@@ -73,11 +83,8 @@ impl Client {
     }
 
     pub fn initialize_with(&mut self, capabilities: Value) -> Value {
-        let params = json!({
-            "protocolVersion": PROTOCOL,
-            "capabilities": capabilities,
-            "clientInfo": { "name": "mcpgate-tests", "version": "1" },
-        });
+        let mut params = initialize_params();
+        params["capabilities"] = capabilities;
         let reply = self.request("initialize", params);
         assert_eq!(reply.status, 200, "initialize: {reply:?}");
         self.session = Some(reply.session.clone().expect("initialize returns Mcp-Session-Id"));
@@ -172,7 +179,7 @@ impl Client {
 
     /// Opens the GET stream, resuming after `last_event_id` when given.
     pub fn open_stream_from(&self, last_event_id: Option<&str>) -> Stream {
-        let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).proxy(None).build().into();
+        let agent = http_agent(None);
         let mut request = agent.get(&self.url);
         for (name, value) in &self.headers {
             request = request.header(name, value);

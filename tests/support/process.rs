@@ -27,20 +27,34 @@ pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     }
 }
 
-/// Reads the first stdout line `listening on ...` of a child, within 10 s.
-fn listening_line(child: &mut Child) -> String {
+/// The first stdout line of a child, `listening on <where>`: where, and how
+/// long after `since` it came; `None` if it did not come within `timeout`.
+/// The rest of its stdout is drained, so that the child never blocks on a full pipe.
+pub fn listening_on(child: &mut Child, since: Instant, timeout: Duration) -> Option<(String, Duration)> {
     let stdout = child.stdout.take().expect("stdout is piped");
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let mut line = String::new();
         let mut reader = BufReader::new(stdout);
         let _ = reader.read_line(&mut line);
-        let _ = tx.send(line);
-        // Keep draining so the child never blocks on a full pipe.
+        let _ = tx.send((line, since.elapsed()));
         let _ = std::io::copy(&mut reader, &mut std::io::sink());
     });
-    let line = rx.recv_timeout(Duration::from_secs(10)).expect("child printed no `listening on` line within 10 s");
-    line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("unexpected first line: {line:?}")).to_string()
+    let (line, took) = rx.recv_timeout(timeout).ok()?;
+    let at = line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("unexpected first line: {line:?}"));
+    Some((at.to_string(), took))
+}
+
+/// Where a child listens, from its first stdout line, within 10 s.
+fn listening_line(child: &mut Child) -> String {
+    let (at, _) = listening_on(child, Instant::now(), Duration::from_secs(10))
+        .expect("child printed no `listening on` line within 10 s");
+    at
+}
+
+/// The socket address of mcpgate's endpoint URL (`http://<addr>/mcp`).
+pub fn addr_of_url(url: &str) -> SocketAddr {
+    url.trim_start_matches("http://").trim_end_matches("/mcp").parse().expect("a socket address")
 }
 
 /// Sends a signal by name (`TERM`, `KILL`, `HUP`) to a PID.
@@ -256,8 +270,7 @@ impl Gate {
                 sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
             }
         });
-        let url = listening_line(&mut child);
-        let addr = url.trim_start_matches("http://").trim_end_matches("/mcp").parse().expect("a socket address");
+        let addr = addr_of_url(&listening_line(&mut child));
         Gate { child, addr, stderr, dir }
     }
 
