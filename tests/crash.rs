@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use support::{
     Client, Fixture, Gate, PROTOCOL, TempDir, addr_of_url, assert_balanced, config, config_for, http_agent,
-    initialize_params, is_root, listening_on, wait_for_state, wait_until, with_state_file,
+    initialize_params, is_root, listening_on, mcp_post, wait_for_state, wait_until, with_state_file,
 };
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -558,13 +558,7 @@ impl Drop for Silent {
 /// A POST of `body` on `session` over a fresh connection; the reply (if any) and how long it took.
 fn post_on(addr: SocketAddr, session: &str, body: &str) -> (Option<support::RawReply>, Duration) {
     let started = Instant::now();
-    let request = format!(
-        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\n\
-         Accept: application/json, text/event-stream\r\nMcp-Session-Id: {session}\r\n\
-         MCP-Protocol-Version: {PROTOCOL}\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    let text = support::raw_exchange(addr, request.as_bytes());
+    let text = support::raw_exchange(addr, &mcp_post(addr, Some(session), body, true));
     (support::parse_reply(&text), started.elapsed())
 }
 

@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::{
-    Ending, Fixture, Gate, NOBODY, PROTOCOL, RawReply, as_nobody_with_thread_limit, config, initialize_params, is_root,
-    parse_reply, read_until_closed, threads_of_uid, wait_until,
+    Ending, Fixture, Gate, NOBODY, RawReply, as_nobody_with_thread_limit, config, healthz_within, initialize_params,
+    is_root, mcp_post, parse_reply, read_until_closed, shown, threads_of_uid, wait_until,
 };
 
 /// How long a request may go without any answer before it counts as left hanging.
@@ -66,27 +66,13 @@ fn exchange(addr: SocketAddr, request: &[u8], wait: Duration) -> Answer {
 }
 
 fn post(addr: SocketAddr, session: Option<&str>, message: &Value) -> Answer {
-    let body = message.to_string();
-    let mut head = format!(
-        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\n\
-         Accept: application/json, text/event-stream\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    if let Some(session) = session {
-        head.push_str(&format!("Mcp-Session-Id: {session}\r\nMCP-Protocol-Version: {PROTOCOL}\r\n"));
-    }
-    exchange(addr, format!("{head}\r\n{body}").as_bytes(), ANSWER_WITHIN)
+    exchange(addr, &mcp_post(addr, session, &message.to_string(), true), ANSWER_WITHIN)
 }
 
 fn delete(addr: SocketAddr, session: &str) -> Answer {
     let request =
         format!("DELETE /mcp HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nMcp-Session-Id: {session}\r\n\r\n");
     exchange(addr, request.as_bytes(), ANSWER_WITHIN)
-}
-
-fn healthz_answers(addr: SocketAddr) -> bool {
-    let request = format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    matches!(exchange(addr, request.as_bytes(), ANSWER_WITHIN), Answer::Reply(r) if r.status == 200 && r.body == "ok\n")
 }
 
 /// The JSON-RPC message of a reply: the JSON body, or the last `data:` of an SSE body.
@@ -106,10 +92,6 @@ fn error_text(reply: &RawReply) -> String {
     }
 }
 
-fn short(text: &str) -> String {
-    text.chars().take(300).collect()
-}
-
 /// What became of one `initialize`.
 #[derive(Debug)]
 enum Init {
@@ -126,20 +108,20 @@ fn initialize(addr: SocketAddr, allowed_refusal: impl Fn(&RawReply) -> bool) -> 
         Answer::Reply(reply) if reply.status == 200 && message_of(&reply).get("result").is_some() => {
             match reply.header("mcp-session-id") {
                 Some(session) => Init::Created(session.to_string()),
-                None => Init::Wrong(format!("200 without Mcp-Session-Id: {}", short(&reply.body))),
+                None => Init::Wrong(format!("200 without Mcp-Session-Id: {}", shown(&reply.body))),
             }
         }
         Answer::Reply(reply) if allowed_refusal(&reply) => {
-            Init::Refused(format!("{} {}", reply.status, short(&error_text(&reply))))
+            Init::Refused(format!("{} {}", reply.status, shown(error_text(&reply))))
         }
         Answer::Reply(reply) => Init::Wrong(format!(
             "{} (Retry-After {:?}): {}",
             reply.status,
             reply.header("retry-after"),
-            short(&error_text(&reply))
+            shown(error_text(&reply))
         )),
-        Answer::Closed(text) => Init::Refused(format!("connection closed unanswered {}", short(&text))),
-        Answer::Hung(text) => Init::Wrong(format!("no answer within {ANSWER_WITHIN:?}: {}", short(&text))),
+        Answer::Closed(text) => Init::Refused(format!("connection closed unanswered {}", shown(&text))),
+        Answer::Hung(text) => Init::Wrong(format!("no answer within {ANSWER_WITHIN:?}: {}", shown(&text))),
         Answer::NoConnection(e) => Init::Wrong(format!("cannot connect: {e}")),
     }
 }
@@ -173,11 +155,11 @@ fn echo(addr: SocketAddr, session: &str, text: &str) -> Work {
             Work::Done
         }
         Answer::Reply(reply) if refuses_work(&reply) => {
-            Work::Refused(format!("{} {}", reply.status, short(&error_text(&reply))))
+            Work::Refused(format!("{} {}", reply.status, shown(error_text(&reply))))
         }
-        Answer::Reply(reply) => Work::Wrong(format!("{}: {}", reply.status, short(&reply.body))),
-        Answer::Closed(text) => Work::Unanswered(format!("connection closed unanswered {}", short(&text))),
-        Answer::Hung(text) => Work::Wrong(format!("no answer within {ANSWER_WITHIN:?}: {}", short(&text))),
+        Answer::Reply(reply) => Work::Wrong(format!("{}: {}", reply.status, shown(&reply.body))),
+        Answer::Closed(text) => Work::Unanswered(format!("connection closed unanswered {}", shown(&text))),
+        Answer::Hung(text) => Work::Wrong(format!("no answer within {ANSWER_WITHIN:?}: {}", shown(&text))),
         Answer::NoConnection(e) => Work::Wrong(format!("cannot connect: {e}")),
     }
 }
@@ -185,10 +167,10 @@ fn echo(addr: SocketAddr, session: &str, text: &str) -> Work {
 fn end_session(addr: SocketAddr, session: &str) -> Work {
     match delete(addr, session) {
         Answer::Reply(reply) if matches!(reply.status, 200 | 204) => Work::Done,
-        Answer::Reply(reply) if reply.status == 503 => Work::Refused(format!("503 {}", short(&error_text(&reply)))),
-        Answer::Reply(reply) => Work::Wrong(format!("{}: {}", reply.status, short(&reply.body))),
-        Answer::Closed(text) => Work::Unanswered(format!("connection closed unanswered {}", short(&text))),
-        Answer::Hung(text) => Work::Wrong(format!("no answer within {ANSWER_WITHIN:?}: {}", short(&text))),
+        Answer::Reply(reply) if reply.status == 503 => Work::Refused(format!("503 {}", shown(error_text(&reply)))),
+        Answer::Reply(reply) => Work::Wrong(format!("{}: {}", reply.status, shown(&reply.body))),
+        Answer::Closed(text) => Work::Unanswered(format!("connection closed unanswered {}", shown(&text))),
+        Answer::Hung(text) => Work::Wrong(format!("no answer within {ANSWER_WITHIN:?}: {}", shown(&text))),
         Answer::NoConnection(e) => Work::Wrong(format!("cannot connect: {e}")),
     }
 }
@@ -210,7 +192,7 @@ fn still_works(addr: SocketAddr, session: &str) -> Option<String> {
 
 /// The lines of mcpgate's log that report a panic (a panic aborts the release build).
 fn panics(gate: &Gate) -> Vec<String> {
-    gate.stderr().lines().filter(|l| l.contains("panicked")).map(short).take(5).collect()
+    gate.stderr().lines().filter(|l| l.contains("panicked")).map(shown).take(5).collect()
 }
 
 fn tail(text: &str) -> String {
@@ -342,7 +324,7 @@ fn running_out_of_file_descriptors_refuses_new_work_and_closes_every_session_exa
     drop(idle);
 
     // With the idle connections gone, every session works and /healthz answers.
-    let healthz = !died && wait_until(Duration::from_secs(10), || healthz_answers(addr));
+    let healthz = !died && wait_until(Duration::from_secs(10), || healthz_within(addr, ANSWER_WITHIN).is_ok());
     let mut broken = Vec::new();
     if !died {
         for session in &sessions {

@@ -8,14 +8,15 @@
 
 mod support;
 
-use std::io::{ErrorKind, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::{
-    Ending, Fixture, Gate, PROTOCOL, RawReply, Stream, config, parse_reply, peak_rss_bytes, read_response,
-    read_until_closed, wait_until,
+    Ending, Fixture, Gate, PROTOCOL, RawReply, Stream, ask, config, get_request, head_end, healthz_within, is_timeout,
+    mcp_post, parse_reply, peak_rss_bytes, read_reply_from, read_response, read_until, read_until_closed, shown,
+    wait_until,
 };
 
 const MB: usize = 1 << 20;
@@ -32,81 +33,6 @@ fn assert_alive(gate: &mut Gate, case: &str) {
 /// Peak RSS of the process so far, in MB, for messages.
 fn peak_mb(pid: u32) -> f64 {
     peak_rss_bytes(pid) as f64 / MB as f64
-}
-
-/// At most 300 characters of what came back, for messages.
-fn shown(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).chars().take(300).collect()
-}
-
-fn is_timeout(e: &std::io::Error) -> bool {
-    matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)
-}
-
-/// The first response in `bytes` once its whole Content-Length body is there.
-fn complete_reply(bytes: &[u8]) -> Option<RawReply> {
-    let text = String::from_utf8_lossy(bytes);
-    let reply = parse_reply(&text)?;
-    let length: usize = reply.header("content-length")?.parse().ok()?;
-    let head = text.find("\r\n\r\n")? + 4;
-    (text.len() >= head + length).then_some(reply)
-}
-
-/// Reads one response within `limit`: complete when its Content-Length body
-/// is in or, without one, when the server closes. Says what happened instead.
-fn read_reply(stream: &mut TcpStream, limit: Duration) -> Result<RawReply, String> {
-    read_reply_from(stream, Vec::new(), limit)
-}
-
-/// [`read_reply`] when `out` was already read.
-fn read_reply_from(stream: &mut TcpStream, mut out: Vec<u8>, limit: Duration) -> Result<RawReply, String> {
-    let started = Instant::now();
-    let mut buf = [0u8; 8192];
-    loop {
-        if let Some(reply) = complete_reply(&out) {
-            return Ok(reply);
-        }
-        let Some(left) = limit.checked_sub(started.elapsed()).filter(|d| !d.is_zero()) else {
-            return Err(format!("no complete answer within {limit:?}, got {:?}", shown(&out)));
-        };
-        stream.set_read_timeout(Some(left)).map_err(|e| e.to_string())?;
-        let ended = match stream.read(&mut buf) {
-            Ok(0) => "closed".to_string(),
-            Ok(n) => {
-                out.extend_from_slice(&buf[..n]);
-                continue;
-            }
-            Err(e) if is_timeout(&e) => continue,
-            Err(e) => format!("failed ({e})"),
-        };
-        let text = String::from_utf8_lossy(&out);
-        return parse_reply(&text).ok_or_else(|| {
-            let what = if out.is_empty() { "unanswered" } else { "mid-answer" };
-            format!("{ended} {what} after {:?}, got {:?}", started.elapsed(), shown(&out))
-        });
-    }
-}
-
-/// Sends `request` on a fresh connection and reads the answer within `limit`.
-fn ask(addr: SocketAddr, request: &[u8], limit: Duration) -> Result<RawReply, String> {
-    let mut stream = TcpStream::connect_timeout(&addr, limit).map_err(|e| format!("connect: {e}"))?;
-    stream.write_all(request).map_err(|e| format!("send: {e}"))?;
-    read_reply(&mut stream, limit)
-}
-
-/// A `GET` with this `Host` and `Connection: close`.
-fn get_request(target: &str, host: &str) -> Vec<u8> {
-    format!("GET {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").into_bytes()
-}
-
-/// Whether a fresh `GET /healthz` is answered `200 ok` within `limit`; how long it took.
-fn healthz_within(addr: SocketAddr, limit: Duration) -> Result<Duration, String> {
-    let started = Instant::now();
-    let reply = ask(addr, &get_request("/healthz", &addr.to_string()), limit)?;
-    if (reply.status, reply.body.as_str()) != (200, "ok\n") {
-        return Err(format!("answered {} {:?}", reply.status, reply.body));
-    }
-    Ok(started.elapsed())
 }
 
 /// `/status.json`, or why there was none.
@@ -129,22 +55,6 @@ fn replies(mut text: &str) -> Vec<RawReply> {
         }
     }
     out
-}
-
-/// Headers of a `POST /mcp` in `session`.
-fn session_headers(session: &str) -> String {
-    format!(
-        "Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Session-Id: {session}\r\nMCP-Protocol-Version: {PROTOCOL}\r\n"
-    )
-}
-
-/// A `POST /mcp` of `body` in `session`, Content-Length framed.
-fn post_request(addr: SocketAddr, session: &str, body: &str, close: bool) -> Vec<u8> {
-    let connection = if close { "Connection: close\r\n" } else { "" };
-    let headers = session_headers(session);
-    let length = body.len();
-    format!("POST /mcp HTTP/1.1\r\nHost: {addr}\r\n{headers}{connection}Content-Length: {length}\r\n\r\n{body}")
-        .into_bytes()
 }
 
 /// What became of one oversized request.
@@ -457,7 +367,7 @@ fn health_and_status_answer_while_every_connection_slot_is_busy() {
         .map(|r| (r.status, started.elapsed()));
     let session = clients[0].session.clone().unwrap();
     let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
-    let post = ask(addr, &post_request(addr, &session, ping, true), Duration::from_secs(5));
+    let post = ask(addr, &mcp_post(addr, Some(&session), ping, true), Duration::from_secs(5));
     for stream in streams {
         stream.close();
     }
@@ -579,8 +489,9 @@ fn a_megabyte_chunk_size_line_gets_400() {
     // A body that is served (200) if the framing is let through.
     let ping = r#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#;
     let head = format!(
-        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\n{}Connection: close\r\nTransfer-Encoding: chunked\r\n\r\n",
-        session_headers(&session)
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nMcp-Session-Id: {session}\r\n\
+         MCP-Protocol-Version: {PROTOCOL}\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n"
     );
     let len = ping.len();
     let cases = [
@@ -785,7 +696,7 @@ fn a_client_that_reads_too_slowly_is_cut_off_in_bounded_time() {
     let call = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
         "params": {"name": "alpha__big", "arguments": {"bytes": 40_000_000}}});
     let mut stream = TcpStream::connect(addr).expect("connect");
-    stream.write_all(&post_request(addr, &session, &call.to_string(), false)).expect("send");
+    stream.write_all(&mcp_post(addr, Some(&session), &call.to_string(), false)).expect("send");
     let mut buf = [0u8; 1024];
     stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let first = stream.read(&mut buf).expect("the answer starts within 10 s");
@@ -854,23 +765,15 @@ fn keep_alive_timeout(reply: &RawReply) -> Option<u64> {
 
 /// Reads a response head (up to the blank line), and what came after it.
 fn read_head(stream: &mut TcpStream, limit: Duration) -> Result<(RawReply, Vec<u8>), String> {
-    let started = Instant::now();
     let mut out = Vec::new();
-    let mut buf = [0u8; 8192];
-    loop {
-        if let Some(at) = out.windows(4).position(|w| w == b"\r\n\r\n") {
-            let reply = parse_reply(&String::from_utf8_lossy(&out[..at + 4])).ok_or("no status line")?;
-            return Ok((reply, out[at + 4..].to_vec()));
-        }
-        let left = limit.checked_sub(started.elapsed()).filter(|d| !d.is_zero()).ok_or("no head in time")?;
-        stream.set_read_timeout(Some(left)).map_err(|e| e.to_string())?;
-        match stream.read(&mut buf) {
-            Ok(0) => return Err(format!("closed, got {:?}", shown(&out))),
-            Ok(n) => out.extend_from_slice(&buf[..n]),
-            Err(e) if is_timeout(&e) => {}
-            Err(e) => return Err(e.to_string()),
-        }
+    match read_until(stream, &mut out, limit, |bytes| head_end(bytes).is_some()) {
+        None => {}
+        Some(Ending::TimedOut) => return Err("no head in time".into()),
+        Some(ending) => return Err(format!("{ending:?}, got {:?}", shown(&out))),
     }
+    let at = head_end(&out).expect("a whole head");
+    let reply = parse_reply(&String::from_utf8_lossy(&out[..at])).ok_or("no status line")?;
+    Ok((reply, out[at..].to_vec()))
 }
 
 /// Every answer that leaves its connection open says for how long
@@ -890,7 +793,7 @@ fn every_answer_on_a_kept_connection_says_for_how_long() {
     let mut stream = TcpStream::connect(addr).unwrap();
     let echo = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
         "params": {"name": "alpha__echo", "arguments": {"text": "hi"}}});
-    stream.write_all(&post_request(addr, &session, &echo.to_string(), false)).unwrap();
+    stream.write_all(&mcp_post(addr, Some(&session), &echo.to_string(), false)).unwrap();
     let json_answer = read_response(&mut stream, Duration::from_secs(5)).expect("an answer to the echo");
     let json_reply = parse_reply(&json_answer).unwrap();
     assert_eq!(
@@ -901,21 +804,11 @@ fn every_answer_on_a_kept_connection_says_for_how_long() {
     // On the same connection: a call whose progress streams before its result.
     let slow = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "alpha__slow",
         "arguments": {"ms": 300, "steps": 3}, "_meta": {"progressToken": "tok-1"}}});
-    stream.write_all(&post_request(addr, &session, &slow.to_string(), false)).unwrap();
+    stream.write_all(&mcp_post(addr, Some(&session), &slow.to_string(), false)).unwrap();
     let (sse_reply, mut rest) = read_head(&mut stream, Duration::from_secs(5)).expect("an SSE answer head");
     assert_eq!((sse_reply.status, sse_reply.header("content-type")), (200, Some("text/event-stream")), "{sse_reply:?}");
     // Read the stream to its last chunk; the connection then serves another request.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let mut buf = [0u8; 8192];
-    while !rest.ends_with(b"0\r\n\r\n") && Instant::now() < deadline {
-        stream.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
-        match stream.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => rest.extend_from_slice(&buf[..n]),
-            Err(e) if is_timeout(&e) => {}
-            Err(_) => break,
-        }
-    }
+    read_until(&mut stream, &mut rest, Duration::from_secs(5), |bytes| bytes.ends_with(b"0\r\n\r\n"));
     assert!(rest.ends_with(b"0\r\n\r\n"), "the SSE answer did not end: {:?}", shown(&rest));
     stream.write_all(format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes()).unwrap();
     let again = read_response(&mut stream, Duration::from_secs(5));

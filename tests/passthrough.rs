@@ -9,13 +9,15 @@
 
 mod support;
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::{Client, Fixture, Gate, PROTOCOL, config, wait_until};
+use support::{
+    Client, Fixture, Gate, PROTOCOL, config, head_and_body, is_whole_response, mcp_post_as, read_until, wait_until,
+};
 
 fn gate_for(fixtures: &[&Fixture]) -> Gate {
     let servers: Vec<(&str, String)> = fixtures.iter().map(|f| (f.name.as_str(), f.url())).collect();
@@ -71,59 +73,12 @@ fn per_session(f: &Fixture, key: &str) -> serde_json::Map<String, Value> {
 /// (de-chunked).
 fn raw_post(gate: &Gate, session: &str, version: &str, body: &str) -> (String, Vec<u8>) {
     let mut stream = TcpStream::connect(gate.addr).expect("connect to mcpgate");
-    let request = format!(
-        "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
-         Accept: application/json, text/event-stream\r\nMcp-Session-Id: {session}\r\n\
-         MCP-Protocol-Version: {version}\r\nContent-Length: {}\r\n\r\n{body}",
-        gate.addr,
-        body.len()
-    );
-    stream.write_all(request.as_bytes()).expect("send the POST");
-    let deadline = Instant::now() + Duration::from_secs(10);
+    stream.write_all(&mcp_post_as(version, gate.addr, Some(session), body, false)).expect("send the POST");
     let mut out = Vec::new();
-    let mut buf = [0u8; 4096];
-    let (head, body_at) = loop {
-        if let Some(at) = out.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&out[..at]).to_string();
-            let lower = head.to_ascii_lowercase();
-            let body = &out[at + 4..];
-            let complete = if lower.contains("transfer-encoding: chunked") {
-                body.windows(5).any(|w| w == b"0\r\n\r\n")
-            } else {
-                let length = lower
-                    .lines()
-                    .find_map(|l| l.strip_prefix("content-length:").and_then(|v| v.trim().parse::<usize>().ok()));
-                length.is_some_and(|n| body.len() >= n)
-            };
-            if complete {
-                break (head, at + 4);
-            }
-        }
-        let left = deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero());
-        let left = left.unwrap_or_else(|| panic!("no whole answer within 10 s: {}", String::from_utf8_lossy(&out)));
-        stream.set_read_timeout(Some(left)).unwrap();
-        match stream.read(&mut buf) {
-            Ok(0) | Err(_) => panic!("the connection ended before a whole answer: {}", String::from_utf8_lossy(&out)),
-            Ok(n) => out.extend_from_slice(&buf[..n]),
-        }
-    };
-    let body = &out[body_at..];
-    if !head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
-        return (head, body.to_vec());
+    if let Some(ending) = read_until(&mut stream, &mut out, Duration::from_secs(10), is_whole_response) {
+        panic!("no whole answer within 10 s ({ending:?}): {}", String::from_utf8_lossy(&out));
     }
-    let mut plain = Vec::new();
-    let mut rest = body;
-    for _ in 0..10_000 {
-        let line_end = rest.windows(2).position(|w| w == b"\r\n").expect("a chunk size line");
-        let size = usize::from_str_radix(std::str::from_utf8(&rest[..line_end]).unwrap().trim(), 16).unwrap();
-        if size == 0 {
-            return (head, plain);
-        }
-        let data = &rest[line_end + 2..];
-        plain.extend_from_slice(&data[..size]);
-        rest = &data[size + 2..];
-    }
-    panic!("more than 10000 chunks");
+    head_and_body(&out).expect("a whole answer has a head")
 }
 
 /// The SSE events of a body, as mcpgate's decoder reads them.

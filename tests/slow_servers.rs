@@ -9,13 +9,15 @@
 
 mod support;
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::{Client, Fixture, Gate, PROTOCOL, assert_balanced, wait_until};
+use support::{
+    Client, Ending, Fixture, Gate, assert_balanced, head_and_body, is_whole_response, mcp_post, read_until, wait_until,
+};
 
 /// The longest any single call here is waited for.
 const GIVE_UP: Duration = Duration::from_secs(10);
@@ -51,65 +53,13 @@ impl Answer {
     fn text_of(&self, id: &str) -> Option<&str> {
         self.response_to(id)?["result"]["content"][0]["text"].as_str()
     }
-}
 
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
-}
-
-/// A chunked body decoded as far as it goes, and whether its last chunk came.
-fn dechunk(mut rest: &[u8]) -> (Vec<u8>, bool) {
-    let mut plain = Vec::new();
-    // Every turn consumes at least a size line: bounded by the input.
-    loop {
-        let Some(line_end) = find(rest, b"\r\n") else { return (plain, false) };
-        let size = std::str::from_utf8(&rest[..line_end])
-            .ok()
-            .and_then(|line| usize::from_str_radix(line.split(';').next().unwrap_or("").trim(), 16).ok());
-        let Some(size) = size else { return (plain, false) };
-        if size == 0 {
-            return (plain, true);
-        }
-        let data = &rest[line_end + 2..];
-        if data.len() < size + 2 {
-            plain.extend_from_slice(&data[..size.min(data.len())]);
-            return (plain, false);
-        }
-        plain.extend_from_slice(&data[..size]);
-        rest = &data[size + 2..];
-    }
-}
-
-fn is_chunked(head: &str) -> bool {
-    head.to_ascii_lowercase().contains("transfer-encoding: chunked")
-}
-
-fn content_length(head: &str) -> Option<usize> {
-    head.to_ascii_lowercase()
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length:").and_then(|v| v.trim().parse().ok()))
-}
-
-/// Whether the answer read so far is whole.
-fn complete(received: &[u8]) -> bool {
-    let Some(at) = find(received, b"\r\n\r\n") else { return false };
-    let head = String::from_utf8_lossy(&received[..at]);
-    let body = &received[at + 4..];
-    if is_chunked(&head) {
-        return dechunk(body).1;
-    }
-    content_length(&head).is_some_and(|n| body.len() >= n)
-}
-
-impl Answer {
+    /// The answer in `received`, as far as it came.
     fn parse(received: &[u8], took: Duration, ended: bool) -> Answer {
-        let Some(at) = find(received, b"\r\n\r\n") else {
+        let Some((head, body)) = head_and_body(received) else {
             return Answer { took, ended, status: 0, messages: Vec::new() };
         };
-        let head = String::from_utf8_lossy(&received[..at]).to_string();
         let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-        let raw = &received[at + 4..];
-        let body = if is_chunked(&head) { dechunk(raw).0 } else { raw.to_vec() };
         let mut messages = Vec::new();
         if head.to_ascii_lowercase().contains("text/event-stream") {
             let mut decoder = mcpgate::sse::Decoder::new(std::io::BufReader::new(&body[..]), 16 << 20);
@@ -130,33 +80,11 @@ impl Answer {
 /// until it is whole, the connection ends, or `limit` passes.
 fn post_alone(addr: SocketAddr, session: &str, body: &Value, limit: Duration) -> Answer {
     let started = Instant::now();
-    let body = body.to_string();
     let mut stream = TcpStream::connect(addr).expect("connect to mcpgate");
-    let request = format!(
-        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
-         Accept: application/json, text/event-stream\r\nMcp-Session-Id: {session}\r\n\
-         MCP-Protocol-Version: {PROTOCOL}\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(request.as_bytes()).expect("send the POST");
+    stream.write_all(&mcp_post(addr, Some(session), &body.to_string(), false)).expect("send the POST");
     let mut received = Vec::new();
-    let mut buf = [0u8; 16 * 1024];
-    let ended = loop {
-        if complete(&received) {
-            break true;
-        }
-        let Some(left) = (started + limit).checked_duration_since(Instant::now()).filter(|d| !d.is_zero()) else {
-            break false;
-        };
-        stream.set_read_timeout(Some(left)).expect("set a read timeout");
-        match stream.read(&mut buf) {
-            Ok(0) => break true,
-            Ok(n) => received.extend_from_slice(&buf[..n]),
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => break false,
-            Err(_) => break true,
-        }
-    };
-    Answer::parse(&received, started.elapsed(), ended)
+    let cut = read_until(&mut stream, &mut received, limit.saturating_sub(started.elapsed()), is_whole_response);
+    Answer::parse(&received, started.elapsed(), cut != Some(Ending::TimedOut))
 }
 
 /// Starts `post_alone` on a thread; the answer arrives on the receiver.

@@ -115,7 +115,7 @@ impl Client {
             request = request.header(*name, *value);
         }
         let response = request.send(body).unwrap_or_else(|e| panic!("POST {}: {e}", self.url));
-        read_reply(response)
+        reply_of(response)
     }
 
     pub fn request(&mut self, method: &str, params: Value) -> Reply {
@@ -258,7 +258,7 @@ impl Stream {
     }
 }
 
-fn read_reply(response: ureq::http::Response<ureq::Body>) -> Reply {
+fn reply_of(response: ureq::http::Response<ureq::Body>) -> Reply {
     let status = response.status().as_u16();
     let session = response.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_string);
     let content_type = response.body().mime_type().unwrap_or("").to_string();
