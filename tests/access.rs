@@ -18,12 +18,6 @@ fn gate_with_tokens(alpha: &Fixture, beta: &Fixture) -> Gate {
     Gate::start(&c)
 }
 
-fn client(gate: &Gate, token: &str) -> support::Client {
-    let mut client = gate.client();
-    client.headers.push(("Authorization".into(), format!("Bearer {token}")));
-    client
-}
-
 #[test]
 fn without_a_valid_token_mcp_answers_401_with_a_bearer_challenge() {
     let (alpha, beta) = (Fixture::start("alpha", &[]), Fixture::start("beta", &[]));
@@ -39,7 +33,7 @@ fn without_a_valid_token_mcp_answers_401_with_a_bearer_challenge() {
     assert_eq!(wrong.header("www-authenticate"), Some("Bearer error=\"invalid_token\""));
     assert!(wrong.json()["error"]["message"].as_str().unwrap().contains("not valid"), "{wrong:?}");
     assert_eq!(alpha.count("initialize"), 0, "nothing reached a server");
-    let mut ok = client(&gate, TOKEN_ALL);
+    let mut ok = gate.client_with_token(TOKEN_ALL);
     ok.initialize();
     assert_eq!(ok.tool_text("beta__echo", json!({"text": "in"})), "in");
     // /healthz needs no token; the status pages answer loopback clients.
@@ -51,7 +45,7 @@ fn without_a_valid_token_mcp_answers_401_with_a_bearer_challenge() {
 fn a_token_limited_to_some_servers_sees_and_reaches_only_those() {
     let (alpha, beta) = (Fixture::start("alpha", &[]), Fixture::start("beta", &[]));
     let gate = gate_with_tokens(&alpha, &beta);
-    let mut limited = client(&gate, TOKEN_ALPHA);
+    let mut limited = gate.client_with_token(TOKEN_ALPHA);
     limited.initialize();
     let names = limited.tool_names();
     assert!(names.iter().all(|n| n.starts_with("alpha__")), "{names:?}");
@@ -60,7 +54,7 @@ fn a_token_limited_to_some_servers_sees_and_reaches_only_those() {
     assert_eq!(refused.error_code(), -32602, "{refused:?}");
     assert!(refused.error_message().contains("unknown tool `beta__echo`"), "{refused:?}");
     assert_eq!(beta.count("initialize"), 0, "no downstream session was opened on a server the token cannot reach");
-    let mut full = client(&gate, TOKEN_ALL);
+    let mut full = gate.client_with_token(TOKEN_ALL);
     full.initialize();
     assert!(full.tool_names().iter().any(|n| n.starts_with("beta__")));
 }
@@ -69,9 +63,9 @@ fn a_token_limited_to_some_servers_sees_and_reaches_only_those() {
 fn a_session_answers_only_to_the_token_that_created_it() {
     let (alpha, beta) = (Fixture::start("alpha", &[]), Fixture::start("beta", &[]));
     let gate = gate_with_tokens(&alpha, &beta);
-    let mut owner = client(&gate, TOKEN_ALL);
+    let mut owner = gate.client_with_token(TOKEN_ALL);
     owner.initialize();
-    let mut other = client(&gate, TOKEN_ALPHA);
+    let mut other = gate.client_with_token(TOKEN_ALPHA);
     other.session = owner.session.clone();
     let stolen = other.call_tool("alpha__echo", json!({"text": "x"}));
     assert_eq!(stolen.status, 404, "another token cannot use the session: {stolen:?}");
@@ -88,7 +82,7 @@ fn tokens_can_live_in_a_separate_file_and_a_bad_one_is_refused_at_start() {
     let mut c = config(&[("alpha", alpha.url()), ("beta", beta.url())]);
     c["auth"] = json!({ "tokens_file": file });
     let gate = Gate::start(&c);
-    let mut ok = client(&gate, TOKEN_ALPHA);
+    let mut ok = gate.client_with_token(TOKEN_ALPHA);
     ok.initialize();
     assert_eq!(ok.tool_text("alpha__echo", json!({"text": "f"})), "f");
     // A short token, or a server that does not exist, stops mcpgate from starting.

@@ -571,13 +571,7 @@ fn a_restarted_gate_listens_at_once_while_its_sessions_restore() {
     let (_state, path, c) = with_state_file(config(&[("alpha", a.url())]));
     let mut first = Gate::start(&c);
     let c = same_port(&c, &first);
-    let ids: Vec<String> = (0..100)
-        .map(|_| {
-            let mut client = first.client();
-            client.initialize();
-            client.session.expect("a session id")
-        })
-        .collect();
+    let ids: Vec<String> = (0..100).map(|_| first.open_session().session.expect("a session id")).collect();
     wait_for_state(&path, 100, 1);
     first.kill();
     let fixture_addr = a.addr.clone();
@@ -616,12 +610,6 @@ fn a_restarted_gate_listens_at_once_while_its_sessions_restore() {
 const TOKEN_A: &str = "alpha-only-token-0123456789";
 const TOKEN_B: &str = "beta-only-token-0123456789";
 
-fn client_with(gate: &Gate, token: &str) -> Client {
-    let mut client = gate.client();
-    client.headers.push(("Authorization".into(), format!("Bearer {token}")));
-    client
-}
-
 /// A session id is not a credential on its own: after a restart, another
 /// valid token presenting a saved session's id is refused, as before it.
 #[test]
@@ -633,7 +621,7 @@ fn a_restored_session_answers_only_to_the_token_that_created_it() {
         { "token": TOKEN_B, "servers": ["beta"] },
     ]});
     let mut first = Gate::start(&c);
-    let mut owner = client_with(&first, TOKEN_A);
+    let mut owner = first.client_with_token(TOKEN_A);
     owner.initialize();
     assert_eq!(owner.tool_text("alpha__echo", json!({"text": "before"})), "before");
     wait_for_state(&path, 1, 1);
@@ -641,7 +629,7 @@ fn a_restored_session_answers_only_to_the_token_that_created_it() {
 
     let gate = Gate::start(&c);
     owner.url = gate.url();
-    let mut other = client_with(&gate, TOKEN_B);
+    let mut other = gate.client_with_token(TOKEN_B);
     other.session = owner.session.clone();
     let stolen = other.call_tool("alpha__echo", json!({"text": "stolen"}));
     eprintln!("token B on token A's restored session: {} {}", stolen.status, stolen.body);
@@ -748,13 +736,7 @@ fn a_damaged_state_file_is_kept_and_what_it_names_is_closed() {
     let (a, b) = Fixture::alpha_and_beta();
     let (state, path, c) = with_state_file(config_for(&[&a, &b]));
     let mut first = Gate::start(&c);
-    let _clients: Vec<Client> = (0..3)
-        .map(|_| {
-            let mut client = first.client();
-            client.initialize();
-            client
-        })
-        .collect();
+    let _clients: Vec<Client> = (0..3).map(|_| first.open_session()).collect();
     wait_for_state(&path, 3, 2);
     first.kill();
     let length = std::fs::metadata(&path).unwrap().len();

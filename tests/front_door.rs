@@ -345,13 +345,7 @@ fn health_and_status_answer_while_every_connection_slot_is_busy() {
     c["max_connections"] = json!(4);
     let mut gate = Gate::start(&c);
     let addr = gate.addr;
-    let clients: Vec<_> = (0..4)
-        .map(|_| {
-            let mut client = gate.client();
-            client.initialize();
-            client
-        })
-        .collect();
+    let clients: Vec<_> = (0..4).map(|_| gate.open_session()).collect();
     // The clients' keep-alive connections close after client_idle_timeout_secs (1 s).
     assert!(
         wait_until(Duration::from_secs(5), || status_json(addr)

@@ -16,12 +16,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::{
-    Client, Fixture, Gate, PROTOCOL, config, head_and_body, is_whole_response, mcp_post_as, read_until, wait_until,
+    Client, Fixture, Gate, PROTOCOL, config, config_for, head_and_body, is_whole_response, mcp_post_as, read_until,
+    wait_until,
 };
 
 fn gate_for(fixtures: &[&Fixture]) -> Gate {
-    let servers: Vec<(&str, String)> = fixtures.iter().map(|f| (f.name.as_str(), f.url())).collect();
-    Gate::start(&config(&servers))
+    Gate::start(&config_for(fixtures))
 }
 
 fn session_with(gate: &Gate, capabilities: Value) -> Client {

@@ -54,12 +54,6 @@ fn gate_in_order(servers: &[(&str, String, Option<&str>)]) -> (Gate, TempDir) {
     (gate, dir)
 }
 
-fn session(gate: &Gate) -> Client {
-    let mut client = gate.client();
-    client.initialize();
-    client
-}
-
 /// The `key` of every item of a list, every page followed.
 fn keys(client: &mut Client, method: &str, field: &str, key: &str) -> Vec<String> {
     client
@@ -106,7 +100,7 @@ fn whoami(client: &mut Client, tool: &str, name: &str) -> String {
 fn lists_of_two_servers_are_merged_under_their_prefixes_in_configuration_order() {
     let (a, b) = Fixture::alpha_and_beta();
     let gate = gate_for(&a, &b);
-    let mut client = session(&gate);
+    let mut client = gate.open_session();
 
     let (alpha_tools, beta_tools) =
         (direct_keys(&a, "tools/list", "tools", "name"), direct_keys(&b, "tools/list", "tools", "name"));
@@ -132,7 +126,7 @@ fn lists_of_two_servers_are_merged_under_their_prefixes_in_configuration_order()
 
     // The order is the file's, not the names': beta configured first comes first.
     let (reversed, _dir) = gate_in_order(&[("beta", b.url(), None), ("alpha", a.url(), None)]);
-    let mut client = session(&reversed);
+    let mut client = reversed.open_session();
     let tools = keys(&mut client, "tools/list", "tools", "name");
     assert_eq!(tools, [prefixed("beta", &beta_tools), prefixed("alpha", &alpha_tools)].concat());
     assert_eq!(keys(&mut client, "prompts/list", "prompts", "name"), ["beta__greet", "alpha__greet"]);
@@ -146,7 +140,7 @@ fn lists_of_two_servers_are_merged_under_their_prefixes_in_configuration_order()
 fn calls_reach_only_the_server_that_owns_the_name_or_uri() {
     let (a, b) = Fixture::alpha_and_beta();
     let gate = gate_for(&a, &b);
-    let mut client = session(&gate);
+    let mut client = gate.open_session();
     // With the merged lists cached, routing a call asks no server for its list.
     for (method, field, key) in FOUR_LISTS {
         assert_eq!(keys(&mut client, method, field, key).len() % 2, 0, "{method}: both servers listed");
@@ -215,7 +209,7 @@ fn with_empty_prefixes_the_first_server_wins_each_name_and_the_hidden_ones_are_l
     let (a, b) = Fixture::alpha_and_beta();
     // beta is configured first: it must win although alpha sorts first.
     let (gate, _dir) = gate_in_order(&[("beta", b.url(), Some("")), ("alpha", a.url(), Some(""))]);
-    let mut client = session(&gate);
+    let mut client = gate.open_session();
 
     let own = direct_keys(&b, "tools/list", "tools", "name");
     let tools = keys(&mut client, "tools/list", "tools", "name");
@@ -252,8 +246,8 @@ fn with_empty_prefixes_the_first_server_wins_each_name_and_the_hidden_ones_are_l
 fn each_client_session_has_its_own_downstream_session_reused_for_every_call() {
     let (a, b) = Fixture::alpha_and_beta();
     let gate = gate_for(&a, &b);
-    let mut first = session(&gate);
-    let mut second = session(&gate);
+    let mut first = gate.open_session();
+    let mut second = gate.open_session();
 
     let first_id = whoami(&mut first, "alpha__whoami", "alpha");
     let second_id = whoami(&mut second, "alpha__whoami", "alpha");
@@ -301,7 +295,7 @@ fn paginated_servers_are_merged_whole_and_mcpgate_pages_are_stable() {
     .concat();
     assert!(expected.len() > 10, "{expected:?}");
 
-    let mut client = session(&gate);
+    let mut client = gate.open_session();
     // Walks mcpgate's pages: (the cursor asked with, names on the page).
     let walk = |client: &mut Client| -> Vec<(Option<String>, Vec<String>)> {
         let mut pages = Vec::new();
@@ -350,7 +344,7 @@ fn paginated_servers_are_merged_whole_and_mcpgate_pages_are_stable() {
         assert_eq!(reply.error_code(), -32602, "cursor {bad}: {}", reply.body);
     }
     // Also in a session that never listed anything.
-    let mut fresh = session(&gate);
+    let mut fresh = gate.open_session();
     let reply = fresh.request("tools/list", json!({"cursor": "bogus"}));
     assert_eq!(reply.error_code(), -32602, "{}", reply.body);
 }
@@ -409,7 +403,7 @@ fn a_server_down_at_start_is_left_out_named_in_errors_and_joins_once_it_is_up() 
 fn progress_notifications_stream_before_the_result() {
     let (a, b) = Fixture::alpha_and_beta();
     let gate = gate_for(&a, &b);
-    let mut client = session(&gate);
+    let mut client = gate.open_session();
     let params = json!({
         "name": "alpha__slow",
         "arguments": {"ms": 300, "steps": 3},
@@ -445,7 +439,7 @@ fn servers_that_always_stream_or_have_no_get_stream_both_work() {
     assert_eq!(probe.delete(), 200);
 
     let gate = gate_for(&a, &b);
-    let mut clients = [session(&gate), session(&gate)];
+    let mut clients = [gate.open_session(), gate.open_session()];
     let alpha = prefixed("alpha", &direct_keys(&a, "tools/list", "tools", "name"));
     let beta = prefixed("beta", &direct_keys(&b, "tools/list", "tools", "name"));
     for client in &mut clients {
@@ -472,7 +466,7 @@ fn servers_that_always_stream_or_have_no_get_stream_both_work() {
 fn server_notifications_reach_the_clients_get_stream() {
     let (a, b) = Fixture::alpha_and_beta();
     let gate = gate_for(&a, &b);
-    let mut client = session(&gate);
+    let mut client = gate.open_session();
     let stream = client.open_stream();
     // mcpgate's reader must hold alpha's GET stream, or alpha has nowhere to send.
     assert!(wait_until(Duration::from_secs(5), || a.count("get_streams_open") == 1), "{}", a.stats());

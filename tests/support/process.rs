@@ -293,6 +293,13 @@ impl Gate {
         client
     }
 
+    /// A client that sends `Authorization: Bearer <token>`.
+    pub fn client_with_token(&self, token: &str) -> Client {
+        let mut client = self.client();
+        client.headers.push(("Authorization".into(), format!("Bearer {token}")));
+        client
+    }
+
     pub fn status(&self) -> Value {
         get_json(&format!("http://{}/status.json", self.addr))
     }
