@@ -1,6 +1,6 @@
-//! The fixture's tasks (protocol 2025-11-25, experimental), checked directly against the fixture
-//! (no mcpgate in between), so that the gateway's task tests stand on a server known to follow
-//! the spec.
+//! The fixture's tasks (protocol 2025-11-25, experimental; `mcp-fixture --tasks`), checked
+//! directly against the fixture (no mcpgate in between), so that the gateway's task tests stand
+//! on a server known to follow the spec.
 
 mod support;
 
@@ -12,7 +12,7 @@ use support::{Client, Fixture};
 const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
 
 fn start() -> (Fixture, Client) {
-    let fixture = Fixture::start("tasks", &[]);
+    let fixture = Fixture::start("tasks", &["--tasks"]);
     let mut client = Client::new(&fixture.url());
     client.initialize();
     (fixture, client)
@@ -64,7 +64,7 @@ fn assert_task_shape(task: &Value) {
 
 #[test]
 fn the_capability_and_the_tools_task_support_are_declared() {
-    let fixture = Fixture::start("tasks", &[]);
+    let fixture = Fixture::start("tasks", &["--tasks"]);
     let mut client = Client::new(&fixture.url());
     let init = client.initialize();
     let expected = json!({"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}});
@@ -82,6 +82,26 @@ fn the_capability_and_the_tools_task_support_are_declared() {
         json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "old", "version": "1"}});
     let reply = old.request("initialize", params);
     assert!(reply.result()["capabilities"].get("tasks").is_none(), "{}", reply.body);
+}
+
+#[test]
+fn without_the_flag_there_are_no_tasks() {
+    let fixture = Fixture::start("plain", &[]);
+    let mut client = Client::new(&fixture.url());
+    let init = client.initialize();
+    assert!(init["capabilities"].get("tasks").is_none(), "{init}");
+    let names = client.tool_names();
+    assert!(!names.iter().any(|n| n.starts_with("research")), "{names:?}");
+    let get = client.request("tasks/get", json!({"taskId": "task-x-1"}));
+    assert_eq!(get.error_code(), -32601, "{:?}", get.body);
+    // A receiver without the capability ignores `task` and answers the call itself.
+    let echo = client.request("tools/call", json!({"name": "echo", "arguments": {"text": "x"}, "task": {}}));
+    assert_eq!(echo.result()["content"][0]["text"], "x", "{:?}", echo.body);
+    let stats = fixture.stats();
+    assert_eq!(
+        (stats["tasks_created"].clone(), stats["task_requests"].clone()),
+        (json!(0), json!([{"method": "tasks/get", "taskId": "task-x-1"}]))
+    );
 }
 
 #[test]
