@@ -18,7 +18,7 @@ use crate::jsonrpc::{self, Kind, Message, Params, RpcError};
 use crate::session::{self, CloseReason, Session, Sessions};
 use crate::state::Journal;
 use crate::stats::Stats;
-use crate::threads;
+use crate::{tasks, threads};
 
 pub const SESSION_HEADER: &str = "mcp-session-id";
 pub const VERSION_HEADER: &str = "mcp-protocol-version";
@@ -590,6 +590,9 @@ impl Gateway {
                 caps.insert(kind.into(), json!({}));
             }
         }
+        if let Some(tasks) = tasks::merge_capabilities(opened.iter().filter_map(|d| d.capabilities.get("tasks"))) {
+            caps.insert("tasks".into(), tasks);
+        }
         Value::Object(caps)
     }
 
@@ -602,11 +605,15 @@ impl Gateway {
             Ok(p) => p,
             Err(e) => return e.into(),
         };
+        // A task-augmented call answers with the server's task id: the client gets one of its session's.
+        let task_ids = (method == "tools/call" && params.contains("task")) || method.starts_with("tasks/");
         let result = match method {
             "ping" => return Outcome::Result(json!({})),
             "initialize" => {
                 return RpcError::new(jsonrpc::INVALID_REQUEST, "this session is already initialized").into();
             }
+            "tasks/get" | "tasks/result" | "tasks/cancel" => self.by_task(session, message, params),
+            "tasks/list" => return self.list_tasks(session, message),
             "tools/call" => self.by_name(session, ListKind::Tools, message, params),
             "prompts/get" => self.by_name(session, ListKind::Prompts, message, params),
             "resources/read" | "resources/subscribe" | "resources/unsubscribe" => self.by_uri(session, message, params),
@@ -615,9 +622,66 @@ impl Gateway {
             _ => return RpcError::new(jsonrpc::METHOD_NOT_FOUND, format!("method not found: `{method}`")).into(),
         };
         match result {
-            Ok((server, params)) => self.forward(session, &server, message, &params, events),
+            Ok((server, params)) => match self.forward(session, &server, message, &params, events) {
+                Outcome::Forwarded(answer) if task_ids => Outcome::Forwarded(tasks_from(session, &server, answer)),
+                outcome => outcome,
+            },
             Err(e) => e.into(),
         }
+    }
+
+    /// `tasks/get`, `tasks/result` and `tasks/cancel`: the server of the
+    /// client's task id, and the params with the server's own id.
+    fn by_task(
+        &self,
+        session: &Arc<Session>,
+        message: &Message,
+        mut params: Params,
+    ) -> Result<(Arc<Server>, Params), RpcError> {
+        let Some(id) = params.str("taskId") else {
+            return Err(RpcError::invalid_params(format!("{} needs `taskId` (a string)", message.method())));
+        };
+        let (name, theirs) =
+            session.task_target(&id).ok_or_else(|| RpcError::invalid_params(format!("unknown task `{id}`")))?;
+        let server =
+            self.current().server(&name).cloned().ok_or_else(|| RpcError::server(&name, "no longer configured"))?;
+        params.set("taskId", &Value::String(theirs));
+        Ok((server, params))
+    }
+
+    /// `tasks/list`: every server's tasks of this session, with the
+    /// client's ids, in one page.
+    fn list_tasks(&self, session: &Arc<Session>, message: &Message) -> Outcome {
+        let params = match message.params_object() {
+            Ok(p) => p,
+            Err(e) => return e.into(),
+        };
+        if let Some(cursor) = params.get("cursor").filter(|c| !c.is_null()) {
+            return RpcError::invalid_params(format!("invalid cursor {cursor}: mcpgate lists every task in one page"))
+                .into();
+        }
+        let cur = self.current();
+        let servers: Vec<Arc<Server>> = visible(&cur, session)
+            .into_iter()
+            .filter(|s| {
+                session.open_downstream(s.name()).is_some_and(|d| d.capabilities["tasks"].get("list").is_some())
+            })
+            .collect();
+        let found: Mutex<Vec<(usize, Vec<Value>)>> = Mutex::new(Vec::new());
+        threads::for_each_parallel("fanout", &servers, servers.len(), |server| {
+            match self.exchange(session, server, |d| fetch_pages(d, "tasks/list", "tasks")) {
+                Ok(mut tasks) => {
+                    for task in &mut tasks {
+                        session.tasks_from(server.name(), task);
+                    }
+                    found.lock().push((cur.rank(server.name()), tasks));
+                }
+                Err(e) => crate::limited!(warn, "server `{}`: tasks/list failed: {}", server.name(), e.message),
+            }
+        });
+        let mut found = found.into_inner();
+        found.sort_by_key(|(rank, _)| *rank);
+        Outcome::Result(json!({ "tasks": found.into_iter().flat_map(|(_, tasks)| tasks).collect::<Vec<_>>() }))
     }
 
     /// `tools/call` and `prompts/get`: the owner of `params.name`, and the
@@ -1115,6 +1179,11 @@ fn too_busy(session: &Session) -> HttpReply {
 
 /// Every page of one server's list.
 fn fetch_all(d: &Downstream, kind: ListKind) -> Result<Vec<Value>, DownstreamError> {
+    fetch_pages(d, kind.method(), kind.field())
+}
+
+/// Every page of a paginated `method`, the items of `field` of each.
+fn fetch_pages(d: &Downstream, method: &str, field: &str) -> Result<Vec<Value>, DownstreamError> {
     let mut items = Vec::new();
     let mut cursor: Option<String> = None;
     for _ in 0..MAX_PAGES {
@@ -1123,29 +1192,38 @@ fn fetch_all(d: &Downstream, kind: ListKind) -> Result<Vec<Value>, DownstreamErr
             None => json!({}),
         };
         let id = d.next_id();
-        let response = d.request(&id, kind.method(), Some(&jsonrpc::raw(&params)), &mut |_| {})?;
+        let response = d.request(&id, method, Some(&jsonrpc::raw(&params)), &mut |_| {})?;
         if let Some(error) = &response.error {
-            return Err(DownstreamError::Protocol(format!("{} answered an error: {}", kind.method(), error.get())));
+            return Err(DownstreamError::Protocol(format!("{method} answered an error: {}", error.get())));
         }
         let result: Value =
             response.result.as_ref().and_then(|r| serde_json::from_str(r.get()).ok()).unwrap_or(Value::Null);
-        match result.get(kind.field()) {
+        match result.get(field) {
             Some(Value::Array(page)) => items.extend(page.iter().cloned()),
-            _ => {
-                return Err(DownstreamError::Protocol(format!(
-                    "{} result has no `{}` array",
-                    kind.method(),
-                    kind.field()
-                )));
-            }
+            _ => return Err(DownstreamError::Protocol(format!("{method} result has no `{field}` array"))),
         }
         match result.get("nextCursor").and_then(Value::as_str) {
             Some(next) if cursor.as_deref() != Some(next) => cursor = Some(next.to_string()),
             _ => return Ok(items),
         }
     }
-    log::warn!("server `{}`: {} has more than {MAX_PAGES} pages; the rest is left out", d.server.name(), kind.method());
+    crate::limited!(
+        warn,
+        "server `{}`: {method} has more than {MAX_PAGES} pages; the rest is left out",
+        d.server.name()
+    );
     Ok(items)
+}
+
+/// A server's answer with its task ids rewritten to the client's.
+fn tasks_from(session: &Session, server: &Server, mut answer: Message) -> Message {
+    if let Some(result) = answer.result.as_deref()
+        && let Ok(mut value) = serde_json::from_str::<Value>(result.get())
+    {
+        session.tasks_from(server.name(), &mut value);
+        answer.result = Some(jsonrpc::raw(&value));
+    }
+    answer
 }
 
 /// The response to send, if any.

@@ -33,4 +33,5 @@ pub mod state;
 pub mod stats;
 pub mod status;
 pub mod sys;
+pub mod tasks;
 pub mod threads;

@@ -22,6 +22,7 @@ use crate::memory::{self, Event, Held};
 use crate::sse;
 use crate::state::Journal;
 use crate::stats::Stats;
+use crate::tasks::{self, TaskIds};
 
 /// Messages kept for a client that has no `GET` stream open yet; in bytes,
 /// what the session holds stays within its share of `max_memory_mb`.
@@ -135,6 +136,8 @@ struct State {
     /// Downstream sessions (server, session id) whose stream answered 404:
     /// the reaper reopens them.
     lost: Vec<(String, Option<String>)>,
+    /// The client's task ids, each standing for one server's.
+    tasks: TaskIds,
 }
 
 pub struct Session {
@@ -246,6 +249,7 @@ impl Session {
                 posts: HashMap::new(),
                 log_level: None,
                 lost: Vec::new(),
+                tasks: TaskIds::default(),
             }),
             slot_changed: Condvar::new(),
             tally: Arc::new(AtomicUsize::new(0)),
@@ -577,11 +581,12 @@ impl Session {
     pub fn to_client(&self, server: &Server, message: Message) -> Option<Vec<u8>> {
         match message.kind().ok()? {
             Kind::Request => {
+                let params = self.task_params(server, &message);
                 let mut st = self.state.lock();
                 let n = st.next_ask;
                 st.next_ask += 1;
                 st.asks.insert(n, Ask { server: server.name().to_string(), id: message.id.clone()? });
-                Some(jsonrpc::request(&Value::from(n), message.method(), message.params.as_deref()))
+                Some(jsonrpc::request(&Value::from(n), message.method(), params.as_deref()))
             }
             Kind::Notification => {
                 let method = message.method();
@@ -594,10 +599,33 @@ impl Session {
                 if method == "notifications/cancelled" {
                     return self.server_cancelled(server, &message);
                 }
-                Some(jsonrpc::notification(method, message.params.as_deref()))
+                Some(jsonrpc::notification(method, self.task_params(server, &message).as_deref()))
             }
             Kind::Response => None,
         }
+    }
+
+    /// A message's params with the server's task ids as the client knows
+    /// them; untouched (and not parsed) when they name no task.
+    fn task_params(&self, server: &Server, message: &Message) -> Option<Box<RawValue>> {
+        let raw = message.params.as_deref()?;
+        if !(raw.get().contains(tasks::RELATED) || message.method() == "notifications/tasks/status") {
+            return Some(raw.to_owned());
+        }
+        let Ok(mut params) = serde_json::from_str::<Value>(raw.get()) else { return Some(raw.to_owned()) };
+        self.tasks_from(server.name(), &mut params);
+        Some(jsonrpc::raw(&params))
+    }
+
+    /// Rewrites the task ids `server` wrote in `value` to the client's.
+    pub fn tasks_from(&self, server: &str, value: &mut Value) {
+        let mut st = self.state.lock();
+        tasks::rewrite_ids(value, &mut |theirs| Some(st.tasks.expose(server, theirs)));
+    }
+
+    /// The server and its own id behind the client's task id.
+    pub fn task_target(&self, exposed: &str) -> Option<(String, String)> {
+        self.state.lock().tasks.target(exposed)
     }
 
     /// A server withdrew a request it sent the client: rewrite its id to ours.
