@@ -229,6 +229,7 @@ fn a_get_stream_without_newlines_is_bounded_and_memory_returns() {
     let alpha = Fixture::start("alpha", &["--endless-get"]);
     let gate = Gate::start_for(&[&alpha], json!({"max_memory_mb": 16}));
     let rss_before = rss_bytes(gate.pid());
+    let fds_before = gate.status()["process"]["open_fds"].as_u64().unwrap();
     let clients: Vec<Client> = (0..20).map(|_| gate.open_session()).collect();
     // Every session's reader is reading its endless line.
     assert!(wait_until(Duration::from_secs(5), || alpha.count("get_streams_total") >= 20), "{}", alpha.stats());
@@ -257,8 +258,16 @@ fn a_get_stream_without_newlines_is_bounded_and_memory_returns() {
     assert!(returned, "RSS {} is more than 16 MB above the {} before the sessions", mb(rss_after), mb(rss_before));
     assert!(wait_until(Duration::from_secs(5), || gate.status()["downstream"]["live"] == 0), "{}", gate.status());
     assert_balanced(&gate.status());
-    // mcpgate stopped reading: alpha's endless writers saw their connections close.
-    assert!(wait_until(Duration::from_secs(5), || alpha.count("get_streams_open") == 0), "{}", alpha.stats());
+    // mcpgate let go of every stream: no reader, no socket (one descriptor
+    // is the status request itself)...
+    let fds = || gate.status()["process"]["open_fds"].as_u64().unwrap();
+    assert!(wait_until(Duration::from_secs(5), || fds() <= fds_before + 1), "{} descriptors, {fds_before} before", fds());
+    // ...and alpha's endless writers see their connections close. A writer
+    // that found mcpgate's window shut learns of the close only at its
+    // next zero-window probe, whose interval TCP doubles up to 2 minutes:
+    // measured up to 5 s here, so the bound is generous.
+    let closed = wait_until(Duration::from_secs(30), || alpha.count("get_streams_open") == 0);
+    assert!(closed, "{}\nmcpgate: {}", alpha.stats(), gate.status()["threads"]);
 }
 
 /// A peer must not be able to turn mcpgate's log into a disk filler: a
