@@ -109,6 +109,21 @@ pub const REFERENCE: &[KeyDoc] = &[
         meaning: "MiB of message bytes mcpgate may hold in all: request bodies, events queued for clients and kept for their replay, events arriving from servers. Each session may hold its share (half of this divided by the live sessions, at least 1 MiB); a client that falls further behind loses its stream, a server event that does not fit is refused. Keep it below the unit's `MemoryMax`.",
     },
     KeyDoc {
+        key: "max_processes",
+        default: "32",
+        meaning: "Child processes of stdio servers running at once, all servers together (1 to 4096); a session that would start one more gets that server left out, with an error naming the limit. Each child costs two threads.",
+    },
+    KeyDoc {
+        key: "stdio_grace_ms",
+        default: "2000",
+        meaning: "Milliseconds a stdio server's process has to exit after its stdin is closed, and again after SIGTERM, before SIGKILL. It is always reaped.",
+    },
+    KeyDoc {
+        key: "shared_idle_secs",
+        default: "300",
+        meaning: "Seconds a shared stdio server's process (`\"sharing\": \"shared\"`) runs with no session using it before it is stopped.",
+    },
+    KeyDoc {
         key: "max_sessions",
         default: "1024",
         meaning: "Live client sessions; an `initialize` beyond it gets 503 with `Retry-After`.",
@@ -186,12 +201,34 @@ pub const REFERENCE: &[KeyDoc] = &[
     KeyDoc {
         key: "mcpServers.<name>.url",
         default: "(required)",
-        meaning: "The server's Streamable HTTP endpoint, `http://` or `https://`.",
+        meaning: "The server's Streamable HTTP endpoint, `http://` or `https://`. A server has `url` or `command`, not both.",
     },
     KeyDoc {
         key: "mcpServers.<name>.headers",
         default: "{}",
         meaning: "HTTP headers sent with every request to the server, e.g. `Authorization`.",
+    },
+    KeyDoc {
+        key: "mcpServers.<name>.command",
+        default: "(required)",
+        meaning: "A stdio server: the program mcpgate starts, found on `PATH` like a shell would, e.g. `\"npx\"`. It speaks MCP on its stdin and stdout; its stderr goes to mcpgate's log.",
+    },
+    KeyDoc { key: "mcpServers.<name>.args", default: "[]", meaning: "The program's arguments; `${VAR}`s expand." },
+    KeyDoc {
+        key: "mcpServers.<name>.env",
+        default: "{}",
+        meaning: "Environment variables of the program, e.g. API keys. It gets these, and of mcpgate's own environment only `PATH HOME USER LOGNAME LANG LC_ALL LC_CTYPE TZ TMPDIR`.",
+    },
+    KeyDoc { key: "mcpServers.<name>.cwd", default: "mcpgate's", meaning: "The program's working directory." },
+    KeyDoc {
+        key: "mcpServers.<name>.sharing",
+        default: "\"session\"",
+        meaning: "`\"session\"`: each client session gets a process of its own, stopped when the session ends. `\"shared\"`: one process serves every session (for stateless servers); requests of a server to a client go to the session with a call running.",
+    },
+    KeyDoc {
+        key: "mcpServers.<name>.max_processes",
+        default: "no own limit",
+        meaning: "Processes of this server at once, within the global `max_processes`.",
     },
     KeyDoc {
         key: "mcpServers.<name>.prefix",
@@ -227,7 +264,7 @@ pub const REFERENCE: &[KeyDoc] = &[
     KeyDoc {
         key: "mcpServers.<name>.type",
         default: "\"http\"",
-        meaning: "Accepted for compatibility: `http`, `streamable-http` or `streamableHttp`.",
+        meaning: "Accepted for compatibility: `http`, `streamable-http` or `streamableHttp` with `url`; `stdio` with `command`.",
     },
 ];
 
@@ -252,6 +289,9 @@ pub struct Config {
     pub max_header_bytes: usize,
     pub max_message_bytes: usize,
     pub max_sessions: usize,
+    pub max_processes: usize,
+    pub stdio_grace: Duration,
+    pub shared_idle: Duration,
     /// In bytes.
     pub max_memory: usize,
     pub page_size: usize,
@@ -288,9 +328,8 @@ impl fmt::Debug for Token {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServerConfig {
     pub name: String,
-    pub url: String,
-    /// Names and values after `${VAR}` expansion.
-    pub headers: Vec<(String, String)>,
+    /// How it is reached: over HTTP, or as a child process over stdio.
+    pub transport: Transport,
     pub prefix: String,
     /// Joins the prefix and a name: `__` unless configured.
     pub separator: String,
@@ -300,6 +339,68 @@ pub struct ServerConfig {
     pub resources: Filter,
     /// Values that came from the environment: never logged or shown.
     pub secrets: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Transport {
+    Http(HttpConfig),
+    Stdio(StdioConfig),
+}
+
+/// A Streamable HTTP server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HttpConfig {
+    pub url: String,
+    /// Names and values after `${VAR}` expansion.
+    pub headers: Vec<(String, String)>,
+}
+
+/// A stdio server: a program mcpgate starts and speaks to on its stdin and stdout.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StdioConfig {
+    pub command: String,
+    pub args: Vec<String>,
+    /// Set in the child's environment, after `${VAR}` expansion, over the base (see [`BASE_ENV`]).
+    pub env: Vec<(String, String)>,
+    pub cwd: Option<PathBuf>,
+    pub sharing: Sharing,
+    /// At most this many children of this server at once.
+    pub max_processes: Option<usize>,
+}
+
+/// Whose a stdio server's child process is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sharing {
+    /// One child per client session, isolated like an HTTP downstream session.
+    Session,
+    /// One child for every client session, for stateless servers.
+    Shared,
+}
+
+/// What a stdio server's child gets of mcpgate's own environment, before
+/// its `env`: enough to find programs and run them, nothing that may hold
+/// another server's secrets.
+pub const BASE_ENV: &[&str] = &["PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR"];
+
+impl ServerConfig {
+    /// The URL of an HTTP server.
+    pub fn url(&self) -> Option<&str> {
+        match &self.transport {
+            Transport::Http(http) => Some(&http.url),
+            Transport::Stdio(_) => None,
+        }
+    }
+
+    /// Where it is, for people: the URL, or the command line.
+    pub fn target(&self) -> String {
+        match &self.transport {
+            Transport::Http(http) => http.url.clone(),
+            Transport::Stdio(stdio) => std::iter::once(stdio.command.as_str())
+                .chain(stdio.args.iter().map(String::as_str))
+                .collect::<Vec<_>>()
+                .join(" "),
+        }
+    }
 }
 
 /// Why a configuration was refused: the file, the key and the problem.
@@ -366,6 +467,9 @@ impl Config {
             max_header_bytes: keys.integer("max_header_bytes", 16 << 10, 1024, 1 << 20)?,
             max_message_bytes: keys.integer("max_message_bytes", 16 << 20, 1024, 1 << 30)?,
             max_sessions: keys.integer("max_sessions", 1024, 1, 1_000_000)?,
+            max_processes: keys.integer("max_processes", 32, 1, 4096)?,
+            stdio_grace: Duration::from_millis(keys.integer("stdio_grace_ms", 2000, 10, 60_000)? as u64),
+            shared_idle: keys.secs("shared_idle_secs", 300)?,
             max_memory: keys.integer("max_memory_mb", 128, 8, 1 << 20)? << 20,
             page_size: keys.integer("page_size", 100, 1, 100_000)?,
             tool_name_max: keys.integer("tool_name_max", 64, 16, 128)?,
@@ -393,10 +497,13 @@ impl Config {
     /// connection, a session) instead of failing to start a thread.
     pub fn thread_budget(&self) -> Vec<(&'static str, usize)> {
         let servers = self.servers.len();
+        let http = self.servers.iter().filter(|s| s.url().is_some()).count();
+        let stdio = if http < servers { 1 + 2 * self.max_processes } else { 0 };
         vec![
             ("main, accept, reaper, signal, state, notify", 6),
             ("connections (max_connections)", self.max_connections),
-            ("readers (max_sessions x servers)", self.max_sessions * servers),
+            ("readers (max_sessions x HTTP servers)", self.max_sessions * http),
+            ("stdio (spawner, 2 x max_processes)", stdio),
             ("fanout (calls_per_server x servers)", self.calls_per_server * servers),
             ("close (reaper, shutdown, reload, DELETEs)", 32 + 32 + self.calls_per_server * servers),
         ]
@@ -560,50 +667,36 @@ fn server(name: &str, value: &Value, env: &dyn Fn(&str) -> Option<String>) -> Re
     let Value::Object(map) = value else {
         return Err((path, format!("expected an object, found {}", kind(value))));
     };
-    if map.contains_key("command") {
+    if map.contains_key("command") && map.contains_key("url") {
         return Err((
-            path,
-            "stdio servers (`command`) are not supported: mcpgate talks to servers over Streamable HTTP (`url`)".into(),
+            format!("{path}.command"),
+            "give `url` (a Streamable HTTP server) or `command` (a stdio server), not both".into(),
         ));
     }
     let mut keys = Keys::new(map, &path);
     let mut secrets = Vec::new();
+    let stdio = map.contains_key("command");
     if let Some(kind) = keys.string("type")? {
         match kind.as_str() {
-            "http" | "streamable-http" | "streamableHttp" => {}
+            "http" | "streamable-http" | "streamableHttp" if !stdio => {}
+            "stdio" if stdio => {}
             "sse" => {
                 return Err((
                     format!("{path}.type"),
                     "the old HTTP+SSE transport is not supported: use the server's Streamable HTTP endpoint".into(),
                 ));
             }
-            other => return Err((format!("{path}.type"), format!("unknown transport `{other}`, expected `http`"))),
+            other => {
+                let expected = if stdio { "`stdio` with `command`" } else { "`http` with `url`" };
+                return Err((format!("{path}.type"), format!("transport `{other}` does not fit: expected {expected}")));
+            }
         }
     }
-    let url_key = format!("{path}.url");
-    let url = keys.string("url")?.ok_or_else(|| (url_key.clone(), "missing".to_string()))?;
-    let url = expand(&url, env, &mut secrets).map_err(|p| (url_key.clone(), p))?;
-    check_url(&url).map_err(|p| (url_key, p))?;
-    let mut headers = Vec::new();
-    if let Some(value) = keys.take("headers") {
-        let Value::Object(map) = value else {
-            return Err((format!("{path}.headers"), format!("expected an object, found {}", kind(value))));
-        };
-        for (header, value) in map {
-            let key = format!("{path}.headers.{header}");
-            if !valid_header_name(header) {
-                return Err((key, "not a valid HTTP header name".into()));
-            }
-            let Value::String(value) = value else {
-                return Err((key, format!("expected a string, found {}", kind(value))));
-            };
-            let value = expand(value, env, &mut secrets).map_err(|p| (key.clone(), p))?;
-            if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
-                return Err((key, "contains a line break or NUL".into()));
-            }
-            headers.push((header.clone(), value));
-        }
-    }
+    let transport = if stdio {
+        Transport::Stdio(stdio_config(&mut keys, &path, env, &mut secrets)?)
+    } else {
+        Transport::Http(http_config(&mut keys, &path, env, &mut secrets)?)
+    };
     let prefix = keys.string("prefix")?.unwrap_or_else(|| name.to_string());
     if !prefix.is_empty() && (!valid_name(&prefix) || prefix.contains("__")) {
         return Err((
@@ -619,7 +712,102 @@ fn server(name: &str, value: &Value, env: &dyn Fn(&str) -> Option<String>) -> Re
     let prompts = filter(keys.take("prompts"), &format!("{path}.prompts"))?;
     let resources = filter(keys.take("resources"), &format!("{path}.resources"))?;
     keys.refuse_unknown()?;
-    Ok(ServerConfig { name: name.to_string(), url, headers, prefix, separator, tools, prompts, resources, secrets })
+    Ok(ServerConfig { name: name.to_string(), transport, prefix, separator, tools, prompts, resources, secrets })
+}
+
+/// `url` and `headers`: a Streamable HTTP server.
+fn http_config(
+    keys: &mut Keys<'_>,
+    path: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    secrets: &mut Vec<String>,
+) -> Result<HttpConfig, (String, String)> {
+    let url_key = format!("{path}.url");
+    let url = keys.string("url")?.ok_or_else(|| (url_key.clone(), "missing: give `url` or `command`".to_string()))?;
+    let url = expand(&url, env, secrets).map_err(|p| (url_key.clone(), p))?;
+    check_url(&url).map_err(|p| (url_key, p))?;
+    let mut headers = Vec::new();
+    if let Some(value) = keys.take("headers") {
+        let Value::Object(map) = value else {
+            return Err((format!("{path}.headers"), format!("expected an object, found {}", kind(value))));
+        };
+        for (header, value) in map {
+            let key = format!("{path}.headers.{header}");
+            if !valid_header_name(header) {
+                return Err((key, "not a valid HTTP header name".into()));
+            }
+            let Value::String(value) = value else {
+                return Err((key, format!("expected a string, found {}", kind(value))));
+            };
+            let value = expand(value, env, secrets).map_err(|p| (key.clone(), p))?;
+            if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
+                return Err((key, "contains a line break or NUL".into()));
+            }
+            headers.push((header.clone(), value));
+        }
+    }
+    Ok(HttpConfig { url, headers })
+}
+
+/// `command`, `args`, `env`, `cwd`: a stdio server, as Claude Desktop,
+/// Cursor and VS Code write it.
+fn stdio_config(
+    keys: &mut Keys<'_>,
+    path: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    secrets: &mut Vec<String>,
+) -> Result<StdioConfig, (String, String)> {
+    let command_key = format!("{path}.command");
+    let command = keys.string("command")?.ok_or_else(|| (command_key.clone(), "missing".to_string()))?;
+    let command = expand(&command, env, secrets).map_err(|p| (command_key.clone(), p))?;
+    if command.trim().is_empty() || command.contains('\0') {
+        return Err((command_key, "expected a program name or path".into()));
+    }
+    let mut args = Vec::new();
+    for (i, arg) in keys.strings("args")?.iter().enumerate() {
+        let key = format!("{path}.args[{i}]");
+        let arg = expand(arg, env, secrets).map_err(|p| (key.clone(), p))?;
+        if arg.contains('\0') {
+            return Err((key, "contains NUL".into()));
+        }
+        args.push(arg);
+    }
+    let mut child_env = Vec::new();
+    if let Some(value) = keys.take("env") {
+        let Value::Object(map) = value else {
+            return Err((format!("{path}.env"), format!("expected an object of strings, found {}", kind(value))));
+        };
+        for (name, value) in map {
+            let key = format!("{path}.env.{name}");
+            if name.is_empty() || name.contains(['=', '\0']) {
+                return Err((key, "not a valid environment variable name".into()));
+            }
+            let Value::String(value) = value else {
+                return Err((key, format!("expected a string, found {}", kind(value))));
+            };
+            let value = expand(value, env, secrets).map_err(|p| (key.clone(), p))?;
+            if value.contains('\0') {
+                return Err((key, "contains NUL".into()));
+            }
+            child_env.push((name.clone(), value));
+        }
+    }
+    let cwd = keys.string("cwd")?.map(PathBuf::from);
+    let sharing = match keys.string("sharing")?.as_deref() {
+        None | Some("session") => Sharing::Session,
+        Some("shared") => Sharing::Shared,
+        Some(other) => {
+            return Err((format!("{path}.sharing"), format!("`{other}` is not `session` or `shared`")));
+        }
+    };
+    let max_processes = match keys.take("max_processes") {
+        None => None,
+        Some(value) => match value.as_u64() {
+            Some(n @ 1..=65_536) => Some(n as usize),
+            _ => return Err((format!("{path}.max_processes"), "expected a whole number from 1 to 65536".into())),
+        },
+    };
+    Ok(StdioConfig { command, args, env: child_env, cwd, sharing, max_processes })
 }
 
 /// `{"allow": [...], "deny": [...]}`: globs over a server's own names.
@@ -836,11 +1024,41 @@ mod tests {
         assert_eq!(old_name.calls_per_server, 3, "`workers` is still read");
         assert_eq!(c.keepalive, Duration::from_secs(15));
         let files = c.server("files").unwrap();
-        assert_eq!(files.url, "http://127.0.0.1:9001/mcp");
-        assert_eq!(files.headers, vec![("Authorization".into(), "Bearer s3cret".into())]);
+        let Transport::Http(http) = &files.transport else { panic!("files is an HTTP server") };
+        assert_eq!(http.url, "http://127.0.0.1:9001/mcp");
+        assert_eq!(http.headers, vec![("Authorization".into(), "Bearer s3cret".into())]);
         assert_eq!(files.prefix, "files");
         assert_eq!(c.server("search").unwrap().prefix, "");
         assert!(c.secrets().any(|s| s == "s3cret"));
+    }
+
+    #[test]
+    fn a_claude_desktop_block_is_a_stdio_server() {
+        let c = parse(
+            r#"{"mcpServers": {
+              "files": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/tmp"]},
+              "gh": {"type": "stdio", "command": "gh-mcp", "env": {"GITHUB_TOKEN": "${TOKEN}"}, "cwd": "/srv",
+                     "sharing": "shared", "max_processes": 2}
+            }, "max_processes": 7, "stdio_grace_ms": 500, "shared_idle_secs": 30}"#,
+        )
+        .unwrap();
+        let Transport::Stdio(files) = &c.server("files").unwrap().transport else { panic!("files is stdio") };
+        assert_eq!(files.command, "npx");
+        assert_eq!(files.args, ["-y", "@modelcontextprotocol/server-filesystem", "/tmp"]);
+        assert_eq!(files.sharing, Sharing::Session);
+        assert_eq!(files.max_processes, None);
+        let gh = c.server("gh").unwrap();
+        assert_eq!(gh.target(), "gh-mcp");
+        assert_eq!(gh.url(), None);
+        let Transport::Stdio(gh) = &gh.transport else { panic!("gh is stdio") };
+        assert_eq!(gh.env, vec![("GITHUB_TOKEN".to_string(), "s3cret".to_string())]);
+        assert_eq!(gh.cwd.as_deref(), Some(Path::new("/srv")));
+        assert_eq!((gh.sharing, gh.max_processes), (Sharing::Shared, Some(2)));
+        assert!(c.secrets().any(|s| s == "s3cret"), "an expanded env value is redacted like a header");
+        assert_eq!(
+            (c.max_processes, c.stdio_grace, c.shared_idle),
+            (7, Duration::from_millis(500), Duration::from_secs(30))
+        );
     }
 
     #[test]
@@ -863,7 +1081,18 @@ mod tests {
             (r#"{"mcpServers": {"a": {"url": "ftp://x/mcp"}}}"#, "mcpServers.a.url", "must start with http"),
             (r#"{"mcpServers": {"a": {"url": "http://x/${NOPE}"}}}"#, "mcpServers.a.url", "`NOPE` is not set"),
             (r#"{"mcpServers": {"a": {"url": "http://x/mcp", "color": 1}}}"#, "mcpServers.a.color", "unknown key"),
-            (r#"{"mcpServers": {"a": {"command": "npx"}}}"#, "mcpServers.a", "stdio servers"),
+            (r#"{"mcpServers": {"a": {"command": "npx", "url": "http://x"}}}"#, "mcpServers.a.command", "not both"),
+            (r#"{"mcpServers": {"a": {"command": ""}}}"#, "mcpServers.a.command", "a program name"),
+            (r#"{"mcpServers": {"a": {"command": "x", "args": "y"}}}"#, "mcpServers.a.args", "expected"),
+            (r#"{"mcpServers": {"a": {"command": "x", "args": ["${NOPE}"]}}}"#, "mcpServers.a.args[0]", "`NOPE`"),
+            (r#"{"mcpServers": {"a": {"command": "x", "env": {"K": 1}}}}"#, "mcpServers.a.env.K", "expected a string"),
+            (r#"{"mcpServers": {"a": {"command": "x", "env": {"A=B": "1"}}}}"#, "mcpServers.a.env.A=B", "not a valid"),
+            (r#"{"mcpServers": {"a": {"command": "x", "sharing": "all"}}}"#, "mcpServers.a.sharing", "`session` or"),
+            (r#"{"mcpServers": {"a": {"command": "x", "max_processes": 0}}}"#, "mcpServers.a.max_processes", "1 to"),
+            (r#"{"mcpServers": {"a": {"command": "x", "type": "http"}}}"#, "mcpServers.a.type", "`stdio` with"),
+            (r#"{"mcpServers": {"a": {"url": "http://x", "type": "stdio"}}}"#, "mcpServers.a.type", "`http` with"),
+            (r#"{"mcpServers": {"a": {"command": "x", "headers": {}}}}"#, "mcpServers.a.headers", "unknown key"),
+            (r#"{"mcpServers": {"a": {}}}"#, "mcpServers.a.url", "give `url` or `command`"),
             (r#"{"mcpServers": {"a": {"url": "http://x", "type": "sse"}}}"#, "mcpServers.a.type", "HTTP+SSE"),
             (r#"{"mcpServers": {"a": {"url": "http://x", "prefix": "a__b"}}}"#, "mcpServers.a.prefix", "without `__`"),
             (r#"{"mcpServers": {}}"#, "mcpServers", "empty"),

@@ -3,7 +3,7 @@
 //! sessions and routing; knows nothing of tiny_http (see `httpd`).
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use serde_json::value::RawValue;
@@ -12,7 +12,8 @@ use serde_json::{Map, Value, json};
 use crate::access::Access;
 use crate::catalog::{self, List, ListKind, ServerItems};
 use crate::config::Config;
-use crate::downstream::{self, Downstream, DownstreamError, Limits, PROTOCOL_VERSIONS, Server};
+use crate::downstream::stdio::Children;
+use crate::downstream::{self, Context, Downstream, DownstreamError, Limits, PROTOCOL_VERSIONS, Server};
 use crate::http::{EventSink, HttpReply, HttpRequest, NoStream, StreamReply};
 use crate::jsonrpc::{self, Kind, Message, Params, RpcError};
 use crate::session::{self, CloseReason, Session, Sessions};
@@ -68,6 +69,8 @@ pub struct Gateway {
     pub stats: Arc<Stats>,
     /// Where opens and closes of downstream sessions are written ahead.
     pub journal: Arc<Journal>,
+    /// The child processes of stdio servers.
+    pub children: Arc<Children>,
     /// Recent name collisions between servers, for the status page.
     pub collisions: Mutex<Vec<String>>,
     /// Tools and prompts exposed under another name than `<prefix>__<name>`.
@@ -106,12 +109,15 @@ impl Gateway {
         crate::memory::set_limit(config.max_memory);
         let stats = Arc::new(Stats::default());
         let journal = Arc::new(Journal::new(config.state_file.as_deref()));
-        let servers = config.servers.iter().map(|s| new_server(s, &config, &stats, &journal)).collect();
+        let children = Children::new(config.max_processes, config.stdio_grace, config.max_message_bytes);
+        let context = Context { stats: stats.clone(), journal: journal.clone(), children: children.clone() };
+        let servers = config.servers.iter().map(|s| new_server(s, &config, &context)).collect();
         Gateway {
             current: parking_lot::RwLock::new(Arc::new(Current { config, servers })),
             sessions: Sessions::new(journal.clone()),
             journal,
             stats,
+            children,
             collisions: Mutex::new(Vec::new()),
             renamed: Mutex::new(Vec::new()),
             last_reload: Mutex::new(ReloadOutcome::default()),
@@ -123,18 +129,25 @@ impl Gateway {
         }
     }
 
+    /// What every server shares.
+    pub fn context(&self) -> Context {
+        Context { stats: self.stats.clone(), journal: self.journal.clone(), children: self.children.clone() }
+    }
+
     /// The configuration and servers in force now.
     pub fn current(&self) -> Arc<Current> {
         self.current.read().clone()
     }
 
-    /// Fails every request still waiting on a server; for the end of shutdown,
-    /// after every session was closed.
+    /// Fails every request still waiting on a server, and stops the shared
+    /// processes and the thread that starts processes; for the end of
+    /// shutdown, after every session was closed.
     pub fn shutdown(&self) {
         self.stopping.store(true, std::sync::atomic::Ordering::Release);
         for server in &self.current().servers {
             server.shutdown();
         }
+        self.children.stop();
     }
 
     /// At shutdown: the state file keeps the client sessions (not their
@@ -207,10 +220,12 @@ impl Gateway {
         let same_limits = Limits::from_config(&old.config) == Limits::from_config(&new)
             && old.config.calls_per_server == new.calls_per_server;
         let mut servers = Vec::with_capacity(new.servers.len());
+        let context = self.context();
+        self.children.configure(new.max_processes, new.stdio_grace, new.max_message_bytes);
         for config in &new.servers {
             match old.server(&config.name) {
                 Some(server) if server.config == *config && same_limits => servers.push(server.clone()),
-                _ => servers.push(new_server(config, &new, &self.stats, &self.journal)),
+                _ => servers.push(new_server(config, &new, &context)),
             }
         }
         let retired: Vec<Arc<Server>> =
@@ -236,6 +251,10 @@ impl Gateway {
         }
         let parallel = closing.len().clamp(1, 32);
         downstream::close_all(&closing, parallel);
+        for server in &retired {
+            // A shared process nobody uses now stops at once.
+            server.stop_idle(Duration::ZERO);
+        }
         log::info!(
             "configuration reloaded: {} server(s) changed, {} downstream session(s) closed{}",
             outcome.changed.len(),
@@ -1152,19 +1171,8 @@ fn visible(current: &Current, session: &Session) -> Vec<Arc<Server>> {
     current.servers.iter().filter(|s| session.allows(s.name())).cloned().collect()
 }
 
-fn new_server(
-    config: &crate::config::ServerConfig,
-    all: &Config,
-    stats: &Arc<Stats>,
-    journal: &Arc<Journal>,
-) -> Arc<Server> {
-    Arc::new(Server::new(
-        config.clone(),
-        Limits::from_config(all),
-        all.calls_per_server,
-        stats.clone(),
-        journal.clone(),
-    ))
+fn new_server(config: &crate::config::ServerConfig, all: &Config, context: &Context) -> Arc<Server> {
+    Arc::new(Server::new(config.clone(), Limits::from_config(all), all.calls_per_server, context))
 }
 
 /// 429 for a session with `max_requests_per_session` requests in flight.

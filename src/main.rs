@@ -299,13 +299,18 @@ fn serve(config: Config, source: Source, signals: sys::Signals) -> Result<(), Er
     threads::join_late(true);
     let _ = signal_thread.join();
     let s = &gateway.stats;
+    let c = &gateway.children;
     log::info!(
-        "stopped in {} ms: {count} session(s) closed; downstream opened {}, closed {}, live {}, DELETE failures {}",
+        "stopped in {} ms: {count} session(s) closed; downstream opened {}, closed {}, live {}, DELETE failures {}; \
+         processes spawned {}, reaped {}, live {}",
         started.elapsed().as_millis(),
         s.downstream_opened.get(),
         s.downstream_closed.get(),
         s.downstream_live.get(),
         s.downstream_delete_failures.get(),
+        c.spawned.get(),
+        c.reaped.get(),
+        c.live.get(),
     );
     if lingering > 0 {
         log::info!("{lingering} idle keep-alive connection(s) closed at exit");

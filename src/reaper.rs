@@ -1,7 +1,8 @@
 #![forbid(unsafe_code)]
 //! The reaper: one thread that closes idle sessions through the one close
-//! path, ends requests to servers silent past the request timeout, and
-//! joins threads that outlived their owner's wait.
+//! path, ends requests to servers silent past the request timeout, stops
+//! shared stdio processes nobody uses, and joins threads that outlived
+//! their owner's wait.
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -52,6 +53,10 @@ pub fn start(gateway: Arc<Gateway>) -> std::io::Result<Reaper> {
                         gateway.close(idle, CloseReason::Idle);
                     }
                     reopen_lost(&gateway);
+                    let current = gateway.current();
+                    for server in &current.servers {
+                        server.stop_idle(current.config.shared_idle);
+                    }
                     threads::join_late(false);
                 }
             }

@@ -16,7 +16,7 @@ use serde_json::value::RawValue;
 use crate::access::Access;
 use crate::catalog::{List, ListKind};
 use crate::downstream::{self, Downstream, Inbox, Server};
-use crate::flight::{Flight, Stop};
+use crate::downstream::{Flight, Stop};
 use crate::jsonrpc::{self, Kind, Message, RpcError};
 use crate::memory::{self, Event, Held};
 use crate::sse;
@@ -379,7 +379,7 @@ impl Session {
         let lost = std::mem::take(&mut st.lost);
         lost.iter()
             .filter_map(|(name, session_id)| match st.slots.get(name) {
-                Some(Slot::Open(d)) if d.session_id == *session_id => Some(d.clone()),
+                Some(Slot::Open(d)) if d.session_id() == session_id.as_deref() => Some(d.clone()),
                 _ => None,
             })
             .collect()

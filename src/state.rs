@@ -29,7 +29,7 @@ use std::time::{Duration, Instant, SystemTime};
 use parking_lot::{Condvar, Mutex};
 use serde::{Deserialize, Serialize};
 
-use crate::config::ServerConfig;
+use crate::config::{HttpConfig, ServerConfig, Transport};
 use crate::downstream::{self, Downstream, SavedDownstream, Server};
 use crate::gateway::Gateway;
 use crate::session::{SavedSession, Session};
@@ -370,7 +370,7 @@ pub fn restore(gateway: &Gateway, loaded: Loaded) -> Restored {
         }
         let live = Session::restore(&session);
         for saved in &session.downstreams {
-            match current.server(&saved.server).filter(|s| s.config.url == saved.url) {
+            match current.server(&saved.server).filter(|s| s.config.url() == Some(saved.url.as_str())) {
                 Some(server) => done.readers.push((live.clone(), live.adopt(server, saved))),
                 // Removed or moved since: close it where it was.
                 None => done.close.push(to_close(saved)),
@@ -420,13 +420,12 @@ pub fn finish_restore(restored: Restored) -> std::io::Result<Option<JoinHandle<(
 /// configured now (a bearer token for another host, say).
 fn server_for(gateway: &Gateway, saved: &SavedDownstream) -> Arc<Server> {
     let current = gateway.current();
-    if let Some(server) = current.server(&saved.server).filter(|s| s.config.url == saved.url) {
+    if let Some(server) = current.server(&saved.server).filter(|s| s.config.url() == Some(saved.url.as_str())) {
         return server.clone();
     }
     let config = ServerConfig {
         name: saved.server.clone(),
-        url: saved.url.clone(),
-        headers: Vec::new(),
+        transport: Transport::Http(HttpConfig { url: saved.url.clone(), headers: Vec::new() }),
         prefix: String::new(),
         separator: "__".into(),
         tools: Default::default(),
@@ -435,7 +434,7 @@ fn server_for(gateway: &Gateway, saved: &SavedDownstream) -> Arc<Server> {
         secrets: Vec::new(),
     };
     let limits = downstream::Limits::from_config(&current.config);
-    Arc::new(Server::new(config, limits, 1, gateway.stats.clone(), gateway.journal.clone()))
+    Arc::new(Server::new(config, limits, 1, &gateway.context()))
 }
 
 /// What the file holds now: the live sessions (or, at shutdown, the kept

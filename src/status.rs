@@ -35,6 +35,17 @@ fn unix(t: Option<SystemTime>) -> Value {
     t.and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map_or(Value::Null, |d| Value::from(d.as_secs()))
 }
 
+/// The child processes of stdio servers, with their balance.
+fn processes(children: &crate::downstream::stdio::Children) -> Value {
+    let (spawned, reaped, live) = (children.spawned.get(), children.reaped.get(), children.live.get());
+    json!({
+        "spawned": spawned,
+        "reaped": reaped,
+        "live": live,
+        "balanced": spawned == reaped + live,
+    })
+}
+
 pub fn json(g: &Gateway) -> Value {
     let s = &g.stats;
     let p = process();
@@ -47,7 +58,10 @@ pub fn json(g: &Gateway) -> Value {
         servers.insert(
             server.name().to_string(),
             json!({
-                "url": server.redact(&server.config.url),
+                "transport": server.transport(),
+                "url": server.config.url().map(|url| server.redact(url)),
+                "command": server.config.url().is_none().then(|| server.redact(&server.config.target())),
+                "processes": server.processes(),
                 "prefix": server.config.prefix,
                 "live_sessions": server.live_sessions.get(),
                 "calls_in_flight": server.lanes.in_flight.get(),
@@ -105,6 +119,7 @@ pub fn json(g: &Gateway) -> Value {
             "delete_failures": s.downstream_delete_failures.get(),
             "leaked": s.downstream_leaked.get(),
         },
+        "processes": processes(&g.children),
         "connections": {
             "accepted": s.connections_accepted.get(),
             "refused": s.connections_refused.get(),
@@ -151,7 +166,16 @@ pub fn html(g: &Gateway) -> String {
         if v["downstream"]["balanced"] == true { "" } else { "bad" },
         v["downstream"]["balanced"],
     ));
-    for section in ["process", "threads", "sessions", "downstream", "connections", "requests", "limits", "reload"] {
+    if v["processes"]["spawned"] != 0 {
+        out.push_str(&format!(
+            "<p>processes.spawned == processes.reaped + processes.live: <b class=\"{}\">{}</b></p>",
+            if v["processes"]["balanced"] == true { "" } else { "bad" },
+            v["processes"]["balanced"],
+        ));
+    }
+    for section in
+        ["process", "threads", "sessions", "downstream", "processes", "connections", "requests", "limits", "reload"]
+    {
         out.push_str(&format!("<h2>{section}</h2><table>"));
         if let Some(map) = v[section].as_object() {
             for (key, value) in map {
@@ -160,15 +184,20 @@ pub fn html(g: &Gateway) -> String {
         }
         out.push_str("</table>");
     }
-    out.push_str("<h2>servers</h2><table><tr><th>name</th><th>url</th><th>prefix</th><th>live sessions</th><th>last error</th></tr>");
+    out.push_str(concat!(
+        "<h2>servers</h2><table><tr><th>name</th><th>url or command</th><th>prefix</th><th>live sessions</th>",
+        "<th>processes</th><th>last error</th></tr>"
+    ));
     if let Some(servers) = v["servers"].as_object() {
         for (name, s) in servers {
+            let processes = if s["processes"].is_null() { String::new() } else { plain(&s["processes"]) };
             out.push_str(&format!(
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"bad\">{}</td></tr>",
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"bad\">{}</td></tr>",
                 escape(name),
-                escape(s["url"].as_str().unwrap_or("")),
+                escape(s["url"].as_str().or(s["command"].as_str()).unwrap_or("")),
                 escape(s["prefix"].as_str().unwrap_or("")),
                 s["live_sessions"],
+                escape(&processes),
                 escape(s["last_error"].as_str().unwrap_or("")),
             ));
         }

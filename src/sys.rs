@@ -205,3 +205,73 @@ fn cgroup_pids_left() -> Option<u64> {
     let current: u64 = std::fs::read_to_string(dir.join("pids.current")).ok()?.trim().parse().ok()?;
     Some(max.saturating_sub(current))
 }
+
+/// Has the program `command` starts killed with SIGKILL when mcpgate dies,
+/// even by `kill -9` (`PR_SET_PDEATHSIG`). The signal follows the thread
+/// that forked the child, so children are started from one long-lived
+/// thread (see `downstream::stdio`). A child whose parent died before the
+/// setting took is refused at once.
+pub fn die_with_parent(command: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: between fork and exec only async-signal-safe calls are made
+    // (prctl, getppid), and no memory is allocated or shared.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::getppid() != parent {
+                return Err(io::Error::other("mcpgate exited while this child started"));
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Sends `signal` to every process of the group `pgid` (a child started as
+/// a group leader, with what it started).
+pub fn signal_group(pgid: u32, signal: ChildSignal) -> io::Result<()> {
+    let signal = match signal {
+        ChildSignal::Terminate => libc::SIGTERM,
+        ChildSignal::Kill => libc::SIGKILL,
+    };
+    // SAFETY: kill has no memory effects; a negative pid names a group.
+    if unsafe { libc::kill(-(pgid as libc::pid_t), signal) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The signals mcpgate sends its children.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChildSignal {
+    Terminate,
+    Kill,
+}
+
+/// Makes writes to `fd` (a child's stdin) return at once instead of blocking.
+pub fn set_nonblocking(fd: &impl std::os::fd::AsRawFd) -> io::Result<()> {
+    let fd = fd.as_raw_fd();
+    // SAFETY: fcntl on an open descriptor borrowed from a live owner.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags < 0 || libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Waits until `fd` can be written, at most `timeout`; false on timeout.
+pub fn wait_writable(fd: &impl std::os::fd::AsRawFd, timeout: std::time::Duration) -> io::Result<bool> {
+    let mut poll = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLOUT, revents: 0 };
+    let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
+    // SAFETY: `poll` is a live local and the count is 1.
+    let n = unsafe { libc::poll(&mut poll, 1, ms) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return if e.kind() == io::ErrorKind::Interrupted { Ok(false) } else { Err(e) };
+    }
+    Ok(n > 0)
+}

@@ -12,8 +12,10 @@ use std::thread::{Builder, JoinHandle, Scope, ScopedJoinHandle};
 pub const STACK_BYTES: usize = 256 * 1024;
 
 /// The roles, as they appear in thread names and on the status page.
-pub const ROLES: &[&str] =
-    &["accept", "conn", "reader", "reaper", "signal", "fanout", "close", "state", "notify", "resolve"];
+pub const ROLES: &[&str] = &[
+    "accept", "conn", "reader", "reaper", "signal", "fanout", "close", "state", "notify", "resolve", "stdio", "stderr",
+    "spawner",
+];
 
 /// Threads whose owner could not wait for them (a reader that did not stop
 /// within its bound, a name lookup past its timeout). The reaper joins

@@ -1,13 +1,13 @@
 #![forbid(unsafe_code)]
 //! Requests in flight to one server, and what bounds them.
 //!
-//! A server has `calls_per_server` lanes: HTTP agents with one kept-alive
-//! connection each. A request to the server holds a lane for as long as it
-//! runs, so a server that hangs uses up its own lanes and never another
-//! server's. The request is a [`Flight`]: whoever must end it early (the
-//! client's cancel, the close path, the deadline pass of the reaper) stops
-//! it, which shuts its lane's connection down: the thread blocked reading
-//! it returns at once, and the lane is replaced with a fresh agent.
+//! A server has `calls_per_server` lanes. A request to the server holds a
+//! lane for as long as it runs, so a server that hangs uses up its own
+//! lanes and never another server's. The request is a [`Flight`]: whoever
+//! must end it early (the client's cancel, the close path, the deadline pass
+//! of the reaper) stops it, which runs the stopper its transport armed it
+//! with: over HTTP the lane's connection is shut down (the thread blocked
+//! reading it returns at once); over stdio the waiting thread is woken.
 //!
 //! A flight is silent while the server sends no JSON-RPC message: waiting
 //! for the response head, or between two messages of an SSE answer.
@@ -20,7 +20,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
-use ureq::Agent;
 
 use crate::stats::Gauge;
 
@@ -40,34 +39,36 @@ pub struct Flight {
     id: u64,
     /// The downstream session it belongs to (its address), for the close path.
     owner: usize,
-    /// Guards the lane's agent while the request runs and why it stopped;
-    /// held only to set or read them, and to call `Agent::shutdown`, which
-    /// does not block.
+    /// Guards the stopper while the request runs and why it stopped; held
+    /// only to set or read them.
     state: Mutex<FlightState>,
     /// Milliseconds since the lanes' epoch of the last message (or the start).
     heard: AtomicU64,
     epoch: Instant,
 }
 
+/// What ends a request at once: it must not block.
+pub type Stopper = Box<dyn Fn() + Send + Sync>;
+
 #[derive(Default)]
 struct FlightState {
-    agent: Option<Agent>,
+    stopper: Option<Arc<Stopper>>,
     stopped: Option<Stop>,
 }
 
 impl Flight {
     /// Ends the request: the first reason given wins.
     pub fn stop(&self, why: Stop) {
-        let agent = {
+        let stopper = {
             let mut st = self.state.lock();
             if st.stopped.is_some() {
                 return;
             }
             st.stopped = Some(why);
-            st.agent.clone()
+            st.stopper.clone()
         };
-        if let Some(agent) = agent {
-            agent.shutdown();
+        if let Some(stop) = stopper {
+            stop();
         }
     }
 
@@ -85,13 +86,13 @@ impl Flight {
         now.saturating_duration_since(self.epoch + heard)
     }
 
-    /// Binds the lane's agent to this flight; refused if it stopped already.
-    fn arm(&self, agent: &Agent) -> Result<(), Stop> {
+    /// Gives the flight what ends its request; refused if it stopped already.
+    pub fn arm(&self, stopper: Stopper) -> Result<(), Stop> {
         let mut st = self.state.lock();
         match st.stopped {
             Some(why) => Err(why),
             None => {
-                st.agent = Some(agent.clone());
+                st.stopper = Some(Arc::new(stopper));
                 Ok(())
             }
         }
@@ -100,10 +101,9 @@ impl Flight {
 
 /// The lanes of one server and its flights.
 pub struct Lanes {
-    /// Guards the idle lanes; `freed` is signalled when one comes back.
-    idle: Mutex<Vec<Agent>>,
+    /// Guards the number of idle lanes; `freed` is signalled when one comes back.
+    idle: Mutex<usize>,
     freed: Condvar,
-    make: Box<dyn Fn() -> Agent + Send + Sync>,
     count: usize,
     /// Guards the flights running now, by id; held only to add, remove or list.
     flights: Mutex<HashMap<u64, Arc<Flight>>>,
@@ -115,17 +115,14 @@ pub struct Lanes {
 /// A lane taken for one request; given back when dropped.
 pub struct Lane<'a> {
     lanes: &'a Lanes,
-    agent: Option<Agent>,
     flight: Arc<Flight>,
 }
 
 impl Lanes {
-    pub fn new(count: usize, make: impl Fn() -> Agent + Send + Sync + 'static) -> Lanes {
-        let idle = (0..count).map(|_| make()).collect();
+    pub fn new(count: usize) -> Lanes {
         Lanes {
-            idle: Mutex::new(idle),
+            idle: Mutex::new(count),
             freed: Condvar::new(),
-            make: Box::new(make),
             count,
             flights: Mutex::new(HashMap::new()),
             next: AtomicU64::new(1),
@@ -148,24 +145,23 @@ impl Lanes {
         flight
     }
 
-    /// Takes a lane for `flight`, waiting at most `wait` for one.
+    /// Takes a lane for `flight`, waiting at most `wait` for one; the
+    /// flight counts as running (and may be stopped) from then.
     pub fn take(&self, flight: &Arc<Flight>, wait: Duration) -> Result<Lane<'_>, LaneError> {
-        let agent = {
+        {
             let deadline = Instant::now() + wait;
             let mut idle = self.idle.lock();
-            loop {
-                if let Some(agent) = idle.pop() {
-                    break agent;
-                }
-                if self.freed.wait_until(&mut idle, deadline).timed_out() && idle.is_empty() {
+            while *idle == 0 {
+                if self.freed.wait_until(&mut idle, deadline).timed_out() && *idle == 0 {
                     return Err(LaneError::Busy(self.count));
                 }
             }
-        };
-        let lane = Lane { lanes: self, agent: Some(agent), flight: flight.clone() };
+            *idle -= 1;
+        }
+        let lane = Lane { lanes: self, flight: flight.clone() };
         self.flights.lock().insert(flight.id, flight.clone());
         self.in_flight.inc();
-        if let Err(why) = flight.arm(lane.agent()) {
+        if let Some(why) = flight.stopped() {
             return Err(LaneError::Stopped(why));
         }
         Ok(lane)
@@ -198,20 +194,11 @@ impl Lanes {
     }
 }
 
-impl Lane<'_> {
-    pub fn agent(&self) -> &Agent {
-        self.agent.as_ref().expect("a lane holds its agent until dropped")
-    }
-}
-
 impl Drop for Lane<'_> {
     fn drop(&mut self) {
         self.lanes.flights.lock().remove(&self.flight.id);
         self.lanes.in_flight.dec();
-        let Some(agent) = self.agent.take() else { return };
-        // A stopped flight shut its agent down for good: replace it.
-        let agent = if self.flight.stopped().is_some() { (self.lanes.make)() } else { agent };
-        self.lanes.idle.lock().push(agent);
+        *self.lanes.idle.lock() += 1;
         self.lanes.freed.notify_one();
     }
 }
@@ -230,7 +217,7 @@ mod tests {
     use super::*;
 
     fn lanes(count: usize) -> Lanes {
-        Lanes::new(count, || Agent::config_builder().build().new_agent())
+        Lanes::new(count)
     }
 
     #[test]
@@ -260,7 +247,14 @@ mod tests {
         assert_eq!(flight.stopped(), Some(Stop::Closing), "the first reason wins");
         drop(lane);
         let next = lanes.flight(7);
-        assert!(lanes.take(&next, Duration::ZERO).is_ok(), "a fresh lane took its place");
+        assert!(lanes.take(&next, Duration::ZERO).is_ok(), "the lane is free again");
+        let woken = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let armed = lanes.flight(7);
+        let seen = woken.clone();
+        armed.arm(Box::new(move || seen.store(true, Ordering::Relaxed))).unwrap();
+        armed.stop(Stop::Cancelled);
+        assert!(woken.load(Ordering::Relaxed), "stopping runs the stopper");
+        assert_eq!(armed.arm(Box::new(|| {})), Err(Stop::Cancelled), "a stopped flight takes no stopper");
         let stopped = lanes.flight(7);
         stopped.stop(Stop::Cancelled);
         assert_eq!(lanes.take(&stopped, Duration::ZERO).err(), Some(LaneError::Stopped(Stop::Cancelled)));

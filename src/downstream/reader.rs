@@ -12,7 +12,8 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded};
 use ureq::Agent;
 use ureq::http::Response;
 
-use crate::downstream::{Downstream, DownstreamError, Inbox, Server};
+use super::http::{Endpoint, stream_agent};
+use super::{Downstream, DownstreamError, Inbox, Server};
 use crate::jsonrpc::Message;
 use crate::sse;
 use crate::threads;
@@ -70,13 +71,18 @@ impl Reader {
 /// reader thread keeps resident only what reading needs, about 30 KiB less
 /// per downstream session. The response head must come within the connect
 /// timeout; otherwise the reader tries again on its own.
-pub fn start(downstream: &Arc<Downstream>, inbox: Weak<dyn Inbox>) -> std::io::Result<Option<Reader>> {
+pub(crate) fn start(
+    downstream: &Arc<Downstream>,
+    endpoint: &Endpoint,
+    session_id: Option<String>,
+    inbox: Weak<dyn Inbox>,
+) -> std::io::Result<Option<Reader>> {
     let server = downstream.server.clone();
     // Its own agent: shutting it down must not touch other requests.
-    let agent = crate::downstream::stream_agent(&server.limits);
-    let first = server.get_stream(
+    let agent = stream_agent(&server.limits);
+    let first = endpoint.get_stream(
         &agent,
-        downstream.session_id.as_deref(),
+        session_id.as_deref(),
         &downstream.protocol_version,
         None,
         Some(server.limits.connect),
@@ -90,7 +96,7 @@ pub fn start(downstream: &Arc<Downstream>, inbox: Weak<dyn Inbox>) -> std::io::R
     let stream = Stream {
         server: server.clone(),
         agent: agent.clone(),
-        session_id: downstream.session_id.clone(),
+        session_id,
         version: downstream.protocol_version.clone(),
         inbox,
         stop: stop_rx,
@@ -130,7 +136,7 @@ impl Stream {
                 return;
             }
             let opened = first.take().unwrap_or_else(|| {
-                self.server.get_stream(
+                self.endpoint().get_stream(
                     &self.agent,
                     self.session_id.as_deref(),
                     &self.version,
@@ -150,6 +156,13 @@ impl Stream {
             if let Err(RecvTimeoutError::Disconnected) = self.stop.recv_timeout(delay) {
                 return;
             }
+        }
+    }
+
+    fn endpoint(&self) -> &Endpoint {
+        match &self.server.endpoint {
+            super::Endpoint::Http(endpoint) => endpoint,
+            super::Endpoint::Stdio(_) => unreachable!("a GET stream belongs to an HTTP server"),
         }
     }
 

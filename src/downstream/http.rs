@@ -1,0 +1,509 @@
+#![forbid(unsafe_code)]
+//! The Streamable HTTP transport: a `POST` per message, answers as JSON or
+//! as an SSE stream (resumed with `Last-Event-ID` when it drops), the
+//! server's own messages on a `GET` stream read by a [`Reader`] thread, and
+//! `DELETE` to end the session.
+
+use std::io::{BufReader, Read};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use serde_json::Value;
+use serde_json::value::RawValue;
+use ureq::Agent;
+use ureq::http::Response;
+
+use super::reader::{self, Reader};
+use super::{Downstream, DownstreamError, Flight, Inbox, Limits, Link, Opened, PROTOCOL_VERSIONS, Server};
+use crate::config::HttpConfig;
+use crate::jsonrpc::{self, Kind, Message};
+use crate::limited;
+use crate::memory::Charge;
+use crate::sse;
+
+/// What a server reached over HTTP keeps: the agents it talks through.
+pub(crate) struct Endpoint {
+    pub config: HttpConfig,
+    /// For `initialize`, notifications, answers and `DELETE`: short
+    /// exchanges bounded in total; keeps connections to the server alive.
+    agent: Agent,
+    /// One agent per lane, each with one kept-alive connection; a request
+    /// holds one while it runs (the server's lanes bound how many).
+    /// Guards the idle agents; one is always here when a lane is free.
+    lane_agents: Mutex<Vec<Agent>>,
+    limits: Limits,
+}
+
+/// An agent with small buffers, no proxy from the environment, and status
+/// codes returned as responses.
+fn agent(limits: &Limits, idle_per_host: usize) -> Agent {
+    agent_with_buffers(limits, idle_per_host, 16 * 1024, 16 * 1024)
+}
+
+/// The agent of one `GET` stream's reader: it only sends a small request and
+/// reads events, so it gets small buffers (the SSE decoder bounds events
+/// itself); there is one per downstream session, and this is most of its memory.
+pub(crate) fn stream_agent(limits: &Limits) -> Agent {
+    agent_with_buffers(limits, 1, 8 * 1024, 2 * 1024)
+}
+
+fn agent_with_buffers(limits: &Limits, idle_per_host: usize, input: usize, output: usize) -> Agent {
+    let config = Agent::config_builder()
+        .http_status_as_error(false)
+        .proxy(None)
+        .timeout_connect(Some(limits.connect))
+        .timeout_recv_response(Some(limits.request))
+        .timeout_per_read(Some(limits.request))
+        .input_buffer_size(input)
+        .output_buffer_size(output)
+        .max_idle_connections(idle_per_host.max(1) * 4)
+        .max_idle_connections_per_host(idle_per_host.max(1))
+        .max_redirects(0)
+        .user_agent(concat!("mcpgate/", env!("CARGO_PKG_VERSION")))
+        .build();
+    Agent::with_parts(config, ureq::unversioned::transport::DefaultConnector::new(), super::resolver::Lookup)
+}
+
+impl Endpoint {
+    pub fn new(config: HttpConfig, limits: Limits, lanes: usize) -> Endpoint {
+        Endpoint {
+            config,
+            agent: agent(&limits, lanes),
+            lane_agents: Mutex::new((0..lanes).map(|_| agent(&limits, 1)).collect()),
+            limits,
+        }
+    }
+
+    /// Unblocks every short exchange in flight (requests stop with their flights).
+    pub fn shutdown(&self) {
+        self.agent.clone().shutdown();
+    }
+
+    /// Adds the session, the protocol version and the configured headers.
+    fn headers<B>(
+        &self,
+        mut request: ureq::RequestBuilder<B>,
+        session: Option<&str>,
+        version: Option<&str>,
+    ) -> ureq::RequestBuilder<B> {
+        if let Some(session) = session {
+            request = request.header("Mcp-Session-Id", session);
+        }
+        if let Some(version) = version {
+            request = request.header("MCP-Protocol-Version", version);
+        }
+        for (name, value) in &self.config.headers {
+            request = request.header(name.as_str(), value.as_str());
+        }
+        request
+    }
+
+    /// A `POST` of one JSON-RPC message on `agent`; the response head,
+    /// whatever its status.
+    fn post(
+        &self,
+        agent: &Agent,
+        session: Option<&str>,
+        version: Option<&str>,
+        body: &[u8],
+    ) -> Result<Response<ureq::Body>, DownstreamError> {
+        let request = agent
+            .post(&self.config.url)
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream");
+        self.headers(request, session, version).send(body).map_err(|e| self.transport_error(e))
+    }
+
+    /// A `GET` of the session's stream, optionally resuming after `last_event_id`.
+    pub(crate) fn get_stream(
+        &self,
+        agent: &Agent,
+        session: Option<&str>,
+        version: &str,
+        last_event_id: Option<&str>,
+        head_timeout: Option<Duration>,
+    ) -> Result<Response<ureq::Body>, DownstreamError> {
+        let mut request =
+            self.headers(agent.get(&self.config.url).header("Accept", "text/event-stream"), session, Some(version));
+        if let Some(id) = last_event_id {
+            request = request.header("Last-Event-ID", id);
+        }
+        match head_timeout {
+            Some(timeout) => request.config().timeout_recv_response(Some(timeout)).build().call(),
+            None => request.call(),
+        }
+        .map_err(|e| self.transport_error(e))
+    }
+
+    /// Sends `DELETE` for a downstream session. Out of file descriptors, it
+    /// tries again every 50 ms within `delete_timeout_secs`: closing
+    /// sessions frees descriptors, and this DELETE is what must not be lost.
+    fn delete(&self, session: &str, version: &str) -> Result<(), DownstreamError> {
+        let deadline = Instant::now() + self.limits.delete;
+        let response = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let request = self.headers(self.agent.delete(&self.config.url), Some(session), Some(version));
+            match request.config().timeout_global(Some(left)).build().call() {
+                Ok(response) => break response,
+                Err(ureq::Error::Io(e))
+                    if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+                        && left > Duration::from_millis(50) =>
+                {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) => return Err(self.transport_error(e)),
+            }
+        };
+        let status = response.status().as_u16();
+        // Read the (small) body so the connection can be reused.
+        let _ = response.into_body().with_config().limit(64 * 1024).read_to_vec();
+        match status {
+            200..=299 => Ok(()),
+            // Already gone, or the server does not let clients end sessions: nothing is left open.
+            404 | 405 => Ok(()),
+            status => Err(DownstreamError::Status { status, detail: String::new() }),
+        }
+    }
+
+    pub(crate) fn transport_error(&self, e: ureq::Error) -> DownstreamError {
+        let url = &self.config.url;
+        match e {
+            ureq::Error::Timeout(_) => DownstreamError::Timeout(self.limits.request),
+            ureq::Error::Io(io)
+                if io.kind() == std::io::ErrorKind::TimedOut || io.kind() == std::io::ErrorKind::WouldBlock =>
+            {
+                DownstreamError::Timeout(self.limits.request)
+            }
+            ureq::Error::Io(io) if io.kind() == std::io::ErrorKind::NotConnected => DownstreamError::Closed,
+            ureq::Error::Io(io) => DownstreamError::Connect(format!("{io} ({url})")),
+            ureq::Error::HostNotFound => DownstreamError::Connect(format!("host not found ({url})")),
+            ureq::Error::ConnectionFailed => DownstreamError::Connect(format!("connection failed ({url})")),
+            other => DownstreamError::Protocol(other.to_string()),
+        }
+    }
+
+    /// Reads the answer to the request `id`: a JSON body, or an SSE stream
+    /// whose other messages go to `on_message`. A stream that ends early is
+    /// resumed with `GET` and `Last-Event-ID` when the server gave event ids.
+    fn read_answer(
+        &self,
+        server: &Server,
+        response: Response<ureq::Body>,
+        id: &Value,
+        on_message: &mut dyn FnMut(Message),
+        exchange: &Exchange<'_>,
+    ) -> Result<Message, DownstreamError> {
+        let status = response.status().as_u16();
+        let mime = response.body().mime_type().unwrap_or("").to_ascii_lowercase();
+        match status {
+            200 if mime == "application/json" => {
+                let (bytes, _held) = self.read_message(response)?;
+                let message = Message::parse(&bytes)
+                    .map_err(|e| DownstreamError::Protocol(format!("invalid JSON-RPC answer: {}", e.message)))?;
+                match message.kind() {
+                    Ok(Kind::Response) if message.id.as_ref() == Some(id) => Ok(message),
+                    _ => Err(DownstreamError::Protocol("the JSON answer is not the response to the request".into())),
+                }
+            }
+            200 if mime == "text/event-stream" => self.read_stream(server, response, id, on_message, exchange),
+            200 | 202 => Err(DownstreamError::Protocol(format!(
+                "answered HTTP {status} with `{mime}`, expected application/json or text/event-stream"
+            ))),
+            404 if exchange.session_id.is_some() => Err(DownstreamError::SessionGone),
+            _ => Err(status_error(response)),
+        }
+    }
+
+    fn read_stream(
+        &self,
+        server: &Server,
+        response: Response<ureq::Body>,
+        id: &Value,
+        on_message: &mut dyn FnMut(Message),
+        exchange: &Exchange<'_>,
+    ) -> Result<Message, DownstreamError> {
+        const MAX_RESUMES: usize = 10;
+        let mut body = response.into_body().into_reader();
+        let mut last_event_id: Option<String> = None;
+        let mut retry: Option<Duration> = None;
+        for _ in 0..=MAX_RESUMES {
+            let mut decoder = sse::Decoder::new(BufReader::with_capacity(8 * 1024, body), self.limits.max_message);
+            let ended = loop {
+                match decoder.next_event() {
+                    Ok(Some(event)) => {
+                        if event.id.is_some() {
+                            last_event_id = event.id;
+                        }
+                        if let Some(ms) = event.retry_ms {
+                            retry = Some(Duration::from_millis(ms));
+                        }
+                        if event.data.trim().is_empty() {
+                            continue;
+                        }
+                        exchange.flight.heard();
+                        let message = Message::parse(event.data.as_bytes()).map_err(|e| {
+                            DownstreamError::Protocol(format!("invalid JSON-RPC in the SSE stream: {}", e.message))
+                        })?;
+                        match message.kind() {
+                            Ok(Kind::Response) if message.id.as_ref() == Some(id) => return Ok(message),
+                            Ok(Kind::Response) => {
+                                log::debug!("server `{}`: response to an unknown id ignored", server.name())
+                            }
+                            _ => on_message(message),
+                        }
+                    }
+                    Ok(None) => break "the stream ended before the response".to_string(),
+                    Err(e) if is_timeout(&e) => return Err(DownstreamError::Timeout(self.limits.request)),
+                    Err(e) if e.kind() == std::io::ErrorKind::OutOfMemory => {
+                        return Err(DownstreamError::Protocol(e.to_string()));
+                    }
+                    Err(e) => break format!("the stream broke before the response: {e}"),
+                }
+            };
+            let Some(resume_from) = last_event_id.as_deref() else {
+                return Err(DownstreamError::Protocol(ended));
+            };
+            if let Some(why) = exchange.flight.stopped() {
+                return Err(server.stopped(why));
+            }
+            std::thread::sleep(retry.unwrap_or(Duration::from_millis(50)).min(self.limits.request));
+            let response =
+                self.get_stream(exchange.agent, exchange.session_id, exchange.version, Some(resume_from), None)?;
+            let mime = response.body().mime_type().unwrap_or("").to_ascii_lowercase();
+            if response.status().as_u16() != 200 || mime != "text/event-stream" {
+                return Err(DownstreamError::Protocol(format!(
+                    "{ended}, and resuming it failed ({})",
+                    status_error(response)
+                )));
+            }
+            body = response.into_body().into_reader();
+        }
+        Err(DownstreamError::Protocol(format!("the stream ended {MAX_RESUMES} times before the response")))
+    }
+
+    /// A JSON body of at most `max_message_bytes`, charged against
+    /// `max_memory_mb` as it arrives (the charge lasts as long as it is held).
+    fn read_message(&self, response: Response<ureq::Body>) -> Result<(Vec<u8>, Charge), DownstreamError> {
+        let max = self.limits.max_message;
+        let mut reader = response.into_body().into_reader();
+        let (mut bytes, mut charge) = (Vec::new(), Charge::empty());
+        let mut buf = [0u8; 16 * 1024];
+        loop {
+            let n = match reader.read(&mut buf) {
+                Ok(0) => return Ok((bytes, charge)),
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) if is_timeout(&e) => return Err(DownstreamError::Timeout(self.limits.request)),
+                Err(e) => return Err(DownstreamError::Protocol(format!("reading the answer failed: {e}"))),
+            };
+            if bytes.len() + n > max {
+                return Err(DownstreamError::Protocol(format!("message larger than {max} bytes")));
+            }
+            if !charge.grow(n) {
+                return Err(DownstreamError::Exhausted(
+                    "mcpgate holds its limit of max_memory_mb; the answer could not be held".into(),
+                ));
+            }
+            bytes.extend_from_slice(&buf[..n]);
+        }
+    }
+
+    /// The lane's agent for one request, back when dropped: replaced when
+    /// the request was stopped, as stopping shut it down for good.
+    fn lane_agent(&self) -> LaneAgent<'_> {
+        let agent = self.lane_agents.lock().pop().unwrap_or_else(|| agent(&self.limits, 1));
+        LaneAgent { endpoint: self, agent: Some(agent), stopped: false }
+    }
+}
+
+struct LaneAgent<'a> {
+    endpoint: &'a Endpoint,
+    agent: Option<Agent>,
+    stopped: bool,
+}
+
+impl LaneAgent<'_> {
+    fn agent(&self) -> &Agent {
+        self.agent.as_ref().expect("held until dropped")
+    }
+}
+
+impl Drop for LaneAgent<'_> {
+    fn drop(&mut self) {
+        let Some(agent) = self.agent.take() else { return };
+        let agent = if self.stopped { self::agent(&self.endpoint.limits, 1) } else { agent };
+        self.endpoint.lane_agents.lock().push(agent);
+    }
+}
+
+fn is_timeout(e: &std::io::Error) -> bool {
+    matches!(e.kind(), std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock)
+        || e.to_string().to_ascii_lowercase().contains("timeout")
+}
+
+/// An error for an unexpected status, with the start of the body (for an
+/// HTML error page) or the `Retry-After` of a 429 or 503.
+pub(crate) fn status_error(response: Response<ureq::Body>) -> DownstreamError {
+    let status = response.status().as_u16();
+    let retry_after = response.headers().get("retry-after").and_then(|v| v.to_str().ok()).map(str::to_string);
+    let mut snippet = Vec::new();
+    let _ = response.into_body().into_reader().take(512).read_to_end(&mut snippet);
+    let text: String = String::from_utf8_lossy(&snippet)
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect::<String>()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut detail = text.chars().take(160).collect::<String>();
+    if let Some(after) = retry_after {
+        detail = format!("retry after {after} s; {detail}");
+    }
+    DownstreamError::Status { status, detail: detail.trim_end_matches("; ").to_string() }
+}
+
+/// What reading an answer needs to know of the request it belongs to.
+struct Exchange<'a> {
+    session_id: Option<&'a str>,
+    version: &'a str,
+    /// The agent of the request's lane, to resume a dropped stream on.
+    agent: &'a Agent,
+    /// Told of every message; a stopped flight's stream is not resumed.
+    flight: &'a Flight,
+}
+
+/// Sends `initialize` (id 0, the client's params) and reads the answer; the
+/// link carries the session id the server gave, if any.
+pub(crate) fn open(server: &Server, endpoint: &Endpoint, body: &[u8]) -> Result<Opened, DownstreamError> {
+    let id = Value::from(0);
+    let response = endpoint.post(&endpoint.agent, None, None, body)?;
+    let session_id = match response.headers().get("mcp-session-id").map(|v| v.to_str()) {
+        None => None,
+        Some(Ok(v)) if !v.is_empty() && v.bytes().all(|b| (0x21..=0x7e).contains(&b)) => Some(v.to_string()),
+        Some(_) => return Err(DownstreamError::Protocol("Mcp-Session-Id is not visible ASCII".into())),
+    };
+    let flight = server.lanes.flight(0);
+    let exchange = Exchange {
+        session_id: session_id.as_deref(),
+        version: PROTOCOL_VERSIONS[0],
+        agent: &endpoint.agent,
+        flight: &flight,
+    };
+    let answer = endpoint.read_answer(server, response, &id, &mut |_| {}, &exchange);
+    if session_id.is_none() {
+        // Without a session id there is nothing to close if the answer is bad.
+        answer.as_ref().map_err(Clone::clone)?;
+    }
+    Ok((Box::new(HttpLink { session_id, reader: Mutex::new(None) }), answer))
+}
+
+/// A downstream session taken over from the state file.
+pub(crate) fn resumed(session_id: Option<String>) -> Box<dyn Link> {
+    Box::new(HttpLink { session_id, reader: Mutex::new(None) })
+}
+
+/// One downstream session over HTTP.
+struct HttpLink {
+    /// The server's `Mcp-Session-Id`, when it issued one.
+    session_id: Option<String>,
+    /// The `GET` stream's reader thread; taken by the close path.
+    reader: Mutex<Option<Reader>>,
+}
+
+fn endpoint(d: &Downstream) -> &Endpoint {
+    match &d.server.endpoint {
+        super::Endpoint::Http(endpoint) => endpoint,
+        super::Endpoint::Stdio(_) => unreachable!("an HTTP link belongs to an HTTP server"),
+    }
+}
+
+impl Link for HttpLink {
+    fn session_id(&self) -> Option<&str> {
+        self.session_id.as_deref()
+    }
+
+    fn request(
+        &self,
+        d: &Downstream,
+        id: &Value,
+        method: &str,
+        params: Option<&RawValue>,
+        on_message: &mut dyn FnMut(Message),
+        flight: &Arc<Flight>,
+    ) -> Result<Message, DownstreamError> {
+        let body = jsonrpc::request(id, method, params);
+        let endpoint = endpoint(d);
+        let mut lane = endpoint.lane_agent();
+        let agent = lane.agent().clone();
+        if let Err(why) = flight.arm(Box::new(move || agent.clone().shutdown())) {
+            return Err(d.server.stopped(why));
+        }
+        let exchange = Exchange {
+            session_id: self.session_id.as_deref(),
+            version: &d.protocol_version,
+            agent: lane.agent(),
+            flight,
+        };
+        let result = endpoint
+            .post(lane.agent(), self.session_id.as_deref(), Some(&d.protocol_version), &body)
+            .and_then(|response| endpoint.read_answer(&d.server, response, id, on_message, &exchange));
+        lane.stopped = flight.stopped().is_some();
+        result
+    }
+
+    fn send(&self, d: &Downstream, body: &[u8]) -> Result<(), DownstreamError> {
+        let endpoint = endpoint(d);
+        let response = endpoint.post(&endpoint.agent, self.session_id.as_deref(), Some(&d.protocol_version), body)?;
+        let status = response.status().as_u16();
+        match status {
+            200..=299 => {
+                let _ = response.into_body().with_config().limit(64 * 1024).read_to_vec();
+                Ok(())
+            }
+            404 if self.session_id.is_some() => Err(DownstreamError::SessionGone),
+            _ => Err(status_error(response)),
+        }
+    }
+
+    fn listen(&self, d: &Arc<Downstream>, inbox: Weak<dyn Inbox>) -> Result<(), DownstreamError> {
+        match reader::start(d, endpoint(d), self.session_id.clone(), inbox) {
+            Ok(reader) => {
+                let mut slot = self.reader.lock();
+                if d.is_closing() {
+                    // Started as its session closed (a restore racing a close): stopped at once.
+                    drop(slot);
+                    if let Some(mut reader) = reader {
+                        reader.signal();
+                        reader.join(d.server.limits.delete);
+                    }
+                } else {
+                    *slot = reader;
+                }
+                Ok(())
+            }
+            Err(e) => {
+                limited!(error, "server `{}`: cannot start a reader thread: {e}", d.server.name());
+                Err(DownstreamError::Exhausted(format!("mcpgate cannot start a thread now ({e})")))
+            }
+        }
+    }
+
+    fn stop(&self, _: &Downstream) {
+        if let Some(reader) = self.reader.lock().as_mut() {
+            reader.signal();
+        }
+    }
+
+    /// Joins the reader (its socket closes, freeing a descriptor for the
+    /// DELETE even when descriptors ran out), then sends `DELETE`.
+    fn end(&self, d: &Downstream) -> Result<(), DownstreamError> {
+        if let Some(reader) = self.reader.lock().take() {
+            reader.join(d.server.limits.delete);
+        }
+        match &self.session_id {
+            Some(session) => endpoint(d).delete(session, &d.protocol_version),
+            None => Ok(()),
+        }
+    }
+}

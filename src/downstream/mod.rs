@@ -1,0 +1,619 @@
+#![forbid(unsafe_code)]
+//! The client side: one [`Server`] per configured MCP server (its limits,
+//! lanes and health), and the [`Downstream`] sessions opened on it, one per
+//! client session (or one shared by all, for a shared stdio server).
+//!
+//! How a downstream session's messages reach its server is its [`Link`],
+//! the one seam between mcpgate and a transport: Streamable HTTP
+//! (`http.rs`, with the `GET` stream's `reader.rs`) or a child process
+//! spoken to over stdio (`stdio.rs`). Sessions, lists, routing, the status
+//! page and the close path see only [`Downstream`]. [`close_all`] is the
+//! only way a downstream session ends.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, SystemTime};
+
+use parking_lot::Mutex;
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use crate::config::{Config, ServerConfig, Transport};
+use crate::jsonrpc::{self, Message};
+use crate::limited;
+use crate::state::Journal;
+use crate::stats::{Gauge, Stats};
+
+pub mod flight;
+mod http;
+mod reader;
+mod resolver;
+pub mod stdio;
+
+pub use flight::{Flight, LaneError, Lanes, Stop};
+
+/// Protocol versions mcpgate speaks, newest first.
+pub const PROTOCOL_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26"];
+
+/// Why a downstream exchange failed, in words a person can act on.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DownstreamError {
+    /// The server could not be reached.
+    Connect(String),
+    /// The server sent no message for longer than the request timeout.
+    Timeout(Duration),
+    /// Every lane to the server stayed taken while the request waited.
+    Busy(usize),
+    /// An HTTP status other than the ones MCP defines for the exchange.
+    Status { status: u16, detail: String },
+    /// The server answered 404 for our session id: it no longer knows it.
+    SessionGone,
+    /// The answer broke the protocol: bad JSON, wrong content type, a stream without a response.
+    Protocol(String),
+    /// The server refused `initialize` or offered no usable protocol version.
+    Refused(String),
+    /// mcpgate is closing this downstream session.
+    Closed,
+    /// mcpgate is out of a resource it needs (threads, descriptors, memory).
+    Exhausted(String),
+    /// The client cancelled the request.
+    Cancelled,
+    /// A stdio server's process ended while the request ran: how.
+    Exited(String),
+}
+
+impl fmt::Display for DownstreamError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DownstreamError::Connect(e) => write!(f, "unreachable: {e}"),
+            DownstreamError::Timeout(d) => {
+                write!(f, "sent no message within {} s (request_timeout_secs)", d.as_secs_f64())
+            }
+            DownstreamError::Busy(n) => {
+                write!(f, "busy: {n} requests to it are in flight (calls_per_server); try again later")
+            }
+            DownstreamError::Status { status, detail } if detail.is_empty() => write!(f, "answered HTTP {status}"),
+            DownstreamError::Status { status, detail } => write!(f, "answered HTTP {status}: {detail}"),
+            DownstreamError::SessionGone => write!(f, "the server no longer knows this session (HTTP 404)"),
+            DownstreamError::Protocol(e) => write!(f, "protocol error: {e}"),
+            DownstreamError::Refused(e) => write!(f, "initialize refused: {e}"),
+            DownstreamError::Closed => write!(f, "the session is closing"),
+            DownstreamError::Exhausted(e) => write!(f, "{e}"),
+            DownstreamError::Cancelled => write!(f, "the request was cancelled"),
+            DownstreamError::Exited(how) => write!(f, "{how}"),
+        }
+    }
+}
+
+/// Where a downstream session's unsolicited messages go: the client session
+/// that owns it.
+pub trait Inbox: Send + Sync {
+    /// A message the server sent on its `GET` stream.
+    fn deliver(&self, server: &Arc<Server>, message: Message);
+    /// The server answered 404 for the stream of downstream session
+    /// `session_id`: it no longer knows it (it restarted).
+    fn lost(&self, server: &Arc<Server>, session_id: Option<&str>);
+}
+
+/// Last success and failure of one server, for the status page.
+#[derive(Debug, Default, Clone)]
+pub struct Health {
+    pub last_error: Option<String>,
+    pub last_error_at: Option<SystemTime>,
+    pub last_ok_at: Option<SystemTime>,
+}
+
+/// Timeouts and limits for talking to servers, from the configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub connect: Duration,
+    pub request: Duration,
+    pub delete: Duration,
+    pub max_message: usize,
+}
+
+impl Limits {
+    pub fn from_config(config: &Config) -> Limits {
+        Limits {
+            connect: config.connect_timeout,
+            request: config.request_timeout,
+            delete: config.delete_timeout,
+            max_message: config.max_message_bytes,
+        }
+    }
+}
+
+/// What a downstream session does with its server, whatever carries it:
+/// the one seam both transports implement.
+pub(crate) trait Link: Send + Sync {
+    /// The server's id for this session (HTTP's `Mcp-Session-Id`), if any.
+    fn session_id(&self) -> Option<&str>;
+    /// Sends the request `method` with `params` (as id `id`) and returns
+    /// the server's response; what the server sends about it meanwhile (progress, log
+    /// messages, requests to the client) goes to `on_message`. Ends early,
+    /// with any error, when `flight` is stopped: the link arms it with what
+    /// wakes the waiting thread.
+    fn request(
+        &self,
+        d: &Downstream,
+        id: &Value,
+        method: &str,
+        params: Option<&RawValue>,
+        on_message: &mut dyn FnMut(Message),
+        flight: &Arc<Flight>,
+    ) -> Result<Message, DownstreamError>;
+    /// Sends a notification, or the answer to a request the server made.
+    fn send(&self, d: &Downstream, body: &[u8]) -> Result<(), DownstreamError>;
+    /// Starts delivering what the server sends unasked to `inbox`.
+    fn listen(&self, d: &Arc<Downstream>, inbox: Weak<dyn Inbox>) -> Result<(), DownstreamError>;
+    /// The close path's first step: stop listening, at once.
+    fn stop(&self, d: &Downstream);
+    /// Its second, in parallel with other closes: end the session at the
+    /// server (join the reader and `DELETE`; or let the child go and reap it).
+    fn end(&self, d: &Downstream) -> Result<(), DownstreamError>;
+}
+
+/// A downstream session's link, and the server's answer to its
+/// `initialize`: the server may hold the session whatever the answer was,
+/// so the link is there to close it.
+pub(crate) type Opened = (Box<dyn Link>, Result<Message, DownstreamError>);
+
+/// How a server is reached.
+pub(crate) enum Endpoint {
+    Http(http::Endpoint),
+    Stdio(stdio::Endpoint),
+}
+
+/// What every server shares: the counters, the state file, the children.
+#[derive(Clone)]
+pub struct Context {
+    pub stats: Arc<Stats>,
+    pub journal: Arc<Journal>,
+    pub children: Arc<stdio::Children>,
+}
+
+/// One configured server, shared by every client session.
+pub struct Server {
+    pub config: ServerConfig,
+    pub limits: Limits,
+    /// Set when a reload removed or changed this server: sessions opened on
+    /// it after that close themselves.
+    retired: AtomicBool,
+    endpoint: Endpoint,
+    /// Requests hold one of `calls_per_server` lanes while they run.
+    pub lanes: Lanes,
+    pub live_sessions: Gauge,
+    /// Where opens and closes are written ahead (the state file).
+    pub journal: Arc<Journal>,
+    /// Guards the last error and success times; held only to copy them.
+    health: Mutex<Health>,
+    pub stats: Arc<Stats>,
+}
+
+impl fmt::Debug for Server {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Server({})", self.config.name)
+    }
+}
+
+impl Server {
+    pub fn new(config: ServerConfig, limits: Limits, lanes: usize, context: &Context) -> Server {
+        let endpoint = match &config.transport {
+            Transport::Http(http) => Endpoint::Http(http::Endpoint::new(http.clone(), limits, lanes)),
+            Transport::Stdio(stdio) => {
+                Endpoint::Stdio(stdio::Endpoint::new(&config.name, stdio.clone(), context.children.clone()))
+            }
+        };
+        Server {
+            journal: context.journal.clone(),
+            endpoint,
+            lanes: Lanes::new(lanes),
+            config,
+            limits,
+            retired: AtomicBool::new(false),
+            live_sessions: Gauge::default(),
+            health: Mutex::new(Health::default()),
+            stats: context.stats.clone(),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    /// `http` or `stdio`, for the status page.
+    pub fn transport(&self) -> &'static str {
+        match self.endpoint {
+            Endpoint::Http(_) => "http",
+            Endpoint::Stdio(_) => "stdio",
+        }
+    }
+
+    /// The processes of a stdio server, for the status page.
+    pub fn processes(&self) -> Option<stdio::Processes> {
+        match &self.endpoint {
+            Endpoint::Http(_) => None,
+            Endpoint::Stdio(stdio) => Some(stdio.processes()),
+        }
+    }
+
+    pub fn retire(&self) {
+        self.retired.store(true, Ordering::Release);
+        if let Endpoint::Stdio(stdio) = &self.endpoint {
+            stdio.retire();
+        }
+    }
+
+    pub fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::Acquire)
+    }
+
+    /// Unblocks every request in flight to this server, and stops its
+    /// shared child, if it has one.
+    pub fn shutdown(&self) {
+        self.lanes.stop_all();
+        match &self.endpoint {
+            Endpoint::Http(http) => http.shutdown(),
+            Endpoint::Stdio(stdio) => stdio.shutdown(),
+        }
+    }
+
+    /// Stops a shared child nobody has used for `idle`; the reaper's job.
+    pub fn stop_idle(&self, idle: Duration) {
+        if let Endpoint::Stdio(stdio) = &self.endpoint {
+            stdio.stop_idle(idle);
+        }
+    }
+
+    pub fn health(&self) -> Health {
+        self.health.lock().clone()
+    }
+
+    /// Replaces every secret of this server in `text` with `***`.
+    pub fn redact(&self, text: &str) -> String {
+        let mut out = text.to_string();
+        for secret in &self.config.secrets {
+            out = out.replace(secret.as_str(), "***");
+        }
+        out
+    }
+
+    fn record<T>(&self, result: &Result<T, DownstreamError>) {
+        let mut health = self.health.lock();
+        match result {
+            Ok(_) => health.last_ok_at = Some(SystemTime::now()),
+            Err(DownstreamError::Closed | DownstreamError::Cancelled) => {}
+            Err(e) => {
+                health.last_error = Some(self.redact(&e.to_string()));
+                health.last_error_at = Some(SystemTime::now());
+            }
+        }
+    }
+
+    /// The error of a request ended early, for this reason.
+    fn stopped(&self, why: Stop) -> DownstreamError {
+        match why {
+            Stop::Cancelled => DownstreamError::Cancelled,
+            Stop::Closing => DownstreamError::Closed,
+            Stop::Silent => DownstreamError::Timeout(self.limits.request),
+        }
+    }
+
+    /// Opens a downstream session: `initialize`, `notifications/initialized`,
+    /// then what the server sends unasked starts reaching `inbox`.
+    /// `init_params` are the client's.
+    pub fn open(
+        self: &Arc<Self>,
+        init_params: &RawValue,
+        inbox: Weak<dyn Inbox>,
+    ) -> Result<Arc<Downstream>, DownstreamError> {
+        let result = self.open_inner(init_params, inbox);
+        self.record(&result);
+        if let Err(e) = &result {
+            limited!(
+                warn,
+                "server `{}`: {}: left out of this session's lists until it is retried",
+                self.name(),
+                self.redact(&e.to_string())
+            );
+        }
+        result
+    }
+
+    fn open_inner(
+        self: &Arc<Self>,
+        init_params: &RawValue,
+        inbox: Weak<dyn Inbox>,
+    ) -> Result<Arc<Downstream>, DownstreamError> {
+        let body = jsonrpc::request(&Value::from(0), "initialize", Some(init_params));
+        let (link, answer) = match &self.endpoint {
+            Endpoint::Http(http) => http::open(self, http, &body)?,
+            Endpoint::Stdio(stdio) => stdio::open(self, stdio, &body)?,
+        };
+        // From here the server may hold a session: every failure must close it.
+        let mut downstream = Downstream::new(self.clone(), link);
+        let init = match answer.and_then(|m| initialize_result(&m)) {
+            Ok(init) => init,
+            Err(e) => {
+                close_all(&[Arc::new(downstream)], 1);
+                return Err(e);
+            }
+        };
+        downstream.protocol_version = init.protocol_version;
+        downstream.capabilities = init.capabilities;
+        downstream.instructions = init.instructions;
+        let downstream = Arc::new(downstream);
+        if let Err(e) = downstream.notify("notifications/initialized", None) {
+            close_all(&[downstream], 1);
+            return Err(e);
+        }
+        if let Err(e) = downstream.start_reader(inbox) {
+            close_all(&[downstream], 1);
+            return Err(e);
+        }
+        Ok(downstream)
+    }
+
+    /// A downstream session an earlier mcpgate process opened (from the
+    /// state file), taken over without a word to the server: to resume (its
+    /// reader starts with [`Downstream::start_reader`]; if the server forgot
+    /// it, the first request gets 404 and it is opened anew), or to close.
+    /// It counts as opened by this process.
+    pub fn saved_downstream(self: &Arc<Self>, saved: &SavedDownstream) -> Arc<Downstream> {
+        let mut downstream = Downstream::new(self.clone(), http::resumed(saved.session_id.clone()));
+        downstream.protocol_version = saved.protocol_version.clone();
+        downstream.capabilities = saved.capabilities.clone();
+        downstream.instructions = saved.instructions.clone();
+        self.stats.downstream_resumed.inc();
+        Arc::new(downstream)
+    }
+}
+
+struct InitializeResult {
+    protocol_version: String,
+    capabilities: Value,
+    instructions: Option<String>,
+}
+
+fn initialize_result(message: &Message) -> Result<InitializeResult, DownstreamError> {
+    if let Some(error) = &message.error {
+        return Err(DownstreamError::Refused(error.get().to_string()));
+    }
+    let result: Value = message
+        .result
+        .as_ref()
+        .and_then(|r| serde_json::from_str(r.get()).ok())
+        .ok_or_else(|| DownstreamError::Protocol("initialize result is not JSON".into()))?;
+    let version = result["protocolVersion"].as_str().unwrap_or_default();
+    if !PROTOCOL_VERSIONS.contains(&version) {
+        return Err(DownstreamError::Refused(format!("protocol version `{version}` is not one mcpgate speaks")));
+    }
+    Ok(InitializeResult {
+        protocol_version: version.to_string(),
+        capabilities: result.get("capabilities").cloned().unwrap_or(Value::Object(Default::default())),
+        instructions: result["instructions"].as_str().map(str::to_string),
+    })
+}
+
+/// A downstream session as the state file keeps it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SavedDownstream {
+    pub server: String,
+    /// The server's URL when it was saved: a server whose URL changed since is not resumed.
+    pub url: String,
+    pub session_id: Option<String>,
+    pub protocol_version: String,
+    pub capabilities: Value,
+    pub instructions: Option<String>,
+}
+
+/// One downstream session: a client session's session with one server.
+pub struct Downstream {
+    pub server: Arc<Server>,
+    link: Box<dyn Link>,
+    pub protocol_version: String,
+    pub capabilities: Value,
+    pub instructions: Option<String>,
+    next_id: AtomicU64,
+    /// Set once, by the close path; later exchanges fail with `Closed`.
+    closing: AtomicBool,
+}
+
+impl fmt::Debug for Downstream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Downstream({})", self.server.name())
+    }
+}
+
+impl Downstream {
+    fn new(server: Arc<Server>, link: Box<dyn Link>) -> Downstream {
+        server.stats.downstream_opened.inc();
+        server.stats.downstream_live.inc();
+        server.live_sessions.inc();
+        Downstream {
+            server,
+            link,
+            protocol_version: PROTOCOL_VERSIONS[0].to_string(),
+            capabilities: Value::Null,
+            instructions: None,
+            next_id: AtomicU64::new(1),
+            closing: AtomicBool::new(false),
+        }
+    }
+
+    /// The server's id for this session (HTTP's `Mcp-Session-Id`), if any.
+    pub fn session_id(&self) -> Option<&str> {
+        self.link.session_id()
+    }
+
+    /// Starts delivering what the server sends unasked to `inbox` (the
+    /// `GET` stream's reader, for HTTP). A session whose reader cannot start
+    /// would miss the server's notifications without a word: the caller
+    /// closes it and reports the error instead.
+    pub fn start_reader(self: &Arc<Self>, inbox: Weak<dyn Inbox>) -> Result<(), DownstreamError> {
+        self.link.listen(self, inbox)
+    }
+
+    /// The key and record of this downstream session while it closes, for
+    /// the state file; `None` when there is nothing to DELETE after a crash
+    /// (no session id, or a child process, which does not outlive mcpgate).
+    pub fn closing_record(&self) -> Option<(usize, SavedDownstream)> {
+        self.session_id()?;
+        self.server.config.url()?;
+        Some((self.owner(), self.record()))
+    }
+
+    fn record(&self) -> SavedDownstream {
+        SavedDownstream {
+            server: self.server.name().to_string(),
+            url: self.server.config.url().unwrap_or_default().to_string(),
+            session_id: self.session_id().map(str::to_string),
+            protocol_version: self.protocol_version.clone(),
+            capabilities: self.capabilities.clone(),
+            instructions: self.instructions.clone(),
+        }
+    }
+
+    /// What the state file keeps of this downstream session while it is
+    /// open; nothing for a child process.
+    pub fn saved(&self) -> Option<SavedDownstream> {
+        (!self.is_closing() && self.server.config.url().is_some()).then(|| self.record())
+    }
+
+    pub fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::Acquire)
+    }
+
+    /// A fresh request id within this downstream session.
+    pub fn next_id(&self) -> Value {
+        Value::from(self.next_id.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Sends a request and returns the response message (`result` or `error`).
+    pub fn request(
+        &self,
+        id: &Value,
+        method: &str,
+        params: Option<&RawValue>,
+        on_message: &mut dyn FnMut(Message),
+    ) -> Result<Message, DownstreamError> {
+        self.call(id, method, params, on_message, &self.flight())
+    }
+
+    /// A flight for a request of this downstream session: whoever holds it
+    /// can end the request (a client's cancel).
+    pub fn flight(&self) -> Arc<Flight> {
+        self.server.lanes.flight(self.owner())
+    }
+
+    /// This downstream session's mark on its flights and in the state file.
+    fn owner(&self) -> usize {
+        self as *const Downstream as usize
+    }
+
+    /// Sends a request on one of the server's lanes. It ends early when
+    /// `flight` is stopped: cancelled, closed, or silent past the request
+    /// timeout.
+    pub fn call(
+        &self,
+        id: &Value,
+        method: &str,
+        params: Option<&RawValue>,
+        on_message: &mut dyn FnMut(Message),
+        flight: &Arc<Flight>,
+    ) -> Result<Message, DownstreamError> {
+        if self.is_closing() {
+            return Err(DownstreamError::Closed);
+        }
+        let _lane = match self.server.lanes.take(flight, self.server.limits.request) {
+            Ok(lane) => lane,
+            Err(LaneError::Busy(n)) => return Err(DownstreamError::Busy(n)),
+            Err(LaneError::Stopped(why)) => return Err(self.server.stopped(why)),
+        };
+        let result = self.link.request(self, id, method, params, on_message, flight);
+        // Whatever broke the exchange, a stop says why.
+        let result = match (result, flight.stopped()) {
+            (Err(_), Some(why)) => Err(self.server.stopped(why)),
+            (result, _) => result,
+        };
+        self.server.record(&result);
+        result
+    }
+
+    /// Sends a notification, or a response to a request the server made.
+    pub fn send(&self, body: &[u8]) -> Result<(), DownstreamError> {
+        if self.is_closing() {
+            return Err(DownstreamError::Closed);
+        }
+        self.link.send(self, body)
+    }
+
+    pub fn notify(&self, method: &str, params: Option<&RawValue>) -> Result<(), DownstreamError> {
+        self.send(&jsonrpc::notification(method, params))
+    }
+
+    /// Whether the server declared `capability` (e.g. "tools", "logging").
+    pub fn offers(&self, capability: &str) -> bool {
+        self.capabilities.get(capability).is_some_and(|v| !v.is_null())
+    }
+}
+
+impl Drop for Downstream {
+    fn drop(&mut self) {
+        if !self.closing.load(Ordering::Acquire) {
+            self.server.stats.downstream_leaked.inc();
+            log::error!("bug: a downstream session of `{}` was dropped without being closed", self.server.name());
+        }
+    }
+}
+
+/// Closes downstream sessions: the one close path. For each one not already
+/// closing: mark it closing in the state file, stop its requests and its
+/// listening, then (in parallel, `parallel` at a time) end it at the server
+/// (HTTP: join the reader, whose socket then closes, so a descriptor is free
+/// for the `DELETE` even when they ran out; then `DELETE`, bounded by
+/// `delete_timeout_secs`. stdio: let the child go, and reap it), and count
+/// it closed. A session given twice, or already closed, is closed once.
+pub fn close_all(list: &[Arc<Downstream>], parallel: usize) {
+    let claimed: Vec<&Arc<Downstream>> = list
+        .iter()
+        .filter(|d| !d.closing.swap(true, Ordering::AcqRel))
+        .inspect(|d| {
+            d.server.lanes.stop_owned_by(d.owner());
+            d.link.stop(d);
+        })
+        .collect();
+    let Some(first) = claimed.first() else { return };
+    // Written ahead: a crash from here on leaves these marked closing, and
+    // the next start sends their DELETE.
+    let journal = first.server.journal.clone();
+    let records: Vec<(usize, SavedDownstream)> = claimed.iter().filter_map(|d| d.closing_record()).collect();
+    let keys: Vec<usize> = records.iter().map(|(key, _)| *key).collect();
+    if !records.is_empty() {
+        journal.closing(records);
+        // A failed write is logged by the writer; the DELETEs go all the same.
+        let _ = journal.commit();
+    }
+    crate::threads::for_each_parallel("close", &claimed, parallel, |d| {
+        if let Err(e) = d.link.end(d) {
+            d.server.stats.downstream_delete_failures.inc();
+            limited!(
+                warn,
+                "server `{}`: ending a downstream session failed: {}; the server may keep it until it expires",
+                d.server.name(),
+                d.server.redact(&e.to_string())
+            );
+        }
+    });
+    if !keys.is_empty() {
+        journal.closed(&keys);
+        // Failed, a restart sends these DELETEs again; the server answers 404.
+        let _ = journal.commit();
+    }
+    for d in claimed {
+        d.server.live_sessions.dec();
+        d.server.stats.downstream_live.dec();
+        d.server.stats.downstream_closed.inc();
+    }
+}
