@@ -261,7 +261,11 @@ fn a_get_stream_without_newlines_is_bounded_and_memory_returns() {
     // mcpgate let go of every stream: no reader, no socket (one descriptor
     // is the status request itself)...
     let fds = || gate.status()["process"]["open_fds"].as_u64().unwrap();
-    assert!(wait_until(Duration::from_secs(5), || fds() <= fds_before + 1), "{} descriptors, {fds_before} before", fds());
+    assert!(
+        wait_until(Duration::from_secs(5), || fds() <= fds_before + 1),
+        "{} descriptors, {fds_before} before",
+        fds()
+    );
     // ...and alpha's endless writers see their connections close. A writer
     // that found mcpgate's window shut learns of the close only at its
     // next zero-window probe, whose interval TCP doubles up to 2 minutes:
