@@ -217,9 +217,11 @@ pub fn result(id: &Value, result: &RawValue) -> Vec<u8> {
     Out { id: Some(id), result: Some(result), ..out() }.to_vec()
 }
 
-/// A response carrying an error exactly as another peer wrote it.
+/// A response carrying an error exactly as another peer wrote it. Where no
+/// id applies (`null`: a parse error, a request refused before it was
+/// read) the member is left out, as MCP's schema has it (`id?: RequestId`).
 pub fn raw_error(id: &Value, error: &RawValue) -> Vec<u8> {
-    Out { id: Some(id), error: Some(error), ..out() }.to_vec()
+    Out { id: (!id.is_null()).then_some(id), error: Some(error), ..out() }.to_vec()
 }
 
 pub fn error(id: &Value, error: &RpcError) -> Vec<u8> {
