@@ -864,7 +864,12 @@ impl Gateway {
                 }
             };
             let result = downstream.call(&id, message.method(), Some(&params), &mut on_message, &flight);
-            cancelled = matches!(result, Err(DownstreamError::Cancelled));
+            // Cancelled, or its client ended the session: over, without a response.
+            cancelled = match &result {
+                Err(DownstreamError::Cancelled) => true,
+                Err(DownstreamError::Closed) => session.deleted_by_client(),
+                _ => false,
+            };
             result
         });
         session.end_call(&client_id);

@@ -113,7 +113,9 @@ pub struct Attached {
 /// Everything about a session that changes. Guarded by `Session::state`,
 /// which is never held across network I/O.
 struct State {
+    /// Set once, when the session is closed; with why.
     closed: bool,
+    deleted_by_client: bool,
     last_active: Instant,
     in_flight: usize,
     streams: Vec<ClientStream>,
@@ -232,6 +234,7 @@ impl Session {
             scope,
             state: Mutex::new(State {
                 closed: false,
+                deleted_by_client: false,
                 last_active,
                 in_flight: 0,
                 streams: Vec::new(),
@@ -415,7 +418,7 @@ impl Session {
     /// Marks the session closed and takes its open downstream sessions,
     /// for a session that was never put in the table.
     pub fn take_downstreams(&self) -> Vec<Arc<Downstream>> {
-        self.take_for_close()
+        self.take_for_close(CloseReason::Refused)
     }
 
     /// What the state file keeps of this session; `None` once it is closing.
@@ -852,11 +855,18 @@ impl Session {
         }
     }
 
+    /// Whether its client ended the session (`DELETE`): its calls then end
+    /// without a response, as cancelled ones do.
+    pub fn deleted_by_client(&self) -> bool {
+        self.state.lock().deleted_by_client
+    }
+
     /// Marks the session closed and takes what must be closed: its open
     /// downstream sessions. Its streams end as their queues are dropped.
-    fn take_for_close(&self) -> Vec<Arc<Downstream>> {
+    fn take_for_close(&self, reason: CloseReason) -> Vec<Arc<Downstream>> {
         let mut st = self.state.lock();
         st.closed = true;
+        st.deleted_by_client = reason == CloseReason::ClientDelete;
         st.streams.clear();
         let calls: Vec<Call> = st.calls.drain().map(|(_, call)| call).collect();
         st.asks.clear();
@@ -1079,7 +1089,7 @@ impl Sessions {
 pub fn close_sessions(sessions: Vec<Arc<Session>>, reason: CloseReason, parallel: usize, stats: &Stats) {
     let mut downstreams = Vec::new();
     for session in &sessions {
-        downstreams.extend(session.take_for_close());
+        downstreams.extend(session.take_for_close(reason));
         match reason {
             CloseReason::Idle => stats.sessions_evicted_idle.inc(),
             CloseReason::ClientDelete => stats.sessions_deleted_by_client.inc(),

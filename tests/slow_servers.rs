@@ -209,8 +209,8 @@ fn a_cancelled_call_frees_its_permit_at_once() {
 }
 
 /// A DELETE ends the session's calls with it: it is answered at once (not
-/// after the calls), the calls' answers end, the servers get their DELETE,
-/// and nothing is left open downstream.
+/// after the calls), the calls' answers end without a response, the servers
+/// get their DELETE, and nothing is left open downstream.
 #[test]
 fn deleting_a_session_ends_its_calls_at_once() {
     let alpha = Fixture::start("alpha", &[]);
@@ -234,6 +234,8 @@ fn deleting_a_session_ends_its_calls_at_once() {
     assert!(delete_took < Duration::from_secs(1), "the DELETE took {delete_took:?}");
     let answer = answer.unwrap_or_else(|_| panic!("the call still runs 1.5 s after its session was deleted"));
     assert!(answer.ended, "{answer:?}");
+    // The client ended the session: like a cancelled call, it ends without one.
+    assert!(answer.response_to("trickle").is_none(), "a call of a deleted session gets no response: {answer:?}");
     assert!(wait_until(Duration::from_secs(2), || alpha.count("delete") == 1), "{}", alpha.stats());
     assert!(wait_until(Duration::from_secs(2), || alpha.count("held_open") == 0), "{}", alpha.stats());
     assert!(wait_until(Duration::from_secs(2), || gate.status()["downstream"]["live"] == 0), "{}", gate.status());
