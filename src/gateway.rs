@@ -13,7 +13,7 @@ use crate::access::Access;
 use crate::catalog::{self, List, ListKind, ServerItems};
 use crate::config::Config;
 use crate::downstream::stdio::Children;
-use crate::downstream::{self, Context, Downstream, DownstreamError, Limits, PROTOCOL_VERSIONS, Server};
+use crate::downstream::{self, Arrival, Context, Downstream, DownstreamError, Limits, PROTOCOL_VERSIONS, Server};
 use crate::http::{EventSink, HttpReply, HttpRequest, NoStream, StreamReply};
 use crate::jsonrpc::{self, Kind, Message, Params, RpcError};
 use crate::session::{self, CloseReason, Session, Sessions};
@@ -858,9 +858,13 @@ impl Gateway {
             let id = downstream.next_id();
             let flight = downstream.flight();
             session.start_call(&client_id, server.name(), &id, flight.clone());
-            let mut on_message = |m: Message| {
-                if let Some(bytes) = session.to_client(server, m) {
-                    events.send(bytes);
+            let mut on_message = |arrival| match arrival {
+                // Mirrored: the client's answer becomes a stream now, its head sent.
+                Arrival::Streaming => events.start(),
+                Arrival::Message(m) => {
+                    if let Some(bytes) = session.to_client(server, m) {
+                        events.send(bytes);
+                    }
                 }
             };
             let result = downstream.call(&id, message.method(), Some(&params), &mut on_message, &flight);
@@ -1121,25 +1125,42 @@ struct PostStream<'a> {
 
 impl PostStream<'_> {
     fn send(&mut self, message: Vec<u8>) {
-        let stream = match self.stream {
-            Some(stream) => stream,
-            None if !self.sink.can_stream() => {
-                // This answer cannot stream (HTTP/1.0, a batch): the GET stream carries it.
-                self.session.push_to_stream(message);
-                return;
-            }
-            None => {
-                let stream = self.session.open_post_stream();
-                if let Some(priming) = self.session.priming(stream) {
-                    // A client that went away can resume from the replay log.
-                    let _ = self.sink.event(&priming);
-                }
-                self.stream = Some(stream);
-                stream
-            }
+        let Some(stream) = self.start_stream() else {
+            // This answer cannot stream (HTTP/1.0, a batch): the GET stream carries it.
+            self.session.push_to_stream(message);
+            return;
         };
         let bytes = self.session.post_event(stream, &message, false);
         let _ = self.sink.event(&bytes);
+    }
+
+    /// Makes the answer an SSE stream now, if it can be one: its head goes
+    /// out (with the priming event, or a comment).
+    fn start(&mut self) {
+        if self.stream.is_none()
+            && let Some(stream) = self.start_stream()
+            && self.session.priming(stream).is_none()
+        {
+            let _ = self.sink.event(b": mcpgate: the server is working on it\n\n");
+        }
+    }
+
+    /// The stream of this answer, opened on first use; `None` when the
+    /// answer cannot stream.
+    fn start_stream(&mut self) -> Option<u64> {
+        if let Some(stream) = self.stream {
+            return Some(stream);
+        }
+        if !self.sink.can_stream() {
+            return None;
+        }
+        let stream = self.session.open_post_stream();
+        if let Some(priming) = self.session.priming(stream) {
+            // A client that went away can resume from the replay log.
+            let _ = self.sink.event(&priming);
+        }
+        self.stream = Some(stream);
+        Some(stream)
     }
 
     /// The answer's end: the response, or (cancelled) an SSE answer that

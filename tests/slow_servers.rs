@@ -241,3 +241,28 @@ fn deleting_a_session_ends_its_calls_at_once() {
     assert!(wait_until(Duration::from_secs(2), || gate.status()["downstream"]["live"] == 0), "{}", gate.status());
     assert_balanced(&gate.status());
 }
+
+/// A server that answers with an SSE stream and then works in silence: the
+/// client gets its answer's head at once, not when the response comes.
+/// Clients on Node's fetch give up on a head that takes 300 s
+/// (`headersTimeout`), whatever the call's own timeout says.
+#[test]
+fn a_streamed_answer_starts_for_the_client_when_the_server_starts_it() {
+    let alpha = Fixture::start("alpha", &["--sse"]);
+    let gate = Gate::start_for(&[&alpha], json!({}));
+    let client = gate.open_session();
+    let body = call_body("quiet", "alpha__slow", json!({"ms": 1500}));
+    let started = Instant::now();
+    let mut stream = TcpStream::connect(gate.addr).expect("connect to mcpgate");
+    stream.write_all(&mcp_post(gate.addr, Some(&session_of(&client)), &body.to_string(), false)).expect("send");
+    let mut received = Vec::new();
+    read_until(&mut stream, &mut received, GIVE_UP, |bytes| head_and_body(bytes).is_some());
+    let head_after = started.elapsed();
+    read_until(&mut stream, &mut received, GIVE_UP, is_whole_response);
+    let answer = Answer::parse(&received, started.elapsed(), true);
+    eprintln!("head after {head_after:?}, answer after {:?}: {answer:?}", answer.took);
+    assert!(head_after < Duration::from_millis(700), "the answer's head waited {head_after:?} for the response");
+    assert_eq!(answer.status, 200, "{answer:?}");
+    assert!(answer.response_to("quiet").is_some(), "{answer:?}");
+    assert!(answer.took >= Duration::from_millis(1500), "{answer:?}");
+}

@@ -15,7 +15,7 @@ use ureq::Agent;
 use ureq::http::Response;
 
 use super::reader::{self, Reader};
-use super::{Downstream, DownstreamError, Flight, Inbox, Limits, Link, Opened, PROTOCOL_VERSIONS, Server};
+use super::{Arrival, Downstream, DownstreamError, Flight, Inbox, Limits, Link, Opened, PROTOCOL_VERSIONS, Server};
 use crate::config::HttpConfig;
 use crate::jsonrpc::{self, Kind, Message};
 use crate::limited;
@@ -191,7 +191,7 @@ impl Endpoint {
         server: &Server,
         response: Response<ureq::Body>,
         id: &Value,
-        on_message: &mut dyn FnMut(Message),
+        on_message: &mut dyn FnMut(Arrival),
         exchange: &Exchange<'_>,
     ) -> Result<Message, DownstreamError> {
         let status = response.status().as_u16();
@@ -206,7 +206,10 @@ impl Endpoint {
                     _ => Err(DownstreamError::Protocol("the JSON answer is not the response to the request".into())),
                 }
             }
-            200 if mime == "text/event-stream" => self.read_stream(server, response, id, on_message, exchange),
+            200 if mime == "text/event-stream" => {
+                on_message(Arrival::Streaming);
+                self.read_stream(server, response, id, on_message, exchange)
+            }
             200 | 202 => Err(DownstreamError::Protocol(format!(
                 "answered HTTP {status} with `{mime}`, expected application/json or text/event-stream"
             ))),
@@ -220,7 +223,7 @@ impl Endpoint {
         server: &Server,
         response: Response<ureq::Body>,
         id: &Value,
-        on_message: &mut dyn FnMut(Message),
+        on_message: &mut dyn FnMut(Arrival),
         exchange: &Exchange<'_>,
     ) -> Result<Message, DownstreamError> {
         const MAX_RESUMES: usize = 10;
@@ -250,7 +253,7 @@ impl Endpoint {
                             Ok(Kind::Response) => {
                                 log::debug!("server `{}`: response to an unknown id ignored", server.name())
                             }
-                            _ => on_message(message),
+                            _ => on_message(Arrival::Message(message)),
                         }
                     }
                     Ok(None) => break "the stream ended before the response".to_string(),
@@ -429,7 +432,7 @@ impl Link for HttpLink {
         id: &Value,
         method: &str,
         params: Option<&RawValue>,
-        on_message: &mut dyn FnMut(Message),
+        on_message: &mut dyn FnMut(Arrival),
         flight: &Arc<Flight>,
     ) -> Result<Message, DownstreamError> {
         let body = jsonrpc::request(id, method, params);

@@ -86,6 +86,15 @@ impl fmt::Display for DownstreamError {
     }
 }
 
+/// What a server sends while it answers a request, before the response.
+pub enum Arrival {
+    /// Its answer is a stream (HTTP's `text/event-stream`): messages may
+    /// come before the response, and the response may take long.
+    Streaming,
+    /// A message about the request: progress, a log message, a request to the client.
+    Message(Message),
+}
+
 /// Where a downstream session's unsolicited messages go: the client session
 /// that owns it.
 pub trait Inbox: Send + Sync {
@@ -140,7 +149,7 @@ pub(crate) trait Link: Send + Sync {
         id: &Value,
         method: &str,
         params: Option<&RawValue>,
-        on_message: &mut dyn FnMut(Message),
+        on_message: &mut dyn FnMut(Arrival),
         flight: &Arc<Flight>,
     ) -> Result<Message, DownstreamError>;
     /// Sends a notification, or the answer to a request the server made.
@@ -496,7 +505,7 @@ impl Downstream {
         id: &Value,
         method: &str,
         params: Option<&RawValue>,
-        on_message: &mut dyn FnMut(Message),
+        on_message: &mut dyn FnMut(Arrival),
     ) -> Result<Message, DownstreamError> {
         self.call(id, method, params, on_message, &self.flight())
     }
@@ -520,7 +529,7 @@ impl Downstream {
         id: &Value,
         method: &str,
         params: Option<&RawValue>,
-        on_message: &mut dyn FnMut(Message),
+        on_message: &mut dyn FnMut(Arrival),
         flight: &Arc<Flight>,
     ) -> Result<Message, DownstreamError> {
         if self.is_closing() {

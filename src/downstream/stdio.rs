@@ -41,7 +41,7 @@ use parking_lot::Mutex;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-use super::{Downstream, DownstreamError, Flight, Inbox, Link, Opened, Server};
+use super::{Arrival, Downstream, DownstreamError, Flight, Inbox, Link, Opened, Server};
 use crate::config::{BASE_ENV, Sharing, StdioConfig};
 use crate::jsonrpc::{self, Kind, Message};
 use crate::limited;
@@ -914,7 +914,7 @@ impl Link for StdioLink {
         id: &Value,
         method: &str,
         params: Option<&RawValue>,
-        on_message: &mut dyn FnMut(Message),
+        on_message: &mut dyn FnMut(Arrival),
         flight: &Arc<Flight>,
     ) -> Result<Message, DownstreamError> {
         if self.child.gone.load(Ordering::Acquire) {
@@ -948,7 +948,7 @@ impl Link for StdioLink {
                     }
                     Ok(Incoming::Message(m)) => {
                         flight.heard();
-                        on_message(m);
+                        on_message(Arrival::Message(m));
                     }
                     Ok(Incoming::Ended(why)) if why == "stopped" => break Err(DownstreamError::Closed),
                     Ok(Incoming::Ended(why)) => break Err(DownstreamError::Exited(why)),
