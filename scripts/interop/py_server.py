@@ -7,7 +7,10 @@ mcp-fixture), so the caller never races another process for a port.
 
 Tools: echo, add, progress (progress notifications), add_tool (registers a
 tool, then sends notifications/tools/list_changed), sample (sampling),
-ask (elicitation), roots (roots/list). One prompt, one resource.
+ask (elicitation), roots (roots/list), log (notifications/message), and
+cancellable with cancelled, which tells whether a call of cancellable was
+cancelled (the client matrix checks that a cancellation reached the server).
+One prompt, one resource, one resource template.
 """
 
 from __future__ import annotations
@@ -82,6 +85,32 @@ async def roots(ctx: Context) -> str:
     return "py roots: " + ", ".join(str(root.uri) for root in result.roots)
 
 
+@server.tool(description="Sends a log message (notifications/message) at the given level")
+async def log(level: str, message: str, ctx: Context) -> str:
+    await ctx.log(level, message)  # type: ignore[arg-type]
+    return f"py logged at {level}"
+
+
+# Calls of `cancellable` that were cancelled, by tag, for `cancelled` (clients run at once, each
+# with a tag of its own).
+CANCELLED: dict[str, int] = {}
+
+
+@server.tool(description="Waits `ms` milliseconds unless cancelled first")
+async def cancellable(ms: int, tag: str = "") -> str:
+    try:
+        await anyio.sleep(ms / 1000)
+    except anyio.get_cancelled_exc_class():
+        CANCELLED[tag] = CANCELLED.get(tag, 0) + 1
+        raise
+    return "py not cancelled"
+
+
+@server.tool(description="How many calls of `cancellable` with this tag were cancelled so far")
+def cancelled(tag: str = "") -> str:
+    return f"py cancelled: {CANCELLED.get(tag, 0)}"
+
+
 @server.prompt(description="Greets someone")
 def greet(name: str) -> str:
     return f"Hello, {name}, from Python!"
@@ -90,6 +119,11 @@ def greet(name: str) -> str:
 @server.resource("py://readme", name="readme", description="A static text", mime_type="text/plain")
 def readme() -> str:
     return "readme of the Python server"
+
+
+@server.resource("py://items/{item}", name="item", description="One item", mime_type="text/plain")
+def item(item: str) -> str:
+    return f"py item {item}"
 
 
 async def main() -> None:
