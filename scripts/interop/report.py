@@ -4,6 +4,7 @@ keeps one row per check or scenario in a TSV file, and prints the final table.
     report.py conformance --dir D --label L --xfail F --out T [--compare-to D2 --compare-label L2]
     report.py checks --json J --section S --out T
     report.py row --section S --name N --ok 0|1 [--detail D] --out T
+    report.py schema --json J --xfail F --section S --out T  (validate.cjs's report)
     report.py table --out T            (exit status 1 when a row FAILed)
 
 A conformance scenario passes when none of its checks is a FAILURE or a
@@ -140,6 +141,36 @@ def cmd_checks(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_schema(args: argparse.Namespace) -> int:
+    """validate.cjs's report: one row per kind of invalid message mcpgate sent (an XFAIL line
+    `schema:<category>` covers a category, e.g. `schema:id-null`), one per bad request."""
+    try:
+        with open(args.json) as f:
+            report = json.load(f)
+    except (OSError, ValueError) as e:
+        append(args.out, args.section, "validate.cjs report", 0, 1, "FAIL", f"cannot read {args.json}: {e}")
+        return 0
+    xfails = load_xfails(args.xfail, "schema")
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for f in report["failures"]:
+        groups.setdefault((f["category"], f"{f['schema']}: {'; '.join(f['errors'])}"), []).append(f)
+    if not groups:
+        append(args.out, args.section, f"all {report['messages']} messages mcpgate sent are valid", 1, 1, "PASS")
+    for (category, what), found in groups.items():
+        reason = xfails.get(category)
+        example = found[0]
+        note = reason or f"{len(found)}x, e.g. {example['http']}: {example['message'][:150]}"
+        append(args.out, args.section, f"sent by mcpgate [{category}] {what}", 0, len(found), "XFAIL" if reason else "FAIL", note)
+    for case in report["bad"]["mcpgate"]:
+        invalid = [x for x in case["failures"]]
+        categories = {x["category"] for x in invalid}
+        reason = next((xfails[c] for c in categories if c in xfails), None) if invalid else None
+        status = ("XFAIL" if reason and all(c in xfails for c in categories) else "FAIL") if invalid else "PASS"
+        note = reason if status == "XFAIL" else f"HTTP {case['status']}: {case['body'][:150]}"
+        append(args.out, args.section, f"bad request answered validly: {case['name']}", int(not invalid), 1, status, note)
+    return 0
+
+
 def cmd_row(args: argparse.Namespace) -> int:
     ok = args.ok == "1"
     status = verdict(ok, args.xfail_reason) if args.xfail_reason else ("PASS" if ok else "FAIL")
@@ -211,12 +242,16 @@ def main() -> int:
     p.add_argument("--detail")
     p.add_argument("--xfail-reason")
     p.add_argument("--out", required=True)
+    p = sub.add_parser("schema")
+    p.add_argument("--json", required=True)
+    p.add_argument("--xfail", required=True)
+    p.add_argument("--section", required=True)
+    p.add_argument("--out", required=True)
     p = sub.add_parser("table")
     p.add_argument("--out", required=True)
     args = parser.parse_args()
-    return {"conformance": cmd_conformance, "checks": cmd_checks, "row": cmd_row, "table": cmd_table}[args.command](
-        args
-    )
+    commands = {"conformance": cmd_conformance, "checks": cmd_checks, "row": cmd_row, "schema": cmd_schema, "table": cmd_table}
+    return commands[args.command](args)
 
 
 if __name__ == "__main__":
