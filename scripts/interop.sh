@@ -459,7 +459,7 @@ rc=0
 if [[ -f $RUN/matrix.md ]]; then
     echo "client matrix (.interop/run/matrix.md):"
     sed -n '/^|/p' "$RUN/matrix.md"
-    sed -n '/^Direct ok, through mcpgate not:/,/^$/p' "$RUN/matrix.md"
+    awk '/^Direct ok, through mcpgate not:/ {on = 1} /^Details of each cell/ {on = 0} on' "$RUN/matrix.md"
 fi
 timeout 60 "$VPY" "$HERE/report.py" table --out "$RESULTS" || rc=$?
 echo "installs $INSTALL_TIME s, total $((SECONDS - T0)) s; logs and raw results in $RUN"
