@@ -131,6 +131,7 @@ async def main() -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
+    sock.listen(2048)  # listening before it says so (interop.sh checks the socket right after)
     app = server.streamable_http_app(host="127.0.0.1")
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
     print(f"listening on 127.0.0.1:{port}", flush=True)
