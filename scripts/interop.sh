@@ -59,10 +59,6 @@ XFAILS=(
     # and wants a 4xx. mcp-fixture validates neither (it stands for a trusted server on loopback),
     # so the direct run fails it. mcpgate itself must pass it (Origin checks, `allowed_origins`).
     "direct:dns-rebinding-protection|mcp-fixture does not validate Host/Origin (test server; not mcpgate)"
-    # Known of mcpgate: an error that answers no request (a parse error, a request without the
-    # session or the token it needs) carries "id": null. The TypeScript SDK 1.32.2's
-    # JSONRPCErrorResponseSchema takes an absent id, not null (JSON-RPC 2.0 asks for null there).
-    "schema:id-null|known: mcpgate writes \"id\": null where no id applies; the SDK's schema wants the member absent"
 )
 # ---------------------------------------------------------------------------------------------
 
