@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Runs mcpgate in front of two bundled demo MCP servers (the test fixture,
-# on 127.0.0.1:9101 and :9102), sends one tool call through it with curl,
-# and keeps running until Ctrl-C. With --once it stops after the call.
+# Runs mcpgate in front of three bundled demo MCP servers (the test
+# fixture: two over HTTP on 127.0.0.1:9101 and :9102, one that mcpgate
+# starts itself and speaks to over stdio), sends a tool call to each kind
+# through it with curl, and keeps running until Ctrl-C. With --once it
+# stops after the calls.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -50,11 +52,17 @@ echo "> tools/call demo__echo"
 reply=$(post '{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"demo__echo","arguments":{"text":"hello through mcpgate"}}}')
 echo "$reply"
 grep -q 'hello through mcpgate' <<<"$reply"
-echo "> status: $(curl -fsS http://127.0.0.1:8780/status.json | grep -o '"downstream":{[^}]*}')"
+echo "> tools/call local__echo (a stdio server: mcpgate started it for this session)"
+reply=$(post '{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"local__echo","arguments":{"text":"hello over stdio"}}}')
+echo "$reply"
+grep -q 'hello over stdio' <<<"$reply"
+status=$(curl -fsS http://127.0.0.1:8780/status.json)
+echo "> status: $(grep -o '"downstream":{[^}]*}' <<<"$status") $(grep -o '"processes":{"balanced[^}]*}' <<<"$status")"
 
 if [ $once = 1 ]; then
   exit 0
 fi
 echo
 echo "mcpgate is serving $url (status: http://127.0.0.1:8780/status). Ctrl-C stops it and the demo servers."
+echo "\`local\` is a stdio server: each client session gets its own process, stopped with the session."
 wait "${pids[2]}"
