@@ -3,7 +3,7 @@
 //! Cursor and VS Code use, plus mcpgate's own top-level keys.
 //!
 //! Parsing is by hand so that every refusal names the file, the key and the
-//! problem. [`REFERENCE`] documents every key; the README's table is printed
+//! problem. [`KEYS`] documents every key; the README's table is printed
 //! from it (`mcpgate --config-reference`) and a test keeps the two equal.
 
 use std::collections::BTreeMap;
@@ -17,253 +17,309 @@ use serde_json::{Map, Value};
 use crate::catalog::Filter;
 
 /// One documented configuration key.
-pub struct KeyDoc {
-    pub key: &'static str,
-    pub default: &'static str,
+pub struct Key {
+    /// As written in the file; `<name>` stands for a server's name, `[]` for any item of a list.
+    pub name: &'static str,
+    pub kind: Kind,
     pub meaning: &'static str,
 }
 
-/// Every key mcpgate reads, with its default and unit.
-pub const REFERENCE: &[KeyDoc] = &[
-    KeyDoc {
-        key: "listen",
-        default: "\"127.0.0.1:8780\"",
+/// What a key holds: how the parser reads it, and what the reference shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A whole number from `min` to `max`; without a default, absent means none.
+    Number {
+        default: Option<u64>,
+        min: u64,
+        max: u64,
+    },
+    Flag(bool),
+    /// A string, list or object, read by code of its own; its default as shown.
+    Other(&'static str),
+}
+
+impl Kind {
+    fn default_shown(&self) -> String {
+        match self {
+            Kind::Number { default: Some(n), .. } => n.to_string(),
+            Kind::Number { default: None, .. } => "(none)".into(),
+            Kind::Flag(b) => b.to_string(),
+            Kind::Other(text) => text.to_string(),
+        }
+    }
+
+    fn range_shown(&self) -> String {
+        match self {
+            Kind::Number { min, max, .. } => format!("{min} to {max}"),
+            Kind::Flag(_) => "true, false".into(),
+            Kind::Other(_) => String::new(),
+        }
+    }
+}
+
+/// The key documented as `name`.
+pub fn key(name: &str) -> Option<&'static Key> {
+    KEYS.iter().find(|k| k.name == name)
+}
+
+/// Every key mcpgate reads, with its default, range and meaning: the one
+/// source of the parser's defaults and ranges and of the reference.
+pub const KEYS: &[Key] = &[
+    Key {
+        name: "listen",
+        kind: Kind::Other("\"127.0.0.1:8780\""),
         meaning: "Address and port of the `/mcp` endpoint and the status page. `--listen` overrides it.",
     },
-    KeyDoc {
-        key: "calls_per_server",
-        default: "8",
-        meaning: "Requests in flight to one server at once (1 to 256), each holding one of its connections; more wait their turn, up to `request_timeout_secs`. A server that hangs holds only its own.",
+    Key {
+        name: "calls_per_server",
+        kind: Kind::Number { default: Some(8), min: 1, max: 256 },
+        meaning: "Requests in flight to one server at once, each holding one of its connections; more wait their turn, up to `request_timeout_secs`. A server that hangs holds only its own.",
     },
-    KeyDoc { key: "workers", default: "(none)", meaning: "The former name of `calls_per_server`, still accepted." },
-    KeyDoc {
-        key: "session_idle_timeout_secs",
-        default: "300",
+    Key {
+        name: "workers",
+        kind: Kind::Number { default: None, min: 1, max: 256 },
+        meaning: "The former name of `calls_per_server`, still accepted.",
+    },
+    Key {
+        name: "session_idle_timeout_secs",
+        kind: Kind::Number { default: Some(300), min: 1, max: 2592000 },
         meaning: "Seconds without a request, and without a live `GET` stream, after which a client session is closed with all its downstream sessions.",
     },
-    KeyDoc {
-        key: "keepalive_secs",
-        default: "15",
+    Key {
+        name: "keepalive_secs",
+        kind: Kind::Number { default: Some(15), min: 1, max: 2592000 },
         meaning: "Seconds between `: keep-alive` comments on a quiet client `GET` stream; a failed write ends the stream.",
     },
-    KeyDoc { key: "connect_timeout_secs", default: "5", meaning: "Seconds to connect to a downstream server." },
-    KeyDoc {
-        key: "request_timeout_secs",
-        default: "60",
+    Key {
+        name: "connect_timeout_secs",
+        kind: Kind::Number { default: Some(5), min: 1, max: 2592000 },
+        meaning: "Seconds to connect to a downstream server.",
+    },
+    Key {
+        name: "request_timeout_secs",
+        kind: Kind::Number { default: Some(60), min: 1, max: 2592000 },
         meaning: "Seconds a server may go without sending a JSON-RPC message during one request: waiting for the response head, or between two messages of its SSE answer (keep-alive comments and partial bytes do not count). Progress notifications keep a long call alive.",
     },
-    KeyDoc {
-        key: "delete_timeout_secs",
-        default: "2",
+    Key {
+        name: "delete_timeout_secs",
+        kind: Kind::Number { default: Some(2), min: 1, max: 2592000 },
         meaning: "Seconds allowed for the `DELETE` that closes one downstream session.",
     },
-    KeyDoc {
-        key: "shutdown_timeout_secs",
-        default: "5",
+    Key {
+        name: "shutdown_timeout_secs",
+        kind: Kind::Number { default: Some(5), min: 1, max: 2592000 },
         meaning: "Seconds allowed, on SIGTERM or SIGINT, to close every session and join every thread.",
     },
-    KeyDoc {
-        key: "open_retry_secs",
-        default: "5",
+    Key {
+        name: "open_retry_secs",
+        kind: Kind::Number { default: Some(5), min: 0, max: 86400 },
         meaning: "Seconds a session waits before it tries again to open a downstream server that failed.",
     },
-    KeyDoc {
-        key: "client_idle_timeout_secs",
-        default: "15",
+    Key {
+        name: "client_idle_timeout_secs",
+        kind: Kind::Number { default: Some(15), min: 1, max: 2592000 },
         meaning: "Seconds a keep-alive client connection may be idle between requests before it is closed (answers announce one second less).",
     },
-    KeyDoc {
-        key: "header_timeout_secs",
-        default: "10",
+    Key {
+        name: "header_timeout_secs",
+        kind: Kind::Number { default: Some(10), min: 1, max: 2592000 },
         meaning: "Seconds a request head may take from its first byte (then 408 and a close); its body gets as long again plus one second per 64 KiB.",
     },
-    KeyDoc {
-        key: "client_write_timeout_secs",
-        default: "10",
+    Key {
+        name: "client_write_timeout_secs",
+        kind: Kind::Number { default: Some(10), min: 1, max: 2592000 },
         meaning: "Seconds a client may take to accept each 64 KiB of its answer; a client that reads slower is cut off (and loses its stream).",
     },
-    KeyDoc {
-        key: "max_connections",
-        default: "512",
+    Key {
+        name: "max_connections",
+        kind: Kind::Number { default: Some(512), min: 4, max: 65536 },
         meaning: "Open client connections (one thread each); further connections are closed at once.",
     },
-    KeyDoc {
-        key: "max_body_bytes",
-        default: "4194304",
+    Key {
+        name: "max_body_bytes",
+        kind: Kind::Number { default: Some(4194304), min: 1024, max: 1073741824 },
         meaning: "Largest request body in bytes; larger ones get 413 before the body is read.",
     },
-    KeyDoc { key: "max_header_count", default: "64", meaning: "Request headers allowed in one request; more get 431." },
-    KeyDoc {
-        key: "max_header_bytes",
-        default: "16384",
+    Key {
+        name: "max_header_count",
+        kind: Kind::Number { default: Some(64), min: 8, max: 4096 },
+        meaning: "Request headers allowed in one request; more get 431.",
+    },
+    Key {
+        name: "max_header_bytes",
+        kind: Kind::Number { default: Some(16384), min: 1024, max: 1048576 },
         meaning: "Bytes of request headers allowed in one request; more get 431 (see README: Security for what this cannot prevent).",
     },
-    KeyDoc {
-        key: "max_message_bytes",
-        default: "16777216",
+    Key {
+        name: "max_message_bytes",
+        kind: Kind::Number { default: Some(16777216), min: 1024, max: 1073741824 },
         meaning: "Largest JSON message or SSE event in bytes accepted from a downstream server.",
     },
-    KeyDoc {
-        key: "max_memory_mb",
-        default: "128",
+    Key {
+        name: "max_memory_mb",
+        kind: Kind::Number { default: Some(128), min: 8, max: 1048576 },
         meaning: "MiB of message bytes mcpgate may hold in all: request bodies, events queued for clients and kept for their replay, events arriving from servers. Each session may hold its share (half of this divided by the live sessions, at least 1 MiB); a client that falls further behind loses its stream, a server event that does not fit is refused. Keep it below the unit's `MemoryMax`.",
     },
-    KeyDoc {
-        key: "max_processes",
-        default: "32",
-        meaning: "Child processes of stdio servers running at once, all servers together (1 to 4096); a session that would start one more gets that server left out, with an error naming the limit. Each child costs two threads.",
+    Key {
+        name: "max_processes",
+        kind: Kind::Number { default: Some(32), min: 1, max: 4096 },
+        meaning: "Child processes of stdio servers running at once, all servers together; a session that would start one more gets that server left out, with an error naming the limit. Each child costs two threads.",
     },
-    KeyDoc {
-        key: "stdio_grace_ms",
-        default: "2000",
+    Key {
+        name: "stdio_grace_ms",
+        kind: Kind::Number { default: Some(2000), min: 10, max: 60000 },
         meaning: "Milliseconds a stdio server's process has to exit after its stdin is closed, and again after SIGTERM, before SIGKILL. It is always reaped.",
     },
-    KeyDoc {
-        key: "shared_idle_secs",
-        default: "300",
+    Key {
+        name: "shared_idle_secs",
+        kind: Kind::Number { default: Some(300), min: 1, max: 2592000 },
         meaning: "Seconds a shared stdio server's process (`\"sharing\": \"shared\"`) runs with no session using it before it is stopped.",
     },
-    KeyDoc {
-        key: "max_sessions",
-        default: "1024",
+    Key {
+        name: "max_sessions",
+        kind: Kind::Number { default: Some(1024), min: 1, max: 1000000 },
         meaning: "Live client sessions; an `initialize` beyond it gets 503 with `Retry-After`.",
     },
-    KeyDoc {
-        key: "tool_name_max",
-        default: "64",
-        meaning: "Longest tool or prompt name shown to clients (16 to 128). Exposed names match `^[a-zA-Z0-9_-]{1,N}$` (Claude, OpenAI and Gemini accept it): other characters become `_`, and a longer name keeps its start and ends in `-` and 8 hex digits of a hash of the full name, the same at every start. The status page lists each renamed tool with its original.",
+    Key {
+        name: "tool_name_max",
+        kind: Kind::Number { default: Some(64), min: 16, max: 128 },
+        meaning: "Longest tool or prompt name shown to clients. Exposed names match `^[a-zA-Z0-9_-]{1,N}$` (Claude, OpenAI and Gemini accept it): other characters become `_`, and a longer name keeps its start and ends in `-` and 8 hex digits of a hash of the full name, the same at every start. The status page lists each renamed tool with its original.",
     },
-    KeyDoc {
-        key: "page_size",
-        default: "100",
+    Key {
+        name: "page_size",
+        kind: Kind::Number { default: Some(100), min: 1, max: 100000 },
         meaning: "Items per page of the merged `tools/list`, `prompts/list`, `resources/list` and `resources/templates/list`.",
     },
-    KeyDoc {
-        key: "max_streams_per_session",
-        default: "4",
+    Key {
+        name: "max_streams_per_session",
+        kind: Kind::Number { default: Some(4), min: 1, max: 64 },
         meaning: "`GET` streams one client session may hold open; one more gets 409.",
     },
-    KeyDoc {
-        key: "max_requests_per_session",
-        default: "32",
+    Key {
+        name: "max_requests_per_session",
+        kind: Kind::Number { default: Some(32), min: 1, max: 4096 },
         meaning: "Requests of one client session in flight at once; one more gets 429 with `Retry-After`.",
     },
-    KeyDoc {
-        key: "allowed_origins",
-        default: "[]",
+    Key {
+        name: "allowed_origins",
+        kind: Kind::Other("[]"),
         meaning: "Browser origins allowed besides `http(s)://localhost`, `127.0.0.1` and `[::1]` (any port), e.g. `\"https://app.example.com\"`. A request with any other `Origin` gets 403.",
     },
-    KeyDoc {
-        key: "allowed_hosts",
-        default: "[]",
+    Key {
+        name: "allowed_hosts",
+        kind: Kind::Other("[]"),
         meaning: "Names besides loopback ones and the listen address that requests may carry in `Host`, e.g. `\"gate.example.com\"`; any other gets 403 (DNS rebinding). Listening beyond loopback with none listed accepts any `Host`.",
     },
-    KeyDoc {
-        key: "auth",
-        default: "none",
+    Key {
+        name: "auth",
+        kind: Kind::Other("none"),
         meaning: "Without it no token is needed. With it every `/mcp` request needs `Authorization: Bearer <token>` (401 otherwise).",
     },
-    KeyDoc {
-        key: "auth.tokens",
-        default: "[]",
+    Key {
+        name: "auth.tokens",
+        kind: Kind::Other("[]"),
         meaning: "Tokens clients may present, e.g. `[{\"token\": \"${MCPGATE_TOKEN}\", \"servers\": [\"files\"]}]`.",
     },
-    KeyDoc {
-        key: "auth.tokens[].token",
-        default: "(required)",
+    Key {
+        name: "auth.tokens[].token",
+        kind: Kind::Other("(required)"),
         meaning: "The bearer token: at least 16 visible ASCII characters; compared in constant time.",
     },
-    KeyDoc {
-        key: "auth.tokens[].servers",
-        default: "all",
+    Key {
+        name: "auth.tokens[].servers",
+        kind: Kind::Other("all"),
         meaning: "The only servers this token reaches; the others are invisible in its lists and refused for its calls.",
     },
-    KeyDoc {
-        key: "auth.tokens_file",
-        default: "none",
+    Key {
+        name: "auth.tokens_file",
+        kind: Kind::Other("none"),
         meaning: "A JSON file holding more tokens in the same form as `auth.tokens`, to keep secrets out of the main file. Its `${VAR}`s expand too.",
     },
-    KeyDoc {
-        key: "status_public",
-        default: "false",
+    Key {
+        name: "status_public",
+        kind: Kind::Flag(false),
         meaning: "`/status`, `/status.json` and `/reload` answer other hosts too. By default they answer only loopback clients and clients with a valid token.",
     },
-    KeyDoc {
-        key: "state_file",
-        default: "none",
+    Key {
+        name: "state_file",
+        kind: Kind::Other("none"),
         meaning: "Path of the file that keeps live sessions across restarts (see README: Restarts). Without it a restart ends every session.",
     },
-    KeyDoc {
-        key: "mcpServers",
-        default: "(required)",
+    Key {
+        name: "mcpServers",
+        kind: Kind::Other("(required)"),
         meaning: "Map of server name to server. Names are 1 to 64 of `A-Z a-z 0-9 _ . -`.",
     },
-    KeyDoc {
-        key: "mcpServers.<name>.url",
-        default: "(required)",
+    Key {
+        name: "mcpServers.<name>.url",
+        kind: Kind::Other("(required)"),
         meaning: "The server's Streamable HTTP endpoint, `http://` or `https://`. A server has `url` or `command`, not both.",
     },
-    KeyDoc {
-        key: "mcpServers.<name>.headers",
-        default: "{}",
+    Key {
+        name: "mcpServers.<name>.headers",
+        kind: Kind::Other("{}"),
         meaning: "HTTP headers sent with every request to the server, e.g. `Authorization`.",
     },
-    KeyDoc {
-        key: "mcpServers.<name>.command",
-        default: "(required)",
+    Key {
+        name: "mcpServers.<name>.command",
+        kind: Kind::Other("(required)"),
         meaning: "A stdio server: the program mcpgate starts, found on `PATH` like a shell would, e.g. `\"npx\"`. It speaks MCP on its stdin and stdout; its stderr goes to mcpgate's log.",
     },
-    KeyDoc { key: "mcpServers.<name>.args", default: "[]", meaning: "The program's arguments; `${VAR}`s expand." },
-    KeyDoc {
-        key: "mcpServers.<name>.env",
-        default: "{}",
+    Key {
+        name: "mcpServers.<name>.args",
+        kind: Kind::Other("[]"),
+        meaning: "The program's arguments; `${VAR}`s expand.",
+    },
+    Key {
+        name: "mcpServers.<name>.env",
+        kind: Kind::Other("{}"),
         meaning: "Environment variables of the program, e.g. API keys. It gets these, and of mcpgate's own environment only `PATH HOME USER LOGNAME LANG LC_ALL LC_CTYPE TZ TMPDIR`.",
     },
-    KeyDoc { key: "mcpServers.<name>.cwd", default: "mcpgate's", meaning: "The program's working directory." },
-    KeyDoc {
-        key: "mcpServers.<name>.sharing",
-        default: "\"session\"",
+    Key { name: "mcpServers.<name>.cwd", kind: Kind::Other("mcpgate's"), meaning: "The program's working directory." },
+    Key {
+        name: "mcpServers.<name>.sharing",
+        kind: Kind::Other("\"session\""),
         meaning: "`\"session\"`: each client session gets a process of its own, stopped when the session ends. `\"shared\"`: one process serves every session (for stateless servers); requests of a server to a client go to the session with a call running.",
     },
-    KeyDoc {
-        key: "mcpServers.<name>.max_processes",
-        default: "no own limit",
+    Key {
+        name: "mcpServers.<name>.max_processes",
+        kind: Kind::Number { default: None, min: 1, max: 65536 },
         meaning: "Processes of this server at once, within the global `max_processes`.",
     },
-    KeyDoc {
-        key: "mcpServers.<name>.prefix",
-        default: "the name",
+    Key {
+        name: "mcpServers.<name>.prefix",
+        kind: Kind::Other("the name"),
         meaning: "Tools and prompts appear as `<prefix>__<name>`; `\"\"` keeps the server's names unchanged.",
     },
-    KeyDoc {
-        key: "mcpServers.<name>.separator",
-        default: "\"__\"",
+    Key {
+        name: "mcpServers.<name>.separator",
+        kind: Kind::Other("\"__\""),
         meaning: "What joins the prefix and a tool's or prompt's own name.",
     },
-    KeyDoc {
-        key: "mcpServers.<name>.tools",
-        default: "all",
+    Key {
+        name: "mcpServers.<name>.tools",
+        kind: Kind::Other("all"),
         meaning: "Which of the server's tools are listed and callable, e.g. `{\"allow\": [\"read_*\"], \"deny\": [\"*_secret\"]}`. Calling a hidden tool is an error naming it.",
     },
-    KeyDoc {
-        key: "mcpServers.<name>.tools.allow",
-        default: "all",
+    Key {
+        name: "mcpServers.<name>.tools.allow",
+        kind: Kind::Other("all"),
         meaning: "Globs (`*`, `?`) over the server's own names: only these are exposed. Empty or absent: all.",
     },
-    KeyDoc {
-        key: "mcpServers.<name>.tools.deny",
-        default: "[]",
+    Key {
+        name: "mcpServers.<name>.tools.deny",
+        kind: Kind::Other("[]"),
         meaning: "Globs of names hidden even when `allow` lets them in.",
     },
-    KeyDoc { key: "mcpServers.<name>.prompts", default: "all", meaning: "The same filter for its prompts." },
-    KeyDoc {
-        key: "mcpServers.<name>.resources",
-        default: "all",
+    Key { name: "mcpServers.<name>.prompts", kind: Kind::Other("all"), meaning: "The same filter for its prompts." },
+    Key {
+        name: "mcpServers.<name>.resources",
+        kind: Kind::Other("all"),
         meaning: "The same filter for its resources and resource templates, over their URIs.",
     },
-    KeyDoc {
-        key: "mcpServers.<name>.type",
-        default: "\"http\"",
+    Key {
+        name: "mcpServers.<name>.type",
+        kind: Kind::Other("\"http\""),
         meaning: "Accepted for compatibility: `http`, `streamable-http` or `streamableHttp` with `url`; `stdio` with `command`.",
     },
 ];
@@ -440,46 +496,48 @@ impl Config {
         let Value::Object(root) = root else {
             return Err((String::new(), format!("expected a JSON object, found {}", kind(&root))));
         };
-        let mut keys = Keys::new(&root, "");
+        let mut keys = Keys::new(&root, "", "");
         let listen = keys.string("listen")?.unwrap_or_else(|| "127.0.0.1:8780".into());
         let listen = listen
             .parse::<SocketAddr>()
             .map_err(|_| ("listen".to_string(), format!("`{listen}` is not an address like 127.0.0.1:8780")))?;
+        let workers = keys.number("workers")?;
+        let calls_per_server = match workers {
+            Some(workers) if !keys.present("calls_per_server") => workers as usize,
+            _ => keys.count("calls_per_server")?,
+        };
         let mut config = Config {
             listen,
-            calls_per_server: match keys.integer("workers", 0, 1, 256)? {
-                0 => keys.integer("calls_per_server", 8, 1, 256)?,
-                workers => keys.integer("calls_per_server", workers, 1, 256)?,
-            },
-            session_idle_timeout: keys.secs("session_idle_timeout_secs", 300)?,
-            keepalive: keys.secs("keepalive_secs", 15)?,
-            connect_timeout: keys.secs("connect_timeout_secs", 5)?,
-            request_timeout: keys.secs("request_timeout_secs", 60)?,
-            delete_timeout: keys.secs("delete_timeout_secs", 2)?,
-            shutdown_timeout: keys.secs("shutdown_timeout_secs", 5)?,
-            open_retry: keys.secs_or_zero("open_retry_secs", 5)?,
-            client_idle_timeout: keys.secs("client_idle_timeout_secs", 15)?,
-            client_write_timeout: keys.secs("client_write_timeout_secs", 10)?,
-            header_timeout: keys.secs("header_timeout_secs", 10)?,
-            max_connections: keys.integer("max_connections", 512, 4, 65_536)?,
-            max_body_bytes: keys.integer("max_body_bytes", 4 << 20, 1024, 1 << 30)?,
-            max_header_count: keys.integer("max_header_count", 64, 8, 4096)?,
-            max_header_bytes: keys.integer("max_header_bytes", 16 << 10, 1024, 1 << 20)?,
-            max_message_bytes: keys.integer("max_message_bytes", 16 << 20, 1024, 1 << 30)?,
-            max_sessions: keys.integer("max_sessions", 1024, 1, 1_000_000)?,
-            max_processes: keys.integer("max_processes", 32, 1, 4096)?,
-            stdio_grace: Duration::from_millis(keys.integer("stdio_grace_ms", 2000, 10, 60_000)? as u64),
-            shared_idle: keys.secs("shared_idle_secs", 300)?,
-            max_memory: keys.integer("max_memory_mb", 128, 8, 1 << 20)? << 20,
-            page_size: keys.integer("page_size", 100, 1, 100_000)?,
-            tool_name_max: keys.integer("tool_name_max", 64, 16, 128)?,
+            calls_per_server,
+            session_idle_timeout: keys.secs("session_idle_timeout_secs")?,
+            keepalive: keys.secs("keepalive_secs")?,
+            connect_timeout: keys.secs("connect_timeout_secs")?,
+            request_timeout: keys.secs("request_timeout_secs")?,
+            delete_timeout: keys.secs("delete_timeout_secs")?,
+            shutdown_timeout: keys.secs("shutdown_timeout_secs")?,
+            open_retry: keys.secs("open_retry_secs")?,
+            client_idle_timeout: keys.secs("client_idle_timeout_secs")?,
+            client_write_timeout: keys.secs("client_write_timeout_secs")?,
+            header_timeout: keys.secs("header_timeout_secs")?,
+            max_connections: keys.count("max_connections")?,
+            max_body_bytes: keys.count("max_body_bytes")?,
+            max_header_count: keys.count("max_header_count")?,
+            max_header_bytes: keys.count("max_header_bytes")?,
+            max_message_bytes: keys.count("max_message_bytes")?,
+            max_sessions: keys.count("max_sessions")?,
+            max_processes: keys.count("max_processes")?,
+            stdio_grace: Duration::from_millis(keys.count("stdio_grace_ms")? as u64),
+            shared_idle: keys.secs("shared_idle_secs")?,
+            max_memory: keys.count("max_memory_mb")? << 20,
+            page_size: keys.count("page_size")?,
+            tool_name_max: keys.count("tool_name_max")?,
             state_file: keys.string("state_file")?.map(PathBuf::from),
-            max_streams_per_session: keys.integer("max_streams_per_session", 4, 1, 64)?,
-            max_requests_per_session: keys.integer("max_requests_per_session", 32, 1, 4096)?,
+            max_streams_per_session: keys.count("max_streams_per_session")?,
+            max_requests_per_session: keys.count("max_requests_per_session")?,
             allowed_origins: keys.strings("allowed_origins")?,
             allowed_hosts: keys.strings("allowed_hosts")?,
             tokens: None,
-            status_public: keys.boolean("status_public", false)?,
+            status_public: keys.flag("status_public")?,
             own_secrets: Vec::new(),
             servers: servers(keys.take("mcpServers"), server_order(text)?, env)?,
         };
@@ -535,7 +593,7 @@ fn tokens(
     let Value::Object(map) = auth else {
         return Err(("auth".into(), format!("expected an object, found {}", kind(auth))));
     };
-    let mut keys = Keys::new(map, "auth");
+    let mut keys = Keys::new(map, "auth", "auth");
     let mut out = Vec::new();
     if let Some(list) = keys.take("tokens") {
         out.extend(token_list(list, "auth.tokens", config, env, secrets)?);
@@ -570,7 +628,7 @@ fn token_list(
         let Value::Object(map) = item else {
             return Err((key, format!("expected an object with `token`, found {}", kind(item))));
         };
-        let mut keys = Keys::new(map, &key);
+        let mut keys = Keys::new(map, &key, "auth.tokens[]");
         let token = keys.string("token")?.ok_or_else(|| (format!("{key}.token"), "missing".to_string()))?;
         let token = expand(&token, env, secrets).map_err(|p| (format!("{key}.token"), p))?;
         if token.len() < 16 || token.bytes().any(|b| !(0x21..=0x7e).contains(&b)) {
@@ -673,7 +731,7 @@ fn server(name: &str, value: &Value, env: &dyn Fn(&str) -> Option<String>) -> Re
             "give `url` (a Streamable HTTP server) or `command` (a stdio server), not both".into(),
         ));
     }
-    let mut keys = Keys::new(map, &path);
+    let mut keys = Keys::new(map, &path, "mcpServers.<name>");
     let mut secrets = Vec::new();
     let stdio = map.contains_key("command");
     if let Some(kind) = keys.string("type")? {
@@ -800,13 +858,7 @@ fn stdio_config(
             return Err((format!("{path}.sharing"), format!("`{other}` is not `session` or `shared`")));
         }
     };
-    let max_processes = match keys.take("max_processes") {
-        None => None,
-        Some(value) => match value.as_u64() {
-            Some(n @ 1..=65_536) => Some(n as usize),
-            _ => return Err((format!("{path}.max_processes"), "expected a whole number from 1 to 65536".into())),
-        },
-    };
+    let max_processes = keys.number("max_processes")?.map(|n| n as usize);
     Ok(StdioConfig { command, args, env: child_env, cwd, sharing, max_processes })
 }
 
@@ -819,7 +871,7 @@ fn filter(value: Option<&Value>, path: &str) -> Result<Filter, (String, String)>
             format!("expected an object with `allow` and/or `deny`, found {}", kind(value)),
         ));
     };
-    let mut keys = Keys::new(map, path);
+    let mut keys = Keys::new(map, path, "mcpServers.<name>.tools");
     let filter = Filter { allow: keys.strings("allow")?, deny: keys.strings("deny")? };
     keys.refuse_unknown()?;
     Ok(filter)
@@ -889,25 +941,41 @@ fn kind(value: &Value) -> &'static str {
 }
 
 /// Reads the keys of one JSON object, remembering which were used so the
-/// rest can be refused as unknown.
+/// rest can be refused as unknown. Numbers and flags take their default and
+/// range from [`KEYS`], where `doc` (the object's documented path, e.g.
+/// `mcpServers.<name>`) finds them; a key read that is not in [`KEYS`] is
+/// refused as a bug, so the reference cannot miss one.
 struct Keys<'a> {
     map: &'a Map<String, Value>,
     path: &'a str,
+    doc: &'static str,
     used: BTreeMap<&'a str, ()>,
+    undocumented: Vec<String>,
 }
 
 impl<'a> Keys<'a> {
-    fn new(map: &'a Map<String, Value>, path: &'a str) -> Keys<'a> {
-        Keys { map, path, used: BTreeMap::new() }
+    fn new(map: &'a Map<String, Value>, path: &'a str, doc: &'static str) -> Keys<'a> {
+        Keys { map, path, doc, used: BTreeMap::new(), undocumented: Vec::new() }
     }
 
     fn name(&self, key: &str) -> String {
         if self.path.is_empty() { key.to_string() } else { format!("{}.{key}", self.path) }
     }
 
+    fn spec(&self, key: &str) -> Option<&'static Key> {
+        if self.doc.is_empty() { self::key(key) } else { self::key(&format!("{}.{key}", self.doc)) }
+    }
+
     fn take(&mut self, key: &'a str) -> Option<&'a Value> {
         self.used.insert(key, ());
+        if self.spec(key).is_none() {
+            self.undocumented.push(self.name(key));
+        }
         self.map.get(key)
+    }
+
+    fn present(&self, key: &str) -> bool {
+        self.map.contains_key(key)
     }
 
     fn string(&mut self, key: &'a str) -> Result<Option<String>, (String, String)> {
@@ -918,18 +986,37 @@ impl<'a> Keys<'a> {
         }
     }
 
-    fn integer(&mut self, key: &'a str, default: usize, min: usize, max: usize) -> Result<usize, (String, String)> {
-        let Some(value) = self.take(key) else { return Ok(default) };
+    /// A number within its documented range; its default when absent.
+    fn number(&mut self, key: &'a str) -> Result<Option<u64>, (String, String)> {
+        let Some(Key { kind: Kind::Number { default, min, max }, .. }) = self.spec(key) else {
+            return Err((self.name(key), "bug: not a number in the configuration reference".into()));
+        };
+        let Some(value) = self.take(key) else { return Ok(*default) };
         match value.as_u64() {
-            Some(n) if (min as u64..=max as u64).contains(&n) => Ok(n as usize),
+            Some(n) if (*min..=*max).contains(&n) => Ok(Some(n)),
             Some(n) => Err((self.name(key), format!("{n} is out of range {min} to {max}"))),
             None => Err((self.name(key), format!("expected a whole number, found {}", kind(value)))),
         }
     }
 
-    fn boolean(&mut self, key: &'a str, default: bool) -> Result<bool, (String, String)> {
+    /// A number that has a default.
+    fn count(&mut self, key: &'a str) -> Result<usize, (String, String)> {
+        match self.number(key)? {
+            Some(n) => usize::try_from(n).map_err(|_| (self.name(key), format!("{n} is too large here"))),
+            None => Err((self.name(key), "bug: no default in the configuration reference".into())),
+        }
+    }
+
+    fn secs(&mut self, key: &'a str) -> Result<Duration, (String, String)> {
+        Ok(Duration::from_secs(self.count(key)? as u64))
+    }
+
+    fn flag(&mut self, key: &'a str) -> Result<bool, (String, String)> {
+        let Some(Key { kind: Kind::Flag(default), .. }) = self.spec(key) else {
+            return Err((self.name(key), "bug: not a flag in the configuration reference".into()));
+        };
         match self.take(key) {
-            None => Ok(default),
+            None => Ok(*default),
             Some(Value::Bool(b)) => Ok(*b),
             Some(other) => Err((self.name(key), format!("expected true or false, found {}", kind(other)))),
         }
@@ -946,17 +1033,10 @@ impl<'a> Keys<'a> {
         }
     }
 
-    fn secs(&mut self, key: &'a str, default: u64) -> Result<Duration, (String, String)> {
-        let n = self.integer(key, default as usize, 1, 86_400 * 30)?;
-        Ok(Duration::from_secs(n as u64))
-    }
-
-    fn secs_or_zero(&mut self, key: &'a str, default: u64) -> Result<Duration, (String, String)> {
-        let n = self.integer(key, default as usize, 0, 86_400)?;
-        Ok(Duration::from_secs(n as u64))
-    }
-
     fn refuse_unknown(&self) -> Result<(), (String, String)> {
+        if let Some(name) = self.undocumented.first() {
+            return Err((name.clone(), "bug: read, but not in the configuration reference".into()));
+        }
         match self.map.keys().find(|k| !self.used.contains_key(k.as_str())) {
             None => Ok(()),
             Some(k) => Err((self.name(k), "unknown key".into())),
@@ -984,9 +1064,15 @@ impl Source {
 
 /// The README's configuration table.
 pub fn reference_markdown() -> String {
-    let mut out = String::from("| key | default | meaning |\n|---|---|---|\n");
-    for doc in REFERENCE {
-        out.push_str(&format!("| `{}` | {} | {} |\n", doc.key, doc.default, doc.meaning));
+    let mut out = String::from("| key | default | range | meaning |\n|---|---|---|---|\n");
+    for key in KEYS {
+        out.push_str(&format!(
+            "| `{}` | {} | {} | {} |\n",
+            key.name,
+            key.kind.default_shown(),
+            key.kind.range_shown(),
+            key.meaning
+        ));
     }
     out
 }
@@ -994,6 +1080,7 @@ pub fn reference_markdown() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn env(name: &str) -> Option<String> {
         match name {
@@ -1123,26 +1210,101 @@ mod tests {
         assert!(expand("${9X}", &env, &mut secrets).is_err());
     }
 
+    /// A config that sets every key of the reference: numbers and flags at
+    /// their documented defaults, the others to a sample value. It must
+    /// parse (every documented key is read: none is refused as unknown),
+    /// and the documented defaults must give the config an empty file gives.
     #[test]
-    fn every_key_read_is_documented() {
-        // Keys that parse() accepts must appear in REFERENCE, and the reverse.
-        let documented: Vec<&str> = REFERENCE.iter().map(|d| d.key).collect();
-        let source = include_str!("config.rs");
-        for doc in &documented {
-            let leaf = doc.rsplit('.').next().unwrap();
-            if leaf != "<name>" && doc != &"mcpServers" {
-                assert!(source.contains(&format!("\"{leaf}\"")), "{doc} documented but never read");
+    fn every_documented_key_is_read_and_its_default_is_the_parsers() {
+        let samples: &[(&str, Value)] = &[
+            ("listen", json!("127.0.0.1:8780")),
+            ("allowed_origins", json!([])),
+            ("allowed_hosts", json!([])),
+            ("auth", json!({})),
+            ("auth.tokens", json!([{"token": "0123456789abcdefXYZ", "servers": ["a"]}])),
+            ("auth.tokens[].token", json!("0123456789abcdefXYZ")),
+            ("auth.tokens[].servers", json!(["a"])),
+            ("auth.tokens_file", json!(null)),
+            ("state_file", json!("/tmp/mcpgate-test-state.json")),
+            ("mcpServers", json!({})),
+            ("mcpServers.<name>.url", json!("http://127.0.0.1:9/mcp")),
+            ("mcpServers.<name>.headers", json!({"X-A": "b"})),
+            ("mcpServers.<name>.command", json!("mcp-server")),
+            ("mcpServers.<name>.args", json!(["--stdio"])),
+            ("mcpServers.<name>.env", json!({"A": "b"})),
+            ("mcpServers.<name>.cwd", json!("/tmp")),
+            ("mcpServers.<name>.sharing", json!("session")),
+            ("mcpServers.<name>.prefix", json!("a")),
+            ("mcpServers.<name>.separator", json!("__")),
+            ("mcpServers.<name>.tools", json!({})),
+            ("mcpServers.<name>.tools.allow", json!(["*"])),
+            ("mcpServers.<name>.tools.deny", json!([])),
+            ("mcpServers.<name>.prompts", json!({"allow": ["*"]})),
+            ("mcpServers.<name>.resources", json!({"deny": ["x"]})),
+            ("mcpServers.<name>.type", json!("http")),
+        ];
+        let mut root = json!({"mcpServers": {"a": {"url": "http://127.0.0.1:9/mcp"}, "b": {"command": "x"}}});
+        let bare = parse(&root.to_string()).unwrap();
+        for key in KEYS {
+            let value = match key.kind {
+                Kind::Number { default: Some(n), .. } => json!(n),
+                Kind::Number { default: None, min, .. } => json!(min),
+                Kind::Flag(b) => json!(b),
+                Kind::Other(_) => samples
+                    .iter()
+                    .find(|(name, _)| *name == key.name)
+                    .unwrap_or_else(|| panic!("`{}`: give it a sample value in this test", key.name))
+                    .1
+                    .clone(),
+            };
+            // Where the key goes: top level, in `auth`, in a token, in a server or its filter.
+            let at = match key.name.split_once('.') {
+                None => &mut root[key.name],
+                Some(("auth", "tokens[].token" | "tokens[].servers")) | Some(("auth", "tokens_file")) => continue,
+                Some(("auth", rest)) => &mut root["auth"][rest],
+                Some(("mcpServers", rest)) => match rest.trim_start_matches("<name>.").split_once('.') {
+                    _ if rest == "<name>" => continue,
+                    None => {
+                        let name = rest.trim_start_matches("<name>.");
+                        let server = if ["command", "args", "env", "cwd", "sharing", "max_processes"].contains(&name) {
+                            "b"
+                        } else {
+                            "a"
+                        };
+                        &mut root["mcpServers"][server][name]
+                    }
+                    Some((filter, rule)) => &mut root["mcpServers"]["a"][filter][rule],
+                },
+                Some(_) => panic!("`{}`: where does it go?", key.name),
+            };
+            if at.is_null() {
+                *at = value;
             }
         }
-        let mut rest = source;
-        while let Some(at) = rest.find("keys.") {
-            rest = &rest[at + 5..];
-            let method: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
-            let Some(args) = rest[method.len()..].strip_prefix("(\"") else { continue };
-            let key: String = args.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
-            if !key.is_empty() && args[key.len()..].starts_with('"') {
-                assert!(documented.iter().any(|d| d.ends_with(key.as_str())), "{key} read but not documented");
+        let full = parse(&root.to_string()).unwrap_or_else(|e| panic!("{e:?} in {root:#}"));
+        // The numbers and flags at their documented defaults change nothing.
+        let mut defaults = json!({"mcpServers": {"a": {"url": "http://127.0.0.1:9/mcp"}, "b": {"command": "x"}}});
+        for key in KEYS.iter().filter(|k| !k.name.contains('.') && k.name != "workers") {
+            match key.kind {
+                Kind::Number { default: Some(n), .. } => defaults[key.name] = json!(n),
+                Kind::Flag(b) => defaults[key.name] = json!(b),
+                _ => {}
             }
         }
+        let documented = parse(&defaults.to_string()).unwrap();
+        assert_eq!(format!("{documented:?}"), format!("{bare:?}"), "a documented default differs from the parser's");
+        assert!(full.tokens.is_some() && full.server("b").is_some_and(|b| b.url().is_none()));
+    }
+
+    #[test]
+    fn a_key_read_but_not_documented_is_refused_as_a_bug() {
+        let map = Map::new();
+        let mut keys = Keys::new(&map, "", "");
+        assert_eq!(keys.take("no_such_key"), None);
+        let (key, problem) = keys.refuse_unknown().unwrap_err();
+        assert_eq!(key, "no_such_key");
+        assert!(problem.contains("not in the configuration reference"), "{problem}");
+        let (_, problem) = Keys::new(&map, "", "").number("listen").unwrap_err();
+        assert!(problem.contains("bug: not a number"), "{problem}");
     }
 }
