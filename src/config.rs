@@ -108,7 +108,7 @@ pub const KEYS: &[Key] = &[
     Key {
         name: "shutdown_timeout_secs",
         kind: Kind::Number { default: Some(5), min: 1, max: 2592000 },
-        meaning: "Seconds allowed, on SIGTERM or SIGINT, to close every session and join every thread.",
+        meaning: "Seconds allowed, on SIGTERM or SIGINT, to close every session and join every thread; past it mcpgate exits all the same, saying what was cut short (with a state file, the next start sends the DELETEs that did not go).",
     },
     Key {
         name: "open_retry_secs",

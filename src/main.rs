@@ -282,21 +282,56 @@ fn serve(config: Config, source: Source, signals: sys::Signals) -> Result<(), Er
     if let Some(restorer) = restorer {
         let _ = restorer.join();
     }
-    // With a state file, clients keep their sessions across the restart: the
-    // client side is kept, the downstream sessions are closed all the same.
-    let kept = gateway.keep_clients();
-    let sessions = gateway.sessions.take_all();
-    let count = sessions.len();
-    gateway.close(sessions, CloseReason::Shutdown);
-    if let Some(writer) = writer {
-        writer.stop();
-        if let (Some(path), None) = (gateway.journal.path(), gateway.journal.error()) {
-            log::info!("{kept} session(s) kept in {}: clients resume them after a restart", path.display());
+    // Closing every session, stopping the state writer and the children, and
+    // joining what is late run within shutdown_timeout_secs as a whole: past
+    // it mcpgate exits all the same (with a state file, the closing marks are
+    // written ahead, and the next start sends what was cut short).
+    let (done_tx, done_rx) = crossbeam_channel::bounded::<usize>(1);
+    let closer = {
+        let gateway = gateway.clone();
+        threads::spawn("close", "shutdown", move || {
+            // With a state file, clients keep their sessions across the restart:
+            // the client side is kept, the downstream sessions are closed all the same.
+            let kept = gateway.keep_clients();
+            let sessions = gateway.sessions.take_all();
+            let count = sessions.len();
+            gateway.close(sessions, CloseReason::Shutdown);
+            if let Some(writer) = writer {
+                writer.stop();
+                if let (Some(path), None) = (gateway.journal.path(), gateway.journal.error()) {
+                    log::info!("{kept} session(s) kept in {}: clients resume them after a restart", path.display());
+                }
+            }
+            gateway.shutdown();
+            let _ = done_tx.send(count);
+        })
+    };
+    let count = match closer {
+        Ok(closer) => match done_rx.recv_deadline(deadline) {
+            Ok(count) => {
+                let _ = closer.join();
+                count
+            }
+            Err(_) => {
+                log::warn!(
+                    "shutdown_timeout_secs ({} s) passed with {} downstream session(s) still closing; exiting without them{}",
+                    shutdown_timeout.as_secs(),
+                    gateway.stats.downstream_live.get(),
+                    if gateway.journal.path().is_some() { ": the next start sends their DELETEs" } else { "" }
+                );
+                return Ok(());
+            }
+        },
+        Err(e) => {
+            log::error!("cannot start the shutdown thread ({e}); exiting without closing sessions");
+            return Ok(());
         }
-    }
-    gateway.shutdown();
+    };
     let lingering = httpd.join(deadline);
-    threads::join_late(true);
+    let late = threads::join_late_by(deadline);
+    if late > 0 {
+        log::warn!("shutdown_timeout_secs passed with {late} thread(s) still running; exiting without them");
+    }
     let _ = signal_thread.join();
     let s = &gateway.stats;
     let c = &gateway.children;

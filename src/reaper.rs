@@ -57,7 +57,7 @@ pub fn start(gateway: Arc<Gateway>) -> std::io::Result<Reaper> {
                     for server in &current.servers {
                         server.stop_idle(current.config.shared_idle);
                     }
-                    threads::join_late(false);
+                    threads::join_late();
                 }
             }
         }

@@ -28,17 +28,29 @@ pub fn join_later(handle: JoinHandle<()>) {
     LATE.lock().push(handle);
 }
 
-/// Joins the threads handed to [`join_later`] that have finished; with
-/// `wait`, all of them, waiting for each.
-pub fn join_late(wait: bool) {
+/// Joins the threads handed to [`join_later`] that have finished.
+pub fn join_late() {
     let ready: Vec<JoinHandle<()>> = {
         let mut list = LATE.lock();
-        let (ready, pending) = std::mem::take(&mut *list).into_iter().partition(|h| wait || h.is_finished());
+        let (ready, pending) = std::mem::take(&mut *list).into_iter().partition(|h| h.is_finished());
         *list = pending;
         ready
     };
     for handle in ready {
         let _ = handle.join();
+    }
+}
+
+/// Joins every thread handed to [`join_later`], waiting for them until
+/// `deadline` (shutdown); how many were still running then.
+pub fn join_late_by(deadline: std::time::Instant) -> usize {
+    loop {
+        join_late();
+        let left = LATE.lock().len();
+        if left == 0 || std::time::Instant::now() >= deadline {
+            return left;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
 

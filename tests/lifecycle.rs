@@ -5,7 +5,7 @@
 
 mod support;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 use support::{Fixture, Gate, assert_balanced, config, wait_until};
@@ -148,4 +148,31 @@ fn churn_of_1000_sessions_leaves_no_session_and_no_thread_behind() {
     assert_eq!(status["downstream"]["delete_failures"], 0, "{status}");
     assert_balanced(&status);
     assert!(gate.settles_to(baseline), "threads {} != baseline {baseline}", gate.threads());
+}
+
+/// `shutdown_timeout_secs` bounds the whole shutdown, closing the sessions
+/// included: a server that takes every DELETE and never answers (stopped
+/// with SIGSTOP: its kernel still accepts connections) does not hold
+/// mcpgate past it, even when `delete_timeout_secs` is longer.
+#[test]
+fn shutdown_timeout_bounds_the_whole_shutdown() {
+    let (a, b) = (Fixture::start("alpha", &[]), Fixture::start("beta", &[]));
+    let mut c = config(&[("alpha", a.url()), ("beta", b.url())]);
+    c["shutdown_timeout_secs"] = json!(1);
+    c["delete_timeout_secs"] = json!(4);
+    let mut gate = Gate::start(&c);
+    for _ in 0..3 {
+        gate.open_session();
+    }
+    support::signal(a.pid(), "STOP");
+    let started = Instant::now();
+    let status = gate.terminate(Duration::from_secs(10));
+    let took = started.elapsed();
+    support::signal(a.pid(), "CONT");
+    eprintln!("shutdown with a server that never answers DELETE: {took:?}, {status:?}");
+    assert!(status.is_some_and(|s| s.success()), "{status:?}: {}", gate.stderr());
+    assert!(took < Duration::from_millis(2500), "shutdown took {took:?} with shutdown_timeout_secs 1");
+    assert!(gate.stderr().contains("shutdown_timeout_secs"), "the log says what was cut short: {}", gate.stderr());
+    // The other server's sessions were closed all the same.
+    assert!(wait_until(Duration::from_secs(2), || b.count("delete") == 3), "{}", b.stats());
 }
