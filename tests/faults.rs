@@ -406,6 +406,31 @@ fn kill_9_of_mcpgate_with_a_state_file_keeps_client_sessions_and_orphans_nothing
     assert!(gate.settles_to(baseline), "threads {} != a fresh process's {baseline}", gate.threads());
 }
 
+/// A server whose URL changed while mcpgate was down: its old sessions are
+/// DELETEd at the old URL, and without the headers configured now, which
+/// belong to the new server (a bearer token for another host). The state
+/// file keeps no secrets, so the old server gets none.
+#[test]
+fn sessions_of_a_moved_server_are_deleted_without_the_new_servers_credentials() {
+    let (old, new) = (Fixture::start("old", &[]), Fixture::start("new", &[]));
+    let mut c = config(&[("files", old.url())]);
+    c["mcpServers"]["files"]["headers"] = json!({"Authorization": "Bearer old-server-token"});
+    let (_state, path, c) = with_state_file(c);
+    let mut first = Gate::start(&c);
+    let _clients: Vec<Client> = (0..2).map(|_| first.open_session()).collect();
+    wait_for_state(&path, 2, 1);
+    first.kill();
+
+    let mut moved = c.clone();
+    moved["mcpServers"]["files"] = json!({"url": new.url(), "headers": {"Authorization": "Bearer new-server-secret"}});
+    let _gate = Gate::start(&moved);
+    assert!(wait_until(WAIT, || old.count("delete") == 2), "{}", old.stats());
+    let seen = &old.stats()["delete_authorizations"];
+    assert!(!seen.to_string().contains("new-server-secret"), "the new server's token went to the old URL: {seen}");
+    assert_eq!(seen, &json!([""]), "{seen}");
+    assert_eq!(new.count("delete"), 0, "{}", new.stats());
+}
+
 #[test]
 fn kill_9_of_mcpgate_with_a_state_file_and_expired_sessions_deletes_them_at_start() {
     let (a, b) = Fixture::alpha_and_beta();
