@@ -307,6 +307,7 @@ impl Session {
     pub fn downstream(&self, server: &Arc<Server>, retry: Duration) -> Result<Arc<Downstream>, RpcError> {
         let name = server.name();
         let wait = server.limits.connect + server.limits.request;
+        let mut stale = None;
         {
             let mut st = self.state.lock();
             loop {
@@ -314,7 +315,16 @@ impl Session {
                     return Err(RpcError::internal("the session is closing"));
                 }
                 match st.slots.get(name) {
-                    Some(Slot::Open(d)) => return Ok(d.clone()),
+                    Some(Slot::Open(d)) if Arc::ptr_eq(&d.server, server) => return Ok(d.clone()),
+                    Some(Slot::Open(_)) => {
+                        // Of a server a reload retired, which this request no longer sees:
+                        // closed here (taken from the slot, it is this thread's to close).
+                        if let Some(Slot::Open(d)) = st.slots.insert(name.to_string(), Slot::Opening) {
+                            server.journal.closing(d.closing_record());
+                            stale = Some(d);
+                        }
+                        break;
+                    }
                     Some(Slot::Opening) => {
                         if self.slot_changed.wait_for(&mut st, wait).timed_out() {
                             return Err(RpcError::server(name, "still opening its session"));
@@ -329,6 +339,9 @@ impl Session {
                     }
                 }
             }
+        }
+        if let Some(d) = stale {
+            downstream::close_all(&[d], 1);
         }
         let inbox: Weak<dyn Inbox> = self.me.clone();
         let result = server.open(&self.init_params, inbox);
@@ -475,16 +488,21 @@ impl Session {
         let mut st = self.state.lock();
         let mut taken = Vec::new();
         for server in servers {
-            match st.slots.remove(server.name()) {
-                Some(Slot::Open(d)) => {
-                    server.journal.closing(d.closing_record());
-                    taken.push(d);
+            match st.slots.get(server.name()) {
+                // Only the retired server's own: the slot may already hold one
+                // opened on the server that replaced it.
+                Some(Slot::Open(d)) if Arc::ptr_eq(&d.server, server) => {
+                    if let Some(Slot::Open(d)) = st.slots.remove(server.name()) {
+                        server.journal.closing(d.closing_record());
+                        taken.push(d);
+                    }
                 }
-                Some(Slot::Opening) => {
-                    // Its opener sees the server retired and closes what it opened.
-                    st.slots.insert(server.name().to_string(), Slot::Opening);
+                // A failure of the old server says nothing of the new one.
+                Some(Slot::Failed { .. }) => {
+                    st.slots.remove(server.name());
                 }
-                _ => {}
+                // An opener sees its server retired and closes what it opened.
+                Some(Slot::Open(_) | Slot::Opening) | None => {}
             }
         }
         taken
