@@ -3,7 +3,7 @@
 //! session, its `GET` streams, the requests in flight in both directions and
 //! its merged lists. [`close_sessions`] is the one way a session ends.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -27,6 +27,10 @@ use crate::tasks::{self, TaskIds};
 /// Messages kept for a client that has no `GET` stream open yet; in bytes,
 /// what the session holds stays within its share of `max_memory_mb`.
 const BACKLOG: usize = 256;
+/// Requests of servers waiting for the client's answer, per session; past
+/// it the oldest is forgotten (a client that never answers would otherwise
+/// grow the table for good), and its late answer is dropped.
+const MAX_ASKS: usize = 1000;
 /// Messages queued on one `GET` stream before it counts as stuck.
 const STREAM_QUEUE: usize = 256;
 /// Events kept for clients that resume a stream with `Last-Event-ID`; the
@@ -124,7 +128,8 @@ struct State {
     slots: HashMap<String, Slot>,
     lists: HashMap<ListKind, Arc<List>>,
     calls: HashMap<String, Call>,
-    asks: HashMap<u64, Ask>,
+    /// By mcpgate's id, oldest first.
+    asks: BTreeMap<u64, Ask>,
     next_ask: u64,
     /// Messages for a `GET` stream that is not open yet.
     backlog: VecDeque<Event>,
@@ -243,7 +248,7 @@ impl Session {
                 slots: HashMap::new(),
                 lists: HashMap::new(),
                 calls: HashMap::new(),
-                asks: HashMap::new(),
+                asks: BTreeMap::new(),
                 next_ask: 1,
                 backlog: VecDeque::new(),
                 next_seq: 1,
@@ -607,6 +612,9 @@ impl Session {
                 let n = st.next_ask;
                 st.next_ask += 1;
                 st.asks.insert(n, Ask { server: server.name().to_string(), id: message.id.clone()? });
+                if st.asks.len() > MAX_ASKS {
+                    st.asks.pop_first();
+                }
                 Some(jsonrpc::request(&Value::from(n), message.method(), params.as_deref()))
             }
             Kind::Notification => {
@@ -1117,4 +1125,48 @@ pub fn close_sessions(sessions: Vec<Arc<Session>>, reason: CloseReason, parallel
         log::debug!("session {} closed ({reason:?})", short(&session.id));
     }
     downstream::close_all(&downstreams, parallel);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::downstream::stdio::Children;
+    use crate::downstream::{Context, Limits};
+
+    fn server() -> Arc<Server> {
+        let text = serde_json::json!({"mcpServers": {"s": {"url": "http://127.0.0.1:9/mcp"}}}).to_string();
+        let config = Config::parse(&text, &|_| None).unwrap();
+        let context = Context {
+            stats: Arc::new(Stats::default()),
+            journal: Arc::new(Journal::new(None)),
+            children: Children::new(1, Duration::from_millis(10), 1024),
+        };
+        Arc::new(Server::new(config.servers[0].clone(), Limits::from_config(&config), 1, &context))
+    }
+
+    fn session() -> Arc<Session> {
+        let params = jsonrpc::raw(&serde_json::json!({"capabilities": {}}));
+        Session::new("s".into(), "2025-11-25".into(), params, "test".into(), &Access::Open)
+    }
+
+    /// A server's requests the client never answers do not pile up: the
+    /// table keeps the newest [`MAX_ASKS`], and the oldest are forgotten.
+    #[test]
+    fn requests_the_client_never_answers_are_bounded() {
+        let (server, session) = (server(), session());
+        for i in 0..3000 {
+            let text = format!(r#"{{"jsonrpc":"2.0","id":{i},"method":"sampling/createMessage","params":{{}}}}"#);
+            let out = session.to_client(&server, Message::parse(text.as_bytes()).unwrap());
+            assert!(out.is_some());
+        }
+        let asks = session.state.lock().asks.len();
+        assert!(asks <= MAX_ASKS, "{asks} requests kept");
+        // The newest can still be answered, with the server's own id.
+        let answer = Message::parse(br#"{"jsonrpc":"2.0","id":3000,"result":{}}"#).unwrap();
+        let newest = session.state.lock().asks.get(&3000).map(|a| a.id.clone());
+        assert_eq!(newest, Some(Value::from(2999)));
+        assert!(session.answer_from_client(&answer).is_none(), "no open downstream session to take it");
+        assert!(!session.state.lock().asks.contains_key(&3000));
+    }
 }
