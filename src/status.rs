@@ -72,7 +72,7 @@ pub fn json(g: &Gateway) -> Value {
         );
     }
     let (opened, closed, live) = (s.downstream_opened.get(), s.downstream_closed.get(), s.downstream_live.get());
-    json!({
+    let mut out = json!({
         "version": env!("CARGO_PKG_VERSION"),
         "uptime_secs": g.started.elapsed().as_secs(),
         "process": {
@@ -82,11 +82,6 @@ pub fn json(g: &Gateway) -> Value {
             "open_fds": p.open_fds,
         },
         "threads": {
-            "readers": s.threads_readers.get(),
-            "streams": s.threads_streams.get(),
-            "reaper": s.threads_reaper.get(),
-            "connections": s.threads_connections.get(),
-            "join_timeouts": s.threads_join_timeouts.get(),
             "budget": current.config.thread_budget().iter().map(|(_, n)| n).sum::<usize>(),
             "budget_by_role": current.config.thread_budget().into_iter().map(|(role, n)| (role.to_string(), Value::from(n))).collect::<Map<String, Value>>(),
         },
@@ -105,30 +100,11 @@ pub fn json(g: &Gateway) -> Value {
         },
         "sessions": {
             "live": g.sessions.len(),
-            "created": s.sessions_created.get(),
-            "evicted_idle": s.sessions_evicted_idle.get(),
-            "deleted_by_client": s.sessions_deleted_by_client.get(),
-            "closed_at_shutdown": s.sessions_closed_at_shutdown.get(),
-            "refused": s.sessions_refused.get(),
         },
         "downstream": {
-            "opened": opened,
-            "closed": closed,
-            "live": live,
             "balanced": opened == closed + live,
-            "delete_failures": s.downstream_delete_failures.get(),
-            "leaked": s.downstream_leaked.get(),
         },
         "processes": processes(&g.children),
-        "connections": {
-            "accepted": s.connections_accepted.get(),
-            "refused": s.connections_refused.get(),
-            "evicted": s.connections_evicted.get(),
-        },
-        "requests": {
-            "total": s.requests.get(),
-            "refused": s.requests_refused.get(),
-        },
         "limits": {
             "calls_per_server": current.config.calls_per_server,
             "max_connections": current.config.max_connections,
@@ -139,7 +115,12 @@ pub fn json(g: &Gateway) -> Value {
         "collisions": *g.collisions.lock(),
         "renamed_tools": g.renamed.lock().iter().map(|r| json!({"name": r.name, "server": r.server, "original": r.original})).collect::<Vec<_>>(),
         "reload": reload(&g.last_reload.lock()),
-    })
+    });
+    // Every counter and gauge, in its section.
+    for reading in s.readings() {
+        out[reading.section][reading.key] = Value::from(reading.value);
+    }
+    out
 }
 
 fn reload(r: &crate::gateway::ReloadOutcome) -> Value {

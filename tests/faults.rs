@@ -395,6 +395,8 @@ fn kill_9_of_mcpgate_with_a_state_file_keeps_client_sessions_and_orphans_nothing
     let status = gate.status();
     assert_eq!(status["sessions"]["live"], 3, "{status}");
     assert_eq!(status["sessions"]["created"], 0, "{status}");
+    assert_eq!(status["sessions"]["restored"], 3, "{status}");
+    assert_eq!(status["downstream"]["resumed"], 6, "{status}");
     for (client, _, _) in &clients {
         assert_eq!(client.delete(), 200);
     }
