@@ -360,8 +360,6 @@ pub struct Config {
     /// `None` without an `auth` key: no token needed.
     pub tokens: Option<Vec<Token>>,
     pub status_public: bool,
-    /// Values that came from the environment outside `mcpServers` (tokens).
-    pub own_secrets: Vec<String>,
     /// In the order of the file: the first server wins a name collision.
     pub servers: Vec<ServerConfig>,
 }
@@ -538,13 +536,11 @@ impl Config {
             allowed_hosts: keys.strings("allowed_hosts")?,
             tokens: None,
             status_public: keys.flag("status_public")?,
-            own_secrets: Vec::new(),
             servers: servers(keys.take("mcpServers"), server_order(text)?, env)?,
         };
         if let Some(auth) = keys.take("auth") {
-            let mut secrets = Vec::new();
-            config.tokens = Some(tokens(auth, &config, env, &mut secrets)?);
-            config.own_secrets = secrets;
+            // Tokens are never written anywhere: no redaction list to keep.
+            config.tokens = Some(tokens(auth, &config, env, &mut Vec::new())?);
         }
         keys.refuse_unknown()?;
         Ok(config)
@@ -570,16 +566,6 @@ impl Config {
     /// The server with this name, if configured.
     pub fn server(&self, name: &str) -> Option<&ServerConfig> {
         self.servers.iter().find(|s| s.name == name)
-    }
-
-    /// Every value that must not appear in logs, errors or the status page.
-    pub fn secrets(&self) -> impl Iterator<Item = &str> {
-        let tokens = self.tokens.iter().flatten().map(|t| t.token.as_str());
-        self.servers
-            .iter()
-            .flat_map(|s| s.secrets.iter().map(String::as_str))
-            .chain(self.own_secrets.iter().map(String::as_str))
-            .chain(tokens)
     }
 }
 
@@ -1116,7 +1102,7 @@ mod tests {
         assert_eq!(http.headers, vec![("Authorization".into(), "Bearer s3cret".into())]);
         assert_eq!(files.prefix, "files");
         assert_eq!(c.server("search").unwrap().prefix, "");
-        assert!(c.secrets().any(|s| s == "s3cret"));
+        assert!(files.secrets.iter().any(|s| s == "s3cret"), "an expanded header value is redacted");
     }
 
     #[test]
@@ -1141,7 +1127,7 @@ mod tests {
         assert_eq!(gh.env, vec![("GITHUB_TOKEN".to_string(), "s3cret".to_string())]);
         assert_eq!(gh.cwd.as_deref(), Some(Path::new("/srv")));
         assert_eq!((gh.sharing, gh.max_processes), (Sharing::Shared, Some(2)));
-        assert!(c.secrets().any(|s| s == "s3cret"), "an expanded env value is redacted like a header");
+        assert!(c.server("gh").unwrap().secrets.iter().any(|s| s == "s3cret"), "an expanded env value is redacted");
         assert_eq!(
             (c.max_processes, c.stdio_grace, c.shared_idle),
             (7, Duration::from_millis(500), Duration::from_secs(30))

@@ -683,7 +683,7 @@ impl Gateway {
         let servers: Vec<Arc<Server>> = visible(&cur, session)
             .into_iter()
             .filter(|s| {
-                session.open_downstream(s.name()).is_some_and(|d| d.capabilities["tasks"].get("list").is_some())
+                session.downstream_if_open(s.name()).is_some_and(|d| d.capabilities["tasks"].get("list").is_some())
             })
             .collect();
         let found: Mutex<Vec<(usize, Vec<Value>)>> = Mutex::new(Vec::new());

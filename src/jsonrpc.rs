@@ -43,8 +43,8 @@ pub enum Kind {
     Response,
 }
 
-/// A JSON-RPC error, with the HTTP status to answer it with when it ends a
-/// request before any JSON-RPC exchange could happen.
+/// A JSON-RPC error object: code, message, and optional data (mcpgate puts
+/// the server's name there when one server caused it).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RpcError {
     pub code: i64,

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, bounded};
+use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
 use parking_lot::{Condvar, Mutex};
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -522,7 +522,7 @@ impl Session {
     }
 
     /// The downstream session with `server` if it is open now; never opens one.
-    pub fn open_downstream(&self, server: &str) -> Option<Arc<Downstream>> {
+    pub fn downstream_if_open(&self, server: &str) -> Option<Arc<Downstream>> {
         match self.state.lock().slots.get(server) {
             Some(Slot::Open(d)) => Some(d.clone()),
             _ => None,
@@ -717,12 +717,16 @@ impl Session {
             if st.streams.last().is_some_and(|s| s.id == id && s.tx.same_channel(&tx)) {
                 match tx.try_send(event) {
                     Ok(()) => return,
-                    Err(_) => {
+                    Err(TrySendError::Full(_)) => {
                         crate::limited!(
                             warn,
                             "session {}: a GET stream fell {STREAM_QUEUE} messages behind; ended",
                             short(&self.id)
                         );
+                        st.streams.pop();
+                    }
+                    // Its writer ended (the client left) and has not detached yet.
+                    Err(TrySendError::Disconnected(_)) => {
                         st.streams.pop();
                     }
                 }

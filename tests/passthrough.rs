@@ -464,3 +464,23 @@ fn answers_and_cancels_get_through_while_every_lane_is_busy() {
         a.stats()
     );
 }
+
+/// A client that goes away from its `GET` stream has not fallen behind:
+/// the log must not say so (an operator would hunt a slow client).
+#[test]
+fn a_get_stream_whose_client_left_is_not_reported_as_fallen_behind() {
+    let fx = Fixture::start("fx", &[]);
+    let gate = gate_for(&[&fx]);
+    let mut client = session_with(&gate, json!({}));
+    for _ in 0..3 {
+        let stream = client.open_stream();
+        assert!(wait_until(Duration::from_secs(5), || fx.count("get_streams_open") == 1), "{}", fx.stats());
+        stream.close();
+        for _ in 0..4 {
+            let reply = client.request("tools/call", json!({"name": "fx__notify", "arguments": {"kind": "message"}}));
+            reply.result();
+        }
+    }
+    let log = gate.stderr();
+    assert!(!log.contains("fell"), "a client that left was reported as falling behind:\n{log}");
+}

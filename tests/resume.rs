@@ -48,8 +48,9 @@ fn a_post_answer_lost_with_its_connection_is_replayed_on_get() {
     let mut client = gate.client();
     client.initialize();
     // A call with progress answers over SSE; take its events, then ask for
-    // its stream again from the first progress event, as a client whose
-    // connection broke there would.
+    // its stream again after the priming event (`1-0`, before any progress),
+    // as a client whose connection broke right after it opened would: both
+    // progress events and the answer are replayed.
     let reply = client.request(
         "tools/call",
         json!({"name": "fx__slow", "arguments": {"ms": 200, "steps": 2}, "_meta": {"progressToken": "t"}}),
