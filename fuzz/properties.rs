@@ -2,8 +2,8 @@
 //! that every input the fuzzers found stays a test.
 
 use mcpgate::config::Config;
-use mcpgate::jsonrpc::{self, Kind, Message, Params};
-use mcpgate::sse::{self, Decoder};
+use mcpgate::protocol::jsonrpc::{self, Kind, Message, Params};
+use mcpgate::protocol::sse::{self, Decoder};
 
 /// Any bytes as a POST body: parsing and classifying never panic, and what
 /// mcpgate writes back is valid JSON text (a number too large for f64 is

@@ -1,4 +1,3 @@
-#![forbid(unsafe_code)]
 //! The configuration file: JSON with the `mcpServers` map that Claude Desktop,
 //! Cursor and VS Code use, plus mcpgate's own top-level keys.
 //!
@@ -14,7 +13,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use crate::catalog::Filter;
+use crate::gateway::catalog::Filter;
 
 /// One documented configuration key.
 pub struct Key {

@@ -1,34 +1,35 @@
 //! mcpgate: one Streamable HTTP endpoint in front of many MCP servers, with a
 //! session lifecycle that never leaks.
 //!
-//! The data path, module by module: `httpd` (sockets, threads, SSE framing)
-//! hands plain requests to `app`, which routes `/mcp` to `gateway` (MCP,
-//! sessions, routing) and the status pages to `status`. A `gateway::Gateway`
-//! holds `session::Session`s; each holds one `downstream::Downstream` per
-//! configured server, whose `GET` stream a `reader` thread reads. `catalog`
-//! merges the servers' lists; the `reaper` evicts idle sessions. Every
-//! session ends through `session::close_sessions`, and every downstream
-//! session through `downstream::close_all`.
+//! The request path, room by room:
+//! - [`http`]: the front door: sockets, connection threads, request heads
+//!   and bodies with their limits, replies and SSE framing; the route table
+//!   and who may pass (tokens, `Origin`, `Host`).
+//! - [`protocol`]: JSON-RPC messages, SSE events, and the protocol versions
+//!   mcpgate speaks.
+//! - [`gateway`]: MCP on `/mcp`: the HTTP side of each request
+//!   (`endpoint`), what each method does (`dispatch`), the merged lists
+//!   (`lists`, `catalog`), tasks, and reloads.
+//! - [`session`]: a client session: its downstream slots, its streams and
+//!   their replay log, and the routing of calls and server requests in both
+//!   directions; `close_sessions`, the one way a session ends.
+//! - [`downstream`]: the client side of each server, behind one seam
+//!   (`Link`) for Streamable HTTP and stdio; `close_all`, the one way a
+//!   downstream session ends.
+//! - [`runtime`]: what runs beside the requests: the reaper, the state
+//!   file, systemd notification, threads, memory accounting, OS calls.
+//! - [`status`]: the counters, and the status page drawn from them.
+//!
+//! [`config`] is read by all of them.
+// No unsafe code, but in one place: `runtime::sys`, the OS calls, which
+// allows it for itself and documents each block.
 #![deny(unsafe_code)]
 
-pub mod access;
-pub mod app;
-pub mod catalog;
 pub mod config;
 pub mod downstream;
 pub mod gateway;
 pub mod http;
-pub mod jsonrpc;
-pub mod memory;
-pub mod notify;
-pub mod ratelog;
-pub mod reaper;
+pub mod protocol;
+pub mod runtime;
 pub mod session;
-pub mod sha256;
-pub mod sse;
-pub mod state;
-pub mod stats;
 pub mod status;
-pub mod sys;
-pub mod tasks;
-pub mod threads;

@@ -8,15 +8,15 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
 
-use mcpgate::app::Mcpgate;
 use mcpgate::config::{self, Config, ConfigError, Source};
 use mcpgate::gateway::Gateway;
+use mcpgate::http::routes::Mcpgate;
 use mcpgate::http::{self, Httpd};
-use mcpgate::notify::{self, Notifier};
+use mcpgate::runtime::notify::{self, Notifier};
+use mcpgate::runtime::state::{self, StateFile};
+use mcpgate::runtime::sys::{self, Signal};
+use mcpgate::runtime::{reaper, threads};
 use mcpgate::session::CloseReason;
-use mcpgate::state::{self, StateFile};
-use mcpgate::sys::{self, Signal};
-use mcpgate::{reaper, threads};
 
 const USAGE: &str = "\
 usage: mcpgate --config FILE [--listen ADDR]

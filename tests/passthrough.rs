@@ -82,8 +82,8 @@ fn raw_post(gate: &Gate, session: &str, version: &str, body: &str) -> (String, V
 }
 
 /// The SSE events of a body, as mcpgate's decoder reads them.
-fn sse_events(body: &[u8]) -> Vec<mcpgate::sse::Event> {
-    let mut decoder = mcpgate::sse::Decoder::new(std::io::BufReader::new(body), 1 << 20);
+fn sse_events(body: &[u8]) -> Vec<mcpgate::protocol::sse::Event> {
+    let mut decoder = mcpgate::protocol::sse::Decoder::new(std::io::BufReader::new(body), 1 << 20);
     let mut events = Vec::new();
     while let Some(event) = decoder.next_event().expect("valid SSE") {
         events.push(event);

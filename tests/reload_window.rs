@@ -10,11 +10,11 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mcpgate::access::Access;
 use mcpgate::config::Config;
 use mcpgate::downstream::{self, Limits, Server};
 use mcpgate::gateway::Gateway;
-use mcpgate::jsonrpc;
+use mcpgate::http::access::Access;
+use mcpgate::protocol::jsonrpc;
 use mcpgate::session::Session;
 use serde_json::json;
 use support::{Fixture, wait_until};

@@ -62,7 +62,7 @@ impl Answer {
         let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
         let mut messages = Vec::new();
         if head.to_ascii_lowercase().contains("text/event-stream") {
-            let mut decoder = mcpgate::sse::Decoder::new(std::io::BufReader::new(&body[..]), 16 << 20);
+            let mut decoder = mcpgate::protocol::sse::Decoder::new(std::io::BufReader::new(&body[..]), 16 << 20);
             // A cut-off or broken stream ends the list: what came before it counts.
             while let Ok(Some(event)) = decoder.next_event() {
                 if let Ok(message) = serde_json::from_str::<Value>(&event.data) {

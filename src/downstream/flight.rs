@@ -1,4 +1,3 @@
-#![forbid(unsafe_code)]
 //! Requests in flight to one server, and what bounds them.
 //!
 //! A server has `calls_per_server` lanes. A request to the server holds a
@@ -21,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::stats::Gauge;
+use crate::status::stats::Gauge;
 
 /// Why a flight was ended early.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

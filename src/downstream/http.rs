@@ -1,4 +1,3 @@
-#![forbid(unsafe_code)]
 //! The Streamable HTTP transport: a `POST` per message, answers as JSON or
 //! as an SSE stream (resumed with `Last-Event-ID` when it drops), the
 //! server's own messages on a `GET` stream read by a [`Reader`] thread, and
@@ -17,10 +16,10 @@ use ureq::http::Response;
 use super::reader::{self, Reader};
 use super::{Arrival, Downstream, DownstreamError, Flight, Inbox, Limits, Link, Opened, PROTOCOL_VERSIONS, Server};
 use crate::config::HttpConfig;
-use crate::jsonrpc::{self, Kind, Message};
 use crate::limited;
-use crate::memory::Charge;
-use crate::sse;
+use crate::protocol::jsonrpc::{self, Kind, Message};
+use crate::protocol::sse;
+use crate::runtime::memory::Charge;
 
 /// What a server reached over HTTP keeps: the agents it talks through.
 pub(crate) struct Endpoint {

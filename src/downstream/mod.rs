@@ -1,4 +1,3 @@
-#![forbid(unsafe_code)]
 //! The client side: one [`Server`] per configured MCP server (its limits,
 //! lanes and health), and the [`Downstream`] sessions opened on it, one per
 //! client session (or one shared by all, for a shared stdio server).
@@ -20,10 +19,10 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::config::{Config, ServerConfig, Transport};
-use crate::jsonrpc::{self, Message};
 use crate::limited;
-use crate::state::Journal;
-use crate::stats::{Gauge, Stats};
+use crate::protocol::jsonrpc::{self, Message};
+use crate::runtime::state::Journal;
+use crate::status::stats::{Gauge, Stats};
 
 pub mod flight;
 mod http;
@@ -604,7 +603,7 @@ pub fn close_all(list: &[Arc<Downstream>], parallel: usize) {
         // A failed write is logged by the writer; the DELETEs go all the same.
         let _ = journal.commit();
     }
-    crate::threads::for_each_parallel("close", &claimed, parallel, |d| {
+    crate::runtime::threads::for_each_parallel("close", &claimed, parallel, |d| {
         if let Err(e) = d.link.end(d) {
             d.server.stats.downstream_delete_failures.inc();
             limited!(

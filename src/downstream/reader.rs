@@ -1,4 +1,3 @@
-#![forbid(unsafe_code)]
 //! The reader of one downstream session's `GET` stream: a thread of its own
 //! with its own ureq Agent, so that the close path can stop it at once
 //! (`Agent::shutdown` unblocks its read) and join it.
@@ -14,9 +13,9 @@ use ureq::http::Response;
 
 use super::http::{Endpoint, stream_agent};
 use super::{Downstream, DownstreamError, Inbox, Server};
-use crate::jsonrpc::Message;
-use crate::sse;
-use crate::threads;
+use crate::protocol::jsonrpc::Message;
+use crate::protocol::sse;
+use crate::runtime::threads;
 
 /// Reconnect delays of a dropped stream: exponential with jitter.
 const BACKOFF_MIN: Duration = Duration::from_millis(500);

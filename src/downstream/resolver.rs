@@ -1,4 +1,3 @@
-#![forbid(unsafe_code)]
 //! Name resolution for the HTTP client, without threads where none is
 //! needed. ureq's own resolver starts an unnamed thread with a 2 MiB stack
 //! for every lookup that has a timeout, and panics (aborting mcpgate) when
@@ -15,7 +14,7 @@ use ureq::http::Uri;
 use ureq::unversioned::resolver::{ResolvedSocketAddrs, Resolver};
 use ureq::unversioned::transport::NextTimeout;
 
-use crate::threads;
+use crate::runtime::threads;
 
 /// Addresses ureq keeps from a lookup (`ResolvedSocketAddrs` holds 16).
 const MAX_ADDRS: usize = 16;

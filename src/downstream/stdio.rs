@@ -1,4 +1,3 @@
-#![forbid(unsafe_code)]
 //! The stdio transport: a server that is a program mcpgate starts and
 //! speaks to in newline-delimited JSON-RPC on its stdin and stdout, as
 //! Claude Desktop's `command`/`args`/`env` entries describe.
@@ -43,13 +42,13 @@ use serde_json::{Value, json};
 
 use super::{Arrival, Downstream, DownstreamError, Flight, Inbox, Link, Opened, Server};
 use crate::config::{BASE_ENV, Sharing, StdioConfig};
-use crate::jsonrpc::{self, Kind, Message};
 use crate::limited;
-use crate::memory::Charge;
-use crate::ratelog::RateLimit;
-use crate::stats::{Counter, Gauge};
-use crate::sys::{self, ChildSignal};
-use crate::threads;
+use crate::protocol::jsonrpc::{self, Kind, Message};
+use crate::runtime::memory::Charge;
+use crate::runtime::ratelog::RateLimit;
+use crate::runtime::sys::{self, ChildSignal};
+use crate::runtime::threads;
+use crate::status::stats::{Counter, Gauge};
 
 /// Lines of a child's stderr logged before they are rate-limited.
 const STDERR_BURST: u64 = 50;
@@ -720,7 +719,7 @@ fn ask_a_client(server: &Arc<Server>, child: &Arc<Child>, message: Message) {
         }
         _ => {
             let Some(id) = &message.id else { return };
-            let error = crate::jsonrpc::RpcError::internal(format!(
+            let error = crate::protocol::jsonrpc::RpcError::internal(format!(
                 "mcpgate cannot tell which client `{}` is for: this server is shared and no single client session has \
                  a request running on it",
                 message.method()
@@ -808,7 +807,7 @@ fn log_stderr(name: &str, stderr: std::process::ChildStderr) {
         if seen <= STDERR_BURST {
             log::info!("server `{name}` (stderr): {text}");
         } else if let Some(suppressed) = limit.allow() {
-            log::info!("server `{name}` (stderr): {text}{}", crate::ratelog::more(suppressed, &limit));
+            log::info!("server `{name}` (stderr): {text}{}", crate::runtime::ratelog::more(suppressed, &limit));
         }
     }
 }

@@ -1,4 +1,3 @@
-#![forbid(unsafe_code)]
 //! The upstream HTTP/1.1 front door: what a client's bytes become before
 //! any MCP is spoken, and how replies go back.
 //!
@@ -27,11 +26,13 @@ use std::time::Duration;
 use crossbeam_channel::Receiver;
 use serde_json::Value;
 
-use crate::jsonrpc::{self, RpcError};
-use crate::memory::Event;
+use crate::protocol::jsonrpc::{self, RpcError};
+use crate::runtime::memory::Event;
 
+pub mod access;
 mod request;
 mod response;
+pub mod routes;
 mod server;
 
 pub use server::{Httpd, RESERVED};

@@ -1,4 +1,3 @@
-#![forbid(unsafe_code)]
 //! Reading one request off a connection: the head with `httparse`, inside a
 //! deadline and a byte and header budget, then the body by the framing
 //! rules of RFC 9112 §6: `Content-Length`, or `Transfer-Encoding: chunked`
@@ -12,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{HEADERS, Options};
-use crate::memory::Charge;
+use crate::runtime::memory::Charge;
 
 /// Bytes read from the socket at a time.
 const READ_SIZE: usize = 8 * 1024;

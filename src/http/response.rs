@@ -1,4 +1,3 @@
-#![forbid(unsafe_code)]
 //! Writing to a client: response heads, bodies and SSE chunks. A client
 //! must take each 64 KiB within the write timeout: a deadline per piece,
 //! not per `write()`, so a client that reads a trickle cannot hold a

@@ -1,4 +1,3 @@
-#![forbid(unsafe_code)]
 //! The listener and its connections: one accept thread, and one thread per
 //! connection up to `max_connections`, on which its requests run.
 //!
@@ -28,8 +27,8 @@ use super::request::{Head, ReadError, Reader};
 use super::response::{Connection, Writer};
 use super::{App, EventSink, HttpReply, HttpRequest, Options, RESERVED_PATHS, ReplyBody, StreamReply};
 use crate::limited;
-use crate::stats::Stats;
-use crate::threads;
+use crate::runtime::threads;
+use crate::status::stats::Stats;
 
 /// Extra slots for loopback peers when all `max_connections` are busy.
 pub const RESERVED: usize = 4;
@@ -299,7 +298,7 @@ fn serve_connection(stream: &Arc<TcpStream>, phase: &Phase, reserved: bool, shar
     if writer.timed_out() {
         // A client too slow to take its answer: drop what the kernel still
         // holds for it (a reset), instead of trickling it out after we left.
-        crate::sys::reset_on_close(stream);
+        crate::runtime::sys::reset_on_close(stream);
     }
     let _ = stream.shutdown(Shutdown::Both);
 }

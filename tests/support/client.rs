@@ -200,7 +200,7 @@ impl Client {
         let seen = last_id.clone();
         std::thread::spawn(move || {
             let reader = BufReader::new(response.into_body().into_reader());
-            let mut decoder = mcpgate::sse::Decoder::new(reader, 1 << 20);
+            let mut decoder = mcpgate::protocol::sse::Decoder::new(reader, 1 << 20);
             while let Ok(Some(event)) = decoder.next_event() {
                 if event.id.is_some() {
                     *seen.lock().unwrap() = event.id.clone();
@@ -265,7 +265,7 @@ fn reply_of(response: ureq::http::Response<ureq::Body>) -> Reply {
     let mut body = response.into_body();
     if content_type == "text/event-stream" {
         let reader = BufReader::new(body.into_reader());
-        let mut decoder = mcpgate::sse::Decoder::new(reader, 16 << 20);
+        let mut decoder = mcpgate::protocol::sse::Decoder::new(reader, 16 << 20);
         let mut events = Vec::new();
         while let Ok(Some(event)) = decoder.next_event() {
             if !event.data.trim().is_empty() {
@@ -349,7 +349,7 @@ impl Client {
             return (Vec::new(), serde_json::from_str(&text).unwrap_or(Value::String(text)));
         }
         let reader = BufReader::new(response.into_body().into_reader());
-        let mut decoder = mcpgate::sse::Decoder::new(reader, 16 << 20);
+        let mut decoder = mcpgate::protocol::sse::Decoder::new(reader, 16 << 20);
         let mut events = Vec::new();
         loop {
             let event = match decoder.next_event() {

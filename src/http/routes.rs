@@ -1,4 +1,3 @@
-#![forbid(unsafe_code)]
 //! Which path goes where: `/mcp` to the gateway, the status pages to
 //! `status`, after the checks every request passes (Host, Origin, access).
 
@@ -6,9 +5,9 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use crate::access;
 use crate::config::Source;
 use crate::gateway::Gateway;
+use crate::http::access;
 use crate::http::{App, EventSink, HttpReply, HttpRequest};
 use crate::status;
 

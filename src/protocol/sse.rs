@@ -1,10 +1,9 @@
-#![forbid(unsafe_code)]
 //! Server-Sent Events: a decoder with a size limit for what downstream
 //! servers send, and the encoder for what mcpgate sends to clients.
 
 use std::io::{self, BufRead};
 
-use crate::memory::{self, Charge};
+use crate::runtime::memory::{self, Charge};
 
 /// One event block. `data` is empty for a priming event (an `id` alone) or a
 /// block that only sets `retry`.

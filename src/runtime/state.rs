@@ -1,4 +1,3 @@
-#![forbid(unsafe_code)]
 //! The state file: the live client sessions with their `initialize` params
 //! and each downstream session's id, and the downstream sessions whose
 //! `DELETE` is under way, so that after a restart (clean, `kill -9`, power
@@ -32,8 +31,8 @@ use serde::{Deserialize, Serialize};
 use crate::config::{HttpConfig, ServerConfig, Transport};
 use crate::downstream::{self, Downstream, SavedDownstream, Server};
 use crate::gateway::Gateway;
+use crate::runtime::threads;
 use crate::session::{SavedSession, Session};
-use crate::threads;
 
 /// Format 2 added `closing` and the token hash; format 1 files still load.
 const FORMAT: u32 = 2;
@@ -136,7 +135,7 @@ impl StateFile {
             }
         };
         let mode = meta.permissions().mode() & 0o7777;
-        let uid = crate::sys::effective_uid();
+        let uid = crate::runtime::sys::effective_uid();
         let distrust = if !meta.file_type().is_file() {
             Some("it is not a regular file (a symlink?)".to_string())
         } else if mode & 0o022 != 0 {

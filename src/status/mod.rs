@@ -1,13 +1,14 @@
-#![forbid(unsafe_code)]
 //! The status page (`/status`, HTML with no external assets) and its JSON
 //! twin (`/status.json`), read from the counters, the servers and `/proc`.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+pub mod stats;
+
 use serde_json::{Map, Value, json};
 
 use crate::gateway::Gateway;
-use crate::threads;
+use crate::runtime::threads;
 
 /// What `/proc/self` says about the process.
 pub struct Process {
@@ -27,7 +28,7 @@ pub fn process() -> Process {
             .unwrap_or(0)
     };
     let threads = std::fs::read_dir("/proc/self/task").map(|d| d.count() as u64).unwrap_or(0);
-    let open_fds = crate::sys::open_fds().unwrap_or(0);
+    let open_fds = crate::runtime::sys::open_fds().unwrap_or(0);
     Process { threads, rss_bytes: field("VmRSS:") * 1024, open_fds }
 }
 
@@ -86,10 +87,10 @@ pub fn json(g: &Gateway) -> Value {
             "budget_by_role": current.config.thread_budget().into_iter().map(|(role, n)| (role.to_string(), Value::from(n))).collect::<Map<String, Value>>(),
         },
         "memory": {
-            "buffered_bytes": crate::memory::used(),
-            "limit_bytes": crate::memory::limit(),
-            "session_share_bytes": crate::memory::share(),
-            "refused": crate::memory::refused(),
+            "buffered_bytes": crate::runtime::memory::used(),
+            "limit_bytes": crate::runtime::memory::limit(),
+            "session_share_bytes": crate::runtime::memory::share(),
+            "refused": crate::runtime::memory::refused(),
         },
         "state": {
             "file": g.journal.path().map(|p| p.display().to_string()),

@@ -1,4 +1,3 @@
-#![forbid(unsafe_code)]
 //! Counters and gauges for the status page. Relaxed atomics: each number is
 //! exact on its own; a reader may see two of them a moment apart.
 

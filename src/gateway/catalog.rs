@@ -1,4 +1,3 @@
-#![forbid(unsafe_code)]
 //! Merging what several servers offer into one list per kind, and finding
 //! which server owns a name or URI. Tools and prompts are renamed
 //! `<prefix><separator><name>` (`files__read`), made to fit what clients
@@ -9,7 +8,7 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
-use crate::jsonrpc::RpcError;
+use crate::protocol::jsonrpc::RpcError;
 
 /// The four lists MCP paginates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -110,7 +109,7 @@ pub fn exposed_name(naming: &Naming, name: &str) -> String {
     let room = naming.max.saturating_sub(HASH_SUFFIX);
     match room.checked_sub(separator.len() + name.len()) {
         Some(keep) if !prefix.is_empty() && keep >= 1 => {
-            let hash = &crate::sha256::hex(raw.as_bytes())[..8];
+            let hash = &crate::runtime::sha256::hex(raw.as_bytes())[..8];
             format!("{}{separator}{name}-{hash}", &prefix[..keep.min(prefix.len())])
         }
         _ => hashed(&clean, &raw, naming.max),
@@ -127,7 +126,7 @@ fn fit_charset(text: &str) -> String {
 
 /// `clean` cut to leave room for `-` and a hash of `raw`.
 fn hashed(clean: &str, raw: &str, max: usize) -> String {
-    let hash = &crate::sha256::hex(raw.as_bytes())[..8];
+    let hash = &crate::runtime::sha256::hex(raw.as_bytes())[..8];
     let keep = clean.len().min(max.saturating_sub(HASH_SUFFIX));
     format!("{}-{hash}", &clean[..keep])
 }
@@ -435,7 +434,7 @@ mod tests {
         assert_eq!(third["tools"].as_array().unwrap().len(), 1);
         assert!(third.get("nextCursor").is_none());
         for bad in ["x", "mcpgate-zz", "mcpgate-ff"] {
-            assert_eq!(list.page(Some(bad), 2).unwrap_err().code, crate::jsonrpc::INVALID_PARAMS, "{bad}");
+            assert_eq!(list.page(Some(bad), 2).unwrap_err().code, crate::protocol::jsonrpc::INVALID_PARAMS, "{bad}");
         }
     }
 

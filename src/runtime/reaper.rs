@@ -1,4 +1,3 @@
-#![forbid(unsafe_code)]
 //! The reaper: one thread that closes idle sessions through the one close
 //! path, ends requests to servers silent past the request timeout, stops
 //! shared stdio processes nobody uses, and joins threads that outlived
@@ -11,8 +10,8 @@ use std::time::Duration;
 use crossbeam_channel::{Sender, bounded, select, tick};
 
 use crate::gateway::Gateway;
+use crate::runtime::threads;
 use crate::session::CloseReason;
-use crate::threads;
 
 pub struct Reaper {
     stop: Sender<()>,

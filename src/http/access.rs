@@ -1,4 +1,3 @@
-#![forbid(unsafe_code)]
 //! Who may talk to mcpgate: the `Origin` check (DNS rebinding), bearer
 //! tokens for `/mcp`, and the rule for the status pages.
 
@@ -6,7 +5,7 @@ use serde_json::Value;
 
 use crate::config::{Config, Token};
 use crate::http::{HttpReply, HttpRequest};
-use crate::jsonrpc::{self, RpcError};
+use crate::protocol::jsonrpc::{self, RpcError};
 
 /// What a request may reach once admitted.
 #[derive(Debug, Clone, PartialEq, Eq)]

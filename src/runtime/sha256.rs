@@ -1,4 +1,3 @@
-#![forbid(unsafe_code)]
 //! SHA-256 (FIPS 180-4), for what must be recognised without being kept:
 //! the state file stores the hash of the token that created a session,
 //! never the token. Small and checked against the standard's vectors.

@@ -1,4 +1,3 @@
-#![forbid(unsafe_code)]
 //! Tasks (protocol 2025-11-25, experimental) through the gateway. A server
 //! mints its task ids, so two servers may mint the same one: a client sees
 //! ids of mcpgate's, scoped to its session, each standing for one server's

@@ -1,4 +1,3 @@
-#![forbid(unsafe_code)]
 //! systemd's notify protocol (`Type=notify`): READY, STATUS, RELOADING,
 //! STOPPING, and watchdog pings sent only after mcpgate has answered its
 //! own `/healthz`, so a wedged listener stops the pings and systemd
@@ -14,7 +13,7 @@ use std::time::Duration;
 use crossbeam_channel::{Sender, bounded, select, tick};
 
 use crate::gateway::Gateway;
-use crate::threads;
+use crate::runtime::threads;
 
 /// A connection to systemd's notify socket.
 pub struct Notifier {

@@ -1,4 +1,3 @@
-#![forbid(unsafe_code)]
 //! Client sessions: each holds one slot per server for its downstream
 //! session, its `GET` streams, the requests in flight in both directions and
 //! its merged lists. [`close_sessions`] is the one way a session ends.
@@ -13,16 +12,16 @@ use parking_lot::{Condvar, Mutex};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::access::Access;
-use crate::catalog::{List, ListKind};
 use crate::downstream::{self, Downstream, Inbox, Server};
 use crate::downstream::{Flight, Stop};
-use crate::jsonrpc::{self, Kind, Message, RpcError};
-use crate::memory::{self, Event, Held};
-use crate::sse;
-use crate::state::Journal;
-use crate::stats::Stats;
-use crate::tasks::{self, TaskIds};
+use crate::gateway::catalog::{List, ListKind};
+use crate::gateway::tasks::{self, TaskIds};
+use crate::http::access::Access;
+use crate::protocol::jsonrpc::{self, Kind, Message, RpcError};
+use crate::protocol::sse;
+use crate::runtime::memory::{self, Event, Held};
+use crate::runtime::state::Journal;
+use crate::status::stats::Stats;
 
 /// Messages kept for a client that has no `GET` stream open yet; in bytes,
 /// what the session holds stays within its share of `max_memory_mb`.
@@ -200,7 +199,7 @@ impl Session {
             init_params,
             client_name,
             access.servers().map(<[String]>::to_vec),
-            access.bearer().map(|token| crate::sha256::digest(token.as_bytes())),
+            access.bearer().map(|token| crate::runtime::sha256::digest(token.as_bytes())),
             Instant::now(),
         )
     }
@@ -285,7 +284,7 @@ impl Session {
         match (access.bearer(), &self.token) {
             (None, _) => true,
             (Some(presented), Some(token)) => {
-                crate::access::constant_time_eq(&crate::sha256::digest(presented.as_bytes()), token)
+                crate::http::access::constant_time_eq(&crate::runtime::sha256::digest(presented.as_bytes()), token)
             }
             (Some(_), None) => false,
         }

@@ -1,4 +1,3 @@
-#![forbid(unsafe_code)]
 //! The `/mcp` endpoint: plain requests in, plain replies out. Knows MCP,
 //! sessions and routing; knows nothing of tiny_http (see `httpd`).
 
@@ -9,17 +8,20 @@ use parking_lot::Mutex;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
-use crate::access::Access;
-use crate::catalog::{self, List, ListKind, ServerItems};
 use crate::config::Config;
 use crate::downstream::stdio::Children;
 use crate::downstream::{self, Arrival, Context, Downstream, DownstreamError, Limits, PROTOCOL_VERSIONS, Server};
+use crate::http::access::Access;
 use crate::http::{EventSink, HttpReply, HttpRequest, NoStream, StreamReply};
-use crate::jsonrpc::{self, Kind, Message, Params, RpcError};
+use crate::protocol::jsonrpc::{self, Kind, Message, Params, RpcError};
+use crate::runtime::state::Journal;
+use crate::runtime::threads;
 use crate::session::{self, CloseReason, Session, Sessions};
-use crate::state::Journal;
-use crate::stats::Stats;
-use crate::{tasks, threads};
+use crate::status::stats::Stats;
+use catalog::{List, ListKind, ServerItems};
+
+pub mod catalog;
+pub mod tasks;
 
 pub const SESSION_HEADER: &str = "mcp-session-id";
 pub const VERSION_HEADER: &str = "mcp-protocol-version";
@@ -106,7 +108,7 @@ impl From<RpcError> for Outcome {
 
 impl Gateway {
     pub fn new(config: Config) -> Gateway {
-        crate::memory::set_limit(config.max_memory);
+        crate::runtime::memory::set_limit(config.max_memory);
         let stats = Arc::new(Stats::default());
         let journal = Arc::new(Journal::new(config.state_file.as_deref()));
         let children = Children::new(config.max_processes, config.stdio_grace, config.max_message_bytes);
@@ -179,7 +181,7 @@ impl Gateway {
             && self.trimmed_at.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
         {
             self.trim_owed.store(false, Ordering::Relaxed);
-            crate::sys::release_free_memory();
+            crate::runtime::sys::release_free_memory();
         } else {
             self.trim_owed.store(true, Ordering::Relaxed);
         }
@@ -235,7 +237,7 @@ impl Gateway {
         outcome
             .changed
             .extend(servers.iter().filter(|s| old.server(s.name()).is_none()).map(|s| format!("{} (new)", s.name())));
-        crate::memory::set_limit(new.max_memory);
+        crate::runtime::memory::set_limit(new.max_memory);
         *self.current.write() = Arc::new(Current { config: new, servers });
         // After the swap: an open that finishes now sees its server retired and closes itself.
         for server in &retired {
@@ -551,15 +553,15 @@ impl Gateway {
     fn resources_short(&self) -> Option<String> {
         let servers = self.current().servers.len() as u64;
         let reserve = 64 + 4 * servers;
-        let limit = crate::sys::fd_limit();
-        let open = crate::sys::open_fds().unwrap_or(limit);
+        let limit = crate::runtime::sys::fd_limit();
+        let open = crate::runtime::sys::open_fds().unwrap_or(limit);
         if open + reserve + 2 * servers > limit {
             return Some(format!(
                 "mcpgate is near its limit of open files ({open} of {limit} open, {reserve} kept for the sessions \
                  that are open); try again later"
             ));
         }
-        let left = crate::sys::thread_headroom()?;
+        let left = crate::runtime::sys::thread_headroom()?;
         let reserve = 8 + servers;
         (left < reserve + servers).then(|| {
             format!(
@@ -1303,7 +1305,7 @@ fn accepts(accept: &str, mime: &str) -> bool {
 /// A session id: 128 bits from the OS random source, as 32 hex digits.
 fn new_session_id() -> std::io::Result<String> {
     let mut bytes = [0u8; 16];
-    crate::sys::random(&mut bytes)?;
+    crate::runtime::sys::random(&mut bytes)?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 

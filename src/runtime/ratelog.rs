@@ -1,4 +1,3 @@
-#![forbid(unsafe_code)]
 //! Rate limits for log lines that an attacker or a broken peer can repeat
 //! at will (a refused connection, a dropped message, a failing disk): one
 //! line per interval per call site, saying how many were suppressed. A log
@@ -58,9 +57,9 @@ pub fn more(suppressed: u64, every: &RateLimit) -> String {
 #[macro_export]
 macro_rules! limited {
     ($level:ident, $($arg:tt)+) => {{
-        static LIMIT: $crate::ratelog::RateLimit = $crate::ratelog::RateLimit::new(std::time::Duration::from_secs(10));
+        static LIMIT: $crate::runtime::ratelog::RateLimit = $crate::runtime::ratelog::RateLimit::new(std::time::Duration::from_secs(10));
         if let Some(suppressed) = LIMIT.allow() {
-            log::$level!("{}{}", format_args!($($arg)+), $crate::ratelog::more(suppressed, &LIMIT));
+            log::$level!("{}{}", format_args!($($arg)+), $crate::runtime::ratelog::more(suppressed, &LIMIT));
         }
     }};
 }

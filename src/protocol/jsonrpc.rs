@@ -1,4 +1,3 @@
-#![forbid(unsafe_code)]
 //! JSON-RPC 2.0 messages as MCP uses them: parsing, classification and the
 //! few shapes mcpgate writes. Params and results stay raw JSON text so that
 //! what mcpgate only forwards is never re-serialized.

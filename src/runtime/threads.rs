@@ -1,4 +1,3 @@
-#![forbid(unsafe_code)]
 //! Thread roles: every thread mcpgate starts is spawned here, named
 //! `mcpgate-<role>-<detail>` so that `/proc/self/task/*/comm` (15 bytes)
 //! still shows the role, with a small stack.

@@ -1,4 +1,3 @@
-#![forbid(unsafe_code)]
 //! The bytes of messages mcpgate holds, counted against `max_memory_mb`:
 //! request bodies, events queued for clients and kept for their replay,
 //! and events still arriving from servers. Each holding is a [`Charge`],
