@@ -1,0 +1,508 @@
+//! What each MCP method does once its session is known: answered here
+//! (`ping`, lists, `logging/setLevel`), or forwarded to the server that owns
+//! the tool, prompt, resource or task, on that session's downstream session
+//! with that server; and what the client sends that is not a request
+//! (notifications, answers to a server's requests).
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use serde_json::{Map, Value, json};
+
+use crate::downstream::{Arrival, Downstream, DownstreamError, Server};
+use crate::protocol::jsonrpc::{self, Message, Params, RpcError};
+use crate::runtime::threads;
+use crate::session::{self, Session};
+
+use super::catalog::ListKind;
+use super::endpoint::PostStream;
+use super::lists::{fetch_pages, filter_for, naming};
+use super::{Gateway, catalog, tasks, visible};
+
+/// A server's answer with its task ids rewritten to the client's.
+pub(super) fn tasks_from(session: &Session, server: &Server, mut answer: Message) -> Message {
+    if let Some(result) = answer.result.as_deref()
+        && let Ok(mut value) = serde_json::from_str::<Value>(result.get())
+    {
+        session.tasks_from(server.name(), &mut value);
+        answer.result = Some(jsonrpc::raw(&value));
+    }
+    answer
+}
+
+pub(super) fn instructions(opened: &[Arc<Downstream>]) -> Option<String> {
+    let parts: Vec<String> = opened
+        .iter()
+        .filter_map(|d| {
+            d.instructions
+                .as_ref()
+                .filter(|t| !t.trim().is_empty())
+                .map(|t| format!("## {}\n{}", d.server.name(), t.trim()))
+        })
+        .collect();
+    if parts.is_empty() { None } else { Some(parts.join("\n\n")) }
+}
+
+impl Gateway {
+    /// Why a new session must wait: too few file descriptors or threads
+    /// left. A session takes about two descriptors and one thread (its
+    /// reader) per server; what is kept back serves the sessions that are
+    /// open (their requests need connection threads), closes them (a DELETE
+    /// each) and answers the status page. Without the margin, descriptors
+    /// ran out and the DELETEs that keep mcpgate's promise failed, and
+    /// sessions got no reader.
+    pub(super) fn resources_short(&self) -> Option<String> {
+        let servers = self.current().servers.len() as u64;
+        let reserve = 64 + 4 * servers;
+        let limit = crate::runtime::sys::fd_limit();
+        let open = crate::runtime::sys::open_fds().unwrap_or(limit);
+        if open + reserve + 2 * servers > limit {
+            return Some(format!(
+                "mcpgate is near its limit of open files ({open} of {limit} open, {reserve} kept for the sessions \
+                 that are open); try again later"
+            ));
+        }
+        let left = crate::runtime::sys::thread_headroom()?;
+        let reserve = 8 + servers;
+        (left < reserve + servers).then(|| {
+            format!(
+                "mcpgate is near its limit of threads ({left} more may start, {reserve} kept for the sessions that \
+                 are open); try again later"
+            )
+        })
+    }
+
+    /// Opens (or reuses) the session's downstream session with every server,
+    /// in parallel; returns those that are open.
+    pub(super) fn open_all(&self, session: &Session) -> Vec<Arc<Downstream>> {
+        let cur = self.current();
+        let servers = visible(&cur, session);
+        let opened = Mutex::new(Vec::new());
+        threads::for_each_parallel("fanout", &servers, servers.len(), |server| {
+            if let Ok(d) = session.downstream(server, cur.config.open_retry) {
+                opened.lock().push(d);
+            }
+        });
+        let mut opened = opened.into_inner();
+        opened.sort_by_key(|d| cur.rank(d.server.name()));
+        opened
+    }
+
+    /// What mcpgate offers a client: the union of what its servers offer. A
+    /// server that is not open counts as offering tools, prompts and
+    /// resources, so the client asks again once it is back.
+    pub(super) fn capabilities(&self, session: &Session, opened: &[Arc<Downstream>]) -> Value {
+        let all_open = opened.len() == visible(&self.current(), session).len();
+        let mut caps = Map::new();
+        for kind in ["tools", "prompts", "resources"] {
+            let offering: Vec<&Value> =
+                opened.iter().filter_map(|d| d.capabilities.get(kind)).filter(|v| v.is_object()).collect();
+            if offering.is_empty() && all_open {
+                continue;
+            }
+            let list_changed = !all_open || offering.iter().any(|v| v["listChanged"] == true);
+            let mut cap = json!({ "listChanged": list_changed });
+            if kind == "resources" {
+                cap["subscribe"] = Value::Bool(offering.iter().any(|v| v["subscribe"] == true));
+            }
+            caps.insert(kind.into(), cap);
+        }
+        for kind in ["logging", "completions"] {
+            if opened.iter().any(|d| d.offers(kind)) {
+                caps.insert(kind.into(), json!({}));
+            }
+        }
+        if let Some(tasks) = tasks::merge_capabilities(opened.iter().filter_map(|d| d.capabilities.get("tasks"))) {
+            caps.insert("tasks".into(), tasks);
+        }
+        Value::Object(caps)
+    }
+
+    pub(super) fn request(&self, session: &Arc<Session>, message: &Message, events: &mut PostStream<'_>) -> Outcome {
+        let method = message.method();
+        if let Some(kind) = ListKind::from_method(method) {
+            return self.list_page(session, kind, message);
+        }
+        let params = match Params::of(message) {
+            Ok(p) => p,
+            Err(e) => return e.into(),
+        };
+        // A task-augmented call answers with the server's task id: the client gets one of its session's.
+        let task_ids = (method == "tools/call" && params.contains("task")) || method.starts_with("tasks/");
+        let result = match method {
+            "ping" => return Outcome::Result(json!({})),
+            "initialize" => {
+                return RpcError::new(jsonrpc::INVALID_REQUEST, "this session is already initialized").into();
+            }
+            "tasks/get" | "tasks/result" | "tasks/cancel" => self.by_task(session, message, params),
+            "tasks/list" => return self.list_tasks(session, message),
+            "tools/call" => self.by_name(session, ListKind::Tools, message, params),
+            "prompts/get" => self.by_name(session, ListKind::Prompts, message, params),
+            "resources/read" | "resources/subscribe" | "resources/unsubscribe" => self.by_uri(session, message, params),
+            "completion/complete" => self.completion(session, message, params),
+            "logging/setLevel" => return self.set_level(session, message),
+            _ => return RpcError::new(jsonrpc::METHOD_NOT_FOUND, format!("method not found: `{method}`")).into(),
+        };
+        match result {
+            Ok((server, params)) => match self.forward(session, &server, message, &params, events) {
+                Outcome::Forwarded(answer) if task_ids => Outcome::Forwarded(tasks_from(session, &server, answer)),
+                outcome => outcome,
+            },
+            Err(e) => e.into(),
+        }
+    }
+
+    /// `tasks/get`, `tasks/result` and `tasks/cancel`: the server of the
+    /// client's task id, and the params with the server's own id.
+    fn by_task(
+        &self,
+        session: &Arc<Session>,
+        message: &Message,
+        mut params: Params,
+    ) -> Result<(Arc<Server>, Params), RpcError> {
+        let Some(id) = params.str("taskId") else {
+            return Err(RpcError::invalid_params(format!("{} needs `taskId` (a string)", message.method())));
+        };
+        let (name, theirs) =
+            session.task_target(&id).ok_or_else(|| RpcError::invalid_params(format!("unknown task `{id}`")))?;
+        let server =
+            self.current().server(&name).cloned().ok_or_else(|| RpcError::server(&name, "no longer configured"))?;
+        params.set("taskId", &Value::String(theirs));
+        Ok((server, params))
+    }
+
+    /// `tasks/list`: every server's tasks of this session, with the
+    /// client's ids, in one page.
+    fn list_tasks(&self, session: &Arc<Session>, message: &Message) -> Outcome {
+        let params = match message.params_object() {
+            Ok(p) => p,
+            Err(e) => return e.into(),
+        };
+        if let Some(cursor) = params.get("cursor").filter(|c| !c.is_null()) {
+            return RpcError::invalid_params(format!("invalid cursor {cursor}: mcpgate lists every task in one page"))
+                .into();
+        }
+        let cur = self.current();
+        let servers: Vec<Arc<Server>> = visible(&cur, session)
+            .into_iter()
+            .filter(|s| {
+                session.downstream_if_open(s.name()).is_some_and(|d| d.capabilities["tasks"].get("list").is_some())
+            })
+            .collect();
+        let found: Mutex<Vec<(usize, Vec<Value>)>> = Mutex::new(Vec::new());
+        threads::for_each_parallel("fanout", &servers, servers.len(), |server| {
+            match self.on_downstream(session, server, |d| fetch_pages(d, "tasks/list", "tasks")) {
+                Ok(mut tasks) => {
+                    for task in &mut tasks {
+                        session.tasks_from(server.name(), task);
+                    }
+                    found.lock().push((cur.rank(server.name()), tasks));
+                }
+                Err(e) => crate::limited!(warn, "server `{}`: tasks/list failed: {}", server.name(), e.message),
+            }
+        });
+        let mut found = found.into_inner();
+        found.sort_by_key(|(rank, _)| *rank);
+        Outcome::Result(json!({ "tasks": found.into_iter().flat_map(|(_, tasks)| tasks).collect::<Vec<_>>() }))
+    }
+
+    /// `tools/call` and `prompts/get`: the owner of `params.name`, and the
+    /// params with the server's own name.
+    fn by_name(
+        &self,
+        session: &Arc<Session>,
+        kind: ListKind,
+        message: &Message,
+        mut params: Params,
+    ) -> Result<(Arc<Server>, Params), RpcError> {
+        let Some(name) = params.str("name") else {
+            return Err(RpcError::invalid_params(format!("{} needs `name` (a string)", message.method())));
+        };
+        let (server, original) = self.owner(session, kind, &name)?;
+        params.set("name", &Value::String(original));
+        Ok((server, params))
+    }
+
+    fn by_uri(
+        &self,
+        session: &Arc<Session>,
+        message: &Message,
+        params: Params,
+    ) -> Result<(Arc<Server>, Params), RpcError> {
+        let Some(uri) = params.str("uri") else {
+            return Err(RpcError::invalid_params(format!("{} needs `uri` (a string)", message.method())));
+        };
+        let server = self.resource_owner(session, &uri)?;
+        Ok((server, params))
+    }
+
+    fn completion(
+        &self,
+        session: &Arc<Session>,
+        message: &Message,
+        mut params: Params,
+    ) -> Result<(Arc<Server>, Params), RpcError> {
+        let reference = params.value("ref").unwrap_or(Value::Null);
+        match (reference["type"].as_str(), reference["name"].as_str(), reference["uri"].as_str()) {
+            (Some("ref/prompt"), Some(name), _) => {
+                let (server, original) = self.owner(session, ListKind::Prompts, name)?;
+                params.set("ref", &json!({ "type": "ref/prompt", "name": original }));
+                Ok((server, params))
+            }
+            (Some("ref/resource"), _, Some(uri)) => Ok((self.resource_owner(session, uri)?, params)),
+            _ => Err(RpcError::invalid_params(format!(
+                "{} needs `ref` with type ref/prompt and a name, or ref/resource and a uri",
+                message.method()
+            ))),
+        }
+    }
+
+    /// The server that lists `exposed` in the merged list of `kind`. A name
+    /// not found in a cached list is looked up once more in a fresh one.
+    fn owner(&self, session: &Arc<Session>, kind: ListKind, exposed: &str) -> Result<(Arc<Server>, String), RpcError> {
+        let cached = session.cached_list(kind);
+        for list in [cached, None] {
+            let list = match list {
+                Some(list) => list,
+                None => self.build_list(session, kind),
+            };
+            if let Some(entry) = list.find(exposed) {
+                let server = self
+                    .current()
+                    .server(&entry.server)
+                    .cloned()
+                    .ok_or_else(|| RpcError::server(&entry.server, "no longer configured"))?;
+                return Ok((server, entry.original.clone()));
+            }
+        }
+        let what = match kind {
+            ListKind::Tools => "tool",
+            _ => "prompt",
+        };
+        if let Some(hidden) = self.hidden_by_filter(session, kind, exposed) {
+            return Err(RpcError::invalid_params(hidden));
+        }
+        let mut message = format!("unknown {what} `{exposed}`");
+        let failed = session.failed_servers();
+        if !failed.is_empty() {
+            let names: Vec<String> = failed.iter().map(|(n, e)| format!("`{n}` ({e})")).collect();
+            message.push_str(&format!("; unavailable servers: {}", names.join(", ")));
+        }
+        Err(RpcError::invalid_params(message))
+    }
+
+    /// Why `exposed` names nothing: a server whose `tools`/`prompts` filter
+    /// hides the name it would stand for, if any.
+    fn hidden_by_filter(&self, session: &Session, kind: ListKind, exposed: &str) -> Option<String> {
+        let cur = self.current();
+        let key = if kind == ListKind::Tools { "tools" } else { "prompts" };
+        visible(&cur, session).iter().find_map(|server| {
+            let c = &server.config;
+            let original =
+                if c.prefix.is_empty() { exposed } else { exposed.strip_prefix(&naming(c, &cur.config).raw(""))? };
+            (!filter_for(c, kind).admits(original)).then(|| {
+                format!(
+                    "{} `{exposed}` is not exposed by this gateway: mcpServers.{}.{key} hides `{original}`",
+                    &key[..key.len() - 1],
+                    server.name()
+                )
+            })
+        })
+    }
+
+    /// The server of a resource: the one listing it, else the one whose
+    /// template matches, else the only server offering resources.
+    fn resource_owner(&self, session: &Arc<Session>, uri: &str) -> Result<Arc<Server>, RpcError> {
+        let resources =
+            session.cached_list(ListKind::Resources).unwrap_or_else(|| self.build_list(session, ListKind::Resources));
+        let mut owner = resources.find(uri).map(|e| e.server.clone());
+        if owner.is_none() {
+            let templates = session
+                .cached_list(ListKind::Templates)
+                .unwrap_or_else(|| self.build_list(session, ListKind::Templates));
+            owner = templates
+                .entries
+                .iter()
+                .find(|e| catalog::template_matches(&e.original, uri))
+                .map(|e| e.server.clone());
+        }
+        if owner.is_none() {
+            let offering: Vec<Arc<Downstream>> =
+                session.open_downstreams().into_iter().filter(|d| d.offers("resources")).collect();
+            if let [only] = offering.as_slice() {
+                owner = Some(only.server.name().to_string());
+            }
+        }
+        let name = owner.ok_or_else(|| RpcError::invalid_params(format!("no server lists resource `{uri}`")))?;
+        let server =
+            self.current().server(&name).cloned().ok_or_else(|| RpcError::server(&name, "no longer configured"))?;
+        if !server.config.resources.admits(uri) {
+            return Err(RpcError::invalid_params(format!(
+                "resource `{uri}` is not exposed by this gateway: mcpServers.{name}.resources hides it"
+            )));
+        }
+        Ok(server)
+    }
+
+    /// Sends a request to `server` with params rewritten for it; what the
+    /// server sends before its answer goes to the client on `sink`.
+    fn forward(
+        &self,
+        session: &Arc<Session>,
+        server: &Arc<Server>,
+        message: &Message,
+        params: &Params,
+        events: &mut PostStream<'_>,
+    ) -> Outcome {
+        let client_id = message.id.clone().unwrap_or(Value::Null);
+        let params = params.to_raw();
+        let mut cancelled = false;
+        let result = self.on_downstream(session, server, |downstream| {
+            let id = downstream.next_id();
+            let flight = downstream.flight();
+            session.start_call(&client_id, server.name(), &id, flight.clone());
+            let mut on_message = |arrival| match arrival {
+                // Mirrored: the client's answer becomes a stream now, its head sent.
+                Arrival::Streaming => events.start(),
+                Arrival::Message(m) => {
+                    if let Some(bytes) = session.to_client(server, m) {
+                        events.send(bytes);
+                    }
+                }
+            };
+            let result = downstream.call(&id, message.method(), Some(&params), &mut on_message, &flight);
+            // Cancelled, or its client ended the session: over, without a response.
+            cancelled = match &result {
+                Err(DownstreamError::Cancelled) => true,
+                Err(DownstreamError::Closed) => session.deleted_by_client(),
+                _ => false,
+            };
+            result
+        });
+        session.end_call(&client_id);
+        match result {
+            Ok(response) => Outcome::Forwarded(response),
+            Err(_) if cancelled => Outcome::Cancelled,
+            Err(e) => e.into(),
+        }
+    }
+
+    /// Runs `work` on the session's downstream session with `server`,
+    /// opening it if needed. If the server no longer knows that session
+    /// (HTTP 404: it restarted; or its process had ended before the request
+    /// was sent), the downstream session is closed,
+    /// opened anew, and `work` runs once more: the client never sees a
+    /// half-alive session.
+    pub(super) fn on_downstream<T>(
+        &self,
+        session: &Session,
+        server: &Arc<Server>,
+        mut work: impl FnMut(&Downstream) -> Result<T, DownstreamError>,
+    ) -> Result<T, RpcError> {
+        let downstream = session.downstream(server, self.current().config.open_retry)?;
+        let result = match work(&downstream) {
+            Err(DownstreamError::SessionGone) => {
+                crate::limited!(
+                    warn,
+                    "server `{}` no longer knows session {}'s downstream session: opening a new one and retrying once",
+                    server.name(),
+                    session::short(&session.id)
+                );
+                let downstream = session.reopen(server, &downstream)?;
+                work(&downstream)
+            }
+            other => other,
+        };
+        result.map_err(|e| {
+            if self.stopping.load(std::sync::atomic::Ordering::Acquire) {
+                RpcError::server(server.name(), "mcpgate is shutting down; the request was cut short")
+            } else {
+                RpcError::server(server.name(), server.redact(&e.to_string()))
+            }
+        })
+    }
+
+    fn set_level(&self, session: &Arc<Session>, message: &Message) -> Outcome {
+        session.remember_log_level(message.params.as_deref());
+        let targets: Vec<Arc<Downstream>> =
+            session.open_downstreams().into_iter().filter(|d| d.offers("logging")).collect();
+        threads::for_each_parallel("fanout", &targets, targets.len(), |d| {
+            let id = d.next_id();
+            match d.request(&id, "logging/setLevel", message.params.as_deref(), &mut |_| {}) {
+                Ok(m) if m.error.is_some() => {
+                    crate::limited!(warn, "server `{}` refused logging/setLevel", d.server.name())
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    crate::limited!(
+                        warn,
+                        "server `{}`: logging/setLevel: {}",
+                        d.server.name(),
+                        d.server.redact(&e.to_string())
+                    )
+                }
+            }
+        });
+        Outcome::Result(json!({}))
+    }
+
+    pub(super) fn client_notification(&self, session: &Arc<Session>, message: &Message) {
+        match message.method() {
+            "notifications/cancelled" => {
+                let Ok(params) = message.params_object() else { return };
+                let Some(request_id) = params.get("requestId") else { return };
+                let Some((downstream, id)) = session.cancel(request_id) else {
+                    log::debug!("session {}: cancel of a request not in flight ignored", session::short(&session.id));
+                    return;
+                };
+                let mut params = params.clone();
+                params.insert("requestId".into(), id);
+                if let Err(e) =
+                    downstream.notify("notifications/cancelled", Some(&jsonrpc::raw(&Value::Object(params))))
+                {
+                    crate::limited!(warn, "server `{}`: forwarding a cancel failed: {e}", downstream.server.name());
+                }
+            }
+            "notifications/roots/list_changed" => {
+                for d in session.open_downstreams() {
+                    if let Err(e) = d.notify("notifications/roots/list_changed", None) {
+                        crate::limited!(
+                            warn,
+                            "server `{}`: forwarding roots/list_changed failed: {e}",
+                            d.server.name()
+                        );
+                    }
+                }
+            }
+            "notifications/initialized" => {}
+            other => log::debug!("client notification `{other}` has no server to go to; ignored"),
+        }
+    }
+
+    /// The client answered a request a server made: send it to that server.
+    pub(super) fn client_answer(&self, session: &Arc<Session>, message: &Message) {
+        let Some((downstream, body)) = session.answer_from_client(message) else {
+            log::debug!("session {}: an answer to an unknown request ignored", session::short(&session.id));
+            return;
+        };
+        if let Err(e) = downstream.send(&body) {
+            crate::limited!(warn, "server `{}`: forwarding the client's answer failed: {e}", downstream.server.name());
+        }
+    }
+}
+
+/// What answers a JSON-RPC request: a result built here, an error, a
+/// server's response passed on as it came, or nothing (the client
+/// cancelled it: the spec says no response follows).
+pub(super) enum Outcome {
+    Result(Value),
+    Error(RpcError),
+    Forwarded(Message),
+    Cancelled,
+}
+
+impl From<RpcError> for Outcome {
+    fn from(e: RpcError) -> Outcome {
+        Outcome::Error(e)
+    }
+}

@@ -1,0 +1,451 @@
+//! `/mcp` over HTTP: everything that touches a request or a reply. The
+//! checks a `POST`, `GET` or `DELETE` must pass (Accept, content type,
+//! protocol version, session, token scope), `initialize`, batches, and the
+//! answer of a `POST` (JSON, or an SSE stream that can be resumed).
+
+use std::sync::Arc;
+
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+
+use crate::downstream::PROTOCOL_VERSIONS;
+use crate::http::access::Access;
+use crate::http::{EventSink, HttpReply, HttpRequest, NoStream, StreamReply};
+use crate::protocol::jsonrpc::{self, Kind, Message, RpcError};
+use crate::session::{self, CloseReason, Session};
+
+use super::dispatch::Outcome;
+use super::dispatch::instructions;
+use super::{Gateway, SESSION_HEADER, UNSUPPORTED_PROTOCOL_VERSION, VERSION_HEADER};
+
+/// The answer to one `POST`: JSON, unless a message for the client comes
+/// first; then an SSE stream that opens with a priming event, whose events
+/// are kept so a client that lost the connection can resume it with `GET`
+/// and `Last-Event-ID`.
+pub(super) struct PostStream<'a> {
+    session: &'a Session,
+    sink: &'a mut dyn EventSink,
+    stream: Option<u64>,
+}
+
+impl PostStream<'_> {
+    pub(super) fn send(&mut self, message: Vec<u8>) {
+        let Some(stream) = self.start_stream() else {
+            // This answer cannot stream (HTTP/1.0, a batch): the GET stream carries it.
+            self.session.push_to_stream(message);
+            return;
+        };
+        let bytes = self.session.post_event(stream, &message, false);
+        let _ = self.sink.event(&bytes);
+    }
+
+    /// Makes the answer an SSE stream now, if it can be one: its head goes
+    /// out (with the priming event, or a comment).
+    pub(super) fn start(&mut self) {
+        if self.stream.is_none()
+            && let Some(stream) = self.start_stream()
+            && self.session.priming(stream).is_none()
+        {
+            let _ = self.sink.event(b": mcpgate: the server is working on it\n\n");
+        }
+    }
+
+    /// The stream of this answer, opened on first use; `None` when the
+    /// answer cannot stream.
+    fn start_stream(&mut self) -> Option<u64> {
+        if let Some(stream) = self.stream {
+            return Some(stream);
+        }
+        if !self.sink.can_stream() {
+            return None;
+        }
+        let stream = self.session.open_post_stream();
+        if let Some(priming) = self.session.priming(stream) {
+            // A client that went away can resume from the replay log.
+            let _ = self.sink.event(&priming);
+        }
+        self.stream = Some(stream);
+        Some(stream)
+    }
+
+    /// The answer's end: the response, or (cancelled) an SSE answer that
+    /// ends without one.
+    fn finish(self, answer: Option<Vec<u8>>) -> HttpReply {
+        match (self.stream, answer) {
+            (None, Some(answer)) => HttpReply::json(200, answer),
+            (Some(stream), Some(answer)) => HttpReply::sse(self.session.post_event(stream, &answer, true)),
+            (Some(stream), None) => {
+                self.session.end_post_stream(stream);
+                HttpReply::sse(Vec::new())
+            }
+            (None, None) => HttpReply::sse(Vec::new()),
+        }
+    }
+}
+
+/// 429 for a session with `max_requests_per_session` requests in flight.
+fn too_busy(session: &Session) -> HttpReply {
+    crate::limited!(warn, "session {}: too many requests in flight; one refused with 429", session::short(&session.id));
+    let e = RpcError::new(
+        jsonrpc::INVALID_REQUEST,
+        "this session has too many requests in flight (max_requests_per_session); retry later",
+    );
+    HttpReply::error(429, &Value::Null, &e).header("Retry-After", "1")
+}
+
+/// The response to send, if any.
+fn answer_bytes(id: &Value, outcome: Outcome) -> Option<Vec<u8>> {
+    Some(match outcome {
+        Outcome::Cancelled => return None,
+        Outcome::Result(value) => jsonrpc::result(id, &jsonrpc::raw(&value)),
+        Outcome::Error(e) => jsonrpc::error(id, &e),
+        Outcome::Forwarded(m) => match (&m.result, &m.error) {
+            (Some(result), _) => jsonrpc::result(id, result),
+            (None, Some(error)) => jsonrpc::raw_error(id, error),
+            (None, None) => {
+                jsonrpc::error(id, &RpcError::internal("the server's response had neither result nor error"))
+            }
+        },
+    })
+}
+
+/// Whether an `Accept` header admits `mime` (directly or by a wildcard).
+fn accepts(accept: &str, mime: &str) -> bool {
+    let major = mime.split('/').next().unwrap_or("");
+    accept.split(',').any(|part| {
+        let range = part.split(';').next().unwrap_or("").trim();
+        range.eq_ignore_ascii_case(mime)
+            || range == "*/*"
+            || range.strip_suffix("/*").is_some_and(|m| m.eq_ignore_ascii_case(major))
+    })
+}
+
+/// A session id: 128 bits from the OS random source, as 32 hex digits.
+fn new_session_id() -> std::io::Result<String> {
+    let mut bytes = [0u8; 16];
+    crate::runtime::sys::random(&mut bytes)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+impl Gateway {
+    /// Handles `/mcp`. Events a `POST` sends before its answer go to `sink`.
+    pub fn handle(&self, req: &HttpRequest, sink: &mut dyn EventSink, access: &Access) -> HttpReply {
+        self.stats.requests.inc();
+        match req.method.as_str() {
+            "POST" => self.post(req, sink, access),
+            "GET" => self.get(req, access),
+            "DELETE" => self.delete(req, access),
+            _ => HttpReply::error(
+                405,
+                &Value::Null,
+                &RpcError::new(jsonrpc::INVALID_REQUEST, "use GET, POST or DELETE on /mcp"),
+            )
+            .header("Allow", "GET, POST, DELETE"),
+        }
+    }
+
+    fn post(&self, req: &HttpRequest, sink: &mut dyn EventSink, access: &Access) -> HttpReply {
+        let accept = req.header("accept").unwrap_or("");
+        if !(accepts(accept, "application/json") && accepts(accept, "text/event-stream")) {
+            return HttpReply::bad(406, "Accept must list both application/json and text/event-stream");
+        }
+        let content_type = req.header("content-type").unwrap_or("");
+        if !content_type.split(';').next().unwrap_or("").trim().eq_ignore_ascii_case("application/json") {
+            return HttpReply::bad(415, "Content-Type must be application/json");
+        }
+        let body = req.body.trim_ascii_start();
+        if body.first() == Some(&b'[') {
+            return self.batch(req, body, access);
+        }
+        let message = match Message::parse(body) {
+            Ok(m) => m,
+            Err(e) => return HttpReply::error(400, &Value::Null, &e),
+        };
+        if message.method() == "initialize" && message.kind() == Ok(Kind::Request) {
+            return self.initialize(&message, access);
+        }
+        let session = match self.session_of(req, message.id.as_ref(), access) {
+            Ok(s) => s,
+            Err(reply) => return reply,
+        };
+        // Only requests count against max_requests_per_session: an answer or
+        // a cancel may be what ends the requests in flight.
+        let limit = match message.kind() {
+            Ok(Kind::Request) => self.current().config.max_requests_per_session,
+            _ => usize::MAX,
+        };
+        let Some(_busy) = session.activity(limit) else {
+            return too_busy(&session);
+        };
+        match message.kind() {
+            Ok(Kind::Request) => {
+                let id = message.id.clone().unwrap_or(Value::Null);
+                let mut events = PostStream { session: &session, sink, stream: None };
+                let answer = self.request(&session, &message, &mut events);
+                events.finish(answer_bytes(&id, answer))
+            }
+            Ok(Kind::Notification) => {
+                self.client_notification(&session, &message);
+                HttpReply::accepted()
+            }
+            Ok(Kind::Response) => {
+                self.client_answer(&session, &message);
+                HttpReply::accepted()
+            }
+            Err(e) => HttpReply::error(400, &Value::Null, &e),
+        }
+    }
+
+    /// A JSON-RPC batch: only for sessions on protocol 2025-03-26, which had them.
+    fn batch(&self, req: &HttpRequest, body: &[u8], access: &Access) -> HttpReply {
+        let items: Vec<Box<RawValue>> = match serde_json::from_slice(body) {
+            Ok(items) => items,
+            Err(e) => {
+                return HttpReply::error(
+                    400,
+                    &Value::Null,
+                    &RpcError::new(jsonrpc::PARSE_ERROR, format!("parse error: {e}")),
+                );
+            }
+        };
+        let session = match self.session_of(req, None, access) {
+            Ok(s) => s,
+            Err(reply) => return reply,
+        };
+        if session.protocol_version != "2025-03-26" {
+            let e = RpcError::new(
+                jsonrpc::INVALID_REQUEST,
+                format!(
+                    "JSON-RPC batches were removed in protocol 2025-06-18; this session speaks {}",
+                    session.protocol_version
+                ),
+            );
+            return HttpReply::error(400, &Value::Null, &e);
+        }
+        if items.is_empty() {
+            return HttpReply::error(400, &Value::Null, &RpcError::new(jsonrpc::INVALID_REQUEST, "empty batch"));
+        }
+        let Some(_busy) = session.activity(self.current().config.max_requests_per_session) else {
+            return too_busy(&session);
+        };
+        let mut answers = Vec::new();
+        for item in &items {
+            let message = match Message::parse(item.get().as_bytes()) {
+                Ok(m) => m,
+                Err(e) => {
+                    answers.push(jsonrpc::error(&Value::Null, &e));
+                    continue;
+                }
+            };
+            match message.kind() {
+                Ok(Kind::Request) if message.method() == "initialize" => {
+                    let e = RpcError::new(jsonrpc::INVALID_REQUEST, "initialize cannot be part of a batch");
+                    answers.push(jsonrpc::error(message.id.as_ref().unwrap_or(&Value::Null), &e));
+                }
+                Ok(Kind::Request) => {
+                    let id = message.id.clone().unwrap_or(Value::Null);
+                    let mut events = PostStream { session: &session, sink: &mut NoStream, stream: None };
+                    let answer = self.request(&session, &message, &mut events);
+                    answers.extend(answer_bytes(&id, answer));
+                }
+                Ok(Kind::Notification) => self.client_notification(&session, &message),
+                Ok(Kind::Response) => self.client_answer(&session, &message),
+                Err(e) => answers.push(jsonrpc::error(&Value::Null, &e)),
+            }
+        }
+        if answers.is_empty() {
+            return HttpReply::accepted();
+        }
+        let mut out = b"[".to_vec();
+        for (i, a) in answers.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(a);
+        }
+        out.push(b']');
+        HttpReply::json(200, out)
+    }
+
+    /// The session a request names, or the reply that refuses it.
+    /// The session a request names, or the reply that refuses it. A session
+    /// created with a token answers only to that token: to any other it is
+    /// unknown.
+    fn session_of(&self, req: &HttpRequest, id: Option<&Value>, access: &Access) -> Result<Arc<Session>, HttpReply> {
+        let id = id.unwrap_or(&Value::Null);
+        if let Some(version) = req.header(VERSION_HEADER)
+            && !PROTOCOL_VERSIONS.contains(&version)
+        {
+            // -32022 names the versions mcpgate speaks: a client of the
+            // session-less 2026-07-28 generation that probes first falls
+            // back to `initialize` on it.
+            let e = RpcError {
+                code: UNSUPPORTED_PROTOCOL_VERSION,
+                message: format!(
+                    "unsupported MCP-Protocol-Version `{version}`; mcpgate speaks {}",
+                    PROTOCOL_VERSIONS.join(", ")
+                ),
+                data: Some(json!({ "supported": PROTOCOL_VERSIONS, "requested": version })),
+            };
+            return Err(HttpReply::error(400, id, &e));
+        }
+        let Some(session_id) = req.header(SESSION_HEADER) else {
+            let e = RpcError::new(jsonrpc::INVALID_REQUEST, "Mcp-Session-Id header is required after initialize");
+            return Err(HttpReply::error(400, id, &e));
+        };
+        match self.sessions.get(session_id) {
+            Some(session) if session.admits(access) => Ok(session),
+            _ => {
+                let e = RpcError::new(jsonrpc::INVALID_REQUEST, "unknown or ended session: initialize a new one");
+                Err(HttpReply::error(404, id, &e))
+            }
+        }
+    }
+
+    fn initialize(&self, message: &Message, access: &Access) -> HttpReply {
+        let id = message.id.clone().unwrap_or(Value::Null);
+        let params = match message.params_object() {
+            Ok(p) => p,
+            Err(e) => return HttpReply::json(200, jsonrpc::error(&id, &e)),
+        };
+        let Some(requested) = params.get("protocolVersion").and_then(Value::as_str) else {
+            let e = RpcError::invalid_params("initialize needs `protocolVersion` (a string)");
+            return HttpReply::json(200, jsonrpc::error(&id, &e));
+        };
+        let version = if PROTOCOL_VERSIONS.contains(&requested) { requested } else { PROTOCOL_VERSIONS[0] };
+        let capabilities = params.get("capabilities").cloned().unwrap_or_else(|| json!({}));
+        if !capabilities.is_object() {
+            let e = RpcError::invalid_params("initialize: `capabilities` must be an object");
+            return HttpReply::json(200, jsonrpc::error(&id, &e));
+        }
+        let client_info =
+            params.get("clientInfo").cloned().unwrap_or_else(|| json!({"name": "unknown", "version": "0"}));
+        let client_name = client_info["name"].as_str().unwrap_or("unknown").chars().take(64).collect();
+        let init_params =
+            json!({ "protocolVersion": version, "capabilities": capabilities, "clientInfo": client_info });
+        let session_id = match new_session_id() {
+            Ok(s) => s,
+            Err(e) => {
+                return HttpReply::error(
+                    500,
+                    &id,
+                    &RpcError::internal(format!("cannot read the OS random source: {e}")),
+                );
+            }
+        };
+        if let Some(why) = self.resources_short() {
+            self.stats.sessions_refused.inc();
+            crate::limited!(warn, "an initialize was refused with 503: {why}");
+            return HttpReply::error(503, &id, &RpcError::internal(why)).header("Retry-After", "5");
+        }
+        let session =
+            Session::new(session_id.clone(), version.to_string(), jsonrpc::raw(&init_params), client_name, access);
+        let max_sessions = self.current().config.max_sessions;
+        if !self.sessions.insert(session.clone(), max_sessions) {
+            self.stats.sessions_refused.inc();
+            let e =
+                RpcError::internal(format!("mcpgate holds its limit of {} sessions; try again later", max_sessions));
+            return HttpReply::error(503, &id, &e).header("Retry-After", "5");
+        }
+        self.stats.sessions_created.inc();
+        log::debug!("session {} created for `{}` ({version})", session::short(&session_id), session.client_name);
+        let opened = self.open_all(&session);
+        // The session and its downstream sessions are in the state file
+        // before the client learns its id: after a crash it is restored.
+        if let Err(e) = self.journal.commit()
+            && let Some(session) = self.sessions.remove_if(&session_id, |_| true)
+        {
+            self.close(vec![session], CloseReason::Refused);
+            self.stats.sessions_refused.inc();
+            let e = RpcError::internal(format!("{e}; a session that would not survive a restart is refused"));
+            return HttpReply::error(503, &id, &e).header("Retry-After", "5");
+        }
+        if opened.is_empty()
+            && let Some(why) = session.exhausted()
+            && let Some(session) = self.sessions.remove_if(&session_id, |_| true)
+        {
+            // A session with no server at all, for want of threads or descriptors: better refused.
+            self.close(vec![session], CloseReason::Refused);
+            self.stats.sessions_refused.inc();
+            let e = RpcError::internal(format!("{why}; try again later"));
+            return HttpReply::error(503, &id, &e).header("Retry-After", "5");
+        }
+        let mut result = json!({
+            "protocolVersion": version,
+            "capabilities": self.capabilities(&session, &opened),
+            "serverInfo": { "name": "mcpgate", "version": env!("CARGO_PKG_VERSION") },
+        });
+        // Absent, never null: the TypeScript SDK's schema refuses null here.
+        if let Some(text) = instructions(&opened) {
+            result["instructions"] = Value::String(text);
+        }
+        HttpReply::json(200, jsonrpc::result(&id, &jsonrpc::raw(&result))).header("Mcp-Session-Id", &session_id)
+    }
+
+    fn get(&self, req: &HttpRequest, access: &Access) -> HttpReply {
+        if !accepts(req.header("accept").unwrap_or(""), "text/event-stream") {
+            return HttpReply::bad(406, "GET /mcp needs Accept: text/event-stream");
+        }
+        if !req.http11 {
+            return HttpReply::bad(400, "the GET stream needs HTTP/1.1");
+        }
+        let session = match self.session_of(req, None, access) {
+            Ok(s) => s,
+            Err(reply) => return reply,
+        };
+        match session.attach_stream(req.header("last-event-id"), self.current().config.max_streams_per_session) {
+            Ok(attached) => HttpReply::stream(StreamReply {
+                first: attached.first,
+                rx: attached.rx,
+                keepalive: self.current().config.keepalive,
+                on_end: Box::new(move || {
+                    if let Some(id) = attached.id {
+                        session.detach_stream(id);
+                    }
+                }),
+            }),
+            Err(e) => HttpReply::error(409, &Value::Null, &e),
+        }
+    }
+
+    fn delete(&self, req: &HttpRequest, access: &Access) -> HttpReply {
+        let Some(id) = req.header(SESSION_HEADER) else {
+            return HttpReply::bad(400, "DELETE /mcp needs the Mcp-Session-Id header");
+        };
+        match self.sessions.remove_if(id, |session| session.admits(access)) {
+            Some(session) => {
+                self.close(vec![session], CloseReason::ClientDelete);
+                HttpReply::empty(200)
+            }
+            None => HttpReply::error(
+                404,
+                &Value::Null,
+                &RpcError::new(jsonrpc::INVALID_REQUEST, "unknown or ended session"),
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accept_header_matching() {
+        assert!(accepts("application/json, text/event-stream", "text/event-stream"));
+        assert!(accepts("text/event-stream;q=0.9, application/json", "application/json"));
+        assert!(accepts("*/*", "application/json"));
+        assert!(accepts("text/*", "text/event-stream"));
+        assert!(!accepts("application/json", "text/event-stream"));
+        assert!(!accepts("", "application/json"));
+    }
+
+    #[test]
+    fn session_ids_are_128_bit_visible_ascii_and_distinct() {
+        let a = new_session_id().unwrap();
+        let b = new_session_id().unwrap();
+        assert_eq!(a.len(), 32);
+        assert!(a.bytes().all(|c| (0x21..=0x7e).contains(&c)));
+        assert_ne!(a, b);
+    }
+}
