@@ -21,6 +21,8 @@ fn gate_for(a: &Fixture, b: &Fixture, idle_secs: u64) -> Gate {
 fn assert_all_closed(fixtures: &[&Fixture], sessions: u64) {
     for f in fixtures {
         let ok = wait_until(Duration::from_secs(10), || f.count("delete") == sessions);
+        // The fixture counts a stream closed when its writer notices, just after the DELETE.
+        wait_until(Duration::from_secs(2), || f.count("get_streams_open") == 0);
         let stats = f.stats();
         assert!(ok, "{}: expected {sessions} DELETEs: {stats}", f.name);
         assert_eq!(stats["initialize"], sessions, "{}: {stats}", f.name);

@@ -174,7 +174,7 @@ impl Gateway {
             Ok(Kind::Request) => self.current().config.max_requests_per_session,
             _ => usize::MAX,
         };
-        let Some(_busy) = session.activity(limit) else {
+        let Some(_request) = session.begin_request(limit) else {
             return too_busy(&session);
         };
         match message.kind() {
@@ -225,7 +225,7 @@ impl Gateway {
         if items.is_empty() {
             return HttpReply::error(400, &Value::Null, &RpcError::new(jsonrpc::INVALID_REQUEST, "empty batch"));
         }
-        let Some(_busy) = session.activity(self.current().config.max_requests_per_session) else {
+        let Some(_request) = session.begin_request(self.current().config.max_requests_per_session) else {
             return too_busy(&session);
         };
         let mut answers = Vec::new();

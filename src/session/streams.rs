@@ -1,0 +1,394 @@
+//! What a session sends its client: `GET` streams, `POST` answers that
+//! stream, the backlog while no stream is open, and the replay log that
+//! lets a client resume with `Last-Event-ID`.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
+
+use crate::protocol::jsonrpc::{self, RpcError};
+use crate::protocol::sse;
+use crate::runtime::memory::{self, Event, Held};
+
+use super::{Session, short};
+
+/// Messages kept for a client that has no `GET` stream open yet; in bytes,
+/// what the session holds stays within its share of `max_memory_mb`.
+const BACKLOG: usize = 256;
+
+/// Messages queued on one `GET` stream before it counts as stuck.
+const STREAM_QUEUE: usize = 256;
+
+/// Events kept for clients that resume a stream with `Last-Event-ID`; the
+/// oldest go first when the session needs room for new ones.
+const REPLAY_EVENTS: usize = 256;
+
+const REPLAY_BYTES: usize = 1 << 20;
+
+/// What a 2025-11-25 client waits before it reconnects a dropped stream.
+const RETRY_MS: u64 = 1000;
+
+/// Where the session's messages to the client go: its `GET` streams, the
+/// `POST` answers streaming now, what waits for a stream, and the replay
+/// log behind all of them.
+pub(super) struct Streams {
+    /// `GET` streams open now, the newest last.
+    open: Vec<ClientStream>,
+    /// Stream numbers (in event ids), `GET` and `POST` alike.
+    next: u64,
+    next_attach: u64,
+    /// Messages for a `GET` stream that is not open yet.
+    backlog: VecDeque<Event>,
+    /// `POST` answers streaming now, with the `GET` that resumed one, if any.
+    posts: HashMap<u64, Option<Sender<Event>>>,
+    replay: ReplayLog,
+}
+
+impl Streams {
+    pub(super) fn new() -> Streams {
+        Streams {
+            open: Vec::new(),
+            next: 0,
+            next_attach: 0,
+            backlog: VecDeque::new(),
+            posts: HashMap::new(),
+            replay: ReplayLog::new(),
+        }
+    }
+
+    /// Ends every stream and forgets what was kept (the session closes).
+    pub(super) fn clear(&mut self) {
+        self.open.clear();
+        self.backlog.clear();
+        self.posts.clear();
+        self.replay.clear();
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.open.is_empty()
+    }
+}
+
+/// A `GET` stream as the session sees it. Dropped when the stream ends: what
+/// is still queued for it is dropped at once (a writer blocked on a client
+/// that does not read would hold it until its write times out).
+struct ClientStream {
+    /// The stream number in event ids.
+    id: u64,
+    /// This attachment: a resumed stream keeps its number on a new connection.
+    attach: u64,
+    tx: Sender<Event>,
+    /// The writer's end too, to empty the queue when the stream is cut.
+    rx: Receiver<Event>,
+}
+
+impl Drop for ClientStream {
+    fn drop(&mut self) {
+        while self.rx.try_recv().is_ok() {}
+    }
+}
+
+/// An SSE event as sent, kept for replay. Ids are `<stream>-<seq>`: unique
+/// within the session, and they name the stream they belong to.
+struct ReplayEvent {
+    stream: u64,
+    seq: u64,
+    /// The response that ends a `POST` stream.
+    last: bool,
+    bytes: Event,
+}
+
+/// A `GET` stream as the connection thread writes it: `first` (replay,
+/// priming, waiting messages), then whatever arrives on `rx` until it
+/// disconnects. `id` is set for a `GET` stream to detach when it ends.
+pub struct Attached {
+    pub id: Option<u64>,
+    pub first: Vec<Event>,
+    pub rx: Receiver<Event>,
+}
+
+/// The events a session keeps for clients that resume a stream with
+/// `Last-Event-ID`: at most [`REPLAY_EVENTS`] and [`REPLAY_BYTES`], and
+/// within the session's share of `max_memory_mb`, oldest out first.
+struct ReplayLog {
+    next_seq: u64,
+    events: VecDeque<ReplayEvent>,
+    bytes: usize,
+}
+
+impl ReplayLog {
+    fn new() -> ReplayLog {
+        ReplayLog { next_seq: 1, events: VecDeque::new(), bytes: 0 }
+    }
+
+    /// Encodes `message` as the next event of `stream`, without keeping it.
+    fn encode(&mut self, stream: u64, message: &[u8]) -> Vec<u8> {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        sse::encode(Some(&format!("{stream}-{seq}")), message)
+    }
+
+    /// Encodes `message` as the next event of `stream` and keeps it for
+    /// replay; `None` when the budget has no room for it even after the
+    /// session gave up its oldest replay events.
+    fn record(&mut self, stream: u64, message: &[u8], last: bool, tally: &Arc<AtomicUsize>) -> Option<Event> {
+        let seq = self.next_seq;
+        let bytes = self.encode(stream, message);
+        self.make_room(bytes.len(), memory::share(), tally);
+        let mut bytes = bytes;
+        let event = loop {
+            match Held::new(bytes, tally) {
+                Ok(event) => break event,
+                // Spent: what this session keeps for replay goes first.
+                Err(back) if !self.events.is_empty() => {
+                    bytes = back;
+                    self.drop_oldest();
+                }
+                Err(_) => return None,
+            }
+        };
+        self.events.push_back(ReplayEvent { stream, seq, last, bytes: event.clone() });
+        self.bytes += event.len();
+        while self.events.len() > REPLAY_EVENTS || self.bytes > REPLAY_BYTES {
+            self.drop_oldest();
+        }
+        Some(event)
+    }
+
+    /// The kept events of `stream` after `seq`, in order.
+    fn after(&self, stream: u64, seq: u64) -> Vec<Event> {
+        self.events.iter().filter(|e| e.stream == stream && e.seq > seq).map(|e| e.bytes.clone()).collect()
+    }
+
+    /// Whether `stream` (a `POST` answer) has ended.
+    fn finished(&self, stream: u64) -> bool {
+        self.events.iter().any(|e| e.stream == stream && e.last)
+    }
+
+    /// Gives up replay events until `more` bytes fit in the session's `share`.
+    fn make_room(&mut self, more: usize, share: usize, tally: &AtomicUsize) {
+        while !self.events.is_empty() && tally.load(Ordering::Relaxed) + more > share {
+            self.drop_oldest();
+        }
+    }
+
+    fn drop_oldest(&mut self) {
+        if let Some(old) = self.events.pop_front() {
+            self.bytes -= old.bytes.len();
+        }
+    }
+
+    fn clear(&mut self) {
+        self.events.clear();
+        self.bytes = 0;
+    }
+}
+
+/// `<stream>-<seq>` back into numbers.
+fn parse_event_id(id: &str) -> Option<(u64, u64)> {
+    let (stream, seq) = id.trim().split_once('-')?;
+    Some((stream.parse().ok()?, seq.parse().ok()?))
+}
+
+impl Session {
+    /// Sends a message to the client's `GET` stream, or keeps it until one
+    /// opens. A stream that falls behind (a client that does not read) by
+    /// more than the session's share of `max_memory_mb`, or by
+    /// [`STREAM_QUEUE`] messages, is ended: the client resumes it with
+    /// `Last-Event-ID` and gets what the replay log still holds.
+    pub fn push_to_stream(&self, message: Vec<u8>) {
+        let mut st = self.state.lock();
+        while let Some(stream) = st.streams.open.last() {
+            let (id, tx) = (stream.id, stream.tx.clone());
+            let Some(event) = st.streams.replay.record(id, &message, false, &self.tally) else {
+                crate::limited!(
+                    warn,
+                    "session {}: mcpgate holds its limit of max_memory_mb; a message for it was dropped",
+                    short(&self.id)
+                );
+                return;
+            };
+            if self.tally.load(Ordering::Relaxed) > memory::share() {
+                let behind = st.streams.open.iter().filter(|s| !s.tx.is_empty()).count();
+                st.streams.open.retain(|s| s.tx.is_empty());
+                if behind > 0 {
+                    crate::limited!(
+                        warn,
+                        "session {}: {behind} GET stream(s) fell more than its share of max_memory_mb ({} bytes) \
+                         behind; ended (the client resumes with Last-Event-ID)",
+                        short(&self.id),
+                        memory::share()
+                    );
+                }
+            }
+            if st.streams.open.last().is_some_and(|s| s.id == id && s.tx.same_channel(&tx)) {
+                match tx.try_send(event) {
+                    Ok(()) => return,
+                    Err(TrySendError::Full(_)) => {
+                        crate::limited!(
+                            warn,
+                            "session {}: a GET stream fell {STREAM_QUEUE} messages behind; ended",
+                            short(&self.id)
+                        );
+                        st.streams.open.pop();
+                    }
+                    // Its writer ended (the client left) and has not detached yet.
+                    Err(TrySendError::Disconnected(_)) => {
+                        st.streams.open.pop();
+                    }
+                }
+            }
+        }
+        // No stream: keep it, within the count and the session's share.
+        let share = memory::share();
+        while !st.streams.backlog.is_empty()
+            && (st.streams.backlog.len() >= BACKLOG || self.tally.load(Ordering::Relaxed) + message.len() > share)
+        {
+            st.streams.backlog.pop_front();
+            crate::limited!(
+                warn,
+                "session {}: no GET stream open and its backlog is full ({BACKLOG} messages or {share} bytes); \
+                 the oldest is dropped",
+                short(&self.id)
+            );
+        }
+        st.streams.replay.make_room(message.len(), share, &self.tally);
+        match Held::new(message, &self.tally) {
+            Ok(message) => st.streams.backlog.push_back(message),
+            Err(_) => crate::limited!(
+                warn,
+                "session {}: mcpgate holds its limit of max_memory_mb; a message for it was dropped",
+                short(&self.id)
+            ),
+        }
+    }
+
+    /// The priming event that opens a stream for a 2025-11-25 client: an id
+    /// to resume from and how long to wait before reconnecting.
+    pub fn priming(&self, stream: u64) -> Option<Vec<u8>> {
+        (self.protocol_version.as_str() >= "2025-11-25").then(|| sse::priming(&format!("{stream}-0"), Some(RETRY_MS)))
+    }
+
+    /// Starts the SSE answer of a `POST`: its stream number.
+    pub fn open_post_stream(&self) -> u64 {
+        let mut st = self.state.lock();
+        st.streams.next += 1;
+        let id = st.streams.next;
+        st.streams.posts.insert(id, None);
+        id
+    }
+
+    /// One event of a `POST` stream as SSE bytes, kept for replay (when
+    /// the session has room) and passed to a `GET` that resumed the stream.
+    /// `last` (the response) ends it.
+    pub fn post_event(&self, stream: u64, message: &[u8], last: bool) -> Vec<u8> {
+        let mut st = self.state.lock();
+        let resumer = if last {
+            st.streams.posts.remove(&stream).flatten()
+        } else {
+            st.streams.posts.get(&stream).cloned().flatten()
+        };
+        match st.streams.replay.record(stream, message, last, &self.tally) {
+            Some(event) => {
+                let bytes = event.to_vec();
+                if let Some(tx) = resumer {
+                    let _ = tx.try_send(event);
+                }
+                bytes
+            }
+            // Not kept: this answer goes out, but cannot be resumed.
+            None => st.streams.replay.encode(stream, message),
+        }
+    }
+
+    /// Ends a `POST` stream without a response (its request was
+    /// cancelled): a `GET` that resumed it ends, and one that resumes it
+    /// later gets what was sent and nothing more.
+    pub fn end_post_stream(&self, stream: u64) {
+        let mut st = self.state.lock();
+        st.streams.posts.remove(&stream);
+        st.streams.replay.record(stream, b"", true, &self.tally);
+    }
+
+    /// Attaches a `GET` stream. With `last_event_id` of an earlier stream,
+    /// the events of that stream after it are replayed first, and only
+    /// those; resuming a `POST` stream follows it to its response.
+    pub fn attach_stream(&self, last_event_id: Option<&str>, max_streams: usize) -> Result<Attached, RpcError> {
+        let mut st = self.state.lock();
+        if st.closed {
+            return Err(RpcError::internal("the session is closing"));
+        }
+        let resume = last_event_id.and_then(parse_event_id);
+        let replay: Vec<Event> = match resume {
+            Some((stream, seq)) => st.streams.replay.after(stream, seq),
+            None => Vec::new(),
+        };
+        if let Some((stream, _)) = resume {
+            let finished = st.streams.replay.finished(stream);
+            if finished {
+                let (_, rx) = bounded(0);
+                return Ok(Attached { id: None, first: replay, rx });
+            }
+            if let Some(resumer) = st.streams.posts.get_mut(&stream) {
+                let (tx, rx) = bounded(STREAM_QUEUE);
+                *resumer = Some(tx);
+                return Ok(Attached { id: None, first: replay, rx });
+            }
+        }
+        // Resuming a GET stream continues it: same stream number, so the ids
+        // the client sees keep naming one stream. The connection it replaces
+        // is taken as dead.
+        let resumed = resume.map(|(stream, _)| stream).filter(|&stream| stream <= st.streams.next);
+        if let Some(stream) = resumed {
+            st.streams.open.retain(|s| s.id != stream);
+        }
+        if st.streams.open.len() >= max_streams {
+            return Err(RpcError::new(
+                jsonrpc::INVALID_REQUEST,
+                format!("this session already has {max_streams} GET streams open (max_streams_per_session)"),
+            ));
+        }
+        let id = match resumed {
+            Some(stream) => stream,
+            None => {
+                st.streams.next += 1;
+                st.streams.next
+            }
+        };
+        // Replay first, then the priming event: its id must not be one a
+        // client could resume from while replayed events are still unseen.
+        let mut first = replay;
+        if self.protocol_version.as_str() >= "2025-11-25" {
+            first.extend(st.streams.replay.record(id, b"", false, &self.tally));
+        }
+        let waiting: Vec<Event> = st.streams.backlog.drain(..).collect();
+        for message in waiting {
+            // The message leaves the backlog as it enters the log: room for it is there.
+            let len = message.len();
+            let message = Arc::try_unwrap(message).map_or_else(|shared| shared.to_vec(), |held| held.to_vec());
+            match st.streams.replay.record(id, &message, false, &self.tally) {
+                Some(event) => first.push(event),
+                None => {
+                    crate::limited!(warn, "session {}: a waiting message of {len} bytes was dropped", short(&self.id))
+                }
+            }
+        }
+        let (tx, rx) = bounded(STREAM_QUEUE);
+        st.streams.next_attach += 1;
+        let attach = st.streams.next_attach;
+        st.streams.open.push(ClientStream { id, attach, tx, rx: rx.clone() });
+        Ok(Attached { id: Some(attach), first, rx })
+    }
+
+    /// A `GET` stream ended (client gone, or the session closed).
+    pub fn detach_stream(&self, attach: u64) {
+        let mut st = self.state.lock();
+        st.streams.open.retain(|s| s.attach != attach);
+        if st.streams.open.is_empty() {
+            st.last_active = st.last_active.max(Instant::now());
+        }
+    }
+}
