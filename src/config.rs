@@ -456,48 +456,67 @@ impl ServerConfig {
     }
 }
 
-/// Why a configuration was refused: the file, the key and the problem.
-#[derive(Debug)]
-pub struct ConfigError {
-    pub file: PathBuf,
+/// What is wrong with a configuration: the key (`mcpServers.files.url`;
+/// empty for the file as a whole) and the problem.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invalid {
     pub key: String,
     pub problem: String,
 }
 
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.key.is_empty() {
-            write!(f, "{}: {}", self.file.display(), self.problem)
-        } else {
-            write!(f, "{}: {}: {}", self.file.display(), self.key, self.problem)
-        }
+impl Invalid {
+    fn new(key: impl Into<String>, problem: impl Into<String>) -> Invalid {
+        Invalid { key: key.into(), problem: problem.into() }
     }
 }
 
-impl std::error::Error for ConfigError {}
+impl fmt::Display for Invalid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.key.is_empty() { f.write_str(&self.problem) } else { write!(f, "{}: {}", self.key, self.problem) }
+    }
+}
+
+impl std::error::Error for Invalid {}
+
+/// Why a configuration file was refused: the file, the key and the problem.
+#[derive(Debug)]
+pub struct ConfigError {
+    pub file: PathBuf,
+    pub invalid: Invalid,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.file.display(), self.invalid)
+    }
+}
+
+impl std::error::Error for ConfigError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.invalid)
+    }
+}
 
 impl Config {
     /// Reads and validates `path`, expanding `${VAR}` from `env`.
     pub fn load(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-            file: path.to_path_buf(),
-            key: String::new(),
-            problem: format!("cannot read: {e}"),
-        })?;
-        Config::parse(&text, env).map_err(|(key, problem)| ConfigError { file: path.to_path_buf(), key, problem })
+        let refused = |invalid| ConfigError { file: path.to_path_buf(), invalid };
+        let text = std::fs::read_to_string(path).map_err(|e| refused(Invalid::new("", format!("cannot read: {e}"))))?;
+        Config::parse(&text, env).map_err(refused)
     }
 
-    /// Parses the text of a configuration file; errors are `(key, problem)`.
-    pub fn parse(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Config, (String, String)> {
-        let root: Value = serde_json::from_str(text).map_err(|e| (String::new(), format!("not valid JSON: {e}")))?;
+    /// Parses the text of a configuration file.
+    pub fn parse(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Config, Invalid> {
+        let root: Value =
+            serde_json::from_str(text).map_err(|e| Invalid::new(String::new(), format!("not valid JSON: {e}")))?;
         let Value::Object(root) = root else {
-            return Err((String::new(), format!("expected a JSON object, found {}", kind(&root))));
+            return Err(Invalid::new(String::new(), format!("expected a JSON object, found {}", kind(&root))));
         };
         let mut keys = Keys::new(&root, "", "");
         let listen = keys.string("listen")?.unwrap_or_else(|| "127.0.0.1:8780".into());
-        let listen = listen
-            .parse::<SocketAddr>()
-            .map_err(|_| ("listen".to_string(), format!("`{listen}` is not an address like 127.0.0.1:8780")))?;
+        let listen = listen.parse::<SocketAddr>().map_err(|_| {
+            Invalid::new("listen".to_string(), format!("`{listen}` is not an address like 127.0.0.1:8780"))
+        })?;
         let workers = keys.number("workers")?;
         let calls_per_server = match workers {
             Some(workers) if !keys.present("calls_per_server") => workers as usize,
@@ -574,9 +593,9 @@ fn tokens(
     config: &Config,
     env: &dyn Fn(&str) -> Option<String>,
     secrets: &mut Vec<String>,
-) -> Result<Vec<Token>, (String, String)> {
+) -> Result<Vec<Token>, Invalid> {
     let Value::Object(map) = auth else {
-        return Err(("auth".into(), format!("expected an object, found {}", kind(auth))));
+        return Err(Invalid::new("auth", format!("expected an object, found {}", kind(auth))));
     };
     let mut keys = Keys::new(map, "auth", "auth");
     let mut out = Vec::new();
@@ -585,14 +604,15 @@ fn tokens(
     }
     if let Some(path) = keys.string("tokens_file")? {
         let key = "auth.tokens_file".to_string();
-        let text = std::fs::read_to_string(&path).map_err(|e| (key.clone(), format!("cannot read `{path}`: {e}")))?;
-        let list: Value =
-            serde_json::from_str(&text).map_err(|e| (key.clone(), format!("`{path}` is not valid JSON: {e}")))?;
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| Invalid::new(key.clone(), format!("cannot read `{path}`: {e}")))?;
+        let list: Value = serde_json::from_str(&text)
+            .map_err(|e| Invalid::new(key.clone(), format!("`{path}` is not valid JSON: {e}")))?;
         out.extend(token_list(&list, &format!("{key} ({path})"), config, env, secrets)?);
     }
     keys.refuse_unknown()?;
     if out.is_empty() {
-        return Err(("auth".into(), "no tokens: give auth.tokens or auth.tokens_file, or remove `auth`".into()));
+        return Err(Invalid::new("auth", "no tokens: give auth.tokens or auth.tokens_file, or remove `auth`"));
     }
     Ok(out)
 }
@@ -603,21 +623,21 @@ fn token_list(
     config: &Config,
     env: &dyn Fn(&str) -> Option<String>,
     secrets: &mut Vec<String>,
-) -> Result<Vec<Token>, (String, String)> {
+) -> Result<Vec<Token>, Invalid> {
     let Value::Array(items) = list else {
-        return Err((path.to_string(), format!("expected an array of tokens, found {}", kind(list))));
+        return Err(Invalid::new(path.to_string(), format!("expected an array of tokens, found {}", kind(list))));
     };
     let mut out = Vec::new();
     for (i, item) in items.iter().enumerate() {
         let key = format!("{path}[{i}]");
         let Value::Object(map) = item else {
-            return Err((key, format!("expected an object with `token`, found {}", kind(item))));
+            return Err(Invalid::new(key, format!("expected an object with `token`, found {}", kind(item))));
         };
         let mut keys = Keys::new(map, &key, "auth.tokens[]");
-        let token = keys.string("token")?.ok_or_else(|| (format!("{key}.token"), "missing".to_string()))?;
-        let token = expand(&token, env, secrets).map_err(|p| (format!("{key}.token"), p))?;
+        let token = keys.string("token")?.ok_or_else(|| Invalid::new(format!("{key}.token"), "missing"))?;
+        let token = expand(&token, env, secrets).map_err(|p| Invalid::new(format!("{key}.token"), p))?;
         if token.len() < 16 || token.bytes().any(|b| !(0x21..=0x7e).contains(&b)) {
-            return Err((format!("{key}.token"), "a token is at least 16 visible ASCII characters".into()));
+            return Err(Invalid::new(format!("{key}.token"), "a token is at least 16 visible ASCII characters"));
         }
         secrets.push(token.clone());
         let servers = match keys.take("servers") {
@@ -626,16 +646,18 @@ fn token_list(
                 let mut list = Vec::new();
                 for name in names {
                     let Some(name) = name.as_str() else {
-                        return Err((format!("{key}.servers"), "expected server names (strings)".into()));
+                        return Err(Invalid::new(format!("{key}.servers"), "expected server names (strings)"));
                     };
                     if config.server(name).is_none() {
-                        return Err((format!("{key}.servers"), format!("no server is named `{name}`")));
+                        return Err(Invalid::new(format!("{key}.servers"), format!("no server is named `{name}`")));
                     }
                     list.push(name.to_string());
                 }
                 Some(list)
             }
-            Some(other) => return Err((format!("{key}.servers"), format!("expected an array, found {}", kind(other)))),
+            Some(other) => {
+                return Err(Invalid::new(format!("{key}.servers"), format!("expected an array, found {}", kind(other))));
+            }
         };
         keys.refuse_unknown()?;
         out.push(Token { token, servers });
@@ -647,15 +669,15 @@ fn servers(
     value: Option<&Value>,
     order: Vec<String>,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Vec<ServerConfig>, (String, String)> {
+) -> Result<Vec<ServerConfig>, Invalid> {
     let key = "mcpServers";
     let map = match value {
-        None => return Err((key.into(), "missing: name at least one server".into())),
+        None => return Err(Invalid::new(key, "missing: name at least one server")),
         Some(Value::Object(map)) => map,
-        Some(other) => return Err((key.into(), format!("expected an object of servers, found {}", kind(other)))),
+        Some(other) => return Err(Invalid::new(key, format!("expected an object of servers, found {}", kind(other)))),
     };
     if map.is_empty() {
-        return Err((key.into(), "empty: name at least one server".into()));
+        return Err(Invalid::new(key, "empty: name at least one server"));
     }
     let mut out = Vec::with_capacity(map.len());
     for name in order {
@@ -666,7 +688,7 @@ fn servers(
 
 /// The server names in the order the file gives them (serde_json's map is
 /// sorted), so that "the first configured server wins" means what it says.
-fn server_order(text: &str) -> Result<Vec<String>, (String, String)> {
+fn server_order(text: &str) -> Result<Vec<String>, Invalid> {
     use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 
     struct Names(Vec<String>);
@@ -698,22 +720,22 @@ fn server_order(text: &str) -> Result<Vec<String>, (String, String)> {
         #[serde(rename = "mcpServers")]
         servers: Option<Names>,
     }
-    let root: Root = serde_json::from_str(text).map_err(|e| ("mcpServers".to_string(), e.to_string()))?;
+    let root: Root = serde_json::from_str(text).map_err(|e| Invalid::new("mcpServers".to_string(), e.to_string()))?;
     Ok(root.servers.map(|n| n.0).unwrap_or_default())
 }
 
-fn server(name: &str, value: &Value, env: &dyn Fn(&str) -> Option<String>) -> Result<ServerConfig, (String, String)> {
+fn server(name: &str, value: &Value, env: &dyn Fn(&str) -> Option<String>) -> Result<ServerConfig, Invalid> {
     let path = format!("mcpServers.{name}");
     if !valid_name(name) {
-        return Err((path, "a server name is 1 to 64 of A-Z a-z 0-9 _ . -".into()));
+        return Err(Invalid::new(path, "a server name is 1 to 64 of A-Z a-z 0-9 _ . -"));
     }
     let Value::Object(map) = value else {
-        return Err((path, format!("expected an object, found {}", kind(value))));
+        return Err(Invalid::new(path, format!("expected an object, found {}", kind(value))));
     };
     if map.contains_key("command") && map.contains_key("url") {
-        return Err((
+        return Err(Invalid::new(
             format!("{path}.command"),
-            "give `url` (a Streamable HTTP server) or `command` (a stdio server), not both".into(),
+            "give `url` (a Streamable HTTP server) or `command` (a stdio server), not both",
         ));
     }
     let mut keys = Keys::new(map, &path, "mcpServers.<name>");
@@ -724,14 +746,17 @@ fn server(name: &str, value: &Value, env: &dyn Fn(&str) -> Option<String>) -> Re
             "http" | "streamable-http" | "streamableHttp" if !stdio => {}
             "stdio" if stdio => {}
             "sse" => {
-                return Err((
+                return Err(Invalid::new(
                     format!("{path}.type"),
-                    "the old HTTP+SSE transport is not supported: use the server's Streamable HTTP endpoint".into(),
+                    "the old HTTP+SSE transport is not supported: use the server's Streamable HTTP endpoint",
                 ));
             }
             other => {
                 let expected = if stdio { "`stdio` with `command`" } else { "`http` with `url`" };
-                return Err((format!("{path}.type"), format!("transport `{other}` does not fit: expected {expected}")));
+                return Err(Invalid::new(
+                    format!("{path}.type"),
+                    format!("transport `{other}` does not fit: expected {expected}"),
+                ));
             }
         }
     }
@@ -742,14 +767,14 @@ fn server(name: &str, value: &Value, env: &dyn Fn(&str) -> Option<String>) -> Re
     };
     let prefix = keys.string("prefix")?.unwrap_or_else(|| name.to_string());
     if !prefix.is_empty() && (!valid_name(&prefix) || prefix.contains("__")) {
-        return Err((
+        return Err(Invalid::new(
             format!("{path}.prefix"),
-            "a prefix is empty, or 1 to 64 of A-Z a-z 0-9 _ . - without `__`".into(),
+            "a prefix is empty, or 1 to 64 of A-Z a-z 0-9 _ . - without `__`",
         ));
     }
     let separator = keys.string("separator")?.unwrap_or_else(|| "__".into());
     if separator.is_empty() || separator.len() > 8 || separator.chars().any(|c| c.is_control() || c == ' ') {
-        return Err((format!("{path}.separator"), "a separator is 1 to 8 visible characters".into()));
+        return Err(Invalid::new(format!("{path}.separator"), "a separator is 1 to 8 visible characters"));
     }
     let tools = filter(keys.take("tools"), &format!("{path}.tools"))?;
     let prompts = filter(keys.take("prompts"), &format!("{path}.prompts"))?;
@@ -764,27 +789,27 @@ fn http_config(
     path: &str,
     env: &dyn Fn(&str) -> Option<String>,
     secrets: &mut Vec<String>,
-) -> Result<HttpConfig, (String, String)> {
+) -> Result<HttpConfig, Invalid> {
     let url_key = format!("{path}.url");
-    let url = keys.string("url")?.ok_or_else(|| (url_key.clone(), "missing: give `url` or `command`".to_string()))?;
-    let url = expand(&url, env, secrets).map_err(|p| (url_key.clone(), p))?;
-    check_url(&url).map_err(|p| (url_key, p))?;
+    let url = keys.string("url")?.ok_or_else(|| Invalid::new(url_key.clone(), "missing: give `url` or `command`"))?;
+    let url = expand(&url, env, secrets).map_err(|p| Invalid::new(url_key.clone(), p))?;
+    check_url(&url).map_err(|p| Invalid::new(url_key, p))?;
     let mut headers = Vec::new();
     if let Some(value) = keys.take("headers") {
         let Value::Object(map) = value else {
-            return Err((format!("{path}.headers"), format!("expected an object, found {}", kind(value))));
+            return Err(Invalid::new(format!("{path}.headers"), format!("expected an object, found {}", kind(value))));
         };
         for (header, value) in map {
             let key = format!("{path}.headers.{header}");
             if !valid_header_name(header) {
-                return Err((key, "not a valid HTTP header name".into()));
+                return Err(Invalid::new(key, "not a valid HTTP header name"));
             }
             let Value::String(value) = value else {
-                return Err((key, format!("expected a string, found {}", kind(value))));
+                return Err(Invalid::new(key, format!("expected a string, found {}", kind(value))));
             };
-            let value = expand(value, env, secrets).map_err(|p| (key.clone(), p))?;
+            let value = expand(value, env, secrets).map_err(|p| Invalid::new(key.clone(), p))?;
             if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
-                return Err((key, "contains a line break or NUL".into()));
+                return Err(Invalid::new(key, "contains a line break or NUL"));
             }
             headers.push((header.clone(), value));
         }
@@ -799,38 +824,41 @@ fn stdio_config(
     path: &str,
     env: &dyn Fn(&str) -> Option<String>,
     secrets: &mut Vec<String>,
-) -> Result<StdioConfig, (String, String)> {
+) -> Result<StdioConfig, Invalid> {
     let command_key = format!("{path}.command");
-    let command = keys.string("command")?.ok_or_else(|| (command_key.clone(), "missing".to_string()))?;
-    let command = expand(&command, env, secrets).map_err(|p| (command_key.clone(), p))?;
+    let command = keys.string("command")?.ok_or_else(|| Invalid::new(command_key.clone(), "missing"))?;
+    let command = expand(&command, env, secrets).map_err(|p| Invalid::new(command_key.clone(), p))?;
     if command.trim().is_empty() || command.contains('\0') {
-        return Err((command_key, "expected a program name or path".into()));
+        return Err(Invalid::new(command_key, "expected a program name or path"));
     }
     let mut args = Vec::new();
     for (i, arg) in keys.strings("args")?.iter().enumerate() {
         let key = format!("{path}.args[{i}]");
-        let arg = expand(arg, env, secrets).map_err(|p| (key.clone(), p))?;
+        let arg = expand(arg, env, secrets).map_err(|p| Invalid::new(key.clone(), p))?;
         if arg.contains('\0') {
-            return Err((key, "contains NUL".into()));
+            return Err(Invalid::new(key, "contains NUL"));
         }
         args.push(arg);
     }
     let mut child_env = Vec::new();
     if let Some(value) = keys.take("env") {
         let Value::Object(map) = value else {
-            return Err((format!("{path}.env"), format!("expected an object of strings, found {}", kind(value))));
+            return Err(Invalid::new(
+                format!("{path}.env"),
+                format!("expected an object of strings, found {}", kind(value)),
+            ));
         };
         for (name, value) in map {
             let key = format!("{path}.env.{name}");
             if name.is_empty() || name.contains(['=', '\0']) {
-                return Err((key, "not a valid environment variable name".into()));
+                return Err(Invalid::new(key, "not a valid environment variable name"));
             }
             let Value::String(value) = value else {
-                return Err((key, format!("expected a string, found {}", kind(value))));
+                return Err(Invalid::new(key, format!("expected a string, found {}", kind(value))));
             };
-            let value = expand(value, env, secrets).map_err(|p| (key.clone(), p))?;
+            let value = expand(value, env, secrets).map_err(|p| Invalid::new(key.clone(), p))?;
             if value.contains('\0') {
-                return Err((key, "contains NUL".into()));
+                return Err(Invalid::new(key, "contains NUL"));
             }
             child_env.push((name.clone(), value));
         }
@@ -840,7 +868,7 @@ fn stdio_config(
         None | Some("session") => Sharing::Session,
         Some("shared") => Sharing::Shared,
         Some(other) => {
-            return Err((format!("{path}.sharing"), format!("`{other}` is not `session` or `shared`")));
+            return Err(Invalid::new(format!("{path}.sharing"), format!("`{other}` is not `session` or `shared`")));
         }
     };
     let max_processes = keys.number("max_processes")?.map(|n| n as usize);
@@ -848,10 +876,10 @@ fn stdio_config(
 }
 
 /// `{"allow": [...], "deny": [...]}`: globs over a server's own names.
-fn filter(value: Option<&Value>, path: &str) -> Result<Filter, (String, String)> {
+fn filter(value: Option<&Value>, path: &str) -> Result<Filter, Invalid> {
     let Some(value) = value else { return Ok(Filter::default()) };
     let Value::Object(map) = value else {
-        return Err((
+        return Err(Invalid::new(
             path.to_string(),
             format!("expected an object with `allow` and/or `deny`, found {}", kind(value)),
         ));
@@ -963,68 +991,70 @@ impl<'a> Keys<'a> {
         self.map.contains_key(key)
     }
 
-    fn string(&mut self, key: &'a str) -> Result<Option<String>, (String, String)> {
+    fn string(&mut self, key: &'a str) -> Result<Option<String>, Invalid> {
         match self.take(key) {
             None => Ok(None),
             Some(Value::String(s)) => Ok(Some(s.clone())),
-            Some(other) => Err((self.name(key), format!("expected a string, found {}", kind(other)))),
+            Some(other) => Err(Invalid::new(self.name(key), format!("expected a string, found {}", kind(other)))),
         }
     }
 
     /// A number within its documented range; its default when absent.
-    fn number(&mut self, key: &'a str) -> Result<Option<u64>, (String, String)> {
+    fn number(&mut self, key: &'a str) -> Result<Option<u64>, Invalid> {
         let Some(Key { kind: Kind::Number { default, min, max }, .. }) = self.spec(key) else {
-            return Err((self.name(key), "bug: not a number in the configuration reference".into()));
+            return Err(Invalid::new(self.name(key), "bug: not a number in the configuration reference"));
         };
         let Some(value) = self.take(key) else { return Ok(*default) };
         match value.as_u64() {
             Some(n) if (*min..=*max).contains(&n) => Ok(Some(n)),
-            Some(n) => Err((self.name(key), format!("{n} is out of range {min} to {max}"))),
-            None => Err((self.name(key), format!("expected a whole number, found {}", kind(value)))),
+            Some(n) => Err(Invalid::new(self.name(key), format!("{n} is out of range {min} to {max}"))),
+            None => Err(Invalid::new(self.name(key), format!("expected a whole number, found {}", kind(value)))),
         }
     }
 
     /// A number that has a default.
-    fn count(&mut self, key: &'a str) -> Result<usize, (String, String)> {
+    fn count(&mut self, key: &'a str) -> Result<usize, Invalid> {
         match self.number(key)? {
-            Some(n) => usize::try_from(n).map_err(|_| (self.name(key), format!("{n} is too large here"))),
-            None => Err((self.name(key), "bug: no default in the configuration reference".into())),
+            Some(n) => usize::try_from(n).map_err(|_| Invalid::new(self.name(key), format!("{n} is too large here"))),
+            None => Err(Invalid::new(self.name(key), "bug: no default in the configuration reference")),
         }
     }
 
-    fn secs(&mut self, key: &'a str) -> Result<Duration, (String, String)> {
+    fn secs(&mut self, key: &'a str) -> Result<Duration, Invalid> {
         Ok(Duration::from_secs(self.count(key)? as u64))
     }
 
-    fn flag(&mut self, key: &'a str) -> Result<bool, (String, String)> {
+    fn flag(&mut self, key: &'a str) -> Result<bool, Invalid> {
         let Some(Key { kind: Kind::Flag(default), .. }) = self.spec(key) else {
-            return Err((self.name(key), "bug: not a flag in the configuration reference".into()));
+            return Err(Invalid::new(self.name(key), "bug: not a flag in the configuration reference"));
         };
         match self.take(key) {
             None => Ok(*default),
             Some(Value::Bool(b)) => Ok(*b),
-            Some(other) => Err((self.name(key), format!("expected true or false, found {}", kind(other)))),
+            Some(other) => Err(Invalid::new(self.name(key), format!("expected true or false, found {}", kind(other)))),
         }
     }
 
-    fn strings(&mut self, key: &'a str) -> Result<Vec<String>, (String, String)> {
+    fn strings(&mut self, key: &'a str) -> Result<Vec<String>, Invalid> {
         match self.take(key) {
             None => Ok(Vec::new()),
             Some(Value::Array(items)) => items
                 .iter()
-                .map(|v| v.as_str().map(str::to_string).ok_or_else(|| (self.name(key), "expected strings".to_string())))
+                .map(|v| v.as_str().map(str::to_string).ok_or_else(|| Invalid::new(self.name(key), "expected strings")))
                 .collect(),
-            Some(other) => Err((self.name(key), format!("expected an array of strings, found {}", kind(other)))),
+            Some(other) => {
+                Err(Invalid::new(self.name(key), format!("expected an array of strings, found {}", kind(other))))
+            }
         }
     }
 
-    fn refuse_unknown(&self) -> Result<(), (String, String)> {
+    fn refuse_unknown(&self) -> Result<(), Invalid> {
         if let Some(name) = self.undocumented.first() {
-            return Err((name.clone(), "bug: read, but not in the configuration reference".into()));
+            return Err(Invalid::new(name.clone(), "bug: read, but not in the configuration reference"));
         }
         match self.map.keys().find(|k| !self.used.contains_key(k.as_str())) {
             None => Ok(()),
-            Some(k) => Err((self.name(k), "unknown key".into())),
+            Some(k) => Err(Invalid::new(self.name(k), "unknown key")),
         }
     }
 }
@@ -1075,7 +1105,7 @@ mod tests {
         }
     }
 
-    fn parse(text: &str) -> Result<Config, (String, String)> {
+    fn parse(text: &str) -> Result<Config, Invalid> {
         Config::parse(text, &env)
     }
 
@@ -1138,7 +1168,7 @@ mod tests {
         let c = parse(r#"{"mcpServers": {"zeta": {"url": "http://z"}, "alpha": {"url": "http://a"}}}"#).unwrap();
         let names: Vec<&str> = c.servers.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["zeta", "alpha"]);
-        let (key, problem) =
+        let Invalid { key, problem } =
             parse(r#"{"mcpServers": {"a": {"url": "http://z"}, "a": {"url": "http://a"}}}"#).unwrap_err();
         assert_eq!(key, "mcpServers");
         assert!(problem.contains("named twice"), "{problem}");
@@ -1174,7 +1204,7 @@ mod tests {
             (r#"{"mcpServers": "#, "", "not valid JSON"),
         ];
         for (text, key, problem) in cases {
-            let (k, p) = parse(text).expect_err(text);
+            let Invalid { key: k, problem: p } = parse(text).expect_err(text);
             assert_eq!(k, key, "{text}");
             assert!(p.contains(problem), "{text}: {p}");
         }
@@ -1286,10 +1316,10 @@ mod tests {
         let map = Map::new();
         let mut keys = Keys::new(&map, "", "");
         assert_eq!(keys.take("no_such_key"), None);
-        let (key, problem) = keys.refuse_unknown().unwrap_err();
+        let Invalid { key, problem } = keys.refuse_unknown().unwrap_err();
         assert_eq!(key, "no_such_key");
         assert!(problem.contains("not in the configuration reference"), "{problem}");
-        let (_, problem) = Keys::new(&map, "", "").number("listen").unwrap_err();
+        let Invalid { problem, .. } = Keys::new(&map, "", "").number("listen").unwrap_err();
         assert!(problem.contains("bug: not a number"), "{problem}");
     }
 }
