@@ -2,8 +2,9 @@
 //! server and `mcpgate` itself) on 127.0.0.1, stopped by PID when dropped
 //! ([`process`]); a small MCP client over real sockets ([`client`]); raw
 //! HTTP for what a client never sends or never waits for ([`raw`]); the
-//! state file ([`state`]); and mcpgate run as nobody under a thread limit
-//! ([`privileges`]). Each test file uses a part of it.
+//! state file ([`state`]); mcpgate run as nobody under a thread limit
+//! ([`privileges`]); stdio servers and their children in /proc
+//! ([`stdio`]). Each test file uses a part of it.
 #![allow(dead_code)]
 
 mod client;
@@ -11,7 +12,8 @@ mod privileges;
 mod process;
 mod raw;
 mod state;
+mod stdio;
 
 // Each test file uses a part of what is re-exported here.
 #[allow(unused_imports)]
-pub use self::{client::*, privileges::*, process::*, raw::*, state::*};
+pub use self::{client::*, privileges::*, process::*, raw::*, state::*, stdio::*};
