@@ -171,18 +171,24 @@ fn a_child_that_ignores_stdin_eof_gets_sigterm_then_sigkill_and_its_group_dies()
     // mask is inherited across fork and exec) can only be ended by SIGKILL.
     assert_eq!(signal_field(stubborn.pid, "SigBlk:"), 0, "signals blocked in the child at its start");
 
+    // The DELETE answers once its session is closed: the children are watched meanwhile.
     let started = Instant::now();
-    client.delete();
-    let deleted = started.elapsed();
     let (mut stubborn_gone, mut deaf_gone) = (None, None);
-    wait_until(Duration::from_secs(5), || {
-        if stubborn_gone.is_none() && reaped_by(stubborn.pid, gate.pid()) {
-            stubborn_gone = Some(started.elapsed());
-        }
-        if deaf_gone.is_none() && reaped_by(deaf.pid, gate.pid()) {
-            deaf_gone = Some(started.elapsed());
-        }
-        stubborn_gone.is_some() && deaf_gone.is_some()
+    let deleted = std::thread::scope(|s| {
+        let deleting = s.spawn(|| {
+            client.delete();
+            started.elapsed()
+        });
+        wait_until(Duration::from_secs(5), || {
+            if stubborn_gone.is_none() && reaped_by(stubborn.pid, gate.pid()) {
+                stubborn_gone = Some(started.elapsed());
+            }
+            if deaf_gone.is_none() && reaped_by(deaf.pid, gate.pid()) {
+                deaf_gone = Some(started.elapsed());
+            }
+            stubborn_gone.is_some() && deaf_gone.is_some()
+        });
+        deleting.join().expect("the DELETE")
     });
     eprintln!(
         "stdio_grace_ms {grace_ms}: DELETE answered in {deleted:?}; SIGTERM ended `stubborn` in {stubborn_gone:?}, \
