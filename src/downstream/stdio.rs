@@ -298,6 +298,7 @@ impl Endpoint {
         }
         std::os::unix::process::CommandExt::process_group(&mut command, 0);
         sys::die_with_parent(&mut command);
+        sys::unblock_signals(&mut command);
         let mut process = self
             .children
             .spawn(command)

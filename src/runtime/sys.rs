@@ -229,6 +229,29 @@ pub fn die_with_parent(command: &mut std::process::Command) {
     }
 }
 
+/// Has the program `command` starts begin with no signal blocked. mcpgate
+/// blocks SIGTERM, SIGINT and SIGHUP in every thread (see [`block`]), and a
+/// signal mask is inherited across fork and exec, which std's `Command`
+/// does not reset: a child would never see the SIGTERM of its close path
+/// (nor a SIGINT or SIGHUP), and every child that needed a signal would
+/// wait a second grace for SIGKILL.
+pub fn unblock_signals(command: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: between fork and exec only async-signal-safe calls are made
+    // (sigemptyset, pthread_sigmask) on a local set; nothing is allocated.
+    unsafe {
+        command.pre_exec(|| {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            let rc = libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+            if rc != 0 {
+                return Err(io::Error::from_raw_os_error(rc));
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Sends `signal` to every process of the group `pgid` (a child started as
 /// a group leader, with what it started).
 pub fn signal_group(pgid: u32, signal: ChildSignal) -> io::Result<()> {
