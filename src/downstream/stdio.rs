@@ -66,6 +66,9 @@ pub struct Children {
     /// Guards the spawner thread's orders and handle; started with the
     /// first child, `stopped` after shutdown.
     spawner: Mutex<Spawner>,
+    /// Held from the check of the limits to the count of the child started:
+    /// children started at once would all pass the check before any counted.
+    starting: Mutex<()>,
     limit: AtomicUsize,
     grace_ms: AtomicU64,
     max_message: AtomicUsize,
@@ -87,6 +90,7 @@ impl Children {
     pub fn new(limit: usize, grace: Duration, max_message: usize) -> Arc<Children> {
         Arc::new(Children {
             spawner: Mutex::new(Spawner::default()),
+            starting: Mutex::new(()),
             limit: AtomicUsize::new(limit),
             grace_ms: AtomicU64::new(grace.as_millis() as u64),
             max_message: AtomicUsize::new(max_message),
@@ -259,6 +263,8 @@ impl Endpoint {
 
     /// Starts a child, unless a limit or the backoff says no.
     fn spawn(&self, server: &Arc<Server>) -> Result<Arc<Child>, DownstreamError> {
+        // Children are forked one at a time on the spawner thread anyway.
+        let starting = self.children.starting.lock();
         {
             let backoff = self.backoff.lock();
             if let Some(until) = backoff.until
@@ -310,6 +316,7 @@ impl Endpoint {
         if std::mem::take(&mut self.backoff.lock().restart) {
             self.restarts.inc();
         }
+        drop(starting);
         let pid = process.id();
         let (stdin, stdout, stderr) = (process.stdin.take(), process.stdout.take(), process.stderr.take());
         let child = Arc::new(Child {
