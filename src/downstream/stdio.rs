@@ -495,22 +495,17 @@ impl Child {
         };
         let grace = children.grace();
         let mut signalled = false;
-        let status = match wait_for(&mut process, grace) {
-            Some(status) => Some(status),
-            None => {
-                signalled = true;
-                let _ = sys::signal_group(self.pid, ChildSignal::Terminate);
-                match wait_for(&mut process, grace) {
-                    Some(status) => Some(status),
-                    None => {
-                        let _ = sys::signal_group(self.pid, ChildSignal::Kill);
-                        process.wait().ok()
-                    }
-                }
-            }
-        };
+        if !exits_within(self.pid, grace) {
+            signalled = true;
+            let _ = sys::signal_group(self.pid, ChildSignal::Terminate);
+            // Past this grace, the SIGKILL below ends it.
+            exits_within(self.pid, grace);
+        }
         // What the child started is in its group: nothing of it outlives it.
+        // Sent before the child is reaped, while its pid (the group's id)
+        // cannot have been reused.
         let _ = sys::signal_group(self.pid, ChildSignal::Kill);
+        let status = process.wait().ok();
         children.reaped.inc();
         children.live.dec();
         self.end_calls(&format!("its process was stopped ({})", describe(status)));
@@ -545,15 +540,17 @@ impl Child {
 /// Whether a child stopped by mcpgate needed SIGTERM or SIGKILL.
 struct Signalled(bool);
 
-/// Waits up to `grace` for `process` to exit.
-fn wait_for(process: &mut Process, grace: Duration) -> Option<ExitStatus> {
+/// Waits up to `grace` for the child `pid` to exit, without reaping it.
+fn exits_within(pid: u32, grace: Duration) -> bool {
     let deadline = Instant::now() + grace;
     loop {
-        match process.try_wait() {
-            Ok(Some(status)) => return Some(status),
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
-            _ => return None,
+        if sys::has_exited(pid) {
+            return true;
         }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
@@ -599,10 +596,11 @@ fn read_stdout(server: &Arc<Server>, child: &Arc<Child>, stdout: std::process::C
     }
     // It ended on its own: reap it now (no zombie), and tell its calls.
     let status = child.process.lock().take().map(|mut process| {
-        let status = wait_for(&mut process, endpoint.children.grace()).or_else(|| {
-            let _ = sys::signal_group(child.pid, ChildSignal::Kill);
-            process.wait().ok()
-        });
+        // The grace to exit, if it has not; then its group goes with it, as
+        // on the close path, before it is reaped.
+        exits_within(child.pid, endpoint.children.grace());
+        let _ = sys::signal_group(child.pid, ChildSignal::Kill);
+        let status = process.wait().ok();
         endpoint.children.reaped.inc();
         endpoint.children.live.dec();
         endpoint.live.dec();

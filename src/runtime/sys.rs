@@ -266,6 +266,27 @@ pub fn signal_group(pgid: u32, signal: ChildSignal) -> io::Result<()> {
     Ok(())
 }
 
+/// Whether the child `pid` has ended, without reaping it (`waitid` with
+/// `WNOWAIT`): until it is waited for, its pid, hence the id of the group it
+/// leads, cannot be reused. A pid that is no child to wait for (already
+/// reaped) counts as ended.
+pub fn has_exited(pid: u32) -> bool {
+    loop {
+        // SAFETY: siginfo_t is plain data; zeroed, its pid reads 0 when no
+        // child has ended (WNOHANG), and waitid only writes into it.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
+        // SAFETY: `info` is a live local of the type waitid fills.
+        if unsafe { libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, flags) } == 0 {
+            // SAFETY: waitid filled `info` (or left it zeroed).
+            return unsafe { info.si_pid() } != 0;
+        }
+        if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            return true;
+        }
+    }
+}
+
 /// The signals mcpgate sends its children.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChildSignal {
