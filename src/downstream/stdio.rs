@@ -29,6 +29,7 @@
 
 use std::collections::HashMap;
 use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::fd::AsRawFd;
 use std::process::{Child as Process, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
@@ -575,9 +576,10 @@ fn read_stdout(server: &Arc<Server>, child: &Arc<Child>, stdout: std::process::C
     let mut line = Vec::new();
     let why = loop {
         line.clear();
-        match read_line(&mut reader, &mut line, max) {
-            Ok(false) => break "it closed its stdout".to_string(),
-            Ok(true) => {}
+        match read_line(&mut reader, &mut line, max, child.pid) {
+            Ok(Got::Eof) => break "it closed its stdout".to_string(),
+            Ok(Got::Exited) => break "it exited; a process it started holds its stdout".to_string(),
+            Ok(Got::Line) => {}
             Err(e) => break format!("reading its stdout failed: {e}"),
         }
         if line.iter().all(u8::is_ascii_whitespace) {
@@ -617,17 +619,43 @@ fn read_stdout(server: &Arc<Server>, child: &Arc<Child>, stdout: std::process::C
     child.end_calls(&format!("its process ended ({status})"));
 }
 
-/// One line into `line`, without its `\n`; false at the end of the stream.
-fn read_line(reader: &mut impl BufRead, line: &mut Vec<u8>, max: usize) -> io::Result<bool> {
+/// What [`read_line`] got.
+enum Got {
+    /// A line, in `line`.
+    Line,
+    /// The end of the stream.
+    Eof,
+    /// Nothing to read, and the child has exited: the stream's end may never
+    /// come, as a process the child started holds the pipe open (`npx`, a
+    /// shell without `exec`), until its group is killed.
+    Exited,
+}
+
+/// How often a reader with nothing to read looks whether its child exited.
+const EXIT_CHECK: Duration = Duration::from_millis(200);
+
+/// One line into `line`, without its `\n`; or the end of the stream, or of
+/// the child `pid`.
+fn read_line<R: Read + AsRawFd>(
+    reader: &mut BufReader<R>,
+    line: &mut Vec<u8>,
+    max: usize,
+    pid: u32,
+) -> io::Result<Got> {
     let mut charge = Charge::empty();
     loop {
+        while reader.buffer().is_empty() && !sys::wait_readable(reader.get_ref(), EXIT_CHECK)? {
+            if sys::has_exited(pid) {
+                return Ok(Got::Exited);
+            }
+        }
         let buf = match reader.fill_buf() {
             Ok(buf) => buf,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         };
         if buf.is_empty() {
-            return Ok(false);
+            return Ok(Got::Eof);
         }
         let (take, done) = match buf.iter().position(|&b| b == b'\n') {
             Some(at) => (at, true),
@@ -642,7 +670,7 @@ fn read_line(reader: &mut impl BufRead, line: &mut Vec<u8>, max: usize) -> io::R
         line.extend_from_slice(&buf[..take]);
         reader.consume(take + usize::from(done));
         if done {
-            return Ok(true);
+            return Ok(Got::Line);
         }
     }
 }

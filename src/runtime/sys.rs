@@ -307,6 +307,20 @@ pub fn set_nonblocking(fd: &impl std::os::fd::AsRawFd) -> io::Result<()> {
     Ok(())
 }
 
+/// Waits until `fd` has something to read (or its end), at most `timeout`;
+/// false on timeout.
+pub fn wait_readable(fd: &impl std::os::fd::AsRawFd, timeout: std::time::Duration) -> io::Result<bool> {
+    let mut poll = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
+    // SAFETY: `poll` is a live local and the count is 1.
+    let n = unsafe { libc::poll(&mut poll, 1, ms) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return if e.kind() == io::ErrorKind::Interrupted { Ok(false) } else { Err(e) };
+    }
+    Ok(n > 0)
+}
+
 /// Waits until `fd` can be written, at most `timeout`; false on timeout.
 pub fn wait_writable(fd: &impl std::os::fd::AsRawFd, timeout: std::time::Duration) -> io::Result<bool> {
     let mut poll = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLOUT, revents: 0 };
