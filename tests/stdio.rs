@@ -465,7 +465,8 @@ fn a_shared_child_serves_two_sessions_keeps_them_apart_and_stops_when_unused() {
     }
     let took = gate.reaped_within(kid.pid, Duration::from_secs(5)).map(|_| closed.elapsed());
     let took = took.unwrap_or_else(|| panic!("the shared child is not reaped: {:?}", proc_info(kid.pid)));
-    assert!(took >= Duration::from_secs(1), "stopped {took:?} after the last session, before shared_idle_secs");
+    // The child's idle time starts in the last DELETE, a little before `closed`.
+    assert!(took >= Duration::from_millis(900), "stopped {took:?} after the last session, before shared_idle_secs");
     let status = gate.status();
     assert_processes(&status, 0);
     let p = server_processes(&status, "sh");
@@ -477,7 +478,7 @@ fn a_shared_child_serves_two_sessions_keeps_them_apart_and_stops_when_unused() {
 fn the_global_max_processes_leaves_the_server_out_of_a_third_session() {
     let http = Fixture::start("h", &[]);
     let servers = json!({"a": stdio_server("a", &[]), "h": {"url": http.url()}});
-    let gate = StdioGate::start(&config_with(servers, json!({"max_processes": 2})));
+    let mut gate = StdioGate::start(&config_with(servers, json!({"max_processes": 2})));
     let mut one = gate.open_session();
     let _two = gate.open_session();
     let mut three = gate.open_session();
@@ -493,6 +494,7 @@ fn the_global_max_processes_leaves_the_server_out_of_a_third_session() {
     assert!(error.contains("max_processes"), "last_error: {error}");
     assert_processes(&status, 2);
     assert_eq!(gate.children().len(), 2, "the limit holds in /proc");
+    assert!(gate.is_running(), "mcpgate stays up");
 
     // A session that leaves frees its process for the next one.
     let first = gate.kid("a", 1);
@@ -707,4 +709,71 @@ fn a_crash_is_noticed_while_a_grandchild_holds_the_childs_stdout() {
         proc_info(sleeper.pid)
     );
     assert_eq!(client.tool_text("p__echo", json!({"text": "again"})), "again", "restarted");
+}
+
+#[test]
+fn a_shared_child_hung_in_initialize_is_stopped_at_once_not_kept_for_shared_idle_secs() {
+    let hung = json!({
+        "command": FIXTURE,
+        "args": support::stdio_args("hung", &["--hang-initialize"]),
+        "sharing": "shared",
+    });
+    let servers = json!({"hung": hung, "ok": stdio_server("ok", &[])});
+    let gate = StdioGate::start(&config_with(
+        servers,
+        json!({"connect_timeout_secs": 1, "request_timeout_secs": 1, "session_idle_timeout_secs": 5}),
+    ));
+    let (mut client, hung) = std::thread::scope(|s| {
+        let opening = s.spawn(|| gate.open_session());
+        let hung = gate.kid("hung", 1);
+        (opening.join().expect("initialize"), hung)
+    });
+    assert_eq!(client.tool_text("ok__echo", json!({"text": "fine"})), "fine");
+    assert!(
+        gate.reaped_within(hung.pid, Duration::from_secs(3)).is_some(),
+        "the hung shared child runs on (shared_idle_secs is 300): {:?}",
+        proc_info(hung.pid)
+    );
+    let status = gate.status();
+    assert_processes(&status, 1);
+    assert_eq!(server_processes(&status, "hung")["live"], 0, "{status}");
+}
+
+#[test]
+fn a_close_does_not_wait_for_a_process_that_left_the_childs_group_with_its_pipes() {
+    // A daemon the child started in a session of its own, with the child's stdout and stderr:
+    // the group kill does not reach it, and the pipes stay open as long as it runs.
+    let script = "setsid sleep 1000 & exec \"$0\" --stdio --name p --stats-listen 127.0.0.1:0";
+    let gate = StdioGate::start(&config_with(
+        json!({"p": shell_server(script, &[FIXTURE])}),
+        json!({"stdio_grace_ms": 200, "delete_timeout_secs": 1}),
+    ));
+    let client = gate.open_session();
+    let kid = gate.kid("p", 1);
+    let daemon = wait_until(Duration::from_secs(2), || {
+        support::all_processes().iter().any(|p| p.name == "sleep" && p.ppid == kid.pid)
+    });
+    assert!(daemon, "the daemon did not start");
+    let escaped: Vec<support::Proc> =
+        support::all_processes().into_iter().filter(|p| p.name == "sleep" && p.ppid == kid.pid).collect();
+    for p in &escaped {
+        gate.watch_group(p.pgid);
+    }
+    let started = Instant::now();
+    let deleted = std::thread::scope(|s| {
+        let deleting = s.spawn(|| client.delete());
+        let answered = wait_until(Duration::from_secs(5), || deleting.is_finished());
+        if !answered {
+            // Free the close so that the test can end, and say what held it.
+            for p in &escaped {
+                let _ = Command::new("kill").arg("-KILL").arg(p.pid.to_string()).status();
+            }
+        }
+        let _ = deleting.join();
+        answered
+    });
+    assert!(deleted, "the DELETE did not answer within 5 s while the daemon held the child's pipes");
+    assert!(started.elapsed() < Duration::from_secs(2), "the DELETE took {:?}", started.elapsed());
+    assert!(gate.reaped_within(kid.pid, Duration::from_secs(1)).is_some(), "{:?}", proc_info(kid.pid));
+    assert_processes(&gate.status(), 0);
 }
