@@ -365,7 +365,8 @@ impl Endpoint {
         };
         child.threads.lock().push(reader);
         let name = self.name.clone();
-        let logger = threads::spawn("stderr", &self.name, move || log_stderr(&name, stderr))?;
+        let pid = child.pid;
+        let logger = threads::spawn("stderr", &self.name, move || log_stderr(&name, stderr, pid))?;
         child.threads.lock().push(logger);
         Ok(())
     }
@@ -634,6 +635,17 @@ enum Got {
 /// How often a reader with nothing to read looks whether its child exited.
 const EXIT_CHECK: Duration = Duration::from_millis(200);
 
+/// Waits until `reader` has something to read, or its end: false if its
+/// child `pid` exited meanwhile, leaving nothing to read.
+fn input_or_exit<R: AsRawFd>(reader: &BufReader<R>, pid: u32) -> io::Result<bool> {
+    while reader.buffer().is_empty() && !sys::wait_readable(reader.get_ref(), EXIT_CHECK)? {
+        if sys::has_exited(pid) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 /// One line into `line`, without its `\n`; or the end of the stream, or of
 /// the child `pid`.
 fn read_line<R: Read + AsRawFd>(
@@ -644,10 +656,8 @@ fn read_line<R: Read + AsRawFd>(
 ) -> io::Result<Got> {
     let mut charge = Charge::empty();
     loop {
-        while reader.buffer().is_empty() && !sys::wait_readable(reader.get_ref(), EXIT_CHECK)? {
-            if sys::has_exited(pid) {
-                return Ok(Got::Exited);
-            }
+        if !input_or_exit(reader, pid)? {
+            return Ok(Got::Exited);
         }
         let buf = match reader.fill_buf() {
             Ok(buf) => buf,
@@ -816,32 +826,51 @@ fn clone_message(message: &Message) -> Message {
 
 /// A child's stderr into the log, prefixed with the server's name: the
 /// first lines as they come, then at most one per 10 s, with a count of
-/// those left out. Lines are cut at [`STDERR_LINE`] bytes.
-fn log_stderr(name: &str, stderr: std::process::ChildStderr) {
+/// those left out. Lines are cut at [`STDERR_LINE`] bytes. Ends with the
+/// stream, or once the child `pid` has exited and nothing is left to read:
+/// a process that left the child's group may hold the pipe for good, and
+/// the close path joins this thread.
+fn log_stderr(name: &str, stderr: std::process::ChildStderr, pid: u32) {
     let limit = RateLimit::new(Duration::from_secs(10));
     let mut reader = BufReader::with_capacity(4 * 1024, stderr);
     let mut line = Vec::new();
     let mut seen = 0u64;
-    loop {
-        line.clear();
-        match (&mut reader).take(STDERR_LINE as u64 + 1).read_until(b'\n', &mut line) {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {}
-        }
-        if line.last() != Some(&b'\n') {
-            // Longer than a line may be: skip to its end.
-            let mut rest = Vec::new();
-            if (&mut reader).take(1 << 20).read_until(b'\n', &mut rest).is_err() {
-                return;
-            }
-        }
+    let mut log = |line: &[u8]| {
         seen += 1;
-        let text = String::from_utf8_lossy(&line);
+        let text = String::from_utf8_lossy(line);
         let text = text.trim_end();
         if seen <= STDERR_BURST {
             log::info!("server `{name}` (stderr): {text}");
         } else if let Some(suppressed) = limit.allow() {
             log::info!("server `{name}` (stderr): {text}{}", crate::runtime::ratelog::more(suppressed, &limit));
+        }
+    };
+    loop {
+        let buf: &[u8] = match input_or_exit(&reader, pid) {
+            Ok(true) => match reader.fill_buf() {
+                Ok(buf) => buf,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => &[],
+            },
+            _ => &[],
+        };
+        if buf.is_empty() {
+            if !line.is_empty() {
+                log(&line);
+            }
+            return;
+        }
+        let (take, done) = match buf.iter().position(|&b| b == b'\n') {
+            Some(at) => (at, true),
+            None => (buf.len(), false),
+        };
+        // What is past STDERR_LINE bytes of a line is read and dropped.
+        let room = STDERR_LINE.saturating_sub(line.len());
+        line.extend_from_slice(&buf[..take.min(room)]);
+        reader.consume(take + usize::from(done));
+        if done {
+            log(&line);
+            line.clear();
         }
     }
 }
