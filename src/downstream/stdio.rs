@@ -244,6 +244,15 @@ impl Endpoint {
         }
     }
 
+    /// Takes `child` out of the shared slot, if it is there: the next
+    /// session starts another.
+    fn forget_shared(&self, child: &Arc<Child>) {
+        let mut shared = self.shared.lock();
+        if shared.as_ref().is_some_and(|c| Arc::ptr_eq(c, child)) {
+            shared.take();
+        }
+    }
+
     /// Stops the shared child when no session has used it for `idle` (or
     /// at once, retired).
     pub fn stop_idle(&self, idle: Duration) {
@@ -1056,9 +1065,16 @@ impl Link for StdioLink {
         if self.shared && others > 0 {
             return Ok(());
         }
-        if self.shared {
-            // The last session left: the reaper stops it after shared_idle_secs.
+        // The last session left a shared child: the reaper stops it after
+        // shared_idle_secs, unless it never answered initialize (it hung, or
+        // refused): then no session can use it, and it stops now. A session
+        // initializing it holds the lock, and keeps it.
+        let unusable = || self.child.initialize.try_lock().is_some_and(|answer| answer.is_none());
+        if self.shared && !unusable() {
             return Ok(());
+        }
+        if self.shared {
+            endpoint.forget_shared(&self.child);
         }
         endpoint.stop_child(&self.child);
         Ok(())
