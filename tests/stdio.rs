@@ -67,6 +67,18 @@ fn progress_of(events: &[Value]) -> Vec<&Value> {
     events.iter().filter(|m| m["method"] == "notifications/progress").collect()
 }
 
+/// A server whose first child crashes (exit status 3) 1.5 s after its start, and whose later
+/// children do not: the first to start removes `marker`, a file in `dir`.
+fn crash_once(name: &str, dir: &TempDir) -> Value {
+    let marker = dir.0.join("crash-once");
+    std::fs::write(&marker, "").unwrap();
+    let script = format!(
+        "f=\"$1\"; fixture() {{ exec \"$f\" --stdio --name {name} --stats-listen 127.0.0.1:0 \"$@\"; }}; \
+         if rm \"$0\" 2>/dev/null; then fixture --exit-after-ms 1500; else fixture; fi"
+    );
+    shell_server(&script, &[marker.to_str().unwrap(), FIXTURE])
+}
+
 #[test]
 fn a_child_starts_with_the_first_session_and_serves_lists_calls_and_progress() {
     let gate = StdioGate::start(&config(json!({"p": stdio_server("p", &[])})));
@@ -224,12 +236,8 @@ fn signal_field(pid: u32, field: &str) -> u64 {
 #[test]
 fn a_crash_fails_the_running_call_and_the_next_request_restarts_the_child() {
     let dir = TempDir::new();
-    let marker = dir.0.join("crash-once");
-    std::fs::write(&marker, "").unwrap();
-    // The first child to start crashes 1.5 s later; those after it do not.
-    let script = "f=\"$1\"; fixture() { exec \"$f\" --stdio --name p --stats-listen 127.0.0.1:0 \"$@\"; }; \
-                  if rm \"$0\" 2>/dev/null; then fixture --exit-after-ms 1500; else fixture; fi";
-    let servers = json!({"p": shell_server(script, &[marker.to_str().unwrap(), FIXTURE])});
+    // a's child crashes; b's and the one started after the crash do not.
+    let servers = json!({"p": crash_once("p", &dir)});
     let gate = StdioGate::start(&config(servers));
     let mut a = gate.open_session();
     let mut b = gate.open_session();
@@ -776,4 +784,42 @@ fn a_close_does_not_wait_for_a_process_that_left_the_childs_group_with_its_pipes
     assert!(started.elapsed() < Duration::from_secs(2), "the DELETE took {:?}", started.elapsed());
     assert!(gate.reaped_within(kid.pid, Duration::from_secs(1)).is_some(), "{:?}", proc_info(kid.pid));
     assert_processes(&gate.status(), 0);
+}
+
+#[test]
+fn a_crashed_shared_child_is_restarted_once_for_all_its_sessions() {
+    let dir = TempDir::new();
+    let mut shared = crash_once("sh", &dir);
+    shared["sharing"] = json!("shared");
+    let gate = StdioGate::start(&config(json!({"sh": shared})));
+    let mut a = gate.open_session();
+    let mut b = gate.open_session();
+    let first = gate.kid("sh", 1);
+    let (sa, sb) = std::thread::scope(|s| {
+        let sa = s.spawn(|| a.call_tool("sh__slow", json!({"ms": 8000})));
+        let sb = s.spawn(|| b.call_tool("sh__slow", json!({"ms": 8000})));
+        (sa.join().expect("a's call"), sb.join().expect("b's call"))
+    });
+    for reply in [&sa, &sb] {
+        assert!(reply.error_message().contains("exit status 3"), "{}", reply.body);
+    }
+    assert!(gate.reaped_within(first.pid, Duration::from_secs(2)).is_some(), "{:?}", proc_info(first.pid));
+    let (ea, eb) = std::thread::scope(|s| {
+        let ea = s.spawn(|| a.tool_text("sh__whoami", json!({})));
+        let eb = s.spawn(|| b.tool_text("sh__whoami", json!({})));
+        (ea.join().expect("a's call"), eb.join().expect("b's call"))
+    });
+    assert_eq!(ea, eb, "one new child for both sessions");
+    let second = gate.kid("sh", 2);
+    assert_eq!(second.stats()["initialize"], 1, "{}", second.stats());
+    let live: Vec<u32> = gate.wait_children(1).iter().map(|c| c.pid).collect();
+    assert_eq!(live, vec![second.pid]);
+    let status = gate.status();
+    let p = server_processes(&status, "sh");
+    assert_eq!(
+        (p["spawned"].as_u64(), p["restarts"].as_u64(), p["exited"].as_u64()),
+        (Some(2), Some(1), Some(1)),
+        "{p}"
+    );
+    assert_processes(&status, 1);
 }
