@@ -79,6 +79,18 @@ fn crash_once(name: &str, dir: &TempDir) -> Value {
     shell_server(&script, &[marker.to_str().unwrap(), FIXTURE])
 }
 
+/// Threads of mcpgate by role (`stdio`: a child's stdout reader, `stderr`: its logger), once
+/// each role has `n` (within 3 s); the roles as they were otherwise.
+fn child_threads(gate: &StdioGate, n: u64) -> (u64, u64) {
+    let mut roles = (u64::MAX, u64::MAX);
+    wait_until(Duration::from_secs(3), || {
+        let by_role = &gate.status()["process"]["threads_by_role"];
+        roles = (by_role["stdio"].as_u64().unwrap_or(u64::MAX), by_role["stderr"].as_u64().unwrap_or(u64::MAX));
+        roles == (n, n)
+    });
+    roles
+}
+
 #[test]
 fn a_child_starts_with_the_first_session_and_serves_lists_calls_and_progress() {
     let gate = StdioGate::start(&config(json!({"p": stdio_server("p", &[])})));
@@ -143,6 +155,7 @@ fn a_client_delete_stops_and_reaps_the_child() {
     let p = server_processes(&status, "p");
     assert_eq!(p["killed"], 0, "it exited at stdin's EOF, without a signal: {p}");
     assert_eq!(p["exited"], 0, "{p}");
+    assert_eq!(child_threads(&gate, 0), (0, 0), "its reader and stderr threads (stdio, stderr) are gone");
 }
 
 #[test]
@@ -274,6 +287,7 @@ fn a_crash_fails_the_running_call_and_the_next_request_restarts_the_child() {
     assert_eq!((stats["initialize"].as_u64(), stats["requests"].as_u64()), (Some(1), Some(3)), "{stats}");
     let live: Vec<u32> = gate.wait_children(2).iter().map(|c| c.pid).collect();
     assert_eq!(live, sorted(&[other.pid, restarted.pid]), "mcpgate's children");
+    assert_eq!(child_threads(&gate, 2), (2, 2), "a reader and a stderr thread per live child");
 }
 
 fn sorted(pids: &[u32]) -> Vec<u32> {
