@@ -891,17 +891,25 @@ pub(crate) fn open(server: &Arc<Server>, endpoint: &Endpoint, body: &[u8]) -> Re
     let shared = endpoint.config.sharing == Sharing::Shared;
     let child = if shared {
         let mut slot = endpoint.shared.lock();
-        match slot.as_ref().filter(|c| !c.gone.load(Ordering::Acquire)) {
-            Some(child) => child.clone(),
-            None => {
-                if let Some(old) = slot.take() {
+        // Ends: a turn either takes a child or takes a gone one out of the slot.
+        loop {
+            match slot.as_ref() {
+                Some(child) if !child.gone.load(Ordering::Acquire) => break child.clone(),
+                Some(_) => {
+                    // Stopped without the lock held; meanwhile another session
+                    // may start the next child, which this one then uses.
+                    let old = slot.take();
                     drop(slot);
-                    endpoint.stop_child(&old);
+                    if let Some(old) = old {
+                        endpoint.stop_child(&old);
+                    }
                     slot = endpoint.shared.lock();
                 }
-                let child = endpoint.spawn(server)?;
-                *slot = Some(child.clone());
-                child
+                None => {
+                    let child = endpoint.spawn(server)?;
+                    *slot = Some(child.clone());
+                    break child;
+                }
             }
         }
     } else {
