@@ -845,3 +845,35 @@ fn a_crashed_shared_child_is_restarted_once_for_all_its_sessions() {
     );
     assert_processes(&status, 1);
 }
+
+#[test]
+fn a_shared_child_opening_while_a_reload_removes_its_server_is_stopped() {
+    // Its child answers initialize a second late: the reload comes while it is opening.
+    let script = "sleep 1; exec \"$0\" --stdio --name late --stats-listen 127.0.0.1:0";
+    let mut late = shell_server(script, &[FIXTURE]);
+    late["sharing"] = json!("shared");
+    let mut c =
+        config_with(json!({"late": late, "keep": stdio_server("keep", &[])}), json!({"session_idle_timeout_secs": 5}));
+    let gate = StdioGate::start(&c);
+    let mut client = std::thread::scope(|s| {
+        let opening = s.spawn(|| gate.open_session());
+        gate.wait_children(2);
+        c["mcpServers"] = json!({"keep": stdio_server("keep", &[])});
+        gate.dir.write_config(&c);
+        support::signal(gate.pid(), "HUP");
+        let reloaded = wait_until(Duration::from_secs(3), || gate.stderr().contains("configuration reloaded"));
+        assert!(reloaded, "no reload logged");
+        opening.join().expect("initialize")
+    });
+    let late = gate.kid("late", 1);
+    assert_eq!(client.tool_text("keep__echo", json!({"text": "kept"})), "kept");
+    assert!(
+        gate.reaped_within(late.pid, Duration::from_secs(3)).is_some(),
+        "the child of the removed server runs on: {:?}",
+        proc_info(late.pid)
+    );
+    let keep = gate.kid("keep", 1);
+    let live: Vec<u32> = gate.wait_children(1).iter().map(|c| c.pid).collect();
+    assert_eq!(live, vec![keep.pid]);
+    assert_processes(&gate.status(), 1);
+}
