@@ -855,24 +855,24 @@ fn a_shared_child_opening_while_a_reload_removes_its_server_is_stopped() {
     let mut c =
         config_with(json!({"late": late, "keep": stdio_server("keep", &[])}), json!({"session_idle_timeout_secs": 5}));
     let gate = StdioGate::start(&c);
-    let mut client = std::thread::scope(|s| {
+    let (mut client, keep, late) = std::thread::scope(|s| {
         let opening = s.spawn(|| gate.open_session());
-        gate.wait_children(2);
+        let children = gate.wait_children(2);
+        let keep = gate.kid("keep", 1);
+        let late = children.iter().find(|c| c.pid != keep.pid).expect("the late child").pid;
         c["mcpServers"] = json!({"keep": stdio_server("keep", &[])});
         gate.dir.write_config(&c);
         support::signal(gate.pid(), "HUP");
         let reloaded = wait_until(Duration::from_secs(3), || gate.stderr().contains("configuration reloaded"));
         assert!(reloaded, "no reload logged");
-        opening.join().expect("initialize")
+        (opening.join().expect("initialize"), keep, late)
     });
-    let late = gate.kid("late", 1);
     assert_eq!(client.tool_text("keep__echo", json!({"text": "kept"})), "kept");
     assert!(
-        gate.reaped_within(late.pid, Duration::from_secs(3)).is_some(),
+        gate.reaped_within(late, Duration::from_secs(3)).is_some(),
         "the child of the removed server runs on: {:?}",
-        proc_info(late.pid)
+        proc_info(late)
     );
-    let keep = gate.kid("keep", 1);
     let live: Vec<u32> = gate.wait_children(1).iter().map(|c| c.pid).collect();
     assert_eq!(live, vec![keep.pid]);
     assert_processes(&gate.status(), 1);
