@@ -1075,9 +1075,14 @@ impl Link for StdioLink {
         }
         // The last session left a shared child: the reaper stops it after
         // shared_idle_secs, unless it never answered initialize (it hung, or
-        // refused): then no session can use it, and it stops now. A session
-        // initializing it holds the lock, and keeps it.
-        let unusable = || self.child.initialize.try_lock().is_some_and(|answer| answer.is_none());
+        // refused), or its server was removed or changed by a reload (the
+        // reaper looks only at the servers configured now): then no session
+        // can use it, and it stops now. A session initializing it holds the
+        // lock, and keeps it.
+        let unusable = || {
+            endpoint.retired.load(Ordering::Acquire)
+                || self.child.initialize.try_lock().is_some_and(|answer| answer.is_none())
+        };
         if self.shared && !unusable() {
             return Ok(());
         }
