@@ -8,7 +8,9 @@
 //!   even by `kill -9`, the kernel kills it (what it started in turn is in
 //!   its group, which systemd's `KillMode=control-group` takes too);
 //! - it gets a small base environment ([`BASE_ENV`]) and its own `env`,
-//!   not mcpgate's, which may hold other servers' secrets;
+//!   not mcpgate's, which may hold other servers' secrets, and no signal
+//!   blocked (mcpgate blocks SIGTERM, SIGINT and SIGHUP in every thread,
+//!   and a signal mask outlives exec);
 //! - one thread reads its stdout (a message per line, at most
 //!   `max_message_bytes`), one its stderr (to the log, prefixed with the
 //!   server's name, bounded and rate-limited); writes to its stdin never
@@ -16,7 +18,9 @@
 //! - it ends through the close path only: stdin closed, `stdio_grace_ms`
 //!   to exit, then SIGTERM to its group, the same again, then SIGKILL, and
 //!   it is always reaped. A child that exits by itself is reaped by its
-//!   reader at once: no zombies.
+//!   reader at once: no zombies. Either way its group is killed before it
+//!   is reaped (while its pid cannot be reused), and the readers notice its
+//!   exit even when a process that escaped the group holds its pipes.
 //!
 //! Sharing: with `"sharing": "session"` (the default) each client session
 //! has a child of its own. With `"shared"` one child serves every session:
