@@ -656,7 +656,10 @@ fn token_list(
                 Some(list)
             }
             Some(other) => {
-                return Err(Invalid::new(format!("{key}.servers"), format!("expected an array, found {}", kind(other))));
+                return Err(Invalid::new(
+                    format!("{key}.servers"),
+                    format!("expected an array, found {}", kind(other)),
+                ));
             }
         };
         keys.refuse_unknown()?;

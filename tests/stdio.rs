@@ -284,6 +284,9 @@ fn a_crash_fails_the_running_call_and_the_next_request_restarts_the_child() {
     let p = server_processes(&status, "p");
     assert_eq!((p["restarts"].as_u64(), p["spawned"].as_u64(), p["live"].as_u64()), (Some(1), Some(3), Some(2)), "{p}");
     assert_processes(&status, 2);
+    // The last error is the crash's exit status, not the retry that followed it.
+    let last_error = status["servers"]["p"]["last_error"].as_str().unwrap_or_default().to_string();
+    assert!(last_error.contains("exit status 3") && !last_error.contains("no longer knows"), "{last_error}");
 
     // The other session kept its child, untouched.
     assert_eq!(b.tool_text("p__echo", json!({"text": "b"})), "b");

@@ -74,7 +74,9 @@ impl fmt::Display for DownstreamError {
             }
             DownstreamError::Status { status, detail } if detail.is_empty() => write!(f, "answered HTTP {status}"),
             DownstreamError::Status { status, detail } => write!(f, "answered HTTP {status}: {detail}"),
-            DownstreamError::SessionGone => write!(f, "the server no longer knows this session (HTTP 404)"),
+            DownstreamError::SessionGone => {
+                write!(f, "the server no longer knows this session (HTTP 404, or its process ended)")
+            }
             DownstreamError::Protocol(e) => write!(f, "protocol error: {e}"),
             DownstreamError::Refused(e) => write!(f, "initialize refused: {e}"),
             DownstreamError::Closed => write!(f, "the session is closing"),
@@ -291,7 +293,9 @@ impl Server {
         let mut health = self.health.lock();
         match result {
             Ok(_) => health.last_ok_at = Some(SystemTime::now()),
-            Err(DownstreamError::Closed | DownstreamError::Cancelled) => {}
+            // Not the server's failure; or (SessionGone) retried at once on a new
+            // session, whose outcome is recorded in its turn.
+            Err(DownstreamError::Closed | DownstreamError::Cancelled | DownstreamError::SessionGone) => {}
             Err(e) => {
                 health.last_error = Some(self.redact(&e.to_string()));
                 health.last_error_at = Some(SystemTime::now());

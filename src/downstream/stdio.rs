@@ -433,11 +433,9 @@ struct Calls {
     waiting: HashMap<u64, Waiting>,
     /// Wire progress token to wire id.
     tokens: HashMap<String, u64>,
-    /// Where each view's unasked messages go.
+    /// Where each view's unasked messages go. (A client's answer to the
+    /// child's request needs no entry: it carries the child's own id.)
     inboxes: HashMap<usize, Weak<dyn Inbox>>,
-    /// What the child asked of a view, for its answer to go back: wire id of
-    /// the child's request to the view.
-    asked: HashMap<String, usize>,
 }
 
 /// One running child process.
@@ -745,7 +743,7 @@ fn route(server: &Arc<Server>, child: &Arc<Child>, mut message: Message) {
 /// or several to choose from, refused.
 fn ask_a_client(server: &Arc<Server>, child: &Arc<Child>, message: Message) {
     let target = {
-        let mut calls = child.calls.lock();
+        let calls = child.calls.lock();
         let mut views: Vec<usize> = calls.waiting.values().map(|w| w.view).collect();
         views.sort_unstable();
         views.dedup();
@@ -755,9 +753,6 @@ fn ask_a_client(server: &Arc<Server>, child: &Arc<Child>, message: Message) {
             _ => None,
         };
         view.map(|view| {
-            if let Some(id) = &message.id {
-                calls.asked.insert(id.to_string(), view);
-            }
             let one_call: Vec<&Waiting> = calls.waiting.values().filter(|w| w.view == view).collect();
             match one_call.as_slice() {
                 [only] => Target::Call(only.tx.clone()),
@@ -1067,7 +1062,6 @@ impl Link for StdioLink {
     fn stop(&self, _: &Downstream) {
         let mut calls = self.child.calls.lock();
         calls.inboxes.remove(&self.view);
-        calls.asked.retain(|_, view| *view != self.view);
     }
 
     fn end(&self, d: &Downstream) -> Result<(), DownstreamError> {
