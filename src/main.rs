@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use mcpgate::config::{self, Config, ConfigError, Source};
 use mcpgate::gateway::Gateway;
-use mcpgate::http::routes::Mcpgate;
+use mcpgate::http::routes::Routes;
 use mcpgate::http::{self, Httpd};
 use mcpgate::runtime::notify::{self, Notifier};
 use mcpgate::runtime::state::{self, StateFile};
@@ -195,7 +195,7 @@ fn serve(config: Config, source: Source, signals: sys::Signals) -> Result<(), Er
     // once it listens.
     let restored = loaded.map(|loaded| state::restore(&gateway, loaded));
     let writer = state::start(gateway.clone()).map_err(io("cannot start the state writer"))?;
-    let app = Arc::new(Mcpgate { gateway: gateway.clone(), source: source.clone() });
+    let app = Arc::new(Routes { gateway: gateway.clone(), source: source.clone() });
     let mut httpd =
         Httpd::start(listen, app, options, gateway.stats.clone()).map_err(io(format!("cannot listen on {listen}")))?;
     let reaper = reaper::start(gateway.clone()).map_err(io("cannot start the reaper"))?;

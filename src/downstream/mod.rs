@@ -87,6 +87,8 @@ impl fmt::Display for DownstreamError {
     }
 }
 
+impl std::error::Error for DownstreamError {}
+
 /// What a server sends while it answers a request, before the response.
 pub enum Arrival {
     /// Its answer is a stream (HTTP's `text/event-stream`): messages may

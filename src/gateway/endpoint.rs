@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use crate::downstream::PROTOCOL_VERSIONS;
 use crate::http::access::Access;
-use crate::http::{EventSink, HttpReply, HttpRequest, NoStream, StreamReply};
+use crate::http::{EventSink, HttpError, HttpReply, HttpRequest, NoStream, StreamReply};
 use crate::protocol::jsonrpc::{self, Kind, Message, RpcError};
 use crate::session::{self, CloseReason, Session};
 
@@ -129,18 +129,13 @@ fn new_session_id() -> std::io::Result<String> {
 
 impl Gateway {
     /// Handles `/mcp`. Events a `POST` sends before its answer go to `sink`.
+    /// Handles `/mcp` (the route table let only its methods through).
     pub fn handle(&self, req: &HttpRequest, sink: &mut dyn EventSink, access: &Access) -> HttpReply {
         self.stats.requests.inc();
         match req.method.as_str() {
             "POST" => self.post(req, sink, access),
             "GET" => self.get(req, access),
-            "DELETE" => self.delete(req, access),
-            _ => HttpReply::error(
-                405,
-                &Value::Null,
-                &RpcError::new(jsonrpc::INVALID_REQUEST, "use GET, POST or DELETE on /mcp"),
-            )
-            .header("Allow", "GET, POST, DELETE"),
+            _ => self.delete(req, access),
         }
     }
 
@@ -164,9 +159,9 @@ impl Gateway {
         if message.method() == "initialize" && message.kind() == Ok(Kind::Request) {
             return self.initialize(&message, access);
         }
-        let session = match self.session_of(req, message.id.as_ref(), access) {
+        let session = match self.session_of(req, access) {
             Ok(s) => s,
-            Err(reply) => return reply,
+            Err(refused) => return refused.reply_to(message.id.as_ref().unwrap_or(&Value::Null)),
         };
         // Only requests count against max_requests_per_session: an answer or
         // a cancel may be what ends the requests in flight.
@@ -208,9 +203,9 @@ impl Gateway {
                 );
             }
         };
-        let session = match self.session_of(req, None, access) {
+        let session = match self.session_of(req, access) {
             Ok(s) => s,
-            Err(reply) => return reply,
+            Err(refused) => return refused.reply(),
         };
         if session.protocol_version != "2025-03-26" {
             let e = RpcError::new(
@@ -271,8 +266,7 @@ impl Gateway {
     /// The session a request names, or the reply that refuses it. A session
     /// created with a token answers only to that token: to any other it is
     /// unknown.
-    fn session_of(&self, req: &HttpRequest, id: Option<&Value>, access: &Access) -> Result<Arc<Session>, HttpReply> {
-        let id = id.unwrap_or(&Value::Null);
+    fn session_of(&self, req: &HttpRequest, access: &Access) -> Result<Arc<Session>, HttpError> {
         if let Some(version) = req.header(VERSION_HEADER)
             && !PROTOCOL_VERSIONS.contains(&version)
         {
@@ -287,18 +281,14 @@ impl Gateway {
                 ),
                 data: Some(json!({ "supported": PROTOCOL_VERSIONS, "requested": version })),
             };
-            return Err(HttpReply::error(400, id, &e));
+            return Err(HttpError::with_error(400, e));
         }
         let Some(session_id) = req.header(SESSION_HEADER) else {
-            let e = RpcError::new(jsonrpc::INVALID_REQUEST, "Mcp-Session-Id header is required after initialize");
-            return Err(HttpReply::error(400, id, &e));
+            return Err(HttpError::new(400, "Mcp-Session-Id header is required after initialize"));
         };
         match self.sessions.get(session_id) {
             Some(session) if session.admits(access) => Ok(session),
-            _ => {
-                let e = RpcError::new(jsonrpc::INVALID_REQUEST, "unknown or ended session: initialize a new one");
-                Err(HttpReply::error(404, id, &e))
-            }
+            _ => Err(HttpError::new(404, "unknown or ended session: initialize a new one")),
         }
     }
 
@@ -389,9 +379,9 @@ impl Gateway {
         if !req.http11 {
             return HttpReply::bad(400, "the GET stream needs HTTP/1.1");
         }
-        let session = match self.session_of(req, None, access) {
+        let session = match self.session_of(req, access) {
             Ok(s) => s,
-            Err(reply) => return reply,
+            Err(refused) => return refused.reply(),
         };
         match session.attach_stream(req.header("last-event-id"), self.current().config.max_streams_per_session) {
             Ok(attached) => HttpReply::stream(StreamReply {

@@ -1,11 +1,8 @@
 //! Who may talk to mcpgate: the `Origin` check (DNS rebinding), bearer
 //! tokens for `/mcp`, and the rule for the status pages.
 
-use serde_json::Value;
-
 use crate::config::{Config, Token};
-use crate::http::{HttpReply, HttpRequest};
-use crate::protocol::jsonrpc::{self, RpcError};
+use crate::http::{HttpError, HttpRequest};
 
 /// What a request may reach once admitted.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,16 +33,12 @@ impl Access {
 /// A browser page from another site must not reach mcpgate: a request with
 /// an `Origin` that is not loopback and not in `allowed_origins` gets 403.
 /// Requests without `Origin` (not from a browser) pass.
-pub fn check_origin(req: &HttpRequest, config: &Config) -> Result<(), HttpReply> {
+pub fn check_origin(req: &HttpRequest, config: &Config) -> Result<(), HttpError> {
     let Some(origin) = req.header("origin") else { return Ok(()) };
     if is_loopback_origin(origin) || config.allowed_origins.iter().any(|o| o.eq_ignore_ascii_case(origin)) {
         return Ok(());
     }
-    let e = RpcError::new(
-        jsonrpc::INVALID_REQUEST,
-        format!("Origin `{}` is not allowed (allowed_origins)", printable(origin)),
-    );
-    Err(HttpReply::error(403, &Value::Null, &e))
+    Err(HttpError::new(403, format!("Origin `{}` is not allowed (allowed_origins)", printable(origin))))
 }
 
 /// DNS rebinding: a page on `evil.example.com` whose name now resolves to
@@ -55,7 +48,7 @@ pub fn check_origin(req: &HttpRequest, config: &Config) -> Result<(), HttpReply>
 /// gateway that listens beyond loopback with no `allowed_hosts` accepts any
 /// name (it is reached by names mcpgate cannot know). `/healthz` answers
 /// any `Host`: load balancers' checks send their own.
-pub fn check_host(req: &HttpRequest, config: &Config) -> Result<(), HttpReply> {
+pub fn check_host(req: &HttpRequest, config: &Config) -> Result<(), HttpError> {
     let Some(host) = req.header("host") else { return Ok(()) };
     if req.path == "/healthz" || (!config.listen.ip().is_loopback() && config.allowed_hosts.is_empty()) {
         return Ok(());
@@ -68,14 +61,13 @@ pub fn check_host(req: &HttpRequest, config: &Config) -> Result<(), HttpReply> {
     if allowed {
         return Ok(());
     }
-    let e = RpcError::new(
-        jsonrpc::INVALID_REQUEST,
+    Err(HttpError::new(
+        403,
         format!(
             "Host `{}` is not allowed (allowed_hosts); mcpgate answers requests for its own names only",
             printable(host)
         ),
-    );
-    Err(HttpReply::error(403, &Value::Null, &e))
+    ))
 }
 
 /// The name in a `Host` value, without the port: `[::1]:80` gives `[::1]`.
@@ -105,7 +97,7 @@ fn is_loopback_origin(origin: &str) -> bool {
 
 /// The access of a `/mcp` request: with tokens configured it needs a valid
 /// `Authorization: Bearer`; 401 with `WWW-Authenticate: Bearer` otherwise.
-pub fn authenticate(req: &HttpRequest, config: &Config) -> Result<Access, HttpReply> {
+pub fn authenticate(req: &HttpRequest, config: &Config) -> Result<Access, HttpError> {
     let Some(tokens) = &config.tokens else { return Ok(Access::Open) };
     let presented = req.header("authorization").and_then(|v| {
         let (scheme, token) = v.trim().split_once(' ')?;
@@ -118,8 +110,7 @@ pub fn authenticate(req: &HttpRequest, config: &Config) -> Result<Access, HttpRe
             None => ("Bearer error=\"invalid_token\"", "the bearer token is not valid"),
         },
     };
-    let e = RpcError::new(jsonrpc::INVALID_REQUEST, message);
-    Err(HttpReply::error(401, &Value::Null, &e).header("WWW-Authenticate", challenge))
+    Err(HttpError::new(401, message).with_header("WWW-Authenticate", challenge))
 }
 
 /// The token equal to `presented`. Every configured token is compared in
@@ -147,14 +138,14 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 /// The status pages and `/reload`: loopback clients always; others with a
 /// valid token, or anyone when `status_public` is set.
-pub fn check_status(req: &HttpRequest, config: &Config) -> Result<(), HttpReply> {
+pub fn check_status(req: &HttpRequest, config: &Config) -> Result<(), HttpError> {
     if config.status_public || req.peer.is_some_and(|p| p.ip().is_loopback()) {
         return Ok(());
     }
     if config.tokens.is_some() {
         return authenticate(req, config).map(|_| ());
     }
-    Err(HttpReply::text(403, "text/plain", "the status pages answer this host only (status_public)\n".into()))
+    Err(HttpError::new(403, "the status pages answer loopback clients and token holders only (status_public)"))
 }
 
 fn printable(text: &str) -> String {

@@ -135,6 +135,54 @@ impl HttpReply {
     }
 }
 
+/// A request refused before a handler saw it (Host, Origin, token, access
+/// to the status pages, a path or method not served): the status, the
+/// JSON-RPC error saying why, and a header the refusal needs
+/// (`WWW-Authenticate`, `Allow`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HttpError {
+    pub status: u16,
+    pub error: RpcError,
+    pub header: Option<(&'static str, String)>,
+}
+
+impl HttpError {
+    pub fn new(status: u16, message: impl Into<String>) -> HttpError {
+        HttpError { status, error: RpcError::new(jsonrpc::INVALID_REQUEST, message), header: None }
+    }
+
+    pub fn with_error(status: u16, error: RpcError) -> HttpError {
+        HttpError { status, error, header: None }
+    }
+
+    pub fn with_header(mut self, name: &'static str, value: impl Into<String>) -> HttpError {
+        self.header = Some((name, value.into()));
+        self
+    }
+
+    /// The answer: the status, with a JSON-RPC error body.
+    pub fn reply(&self) -> HttpReply {
+        self.reply_to(&Value::Null)
+    }
+
+    /// The answer to the JSON-RPC request `id`.
+    pub fn reply_to(&self, id: &Value) -> HttpReply {
+        let reply = HttpReply::error(self.status, id, &self.error);
+        match &self.header {
+            Some((name, value)) => reply.header(name, value),
+            None => reply,
+        }
+    }
+}
+
+impl std::fmt::Display for HttpError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HTTP {}: {}", self.status, self.error.message)
+    }
+}
+
+impl std::error::Error for HttpError {}
+
 /// Where a handler sends events (SSE-encoded) that precede its answer. The
 /// first event turns the answer into an SSE stream.
 pub trait EventSink {

@@ -30,6 +30,17 @@ pub(super) enum ReadError {
     Refuse(u16, String),
 }
 
+impl std::fmt::Display for ReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReadError::Quiet => f.write_str("the peer left or sent nothing"),
+            ReadError::Refuse(status, message) => write!(f, "HTTP {status}: {message}"),
+        }
+    }
+}
+
+impl std::error::Error for ReadError {}
+
 fn refuse(status: u16, message: impl Into<String>) -> ReadError {
     ReadError::Refuse(status, message.into())
 }

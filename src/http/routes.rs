@@ -7,51 +7,86 @@ use serde_json::json;
 
 use crate::config::Source;
 use crate::gateway::Gateway;
-use crate::http::access;
-use crate::http::{App, EventSink, HttpReply, HttpRequest};
+use crate::http::access::{self, Access};
+use crate::http::{App, EventSink, HttpError, HttpReply, HttpRequest};
 use crate::status;
 
-pub struct Mcpgate {
+/// Who may reach a path, beyond the Host and Origin checks every request passes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Guard {
+    /// Anyone (load balancers and systemd check `/healthz`).
+    Anyone,
+    /// A valid token, when tokens are configured.
+    Token,
+    /// Loopback clients and token holders, or anyone with `status_public`.
+    Status,
+}
+
+/// A path mcpgate serves: the methods it takes and who may reach it.
+struct Route {
+    path: &'static str,
+    methods: &'static [&'static str],
+    guard: Guard,
+}
+
+/// Every path mcpgate serves: 404 and 405 follow from this table.
+const ROUTES: &[Route] = &[
+    Route { path: "/mcp", methods: &["GET", "POST", "DELETE"], guard: Guard::Token },
+    Route { path: "/healthz", methods: &["GET"], guard: Guard::Anyone },
+    Route { path: "/status", methods: &["GET"], guard: Guard::Status },
+    Route { path: "/status.json", methods: &["GET"], guard: Guard::Status },
+    Route { path: "/reload", methods: &["POST"], guard: Guard::Status },
+];
+
+/// The application behind the front door: the route table's handlers.
+pub struct Routes {
     pub gateway: Arc<Gateway>,
     /// The configuration file, for `POST /reload`.
     pub source: Source,
 }
 
-impl App for Mcpgate {
+impl App for Routes {
     fn handle(&self, req: &HttpRequest, sink: &mut dyn EventSink) -> HttpReply {
         let gateway = &self.gateway;
         let config = &gateway.current().config;
         if let Err(refused) = access::check_host(req, config).and_then(|()| access::check_origin(req, config)) {
-            return refused;
+            return refused.reply();
         }
-        if matches!(req.path.as_str(), "/status" | "/status.json" | "/reload")
-            && let Err(refused) = access::check_status(req, config)
-        {
-            return refused;
-        }
-        match (req.method.as_str(), req.path.as_str()) {
-            (_, "/mcp") => match access::authenticate(req, config) {
-                Ok(access) => gateway.handle(req, sink, &access),
-                Err(refused) => refused,
+        let Some(route) = ROUTES.iter().find(|r| r.path == req.path) else {
+            let paths: Vec<&str> = ROUTES.iter().map(|r| r.path).collect();
+            return HttpError::new(404, format!("no such path `{}`: mcpgate serves {}", req.path, paths.join(", ")))
+                .reply();
+        };
+        let access = match route.guard {
+            Guard::Anyone => Access::Open,
+            Guard::Token => match access::authenticate(req, config) {
+                Ok(access) => access,
+                Err(refused) => return refused.reply(),
             },
-            ("GET", "/healthz") => HttpReply::text(200, "text/plain", "ok\n".into()),
-            ("GET", "/status") => HttpReply::text(200, "text/html; charset=utf-8", status::html(gateway)),
-            ("GET", "/status.json") => HttpReply::json(200, status::json(gateway).to_string().into_bytes()),
-            ("POST", "/reload") => self.reload(),
-            (_, "/healthz" | "/status" | "/status.json") => {
-                HttpReply::text(405, "text/plain", "use GET\n".into()).header("Allow", "GET")
-            }
-            (_, "/reload") => HttpReply::text(405, "text/plain", "use POST\n".into()).header("Allow", "POST"),
-            (_, path) => HttpReply::text(
-                404,
-                "text/plain",
-                format!("no such path `{path}`: mcpgate serves /mcp, /status, /status.json, /healthz and /reload\n"),
-            ),
+            Guard::Status => match access::check_status(req, config) {
+                Ok(()) => Access::Open,
+                Err(refused) => return refused.reply(),
+            },
+        };
+        if !route.methods.contains(&req.method.as_str()) {
+            let allowed = route.methods.join(", ");
+            return HttpError::new(405, format!("use {} on {}", allowed.replace(", DELETE", " or DELETE"), route.path))
+                .with_header("Allow", allowed)
+                .reply();
+        }
+        match (req.method.as_str(), route.path) {
+            (_, "/mcp") => gateway.handle(req, sink, &access),
+            (_, "/healthz") => HttpReply::text(200, "text/plain", "ok\n".into()),
+            (_, "/status") => HttpReply::text(200, "text/html; charset=utf-8", status::html(gateway)),
+            (_, "/status.json") => HttpReply::json(200, status::json(gateway).to_string().into_bytes()),
+            (_, "/reload") => self.reload(),
+            // Every route of the table has a handler above.
+            (_, path) => HttpError::new(500, format!("bug: no handler for `{path}`")).reply(),
         }
     }
 }
 
-impl Mcpgate {
+impl Routes {
     /// `POST /reload`: the same as SIGHUP, with the outcome as JSON.
     fn reload(&self) -> HttpReply {
         let outcome = self.gateway.reload_from(&self.source);

@@ -80,6 +80,8 @@ impl std::fmt::Display for RpcError {
     }
 }
 
+impl std::error::Error for RpcError {}
+
 impl Message {
     /// Parses one message from JSON text.
     pub fn parse(bytes: &[u8]) -> Result<Message, RpcError> {

@@ -225,6 +225,29 @@ fn kept_note(kept: &Result<PathBuf, std::io::Error>) -> String {
     }
 }
 
+/// Why what had to be durable is not on disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StateError {
+    /// The write failed (a full disk, permissions): the file and why.
+    Failed { path: PathBuf, why: String },
+    /// The writer did not finish within 5 s.
+    Slow { path: PathBuf },
+    /// The writer has stopped (shutdown).
+    Stopped,
+}
+
+impl std::fmt::Display for StateError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StateError::Failed { path, why } => write!(f, "cannot write the state file {}: {why}", path.display()),
+            StateError::Slow { path } => write!(f, "the state file {} was not written within 5 s", path.display()),
+            StateError::Stopped => f.write_str("the state file writer has stopped"),
+        }
+    }
+}
+
+impl std::error::Error for StateError {}
+
 /// Write-ahead bookkeeping of downstream sessions, and the writer it wakes.
 /// Without a state file, every call returns at once.
 pub struct Journal {
@@ -274,7 +297,7 @@ impl Journal {
     /// Asks for a write and waits until one that covers what changed so
     /// far is on disk (at most 5 s): what must be durable before a client
     /// is answered.
-    pub fn commit(&self) -> Result<(), String> {
+    pub fn commit(&self) -> Result<(), StateError> {
         let Some(file) = &self.file else { return Ok(()) };
         let mut st = self.state.lock();
         st.wanted += 1;
@@ -288,13 +311,13 @@ impl Journal {
             if let Some((at, why)) = &st.failure
                 && *at >= target
             {
-                return Err(format!("cannot write the state file {}: {why}", file.path.display()));
+                return Err(StateError::Failed { path: file.path.clone(), why: why.clone() });
             }
             if st.stopping {
-                return Err("the state file writer has stopped".into());
+                return Err(StateError::Stopped);
             }
             if self.written.wait_until(&mut st, deadline).timed_out() && st.done < target {
-                return Err(format!("the state file {} was not written within 5 s", file.path.display()));
+                return Err(StateError::Slow { path: file.path.clone() });
             }
         }
     }
