@@ -14,11 +14,12 @@ use ureq::Agent;
 use ureq::http::Response;
 
 use super::reader::{self, Reader};
-use super::{Arrival, Downstream, DownstreamError, Flight, Inbox, Limits, Link, Opened, PROTOCOL_VERSIONS, Server};
+use super::{Arrival, Downstream, DownstreamError, Flight, Inbox, Limits, Link, Opened, Server};
 use crate::config::HttpConfig;
 use crate::limited;
 use crate::protocol::jsonrpc::{self, Kind, Message};
 use crate::protocol::sse;
+use crate::protocol::versions;
 use crate::runtime::memory::Charge;
 
 /// What a server reached over HTTP keeps: the agents it talks through.
@@ -388,7 +389,7 @@ pub(crate) fn open(server: &Server, endpoint: &Endpoint, body: &[u8]) -> Result<
     let flight = server.lanes.flight(0);
     let exchange = Exchange {
         session_id: session_id.as_deref(),
-        version: PROTOCOL_VERSIONS[0],
+        version: versions::NEWEST,
         agent: &endpoint.agent,
         flight: &flight,
     };

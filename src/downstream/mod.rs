@@ -21,6 +21,7 @@ use serde_json::value::RawValue;
 use crate::config::{Config, ServerConfig, Transport};
 use crate::limited;
 use crate::protocol::jsonrpc::{self, Message};
+use crate::protocol::versions;
 use crate::runtime::state::Journal;
 use crate::status::stats::{Gauge, Stats};
 
@@ -31,9 +32,6 @@ mod resolver;
 pub mod stdio;
 
 pub use flight::{Flight, LaneError, Lanes, Stop};
-
-/// Protocol versions mcpgate speaks, newest first.
-pub const PROTOCOL_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26"];
 
 /// Why a downstream exchange failed, in words a person can act on.
 #[derive(Debug, Clone, PartialEq)]
@@ -400,7 +398,7 @@ fn initialize_result(message: &Message) -> Result<InitializeResult, DownstreamEr
         .and_then(|r| serde_json::from_str(r.get()).ok())
         .ok_or_else(|| DownstreamError::Protocol("initialize result is not JSON".into()))?;
     let version = result["protocolVersion"].as_str().unwrap_or_default();
-    if !PROTOCOL_VERSIONS.contains(&version) {
+    if !versions::supported(version) {
         return Err(DownstreamError::Refused(format!("protocol version `{version}` is not one mcpgate speaks")));
     }
     Ok(InitializeResult {
@@ -448,7 +446,7 @@ impl Downstream {
         Downstream {
             server,
             link,
-            protocol_version: PROTOCOL_VERSIONS[0].to_string(),
+            protocol_version: versions::NEWEST.to_string(),
             capabilities: Value::Null,
             instructions: None,
             next_id: AtomicU64::new(1),

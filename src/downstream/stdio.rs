@@ -925,7 +925,7 @@ pub(crate) fn open(server: &Arc<Server>, endpoint: &Endpoint, body: &[u8]) -> Re
             return Ok((Box::new(link), Ok(clone_message(answer))));
         }
         let params = json!({
-            "protocolVersion": super::PROTOCOL_VERSIONS[0],
+            "protocolVersion": crate::protocol::versions::NEWEST,
             "capabilities": {"sampling": {}, "elicitation": {}, "roots": {"listChanged": true}},
             "clientInfo": {"name": "mcpgate", "version": env!("CARGO_PKG_VERSION")},
         });

@@ -8,10 +8,10 @@ use std::sync::Arc;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-use crate::downstream::PROTOCOL_VERSIONS;
 use crate::http::access::Access;
 use crate::http::{EventSink, HttpError, HttpReply, HttpRequest, NoStream, StreamReply};
 use crate::protocol::jsonrpc::{self, Kind, Message, RpcError};
+use crate::protocol::versions::{self, SUPPORTED};
 use crate::session::{self, CloseReason, Session};
 
 use super::dispatch::Outcome;
@@ -207,7 +207,7 @@ impl Gateway {
             Ok(s) => s,
             Err(refused) => return refused.reply(),
         };
-        if session.protocol_version != "2025-03-26" {
+        if !versions::has_batches(&session.protocol_version) {
             let e = RpcError::new(
                 jsonrpc::INVALID_REQUEST,
                 format!(
@@ -268,7 +268,7 @@ impl Gateway {
     /// unknown.
     fn session_of(&self, req: &HttpRequest, access: &Access) -> Result<Arc<Session>, HttpError> {
         if let Some(version) = req.header(VERSION_HEADER)
-            && !PROTOCOL_VERSIONS.contains(&version)
+            && !versions::supported(version)
         {
             // -32022 names the versions mcpgate speaks: a client of the
             // session-less 2026-07-28 generation that probes first falls
@@ -277,9 +277,9 @@ impl Gateway {
                 code: UNSUPPORTED_PROTOCOL_VERSION,
                 message: format!(
                     "unsupported MCP-Protocol-Version `{version}`; mcpgate speaks {}",
-                    PROTOCOL_VERSIONS.join(", ")
+                    SUPPORTED.join(", ")
                 ),
-                data: Some(json!({ "supported": PROTOCOL_VERSIONS, "requested": version })),
+                data: Some(json!({ "supported": SUPPORTED, "requested": version })),
             };
             return Err(HttpError::with_error(400, e));
         }
@@ -302,7 +302,7 @@ impl Gateway {
             let e = RpcError::invalid_params("initialize needs `protocolVersion` (a string)");
             return HttpReply::json(200, jsonrpc::error(&id, &e));
         };
-        let version = if PROTOCOL_VERSIONS.contains(&requested) { requested } else { PROTOCOL_VERSIONS[0] };
+        let version = versions::negotiate(requested);
         let capabilities = params.get("capabilities").cloned().unwrap_or_else(|| json!({}));
         if !capabilities.is_object() {
             let e = RpcError::invalid_params("initialize: `capabilities` must be an object");

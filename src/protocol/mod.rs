@@ -3,3 +3,4 @@
 
 pub mod jsonrpc;
 pub mod sse;
+pub mod versions;

@@ -11,6 +11,7 @@ use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
 
 use crate::protocol::jsonrpc::{self, RpcError};
 use crate::protocol::sse;
+use crate::protocol::versions;
 use crate::runtime::memory::{self, Event, Held};
 
 use super::{Session, short};
@@ -269,7 +270,7 @@ impl Session {
     /// The priming event that opens a stream for a 2025-11-25 client: an id
     /// to resume from and how long to wait before reconnecting.
     pub fn priming(&self, stream: u64) -> Option<Vec<u8>> {
-        (self.protocol_version.as_str() >= "2025-11-25").then(|| sse::priming(&format!("{stream}-0"), Some(RETRY_MS)))
+        versions::primes_streams(&self.protocol_version).then(|| sse::priming(&format!("{stream}-0"), Some(RETRY_MS)))
     }
 
     /// Starts the SSE answer of a `POST`: its stream number.
@@ -361,7 +362,7 @@ impl Session {
         // Replay first, then the priming event: its id must not be one a
         // client could resume from while replayed events are still unseen.
         let mut first = replay;
-        if self.protocol_version.as_str() >= "2025-11-25" {
+        if versions::primes_streams(&self.protocol_version) {
             first.extend(st.streams.replay.record(id, b"", false, &self.tally));
         }
         let waiting: Vec<Event> = st.streams.backlog.drain(..).collect();

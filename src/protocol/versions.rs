@@ -1,0 +1,44 @@
+//! The protocol versions mcpgate speaks, and what differs between them, in
+//! one place: a rule that depends on the version asks here.
+
+/// Protocol versions mcpgate speaks, newest first.
+pub const SUPPORTED: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26"];
+
+/// The newest: what mcpgate offers when a peer asks for one it does not speak.
+pub const NEWEST: &str = SUPPORTED[0];
+
+/// Whether mcpgate speaks `version`.
+pub fn supported(version: &str) -> bool {
+    SUPPORTED.contains(&version)
+}
+
+/// The version to answer an `initialize` asking for `requested` with: the
+/// same when mcpgate speaks it, else the newest (the peer then decides).
+pub fn negotiate(requested: &str) -> &'static str {
+    SUPPORTED.iter().find(|v| **v == requested).copied().unwrap_or(NEWEST)
+}
+
+/// JSON-RPC batches: in 2025-03-26 only (2025-06-18 removed them).
+pub fn has_batches(version: &str) -> bool {
+    version == "2025-03-26"
+}
+
+/// SSE streams open with a priming event (an id to resume from, and a
+/// retry delay): from 2025-11-25 (SEP-1699).
+pub fn primes_streams(version: &str) -> bool {
+    version >= "2025-11-25"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rules_by_version() {
+        assert_eq!(negotiate("2025-06-18"), "2025-06-18");
+        assert_eq!(negotiate("2024-11-05"), NEWEST);
+        assert!(has_batches("2025-03-26") && !has_batches("2025-06-18"));
+        assert!(primes_streams("2025-11-25") && !primes_streams("2025-06-18"));
+        assert!(SUPPORTED.iter().all(|v| supported(v)) && !supported("2026-07-28"));
+    }
+}
