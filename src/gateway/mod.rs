@@ -25,11 +25,8 @@ pub mod tasks;
 
 pub use reload::ReloadOutcome;
 
-pub const SESSION_HEADER: &str = "mcp-session-id";
-pub const VERSION_HEADER: &str = "mcp-protocol-version";
-
-/// The error of protocol 2026-07-28 for a version the server does not speak.
-pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+pub use crate::protocol::modern::UNSUPPORTED_PROTOCOL_VERSION;
+pub use crate::protocol::{SESSION_HEADER, VERSION_HEADER};
 
 /// Pages of one server's list mcpgate follows before it stops.
 const MAX_PAGES: usize = 1000;

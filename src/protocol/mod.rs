@@ -1,6 +1,13 @@
 //! What travels on the wire, whoever carries it: JSON-RPC messages, SSE
-//! events, and the protocol versions mcpgate speaks.
+//! events, the protocol versions mcpgate speaks, and the rules of the
+//! 2026-07-28 era (`modern`).
 
 pub mod jsonrpc;
+pub mod modern;
 pub mod sse;
 pub mod versions;
+
+/// The session id header (session era).
+pub const SESSION_HEADER: &str = "mcp-session-id";
+/// The protocol version header (both eras).
+pub const VERSION_HEADER: &str = "mcp-protocol-version";

@@ -1,6 +1,8 @@
-//! SHA-256 (FIPS 180-4), for what must be recognised without being kept:
-//! the state file stores the hash of the token that created a session,
-//! never the token. Small and checked against the standard's vectors.
+//! SHA-256 (FIPS 180-4) and HMAC-SHA-256 (RFC 2104), for what must be
+//! recognised without being kept: the state file stores the hash of the
+//! token that created a session, never the token; and the state of a held
+//! call (2026-07-28) comes back from the client signed with a key only
+//! mcpgate knows. Small and checked against the standards' vectors.
 
 const K: [u32; 64] = [
     0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5, 0xd807aa98,
@@ -54,6 +56,21 @@ pub fn digest(data: &[u8]) -> [u8; 32] {
     out
 }
 
+/// HMAC-SHA-256 of `message` under `key`.
+pub fn hmac(key: &[u8], message: &[u8]) -> [u8; 32] {
+    let mut block = [0u8; 64];
+    if key.len() > 64 {
+        block[..32].copy_from_slice(&digest(key));
+    } else {
+        block[..key.len()].copy_from_slice(key);
+    }
+    let mut inner: Vec<u8> = block.iter().map(|b| b ^ 0x36).collect();
+    inner.extend_from_slice(message);
+    let mut outer: Vec<u8> = block.iter().map(|b| b ^ 0x5c).collect();
+    outer.extend_from_slice(&digest(&inner));
+    digest(&outer)
+}
+
 /// The digest as 64 lower-case hex digits.
 pub fn hex(data: &[u8]) -> String {
     digest(data).iter().map(|b| format!("{b:02x}")).collect()
@@ -71,6 +88,11 @@ mod tests {
             hex(b"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
             "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"
         );
+        // RFC 4231, test cases 1 and 2.
+        let mac: String = hmac(&[0x0b; 20], b"Hi There").iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(mac, "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+        let mac: String = hmac(b"Jefe", b"what do ya want for nothing?").iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(mac, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
         let million = vec![b'a'; 1_000_000];
         assert_eq!(hex(&million), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
     }

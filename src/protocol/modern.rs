@@ -1,0 +1,266 @@
+//! The 2026-07-28 era on the wire: no `initialize` and no session; every
+//! request is one `POST` whose `params._meta` carries the protocol version
+//! and the client's capabilities, repeated in routing headers. What a
+//! request must carry, checked in the order the spec gives (the first
+//! failure answers), and the shapes mcpgate writes in this era.
+
+use serde_json::{Map, Value};
+
+use super::jsonrpc::{INVALID_PARAMS, Message, RpcError};
+
+/// The one protocol version of this era.
+pub const VERSION: &str = "2026-07-28";
+
+/// `params._meta` keys of every request.
+pub const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+pub const META_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+pub const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+pub const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+/// The `_meta` key of what `subscriptions/listen` streams carry: the listen request's id.
+pub const META_SUBSCRIPTION: &str = "io.modelcontextprotocol/subscriptionId";
+
+/// Routing headers: they repeat the body so an intermediary can route
+/// without parsing it; they must agree with it.
+pub const HEADER_METHOD: &str = "mcp-method";
+pub const HEADER_NAME: &str = "mcp-name";
+/// Prefix of the headers that mirror a tool's arguments (`x-mcp-header`).
+pub const HEADER_PARAM_PREFIX: &str = "mcp-param-";
+
+/// A routing header disagrees with the body (or appears twice).
+pub const HEADER_MISMATCH: i64 = -32020;
+/// The protocol version is not one the receiver speaks.
+pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+
+/// The HTTP status of an error answer, by its code (2026-07-28 transport):
+/// the codes of a bad request 400, an unknown method 404, the others 200.
+pub fn http_status(code: i64) -> u16 {
+    match code {
+        super::jsonrpc::PARSE_ERROR
+        | super::jsonrpc::INVALID_REQUEST
+        | INVALID_PARAMS
+        | HEADER_MISMATCH
+        | -32021
+        | UNSUPPORTED_PROTOCOL_VERSION => 400,
+        super::jsonrpc::METHOD_NOT_FOUND => 404,
+        _ => 200,
+    }
+}
+
+/// The methods whose request names its target in `Mcp-Name`, and the
+/// params member that holds it.
+pub fn name_member(method: &str) -> Option<&'static str> {
+    match method {
+        "tools/call" | "prompts/get" => Some("name"),
+        "resources/read" => Some("uri"),
+        _ => None,
+    }
+}
+
+/// Methods whose results carry cache hints (`ttlMs`, `cacheScope`).
+pub fn is_cacheable(method: &str) -> bool {
+    matches!(
+        method,
+        "server/discover"
+            | "tools/list"
+            | "prompts/list"
+            | "resources/list"
+            | "resources/templates/list"
+            | "resources/read"
+    )
+}
+
+/// What a request of this era says about its client.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Envelope {
+    pub capabilities: Value,
+    pub client_info: Option<Value>,
+}
+
+impl Envelope {
+    /// Whether the client can answer `method` (a server's request carried
+    /// in an `input_required` result).
+    pub fn can_answer(&self, method: &str) -> bool {
+        let capability = match method {
+            "sampling/createMessage" => "sampling",
+            "elicitation/create" => "elicitation",
+            "roots/list" => "roots",
+            _ => return false,
+        };
+        self.capabilities.get(capability).is_some_and(|c| !c.is_null())
+    }
+}
+
+/// The request headers the checks read, by lower-case name.
+pub trait Headers {
+    fn get(&self, name: &str) -> Option<&str>;
+}
+
+/// Checks a request of this era, rung by rung: `params._meta` with the
+/// version and the client's capabilities (-32602), the routing headers
+/// against the body (-32020), the version (-32022).
+pub fn check(message: &Message, headers: &dyn Headers) -> Result<Envelope, RpcError> {
+    let meta = message
+        .params_object()
+        .ok()
+        .and_then(|mut p| p.remove("_meta"))
+        .and_then(|m| if let Value::Object(m) = m { Some(m) } else { None });
+    let Some(meta) = meta else {
+        return Err(RpcError::new(
+            INVALID_PARAMS,
+            format!("params._meta must be an object carrying `{META_VERSION}` and `{META_CAPABILITIES}`"),
+        ));
+    };
+    let missing: Vec<&str> = [META_VERSION, META_CAPABILITIES].into_iter().filter(|k| !meta.contains_key(*k)).collect();
+    if !missing.is_empty() {
+        return Err(RpcError::new(
+            INVALID_PARAMS,
+            format!("params._meta is missing the required key(s): {}", missing.join(", ")),
+        ));
+    }
+    let version = &meta[META_VERSION];
+    if headers.get(super::VERSION_HEADER) != version.as_str() || version.as_str().is_none() {
+        return Err(mismatch("MCP-Protocol-Version header does not match params._meta's protocol version"));
+    }
+    if headers.get(HEADER_METHOD) != Some(message.method()) {
+        return Err(mismatch("Mcp-Method header does not match the request's method"));
+    }
+    if let Some(member) = name_member(message.method())
+        && let Some(Value::String(named)) = message.params_object().ok().and_then(|mut p| p.remove(member))
+        && headers.get(HEADER_NAME).and_then(decode_header_value).as_deref() != Some(named.as_str())
+    {
+        return Err(mismatch(&format!("Mcp-Name header does not match the request's `{member}`")));
+    }
+    let version = version.as_str().unwrap_or_default();
+    if version != VERSION {
+        return Err(unsupported(version));
+    }
+    Ok(Envelope {
+        capabilities: meta.get(META_CAPABILITIES).cloned().unwrap_or(Value::Null),
+        client_info: meta.get(META_CLIENT_INFO).cloned(),
+    })
+}
+
+fn mismatch(message: &str) -> RpcError {
+    RpcError::new(HEADER_MISMATCH, message)
+}
+
+/// -32022 naming every version mcpgate speaks, of both eras.
+pub fn unsupported(requested: &str) -> RpcError {
+    let mut supported = vec![VERSION];
+    supported.extend_from_slice(super::versions::SUPPORTED);
+    RpcError {
+        code: UNSUPPORTED_PROTOCOL_VERSION,
+        message: format!("unsupported protocol version `{requested}`; mcpgate speaks {}", supported.join(", ")),
+        data: Some(serde_json::json!({ "supported": supported, "requested": requested })),
+    }
+}
+
+/// A header value as sent: verbatim, or `=?base64?...?=` for bytes a
+/// header cannot carry. `None` for a malformed sentinel, which then
+/// matches nothing.
+pub fn decode_header_value(value: &str) -> Option<String> {
+    let Some(payload) = value.strip_prefix("=?base64?").and_then(|v| v.strip_suffix("?=")) else {
+        return Some(value.to_string());
+    };
+    String::from_utf8(base64_decode(payload)?).ok()
+}
+
+/// Standard base64 with padding, canonical only.
+fn base64_decode(text: &str) -> Option<Vec<u8>> {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let bytes = text.as_bytes();
+    if !bytes.len().is_multiple_of(4) {
+        return None;
+    }
+    let mut out = Vec::with_capacity(bytes.len() / 4 * 3);
+    for (i, chunk) in bytes.chunks(4).enumerate() {
+        let last = i == bytes.len() / 4 - 1;
+        let pad = chunk.iter().rev().take_while(|&&b| b == b'=').count();
+        if pad > 2 || (pad > 0 && !last) {
+            return None;
+        }
+        let mut n: u32 = 0;
+        for &b in &chunk[..4 - pad] {
+            let v = ALPHABET.iter().position(|&a| a == b)? as u32;
+            n = (n << 6) | v;
+        }
+        n <<= 6 * pad as u32;
+        let three = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
+        // Non-canonical: bits beyond the last byte must be zero.
+        if (pad == 1 && three[2] != 0) || (pad == 2 && (three[1] != 0 || three[2] != 0)) {
+            return None;
+        }
+        out.extend_from_slice(&three[..3 - pad]);
+    }
+    Some(out)
+}
+
+/// Fills in what a result of this era must carry: `resultType` (complete,
+/// unless the server set it), and for `method`s with cache hints `ttlMs`
+/// and `cacheScope` when absent.
+pub fn complete_result(method: &str, result: &mut Map<String, Value>, ttl_ms: u64, scope: &str) {
+    result.entry("resultType").or_insert_with(|| Value::from("complete"));
+    if is_cacheable(method) {
+        result.entry("ttlMs").or_insert_with(|| Value::from(ttl_ms));
+        result.entry("cacheScope").or_insert_with(|| Value::from(scope));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    struct H(Vec<(&'static str, &'static str)>);
+
+    impl Headers for H {
+        fn get(&self, name: &str) -> Option<&str> {
+            self.0.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
+        }
+    }
+
+    fn message(method: &str, params: Value) -> Message {
+        Message::parse(json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string().as_bytes())
+            .unwrap()
+    }
+
+    fn meta(version: &str) -> Value {
+        json!({ META_VERSION: version, META_CAPABILITIES: {"sampling": {}} })
+    }
+
+    #[test]
+    fn the_ladder_answers_with_the_first_rung_that_fails() {
+        let ok = H(vec![("mcp-protocol-version", VERSION), ("mcp-method", "tools/call"), ("mcp-name", "echo")]);
+        let call = message("tools/call", json!({"name": "echo", "_meta": meta(VERSION)}));
+        let envelope = check(&call, &ok).unwrap();
+        assert!(envelope.can_answer("sampling/createMessage") && !envelope.can_answer("roots/list"));
+        let no_meta = message("tools/call", json!({"name": "echo"}));
+        assert_eq!(check(&no_meta, &ok).unwrap_err().code, INVALID_PARAMS);
+        let other_name = H(vec![("mcp-protocol-version", VERSION), ("mcp-method", "tools/call"), ("mcp-name", "add")]);
+        assert_eq!(check(&call, &other_name).unwrap_err().code, HEADER_MISMATCH);
+        let old = message("tools/call", json!({"name": "echo", "_meta": meta("2099-01-01")}));
+        let old_headers =
+            H(vec![("mcp-protocol-version", "2099-01-01"), ("mcp-method", "tools/call"), ("mcp-name", "echo")]);
+        let e = check(&old, &old_headers).unwrap_err();
+        assert_eq!((e.code, http_status(e.code)), (UNSUPPORTED_PROTOCOL_VERSION, 400));
+        assert_eq!(e.data.unwrap()["supported"][0], VERSION);
+    }
+
+    #[test]
+    fn header_values_in_base64_are_decoded_and_malformed_ones_match_nothing() {
+        assert_eq!(decode_header_value("plain").as_deref(), Some("plain"));
+        assert_eq!(decode_header_value("=?base64?w6lsw6h2ZQ==?=").as_deref(), Some("élève"));
+        assert_eq!(decode_header_value("=?base64?w6lsw6h2ZR==?="), None, "non-canonical");
+        assert_eq!(decode_header_value("=?base64?!!!?="), None);
+    }
+
+    #[test]
+    fn results_get_their_type_and_cache_hints() {
+        let mut result = Map::new();
+        complete_result("tools/list", &mut result, 5000, "private");
+        assert_eq!(Value::Object(result), json!({"resultType": "complete", "ttlMs": 5000, "cacheScope": "private"}));
+        let mut asked = json!({"resultType": "input_required"}).as_object().unwrap().clone();
+        complete_result("tools/call", &mut asked, 5000, "public");
+        assert_eq!(Value::Object(asked), json!({"resultType": "input_required"}));
+    }
+}
