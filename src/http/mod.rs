@@ -47,6 +47,8 @@ const HEADERS: &[&str] = &[
     "origin",
     "host",
     "authorization",
+    "mcp-method",
+    "mcp-name",
 ];
 
 /// A request as the handlers see it.
@@ -57,9 +59,24 @@ pub struct HttpRequest {
     pub path: String,
     /// Lower-case names, from [`HEADERS`] only.
     pub headers: Vec<(&'static str, String)>,
+    /// `Mcp-Param-*` headers (2026-07-28), lower-case names: forwarded as they came.
+    pub params: Vec<(String, String)>,
     pub body: Vec<u8>,
     pub peer: Option<SocketAddr>,
     pub http11: bool,
+    /// The client's connection, to notice that it went away mid-request.
+    pub client: Option<Client>,
+}
+
+/// The connection a request came on, as a handler may look at it.
+#[derive(Debug, Clone)]
+pub struct Client(std::sync::Arc<std::net::TcpStream>);
+
+impl Client {
+    /// Whether the client closed the connection (its side of it).
+    pub fn gone(&self) -> bool {
+        crate::runtime::sys::peer_closed(&*self.0)
+    }
 }
 
 impl HttpRequest {

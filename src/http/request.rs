@@ -41,6 +41,9 @@ impl std::fmt::Display for ReadError {
 
 impl std::error::Error for ReadError {}
 
+/// `Mcp-Param-*`: headers mirroring a tool's arguments (2026-07-28), kept by prefix.
+const PARAM_PREFIX: &str = "mcp-param-";
+
 fn refuse(status: u16, message: impl Into<String>) -> ReadError {
     ReadError::Refuse(status, message.into())
 }
@@ -62,6 +65,8 @@ pub(super) struct Head {
     pub http11: bool,
     /// The headers handlers may read (lower-case names from [`HEADERS`]).
     pub headers: Vec<(&'static str, String)>,
+    /// `Mcp-Param-*` headers (2026-07-28), names in lower case, in order.
+    pub params: Vec<(String, String)>,
     pub framing: Framing,
     pub expect_continue: bool,
     /// The client asked to close after this request (or speaks HTTP/1.0
@@ -363,6 +368,7 @@ fn parse_head(bytes: &[u8], options: &Options) -> Result<Head, ReadError> {
     let http11 = req.version == Some(1);
     let path = target_path(req.path.unwrap_or_default(), &method)?;
     let mut headers: Vec<(&'static str, String)> = Vec::new();
+    let mut params: Vec<(String, String)> = Vec::new();
     let mut length: Option<u64> = None;
     let mut codings: Vec<String> = Vec::new();
     let mut hosts = 0;
@@ -396,6 +402,16 @@ fn parse_head(bytes: &[u8], options: &Options) -> Result<Head, ReadError> {
         if name.eq_ignore_ascii_case("host") {
             hosts += 1;
         }
+        if name.len() > PARAM_PREFIX.len() && name[..PARAM_PREFIX.len()].eq_ignore_ascii_case(PARAM_PREFIX) {
+            let Ok(value) = std::str::from_utf8(header.value) else {
+                return Err(refuse(400, format!("header `{name}` is not valid UTF-8")));
+            };
+            let name = name.to_ascii_lowercase();
+            if params.iter().any(|(n, _)| *n == name) {
+                return Err(refuse(400, format!("header `{name}` is given more than once")));
+            }
+            params.push((name, value.trim().to_string()));
+        }
         if let Some(known) = HEADERS.iter().find(|h| name.eq_ignore_ascii_case(h)) {
             let Ok(value) = std::str::from_utf8(header.value) else {
                 return Err(refuse(400, format!("header `{known}` is not valid UTF-8")));
@@ -418,7 +434,7 @@ fn parse_head(bytes: &[u8], options: &Options) -> Result<Head, ReadError> {
         close = false;
     }
     let framing = framing(&codings, length, http11)?;
-    Ok(Head { method, path, http11, headers, framing, expect_continue, close })
+    Ok(Head { method, path, http11, headers, params, framing, expect_continue, close })
 }
 
 /// What can be refused before the head is complete: bytes that cannot

@@ -303,14 +303,16 @@ fn serve_connection(stream: &Arc<TcpStream>, phase: &Phase, reserved: bool, shar
     let _ = stream.shutdown(Shutdown::Both);
 }
 
-fn request(head: Head, body: Vec<u8>, stream: &TcpStream) -> HttpRequest {
+fn request(head: Head, body: Vec<u8>, stream: &Arc<TcpStream>) -> HttpRequest {
     HttpRequest {
         method: head.method,
         path: head.path,
         headers: head.headers,
+        params: head.params,
         body,
         peer: stream.peer_addr().ok(),
         http11: head.http11,
+        client: Some(super::Client(stream.clone())),
     }
 }
 

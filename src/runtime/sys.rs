@@ -333,3 +333,17 @@ pub fn wait_writable(fd: &impl std::os::fd::AsRawFd, timeout: std::time::Duratio
     }
     Ok(n > 0)
 }
+
+/// Whether the peer of `socket` has closed its side: a peek that finds the
+/// end of the stream. Data waiting (a pipelined request) or nothing yet
+/// both mean it is still there. Nothing is consumed, and the socket's
+/// blocking mode (shared with every clone of it) is left alone.
+pub fn peer_closed(socket: &impl std::os::fd::AsRawFd) -> bool {
+    let mut byte = [0u8; 1];
+    // SAFETY: `byte` is a live local buffer of the length given.
+    let n = unsafe { libc::recv(socket.as_raw_fd(), byte.as_mut_ptr().cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT) };
+    if n == 0 {
+        return true;
+    }
+    n < 0 && !matches!(io::Error::last_os_error().kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted)
+}
