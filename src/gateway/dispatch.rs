@@ -5,6 +5,7 @@
 //! (notifications, answers to a server's requests).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
@@ -18,6 +19,96 @@ use super::catalog::ListKind;
 use super::endpoint::PostStream;
 use super::lists::{fetch_pages, filter_for, naming};
 use super::{Gateway, catalog, tasks, visible};
+
+/// Where what a server sends during a call goes, before its answer.
+pub(super) trait CallEvents {
+    /// The server's answer became a stream: more may come, and it may take long.
+    fn streaming(&mut self);
+    /// A message from `server` about the call: progress, a log message, a
+    /// request to the client.
+    fn message(&mut self, session: &Session, server: &Server, message: Message);
+}
+
+impl CallEvents for PostStream<'_> {
+    // Mirrored: the client's answer becomes a stream now, its head sent.
+    fn streaming(&mut self) {
+        self.start();
+    }
+
+    fn message(&mut self, session: &Session, server: &Server, message: Message) {
+        if let Some(bytes) = session.to_client(server, message) {
+            self.send(bytes);
+        }
+    }
+}
+
+/// Sends `message` (with `params` rewritten for it) to `server` on the
+/// session's downstream session; what the server sends before its answer
+/// goes to `events`. Needs no gateway: a held call (2026-07-28) runs it on
+/// a thread of its own.
+pub(super) fn call(
+    session: &Arc<Session>,
+    server: &Arc<Server>,
+    message: &Message,
+    params: &Params,
+    events: &mut dyn CallEvents,
+    open_retry: Duration,
+) -> Outcome {
+    let client_id = message.id.clone().unwrap_or(Value::Null);
+    let params = params.to_raw();
+    let mut cancelled = false;
+    let result = on_downstream(session, server, open_retry, |downstream| {
+        let id = downstream.next_id();
+        let flight = downstream.flight();
+        session.start_call(&client_id, server.name(), &id, flight.clone());
+        let mut on_message = |arrival| match arrival {
+            Arrival::Streaming => events.streaming(),
+            Arrival::Message(m) => events.message(session, server, m),
+        };
+        let result = downstream.call(&id, message.method(), Some(&params), &mut on_message, &flight);
+        // Cancelled, or its client ended the session: over, without a response.
+        cancelled = match &result {
+            Err(DownstreamError::Cancelled) => true,
+            Err(DownstreamError::Closed) => session.deleted_by_client(),
+            _ => false,
+        };
+        result
+    });
+    session.end_call(&client_id);
+    match result {
+        Ok(response) => Outcome::Forwarded(response),
+        Err(_) if cancelled => Outcome::Cancelled,
+        Err(e) => e.into(),
+    }
+}
+
+/// Runs `work` on the session's downstream session with `server`, opening
+/// it if needed. If the server no longer knows that session (HTTP 404: it
+/// restarted; or its process had ended before the request was sent), the
+/// downstream session is closed, opened anew, and `work` runs once more:
+/// the client never sees a half-alive session.
+pub(super) fn on_downstream<T>(
+    session: &Session,
+    server: &Arc<Server>,
+    open_retry: Duration,
+    mut work: impl FnMut(&Downstream) -> Result<T, DownstreamError>,
+) -> Result<T, RpcError> {
+    let downstream = session.downstream(server, open_retry)?;
+    let result = match work(&downstream) {
+        Err(DownstreamError::SessionGone) => {
+            crate::limited!(
+                warn,
+                "server `{}` no longer knows session {}'s downstream session: opening a new one and retrying once",
+                server.name(),
+                session::short(&session.id)
+            );
+            let downstream = session.reopen(server, &downstream)?;
+            work(&downstream)
+        }
+        other => other,
+    };
+    result.map_err(|e| RpcError::server(server.name(), server.redact(&e.to_string())))
+}
 
 /// A server's answer with its task ids rewritten to the client's.
 pub(super) fn tasks_from(session: &Session, server: &Server, mut answer: Message) -> Message {
@@ -118,7 +209,7 @@ impl Gateway {
         Value::Object(caps)
     }
 
-    pub(super) fn request(&self, session: &Arc<Session>, message: &Message, events: &mut PostStream<'_>) -> Outcome {
+    pub(super) fn request(&self, session: &Arc<Session>, message: &Message, events: &mut dyn CallEvents) -> Outcome {
         let method = message.method();
         if let Some(kind) = ListKind::from_method(method) {
             return self.list_page(session, kind, message);
@@ -345,79 +436,36 @@ impl Gateway {
     }
 
     /// Sends a request to `server` with params rewritten for it; what the
-    /// server sends before its answer goes to the client on `sink`.
+    /// server sends before its answer goes to the client on `events`.
     fn forward(
         &self,
         session: &Arc<Session>,
         server: &Arc<Server>,
         message: &Message,
         params: &Params,
-        events: &mut PostStream<'_>,
+        events: &mut dyn CallEvents,
     ) -> Outcome {
-        let client_id = message.id.clone().unwrap_or(Value::Null);
-        let params = params.to_raw();
-        let mut cancelled = false;
-        let result = self.on_downstream(session, server, |downstream| {
-            let id = downstream.next_id();
-            let flight = downstream.flight();
-            session.start_call(&client_id, server.name(), &id, flight.clone());
-            let mut on_message = |arrival| match arrival {
-                // Mirrored: the client's answer becomes a stream now, its head sent.
-                Arrival::Streaming => events.start(),
-                Arrival::Message(m) => {
-                    if let Some(bytes) = session.to_client(server, m) {
-                        events.send(bytes);
-                    }
-                }
-            };
-            let result = downstream.call(&id, message.method(), Some(&params), &mut on_message, &flight);
-            // Cancelled, or its client ended the session: over, without a response.
-            cancelled = match &result {
-                Err(DownstreamError::Cancelled) => true,
-                Err(DownstreamError::Closed) => session.deleted_by_client(),
-                _ => false,
-            };
-            result
-        });
-        session.end_call(&client_id);
-        match result {
-            Ok(response) => Outcome::Forwarded(response),
-            Err(_) if cancelled => Outcome::Cancelled,
-            Err(e) => e.into(),
+        let outcome = call(session, server, message, params, events, self.current().config.open_retry);
+        match outcome {
+            Outcome::Error(_) if self.stopping.load(std::sync::atomic::Ordering::Acquire) => {
+                RpcError::server(server.name(), "mcpgate is shutting down; the request was cut short").into()
+            }
+            outcome => outcome,
         }
     }
 
-    /// Runs `work` on the session's downstream session with `server`,
-    /// opening it if needed. If the server no longer knows that session
-    /// (HTTP 404: it restarted; or its process had ended before the request
-    /// was sent), the downstream session is closed,
-    /// opened anew, and `work` runs once more: the client never sees a
-    /// half-alive session.
+    /// [`on_downstream`], saying so when the error comes of a shutdown.
     pub(super) fn on_downstream<T>(
         &self,
         session: &Session,
         server: &Arc<Server>,
-        mut work: impl FnMut(&Downstream) -> Result<T, DownstreamError>,
+        work: impl FnMut(&Downstream) -> Result<T, DownstreamError>,
     ) -> Result<T, RpcError> {
-        let downstream = session.downstream(server, self.current().config.open_retry)?;
-        let result = match work(&downstream) {
-            Err(DownstreamError::SessionGone) => {
-                crate::limited!(
-                    warn,
-                    "server `{}` no longer knows session {}'s downstream session: opening a new one and retrying once",
-                    server.name(),
-                    session::short(&session.id)
-                );
-                let downstream = session.reopen(server, &downstream)?;
-                work(&downstream)
-            }
-            other => other,
-        };
-        result.map_err(|e| {
+        on_downstream(session, server, self.current().config.open_retry, work).map_err(|e| {
             if self.stopping.load(std::sync::atomic::Ordering::Acquire) {
                 RpcError::server(server.name(), "mcpgate is shutting down; the request was cut short")
             } else {
-                RpcError::server(server.name(), server.redact(&e.to_string()))
+                e
             }
         })
     }
