@@ -10,7 +10,8 @@
 #                               it never fails on timing (machine noise)
 #
 # Everything listens on 127.0.0.1; every process started is stopped by its
-# PID on exit. Raw results go to .bench/.
+# PID on exit. Raw results go to .bench/. The binaries are release builds in
+# $CARGO_TARGET_DIR (or target/).
 set -euo pipefail
 
 ROOT=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)
@@ -30,7 +31,11 @@ else
 fi
 
 FASTMCP_VERSION=4.2.3
-BIN=$ROOT/target/release
+# Where cargo puts the binaries: $CARGO_TARGET_DIR (relative to where cargo
+# runs: here) or target/.
+TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+[[ $TARGET_DIR == /* ]] || TARGET_DIR=$ROOT/$TARGET_DIR
+BIN=$TARGET_DIR/release
 # mcpgate runs with the allocator settings of its systemd unit (README:
 # Running as a service): freed thread stacks are not cached and glibc uses
 # two malloc arenas, which keeps RSS close to what is live.
