@@ -3,18 +3,37 @@
 //! Streamable HTTP to any server (a fixture directly, mcpgate, a peer
 //! gateway) and prints one JSON line of results per command.
 //!
-//!   mcp-load calls    --url URL --tool NAME --clients N --seconds S
+//!   mcp-load calls    --url URL|--stdio CMD --tool NAME --clients N --seconds S
+//!   mcp-load cold     --url URL|--stdio CMD --tool NAME --count N
 //!   mcp-load sessions --url URL --count N [--no-stream] [--hold-file PATH]
 //!   mcp-load churn    --url URL --tool NAME --cycles N [--sample-pid PID --samples CSV]
+//!                     [--all-delete] [--quiet-ms MS] [--children-of PID]
+//!   mcp-load procs    --pid PID
+//!   mcp-load kill9    --pid PID --seconds S
 //!
 //! `calls`: N clients, each with its own session, call NAME in a loop for S
-//! seconds; latency percentiles and throughput. `sessions`: opens N sessions
+//! seconds; latency percentiles and throughput. `cold`: N times one after the
+//! other, a new client session from its `initialize` to its first call
+//! answered (then DELETE, not timed). With `--stdio CMD` (split on spaces)
+//! the client is the server's stdio client instead: each session starts CMD
+//! and speaks newline-delimited JSON-RPC on its pipes, so `cold` includes
+//! the spawn. `sessions`: opens N sessions
 //! that each hold a GET stream (unless --no-stream), prints `ready`, and holds them until
 //! PATH exists (or stdin closes). `churn`: N cycles of initialize, one call,
-//! then DELETE (even cycles) or walk away (odd: left to idle eviction),
-//! sampling RSS and threads of PID every 100 ms into CSV.
+//! then DELETE (even cycles, or all with --all-delete) or walk away (odd: left
+//! to idle eviction), sampling RSS and threads of PID every 100 ms into CSV;
+//! with --children-of, after each call it notes the children of that PID
+//! (from /proc), and at the end counts which of them are still there.
+//! `procs`: RSS and threads of PID (from /proc) and of its children.
+//! `kill9`: notes PID's children, sends PID SIGKILL (`kill -9`), and watches
+//! each child in /proc for S seconds (then up to 10 s more while any is left).
+//!
+//! Every command ends within its own bound: a watchdog exits the process
+//! after 15 minutes whatever it waits for.
 
-use std::io::{BufRead, Read};
+use std::collections::BTreeSet;
+use std::io::{BufRead, Read, Write};
+use std::process::{Child as Process, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -23,7 +42,7 @@ use serde_json::{Value, json};
 
 fn usage() -> ! {
     eprintln!(
-        "usage: mcp-load calls|sessions|churn --url URL [--tool NAME] [--clients N] [--seconds S] [--count N] [--cycles N] [--hold-file PATH] [--sample-pid PID --samples CSV]"
+        "usage: mcp-load calls|cold|sessions|churn|procs|kill9 [--url URL | --stdio CMD] [--tool NAME] [--clients N] [--seconds S] [--count N] [--cycles N] [--hold-file PATH] [--sample-pid PID --samples CSV] [--all-delete] [--quiet-ms MS] [--children-of PID] [--pid PID]"
     );
     std::process::exit(2)
 }
@@ -41,6 +60,16 @@ struct Args {
     samples: Option<String>,
     /// `sessions`: without a client GET stream of their own.
     no_stream: bool,
+    /// `calls`, `cold`: the stdio server's command and arguments, instead of a URL.
+    stdio: Option<Vec<String>>,
+    /// `churn`: every cycle ends with DELETE.
+    all_delete: bool,
+    /// `churn`: the pause after the first tenth and at the end.
+    quiet: Duration,
+    /// `churn`: the process whose children are noted after each call.
+    children_of: Option<u32>,
+    /// `procs`, `kill9`: the process.
+    pid: Option<u32>,
 }
 
 fn args() -> Args {
@@ -58,10 +87,19 @@ fn args() -> Args {
         sample_pid: None,
         samples: None,
         no_stream: false,
+        stdio: None,
+        all_delete: false,
+        quiet: Duration::from_secs(3),
+        children_of: None,
+        pid: None,
     };
     while let Some(flag) = it.next() {
         if flag == "--no-stream" {
             a.no_stream = true;
+            continue;
+        }
+        if flag == "--all-delete" {
+            a.all_delete = true;
             continue;
         }
         let value = it.next().unwrap_or_else(|| usage());
@@ -75,10 +113,15 @@ fn args() -> Args {
             "--hold-file" => a.hold_file = Some(value),
             "--sample-pid" => a.sample_pid = Some(value.parse().unwrap_or_else(|_| usage())),
             "--samples" => a.samples = Some(value),
+            "--stdio" => a.stdio = Some(value.split_whitespace().map(str::to_string).collect()),
+            "--quiet-ms" => a.quiet = Duration::from_millis(value.parse().unwrap_or_else(|_| usage())),
+            "--children-of" => a.children_of = Some(value.parse().unwrap_or_else(|_| usage())),
+            "--pid" => a.pid = Some(value.parse().unwrap_or_else(|_| usage())),
             _ => usage(),
         }
     }
-    if a.url.is_empty() {
+    let needs_pid = matches!(a.command.as_str(), "procs" | "kill9");
+    if needs_pid && a.pid.is_none() || !needs_pid && a.url.is_empty() && a.stdio.as_ref().is_none_or(Vec::is_empty) {
         usage();
     }
     a
@@ -207,6 +250,118 @@ impl Client {
     }
 }
 
+/// A client session over either transport.
+trait Session: Send {
+    fn request(&mut self, method: &str, params: Value) -> Result<Value, String>;
+    /// Ends the session: DELETE over HTTP; over stdio, stdin closed and the
+    /// child waited for.
+    fn end(self: Box<Self>) -> Result<(), String>;
+}
+
+impl Session for Client {
+    fn request(&mut self, method: &str, params: Value) -> Result<Value, String> {
+        Client::request(self, method, params)
+    }
+
+    fn end(mut self: Box<Self>) -> Result<(), String> {
+        self.delete()
+    }
+}
+
+/// A new session: over Streamable HTTP to `--url`, or with a stdio server
+/// this client starts (`--stdio`).
+fn open(a: &Args) -> Result<Box<dyn Session>, String> {
+    match &a.stdio {
+        Some(command) => Ok(Box::new(StdioClient::connect(command)?)),
+        None => Ok(Box::new(Client::connect(&a.url)?)),
+    }
+}
+
+/// One MCP session with a stdio server this client started, as a gateway
+/// or a desktop client would: newline-delimited JSON-RPC on its pipes, its
+/// stderr dropped. Dropped, the child is killed and reaped if still there.
+struct StdioClient {
+    process: Process,
+    stdin: Option<ChildStdin>,
+    stdout: std::io::BufReader<ChildStdout>,
+    next_id: u64,
+}
+
+impl StdioClient {
+    fn connect(command: &[String]) -> Result<StdioClient, String> {
+        let mut process = Command::new(&command[0])
+            .args(&command[1..])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", command[0]))?;
+        let stdin = process.stdin.take();
+        let stdout = process.stdout.take().map(std::io::BufReader::new);
+        let Some(stdout) = stdout else {
+            let _ = process.kill();
+            let _ = process.wait();
+            return Err("no stdout".into());
+        };
+        let mut client = StdioClient { process, stdin, stdout, next_id: 1 };
+        let params = json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "mcp-load", "version": "1"}});
+        client.request("initialize", params)?;
+        client.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))?;
+        Ok(client)
+    }
+
+    fn send(&mut self, message: &Value) -> Result<(), String> {
+        let stdin = self.stdin.as_mut().ok_or("its stdin is closed")?;
+        let mut line = message.to_string();
+        line.push('\n');
+        stdin.write_all(line.as_bytes()).and_then(|()| stdin.flush()).map_err(|e| format!("writing to its stdin: {e}"))
+    }
+}
+
+impl Session for StdioClient {
+    fn request(&mut self, method: &str, params: Value) -> Result<Value, String> {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))?;
+        let mut line = String::new();
+        // Ends with the child's stdout (the watchdog bounds a child that neither answers nor exits).
+        loop {
+            line.clear();
+            if self.stdout.read_line(&mut line).map_err(|e| format!("{method}: {e}"))? == 0 {
+                return Err(format!("{method}: the server closed its stdout"));
+            }
+            let Ok(value) = serde_json::from_str::<Value>(&line) else { continue };
+            if value.get("id") == Some(&json!(id)) && value.get("method").is_none() {
+                if let Some(error) = value.get("error") {
+                    return Err(format!("{method}: {error}"));
+                }
+                return Ok(value["result"].clone());
+            }
+        }
+    }
+
+    fn end(mut self: Box<Self>) -> Result<(), String> {
+        drop(self.stdin.take());
+        for _ in 0..500 {
+            match self.process.try_wait() {
+                Ok(Some(_)) => return Ok(()),
+                Ok(None) => std::thread::sleep(Duration::from_millis(2)),
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        Err("the server did not exit within 1 s of its stdin's end".into())
+    }
+}
+
+impl Drop for StdioClient {
+    fn drop(&mut self) {
+        if let Ok(None) = self.process.try_wait() {
+            let _ = self.process.kill();
+            let _ = self.process.wait();
+        }
+    }
+}
+
 fn percentile(sorted: &[u32], p: f64) -> u32 {
     if sorted.is_empty() {
         return 0;
@@ -224,7 +379,7 @@ fn calls(a: &Args) {
         for i in 0..a.clients {
             let (latencies, errors, barrier, started) = (&latencies, &errors, &barrier, &started);
             s.spawn(move || {
-                let mut client = match Client::connect(&a.url) {
+                let mut client = match open(a) {
                     Ok(c) => c,
                     Err(e) => {
                         eprintln!("client {i}: {e}");
@@ -249,7 +404,10 @@ fn calls(a: &Args) {
                         }
                     }
                 }
-                let _ = client.delete();
+                if let Err(e) = client.end() {
+                    eprintln!("client {i}: {e}");
+                    errors.fetch_add(1, Ordering::Relaxed);
+                }
                 latencies.lock().unwrap().extend(mine);
             });
         }
@@ -266,6 +424,47 @@ fn calls(a: &Args) {
         "errors": errors.load(Ordering::Relaxed),
     });
     println!("{out}");
+}
+
+/// `count` new sessions one after the other, each timed from the start of
+/// its `initialize` (with a stdio server: of its spawn) to its first call
+/// answered; each then ends (DELETE, or stdin closed), untimed.
+fn cold(a: &Args) {
+    let mut all = Vec::with_capacity(a.count);
+    let mut errors = 0u64;
+    let started = Instant::now();
+    for i in 0..a.count {
+        let t = Instant::now();
+        let session = open(a).and_then(|mut session| {
+            session.request("tools/call", json!({"name": a.tool, "arguments": {"text": "cold"}}))?;
+            Ok(session)
+        });
+        let result = session.and_then(|session| {
+            all.push(t.elapsed().as_micros() as u32);
+            session.end()
+        });
+        if let Err(e) = result {
+            errors += 1;
+            if errors <= 3 {
+                eprintln!("session {i}: {e}");
+            }
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let mean = if all.is_empty() { 0.0 } else { all.iter().map(|&v| f64::from(v)).sum::<f64>() / all.len() as f64 };
+    all.sort_unstable();
+    println!(
+        "{}",
+        json!({
+            "count": a.count,
+            "seconds": seconds,
+            "p50_us": percentile(&all, 0.50),
+            "p99_us": percentile(&all, 0.99),
+            "min_us": all.first().copied().unwrap_or(0),
+            "mean_us": mean.round(),
+            "errors": errors,
+        })
+    );
 }
 
 fn sessions(a: &Args) {
@@ -322,6 +521,119 @@ fn sample(pid: u32) -> Option<(u64, u64)> {
     Some((field("VmRSS:")? * 1024, field("Threads:")?))
 }
 
+/// A process's parent, state and start time (in clock ticks since boot),
+/// from /proc/PID/stat; `None` once it is gone (reaped).
+fn stat(pid: u32) -> Option<(u32, char, u64)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The name, in parentheses, may hold spaces and parentheses itself.
+    let rest = text.get(text.rfind(')')? + 2..)?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let state = fields.first()?.chars().next()?;
+    let ppid = fields.get(1)?.parse().ok()?;
+    // Field 22 of stat; the state is field 3.
+    let start = fields.get(19)?.parse().ok()?;
+    Some((ppid, state, start))
+}
+
+/// The children of `parent` (pid, state, start time), by a scan of /proc.
+fn children(parent: u32) -> Vec<(u32, char, u64)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    dir.filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| stat(pid).filter(|(ppid, _, _)| *ppid == parent).map(|(_, state, start)| (pid, state, start)))
+        .collect()
+}
+
+/// The threads of `pid`, counted in /proc/PID/task.
+fn tasks(pid: u32) -> u64 {
+    std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count() as u64)
+}
+
+fn procs(a: &Args) {
+    let pid = a.pid.unwrap_or_else(|| usage());
+    let (rss, _) = sample(pid).unwrap_or((0, 0));
+    let kids = children(pid);
+    let kids_rss: u64 = kids.iter().filter_map(|(kid, _, _)| sample(*kid)).map(|(rss, _)| rss).sum();
+    let kids_threads: u64 = kids.iter().map(|(kid, _, _)| tasks(*kid)).sum();
+    println!(
+        "{}",
+        json!({
+            "pid": pid,
+            "rss_kib": rss / 1024,
+            "threads": tasks(pid),
+            "children": kids.len(),
+            "children_rss_kib": kids_rss / 1024,
+            "children_threads": kids_threads,
+            "zombies": kids.iter().filter(|(_, state, _)| *state == 'Z').count(),
+        })
+    );
+}
+
+/// SIGKILL to `pid`, then each of its children watched in /proc: when the
+/// last stopped running, whether any still runs or is a zombie after
+/// `--seconds`, and when the last was gone from /proc (reaped by whoever
+/// it was reparented to), within 10 s more.
+fn kill9(a: &Args) {
+    let pid = a.pid.unwrap_or_else(|| usage());
+    let watched: Vec<(u32, u64)> =
+        children(pid).into_iter().filter(|(_, state, _)| *state != 'Z').map(|(kid, _, start)| (kid, start)).collect();
+    let deadline = Duration::from_secs_f64(a.seconds);
+    let limit = deadline + Duration::from_secs(10);
+    let t0 = Instant::now();
+    let killed = Command::new("kill").args(["-9", &pid.to_string()]).status().is_ok_and(|s| s.success());
+    let ms = |d: Duration| (d.as_secs_f64() * 1e4).round() / 10.0;
+    let (mut all_dead, mut all_gone, mut at_deadline) = (None, None, None);
+    let mut reaper = None;
+    let (mut running, mut zombies);
+    // Bounded by `limit`.
+    loop {
+        let now = t0.elapsed();
+        (running, zombies) = (0, 0);
+        for &(kid, start) in &watched {
+            match stat(kid) {
+                // The same process (not a new one with its pid).
+                Some((ppid, state, s)) if s == start => {
+                    if state == 'Z' {
+                        zombies += 1;
+                        reaper = Some(ppid);
+                    } else {
+                        running += 1;
+                    }
+                }
+                _ => {}
+            }
+        }
+        if running == 0 && all_dead.is_none() {
+            all_dead = Some(ms(now));
+        }
+        if at_deadline.is_none() && (now >= deadline || running + zombies == 0) {
+            at_deadline = Some((running, zombies));
+        }
+        if running + zombies == 0 {
+            all_gone = Some(ms(now));
+            break;
+        }
+        if now >= limit {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let (running_at, zombies_at) = at_deadline.unwrap_or((running, zombies));
+    println!(
+        "{}",
+        json!({
+            "children": watched.len(),
+            "killed": killed,
+            "seconds": a.seconds,
+            "running_at_deadline": running_at,
+            "zombies_at_deadline": zombies_at,
+            "all_dead_ms": all_dead,
+            "all_gone_ms": all_gone,
+            "left_at_end": running + zombies,
+            "zombie_parent": reaper,
+        })
+    );
+}
+
 fn churn(a: &Args) {
     let stop = Arc::new(AtomicBool::new(false));
     let samples = Arc::new(Mutex::new(Vec::<(f64, u64, u64, usize)>::new()));
@@ -349,17 +661,24 @@ fn churn(a: &Args) {
     // the idle sessions are evicted: RSS there and at the end are taken at
     // the same quiet point, so the two compare.
     let first = (a.cycles / 10).clamp(1, 1000);
-    let quiet = Duration::from_secs(3);
+    let quiet = a.quiet;
     let mut rss_first = 0;
+    // With --children-of: every child of that process seen after a call.
+    let seen = Mutex::new(BTreeSet::<(u32, u64)>::new());
     let run = |range: std::ops::Range<usize>| {
         std::thread::scope(|s| {
             for w in 0..workers {
-                let (errors, done, range) = (&errors, &done, range.clone());
+                let (errors, done, range, seen) = (&errors, &done, range.clone(), &seen);
                 s.spawn(move || {
                     for cycle in range.skip(w).step_by(workers) {
                         let result = Client::connect(&a.url).and_then(|mut client| {
                             client.request("tools/call", json!({"name": a.tool, "arguments": {"text": "churn"}}))?;
-                            if cycle % 2 == 0 { client.delete() } else { Ok(()) }
+                            if let Some(parent) = a.children_of {
+                                // This session's child is running now: the scan sees it.
+                                let now = children(parent);
+                                seen.lock().unwrap().extend(now.into_iter().map(|(kid, _, start)| (kid, start)));
+                            }
+                            if cycle % 2 == 0 || a.all_delete { client.delete() } else { Ok(()) }
                         });
                         if let Err(e) = result
                             && errors.fetch_add(1, Ordering::Relaxed) < 3
@@ -386,6 +705,19 @@ fn churn(a: &Args) {
     std::thread::sleep(quiet);
     let rss_end = a.sample_pid.and_then(sample).map_or(0, |(rss, _)| rss);
     let elapsed = working;
+    // Of the children seen, those still in /proc (the same process, not a
+    // new one with its pid): running, or zombies nobody reaped.
+    let seen = seen.into_inner().unwrap();
+    let (mut left, mut left_zombies) = (0, 0);
+    for &(kid, start) in &seen {
+        if let Some((_, state, s)) = stat(kid)
+            && s == start
+        {
+            left += 1;
+            left_zombies += usize::from(state == 'Z');
+        }
+    }
+    let now = a.children_of.map(children).unwrap_or_default();
     stop.store(true, Ordering::Relaxed);
     if let Some(sampler) = sampler {
         let _ = sampler.join();
@@ -407,16 +739,34 @@ fn churn(a: &Args) {
             "quiet_rss_after_first": rss_first,
             "first_cycles": first,
             "quiet_rss_at_end": rss_end,
+            "children_seen": seen.len(),
+            "children_left": left,
+            "children_left_zombies": left_zombies,
+            "children_now": now.len(),
+            "zombies_now": now.iter().filter(|(_, state, _)| *state == 'Z').count(),
+            "threads_at_end": a.sample_pid.map(tasks),
         })
     );
 }
 
+/// No command waits longer than this, whatever it waits for (a server that
+/// neither answers nor exits): the process exits with status 3.
+const WATCHDOG: Duration = Duration::from_secs(15 * 60);
+
 fn main() {
     let a = args();
+    std::thread::spawn(|| {
+        std::thread::sleep(WATCHDOG);
+        eprintln!("mcp-load: still running after {} s; giving up", WATCHDOG.as_secs());
+        std::process::exit(3);
+    });
     match a.command.as_str() {
         "calls" => calls(&a),
+        "cold" => cold(&a),
         "sessions" => sessions(&a),
         "churn" => churn(&a),
+        "procs" => procs(&a),
+        "kill9" => kill9(&a),
         _ => usage(),
     }
 }
