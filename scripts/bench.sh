@@ -48,8 +48,13 @@ TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 BIN=$TARGET_DIR/release
 # mcpgate runs with the allocator settings of its systemd unit (README:
 # Running as a service): freed thread stacks are not cached and glibc uses
-# two malloc arenas, which keeps RSS close to what is live.
-export GLIBC_TUNABLES=glibc.pthread.stack_cache_size=0:glibc.malloc.arena_max=2
+# two malloc arenas, which keeps RSS close to what is live. Only mcpgate:
+# with no stack cache glibc unmaps a thread's stack as soon as it ends, and
+# a pthread_detach that races that end reads the unmapped descriptor
+# (mcp-load died so with SIGSEGV in pthread_detach, from the thread ureq's
+# resolver starts and detaches). mcpgate joins every thread it starts; the
+# load generator and the servers detach theirs.
+MCPGATE=(env GLIBC_TUNABLES=glibc.pthread.stack_cache_size=0:glibc.malloc.arena_max=2 "$BIN/mcpgate")
 
 PIDS=()
 cleanup() {
@@ -187,7 +192,7 @@ step "1. overhead: tools/call direct and through mcpgate, interleaved"
 start "$OUT/run/fixture-a.log" "$BIN/mcp-fixture" --name a
 FIX_A=$ADDR; FIX_A_PID=$PID
 gate_config "$OUT/run/overhead.json" 300 "a=$FIX_A"
-start "$OUT/run/gate-overhead.log" "$BIN/mcpgate" --config "$OUT/run/overhead.json"
+start "$OUT/run/gate-overhead.log" "${MCPGATE[@]}" --config "$OUT/run/overhead.json"
 GATE=$ADDR; GATE_PID=$PID
 start "$OUT/run/fastmcp.log" "$FASTMCP_VENV/bin/python" "$ROOT/scripts/bench/fastmcp_proxy.py" "http://$FIX_A/mcp"
 PROXY=$ADDR; PROXY_PID=$PID
@@ -214,7 +219,7 @@ start "$OUT/run/py-server.log" "$PY" "$ROOT/scripts/interop/py_server.py"
 PYS=$ADDR
 wait_http "$PYS"
 gate_config "$OUT/run/overhead-py.json" 300 "py=$PYS"
-start "$OUT/run/gate-py.log" "$BIN/mcpgate" --config "$OUT/run/overhead-py.json"
+start "$OUT/run/gate-py.log" "${MCPGATE[@]}" --config "$OUT/run/overhead-py.json"
 GATE_PY=$ADDR; GATE_PY_PID=$PID
 for clients in 1 16; do
     for target in direct mcpgate; do
@@ -231,7 +236,7 @@ step "2. footprint: at rest, and with 100 and $SESSIONS_BIG sessions x 2 downstr
 start "$OUT/run/fixture-b.log" "$BIN/mcp-fixture" --name b
 FIX_B=$ADDR
 gate_config "$OUT/run/footprint.json" 3600 "a=$FIX_A" "b=$FIX_B"
-start "$OUT/run/gate-footprint.log" "$BIN/mcpgate" --config "$OUT/run/footprint.json"
+start "$OUT/run/gate-footprint.log" "${MCPGATE[@]}" --config "$OUT/run/footprint.json"
 GATE_FP=$ADDR; GATE_FP_PID=$PID
 sleep 1
 record "{\"part\":\"footprint\",\"target\":\"mcpgate\",\"sessions\":0,\"rss_kib\":$(rss_kib "$GATE_FP_PID"),\"threads\":$(threads "$GATE_FP_PID"),\"readers\":0}"
@@ -263,7 +268,7 @@ FIX_C=$ADDR
 start "$OUT/run/fixture-d.log" "$BIN/mcp-fixture" --name d
 FIX_D=$ADDR
 gate_config "$OUT/run/churn.json" 1 "c=$FIX_C" "d=$FIX_D"
-start "$OUT/run/gate-churn.log" "$BIN/mcpgate" --config "$OUT/run/churn.json"
+start "$OUT/run/gate-churn.log" "${MCPGATE[@]}" --config "$OUT/run/churn.json"
 GATE_CH=$ADDR; GATE_CH_PID=$PID
 sleep 0.5
 BASE_THREADS=$(threads "$GATE_CH_PID")
@@ -289,7 +294,7 @@ FIX_E=$ADDR
 start "$OUT/run/fixture-f.log" "$BIN/mcp-fixture" --name f
 FIX_F=$ADDR
 gate_config "$OUT/run/shutdown.json" 3600 "e=$FIX_E" "f=$FIX_F"
-start "$OUT/run/gate-shutdown.log" "$BIN/mcpgate" --config "$OUT/run/shutdown.json"
+start "$OUT/run/gate-shutdown.log" "${MCPGATE[@]}" --config "$OUT/run/shutdown.json"
 GATE_SD=$ADDR; GATE_SD_PID=$PID
 rm -f "$HOLD"
 "$LOAD" sessions --url "http://$GATE_SD/mcp" --count "$SESSIONS_BIG" --hold-file "$HOLD" > "$OUT/run/sessions-shutdown.out" &
@@ -334,7 +339,7 @@ wait_no_children() {
 
 step "5a. stdio: tools/call over the load generator's own pipes, through mcpgate, through supergateway"
 stdio_config "$OUT/run/stdio.json" 300
-start "$OUT/run/gate-stdio.log" "$BIN/mcpgate" --config "$OUT/run/stdio.json"
+start "$OUT/run/gate-stdio.log" "${MCPGATE[@]}" --config "$OUT/run/stdio.json"
 GATE_S=$ADDR; GATE_S_PID=$PID
 SG=""; SG_PID=""
 if [ -z "$PEER_WHY" ]; then
@@ -364,7 +369,7 @@ done
 
 step "5b. cold start: initialize to the first call answered, $COLD x $ROUNDS new sessions per path"
 gate_config "$OUT/run/cold-http.json" 300 "a=$FIX_A"
-start "$OUT/run/gate-cold-http.log" "$BIN/mcpgate" --config "$OUT/run/cold-http.json"
+start "$OUT/run/gate-cold-http.log" "${MCPGATE[@]}" --config "$OUT/run/cold-http.json"
 GATE_CH2=$ADDR; GATE_CH2_PID=$PID
 for round in $(seq "$ROUNDS"); do
     for target in direct-http mcpgate-http direct-stdio mcpgate-stdio supergateway-stdio; do
@@ -387,7 +392,7 @@ stop "$GATE_S_PID"
 
 step "5c. footprint per stdio session: 0 and $STDIO_HOLD client sessions, each holding a child"
 stdio_config "$OUT/run/stdio-fp.json" 3600
-start "$OUT/run/gate-stdio-fp.log" "$BIN/mcpgate" --config "$OUT/run/stdio-fp.json"
+start "$OUT/run/gate-stdio-fp.log" "${MCPGATE[@]}" --config "$OUT/run/stdio-fp.json"
 GATE_SF=$ADDR; GATE_SF_PID=$PID
 sleep "$SETTLE"
 status_threads() { status_field "$1" "['process']['threads']"; }
@@ -430,7 +435,7 @@ fi
 
 step "5e. churn: $STDIO_CHURN cycles of initialize, one call, DELETE, with a child each"
 stdio_config "$OUT/run/stdio-churn.json" 300
-start "$OUT/run/gate-stdio-churn.log" "$BIN/mcpgate" --config "$OUT/run/stdio-churn.json"
+start "$OUT/run/gate-stdio-churn.log" "${MCPGATE[@]}" --config "$OUT/run/stdio-churn.json"
 GATE_SC=$ADDR; GATE_SC_PID=$PID
 "$LOAD" cold --url "http://$GATE_SC/mcp" --tool echo --count 1 > /dev/null
 wait_no_children "$GATE_SC"
