@@ -313,6 +313,7 @@ def stdio_section(rows, fixture, say, failures):
             say(
                 f"{target}, per stdio session (0 to {n}): **{d_rss:.1f} KiB RSS and {d_thr:.2f} threads** of its own; "
                 f"its child adds {child / 1024:.2f} MiB RSS ({hi['procs']['children']} children for {n} sessions)."
+                + (" Node's RSS is mostly its garbage-collected heap, which grows and shrinks by more than that." if target == "supergateway" else "")
             )
             say("")
             if target == "mcpgate":
