@@ -175,6 +175,16 @@ pub const KEYS: &[Key] = &[
         meaning: "Seconds a shared stdio server's process (`\"sharing\": \"shared\"`) runs with no session using it before it is stopped.",
     },
     Key {
+        name: "max_held_calls",
+        kind: Kind::Number { default: Some(64), min: 1, max: 4096 },
+        meaning: "Calls of 2026-07-28 clients held at once while mcpgate waits for the client to retry with answers to the server's requests (sampling, elicitation, roots); one more is refused with an error saying so. Each holds a thread.",
+    },
+    Key {
+        name: "held_call_timeout_secs",
+        kind: Kind::Number { default: Some(300), min: 1, max: 86400 },
+        meaning: "Seconds a held call waits for its client's retry before it is cancelled at its server.",
+    },
+    Key {
         name: "max_sessions",
         kind: Kind::Number { default: Some(1024), min: 1, max: 1000000 },
         meaning: "Live client sessions; an `initialize` beyond it gets 503 with `Retry-After`.",
@@ -345,6 +355,8 @@ pub struct Config {
     pub max_message_bytes: usize,
     pub max_sessions: usize,
     pub max_processes: usize,
+    pub max_held_calls: usize,
+    pub held_call_timeout: Duration,
     pub stdio_grace: Duration,
     pub shared_idle: Duration,
     /// In bytes.
@@ -542,6 +554,8 @@ impl Config {
             max_message_bytes: keys.count("max_message_bytes")?,
             max_sessions: keys.count("max_sessions")?,
             max_processes: keys.count("max_processes")?,
+            max_held_calls: keys.count("max_held_calls")?,
+            held_call_timeout: keys.secs("held_call_timeout_secs")?,
             stdio_grace: Duration::from_millis(keys.count("stdio_grace_ms")? as u64),
             shared_idle: keys.secs("shared_idle_secs")?,
             max_memory: keys.count("max_memory_mb")? << 20,
@@ -577,6 +591,10 @@ impl Config {
             ("readers (max_sessions x HTTP servers)", self.max_sessions * http),
             ("stdio (spawner, 2 x max_processes)", stdio),
             ("fanout (calls_per_server x servers)", self.calls_per_server * servers),
+            (
+                "hold (calls of 2026-07-28 clients: max_connections + max_held_calls)",
+                self.max_connections + self.max_held_calls,
+            ),
             ("close (reaper, shutdown, reload, DELETEs)", 32 + 32 + self.calls_per_server * servers),
         ]
     }

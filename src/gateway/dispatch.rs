@@ -299,7 +299,7 @@ impl Gateway {
 
     /// `tools/call` and `prompts/get`: the owner of `params.name`, and the
     /// params with the server's own name.
-    fn by_name(
+    pub(super) fn by_name(
         &self,
         session: &Arc<Session>,
         kind: ListKind,
@@ -314,7 +314,7 @@ impl Gateway {
         Ok((server, params))
     }
 
-    fn by_uri(
+    pub(super) fn by_uri(
         &self,
         session: &Arc<Session>,
         message: &Message,
@@ -327,7 +327,7 @@ impl Gateway {
         Ok((server, params))
     }
 
-    fn completion(
+    pub(super) fn completion(
         &self,
         session: &Arc<Session>,
         message: &Message,

@@ -84,7 +84,7 @@ impl PostStream<'_> {
 }
 
 /// 429 for a session with `max_requests_per_session` requests in flight.
-fn too_busy(session: &Session) -> HttpReply {
+pub(super) fn too_busy(session: &Session) -> HttpReply {
     crate::limited!(warn, "session {}: too many requests in flight; one refused with 429", session::short(&session.id));
     let e = RpcError::new(
         jsonrpc::INVALID_REQUEST,
@@ -110,7 +110,16 @@ fn answer_bytes(id: &Value, outcome: Outcome) -> Option<Vec<u8>> {
 }
 
 /// Whether an `Accept` header admits `mime` (directly or by a wildcard).
-fn accepts(accept: &str, mime: &str) -> bool {
+/// `GET` and `DELETE` of the session era, asked in the 2026-07-28 era: 405.
+fn no_stream_in_2026(req: &HttpRequest) -> Option<HttpReply> {
+    (req.header(VERSION_HEADER) == Some(crate::protocol::modern::VERSION)).then(|| {
+        HttpError::new(405, format!("protocol 2026-07-28 has no sessions: use POST, not {}", req.method))
+            .with_header("Allow", "POST")
+            .reply()
+    })
+}
+
+pub(super) fn accepts(accept: &str, mime: &str) -> bool {
     let major = mime.split('/').next().unwrap_or("");
     accept.split(',').any(|part| {
         let range = part.split(';').next().unwrap_or("").trim();
@@ -121,15 +130,15 @@ fn accepts(accept: &str, mime: &str) -> bool {
 }
 
 /// A session id: 128 bits from the OS random source, as 32 hex digits.
-fn new_session_id() -> std::io::Result<String> {
+pub(super) fn new_session_id() -> std::io::Result<String> {
     let mut bytes = [0u8; 16];
     crate::runtime::sys::random(&mut bytes)?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 impl Gateway {
-    /// Handles `/mcp`. Events a `POST` sends before its answer go to `sink`.
-    /// Handles `/mcp` (the route table let only its methods through).
+    /// Handles `/mcp` (the route table let only its methods through). Events
+    /// a `POST` sends before its answer go to `sink`.
     pub fn handle(&self, req: &HttpRequest, sink: &mut dyn EventSink, access: &Access) -> HttpReply {
         self.stats.requests.inc();
         match req.method.as_str() {
@@ -149,13 +158,20 @@ impl Gateway {
             return HttpReply::bad(415, "Content-Type must be application/json");
         }
         let body = req.body.trim_ascii_start();
+        let modern_header = req.header(VERSION_HEADER) == Some(crate::protocol::modern::VERSION);
         if body.first() == Some(&b'[') {
+            if modern_header {
+                return HttpReply::bad(400, "protocol 2026-07-28 takes a single JSON-RPC request, not a batch");
+            }
             return self.batch(req, body, access);
         }
         let message = match Message::parse(body) {
             Ok(m) => m,
             Err(e) => return HttpReply::error(400, &Value::Null, &e),
         };
+        if super::modern::is_modern(req, &message) {
+            return self.modern(req, &message, sink, access);
+        }
         if message.method() == "initialize" && message.kind() == Ok(Kind::Request) {
             return self.initialize(&message, access);
         }
@@ -373,6 +389,9 @@ impl Gateway {
     }
 
     fn get(&self, req: &HttpRequest, access: &Access) -> HttpReply {
+        if let Some(refused) = no_stream_in_2026(req) {
+            return refused;
+        }
         if !accepts(req.header("accept").unwrap_or(""), "text/event-stream") {
             return HttpReply::bad(406, "GET /mcp needs Accept: text/event-stream");
         }
@@ -399,6 +418,9 @@ impl Gateway {
     }
 
     fn delete(&self, req: &HttpRequest, access: &Access) -> HttpReply {
+        if let Some(refused) = no_stream_in_2026(req) {
+            return refused;
+        }
         let Some(id) = req.header(SESSION_HEADER) else {
             return HttpReply::bad(400, "DELETE /mcp needs the Mcp-Session-Id header");
         };

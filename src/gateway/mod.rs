@@ -19,7 +19,9 @@ use crate::status::stats::Stats;
 pub mod catalog;
 mod dispatch;
 mod endpoint;
+mod holds;
 mod lists;
+mod modern;
 mod reload;
 pub mod tasks;
 
@@ -77,6 +79,10 @@ pub struct Gateway {
     trimmed_at: std::sync::atomic::AtomicU64,
     /// Sessions closed since then: the reaper gives their memory back.
     trim_owed: std::sync::atomic::AtomicBool,
+    /// The session of the 2026-07-28 era's clients, per token (its hash; "" without tokens).
+    pools: Mutex<std::collections::HashMap<String, Arc<Session>>>,
+    /// Calls of that era waiting for their client's retry.
+    holds: holds::Holds,
     pub started: Instant,
 }
 
@@ -101,8 +107,15 @@ impl Gateway {
             stopping: std::sync::atomic::AtomicBool::new(false),
             trimmed_at: std::sync::atomic::AtomicU64::new(0),
             trim_owed: std::sync::atomic::AtomicBool::new(false),
+            pools: Mutex::new(std::collections::HashMap::new()),
+            holds: holds::Holds::new(),
             started: Instant::now(),
         }
+    }
+
+    /// Calls of the 2026-07-28 era held for their client's retry, for the status page.
+    pub fn held_calls(&self) -> usize {
+        self.holds.len()
     }
 
     /// What every server shares.
@@ -120,6 +133,9 @@ impl Gateway {
     /// shutdown, after every session was closed.
     pub fn shutdown(&self) {
         self.stopping.store(true, std::sync::atomic::Ordering::Release);
+        for held in self.holds.take_all() {
+            self.cancel(&held.pool, &held.call_id, "mcpgate is shutting down");
+        }
         for server in &self.current().servers {
             server.shutdown();
         }

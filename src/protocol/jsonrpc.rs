@@ -172,6 +172,10 @@ impl Params {
         self.0.contains_key(key)
     }
 
+    pub fn remove(&mut self, key: &str) {
+        self.0.remove(key);
+    }
+
     pub fn set(&mut self, key: &str, value: &Value) {
         self.0.insert(key.to_string(), raw(value));
     }

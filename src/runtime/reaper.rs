@@ -42,6 +42,7 @@ pub fn start(gateway: Arc<Gateway>) -> std::io::Result<Reaper> {
                         server.lanes.expire(current.config.request_timeout);
                     }
                     gateway.settle_memory();
+                    gateway.expire_holds();
                 }
                 recv(ticks) -> _ => {
                     // Read each time: a reload may change it.

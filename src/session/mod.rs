@@ -26,8 +26,8 @@ mod streams;
 
 use routing::Routes;
 use slots::Slot;
-pub use streams::Attached;
 use streams::Streams;
+pub use streams::{Attached, ListenFilter};
 
 /// Why a session ended, for the counters and the log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,6 +75,9 @@ pub struct Session {
     slot_changed: Condvar,
     /// Bytes of events this session holds (queued, kept, waiting).
     tally: Arc<AtomicUsize>,
+    /// The session mcpgate keeps for clients of the 2026-07-28 era (one per
+    /// token): no client holds its id, nothing waits for a `GET` stream.
+    sessionless: std::sync::atomic::AtomicBool,
     me: Weak<Session>,
 }
 
@@ -165,6 +168,7 @@ impl Session {
             }),
             slot_changed: Condvar::new(),
             tally: Arc::new(AtomicUsize::new(0)),
+            sessionless: std::sync::atomic::AtomicBool::new(false),
             me: me.clone(),
         })
     }
@@ -241,6 +245,15 @@ impl Session {
         })
     }
 
+    /// Makes this the session of the 2026-07-28 era's clients of one token.
+    pub fn mark_sessionless(&self) {
+        self.sessionless.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    pub fn is_sessionless(&self) -> bool {
+        self.sessionless.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// Whether its client ended the session (`DELETE`): its calls then end
     /// without a response, as cancelled ones do.
     pub fn deleted_by_client(&self) -> bool {
@@ -286,6 +299,18 @@ fn parse_digest(hex: &str) -> Option<[u8; 32]> {
 
 impl Inbox for Session {
     fn deliver(&self, server: &Arc<Server>, message: Message) {
+        if self.is_sessionless() && message.kind() == Ok(jsonrpc::Kind::Request) {
+            // A request outside any call has no client of this era to go to.
+            let (Some(d), Some(id)) = (self.downstream_if_open(server.name()), &message.id) else { return };
+            let e = jsonrpc::RpcError::internal(format!(
+                "`{}` outside a call cannot reach a client of protocol 2026-07-28 through mcpgate",
+                message.method()
+            ));
+            if let Err(e) = d.send(&jsonrpc::error(id, &e)) {
+                crate::limited!(warn, "server `{}`: refusing its request failed: {e}", server.name());
+            }
+            return;
+        }
         if let Some(bytes) = self.to_client(server, message) {
             self.push_to_stream(bytes);
         }

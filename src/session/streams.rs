@@ -46,6 +46,53 @@ pub(super) struct Streams {
     /// `POST` answers streaming now, with the `GET` that resumed one, if any.
     posts: HashMap<u64, Option<Sender<Event>>>,
     replay: ReplayLog,
+    /// `subscriptions/listen` streams (2026-07-28), each with what it asked for.
+    listeners: Vec<Listener>,
+    next_listener: u64,
+}
+
+/// What a `subscriptions/listen` stream asked to hear.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ListenFilter {
+    pub tools: bool,
+    pub prompts: bool,
+    pub resources: bool,
+}
+
+impl ListenFilter {
+    /// Whether `method` (a notification) is one this stream asked for.
+    fn wants(&self, method: &str) -> bool {
+        match method {
+            "notifications/tools/list_changed" => self.tools,
+            "notifications/prompts/list_changed" => self.prompts,
+            "notifications/resources/list_changed" => self.resources,
+            _ => false,
+        }
+    }
+
+    /// The acknowledgement's `notifications`: what mcpgate honors of it.
+    pub fn honored(&self) -> serde_json::Value {
+        let mut out = serde_json::Map::new();
+        for (key, on) in [
+            ("toolsListChanged", self.tools),
+            ("promptsListChanged", self.prompts),
+            ("resourcesListChanged", self.resources),
+        ] {
+            if on {
+                out.insert(key.into(), serde_json::Value::Bool(true));
+            }
+        }
+        serde_json::Value::Object(out)
+    }
+}
+
+/// One `subscriptions/listen` stream.
+struct Listener {
+    id: u64,
+    /// The listen request's id, which every message on it carries.
+    subscription: serde_json::Value,
+    filter: ListenFilter,
+    tx: Sender<Event>,
 }
 
 impl Streams {
@@ -57,11 +104,14 @@ impl Streams {
             backlog: VecDeque::new(),
             posts: HashMap::new(),
             replay: ReplayLog::new(),
+            listeners: Vec::new(),
+            next_listener: 0,
         }
     }
 
     /// Ends every stream and forgets what was kept (the session closes).
     pub(super) fn clear(&mut self) {
+        self.listeners.clear();
         self.open.clear();
         self.backlog.clear();
         self.posts.clear();
@@ -69,7 +119,7 @@ impl Streams {
     }
 
     pub(super) fn is_empty(&self) -> bool {
-        self.open.is_empty()
+        self.open.is_empty() && self.listeners.is_empty()
     }
 }
 
@@ -188,6 +238,12 @@ impl ReplayLog {
     }
 }
 
+/// One message of a listen stream as SSE: `params._meta` names the listen request.
+fn listener_event(subscription: &serde_json::Value, method: &str, mut params: serde_json::Value) -> Vec<u8> {
+    params["_meta"] = serde_json::json!({ crate::protocol::modern::META_SUBSCRIPTION: subscription });
+    sse::encode(None, &jsonrpc::notification(method, Some(&jsonrpc::raw(&params))))
+}
+
 /// `<stream>-<seq>` back into numbers.
 fn parse_event_id(id: &str) -> Option<(u64, u64)> {
     let (stream, seq) = id.trim().split_once('-')?;
@@ -201,6 +257,11 @@ impl Session {
     /// [`STREAM_QUEUE`] messages, is ended: the client resumes it with
     /// `Last-Event-ID` and gets what the replay log still holds.
     pub fn push_to_stream(&self, message: Vec<u8>) {
+        if self.is_sessionless() {
+            // No GET stream will come: what a listen stream asked for goes there, the rest nowhere.
+            self.to_listeners(&message);
+            return;
+        }
         let mut st = self.state.lock();
         while let Some(stream) = st.streams.open.last() {
             let (id, tx) = (stream.id, stream.tx.clone());
@@ -265,6 +326,51 @@ impl Session {
                 short(&self.id)
             ),
         }
+    }
+
+    /// Opens a `subscriptions/listen` stream (2026-07-28): its first event
+    /// acknowledges what of `filter` mcpgate honors; then the list changes
+    /// it asked for, each carrying the listen request's id.
+    pub fn listen(&self, subscription: &serde_json::Value, filter: ListenFilter) -> Attached {
+        let (tx, rx) = bounded(STREAM_QUEUE);
+        let params = serde_json::json!({ "notifications": filter.honored() });
+        let ack = listener_event(subscription, "notifications/subscriptions/acknowledged", params);
+        let mut st = self.state.lock();
+        st.streams.next_listener += 1;
+        let id = st.streams.next_listener;
+        st.streams.listeners.push(Listener { id, subscription: subscription.clone(), filter, tx });
+        let first = Held::new(ack, &self.tally).ok().into_iter().collect();
+        Attached { id: Some(id), first, rx }
+    }
+
+    /// A listen stream ended.
+    pub fn unlisten(&self, id: u64) {
+        let mut st = self.state.lock();
+        st.streams.listeners.retain(|l| l.id != id);
+        if st.streams.is_empty() {
+            st.last_active = st.last_active.max(Instant::now());
+        }
+    }
+
+    /// A notification for the listen streams that asked for its kind.
+    fn to_listeners(&self, message: &[u8]) {
+        let Ok(parsed) = jsonrpc::Message::parse(message) else { return };
+        let method = parsed.method().to_string();
+        let mut st = self.state.lock();
+        st.streams.listeners.retain(|listener| {
+            if !listener.filter.wants(&method) {
+                return true;
+            }
+            let event = listener_event(&listener.subscription, &method, serde_json::json!({}));
+            match Held::new(event, &self.tally) {
+                // A stream that does not keep up is ended; its client listens again and refetches.
+                Ok(event) => !matches!(
+                    listener.tx.try_send(event),
+                    Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_))
+                ),
+                Err(_) => true,
+            }
+        });
     }
 
     /// The priming event that opens a stream for a 2025-11-25 client: an id

@@ -98,6 +98,7 @@ pub fn json(g: &Gateway) -> Value {
         },
         "calls": {
             "in_flight": current.servers.iter().map(|s| s.lanes.in_flight.get()).sum::<u64>(),
+            "held_for_2026_clients": g.held_calls(),
         },
         "sessions": {
             "live": g.sessions.len(),

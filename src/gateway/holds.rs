@@ -1,0 +1,214 @@
+//! Calls held for clients of the 2026-07-28 era. Such a client cannot be
+//! asked anything mid-call: when the session-era server behind a call asks
+//! for sampling, elicitation or roots, mcpgate answers the client with
+//! `input_required` and holds the server's call (its thread keeps waiting)
+//! until the client retries with its answers and the `requestState`
+//! mcpgate gave it.
+//!
+//! The state is `<hold>.<expiry ms>.<HMAC-SHA-256 hex>`: the MAC, under a
+//! key drawn at start and never written anywhere, covers the hold's number,
+//! its expiry, and the hash of the token that made the call, so a state is
+//! good only for that hold, until then, and with that token. Holds are
+//! bounded in number (`max_held_calls`) and in time
+//! (`held_call_timeout_secs`); the reaper cancels those that expire.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crossbeam_channel::Receiver;
+use parking_lot::Mutex;
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use crate::http::access::constant_time_eq;
+use crate::protocol::jsonrpc::RpcError;
+use crate::runtime::sha256;
+use crate::session::Session;
+
+use super::dispatch::Outcome;
+
+/// What a held call's thread reports to whoever answers its client.
+pub(super) enum HoldEvent {
+    /// The server's answer became a stream: the client's may start.
+    Streaming,
+    /// A notification for the client (progress, a log message), as JSON.
+    Notify(Vec<u8>),
+    /// The server asks the client: mcpgate's id for the request, its method
+    /// and params.
+    Ask { id: u64, method: String, params: Option<Box<RawValue>> },
+    /// The call is over.
+    Done(Outcome),
+}
+
+/// A call whose client was answered `input_required`, waiting for its retry.
+pub(super) struct Held {
+    pub events: Receiver<HoldEvent>,
+    /// The session the call runs on, and its id there (to cancel it).
+    pub pool: Arc<Session>,
+    pub call_id: Value,
+    /// The server's requests the client must answer, by mcpgate's id.
+    pub asks: Vec<u64>,
+    pub thread: HoldThread,
+    /// The method the client called.
+    pub method: String,
+    token: Option<[u8; 32]>,
+    /// Milliseconds since the epoch.
+    expires: u64,
+}
+
+/// The thread a call runs on: handed to the reaper to join when whoever
+/// holds it lets go (the call ended, or was cancelled).
+pub(super) struct HoldThread(Option<JoinHandle<()>>);
+
+impl HoldThread {
+    pub fn new(handle: JoinHandle<()>) -> HoldThread {
+        HoldThread(Some(handle))
+    }
+}
+
+impl Drop for HoldThread {
+    fn drop(&mut self) {
+        if let Some(handle) = self.0.take() {
+            crate::runtime::threads::join_later(handle);
+        }
+    }
+}
+
+pub(super) struct Holds {
+    key: [u8; 32],
+    /// Guards the held calls by number.
+    held: Mutex<HashMap<u64, Held>>,
+    next: AtomicU64,
+}
+
+/// Why a retry's `requestState` was not accepted.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Refused {
+    /// Not a state mcpgate made, or made for another token.
+    Forged,
+    Expired,
+    /// Answered already, or cancelled when it expired.
+    Gone,
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Refused::Forged => "requestState is not one mcpgate issued for this token",
+            Refused::Expired => "requestState has expired (held_call_timeout_secs); call again",
+            Refused::Gone => "requestState names a call that is no longer held; call again",
+        })
+    }
+}
+
+impl Holds {
+    pub fn new() -> Holds {
+        let mut key = [0u8; 32];
+        if let Err(e) = crate::runtime::sys::random(&mut key) {
+            // Not expected (getrandom); still a key no client can know in advance.
+            log::warn!("no randomness for the key of held calls ({e}); one is derived from the time and pid");
+            let seed = format!("{:?} {} {:p}", SystemTime::now(), std::process::id(), &key);
+            key = sha256::digest(seed.as_bytes());
+        }
+        Holds { key, held: Mutex::new(HashMap::new()), next: AtomicU64::new(1) }
+    }
+
+    /// A number for a new hold.
+    pub fn next(&self) -> u64 {
+        self.next.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub fn len(&self) -> usize {
+        self.held.lock().len()
+    }
+
+    fn mac(&self, hold: u64, expires: u64, token: Option<&[u8; 32]>) -> String {
+        let token = token.map(|t| sha256::hex(t)).unwrap_or_default();
+        let mac = sha256::hmac(&self.key, format!("{hold}.{expires}.{token}").as_bytes());
+        mac.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Holds a call, at most `max` at once: its `requestState`, or the
+    /// call back when there is no room (the caller cancels it).
+    pub fn hold(&self, number: u64, held: HeldParts, timeout: Duration, max: usize) -> Result<String, Box<HeldParts>> {
+        let expires = now_ms() + timeout.as_millis() as u64;
+        let mut map = self.held.lock();
+        if map.len() >= max {
+            return Err(Box::new(held));
+        }
+        let state = format!("{number}.{expires}.{}", self.mac(number, expires, held.token.as_ref()));
+        let HeldParts { events, pool, call_id, asks, thread, method, token } = held;
+        map.insert(number, Held { events, pool, call_id, asks, thread, method, token, expires });
+        Ok(state)
+    }
+
+    /// The held call `state` names, taken out of the table, if `state` is
+    /// one mcpgate issued for `token` and still good.
+    pub fn take(&self, state: &str, token: Option<&[u8; 32]>) -> Result<Held, Refused> {
+        let mut parts = state.splitn(3, '.');
+        let (Some(number), Some(expires), Some(mac)) = (parts.next(), parts.next(), parts.next()) else {
+            return Err(Refused::Forged);
+        };
+        let (Ok(number), Ok(expires)) = (number.parse::<u64>(), expires.parse::<u64>()) else {
+            return Err(Refused::Forged);
+        };
+        if !constant_time_eq(self.mac(number, expires, token).as_bytes(), mac.as_bytes()) {
+            return Err(Refused::Forged);
+        }
+        if now_ms() > expires {
+            self.held.lock().remove(&number);
+            return Err(Refused::Expired);
+        }
+        self.held.lock().remove(&number).ok_or(Refused::Gone)
+    }
+
+    /// The held calls past their time, taken out (the reaper cancels them).
+    pub fn expired(&self) -> Vec<Held> {
+        let now = now_ms();
+        let mut map = self.held.lock();
+        let stale: Vec<u64> = map.iter().filter(|(_, h)| h.expires < now).map(|(n, _)| *n).collect();
+        stale.into_iter().filter_map(|n| map.remove(&n)).collect()
+    }
+
+    /// Every held call (shutdown).
+    pub fn take_all(&self) -> Vec<Held> {
+        self.held.lock().drain().map(|(_, h)| h).collect()
+    }
+}
+
+/// A call about to be held: what [`Holds::hold`] keeps.
+pub(super) struct HeldParts {
+    pub events: Receiver<HoldEvent>,
+    pub pool: Arc<Session>,
+    pub call_id: Value,
+    pub asks: Vec<u64>,
+    pub thread: HoldThread,
+    pub method: String,
+    pub token: Option<[u8; 32]>,
+}
+
+impl From<Held> for HeldParts {
+    fn from(held: Held) -> HeldParts {
+        HeldParts {
+            events: held.events,
+            pool: held.pool,
+            call_id: held.call_id,
+            asks: held.asks,
+            thread: held.thread,
+            method: held.method,
+            token: held.token,
+        }
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Refusals of a retry, as the client sees them.
+pub(super) fn refused(e: &Refused) -> RpcError {
+    RpcError::invalid_params(e.to_string())
+}

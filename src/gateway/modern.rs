@@ -1,0 +1,499 @@
+//! Clients of the 2026-07-28 era on `/mcp`: no `initialize`, no session;
+//! each request is one `POST` that says who its client is. They share, per
+//! token, one session mcpgate keeps for them (the *pool*), whose
+//! downstream sessions reach the session-era servers; idle, it is evicted
+//! like any session, through the one close path.
+//!
+//! - `server/discover` is answered before any version check.
+//! - The lists and calls go through the pool; results get `resultType`,
+//!   and lists `ttlMs` and `cacheScope` (`private` when tokens decide what
+//!   a client sees).
+//! - A call runs on a thread of its own. What its server sends goes to the
+//!   answer, as SSE; a request of the server's (sampling, elicitation,
+//!   roots) becomes an `input_required` answer, and the call is held until
+//!   the client retries with its answers (see `holds`).
+//! - Closing the answer's stream cancels the call.
+//! - `subscriptions/listen` gets the list changes of every server.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{RecvTimeoutError, Sender, bounded};
+use serde_json::{Map, Value, json};
+
+use crate::downstream::Server;
+use crate::http::access::Access;
+use crate::http::{EventSink, HttpReply, HttpRequest, StreamReply};
+use crate::protocol::jsonrpc::{self, Kind, Message, Params, RpcError};
+use crate::protocol::modern::{self, Envelope};
+use crate::protocol::{VERSION_HEADER, sse, versions};
+use crate::runtime::{sha256, threads};
+use crate::session::{ListenFilter, Session};
+
+use super::catalog::ListKind;
+use super::dispatch::{self, CallEvents, Outcome};
+use super::endpoint::{accepts, new_session_id, too_busy};
+use super::holds::{self, HeldParts, HoldEvent, HoldThread};
+use super::{Gateway, dispatch::instructions};
+
+/// Quiet this long, a call's answer becomes a stream, and then carries a
+/// comment this often: proxies that cut idle connections leave it be.
+const PING: Duration = Duration::from_secs(15);
+/// How often a held call's waiter looks whether its client left.
+const LOOK: Duration = Duration::from_millis(250);
+/// Cache hints of mcpgate's own answers, in ms: lists, and `server/discover`.
+const LIST_TTL_MS: u64 = 5_000;
+const DISCOVER_TTL_MS: u64 = 60_000;
+
+/// The request headers the era's checks read.
+struct RequestHeaders<'a>(&'a HttpRequest);
+
+impl modern::Headers for RequestHeaders<'_> {
+    fn get(&self, name: &str) -> Option<&str> {
+        self.0.header(name)
+    }
+}
+
+/// Whether a request belongs to the 2026-07-28 era: it says so in
+/// `MCP-Protocol-Version` or in `params._meta` (with no session), or it is
+/// `server/discover`.
+pub(super) fn is_modern(req: &HttpRequest, message: &Message) -> bool {
+    req.header(VERSION_HEADER) == Some(modern::VERSION)
+        || message.method() == "server/discover"
+        || (req.header(crate::protocol::SESSION_HEADER).is_none()
+            && message.params.as_deref().is_some_and(|p| p.get().contains(modern::META_VERSION)))
+}
+
+/// An error answer of this era: its HTTP status follows its code.
+fn error_reply(id: &Value, e: &RpcError) -> HttpReply {
+    HttpReply::error(modern::http_status(e.code), id, e)
+}
+
+impl Gateway {
+    /// A `POST` of the 2026-07-28 era.
+    pub(super) fn modern(
+        &self,
+        req: &HttpRequest,
+        message: &Message,
+        sink: &mut dyn EventSink,
+        access: &Access,
+    ) -> HttpReply {
+        match message.kind() {
+            // This era has no notifications from clients (closing a stream cancels): taken and dropped.
+            Ok(Kind::Notification) => return HttpReply::accepted(),
+            Ok(Kind::Request) => {}
+            _ => {
+                let e = RpcError::new(jsonrpc::INVALID_REQUEST, "the body must be a single JSON-RPC request");
+                return error_reply(&Value::Null, &e);
+            }
+        }
+        let id = message.id.clone().unwrap_or(Value::Null);
+        if message.method() == "server/discover" {
+            return self.discover(&id, access);
+        }
+        let envelope = match modern::check(message, &RequestHeaders(req)) {
+            Ok(envelope) => envelope,
+            Err(e) => return error_reply(&id, &e),
+        };
+        let pool = match self.pool(access) {
+            Ok(pool) => pool,
+            Err(reply) => return reply,
+        };
+        let Some(_request) = pool.begin_request(self.current().config.max_requests_per_session) else {
+            return too_busy(&pool);
+        };
+        let method = message.method();
+        if let Some(kind) = ListKind::from_method(method) {
+            return self.finish(&id, method, self.list_page(&pool, kind, message), None);
+        }
+        match method {
+            "tools/call" | "prompts/get" | "resources/read" | "completion/complete" => {
+                self.modern_call(req, &pool, message, &envelope, sink, access)
+            }
+            "subscriptions/listen" => self.listen(req, &pool, message),
+            _ => {
+                let e = RpcError::new(
+                    jsonrpc::METHOD_NOT_FOUND,
+                    format!("method not found: `{method}` (protocol {})", modern::VERSION),
+                );
+                error_reply(&id, &e)
+            }
+        }
+    }
+
+    /// `server/discover`: the versions mcpgate speaks, and what its
+    /// servers offer together.
+    fn discover(&self, id: &Value, access: &Access) -> HttpReply {
+        let pool = match self.pool(access) {
+            Ok(pool) => pool,
+            Err(reply) => return reply,
+        };
+        let opened = self.open_all(&pool);
+        let mut capabilities = self.capabilities(&pool, &opened);
+        // Tasks left the core protocol in this era.
+        if let Value::Object(caps) = &mut capabilities {
+            caps.remove("tasks");
+        }
+        let mut supported = vec![modern::VERSION];
+        supported.extend_from_slice(versions::SUPPORTED);
+        let mut result = json!({
+            "supportedVersions": supported,
+            "capabilities": capabilities,
+            "_meta": {
+                "io.modelcontextprotocol/serverInfo": { "name": "mcpgate", "version": env!("CARGO_PKG_VERSION") },
+            },
+        });
+        if let Some(text) = instructions(&opened) {
+            result["instructions"] = Value::String(text);
+        }
+        self.finish(id, "server/discover", Outcome::Result(result), None)
+    }
+
+    /// The session of this era's clients of `access`'s token, made when
+    /// first needed (and again after it was evicted).
+    fn pool(&self, access: &Access) -> Result<Arc<Session>, HttpReply> {
+        let key = access.bearer().map(|t| sha256::hex(t.as_bytes())).unwrap_or_default();
+        let mut pools = self.pools.lock();
+        if let Some(pool) = pools.get(&key).filter(|p| self.sessions.get(&p.id).is_some()) {
+            return Ok(pool.clone());
+        }
+        let id = new_session_id().map_err(|e| {
+            HttpReply::error(503, &Value::Null, &RpcError::internal(format!("no randomness for a session id: {e}")))
+        })?;
+        let params = json!({
+            "protocolVersion": versions::NEWEST,
+            "capabilities": { "sampling": {}, "elicitation": {}, "roots": {} },
+            "clientInfo": { "name": "mcpgate (clients of protocol 2026-07-28)", "version": env!("CARGO_PKG_VERSION") },
+        });
+        let pool =
+            Session::new(id, versions::NEWEST.into(), jsonrpc::raw(&params), "protocol 2026-07-28".into(), access);
+        pool.mark_sessionless();
+        if !self.sessions.insert(pool.clone(), self.current().config.max_sessions) {
+            self.stats.sessions_refused.inc();
+            let e = RpcError::internal("mcpgate holds its limit of sessions (max_sessions); retry later");
+            return Err(HttpReply::error(503, &Value::Null, &e).header("Retry-After", "5"));
+        }
+        self.stats.sessions_created.inc();
+        pools.insert(key, pool.clone());
+        Ok(pool)
+    }
+
+    /// A call (`tools/call`, `prompts/get`, `resources/read`,
+    /// `completion/complete`): new, or a retry carrying `requestState`.
+    fn modern_call(
+        &self,
+        req: &HttpRequest,
+        pool: &Arc<Session>,
+        message: &Message,
+        envelope: &Envelope,
+        sink: &mut dyn EventSink,
+        access: &Access,
+    ) -> HttpReply {
+        let id = message.id.clone().unwrap_or(Value::Null);
+        let params = match Params::of(message) {
+            Ok(params) => params,
+            Err(e) => return error_reply(&id, &e),
+        };
+        let token = access.bearer().map(|t| sha256::digest(t.as_bytes()));
+        let held = match params.str("requestState") {
+            Some(state) => match self.holds.take(&state, token.as_ref()) {
+                Ok(held) => {
+                    let mut held = HeldParts::from(held);
+                    self.deliver_answers(&mut held, params.value("inputResponses"));
+                    held
+                }
+                Err(e) => return error_reply(&id, &holds::refused(&e)),
+            },
+            None => match self.start_call(pool, message, params, token) {
+                Ok(held) => held,
+                Err(e) => return error_reply(&id, &e),
+            },
+        };
+        self.wait_for(req, held, envelope, sink, &id)
+    }
+
+    /// Starts a new call on a thread of its own, on the pool's downstream
+    /// session with the server that owns its tool, prompt or resource.
+    fn start_call(
+        &self,
+        pool: &Arc<Session>,
+        message: &Message,
+        mut params: Params,
+        token: Option<[u8; 32]>,
+    ) -> Result<HeldParts, RpcError> {
+        // What describes the hop from the client to mcpgate stays here.
+        params.remove("inputResponses");
+        params.remove("requestState");
+        if let Some(Value::Object(mut meta)) = params.value("_meta") {
+            meta.retain(|k, _| !k.starts_with("io.modelcontextprotocol/"));
+            if meta.is_empty() {
+                params.remove("_meta");
+            } else {
+                params.set("_meta", &Value::Object(meta));
+            }
+        }
+        // The call's own id in the pool: clients of this era may all use id 1.
+        let call_id = Value::String(format!("mcpgate-call-{}", self.holds.next()));
+        let call = Message {
+            jsonrpc: Some("2.0".into()),
+            id: Some(call_id.clone()),
+            method: Some(message.method().to_string()),
+            params: Some(params.to_raw()),
+            result: None,
+            error: None,
+        };
+        let params = Params::of(&call)?;
+        let (server, params) = self.target(pool, &call, params)?;
+        let (tx, rx) = bounded(64);
+        let open_retry = self.current().config.open_retry;
+        let thread = {
+            let pool = pool.clone();
+            let done = tx.clone();
+            threads::spawn("hold", "", move || {
+                let outcome = dispatch::call(&pool, &server, &call, &params, &mut HoldEvents(tx), open_retry);
+                let _ = done.send(HoldEvent::Done(outcome));
+            })
+            .map_err(|e| RpcError::internal(format!("mcpgate cannot start a thread now ({e}); retry later")))?
+        };
+        Ok(HeldParts {
+            events: rx,
+            pool: pool.clone(),
+            call_id,
+            asks: Vec::new(),
+            thread: HoldThread::new(thread),
+            method: message.method().to_string(),
+            token,
+        })
+    }
+
+    /// The server and params of a call, as a session-era request would find them.
+    fn target(&self, pool: &Arc<Session>, call: &Message, params: Params) -> Result<(Arc<Server>, Params), RpcError> {
+        match call.method() {
+            "tools/call" => self.by_name(pool, ListKind::Tools, call, params),
+            "prompts/get" => self.by_name(pool, ListKind::Prompts, call, params),
+            "resources/read" => self.by_uri(pool, call, params),
+            _ => self.completion(pool, call, params),
+        }
+    }
+
+    /// The client's answers to the server's requests of a held call go to
+    /// the server; one the client left out is answered with an error.
+    fn deliver_answers(&self, held: &mut HeldParts, answers: Option<Value>) {
+        let answers = match answers {
+            Some(Value::Object(answers)) => answers,
+            _ => Map::new(),
+        };
+        for ask in std::mem::take(&mut held.asks) {
+            let body = match answers.get(&ask.to_string()) {
+                Some(result) => json!({ "jsonrpc": "2.0", "id": ask, "result": result }),
+                None => json!({ "jsonrpc": "2.0", "id": ask, "error": {
+                    "code": jsonrpc::INTERNAL_ERROR,
+                    "message": "the client (protocol 2026-07-28) retried without answering this request",
+                }}),
+            };
+            if let Ok(answer) = Message::parse(body.to_string().as_bytes()) {
+                self.client_answer(&held.pool, &answer);
+            }
+        }
+    }
+
+    /// Waits for what the call sends: notifications go to the client as
+    /// SSE; a server's request makes the answer `input_required` and holds
+    /// the call; its end is the answer. A client that leaves cancels it.
+    fn wait_for(
+        &self,
+        req: &HttpRequest,
+        mut held: HeldParts,
+        envelope: &Envelope,
+        sink: &mut dyn EventSink,
+        id: &Value,
+    ) -> HttpReply {
+        let method = held.method.clone();
+        let mut streaming = false;
+        let mut last_write = Instant::now();
+        let mut cancelled = false;
+        loop {
+            match held.events.recv_timeout(LOOK) {
+                Ok(HoldEvent::Streaming) => {}
+                Ok(HoldEvent::Notify(bytes)) => {
+                    if sink.can_stream() && sink.event(&sse::encode(None, &bytes)).is_ok() {
+                        streaming = true;
+                        last_write = Instant::now();
+                    }
+                }
+                Ok(HoldEvent::Ask { id: ask, method: asked, params }) => {
+                    if !envelope.can_answer(&asked) {
+                        self.refuse_ask(&held.pool, ask, &asked);
+                        continue;
+                    }
+                    held.asks.push(ask);
+                    let request = match params {
+                        Some(params) => json!({ "method": asked, "params": params }),
+                        None => json!({ "method": asked }),
+                    };
+                    let config = &self.current().config;
+                    let number = self.holds.next();
+                    return match self.holds.hold(number, held, config.held_call_timeout, config.max_held_calls) {
+                        Ok(state) => {
+                            let result = json!({
+                                "resultType": "input_required",
+                                "inputRequests": { ask.to_string(): request },
+                                "requestState": state,
+                            });
+                            self.finish(id, &method, Outcome::Result(result), streaming.then_some(()))
+                        }
+                        Err(back) => {
+                            self.cancel(&back.pool, &back.call_id, "mcpgate holds max_held_calls calls");
+                            let e = RpcError::internal(format!(
+                                "mcpgate holds its limit of {} calls waiting for their clients (max_held_calls); \
+                                 retry later",
+                                config.max_held_calls
+                            ));
+                            self.finish(id, &method, Outcome::Error(e), streaming.then_some(()))
+                        }
+                    };
+                }
+                Ok(HoldEvent::Done(outcome)) => return self.finish(id, &method, outcome, streaming.then_some(())),
+                Err(RecvTimeoutError::Timeout) => {
+                    if !cancelled && req.client.as_ref().is_some_and(|c| c.gone()) {
+                        // This era's cancel: the client closed its stream.
+                        self.cancel(&held.pool, &held.call_id, "the client closed its stream");
+                        cancelled = true;
+                    }
+                    if !cancelled && last_write.elapsed() >= PING && sink.can_stream() {
+                        streaming |= sink.event(b": ping\n\n").is_ok();
+                        last_write = Instant::now();
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    let e = RpcError::internal("the call ended without an answer");
+                    return self.finish(id, &method, Outcome::Error(e), streaming.then_some(()));
+                }
+            }
+        }
+    }
+
+    /// Answers a server's request the client cannot take (it did not
+    /// declare the capability) with an error, at once.
+    fn refuse_ask(&self, pool: &Arc<Session>, ask: u64, method: &str) {
+        let body = json!({ "jsonrpc": "2.0", "id": ask, "error": {
+            "code": jsonrpc::INTERNAL_ERROR,
+            "message": format!("the client did not declare what `{method}` needs in its capabilities"),
+        }});
+        if let Ok(answer) = Message::parse(body.to_string().as_bytes()) {
+            self.client_answer(pool, &answer);
+        }
+    }
+
+    /// Cancels the call `call_id` of `pool`, as a client's cancel would.
+    pub(super) fn cancel(&self, pool: &Arc<Session>, call_id: &Value, reason: &str) {
+        let body = json!({ "jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": { "requestId": call_id, "reason": reason } });
+        if let Ok(cancel) = Message::parse(body.to_string().as_bytes()) {
+            self.client_notification(pool, &cancel);
+        }
+    }
+
+    /// Cancels the held calls past `held_call_timeout_secs`; the reaper's job.
+    pub fn expire_holds(&self) {
+        for held in self.holds.expired() {
+            self.cancel(&held.pool, &held.call_id, "its client did not retry within held_call_timeout_secs");
+        }
+    }
+
+    /// The answer of this era: the result with what the era requires of
+    /// it, or the error with its status; the last event of the stream when
+    /// one was started.
+    fn finish(&self, id: &Value, method: &str, outcome: Outcome, streaming: Option<()>) -> HttpReply {
+        let scope = if self.current().config.tokens.is_some() { "private" } else { "public" };
+        let ttl = if method == "server/discover" { DISCOVER_TTL_MS } else { LIST_TTL_MS };
+        let (bytes, status) = match outcome {
+            Outcome::Result(Value::Object(mut result)) => {
+                modern::complete_result(method, &mut result, ttl, scope);
+                (jsonrpc::result(id, &jsonrpc::raw(&Value::Object(result))), 200)
+            }
+            Outcome::Result(other) => (jsonrpc::result(id, &jsonrpc::raw(&other)), 200),
+            Outcome::Forwarded(answer) => match (&answer.result, &answer.error) {
+                (Some(result), _) => match serde_json::from_str::<Value>(result.get()) {
+                    Ok(Value::Object(mut result)) => {
+                        modern::complete_result(method, &mut result, ttl, scope);
+                        (jsonrpc::result(id, &jsonrpc::raw(&Value::Object(result))), 200)
+                    }
+                    _ => (jsonrpc::result(id, result), 200),
+                },
+                (None, Some(error)) => {
+                    let code = serde_json::from_str::<Value>(error.get()).ok().and_then(|e| e["code"].as_i64());
+                    (jsonrpc::raw_error(id, error), code.map_or(200, modern::http_status))
+                }
+                (None, None) => {
+                    let e = RpcError::internal("the server's response had neither result nor error");
+                    (jsonrpc::error(id, &e), 200)
+                }
+            },
+            Outcome::Error(e) => (jsonrpc::error(id, &e), modern::http_status(e.code)),
+            // Cancelled: its client is gone.
+            Outcome::Cancelled => return HttpReply::empty(200),
+        };
+        match streaming {
+            Some(()) => HttpReply::sse(sse::encode(None, &bytes)),
+            None => HttpReply::json(status, bytes),
+        }
+    }
+
+    /// `subscriptions/listen`: a stream of the list changes the client
+    /// asked for, from every server of the pool.
+    fn listen(&self, req: &HttpRequest, pool: &Arc<Session>, message: &Message) -> HttpReply {
+        let id = message.id.clone().unwrap_or(Value::Null);
+        if !accepts(req.header("accept").unwrap_or(""), "text/event-stream") {
+            return HttpReply::bad(406, "subscriptions/listen answers with a stream: Accept needs text/event-stream");
+        }
+        let wanted = message.params_object().ok().and_then(|mut p| p.remove("notifications")).unwrap_or(Value::Null);
+        let filter = ListenFilter {
+            tools: wanted["toolsListChanged"] == true,
+            prompts: wanted["promptsListChanged"] == true,
+            resources: wanted["resourcesListChanged"] == true,
+        };
+        // The servers' own streams carry their changes: open them.
+        self.open_all(pool);
+        let attached = pool.listen(&id, filter);
+        let pool = pool.clone();
+        HttpReply::stream(StreamReply {
+            first: attached.first,
+            rx: attached.rx,
+            keepalive: self.current().config.keepalive,
+            on_end: Box::new(move || {
+                if let Some(listener) = attached.id {
+                    pool.unlisten(listener);
+                }
+            }),
+        })
+    }
+}
+
+/// What the server sends during a held call, for its waiter.
+struct HoldEvents(Sender<HoldEvent>);
+
+impl CallEvents for HoldEvents {
+    fn streaming(&mut self) {
+        let _ = self.0.send(HoldEvent::Streaming);
+    }
+
+    fn message(&mut self, session: &Session, server: &Server, message: Message) {
+        let kind = message.kind();
+        let Some(bytes) = session.to_client(server, message) else { return };
+        let event = match kind {
+            // mcpgate's id for the request: the answer goes back through the session.
+            Ok(Kind::Request) => match Message::parse(&bytes) {
+                Ok(asked) => HoldEvent::Ask {
+                    id: asked.id.as_ref().and_then(Value::as_u64).unwrap_or_default(),
+                    method: asked.method().to_string(),
+                    params: asked.params,
+                },
+                Err(_) => return,
+            },
+            _ => HoldEvent::Notify(bytes),
+        };
+        // The waiter is gone (the hold expired, or mcpgate stops): the call ends with the cancel.
+        let _ = self.0.send(event);
+    }
+}

@@ -1,0 +1,409 @@
+//! Clients of the 2026-07-28 era (no `initialize`, no session) through
+//! mcpgate to session-era servers (the fixture): the checks every request
+//! passes, discover, lists and calls with the fields the era requires, a
+//! server's sampling request carried as `input_required` and the call held
+//! until the retry, closing the stream as a cancel, `subscriptions/listen`,
+//! tokens, and the session mcpgate keeps for these clients going through
+//! the one close path like any other.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::{Fixture, Gate, assert_balanced, http_agent, wait_until};
+
+const VERSION: &str = "2026-07-28";
+
+/// What came back for one request: the HTTP status, and the messages
+/// (the JSON body, or the SSE events' data, in order).
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    sse: bool,
+    messages: Vec<Value>,
+}
+
+impl Answer {
+    /// The response (the last message).
+    fn response(&self) -> &Value {
+        self.messages.last().unwrap_or_else(|| panic!("no message in {self:?}"))
+    }
+
+    fn result(&self) -> &Value {
+        let r = self.response();
+        assert!(r.get("error").is_none(), "expected a result, got {r}");
+        &r["result"]
+    }
+
+    fn error_code(&self) -> i64 {
+        self.response()["error"]["code"].as_i64().unwrap_or_else(|| panic!("expected an error: {self:?}"))
+    }
+}
+
+fn meta(capabilities: Value) -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": VERSION,
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
+        "io.modelcontextprotocol/clientInfo": {"name": "modern-test", "version": "1"},
+    })
+}
+
+/// A client of the era, speaking straight HTTP.
+struct Modern {
+    url: String,
+    token: Option<String>,
+    capabilities: Value,
+}
+
+impl Modern {
+    fn new(gate: &Gate) -> Modern {
+        Modern { url: gate.url(), token: None, capabilities: json!({"sampling": {}, "elicitation": {}}) }
+    }
+
+    /// `method` with `params` (its `_meta` added), with the routing headers
+    /// the era asks for, and `extra` after them (to break them).
+    fn send(&self, id: Value, method: &str, mut params: Value, extra: &[(&str, &str)]) -> Answer {
+        if params.get("_meta").is_none() {
+            params["_meta"] = meta(self.capabilities.clone());
+        }
+        let mut request = http_agent(Some(Duration::from_secs(20)))
+            .post(&self.url)
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream");
+        let name = params.get("name").or(params.get("uri")).and_then(Value::as_str).map(str::to_string);
+        let mut headers: Vec<(String, String)> =
+            vec![("MCP-Protocol-Version".into(), VERSION.into()), ("Mcp-Method".into(), method.into())];
+        if let Some(name) = name {
+            headers.push(("Mcp-Name".into(), name));
+        }
+        for (k, v) in extra {
+            headers.retain(|(n, _)| !n.eq_ignore_ascii_case(k));
+            if !v.is_empty() {
+                headers.push((k.to_string(), v.to_string()));
+            }
+        }
+        for (k, v) in &headers {
+            request = request.header(k, v);
+        }
+        if let Some(token) = &self.token {
+            request = request.header("Authorization", &format!("Bearer {token}"));
+        }
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let response = request.send(body.to_string().as_bytes()).unwrap_or_else(|e| panic!("POST {method}: {e}"));
+        let status = response.status().as_u16();
+        let sse = response.body().mime_type() == Some("text/event-stream");
+        let text = response.into_body().read_to_string().unwrap_or_default();
+        let messages = if sse {
+            let mut decoder = mcpgate::protocol::sse::Decoder::new(text.as_bytes(), 16 << 20);
+            let mut out = Vec::new();
+            while let Ok(Some(event)) = decoder.next_event() {
+                if let Ok(message) = serde_json::from_str::<Value>(&event.data) {
+                    out.push(message);
+                }
+            }
+            out
+        } else {
+            serde_json::from_str(&text).map(|m| vec![m]).unwrap_or_default()
+        };
+        Answer { status, sse, messages }
+    }
+
+    fn call(&self, id: u64, tool: &str, arguments: Value) -> Answer {
+        self.send(json!(id), "tools/call", json!({"name": tool, "arguments": arguments}), &[])
+    }
+}
+
+fn gate_with(fx: &Fixture, keys: Value) -> Gate {
+    let mut c = json!({"listen": "127.0.0.1:0", "mcpServers": {"fx": {"url": fx.url()}}});
+    for (k, v) in keys.as_object().unwrap() {
+        c[k] = v.clone();
+    }
+    Gate::start_checked(&c)
+}
+
+#[test]
+fn discover_is_answered_before_any_version_check_with_both_eras() {
+    let fx = Fixture::start("fx", &[]);
+    let gate = gate_with(&fx, json!({}));
+    let client = Modern::new(&gate);
+    // Even with a session-era version header, and no _meta at all.
+    let answer =
+        client.send(json!(1), "server/discover", json!({"_meta": {}}), &[("MCP-Protocol-Version", "2025-06-18")]);
+    assert_eq!(answer.status, 200, "{answer:?}");
+    let result = answer.result();
+    assert_eq!(result["supportedVersions"], json!([VERSION, "2025-11-25", "2025-06-18", "2025-03-26"]), "{result}");
+    assert!(result["capabilities"]["tools"].is_object(), "{result}");
+    assert_eq!(result["resultType"], "complete");
+    assert_eq!(result["cacheScope"], "public");
+    assert!(result["ttlMs"].as_u64().is_some(), "{result}");
+    assert_eq!(result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "mcpgate");
+    // A session-era client on the same /mcp, at the same time.
+    let mut session = gate.open_session();
+    assert_eq!(session.tool_text("fx__echo", json!({"text": "old"})), "old");
+}
+
+#[test]
+fn each_rung_of_the_checks_answers_with_its_code_and_status() {
+    let fx = Fixture::start("fx", &[]);
+    let gate = gate_with(&fx, json!({}));
+    let client = Modern::new(&gate);
+    // The name in its base64 form: `fx__echo`.
+    let b64 = client.send(
+        json!(4),
+        "tools/call",
+        json!({"name": "fx__echo", "arguments": {"text": "b"}}),
+        &[("Mcp-Name", "=?base64?ZnhfX2VjaG8=?=")],
+    );
+    assert_eq!(b64.result()["content"][0]["text"], "b", "{b64:?}");
+    let reached = fx.count("requests");
+    let no_meta = client.send(json!(1), "tools/list", json!({"_meta": {"other": 1}}), &[]);
+    assert_eq!((no_meta.status, no_meta.error_code()), (400, -32602), "{no_meta:?}");
+    let method = client.send(json!(2), "tools/list", json!({}), &[("Mcp-Method", "prompts/list")]);
+    assert_eq!((method.status, method.error_code()), (400, -32020), "{method:?}");
+    let name =
+        client.send(json!(3), "tools/call", json!({"name": "fx__echo", "arguments": {}}), &[("Mcp-Name", "fx__add")]);
+    assert_eq!((name.status, name.error_code()), (400, -32020), "{name:?}");
+    let mut old = meta(json!({}));
+    old["io.modelcontextprotocol/protocolVersion"] = json!("2099-01-01");
+    let version = client.send(json!(5), "tools/list", json!({"_meta": old}), &[("MCP-Protocol-Version", "2099-01-01")]);
+    assert_eq!((version.status, version.error_code()), (400, -32022), "{version:?}");
+    assert!(version.response()["error"]["data"]["supported"].as_array().is_some_and(|s| s.contains(&json!(VERSION))));
+    let unknown = client.send(json!(6), "ping", json!({}), &[]);
+    assert_eq!((unknown.status, unknown.error_code()), (404, -32601), "{unknown:?}");
+    assert_eq!(fx.count("requests"), reached, "a refused request reached the server: {}", fx.stats());
+    // The session era's GET and DELETE are not of this era.
+    let agent = http_agent(Some(Duration::from_secs(5)));
+    let get = agent.get(&gate.url()).header("MCP-Protocol-Version", VERSION).header("Accept", "text/event-stream");
+    let delete = agent.delete(&gate.url()).header("MCP-Protocol-Version", VERSION);
+    for (method, r) in [("GET", get.call().unwrap()), ("DELETE", delete.call().unwrap())] {
+        assert_eq!(r.status(), 405, "{method}");
+        assert_eq!(r.headers().get("allow").and_then(|v| v.to_str().ok()), Some("POST"), "{method}");
+    }
+}
+
+#[test]
+fn lists_and_calls_carry_the_eras_fields_and_progress_comes_as_sse() {
+    let fx = Fixture::start("fx", &[]);
+    let gate = gate_with(&fx, json!({}));
+    let client = Modern::new(&gate);
+    let tools = client.send(json!(1), "tools/list", json!({}), &[]);
+    let result = tools.result();
+    assert!(result["tools"].as_array().is_some_and(|t| t.iter().any(|t| t["name"] == "fx__echo")), "{result}");
+    assert_eq!((result["resultType"].as_str(), result["cacheScope"].as_str()), (Some("complete"), Some("public")));
+    assert!(result["ttlMs"].is_u64(), "{result}");
+    let echo = client.call(2, "fx__echo", json!({"text": "hi"}));
+    assert_eq!(echo.result()["content"][0]["text"], "hi");
+    assert_eq!(echo.result()["resultType"], "complete");
+    let mut params = json!({"name": "fx__slow", "arguments": {"ms": 150, "steps": 3}});
+    params["_meta"] = meta(json!({}));
+    params["_meta"]["progressToken"] = json!("p1");
+    let slow = client.send(json!(3), "tools/call", params, &[]);
+    assert!(slow.sse, "{slow:?}");
+    let progress: Vec<&Value> = slow.messages.iter().filter(|m| m["method"] == "notifications/progress").collect();
+    assert_eq!(progress.len(), 3, "{slow:?}");
+    assert!(progress.iter().all(|p| p["params"]["progressToken"] == "p1"), "{progress:?}");
+    assert_eq!(slow.result()["content"][0]["text"], "done");
+    // The fixture saw the era's client through mcpgate's own session: no modern _meta reaches it.
+    assert_eq!(fx.count("initialize"), 1, "{}", fx.stats());
+}
+
+#[test]
+fn a_servers_sampling_request_comes_as_input_required_and_the_call_is_held_until_the_retry() {
+    let fx = Fixture::start("fx", &[]);
+    let gate = gate_with(&fx, json!({}));
+    let client = Modern::new(&gate);
+    let first = client.call(1, "fx__sample", json!({"prompt": "hello"}));
+    assert_eq!(first.status, 200, "{first:?}");
+    let result = first.result();
+    assert_eq!(result["resultType"], "input_required", "{result}");
+    let requests = result["inputRequests"].as_object().expect("inputRequests");
+    assert_eq!(requests.len(), 1, "{result}");
+    let (key, request) = requests.iter().next().unwrap();
+    assert_eq!(request["method"], "sampling/createMessage", "{request}");
+    let state = result["requestState"].as_str().expect("requestState").to_string();
+    assert_eq!(gate.status()["calls"]["held_for_2026_clients"], 1);
+    let requests_before = fx.count("requests");
+
+    // A forged state is refused, and the held call is untouched by it.
+    let mut forged = state.clone();
+    forged.replace_range(forged.len() - 4.., "0000");
+    let bad = client.send(
+        json!(2),
+        "tools/call",
+        json!({"name": "fx__sample", "arguments": {}, "requestState": forged}),
+        &[],
+    );
+    assert_eq!((bad.status, bad.error_code()), (400, -32602), "{bad:?}");
+
+    let answer = json!({"role": "assistant", "content": {"type": "text", "text": "from the client"}, "model": "m"});
+    let retry = client.send(
+        json!(3),
+        "tools/call",
+        json!({"name": "fx__sample", "arguments": {"prompt": "hello"}, "inputResponses": {key: answer}, "requestState": state}),
+        &[],
+    );
+    assert_eq!(retry.result()["content"][0]["text"], "sampled: from the client", "{retry:?}");
+    assert_eq!(retry.result()["resultType"], "complete");
+    // One call at the server, not two: the retry went on with the held one.
+    assert_eq!(fx.count("requests"), requests_before, "the retry made a new call: {}", fx.stats());
+    // The state is good once.
+    let again = client.send(
+        json!(4),
+        "tools/call",
+        json!({"name": "fx__sample", "arguments": {}, "inputResponses": {key: answer}, "requestState": state}),
+        &[],
+    );
+    assert_eq!(again.error_code(), -32602, "{again:?}");
+    assert_eq!(gate.status()["calls"]["held_for_2026_clients"], 0);
+}
+
+#[test]
+fn a_client_that_cannot_sample_gets_the_servers_refusal_not_a_question() {
+    let fx = Fixture::start("fx", &[]);
+    let gate = gate_with(&fx, json!({}));
+    let mut client = Modern::new(&gate);
+    client.capabilities = json!({});
+    let answer = client.call(1, "fx__sample", json!({"prompt": "x"}));
+    let result = answer.result();
+    assert_ne!(result["resultType"], "input_required", "{result}");
+    assert_eq!(result["isError"], true, "the fixture reports the refused sampling: {result}");
+}
+
+#[test]
+fn a_held_call_that_is_not_retried_in_time_is_cancelled_at_its_server() {
+    let fx = Fixture::start("fx", &[]);
+    let gate = gate_with(&fx, json!({"held_call_timeout_secs": 1, "max_held_calls": 1}));
+    let client = Modern::new(&gate);
+    let held = client.call(1, "fx__sample", json!({"prompt": "x"}));
+    assert_eq!(held.result()["resultType"], "input_required");
+    // Only one is held at a time.
+    let second = client.call(2, "fx__sample", json!({"prompt": "x"}));
+    assert!(
+        second.response()["error"]["message"].as_str().unwrap_or_default().contains("max_held_calls"),
+        "{second:?}"
+    );
+    let cancelled = || fx.stats()["cancelled"].as_array().map_or(0, Vec::len);
+    assert!(wait_until(Duration::from_secs(4), || cancelled() == 2), "{}", fx.stats());
+    let state = held.result()["requestState"].as_str().unwrap().to_string();
+    let late =
+        client.send(json!(3), "tools/call", json!({"name": "fx__sample", "arguments": {}, "requestState": state}), &[]);
+    assert!(late.response()["error"]["message"].as_str().unwrap_or_default().contains("expired"), "{late:?}");
+    assert!(wait_until(Duration::from_secs(2), || gate.status()["calls"]["held_for_2026_clients"] == 0));
+}
+
+#[test]
+fn closing_the_answer_cancels_the_call() {
+    let fx = Fixture::start("fx", &[]);
+    let gate = gate_with(&fx, json!({}));
+    let client = Modern::new(&gate);
+    client.call(1, "fx__echo", json!({"text": "warm"}));
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"name": "fx__slow", "arguments": {"ms": 10000}, "_meta": meta(json!({}))}})
+    .to_string();
+    let mut stream = TcpStream::connect(gate.addr).unwrap();
+    write!(
+        stream,
+        "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nAccept: application/json, \
+         text/event-stream\r\nMCP-Protocol-Version: {VERSION}\r\nMcp-Method: tools/call\r\nMcp-Name: fx__slow\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        gate.addr,
+        body.len()
+    )
+    .unwrap();
+    assert!(wait_until(Duration::from_secs(3), || fx.count("requests_running") == 1), "{}", fx.stats());
+    let closed = Instant::now();
+    drop(stream);
+    let cancelled = || fx.stats()["cancelled"].as_array().map_or(0, Vec::len);
+    assert!(wait_until(Duration::from_secs(3), || cancelled() == 1), "no cancel reached the server: {}", fx.stats());
+    eprintln!("the cancel reached the server {:?} after the client closed", closed.elapsed());
+    assert!(closed.elapsed() < Duration::from_secs(1), "{:?}", closed.elapsed());
+    assert!(wait_until(Duration::from_secs(2), || gate.status()["calls"]["in_flight"] == 0), "{}", gate.status());
+}
+
+#[test]
+fn listen_streams_the_list_changes_asked_for() {
+    let fx = Fixture::start("fx", &[]);
+    let gate = gate_with(&fx, json!({}));
+    let client = Modern::new(&gate);
+    let body = json!({"jsonrpc": "2.0", "id": "L", "method": "subscriptions/listen",
+        "params": {"notifications": {"toolsListChanged": true, "resourceSubscriptions": ["x://y"]}, "_meta": meta(json!({}))}})
+    .to_string();
+    let mut stream = TcpStream::connect(gate.addr).unwrap();
+    write!(
+        stream,
+        "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nAccept: application/json, \
+         text/event-stream\r\nMCP-Protocol-Version: {VERSION}\r\nMcp-Method: subscriptions/listen\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        gate.addr,
+        body.len()
+    )
+    .unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut next_data = || -> Value {
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                panic!("the listen stream ended");
+            }
+            if let Some(data) = line.strip_prefix("data: ") {
+                return serde_json::from_str(data.trim()).unwrap();
+            }
+        }
+    };
+    let ack = next_data();
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged", "{ack}");
+    assert_eq!(ack["params"]["notifications"], json!({"toolsListChanged": true}), "only what is honored: {ack}");
+    assert_eq!(ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], "L");
+    assert_eq!(client.call(1, "fx__notify", json!({"kind": "prompts"})).result()["content"][0]["text"], "sent");
+    client.call(2, "fx__notify", json!({"kind": "tools"}));
+    let changed = next_data();
+    assert_eq!(changed["method"], "notifications/tools/list_changed", "prompts were not asked for: {changed}");
+    assert_eq!(changed["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], "L");
+    let mut rest = Vec::new();
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(100)));
+    let _ = stream.read_to_end(&mut rest);
+}
+
+#[test]
+fn with_tokens_each_token_has_its_own_session_and_its_own_held_calls() {
+    let fx = Fixture::start("fx", &[]);
+    let a = "token-a-0123456789abcdef";
+    let b = "token-b-0123456789abcdef";
+    let gate = gate_with(&fx, json!({"auth": {"tokens": [{"token": a}, {"token": b}]}}));
+    let mut client = Modern::new(&gate);
+    let refused = client.send(json!(1), "tools/list", json!({}), &[]);
+    assert_eq!(refused.status, 401, "{refused:?}");
+    client.token = Some(a.into());
+    let list = client.send(json!(2), "tools/list", json!({}), &[]);
+    assert_eq!(list.result()["cacheScope"], "private", "tokens decide what a client sees");
+    let held = client.call(3, "fx__sample", json!({"prompt": "x"}));
+    let state = held.result()["requestState"].as_str().unwrap().to_string();
+    client.token = Some(b.into());
+    let stolen =
+        client.send(json!(4), "tools/call", json!({"name": "fx__sample", "arguments": {}, "requestState": state}), &[]);
+    assert_eq!(stolen.error_code(), -32602, "another token's state: {stolen:?}");
+    assert!(stolen.response()["error"]["message"].as_str().unwrap().contains("for this token"), "{stolen:?}");
+    client.send(json!(5), "tools/list", json!({}), &[]);
+    assert_eq!(gate.status()["sessions"]["live"], 2, "one per token: {}", gate.status());
+}
+
+#[test]
+fn the_session_kept_for_these_clients_is_evicted_and_closed_like_any_other() {
+    let fx = Fixture::start("fx", &[]);
+    let gate = gate_with(&fx, json!({"session_idle_timeout_secs": 1}));
+    let client = Modern::new(&gate);
+    assert_eq!(client.call(1, "fx__echo", json!({"text": "x"})).result()["content"][0]["text"], "x");
+    assert_eq!(fx.count("initialize"), 1);
+    assert!(wait_until(Duration::from_secs(5), || fx.count("delete") == 1), "{}", fx.stats());
+    let status = gate.status();
+    assert_eq!(status["sessions"]["evicted_idle"], 1, "{status}");
+    assert_balanced(&status);
+    // The next request makes a new one.
+    assert_eq!(client.call(2, "fx__echo", json!({"text": "y"})).result()["content"][0]["text"], "y");
+    assert_eq!(fx.count("initialize"), 2);
+}
