@@ -30,6 +30,13 @@
 //! progress to the call that asked for it, a request (sampling,
 //! elicitation, roots) to the one session with a call running, refused
 //! when that is not one session; list changes to every session.
+//!
+//! A request of a child goes on the answer stream of the one call of a
+//! client running on it, else on the session's `GET` stream: never with one
+//! of mcpgate's own requests (the lists it merges, `logging/setLevel`),
+//! whose answers reach no client. What a per-session child sends before its
+//! session listens (server-filesystem asks for the roots as soon as it is
+//! initialized) is kept for that session.
 
 use std::collections::HashMap;
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -61,6 +68,10 @@ const STDERR_BURST: u64 = 50;
 const STDERR_LINE: usize = 2048;
 /// A child that ran this long before it failed resets its server's backoff.
 const STABLE_AFTER: Duration = Duration::from_secs(30);
+/// Messages, and their bytes, a per-session child may send before its
+/// session listens (see [`Calls::early`]); more are dropped.
+const EARLY_MAX: usize = 64;
+const EARLY_BYTES: usize = 1 << 20;
 /// Backoff between starts of a server whose children keep failing.
 const BACKOFF_MIN: Duration = Duration::from_secs(1);
 const BACKOFF_MAX: Duration = Duration::from_secs(60);
@@ -338,7 +349,10 @@ impl Endpoint {
             started: Instant::now(),
             process: Mutex::new(Some(process)),
             stdin: Mutex::new(stdin),
-            calls: Mutex::new(Calls::default()),
+            calls: Mutex::new(Calls {
+                early: (self.config.sharing != Sharing::Shared).then(Vec::new),
+                ..Calls::default()
+            }),
             views: AtomicUsize::new(0),
             next_wire: AtomicU64::new(1),
             used: Mutex::new(Instant::now()),
@@ -425,6 +439,27 @@ struct Waiting {
     id: Value,
     /// The caller's progress token, when it was rewritten on the wire.
     token: Option<(String, Value)>,
+    /// Whether the caller's answer carries what the child sends meanwhile to
+    /// a client (see [`carries`]).
+    carries: bool,
+}
+
+/// Whether a request's answer can carry the child's requests to the client
+/// whose call it is: not for what mcpgate sends for itself (`initialize`,
+/// `ping`, the lists it merges, `logging/setLevel`), whose messages reach
+/// no client.
+fn carries(method: &str) -> bool {
+    !matches!(
+        method,
+        "initialize"
+            | "ping"
+            | "tools/list"
+            | "prompts/list"
+            | "resources/list"
+            | "resources/templates/list"
+            | "tasks/list"
+            | "logging/setLevel"
+    )
 }
 
 #[derive(Default)]
@@ -436,6 +471,11 @@ struct Calls {
     /// Where each view's unasked messages go. (A client's answer to the
     /// child's request needs no entry: it carries the child's own id.)
     inboxes: HashMap<usize, Weak<dyn Inbox>>,
+    /// What a per-session child sent unasked before its session listened
+    /// (a request right after `notifications/initialized`, as
+    /// server-filesystem's for the roots), delivered in order when it does;
+    /// `None` for a shared child, and once its session listens or closes.
+    early: Option<Vec<Message>>,
 }
 
 /// One running child process.
@@ -730,8 +770,18 @@ fn route(server: &Arc<Server>, child: &Arc<Child>, mut message: Message) {
                 let _ = tx.send(Incoming::Message(message));
                 return;
             }
-            // Notifications about the session as a whole go to every session using the child.
-            let inboxes: Vec<Weak<dyn Inbox>> = child.calls.lock().inboxes.values().cloned().collect();
+            // Notifications about the session as a whole go to every session using the child
+            // (kept for its session if it does not listen yet).
+            let inboxes: Vec<Weak<dyn Inbox>> = {
+                let mut calls = child.calls.lock();
+                if calls.inboxes.is_empty()
+                    && let Some(early) = calls.early.as_mut()
+                {
+                    let _ = keep_early(server, early, message);
+                    return;
+                }
+                calls.inboxes.values().cloned().collect()
+            };
             for inbox in inboxes {
                 if let Some(inbox) = inbox.upgrade() {
                     inbox.deliver(server, clone_message(&message));
@@ -749,42 +799,45 @@ fn route(server: &Arc<Server>, child: &Arc<Child>, mut message: Message) {
 }
 
 /// A server's request of a client (sampling, elicitation, roots): to the
-/// one session with a call running (on that call's answer stream when it is
-/// the only one, else on the session's `GET` stream), or, with no session
-/// or several to choose from, refused.
+/// one session with a call running that can carry it (on that call's answer
+/// stream when it is the only one, else on the session's `GET` stream), to
+/// the one session listening when no such call runs, or kept for a
+/// per-session child's session until it listens; with no session or several
+/// to choose from, refused.
 fn ask_a_client(server: &Arc<Server>, child: &Arc<Child>, message: Message) {
-    let target = {
-        let calls = child.calls.lock();
-        let mut views: Vec<usize> = calls.waiting.values().map(|w| w.view).collect();
-        views.sort_unstable();
-        views.dedup();
-        let view = match (views.as_slice(), calls.inboxes.len()) {
-            ([view], _) => Some(*view),
-            ([], 1) => calls.inboxes.keys().next().copied(),
-            _ => None,
-        };
-        view.map(|view| {
-            let one_call: Vec<&Waiting> = calls.waiting.values().filter(|w| w.view == view).collect();
-            match one_call.as_slice() {
-                [only] => Target::Call(only.tx.clone()),
-                _ => Target::Inbox(calls.inboxes.get(&view).cloned()),
+    let (target, message) = {
+        let mut calls = child.calls.lock();
+        match pick(&calls) {
+            Some(target) => (Some(target), message),
+            // A per-session child whose session does not listen yet: kept for it.
+            None if calls.inboxes.is_empty() && calls.early.is_some() => {
+                match calls.early.as_mut().and_then(|early| keep_early(server, early, message)) {
+                    None => return,
+                    Some(message) => (None, message),
+                }
             }
-        })
+            None => (None, message),
+        }
     };
     match target {
         Some(Target::Call(tx)) => {
             let _ = tx.send(Incoming::Message(message));
         }
-        Some(Target::Inbox(Some(inbox))) => {
+        Some(Target::Inbox(inbox)) => {
             if let Some(inbox) = inbox.upgrade() {
                 inbox.deliver(server, message);
             }
         }
-        _ => {
+        None => {
             let Some(id) = &message.id else { return };
+            let shared = endpoint(server).config.sharing == Sharing::Shared;
+            let why = if shared {
+                "this server is shared and no single client session has a request running on it"
+            } else {
+                "its client session is closing, or sent too much before it listened"
+            };
             let error = crate::protocol::jsonrpc::RpcError::internal(format!(
-                "mcpgate cannot tell which client `{}` is for: this server is shared and no single client session has \
-                 a request running on it",
+                "mcpgate cannot tell which client `{}` is for: {why}",
                 message.method()
             ));
             let _ = child.write_line(&jsonrpc::error(id, &error), server.limits.request);
@@ -798,9 +851,49 @@ fn ask_a_client(server: &Arc<Server>, child: &Arc<Child>, message: Message) {
     }
 }
 
+/// Where a child's request goes: the one call of a view running that can
+/// carry it, or else the view's inbox.
+fn pick(calls: &Calls) -> Option<Target> {
+    let mut views: Vec<usize> = calls.waiting.values().filter(|w| w.carries).map(|w| w.view).collect();
+    views.sort_unstable();
+    views.dedup();
+    let view = match (views.as_slice(), calls.inboxes.len()) {
+        ([view], _) => *view,
+        ([], 1) => *calls.inboxes.keys().next()?,
+        _ => return None,
+    };
+    let one_call: Vec<&Waiting> = calls.waiting.values().filter(|w| w.view == view && w.carries).collect();
+    let target = match one_call.as_slice() {
+        [only] => Target::Call(only.tx.clone()),
+        _ => Target::Inbox(calls.inboxes.get(&view)?.clone()),
+    };
+    Some(target)
+}
+
+/// Keeps what a per-session child sent before its session listened, up to
+/// [`EARLY_MAX`] messages of [`EARLY_BYTES`] in all; gives back one that
+/// does not fit.
+fn keep_early(server: &Server, early: &mut Vec<Message>, message: Message) -> Option<Message> {
+    let size = |m: &Message| {
+        [&m.params, &m.result, &m.error].iter().filter_map(|p| p.as_ref()).map(|p| p.get().len()).sum::<usize>()
+    };
+    if early.len() < EARLY_MAX && early.iter().map(size).sum::<usize>() + size(&message) <= EARLY_BYTES {
+        early.push(message);
+        return None;
+    }
+    limited!(
+        warn,
+        "server `{}`: more than mcpgate keeps ({EARLY_MAX} messages, {EARLY_BYTES} bytes) sent before its session \
+         listened; `{}` not kept",
+        server.name(),
+        message.method()
+    );
+    Some(message)
+}
+
 enum Target {
     Call(Sender<Incoming>),
-    Inbox(Option<Weak<dyn Inbox>>),
+    Inbox(Weak<dyn Inbox>),
 }
 
 /// The call a progress notification belongs to, by its (wire) token.
@@ -968,7 +1061,11 @@ impl StdioLink {
     fn initialize(&self, server: &Server, body: &[u8]) -> Result<Message, DownstreamError> {
         let (tx, rx) = bounded(16);
         let wire = 0;
-        self.child.calls.lock().waiting.insert(wire, Waiting { tx, view: self.view, id: Value::from(0), token: None });
+        self.child
+            .calls
+            .lock()
+            .waiting
+            .insert(wire, Waiting { tx, view: self.view, id: Value::from(0), token: None, carries: false });
         let wait = server.limits.connect + server.limits.request;
         if let Err(e) = self.child.write_line(body, wait) {
             self.child.calls.lock().waiting.remove(&wire);
@@ -1025,7 +1122,9 @@ impl Link for StdioLink {
             if let Some((wire_token, _)) = &token {
                 calls.tokens.insert(wire_token.clone(), wire);
             }
-            calls.waiting.insert(wire, Waiting { tx, view: self.view, id: id.clone(), token });
+            calls
+                .waiting
+                .insert(wire, Waiting { tx, view: self.view, id: id.clone(), token, carries: carries(method) });
         }
         let body = jsonrpc::request(&Value::from(wire), method, params.as_deref());
         let result = self.child.write_line(&body, d.server.limits.request).and_then(|()| {
@@ -1065,13 +1164,32 @@ impl Link for StdioLink {
         self.child.write_line(body, d.server.limits.request)
     }
 
-    fn listen(&self, _: &Arc<Downstream>, inbox: Weak<dyn Inbox>) -> Result<(), DownstreamError> {
-        self.child.calls.lock().inboxes.insert(self.view, inbox);
-        Ok(())
+    fn listen(&self, d: &Arc<Downstream>, inbox: Weak<dyn Inbox>) -> Result<(), DownstreamError> {
+        // What the child sent before goes first; what it sends meanwhile is kept
+        // too, until nothing is left and the inbox takes the rest, in order.
+        loop {
+            let early = {
+                let mut calls = self.child.calls.lock();
+                match calls.early.as_mut() {
+                    Some(early) if !early.is_empty() => std::mem::take(early),
+                    _ => {
+                        calls.early = None;
+                        calls.inboxes.insert(self.view, inbox);
+                        return Ok(());
+                    }
+                }
+            };
+            if let Some(inbox) = inbox.upgrade() {
+                for message in early {
+                    inbox.deliver(&d.server, message);
+                }
+            }
+        }
     }
 
     fn stop(&self, _: &Downstream) {
         let mut calls = self.child.calls.lock();
+        calls.early = None;
         calls.inboxes.remove(&self.view);
     }
 
