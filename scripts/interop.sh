@@ -22,6 +22,13 @@
 #      (.interop/run/matrix.md), a schema check of every message mcpgate sent (the TypeScript
 #      SDK's zod schemas), and each client's opening sequence, also against an mcpgate that
 #      wants a token;
+#   4c. stdio servers (scripts/interop/stdio.sh): one mcpgate starts server-filesystem,
+#      server-memory (`"sharing": "shared"`), server-everything in stdio mode and mcp-server-time
+#      from their pinned installs, with Claude Desktop's `command`/`args`/`env`; the official
+#      Python client (two sessions) and the TypeScript SDK client list and call the tools of all
+#      four, get progress, answer sampling, elicitation and roots; one memory process serves both
+#      Python sessions; once the clients DELETEd their sessions every process was reaped
+#      (status.json, mcpgate's last log line after SIGTERM) and /proc holds none of them;
 #   5. the conformance suite's server scenarios against `mcp-fixture --conformance`, directly
 #      and behind mcpgate (`"prefix": ""`), side by side so a failure can be attributed;
 #   6. the conformance suite's client scenarios with mcpgate as the client judged
@@ -377,6 +384,13 @@ step "4b. client matrix: 6 clients, directly and through mcpgate, in front of se
 # shellcheck source=interop/matrix.sh
 source "$HERE/matrix.sh"
 matrix_step
+
+# --- 4c. stdio servers ---------------------------------------------------------------------------
+
+step "4c. stdio servers: filesystem, memory (shared), everything and time, started by mcpgate; Python and TypeScript clients"
+# shellcheck source=interop/stdio.sh
+source "$HERE/stdio.sh"
+stdio_step
 
 # --- 5. conformance server scenarios ---------------------------------------------------------
 
