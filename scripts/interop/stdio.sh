@@ -7,11 +7,11 @@
 # pointed at the installs under .interop/ (`node` is the pinned Node on PATH):
 #   filesystem  server-filesystem, given $RUN/stdio/fs (the clients' roots replace it);
 #   memory      server-memory, "sharing": "shared", its graph in $RUN/stdio/memory.jsonl;
-#   everything  server-everything in stdio mode;
+#   everything  server-everything in stdio mode, with an `env` of its own (stdio_spec.json);
 #   time        mcp-server-time, the venv's entry point.
 # The official Python client (two sessions: stdio_checks.py) and the TypeScript SDK client
 # (stdio_client.cjs) use them through mcpgate, one after the other. A watch (stdio_procs.py) notes
-# every process below mcpgate in /proc. Then, once the shared process was stopped for being idle
+# every process below mcpgate in /proc: as many children as status.json says it spawned. Then, once the shared process was stopped for being idle
 # (shared_idle_secs), the last status.json must show every process reaped; after SIGTERM,
 # mcpgate's last log line too, and /proc must hold nothing of what it started.
 
@@ -39,7 +39,8 @@ stdio_step() {
     },
     "everything": {
       "command": "node",
-      "args": ["$EVERYTHING", "stdio"]
+      "args": ["$EVERYTHING", "stdio"],
+      "env": { "INTEROP_STDIO_KEY": "for server-everything only" }
     },
     "time": {
       "command": "$VENV/bin/mcp-server-time",
@@ -128,7 +129,7 @@ EOF
     fi
     stop_pid "$watch_pid"
     timeout 60 "$VPY" "$HERE/stdio_procs.py" check --seen "$dir/seen.jsonl" --gateway-pid "$mcpgate_pid" \
-        --json "$dir/procs.json" || true
+        --spawned "${spawned:--1}" --json "$dir/procs.json" || true
     timeout 60 "$VPY" "$HERE/report.py" checks --json "$dir/procs.json" --section "$section: processes" --out "$RESULTS"
     # What the servers wrote on stderr, as mcpgate logged it.
     echo "the servers' stderr, in mcpgate's log ($RUN/mcpgate-stdio.err):"

@@ -6,8 +6,9 @@ stdio mode and mcp-server-time.
 Session A (declaring sampling, elicitation and roots): initialize, the tools of
 all four (exactly the lists of stdio_spec.json), the filesystem server's roots
 request at its start (answered by A), write_file/read_text_file, memory
-create_entities/read_graph, echo, get_current_time, progress, sampling,
-elicitation, roots. Then session B, while A is open: B sees A's entity, an update
+create_entities/read_graph, echo, server-everything's environment (its own `env`
+and mcpgate's base variables, nothing else of mcpgate's), get_current_time,
+progress, sampling, elicitation, roots. Then session B, while A is open: B sees A's entity, an update
 of the resource A subscribed to when B writes (one process), and, by status.json
 and /proc, one memory process for the two sessions and one of each other server
 per session. Both sessions end with DELETE.
@@ -256,6 +257,16 @@ async def session_checks(s: Session, spec: dict[str, Any], fs_dir: str) -> None:
         return text_of(r) == f"Echo: hello {NONCE}", short(text_of(r))
 
     await check("everything: echo", echo)
+
+    async def environment() -> tuple[bool, str]:
+        r = await s.call("everything__get-env", {})
+        env = json.loads(text_of(r))
+        allowed = set(spec["base_env"]) | set(spec["everything_env"])
+        extra = sorted(set(env) - allowed)
+        own = all(env.get(k) == v for k, v in spec["everything_env"].items())
+        return own and not extra and "PATH" in env, f"{sorted(env)}" + (f"; not expected: {extra}" if extra else "")
+
+    await check("everything: its environment is its own `env` and mcpgate's base variables only (get-env)", environment)
 
     async def now_in_tokyo() -> tuple[bool, str]:
         r = await s.call("time__get_current_time", {"timezone": "Asia/Tokyo"})

@@ -4,11 +4,13 @@
         Until GATEWAY_PID is gone (or SIGTERM): every 50 ms, each new process below
         it (children, and theirs) as a JSON line of FILE: pid, ppid, pgid, start
         time (clock ticks since boot: with pid, one process), command line.
-    stdio_procs.py check --seen FILE --gateway-pid PID --json OUT
-        After mcpgate stopped: every process the watch saw is gone (not merely
-        re-parented), none is left in any of their process groups, and no process
-        left in /proc runs one of the stdio servers' command lines. Writes the
-        result rows (report.py checks) to OUT; exit status 1 if one failed.
+    stdio_procs.py check --seen FILE --gateway-pid PID --spawned N --json OUT
+        After mcpgate stopped: the watch saw N children of mcpgate (as many as it
+        spawned, by status.json), each a stdio server's; every process it saw is
+        gone (not merely re-parented), none is left in any of their process
+        groups, and no process left in /proc runs one of the stdio servers'
+        command lines. Writes the result rows (report.py checks) to OUT; exit
+        status 1 if one failed.
 
 The Python client imports `descendants` and `server_of` for its own look while
 two sessions are open.
@@ -102,7 +104,7 @@ def watch(gateway: int, out: str) -> int:
     return 0
 
 
-def check(seen_file: str, gateway: int, out: str) -> int:
+def check(seen_file: str, gateway: int, spawned: int, out: str) -> int:
     rows: list[dict[str, Any]] = []
 
     def row(name: str, ok: bool, detail: str) -> None:
@@ -128,10 +130,12 @@ def check(seen_file: str, gateway: int, out: str) -> int:
         kind = server_of(p["cmdline"]) or f"other: {p['cmdline'][:60]}"
         kinds[kind] = kinds.get(kind, 0) + 1
     summary = ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))
+    children = [p for p in seen if p["ppid"] == gateway]
     row(
-        "/proc: mcpgate's children were the stdio servers' processes only",
-        bool(seen) and all(server_of(p["cmdline"]) for p in seen),
-        f"{len(seen)} seen while it ran: {summary or 'none'}",
+        "/proc: the watch saw as many children of mcpgate as it spawned, each a stdio server's",
+        len(children) == len(seen) == spawned and all(server_of(p["cmdline"]) for p in seen),
+        f"{len(seen)} seen ({len(children)} children of PID {gateway}), status.json counted {spawned} spawned: "
+        + (summary or "none"),
     )
     row(
         "/proc after mcpgate stopped: none of its children is left (by PID and start time)",
@@ -172,11 +176,12 @@ def main() -> int:
     c = sub.add_parser("check")
     c.add_argument("--seen", required=True)
     c.add_argument("--gateway-pid", type=int, required=True)
+    c.add_argument("--spawned", type=int, required=True)
     c.add_argument("--json", required=True)
     args = parser.parse_args()
     if args.command == "watch":
         return watch(args.pid, args.out)
-    return check(args.seen, args.gateway_pid, args.json)
+    return check(args.seen, args.gateway_pid, args.spawned, args.json)
 
 
 if __name__ == "__main__":
