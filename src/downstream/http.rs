@@ -25,6 +25,11 @@ use crate::runtime::memory::Charge;
 /// What a server reached over HTTP keeps: the agents it talks through.
 pub(crate) struct Endpoint {
     pub config: HttpConfig,
+    /// What the server speaks, learned from its first `server/discover`
+    /// (a reload makes a new endpoint, which probes again).
+    pub(crate) era: Mutex<Option<super::modern::Era>>,
+    /// The standing `subscriptions/listen` of a server of the 2026-07-28 era.
+    pub(crate) listen: super::modern::Listen,
     /// For `initialize`, notifications, answers and `DELETE`: short
     /// exchanges bounded in total; keeps connections to the server alive.
     agent: Agent,
@@ -69,15 +74,19 @@ impl Endpoint {
     pub fn new(config: HttpConfig, limits: Limits, lanes: usize) -> Endpoint {
         Endpoint {
             config,
+            era: Mutex::new(None),
+            listen: super::modern::Listen::default(),
             agent: agent(&limits, lanes),
             lane_agents: Mutex::new((0..lanes).map(|_| agent(&limits, 1)).collect()),
             limits,
         }
     }
 
-    /// Unblocks every short exchange in flight (requests stop with their flights).
+    /// Unblocks every short exchange in flight (requests stop with their
+    /// flights), and stops the standing listen.
     pub fn shutdown(&self) {
         self.agent.clone().shutdown();
+        self.listen.stop();
     }
 
     /// Adds the session, the protocol version and the configured headers.
@@ -97,6 +106,29 @@ impl Endpoint {
             request = request.header(name.as_str(), value.as_str());
         }
         request
+    }
+
+    /// A `POST` of one JSON-RPC message with `headers` (the 2026-07-28
+    /// era's routing headers), on `agent`; the response head, whatever its status.
+    pub(crate) fn post_with(
+        &self,
+        agent: &Agent,
+        headers: &[(&str, String)],
+        body: &[u8],
+    ) -> Result<Response<ureq::Body>, DownstreamError> {
+        let mut request = agent
+            .post(&self.config.url)
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream");
+        for (name, value) in headers {
+            request = request.header(*name, value.as_str());
+        }
+        self.headers(request, None, None).send(body).map_err(|e| self.transport_error(e))
+    }
+
+    /// The agent for short exchanges.
+    pub(crate) fn short_agent(&self) -> &Agent {
+        &self.agent
     }
 
     /// A `POST` of one JSON-RPC message on `agent`; the response head,
@@ -186,7 +218,7 @@ impl Endpoint {
     /// Reads the answer to the request `id`: a JSON body, or an SSE stream
     /// whose other messages go to `on_message`. A stream that ends early is
     /// resumed with `GET` and `Last-Event-ID` when the server gave event ids.
-    fn read_answer(
+    pub(crate) fn read_answer(
         &self,
         server: &Server,
         response: Response<ureq::Body>,
@@ -214,6 +246,16 @@ impl Endpoint {
                 "answered HTTP {status} with `{mime}`, expected application/json or text/event-stream"
             ))),
             404 if exchange.session_id.is_some() => Err(DownstreamError::SessionGone),
+            // The 2026-07-28 era answers errors with 400 or 404 and the JSON-RPC error in the body.
+            400..=499 if exchange.version == crate::protocol::modern::VERSION && mime == "application/json" => {
+                let (bytes, _held) = self.read_message(response)?;
+                match Message::parse(&bytes) {
+                    Ok(message) if message.kind() == Ok(Kind::Response) && message.id.as_ref() == Some(id) => {
+                        Ok(message)
+                    }
+                    _ => Err(DownstreamError::Status { status, detail: String::from_utf8_lossy(&bytes).into() }),
+                }
+            }
             _ => Err(status_error(response)),
         }
     }
@@ -314,20 +356,20 @@ impl Endpoint {
 
     /// The lane's agent for one request, back when dropped: replaced when
     /// the request was stopped, as stopping shut it down for good.
-    fn lane_agent(&self) -> LaneAgent<'_> {
+    pub(crate) fn lane_agent(&self) -> LaneAgent<'_> {
         let agent = self.lane_agents.lock().pop().unwrap_or_else(|| agent(&self.limits, 1));
         LaneAgent { endpoint: self, agent: Some(agent), stopped: false }
     }
 }
 
-struct LaneAgent<'a> {
+pub(crate) struct LaneAgent<'a> {
     endpoint: &'a Endpoint,
     agent: Option<Agent>,
-    stopped: bool,
+    pub(crate) stopped: bool,
 }
 
 impl LaneAgent<'_> {
-    fn agent(&self) -> &Agent {
+    pub(crate) fn agent(&self) -> &Agent {
         self.agent.as_ref().expect("held until dropped")
     }
 }
@@ -367,18 +409,21 @@ pub(crate) fn status_error(response: Response<ureq::Body>) -> DownstreamError {
 }
 
 /// What reading an answer needs to know of the request it belongs to.
-struct Exchange<'a> {
-    session_id: Option<&'a str>,
-    version: &'a str,
+pub(crate) struct Exchange<'a> {
+    pub(crate) session_id: Option<&'a str>,
+    pub(crate) version: &'a str,
     /// The agent of the request's lane, to resume a dropped stream on.
-    agent: &'a Agent,
+    pub(crate) agent: &'a Agent,
     /// Told of every message; a stopped flight's stream is not resumed.
-    flight: &'a Flight,
+    pub(crate) flight: &'a Flight,
 }
 
 /// Sends `initialize` (id 0, the client's params) and reads the answer; the
 /// link carries the session id the server gave, if any.
 pub(crate) fn open(server: &Server, endpoint: &Endpoint, body: &[u8]) -> Result<Opened, DownstreamError> {
+    if let Some(opened) = super::modern::open(server, endpoint, body)? {
+        return Ok(opened);
+    }
     let id = Value::from(0);
     let response = endpoint.post(&endpoint.agent, None, None, body)?;
     let session_id = match response.headers().get("mcp-session-id").map(|v| v.to_str()) {

@@ -27,6 +27,7 @@ use crate::status::stats::{Gauge, Stats};
 
 pub mod flight;
 mod http;
+mod modern;
 mod reader;
 mod resolver;
 pub mod stdio;
@@ -139,6 +140,11 @@ impl Limits {
 pub(crate) trait Link: Send + Sync {
     /// The server's id for this session (HTTP's `Mcp-Session-Id`), if any.
     fn session_id(&self) -> Option<&str>;
+    /// Whether the server holds a session for it: one to open and close,
+    /// counted among the downstream sessions (not so in the 2026-07-28 era).
+    fn holds_session(&self) -> bool {
+        true
+    }
     /// Sends the request `method` with `params` (as id `id`) and returns
     /// the server's response; what the server sends about it meanwhile (progress, log
     /// messages, requests to the client) goes to `on_message`. Ends early,
@@ -250,8 +256,21 @@ impl Server {
 
     pub fn retire(&self) {
         self.retired.store(true, Ordering::Release);
-        if let Endpoint::Stdio(stdio) = &self.endpoint {
-            stdio.retire();
+        match &self.endpoint {
+            Endpoint::Stdio(stdio) => stdio.retire(),
+            Endpoint::Http(http) => http.listen.stop(),
+        }
+    }
+
+    /// The protocol era of an HTTP server, once known: `session` or `2026-07-28`.
+    pub fn era(&self) -> Option<&'static str> {
+        match &self.endpoint {
+            Endpoint::Http(http) => match &*http.era.lock() {
+                Some(modern::Era::Modern { .. }) => Some(crate::protocol::modern::VERSION),
+                Some(modern::Era::Session) => Some("session"),
+                None => None,
+            },
+            Endpoint::Stdio(_) => Some("session"),
         }
     }
 
@@ -398,7 +417,7 @@ fn initialize_result(message: &Message) -> Result<InitializeResult, DownstreamEr
         .and_then(|r| serde_json::from_str(r.get()).ok())
         .ok_or_else(|| DownstreamError::Protocol("initialize result is not JSON".into()))?;
     let version = result["protocolVersion"].as_str().unwrap_or_default();
-    if !versions::supported(version) {
+    if !versions::supported(version) && version != crate::protocol::modern::VERSION {
         return Err(DownstreamError::Refused(format!("protocol version `{version}` is not one mcpgate speaks")));
     }
     Ok(InitializeResult {
@@ -440,8 +459,10 @@ impl fmt::Debug for Downstream {
 
 impl Downstream {
     fn new(server: Arc<Server>, link: Box<dyn Link>) -> Downstream {
-        server.stats.downstream_opened.inc();
-        server.stats.downstream_live.inc();
+        if link.holds_session() {
+            server.stats.downstream_opened.inc();
+            server.stats.downstream_live.inc();
+        }
         server.live_sessions.inc();
         Downstream {
             server,
@@ -625,7 +646,9 @@ pub fn close_all(list: &[Arc<Downstream>], parallel: usize) {
     }
     for d in claimed {
         d.server.live_sessions.dec();
-        d.server.stats.downstream_live.dec();
-        d.server.stats.downstream_closed.inc();
+        if d.link.holds_session() {
+            d.server.stats.downstream_live.dec();
+            d.server.stats.downstream_closed.inc();
+        }
     }
 }

@@ -784,7 +784,7 @@ fn route(server: &Arc<Server>, child: &Arc<Child>, mut message: Message) {
             };
             for inbox in inboxes {
                 if let Some(inbox) = inbox.upgrade() {
-                    inbox.deliver(server, clone_message(&message));
+                    inbox.deliver(server, message.clone());
                 }
             }
         }
@@ -925,17 +925,6 @@ fn rewrite_token(message: &mut Message, token: Option<Value>) {
     message.params = Some(jsonrpc::raw(&Value::Object(params)));
 }
 
-fn clone_message(message: &Message) -> Message {
-    Message {
-        jsonrpc: message.jsonrpc.clone(),
-        id: message.id.clone(),
-        method: message.method.clone(),
-        params: message.params.clone(),
-        result: message.result.clone(),
-        error: message.error.clone(),
-    }
-}
-
 /// A child's stderr into the log, prefixed with the server's name: the
 /// first lines as they come, then at most one per 10 s, with a count of
 /// those left out. Lines are cut at [`STDERR_LINE`] bytes. Ends with the
@@ -1026,7 +1015,7 @@ pub(crate) fn open(server: &Arc<Server>, endpoint: &Endpoint, body: &[u8]) -> Re
         // sample, elicit and list roots (each session's client is asked).
         let mut first = child.initialize.lock();
         if let Some(answer) = first.as_ref() {
-            return Ok((Box::new(link), Ok(clone_message(answer))));
+            return Ok((Box::new(link), Ok(answer.clone())));
         }
         let params = json!({
             "protocolVersion": crate::protocol::versions::NEWEST,
@@ -1036,7 +1025,7 @@ pub(crate) fn open(server: &Arc<Server>, endpoint: &Endpoint, body: &[u8]) -> Re
         let body = jsonrpc::request(&Value::from(0), "initialize", Some(&jsonrpc::raw(&params)));
         let answer = link.initialize(server, &body);
         if let Ok(answer) = &answer {
-            *first = Some(clone_message(answer));
+            *first = Some(answer.clone());
         }
         drop(first);
         return Ok((Box::new(link), answer));

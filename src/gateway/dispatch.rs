@@ -27,6 +27,12 @@ pub(super) trait CallEvents {
     /// A message from `server` about the call: progress, a log message, a
     /// request to the client.
     fn message(&mut self, session: &Session, server: &Server, message: Message);
+    /// A server of the 2026-07-28 era answered `input_required`: asks the
+    /// client each of `requests` (key → `{method, params}`) and gives its
+    /// answers (key → result), or why not. `None` passes the result on as
+    /// it is (to a client of that era, which asks and retries itself).
+    fn input(&mut self, session: &Session, requests: &Map<String, Value>)
+    -> Option<Result<Map<String, Value>, String>>;
 }
 
 impl CallEvents for PostStream<'_> {
@@ -39,6 +45,64 @@ impl CallEvents for PostStream<'_> {
         if let Some(bytes) = session.to_client(server, message) {
             self.send(bytes);
         }
+    }
+
+    fn input(
+        &mut self,
+        session: &Session,
+        requests: &Map<String, Value>,
+    ) -> Option<Result<Map<String, Value>, String>> {
+        Some(ask_each(session, requests, self))
+    }
+}
+
+/// Asks a session-era client, on its call's stream, what a server of the
+/// 2026-07-28 era needs, one request after the other.
+fn ask_each(
+    session: &Session,
+    requests: &Map<String, Value>,
+    stream: &mut PostStream<'_>,
+) -> Result<Map<String, Value>, String> {
+    let mut answers = Map::new();
+    for (key, request) in requests {
+        let method = request["method"].as_str().unwrap_or_default();
+        if !session.client_can(method) {
+            return Err(format!("the server asks for `{method}`, which this client did not declare it can answer"));
+        }
+        let params = request.get("params").map(jsonrpc::raw);
+        let (bytes, answer) = session.ask_client(method, params.as_deref());
+        stream.send(bytes);
+        let wait = stream.ask_timeout();
+        match answer.recv_timeout(wait) {
+            Ok(message) => match (message.result, message.error) {
+                (Some(result), _) => {
+                    answers.insert(key.clone(), serde_json::from_str(result.get()).unwrap_or(Value::Null));
+                }
+                (None, Some(error)) => return Err(format!("the client refused `{method}`: {}", error.get())),
+                (None, None) => return Err(format!("the client's answer to `{method}` is empty")),
+            },
+            Err(_) => {
+                return Err(format!("the client did not answer `{method}` within {} s", wait.as_secs()));
+            }
+        }
+    }
+    Ok(answers)
+}
+
+/// Rounds of `input_required` one call may take before mcpgate gives up.
+const MAX_INPUT_ROUNDS: usize = 8;
+
+/// Whether an answer is an `input_required` result (2026-07-28).
+fn input_required(answer: &Message) -> Option<Map<String, Value>> {
+    let result = answer.result.as_ref()?;
+    if !result.get().contains("input_required") {
+        return None;
+    }
+    match serde_json::from_str::<Value>(result.get()).ok()? {
+        Value::Object(result) if result.get("resultType").and_then(Value::as_str) == Some("input_required") => {
+            Some(result)
+        }
+        _ => None,
     }
 }
 
@@ -55,24 +119,47 @@ pub(super) fn call(
     open_retry: Duration,
 ) -> Outcome {
     let client_id = message.id.clone().unwrap_or(Value::Null);
-    let params = params.to_raw();
+    let mut params = params.clone();
     let mut cancelled = false;
     let result = on_downstream(session, server, open_retry, |downstream| {
-        let id = downstream.next_id();
-        let flight = downstream.flight();
-        session.start_call(&client_id, server.name(), &id, flight.clone());
-        let mut on_message = |arrival| match arrival {
-            Arrival::Streaming => events.streaming(),
-            Arrival::Message(m) => events.message(session, server, m),
-        };
-        let result = downstream.call(&id, message.method(), Some(&params), &mut on_message, &flight);
-        // Cancelled, or its client ended the session: over, without a response.
-        cancelled = match &result {
-            Err(DownstreamError::Cancelled) => true,
-            Err(DownstreamError::Closed) => session.deleted_by_client(),
-            _ => false,
-        };
-        result
+        let mut round = 0;
+        loop {
+            let id = downstream.next_id();
+            let flight = downstream.flight();
+            session.start_call(&client_id, server.name(), &id, flight.clone());
+            let mut on_message = |arrival| match arrival {
+                Arrival::Streaming => events.streaming(),
+                Arrival::Message(m) => events.message(session, server, m),
+            };
+            let result = downstream.call(&id, message.method(), Some(&params.to_raw()), &mut on_message, &flight);
+            // Cancelled, or its client ended the session: over, without a response.
+            cancelled = match &result {
+                Err(DownstreamError::Cancelled) => true,
+                Err(DownstreamError::Closed) => session.deleted_by_client(),
+                _ => false,
+            };
+            // A server of the 2026-07-28 era asks through its result: the
+            // client is asked, and the call retried with its answers.
+            let Some(asked) = result.as_ref().ok().and_then(input_required) else { return result };
+            if round == MAX_INPUT_ROUNDS {
+                return Err(DownstreamError::Protocol(format!(
+                    "the server still asked for input after {MAX_INPUT_ROUNDS} rounds"
+                )));
+            }
+            let requests = asked.get("inputRequests").and_then(Value::as_object).cloned().unwrap_or_default();
+            match events.input(session, &requests) {
+                None => return result,
+                Some(Err(why)) => return Err(DownstreamError::Protocol(why)),
+                Some(Ok(answers)) => {
+                    params.set("inputResponses", &Value::Object(answers));
+                    match asked.get("requestState") {
+                        Some(state) => params.set("requestState", state),
+                        None => params.remove("requestState"),
+                    }
+                }
+            }
+            round += 1;
+        }
     });
     session.end_call(&client_id);
     match result {

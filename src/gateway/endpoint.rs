@@ -26,9 +26,16 @@ pub(super) struct PostStream<'a> {
     session: &'a Session,
     sink: &'a mut dyn EventSink,
     stream: Option<u64>,
+    /// How long the client may take to answer what mcpgate asks it for a
+    /// server of the 2026-07-28 era (`held_call_timeout_secs`).
+    ask_timeout: std::time::Duration,
 }
 
 impl PostStream<'_> {
+    pub(super) fn ask_timeout(&self) -> std::time::Duration {
+        self.ask_timeout
+    }
+
     pub(super) fn send(&mut self, message: Vec<u8>) {
         let Some(stream) = self.start_stream() else {
             // This answer cannot stream (HTTP/1.0, a batch): the GET stream carries it.
@@ -191,7 +198,12 @@ impl Gateway {
         match message.kind() {
             Ok(Kind::Request) => {
                 let id = message.id.clone().unwrap_or(Value::Null);
-                let mut events = PostStream { session: &session, sink, stream: None };
+                let mut events = PostStream {
+                    session: &session,
+                    sink,
+                    stream: None,
+                    ask_timeout: self.current().config.held_call_timeout,
+                };
                 let answer = self.request(&session, &message, &mut events);
                 events.finish(answer_bytes(&id, answer))
             }
@@ -255,7 +267,12 @@ impl Gateway {
                 }
                 Ok(Kind::Request) => {
                     let id = message.id.clone().unwrap_or(Value::Null);
-                    let mut events = PostStream { session: &session, sink: &mut NoStream, stream: None };
+                    let mut events = PostStream {
+                        session: &session,
+                        sink: &mut NoStream,
+                        stream: None,
+                        ask_timeout: self.current().config.held_call_timeout,
+                    };
                     let answer = self.request(&session, &message, &mut events);
                     answers.extend(answer_bytes(&id, answer));
                 }

@@ -5,7 +5,7 @@
 //! until the client retries with its answers and the `requestState`
 //! mcpgate gave it.
 //!
-//! The state is `<hold>.<expiry ms>.<HMAC-SHA-256 hex>`: the MAC, under a
+//! The state is `mcpgate:<hold>.<expiry ms>.<HMAC-SHA-256 hex>`: the MAC, under a
 //! key drawn at start and never written anywhere, covers the hold's number,
 //! its expiry, and the hash of the token that made the call, so a state is
 //! good only for that hold, until then, and with that token. Holds are
@@ -29,6 +29,10 @@ use crate::runtime::sha256;
 use crate::session::Session;
 
 use super::dispatch::Outcome;
+
+/// What begins every `requestState` mcpgate issues; any other is a
+/// server's own (of the 2026-07-28 era), passed to it untouched.
+pub(super) const STATE_PREFIX: &str = "mcpgate:";
 
 /// What a held call's thread reports to whoever answers its client.
 pub(super) enum HoldEvent {
@@ -139,7 +143,7 @@ impl Holds {
         if map.len() >= max {
             return Err(Box::new(held));
         }
-        let state = format!("{number}.{expires}.{}", self.mac(number, expires, held.token.as_ref()));
+        let state = format!("{STATE_PREFIX}{number}.{expires}.{}", self.mac(number, expires, held.token.as_ref()));
         let HeldParts { events, pool, call_id, asks, thread, method, token } = held;
         map.insert(number, Held { events, pool, call_id, asks, thread, method, token, expires });
         Ok(state)
@@ -148,6 +152,7 @@ impl Holds {
     /// The held call `state` names, taken out of the table, if `state` is
     /// one mcpgate issued for `token` and still good.
     pub fn take(&self, state: &str, token: Option<&[u8; 32]>) -> Result<Held, Refused> {
+        let Some(state) = state.strip_prefix(STATE_PREFIX) else { return Err(Refused::Forged) };
         let mut parts = state.splitn(3, '.');
         let (Some(number), Some(expires), Some(mac)) = (parts.next(), parts.next(), parts.next()) else {
             return Err(Refused::Forged);

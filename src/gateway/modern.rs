@@ -195,7 +195,7 @@ impl Gateway {
             Err(e) => return error_reply(&id, &e),
         };
         let token = access.bearer().map(|t| sha256::digest(t.as_bytes()));
-        let held = match params.str("requestState") {
+        let held = match params.str("requestState").filter(|s| s.starts_with(holds::STATE_PREFIX)) {
             Some(state) => match self.holds.take(&state, token.as_ref()) {
                 Ok(held) => {
                     let mut held = HeldParts::from(held);
@@ -218,20 +218,9 @@ impl Gateway {
         &self,
         pool: &Arc<Session>,
         message: &Message,
-        mut params: Params,
+        params: Params,
         token: Option<[u8; 32]>,
     ) -> Result<HeldParts, RpcError> {
-        // What describes the hop from the client to mcpgate stays here.
-        params.remove("inputResponses");
-        params.remove("requestState");
-        if let Some(Value::Object(mut meta)) = params.value("_meta") {
-            meta.retain(|k, _| !k.starts_with("io.modelcontextprotocol/"));
-            if meta.is_empty() {
-                params.remove("_meta");
-            } else {
-                params.set("_meta", &Value::Object(meta));
-            }
-        }
         // The call's own id in the pool: clients of this era may all use id 1.
         let call_id = Value::String(format!("mcpgate-call-{}", self.holds.next()));
         let call = Message {
@@ -242,8 +231,21 @@ impl Gateway {
             result: None,
             error: None,
         };
-        let params = Params::of(&call)?;
-        let (server, params) = self.target(pool, &call, params)?;
+        let (server, mut params) = self.target(pool, &call, params)?;
+        if server.era() != Some(modern::VERSION) {
+            // A session-era server: what describes the hop from the client to
+            // mcpgate (its _meta, a retry's answers and state) stays here.
+            params.remove("inputResponses");
+            params.remove("requestState");
+            if let Some(Value::Object(mut meta)) = params.value("_meta") {
+                meta.retain(|k, _| !k.starts_with("io.modelcontextprotocol/"));
+                if meta.is_empty() {
+                    params.remove("_meta");
+                } else {
+                    params.set("_meta", &Value::Object(meta));
+                }
+            }
+        }
         let (tx, rx) = bounded(64);
         let open_retry = self.current().config.open_retry;
         let thread = {
@@ -474,6 +476,11 @@ impl Gateway {
 struct HoldEvents(Sender<HoldEvent>);
 
 impl CallEvents for HoldEvents {
+    /// The client is of the 2026-07-28 era too: it asks and retries itself.
+    fn input(&mut self, _: &Session, _: &Map<String, Value>) -> Option<Result<Map<String, Value>, String>> {
+        None
+    }
+
     fn streaming(&mut self) {
         let _ = self.0.send(HoldEvent::Streaming);
     }

@@ -14,7 +14,7 @@ pub const INTERNAL_ERROR: i64 = -32603;
 
 /// One JSON-RPC message as received. `id` is `Some(Value::Null)` when the
 /// field is present and null, `None` when absent.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 pub struct Message {
     #[serde(default)]
     pub jsonrpc: Option<String>,
@@ -144,7 +144,7 @@ impl Message {
 /// The params of a request to forward: each member kept as the client
 /// wrote it, so that what mcpgate does not touch (tool arguments, with
 /// their big integers and their formatting) reaches the server unchanged.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Params(std::collections::BTreeMap<String, Box<RawValue>>);
 
 impl Params {

@@ -165,6 +165,33 @@ pub fn decode_header_value(value: &str) -> Option<String> {
     String::from_utf8(base64_decode(payload)?).ok()
 }
 
+/// A value for a header: verbatim when it is printable ASCII without
+/// surrounding spaces, else in the `=?base64?...?=` form.
+pub fn encode_header_value(value: &str) -> String {
+    let plain = value.bytes().all(|b| (0x20..=0x7e).contains(&b))
+        && value.trim() == value
+        && !(value.starts_with("=?base64?") && value.ends_with("?="));
+    if plain { value.to_string() } else { format!("=?base64?{}?=", base64_encode(value.as_bytes())) }
+}
+
+fn base64_encode(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = (u32::from(chunk[0]) << 16)
+            | (u32::from(*chunk.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*chunk.get(2).unwrap_or(&0));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
 /// Standard base64 with padding, canonical only.
 fn base64_decode(text: &str) -> Option<Vec<u8>> {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -252,6 +279,10 @@ mod tests {
         assert_eq!(decode_header_value("=?base64?w6lsw6h2ZQ==?=").as_deref(), Some("élève"));
         assert_eq!(decode_header_value("=?base64?w6lsw6h2ZR==?="), None, "non-canonical");
         assert_eq!(decode_header_value("=?base64?!!!?="), None);
+        for value in ["élève", " padded", "a", "ab", "abc", "abcd"] {
+            assert_eq!(decode_header_value(&encode_header_value(value)).as_deref(), Some(value));
+        }
+        assert_eq!(encode_header_value("plain"), "plain");
     }
 
     #[test]

@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use crossbeam_channel::{Receiver, Sender, bounded};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
@@ -58,6 +59,9 @@ pub(super) struct CallInFlight {
 pub(super) struct ServerRequest {
     server: String,
     id: Value,
+    /// Where the answer goes when mcpgate itself asked (for a server of the
+    /// 2026-07-28 era, whose questions come in an `input_required` result).
+    reply: Option<Sender<Message>>,
 }
 
 /// The lists a `list_changed` notification makes stale.
@@ -115,7 +119,10 @@ impl Session {
                 let mut st = self.state.lock();
                 let n = st.routes.next_ask;
                 st.routes.next_ask += 1;
-                st.routes.asks.insert(n, ServerRequest { server: server.name().to_string(), id: message.id.clone()? });
+                st.routes.asks.insert(
+                    n,
+                    ServerRequest { server: server.name().to_string(), id: message.id.clone()?, reply: None },
+                );
                 if st.routes.asks.len() > MAX_ASKS {
                     st.routes.asks.pop_first();
                 }
@@ -179,6 +186,10 @@ impl Session {
         let n = message.id.as_ref()?.as_u64()?;
         let mut st = self.state.lock();
         let ask = st.routes.asks.remove(&n)?;
+        if let Some(reply) = ask.reply {
+            let _ = reply.try_send(message.clone());
+            return None;
+        }
         let Some(Slot::Open(d)) = st.slots.get(&ask.server) else { return None };
         let body = match (&message.result, &message.error) {
             (Some(result), _) => jsonrpc::result(&ask.id, result),
@@ -186,6 +197,33 @@ impl Session {
             (None, None) => return None,
         };
         Some((d.clone(), body))
+    }
+
+    /// A request of mcpgate's own to the client (`method` with `params`):
+    /// what to send it, and where its answer will come.
+    pub fn ask_client(&self, method: &str, params: Option<&RawValue>) -> (Vec<u8>, Receiver<Message>) {
+        let (tx, rx) = bounded(1);
+        let mut st = self.state.lock();
+        let n = st.routes.next_ask;
+        st.routes.next_ask += 1;
+        st.routes.asks.insert(n, ServerRequest { server: String::new(), id: Value::Null, reply: Some(tx) });
+        if st.routes.asks.len() > MAX_ASKS {
+            st.routes.asks.pop_first();
+        }
+        (jsonrpc::request(&Value::from(n), method, params), rx)
+    }
+
+    /// Whether the client declared what a request of `method` needs.
+    pub fn client_can(&self, method: &str) -> bool {
+        let capability = match method {
+            "sampling/createMessage" => "sampling",
+            "elicitation/create" => "elicitation",
+            "roots/list" => "roots",
+            _ => return false,
+        };
+        serde_json::from_str::<Value>(self.init_params.get())
+            .ok()
+            .is_some_and(|p| p["capabilities"].get(capability).is_some_and(|c| !c.is_null()))
     }
 
     /// Remembers `logging/setLevel` for servers this session opens later.

@@ -60,6 +60,7 @@ pub fn json(g: &Gateway) -> Value {
             server.name().to_string(),
             json!({
                 "transport": server.transport(),
+                "era": server.era(),
                 "url": server.config.url().map(|url| server.redact(url)),
                 "command": server.config.url().is_none().then(|| server.redact(&server.config.target())),
                 "processes": server.processes(),

@@ -1,0 +1,357 @@
+//! Servers of the 2026-07-28 era, over HTTP: mcpgate asks every HTTP server
+//! `server/discover` once (again after a reload made its endpoint anew),
+//! and one that speaks 2026-07-28 is spoken to in that era; any other
+//! answer means the session era, and `initialize`.
+//!
+//! Such a server has no session: a downstream session on it is a view
+//! ([`ModernLink`]) with nothing to open or close, not counted among the
+//! downstream sessions. Each request carries `params._meta` (the version,
+//! the client's capabilities and info) and the routing headers; stopping
+//! a request closes its connection, which is the era's cancel. What the
+//! server announces unasked (list changes) comes on one standing
+//! `subscriptions/listen` per server ([`Listen`]), to every session using it.
+
+use std::collections::HashMap;
+use std::io::BufReader;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value, json};
+use ureq::Agent;
+
+use super::http::{Endpoint, Exchange, stream_agent};
+use super::{Arrival, Downstream, DownstreamError, Flight, Inbox, Link, Opened, Server};
+use crate::protocol::jsonrpc::{self, Kind, Message};
+use crate::protocol::modern::{self, META_CAPABILITIES, META_CLIENT_INFO, META_VERSION, VERSION};
+use crate::protocol::sse;
+use crate::runtime::threads;
+
+/// What a server speaks, learned by asking it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Era {
+    /// The session era: `initialize`, sessions, `DELETE`.
+    Session,
+    /// 2026-07-28, with what `server/discover` said.
+    Modern { capabilities: Value, instructions: Option<String> },
+}
+
+/// Reconnects of a dropped standing listen: 1 s, doubling up to 30 s.
+const LISTEN_BACKOFF_MIN: Duration = Duration::from_secs(1);
+const LISTEN_BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// `_meta` mcpgate sends as a client of its own (the probe, the listen).
+fn own_meta() -> Value {
+    json!({
+        META_VERSION: VERSION,
+        META_CAPABILITIES: {},
+        META_CLIENT_INFO: { "name": "mcpgate", "version": env!("CARGO_PKG_VERSION") },
+    })
+}
+
+/// The routing headers of a request of this era.
+fn headers(method: &str, params: &Value) -> Vec<(&'static str, String)> {
+    let mut headers = vec![("MCP-Protocol-Version", VERSION.to_string()), ("Mcp-Method", method.to_string())];
+    if let Some(member) = modern::name_member(method)
+        && let Some(name) = params.get(member).and_then(Value::as_str)
+    {
+        headers.push(("Mcp-Name", modern::encode_header_value(name)));
+    }
+    headers
+}
+
+/// Opens a downstream session on an HTTP server of the 2026-07-28 era:
+/// `None` when the server speaks the session era (then `initialize`
+/// follows). The client's `initialize` (`body`) gives what its requests
+/// will say of it; the answer given back stands for `initialize`'s.
+pub(crate) fn open(server: &Server, endpoint: &Endpoint, body: &[u8]) -> Result<Option<Opened>, DownstreamError> {
+    let known = endpoint.era.lock().clone();
+    let era = match known {
+        Some(era) => era,
+        None => {
+            let era = probe(server, endpoint)?;
+            let mut known = endpoint.era.lock();
+            if known.is_none() && matches!(era, Era::Modern { .. }) {
+                log::info!("server `{}` speaks protocol {VERSION}: no sessions with it", server.name());
+            }
+            known.get_or_insert(era).clone()
+        }
+    };
+    let Era::Modern { capabilities, instructions } = era else { return Ok(None) };
+    let client = Message::parse(body).ok().and_then(|m| m.params_object().ok()).unwrap_or_default();
+    let mut meta = Map::new();
+    meta.insert(META_VERSION.into(), Value::from(VERSION));
+    meta.insert(META_CAPABILITIES.into(), client.get("capabilities").cloned().unwrap_or(json!({})));
+    if let Some(info) = client.get("clientInfo") {
+        meta.insert(META_CLIENT_INFO.into(), info.clone());
+    }
+    let mut result = json!({ "protocolVersion": VERSION, "capabilities": capabilities });
+    if let Some(text) = instructions {
+        result["instructions"] = Value::String(text);
+    }
+    let answer = Message::parse(jsonrpc::result(&Value::from(0), &jsonrpc::raw(&result)).as_slice())
+        .map_err(|e| DownstreamError::Protocol(e.message))?;
+    let link = ModernLink { meta, key: KEYS.fetch_add(1, Ordering::Relaxed) };
+    Ok(Some((Box::new(link), Ok(answer))))
+}
+
+/// Asks the server `server/discover`. A transport failure is an error (the
+/// server is down; it is asked again); any answer that is not a result
+/// offering 2026-07-28 means the session era.
+fn probe(server: &Server, endpoint: &Endpoint) -> Result<Era, DownstreamError> {
+    let id = Value::from("mcpgate-discover");
+    let params = json!({ "_meta": own_meta() });
+    let body = jsonrpc::request(&id, "server/discover", Some(&jsonrpc::raw(&params)));
+    let response = endpoint.post_with(endpoint.short_agent(), &headers("server/discover", &params), &body)?;
+    let flight = server.lanes.flight(0);
+    let exchange = Exchange { session_id: None, version: VERSION, agent: endpoint.short_agent(), flight: &flight };
+    let Ok(answer) = endpoint.read_answer(server, response, &id, &mut |_| {}, &exchange) else {
+        return Ok(Era::Session);
+    };
+    let result: Value = answer.result.as_ref().and_then(|r| serde_json::from_str(r.get()).ok()).unwrap_or_default();
+    let modern = result["supportedVersions"].as_array().is_some_and(|v| v.iter().any(|v| v == VERSION));
+    Ok(if modern {
+        Era::Modern {
+            capabilities: result.get("capabilities").cloned().unwrap_or(json!({})),
+            instructions: result["instructions"].as_str().map(str::to_string),
+        }
+    } else {
+        Era::Session
+    })
+}
+
+/// Numbers the views, so the standing listen tells its inboxes apart.
+static KEYS: AtomicUsize = AtomicUsize::new(1);
+
+/// A downstream session on a server of the 2026-07-28 era: what its
+/// requests say of the client, and its place on the standing listen.
+struct ModernLink {
+    meta: Map<String, Value>,
+    key: usize,
+}
+
+fn endpoint(d: &Downstream) -> &Endpoint {
+    match &d.server.endpoint {
+        super::Endpoint::Http(endpoint) => endpoint,
+        super::Endpoint::Stdio(_) => unreachable!("a 2026-07-28 link belongs to an HTTP server"),
+    }
+}
+
+impl Link for ModernLink {
+    fn session_id(&self) -> Option<&str> {
+        None
+    }
+
+    fn holds_session(&self) -> bool {
+        false
+    }
+
+    fn request(
+        &self,
+        d: &Downstream,
+        id: &Value,
+        method: &str,
+        params: Option<&RawValue>,
+        on_message: &mut dyn FnMut(Arrival),
+        flight: &Arc<Flight>,
+    ) -> Result<Message, DownstreamError> {
+        let mut params: Value = params.and_then(|p| serde_json::from_str(p.get()).ok()).unwrap_or(json!({}));
+        // A client of this era sent its own _meta through the gateway: it is kept.
+        let meta = params.as_object_mut().map(|p| p.entry("_meta").or_insert(json!({})));
+        if let Some(Value::Object(meta)) = meta {
+            for (key, value) in &self.meta {
+                meta.entry(key.clone()).or_insert_with(|| value.clone());
+            }
+        }
+        let body = jsonrpc::request(id, method, Some(&jsonrpc::raw(&params)));
+        let endpoint = endpoint(d);
+        let mut lane = endpoint.lane_agent();
+        let agent = lane.agent().clone();
+        // Stopping closes the connection: this era's cancel.
+        if let Err(why) = flight.arm(Box::new(move || agent.clone().shutdown())) {
+            return Err(d.server.stopped(why));
+        }
+        let exchange = Exchange { session_id: None, version: VERSION, agent: lane.agent(), flight };
+        let result = endpoint
+            .post_with(lane.agent(), &headers(method, &params), &body)
+            .and_then(|response| endpoint.read_answer(&d.server, response, id, on_message, &exchange));
+        lane.stopped = flight.stopped().is_some();
+        result
+    }
+
+    /// Nothing goes to such a server but requests: a cancel closes the
+    /// request's stream, and it asks the client nothing.
+    fn send(&self, d: &Downstream, body: &[u8]) -> Result<(), DownstreamError> {
+        if let Ok(message) = Message::parse(body)
+            && message.method() != "notifications/initialized"
+        {
+            log::debug!(
+                "server `{}` ({VERSION}): `{}` has no place in its era; dropped",
+                d.server.name(),
+                message.method()
+            );
+        }
+        Ok(())
+    }
+
+    fn listen(&self, d: &Arc<Downstream>, inbox: Weak<dyn Inbox>) -> Result<(), DownstreamError> {
+        endpoint(d).listen.add(self.key, inbox, &d.server)
+    }
+
+    fn stop(&self, d: &Downstream) {
+        endpoint(d).listen.remove(self.key);
+    }
+
+    fn end(&self, _: &Downstream) -> Result<(), DownstreamError> {
+        Ok(())
+    }
+}
+
+/// The standing `subscriptions/listen` of one server: running while some
+/// session uses the server, its list changes delivered to each.
+#[derive(Default)]
+pub(crate) struct Listen {
+    /// Guards the inboxes and the running thread.
+    state: Mutex<ListenState>,
+}
+
+#[derive(Default)]
+struct ListenState {
+    inboxes: HashMap<usize, Weak<dyn Inbox>>,
+    running: Option<Running>,
+}
+
+struct Running {
+    stop: Arc<AtomicBool>,
+    agent: Agent,
+    handle: JoinHandle<()>,
+}
+
+impl Running {
+    /// Stops the thread: its read is unblocked, and it is joined by the reaper.
+    fn signal(self) {
+        self.stop.store(true, Ordering::Release);
+        self.agent.clone().shutdown();
+        threads::join_later(self.handle);
+    }
+}
+
+impl Listen {
+    fn add(&self, key: usize, inbox: Weak<dyn Inbox>, server: &Arc<Server>) -> Result<(), DownstreamError> {
+        let mut st = self.state.lock();
+        st.inboxes.insert(key, inbox);
+        if st.running.is_none() {
+            let agent = stream_agent(&server.limits);
+            let stop = Arc::new(AtomicBool::new(false));
+            let handle = {
+                let name = server.name().to_string();
+                let (server, agent, stop) = (server.clone(), agent.clone(), stop.clone());
+                threads::spawn("reader", &name, move || run(&server, &agent, &stop))
+                    .map_err(|e| DownstreamError::Exhausted(format!("mcpgate cannot start a thread now ({e})")))?
+            };
+            st.running = Some(Running { stop, agent, handle });
+        }
+        Ok(())
+    }
+
+    fn remove(&self, key: usize) {
+        let running = {
+            let mut st = self.state.lock();
+            st.inboxes.remove(&key);
+            if st.inboxes.is_empty() { st.running.take() } else { None }
+        };
+        if let Some(running) = running {
+            running.signal();
+        }
+    }
+
+    /// Stops it, whoever uses it (shutdown, reload).
+    pub(crate) fn stop(&self) {
+        let running = self.state.lock().running.take();
+        if let Some(running) = running {
+            running.signal();
+        }
+    }
+
+    fn deliver(&self, server: &Arc<Server>, message: &Message) {
+        let inboxes: Vec<Weak<dyn Inbox>> = self.state.lock().inboxes.values().cloned().collect();
+        for inbox in inboxes {
+            if let Some(inbox) = inbox.upgrade() {
+                inbox.deliver(server, message.clone());
+            }
+        }
+    }
+}
+
+/// The standing listen's thread: listens, delivers, and listens again
+/// after a drop (with backoff) until stopped.
+fn run(server: &Arc<Server>, agent: &Agent, stop: &AtomicBool) {
+    let super::Endpoint::Http(endpoint) = &server.endpoint else { return };
+    let _live = server.stats.threads_readers.enter();
+    let mut backoff = LISTEN_BACKOFF_MIN;
+    while !stop.load(Ordering::Acquire) {
+        let started = Instant::now();
+        let params = json!({
+            "notifications": { "toolsListChanged": true, "promptsListChanged": true, "resourcesListChanged": true },
+            "_meta": own_meta(),
+        });
+        let body =
+            jsonrpc::request(&Value::from("mcpgate-listen"), "subscriptions/listen", Some(&jsonrpc::raw(&params)));
+        let request = agent
+            .post(&endpoint.config.url)
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream")
+            .config()
+            .timeout_per_read(None)
+            .timeout_recv_body(None)
+            .build();
+        let mut request = request;
+        for (name, value) in headers("subscriptions/listen", &params) {
+            request = request.header(name, value.as_str());
+        }
+        for (name, value) in &endpoint.config.headers {
+            request = request.header(name.as_str(), value.as_str());
+        }
+        match request.send(body.as_slice()) {
+            Ok(response) if response.body().mime_type() == Some("text/event-stream") => {
+                let reader = BufReader::with_capacity(8 * 1024, response.into_body().into_reader());
+                let mut decoder = sse::Decoder::new(reader, server.limits.max_message);
+                while let Ok(Some(event)) = decoder.next_event() {
+                    let Ok(mut message) = Message::parse(event.data.as_bytes()) else { continue };
+                    if message.kind() != Ok(Kind::Notification)
+                        || message.method() == "notifications/subscriptions/acknowledged"
+                    {
+                        continue;
+                    }
+                    // The subscription id names mcpgate's listen, not the session's.
+                    if let Ok(mut p) = message.params_object() {
+                        p.remove("_meta");
+                        message.params = (!p.is_empty()).then(|| jsonrpc::raw(&Value::Object(p)));
+                    }
+                    endpoint.listen.deliver(server, &message);
+                }
+            }
+            Ok(response) => {
+                crate::limited!(
+                    warn,
+                    "server `{}`: subscriptions/listen answered HTTP {}; list changes will not reach clients",
+                    server.name(),
+                    response.status().as_u16()
+                );
+            }
+            Err(e) => log::debug!("server `{}`: subscriptions/listen: {e}", server.name()),
+        }
+        if started.elapsed() > LISTEN_BACKOFF_MAX {
+            backoff = LISTEN_BACKOFF_MIN;
+        }
+        // Wait before listening again, looking for the stop.
+        let until = Instant::now() + backoff;
+        while Instant::now() < until && !stop.load(Ordering::Acquire) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        backoff = (backoff * 2).min(LISTEN_BACKOFF_MAX);
+    }
+}

@@ -1,0 +1,184 @@
+//! Servers of the 2026-07-28 era behind mcpgate (the fixture with
+//! `--modern` or `--both-eras`): mcpgate asks each server what it speaks,
+//! keeps no session with one of this era, and bridges the eras: a
+//! session-era client's call that the server answers `input_required` is
+//! asked of the client on its call's stream and retried with its answers,
+//! so the client sees one call; a client of the era gets the server's
+//! `input_required` as it is; list changes reach session-era clients'
+//! `GET` streams from one standing `subscriptions/listen`.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::{Fixture, Gate, assert_balanced, http_agent, wait_until};
+
+fn gate_for(fx: &Fixture) -> Gate {
+    Gate::start_checked(&json!({"listen": "127.0.0.1:0", "mcpServers": {"fx": {"url": fx.url()}}}))
+}
+
+fn modern_count(fx: &Fixture, method: &str) -> u64 {
+    fx.stats()["modern_requests"][method].as_u64().unwrap_or(0)
+}
+
+#[test]
+fn a_server_of_the_new_era_is_asked_once_and_holds_no_session() {
+    let fx = Fixture::start("fx", &["--modern"]);
+    let gate = gate_for(&fx);
+    let mut a = gate.open_session();
+    let mut b = gate.open_session();
+    assert_eq!(a.tool_text("fx__echo", json!({"text": "one"})), "one");
+    assert_eq!(b.tool_text("fx__echo", json!({"text": "two"})), "two");
+    assert_eq!(fx.count("discover"), 1, "asked once, remembered: {}", fx.stats());
+    let status = gate.status();
+    assert_eq!(status["servers"]["fx"]["era"], "2026-07-28", "{status}");
+    // No session was opened at the server, so none is counted, and none is DELETEd.
+    assert_eq!(status["downstream"]["opened"], 0, "{status}");
+    assert_eq!(a.delete(), 200);
+    assert_eq!(b.delete(), 200);
+    assert_balanced(&gate.status());
+    assert_eq!(fx.count("delete"), 0);
+}
+
+#[test]
+fn a_session_era_clients_call_gets_the_servers_questions_on_its_stream_and_sees_one_call() {
+    let fx = Fixture::start("fx", &["--modern"]);
+    let gate = gate_for(&fx);
+    let mut client = gate.client();
+    client.initialize_with(json!({"sampling": {}, "elicitation": {}}));
+    let (events, response) = client.call_streaming("fx__sample", json!({"prompt": "hi"}), |request| {
+        assert_eq!(request["method"], "sampling/createMessage", "{request}");
+        Some(json!({"role": "assistant", "content": {"type": "text", "text": "from the client"}, "model": "m"}))
+    });
+    let text = response["result"]["content"][0]["text"].as_str().unwrap_or_default();
+    assert_eq!(text, "sampled: from the client", "{response}\n{events:?}");
+    assert!(response["result"].get("requestState").is_none(), "the client sees the final result only: {response}");
+    // Two rounds of questions, one call for the client.
+    let mut asked = 0;
+    let (_, response) = client.call_streaming("fx__elicit_twice", json!({"message": "ok?"}), |request| {
+        asked += 1;
+        assert_eq!(request["method"], "elicitation/create", "{request}");
+        Some(json!({"action": "accept", "content": {"answer": format!("a{asked}")}}))
+    });
+    assert_eq!(asked, 2, "{response}");
+    assert!(response.get("result").is_some(), "{response}");
+    assert!(fx.count("retries_with_state") >= 3, "{}", fx.stats());
+    assert_eq!(fx.count("bad_request_state"), 0);
+}
+
+#[test]
+fn a_client_that_cannot_answer_gets_an_error_naming_what_the_server_asked() {
+    let fx = Fixture::start("fx", &["--modern"]);
+    let gate = gate_for(&fx);
+    let mut client = gate.open_session();
+    // The server learns the client's capabilities from mcpgate's _meta, and refuses itself.
+    let reply = client.call_tool("fx__sample", json!({"prompt": "hi"}));
+    assert_eq!(reply.error_code(), -32021, "{}", reply.body);
+    assert!(reply.error_message().contains("sampling"), "{}", reply.body);
+    assert_eq!(fx.stats()["modern_last_client_capabilities"], json!({}), "the client's own capabilities");
+}
+
+#[test]
+fn list_changes_reach_session_clients_from_one_standing_listen() {
+    let fx = Fixture::start("fx", &["--modern", "--keepalive-ms", "200"]);
+    let gate = gate_for(&fx);
+    let mut a = gate.open_session();
+    let b = gate.open_session();
+    let (sa, sb) = (a.open_stream(), b.open_stream());
+    assert!(wait_until(Duration::from_secs(5), || fx.count("listen_open") >= 1), "{}", fx.stats());
+    assert_eq!(a.tool_text("fx__notify", json!({"kind": "tools"})), "sent to 1", "one standing listen for both");
+    for stream in [&sa, &sb] {
+        let changed = stream.next_with_method("notifications/tools/list_changed", Duration::from_secs(5));
+        assert!(changed.is_some(), "a session's GET stream missed the list change");
+    }
+    // The next list is fresh.
+    assert!(a.tool_names().iter().any(|n| n == "fx__echo"));
+    drop((sa, sb));
+    assert_eq!(a.delete(), 200);
+    assert_eq!(b.delete(), 200);
+    // With no session on it, the standing listen is closed.
+    assert!(
+        wait_until(Duration::from_secs(5), || gate.status()["threads"]["readers"] == 0),
+        "{}",
+        gate.status()["threads"]
+    );
+}
+
+#[test]
+fn a_cancel_closes_the_calls_connection_which_is_the_new_eras_cancel() {
+    let fx = Fixture::start("fx", &["--modern", "--keepalive-ms", "100"]);
+    let gate = gate_for(&fx);
+    let client = gate.open_session();
+    let body = json!({"jsonrpc": "2.0", "id": "c1", "method": "tools/call",
+        "params": {"name": "fx__cancellable", "arguments": {"every_ms": 50}}});
+    let caller = client.same_session();
+    let call = std::thread::spawn(move || caller.post(body.to_string().as_bytes(), &[]));
+    assert!(wait_until(Duration::from_secs(5), || fx.count("requests_running") == 1), "{}", fx.stats());
+    assert_eq!(client.notify("notifications/cancelled", json!({"requestId": "c1"})), 202);
+    assert!(
+        wait_until(Duration::from_secs(3), || fx.count("modern_cancelled_by_disconnect") == 1),
+        "the server saw no disconnect: {}",
+        fx.stats()
+    );
+    let _ = call.join();
+}
+
+#[test]
+fn a_client_of_the_new_era_gets_the_servers_questions_as_they_are() {
+    let fx = Fixture::start("fx", &["--modern"]);
+    let gate = gate_for(&fx);
+    let agent = http_agent(Some(Duration::from_secs(10)));
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {"sampling": {}},
+    });
+    let post = |id: u64, params: Value| -> Value {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
+        let text = agent
+            .post(&gate.url())
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream")
+            .header("MCP-Protocol-Version", "2026-07-28")
+            .header("Mcp-Method", "tools/call")
+            .header("Mcp-Name", "fx__sample")
+            .send(body.to_string().as_bytes())
+            .unwrap()
+            .into_body()
+            .read_to_string()
+            .unwrap();
+        serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON: {text}"))
+    };
+    let first = post(1, json!({"name": "fx__sample", "arguments": {"prompt": "x"}, "_meta": meta}));
+    let result = &first["result"];
+    assert_eq!(result["resultType"], "input_required", "{first}");
+    let state = result["requestState"].as_str().unwrap();
+    assert!(!state.starts_with("mcpgate:"), "the server's own state, passed on: {state}");
+    let key = result["inputRequests"].as_object().unwrap().keys().next().unwrap().clone();
+    let answer = json!({"role": "assistant", "content": {"type": "text", "text": "modern"}, "model": "m"});
+    let second = post(
+        2,
+        json!({"name": "fx__sample", "arguments": {"prompt": "x"}, "_meta": meta,
+               "inputResponses": {key: answer}, "requestState": state}),
+    );
+    assert_eq!(second["result"]["content"][0]["text"], "sampled: modern", "{second}");
+    assert_eq!(fx.stats()["modern_last_client_capabilities"], json!({"sampling": {}}), "the client's own _meta");
+    assert_eq!(modern_count(&fx, "tools/call"), 2);
+}
+
+#[test]
+fn a_server_of_both_eras_is_spoken_to_in_the_new_one() {
+    let fx = Fixture::start("fx", &["--both-eras"]);
+    let gate = gate_for(&fx);
+    let mut client = gate.open_session();
+    assert_eq!(client.tool_text("fx__echo", json!({"text": "x"})), "x");
+    assert_eq!(gate.status()["servers"]["fx"]["era"], "2026-07-28");
+    assert_eq!(fx.count("initialize"), 0, "{}", fx.stats());
+    // And a session-era server is asked once, then initialized.
+    let old = Fixture::start("old", &[]);
+    let gate = gate_for(&old);
+    let mut client = gate.open_session();
+    assert_eq!(client.tool_text("fx__echo", json!({"text": "y"})), "y");
+    assert_eq!(gate.status()["servers"]["fx"]["era"], "session");
+    assert_eq!(old.count("initialize"), 1);
+}
