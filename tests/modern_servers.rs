@@ -182,3 +182,16 @@ fn a_server_of_both_eras_is_spoken_to_in_the_new_one() {
     assert_eq!(gate.status()["servers"]["fx"]["era"], "session");
     assert_eq!(old.count("initialize"), 1);
 }
+
+#[test]
+fn a_call_mirrors_the_arguments_its_tool_marks_for_headers() {
+    let fx = Fixture::start("fx", &["--modern"]);
+    let gate = gate_for(&fx);
+    let mut client = gate.open_session();
+    let reply = client.call_tool("fx__routed", json!({"region": "eu-west", "shard": 7}));
+    assert!(reply.body.get("result").is_some() && reply.body["result"]["isError"] != true, "{}", reply.body);
+    let headers = &fx.stats()["modern_last_headers"];
+    assert_eq!(headers["mcp-param-region"], "eu-west", "{headers}");
+    assert_eq!(headers["mcp-param-shard"], "7", "{headers}");
+    assert_eq!(headers["mcp-name"], "routed", "{headers}");
+}

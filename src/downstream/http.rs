@@ -30,6 +30,8 @@ pub(crate) struct Endpoint {
     pub(crate) era: Mutex<Option<super::modern::Era>>,
     /// The standing `subscriptions/listen` of a server of the 2026-07-28 era.
     pub(crate) listen: super::modern::Listen,
+    /// Its tools' schemas, for the `Mcp-Param-*` headers of its calls.
+    pub(crate) schemas: super::modern::Schemas,
     /// For `initialize`, notifications, answers and `DELETE`: short
     /// exchanges bounded in total; keeps connections to the server alive.
     agent: Agent,
@@ -76,6 +78,7 @@ impl Endpoint {
             config,
             era: Mutex::new(None),
             listen: super::modern::Listen::default(),
+            schemas: super::modern::Schemas::default(),
             agent: agent(&limits, lanes),
             lane_agents: Mutex::new((0..lanes).map(|_| agent(&limits, 1)).collect()),
             limits,

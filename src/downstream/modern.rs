@@ -133,6 +133,37 @@ struct ModernLink {
     key: usize,
 }
 
+/// The `inputSchema` of the tools a server listed, by name: a call mirrors
+/// the arguments its tool marks with `x-mcp-header` in `Mcp-Param-*`.
+#[derive(Default)]
+pub(crate) struct Schemas(Mutex<HashMap<String, Value>>);
+
+impl Schemas {
+    /// Learns the schemas of a `tools/list` page.
+    fn learn(&self, answer: &Message) {
+        let Some(result) = &answer.result else { return };
+        if !result.get().contains("x-mcp-header") {
+            return;
+        }
+        let Ok(result) = serde_json::from_str::<Value>(result.get()) else { return };
+        let mut schemas = self.0.lock();
+        for tool in result["tools"].as_array().into_iter().flatten() {
+            if let (Some(name), Some(schema)) = (tool["name"].as_str(), tool.get("inputSchema")) {
+                // Bounded: a server listing without end does not grow it past this.
+                if schemas.len() < 4096 || schemas.contains_key(name) {
+                    schemas.insert(name.to_string(), schema.clone());
+                }
+            }
+        }
+    }
+
+    fn headers(&self, params: &Value) -> Vec<(String, String)> {
+        let Some(name) = params["name"].as_str() else { return Vec::new() };
+        let schemas = self.0.lock();
+        schemas.get(name).map(|schema| modern::param_headers(schema, &params["arguments"])).unwrap_or_default()
+    }
+}
+
 fn endpoint(d: &Downstream) -> &Endpoint {
     match &d.server.endpoint {
         super::Endpoint::Http(endpoint) => endpoint,
@@ -175,10 +206,21 @@ impl Link for ModernLink {
             return Err(d.server.stopped(why));
         }
         let exchange = Exchange { session_id: None, version: VERSION, agent: lane.agent(), flight };
+        let mut headers: Vec<(String, String)> =
+            headers(method, &params).into_iter().map(|(n, v)| (n.to_string(), v)).collect();
+        if method == "tools/call" {
+            headers.extend(endpoint.schemas.headers(&params));
+        }
+        let headers: Vec<(&str, String)> = headers.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
         let result = endpoint
-            .post_with(lane.agent(), &headers(method, &params), &body)
+            .post_with(lane.agent(), &headers, &body)
             .and_then(|response| endpoint.read_answer(&d.server, response, id, on_message, &exchange));
         lane.stopped = flight.stopped().is_some();
+        if method == "tools/list"
+            && let Ok(answer) = &result
+        {
+            endpoint.schemas.learn(answer);
+        }
         result
     }
 

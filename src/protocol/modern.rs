@@ -165,6 +165,38 @@ pub fn decode_header_value(value: &str) -> Option<String> {
     String::from_utf8(base64_decode(payload)?).ok()
 }
 
+/// The `Mcp-Param-*` headers a `tools/call` mirrors from its `arguments`:
+/// one per property of the tool's `inputSchema` (reached through
+/// `properties` only) that carries `x-mcp-header`, when the argument is
+/// there and is a string, an integer or a boolean.
+pub fn param_headers(input_schema: &Value, arguments: &Value) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut stack: Vec<(&Value, &Value)> = vec![(input_schema, arguments)];
+    while let Some((schema, value)) = stack.pop() {
+        let Some(properties) = schema.get("properties").and_then(Value::as_object) else { continue };
+        for (name, property) in properties {
+            let Some(argument) = value.get(name) else { continue };
+            if let Some(token) = property.get("x-mcp-header").and_then(Value::as_str) {
+                let rendered = match argument {
+                    Value::String(s) => Some(s.clone()),
+                    Value::Bool(b) => Some(b.to_string()),
+                    Value::Number(n) if property["type"] != "number" => Some(n.to_string()),
+                    _ => None,
+                };
+                if let Some(rendered) = rendered
+                    && !token.is_empty()
+                    && token.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+                {
+                    out.push((format!("Mcp-Param-{token}"), encode_header_value(&rendered)));
+                }
+            } else if argument.is_object() {
+                stack.push((property, argument));
+            }
+        }
+    }
+    out
+}
+
 /// A value for a header: verbatim when it is printable ASCII without
 /// surrounding spaces, else in the `=?base64?...?=` form.
 pub fn encode_header_value(value: &str) -> String {
@@ -283,6 +315,28 @@ mod tests {
             assert_eq!(decode_header_value(&encode_header_value(value)).as_deref(), Some(value));
         }
         assert_eq!(encode_header_value("plain"), "plain");
+    }
+
+    #[test]
+    fn arguments_marked_for_a_header_are_mirrored() {
+        let schema = json!({"type": "object", "properties": {
+            "region": {"type": "string", "x-mcp-header": "Region"},
+            "shard": {"type": "integer", "x-mcp-header": "Shard"},
+            "nested": {"type": "object", "properties": {"zone": {"type": "string", "x-mcp-header": "Zone"}}},
+            "text": {"type": "string"},
+        }});
+        let mut headers =
+            param_headers(&schema, &json!({"region": "eu", "shard": 3, "nested": {"zone": "é"}, "text": "x"}));
+        headers.sort();
+        assert_eq!(
+            headers,
+            [
+                ("Mcp-Param-Region".to_string(), "eu".to_string()),
+                ("Mcp-Param-Shard".into(), "3".into()),
+                ("Mcp-Param-Zone".into(), "=?base64?w6k=?=".into()),
+            ]
+        );
+        assert!(param_headers(&schema, &json!({})).is_empty());
     }
 
     #[test]
