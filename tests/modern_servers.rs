@@ -167,14 +167,22 @@ fn a_client_of_the_new_era_gets_the_servers_questions_as_they_are() {
 }
 
 #[test]
-fn a_server_of_both_eras_is_spoken_to_in_the_new_one() {
+fn a_server_of_both_eras_is_spoken_to_in_the_session_era() {
+    // Its tools may ask the client things over the session's back-channel,
+    // which the new era lacks: the session era keeps them working.
     let fx = Fixture::start("fx", &["--both-eras"]);
     let gate = gate_for(&fx);
-    let mut client = gate.open_session();
+    let mut client = gate.client();
+    client.initialize_with(json!({"sampling": {}}));
     assert_eq!(client.tool_text("fx__echo", json!({"text": "x"})), "x");
-    assert_eq!(gate.status()["servers"]["fx"]["era"], "2026-07-28");
-    assert_eq!(fx.count("initialize"), 0, "{}", fx.stats());
-    // And a session-era server is asked once, then initialized.
+    assert_eq!(gate.status()["servers"]["fx"]["era"], "session");
+    assert_eq!((fx.count("discover"), fx.count("initialize")), (1, 1), "{}", fx.stats());
+    let (_, response) = client.call_streaming("fx__sample", json!({"prompt": "p"}), |request| {
+        assert_eq!(request["method"], "sampling/createMessage");
+        Some(json!({"role": "assistant", "content": {"type": "text", "text": "back-channel"}, "model": "m"}))
+    });
+    assert_eq!(response["result"]["content"][0]["text"], "sampled: back-channel", "{response}");
+    // And a server of the session era only is asked once, then initialized.
     let old = Fixture::start("old", &[]);
     let gate = gate_for(&old);
     let mut client = gate.open_session();

@@ -1,7 +1,10 @@
 //! Servers of the 2026-07-28 era, over HTTP: mcpgate asks every HTTP server
 //! `server/discover` once (again after a reload made its endpoint anew),
-//! and one that speaks 2026-07-28 is spoken to in that era; any other
-//! answer means the session era, and `initialize`.
+//! and one that speaks only 2026-07-28 is spoken to in that era. A server
+//! that speaks both eras is spoken to in the session era, as its clients
+//! of today do: its tools may ask the client things over the session's
+//! back-channel, which the new era does not have. Any other answer means
+//! the session era, and `initialize`.
 //!
 //! Such a server has no session: a downstream session on it is a view
 //! ([`ModernLink`]) with nothing to open or close, not counted among the
@@ -112,8 +115,13 @@ fn probe(server: &Server, endpoint: &Endpoint) -> Result<Era, DownstreamError> {
         return Ok(Era::Session);
     };
     let result: Value = answer.result.as_ref().and_then(|r| serde_json::from_str(r.get()).ok()).unwrap_or_default();
-    let modern = result["supportedVersions"].as_array().is_some_and(|v| v.iter().any(|v| v == VERSION));
-    Ok(if modern {
+    let offered = result["supportedVersions"].as_array().cloned().unwrap_or_default();
+    let modern = offered.iter().any(|v| v == VERSION);
+    let session = offered.iter().any(|v| v.as_str().is_some_and(crate::protocol::versions::supported));
+    if modern && session {
+        log::info!("server `{}` speaks both eras: spoken to in the session era", server.name());
+    }
+    Ok(if modern && !session {
         Era::Modern {
             capabilities: result.get("capabilities").cloned().unwrap_or(json!({})),
             instructions: result["instructions"].as_str().map(str::to_string),
