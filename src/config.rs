@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use crate::gateway::catalog::Filter;
+use crate::catalog::Filter;
 
 /// One documented configuration key.
 pub struct Key {

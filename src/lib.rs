@@ -16,8 +16,10 @@
 //! - [`downstream`]: the client side of each server, behind one seam
 //!   (`Link`) for Streamable HTTP and stdio; `close_all`, the one way a
 //!   downstream session ends.
-//! - [`runtime`]: what runs beside the requests: the reaper, the state
-//!   file, systemd notification, threads, memory accounting, OS calls.
+//! - [`runtime`]: what every floor uses: the state file and its journal,
+//!   threads, memory accounting, rate-limited logs, OS calls.
+//! - [`service`]: what keeps it running, above the gateway: the reaper,
+//!   systemd, the restore at start.
 //! - [`status`]: the counters, and the status page drawn from them.
 //!
 //! [`config`] is read by all of them.
@@ -25,11 +27,14 @@
 // allows it for itself and documents each block.
 #![deny(unsafe_code)]
 
+pub mod catalog;
 pub mod config;
 pub mod downstream;
 pub mod gateway;
 pub mod http;
 pub mod protocol;
 pub mod runtime;
+pub mod service;
 pub mod session;
 pub mod status;
+pub mod tasks;

@@ -12,10 +12,11 @@ use mcpgate::config::{self, Config, ConfigError, Source};
 use mcpgate::gateway::Gateway;
 use mcpgate::http::routes::Routes;
 use mcpgate::http::{self, Httpd};
-use mcpgate::runtime::notify::{self, Notifier};
 use mcpgate::runtime::state::{self, StateFile};
 use mcpgate::runtime::sys::{self, Signal};
-use mcpgate::runtime::{reaper, threads};
+use mcpgate::runtime::threads;
+use mcpgate::service::notify::{self, Notifier};
+use mcpgate::service::{reaper, restore};
 use mcpgate::session::CloseReason;
 
 const USAGE: &str = "\
@@ -193,14 +194,14 @@ fn serve(config: Config, source: Source, signals: sys::Signals) -> Result<(), Er
     // Sessions come back before mcpgate listens (no server is asked
     // anything); their readers start, and what is to be closed is closed,
     // once it listens.
-    let restored = loaded.map(|loaded| state::restore(&gateway, loaded));
-    let writer = state::start(gateway.clone()).map_err(io("cannot start the state writer"))?;
+    let restored = loaded.map(|loaded| restore::restore(&gateway, loaded));
+    let writer = state::start(gateway.journal.clone(), gateway.clone()).map_err(io("cannot start the state writer"))?;
     let app = Arc::new(Routes { gateway: gateway.clone(), source: source.clone() });
     let mut httpd =
         Httpd::start(listen, app, options, gateway.stats.clone()).map_err(io(format!("cannot listen on {listen}")))?;
     let reaper = reaper::start(gateway.clone()).map_err(io("cannot start the reaper"))?;
     let restorer = match restored {
-        Some(restored) => state::finish_restore(restored).map_err(io("cannot start the restore"))?,
+        Some(restored) => restore::finish_restore(restored).map_err(io("cannot start the restore"))?,
         None => None,
     };
     let (signal_tx, signal_rx) = crossbeam_channel::bounded::<Signal>(4);

@@ -23,12 +23,12 @@ use crate::limited;
 use crate::protocol::jsonrpc::{self, Message};
 use crate::protocol::versions;
 use crate::runtime::state::Journal;
+pub use crate::runtime::state::SavedDownstream;
 use crate::status::stats::{Gauge, Stats};
 
 pub mod flight;
 mod http;
 mod modern;
-mod reader;
 mod resolver;
 pub mod stdio;
 
@@ -175,9 +175,9 @@ pub(crate) trait Link: Send + Sync {
 /// so the link is there to close it.
 pub(crate) type Opened = (Box<dyn Link>, Result<Message, DownstreamError>);
 
-/// How a server is reached.
+/// How a server is reached: over HTTP (in either era), or as a child process.
 pub(crate) enum Endpoint {
-    Http(http::Endpoint),
+    Http(http::Endpoint, modern::Side),
     Stdio(stdio::Endpoint),
 }
 
@@ -216,7 +216,9 @@ impl fmt::Debug for Server {
 impl Server {
     pub fn new(config: ServerConfig, limits: Limits, lanes: usize, context: &Context) -> Server {
         let endpoint = match &config.transport {
-            Transport::Http(http) => Endpoint::Http(http::Endpoint::new(http.clone(), limits, lanes)),
+            Transport::Http(http) => {
+                Endpoint::Http(http::Endpoint::new(http.clone(), limits, lanes), modern::Side::default())
+            }
             Transport::Stdio(stdio) => {
                 Endpoint::Stdio(stdio::Endpoint::new(&config.name, stdio.clone(), context.children.clone()))
             }
@@ -241,15 +243,23 @@ impl Server {
     /// `http` or `stdio`, for the status page.
     pub fn transport(&self) -> &'static str {
         match self.endpoint {
-            Endpoint::Http(_) => "http",
+            Endpoint::Http(..) => "http",
             Endpoint::Stdio(_) => "stdio",
+        }
+    }
+
+    /// Its HTTP endpoint, when it is reached over HTTP.
+    pub(crate) fn http(&self) -> Option<&http::Endpoint> {
+        match &self.endpoint {
+            Endpoint::Http(http, _) => Some(http),
+            Endpoint::Stdio(_) => None,
         }
     }
 
     /// The processes of a stdio server, for the status page.
     pub fn processes(&self) -> Option<stdio::Processes> {
         match &self.endpoint {
-            Endpoint::Http(_) => None,
+            Endpoint::Http(..) => None,
             Endpoint::Stdio(stdio) => Some(stdio.processes()),
         }
     }
@@ -258,18 +268,14 @@ impl Server {
         self.retired.store(true, Ordering::Release);
         match &self.endpoint {
             Endpoint::Stdio(stdio) => stdio.retire(),
-            Endpoint::Http(http) => http.listen.stop(),
+            Endpoint::Http(_, modern) => modern.stop(),
         }
     }
 
     /// The protocol era of an HTTP server, once known: `session` or `2026-07-28`.
     pub fn era(&self) -> Option<&'static str> {
         match &self.endpoint {
-            Endpoint::Http(http) => match &*http.era.lock() {
-                Some(modern::Era::Modern { .. }) => Some(crate::protocol::modern::VERSION),
-                Some(modern::Era::Session) => Some("session"),
-                None => None,
-            },
+            Endpoint::Http(_, modern) => modern.era_name(),
             Endpoint::Stdio(_) => Some("session"),
         }
     }
@@ -283,7 +289,10 @@ impl Server {
     pub fn shutdown(&self) {
         self.lanes.stop_all();
         match &self.endpoint {
-            Endpoint::Http(http) => http.shutdown(),
+            Endpoint::Http(http, modern) => {
+                http.shutdown();
+                modern.stop();
+            }
             Endpoint::Stdio(stdio) => stdio.shutdown(),
         }
     }
@@ -359,7 +368,10 @@ impl Server {
     ) -> Result<Arc<Downstream>, DownstreamError> {
         let body = jsonrpc::request(&Value::from(0), "initialize", Some(init_params));
         let (link, answer) = match &self.endpoint {
-            Endpoint::Http(http) => http::open(self, http, &body)?,
+            Endpoint::Http(http, modern) => match modern::open(self, http, modern, &body)? {
+                Some(opened) => opened,
+                None => http::open(self, http, &body)?,
+            },
             Endpoint::Stdio(stdio) => stdio::open(self, stdio, &body)?,
         };
         // From here the server may hold a session: every failure must close it.
@@ -425,18 +437,6 @@ fn initialize_result(message: &Message) -> Result<InitializeResult, DownstreamEr
         capabilities: result.get("capabilities").cloned().unwrap_or(Value::Object(Default::default())),
         instructions: result["instructions"].as_str().map(str::to_string),
     })
-}
-
-/// A downstream session as the state file keeps it.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct SavedDownstream {
-    pub server: String,
-    /// The server's URL when it was saved: a server whose URL changed since is not resumed.
-    pub url: String,
-    pub session_id: Option<String>,
-    pub protocol_version: String,
-    pub capabilities: Value,
-    pub instructions: Option<String>,
 }
 
 /// One downstream session: a client session's session with one server.

@@ -33,6 +33,32 @@ use crate::protocol::modern::{self, META_CAPABILITIES, META_CLIENT_INFO, META_VE
 use crate::protocol::sse;
 use crate::runtime::threads;
 
+/// What an HTTP server of the 2026-07-28 era needs beside its endpoint:
+/// what it speaks (asked once; a reload makes it anew), its standing
+/// listen, and its tools' schemas for the `Mcp-Param-*` headers.
+#[derive(Default)]
+pub(crate) struct Side {
+    era: Mutex<Option<Era>>,
+    listen: Listen,
+    schemas: Schemas,
+}
+
+impl Side {
+    /// `session` or `2026-07-28`, once known, for the status page.
+    pub(crate) fn era_name(&self) -> Option<&'static str> {
+        match &*self.era.lock() {
+            Some(Era::Modern { .. }) => Some(VERSION),
+            Some(Era::Session) => Some("session"),
+            None => None,
+        }
+    }
+
+    /// Stops the standing listen (shutdown, reload).
+    pub(crate) fn stop(&self) {
+        self.listen.stop();
+    }
+}
+
 /// What a server speaks, learned by asking it.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Era {
@@ -70,13 +96,18 @@ fn headers(method: &str, params: &Value) -> Vec<(&'static str, String)> {
 /// `None` when the server speaks the session era (then `initialize`
 /// follows). The client's `initialize` (`body`) gives what its requests
 /// will say of it; the answer given back stands for `initialize`'s.
-pub(crate) fn open(server: &Server, endpoint: &Endpoint, body: &[u8]) -> Result<Option<Opened>, DownstreamError> {
-    let known = endpoint.era.lock().clone();
+pub(crate) fn open(
+    server: &Server,
+    endpoint: &Endpoint,
+    side: &Side,
+    body: &[u8],
+) -> Result<Option<Opened>, DownstreamError> {
+    let known = side.era.lock().clone();
     let era = match known {
         Some(era) => era,
         None => {
             let era = probe(server, endpoint)?;
-            let mut known = endpoint.era.lock();
+            let mut known = side.era.lock();
             if known.is_none() && matches!(era, Era::Modern { .. }) {
                 log::info!("server `{}` speaks protocol {VERSION}: no sessions with it", server.name());
             }
@@ -172,9 +203,9 @@ impl Schemas {
     }
 }
 
-fn endpoint(d: &Downstream) -> &Endpoint {
-    match &d.server.endpoint {
-        super::Endpoint::Http(endpoint) => endpoint,
+fn endpoint(server: &Server) -> (&Endpoint, &Side) {
+    match &server.endpoint {
+        super::Endpoint::Http(endpoint, side) => (endpoint, side),
         super::Endpoint::Stdio(_) => unreachable!("a 2026-07-28 link belongs to an HTTP server"),
     }
 }
@@ -206,7 +237,7 @@ impl Link for ModernLink {
             }
         }
         let body = jsonrpc::request(id, method, Some(&jsonrpc::raw(&params)));
-        let endpoint = endpoint(d);
+        let (endpoint, side) = endpoint(&d.server);
         let mut lane = endpoint.lane_agent();
         let agent = lane.agent().clone();
         // Stopping closes the connection: this era's cancel.
@@ -217,7 +248,7 @@ impl Link for ModernLink {
         let mut headers: Vec<(String, String)> =
             headers(method, &params).into_iter().map(|(n, v)| (n.to_string(), v)).collect();
         if method == "tools/call" {
-            headers.extend(endpoint.schemas.headers(&params));
+            headers.extend(side.schemas.headers(&params));
         }
         let headers: Vec<(&str, String)> = headers.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
         let result = endpoint
@@ -227,7 +258,7 @@ impl Link for ModernLink {
         if method == "tools/list"
             && let Ok(answer) = &result
         {
-            endpoint.schemas.learn(answer);
+            side.schemas.learn(answer);
         }
         result
     }
@@ -248,11 +279,11 @@ impl Link for ModernLink {
     }
 
     fn listen(&self, d: &Arc<Downstream>, inbox: Weak<dyn Inbox>) -> Result<(), DownstreamError> {
-        endpoint(d).listen.add(self.key, inbox, &d.server)
+        endpoint(&d.server).1.listen.add(self.key, inbox, &d.server)
     }
 
     fn stop(&self, d: &Downstream) {
-        endpoint(d).listen.remove(self.key);
+        endpoint(&d.server).1.listen.remove(self.key);
     }
 
     fn end(&self, _: &Downstream) -> Result<(), DownstreamError> {
@@ -319,7 +350,7 @@ impl Listen {
     }
 
     /// Stops it, whoever uses it (shutdown, reload).
-    pub(crate) fn stop(&self) {
+    fn stop(&self) {
         let running = self.state.lock().running.take();
         if let Some(running) = running {
             running.signal();
@@ -339,7 +370,7 @@ impl Listen {
 /// The standing listen's thread: listens, delivers, and listens again
 /// after a drop (with backoff) until stopped.
 fn run(server: &Arc<Server>, agent: &Agent, stop: &AtomicBool) {
-    let super::Endpoint::Http(endpoint) = &server.endpoint else { return };
+    let super::Endpoint::Http(endpoint, side) = &server.endpoint else { return };
     let _live = server.stats.threads_readers.enter();
     let mut backoff = LISTEN_BACKOFF_MIN;
     while !stop.load(Ordering::Acquire) {
@@ -381,7 +412,7 @@ fn run(server: &Arc<Server>, agent: &Agent, stop: &AtomicBool) {
                         p.remove("_meta");
                         message.params = (!p.is_empty()).then(|| jsonrpc::raw(&Value::Object(p)));
                     }
-                    endpoint.listen.deliver(server, &message);
+                    side.listen.deliver(server, &message);
                 }
             }
             Ok(response) => {

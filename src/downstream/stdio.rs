@@ -420,7 +420,7 @@ impl Endpoint {
 fn endpoint(server: &Server) -> &Endpoint {
     match &server.endpoint {
         super::Endpoint::Stdio(endpoint) => endpoint,
-        super::Endpoint::Http(_) => unreachable!("a stdio link belongs to a stdio server"),
+        super::Endpoint::Http(..) => unreachable!("a stdio link belongs to a stdio server"),
     }
 }
 

@@ -15,10 +15,10 @@ use crate::protocol::jsonrpc::{self, Message, Params, RpcError};
 use crate::runtime::threads;
 use crate::session::{self, Session};
 
-use super::catalog::ListKind;
-use super::endpoint::PostStream;
+use super::Outcome;
 use super::lists::{fetch_pages, filter_for, naming};
-use super::{Gateway, catalog, tasks, visible};
+use super::{Gateway, visible};
+use crate::catalog::ListKind;
 
 /// Where what a server sends during a call goes, before its answer.
 pub(super) trait CallEvents {
@@ -33,60 +33,6 @@ pub(super) trait CallEvents {
     /// it is (to a client of that era, which asks and retries itself).
     fn input(&mut self, session: &Session, requests: &Map<String, Value>)
     -> Option<Result<Map<String, Value>, String>>;
-}
-
-impl CallEvents for PostStream<'_> {
-    // Mirrored: the client's answer becomes a stream now, its head sent.
-    fn streaming(&mut self) {
-        self.start();
-    }
-
-    fn message(&mut self, session: &Session, server: &Server, message: Message) {
-        if let Some(bytes) = session.to_client(server, message) {
-            self.send(bytes);
-        }
-    }
-
-    fn input(
-        &mut self,
-        session: &Session,
-        requests: &Map<String, Value>,
-    ) -> Option<Result<Map<String, Value>, String>> {
-        Some(ask_each(session, requests, self))
-    }
-}
-
-/// Asks a session-era client, on its call's stream, what a server of the
-/// 2026-07-28 era needs, one request after the other.
-fn ask_each(
-    session: &Session,
-    requests: &Map<String, Value>,
-    stream: &mut PostStream<'_>,
-) -> Result<Map<String, Value>, String> {
-    let mut answers = Map::new();
-    for (key, request) in requests {
-        let method = request["method"].as_str().unwrap_or_default();
-        if !session.client_can(method) {
-            return Err(format!("the server asks for `{method}`, which this client did not declare it can answer"));
-        }
-        let params = request.get("params").map(jsonrpc::raw);
-        let (bytes, answer) = session.ask_client(method, params.as_deref());
-        stream.send(bytes);
-        let wait = stream.ask_timeout();
-        match answer.recv_timeout(wait) {
-            Ok(message) => match (message.result, message.error) {
-                (Some(result), _) => {
-                    answers.insert(key.clone(), serde_json::from_str(result.get()).unwrap_or(Value::Null));
-                }
-                (None, Some(error)) => return Err(format!("the client refused `{method}`: {}", error.get())),
-                (None, None) => return Err(format!("the client's answer to `{method}` is empty")),
-            },
-            Err(_) => {
-                return Err(format!("the client did not answer `{method}` within {} s", wait.as_secs()));
-            }
-        }
-    }
-    Ok(answers)
 }
 
 /// Rounds of `input_required` one call may take before mcpgate gives up.
@@ -290,7 +236,8 @@ impl Gateway {
                 caps.insert(kind.into(), json!({}));
             }
         }
-        if let Some(tasks) = tasks::merge_capabilities(opened.iter().filter_map(|d| d.capabilities.get("tasks"))) {
+        if let Some(tasks) = crate::tasks::merge_capabilities(opened.iter().filter_map(|d| d.capabilities.get("tasks")))
+        {
             caps.insert("tasks".into(), tasks);
         }
         Value::Object(caps)
@@ -501,7 +448,7 @@ impl Gateway {
             owner = templates
                 .entries
                 .iter()
-                .find(|e| catalog::template_matches(&e.original, uri))
+                .find(|e| crate::catalog::template_matches(&e.original, uri))
                 .map(|e| e.server.clone());
         }
         if owner.is_none() {
@@ -623,21 +570,5 @@ impl Gateway {
         if let Err(e) = downstream.send(&body) {
             crate::limited!(warn, "server `{}`: forwarding the client's answer failed: {e}", downstream.server.name());
         }
-    }
-}
-
-/// What answers a JSON-RPC request: a result built here, an error, a
-/// server's response passed on as it came, or nothing (the client
-/// cancelled it: the spec says no response follows).
-pub(super) enum Outcome {
-    Result(Value),
-    Error(RpcError),
-    Forwarded(Message),
-    Cancelled,
-}
-
-impl From<RpcError> for Outcome {
-    fn from(e: RpcError) -> Outcome {
-        Outcome::Error(e)
     }
 }

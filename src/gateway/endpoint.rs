@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use serde_json::value::RawValue;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use crate::http::access::Access;
 use crate::http::{EventSink, HttpError, HttpReply, HttpRequest, NoStream, StreamReply};
@@ -14,9 +14,11 @@ use crate::protocol::jsonrpc::{self, Kind, Message, RpcError};
 use crate::protocol::versions::{self, SUPPORTED};
 use crate::session::{self, CloseReason, Session};
 
-use super::dispatch::Outcome;
+use super::dispatch::CallEvents;
 use super::dispatch::instructions;
 use super::{Gateway, SESSION_HEADER, UNSUPPORTED_PROTOCOL_VERSION, VERSION_HEADER};
+use super::{Outcome, accepts, new_session_id, too_busy};
+use crate::downstream::Server;
 
 /// The answer to one `POST`: JSON, unless a message for the client comes
 /// first; then an SSE stream that opens with a priming event, whose events
@@ -90,16 +92,6 @@ impl PostStream<'_> {
     }
 }
 
-/// 429 for a session with `max_requests_per_session` requests in flight.
-pub(super) fn too_busy(session: &Session) -> HttpReply {
-    crate::limited!(warn, "session {}: too many requests in flight; one refused with 429", session::short(&session.id));
-    let e = RpcError::new(
-        jsonrpc::INVALID_REQUEST,
-        "this session has too many requests in flight (max_requests_per_session); retry later",
-    );
-    HttpReply::error(429, &Value::Null, &e).header("Retry-After", "1")
-}
-
 /// The response to send, if any.
 fn answer_bytes(id: &Value, outcome: Outcome) -> Option<Vec<u8>> {
     Some(match outcome {
@@ -124,23 +116,6 @@ fn no_stream_in_2026(req: &HttpRequest) -> Option<HttpReply> {
             .with_header("Allow", "POST")
             .reply()
     })
-}
-
-pub(super) fn accepts(accept: &str, mime: &str) -> bool {
-    let major = mime.split('/').next().unwrap_or("");
-    accept.split(',').any(|part| {
-        let range = part.split(';').next().unwrap_or("").trim();
-        range.eq_ignore_ascii_case(mime)
-            || range == "*/*"
-            || range.strip_suffix("/*").is_some_and(|m| m.eq_ignore_ascii_case(major))
-    })
-}
-
-/// A session id: 128 bits from the OS random source, as 32 hex digits.
-pub(super) fn new_session_id() -> std::io::Result<String> {
-    let mut bytes = [0u8; 16];
-    crate::runtime::sys::random(&mut bytes)?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 impl Gateway {
@@ -453,6 +428,60 @@ impl Gateway {
             ),
         }
     }
+}
+
+impl CallEvents for PostStream<'_> {
+    // Mirrored: the client's answer becomes a stream now, its head sent.
+    fn streaming(&mut self) {
+        self.start();
+    }
+
+    fn message(&mut self, session: &Session, server: &Server, message: Message) {
+        if let Some(bytes) = session.to_client(server, message) {
+            self.send(bytes);
+        }
+    }
+
+    fn input(
+        &mut self,
+        session: &Session,
+        requests: &Map<String, Value>,
+    ) -> Option<Result<Map<String, Value>, String>> {
+        Some(ask_each(session, requests, self))
+    }
+}
+
+/// Asks a session-era client, on its call's stream, what a server of the
+/// 2026-07-28 era needs, one request after the other.
+fn ask_each(
+    session: &Session,
+    requests: &Map<String, Value>,
+    stream: &mut PostStream<'_>,
+) -> Result<Map<String, Value>, String> {
+    let mut answers = Map::new();
+    for (key, request) in requests {
+        let method = request["method"].as_str().unwrap_or_default();
+        if !session.client_can(method) {
+            return Err(format!("the server asks for `{method}`, which this client did not declare it can answer"));
+        }
+        let params = request.get("params").map(jsonrpc::raw);
+        let (bytes, answer) = session.ask_client(method, params.as_deref());
+        stream.send(bytes);
+        let wait = stream.ask_timeout();
+        match answer.recv_timeout(wait) {
+            Ok(message) => match (message.result, message.error) {
+                (Some(result), _) => {
+                    answers.insert(key.clone(), serde_json::from_str(result.get()).unwrap_or(Value::Null));
+                }
+                (None, Some(error)) => return Err(format!("the client refused `{method}`: {}", error.get())),
+                (None, None) => return Err(format!("the client's answer to `{method}` is empty")),
+            },
+            Err(_) => {
+                return Err(format!("the client did not answer `{method}` within {} s", wait.as_secs()));
+            }
+        }
+    }
+    Ok(answers)
 }
 
 #[cfg(test)]

@@ -28,7 +28,7 @@ use crate::protocol::jsonrpc::RpcError;
 use crate::runtime::sha256;
 use crate::session::Session;
 
-use super::dispatch::Outcome;
+use super::Outcome;
 
 /// What begins every `requestState` mcpgate issues; any other is a
 /// server's own (of the 2026-07-28 era), passed to it untouched.

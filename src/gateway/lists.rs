@@ -14,9 +14,9 @@ use crate::protocol::jsonrpc::{self, Message, RpcError};
 use crate::runtime::threads;
 use crate::session::Session;
 
-use super::catalog::{List, ListKind, ServerItems};
-use super::dispatch::Outcome;
-use super::{Gateway, MAX_COLLISIONS, MAX_PAGES, MAX_RENAMED, catalog, visible};
+use super::Outcome;
+use super::{Gateway, MAX_COLLISIONS, MAX_PAGES, MAX_RENAMED, visible};
+use crate::catalog::{List, ListKind, ServerItems};
 
 /// Every page of one server's list.
 pub(super) fn fetch_all(d: &Downstream, kind: ListKind) -> Result<Vec<Value>, DownstreamError> {
@@ -57,12 +57,16 @@ pub(super) fn fetch_pages(d: &Downstream, method: &str, field: &str) -> Result<V
 }
 
 /// How `server`'s tools and prompts are named for clients.
-pub(super) fn naming(server: &crate::config::ServerConfig, config: &Config) -> catalog::Naming {
-    catalog::Naming { prefix: server.prefix.clone(), separator: server.separator.clone(), max: config.tool_name_max }
+pub(super) fn naming(server: &crate::config::ServerConfig, config: &Config) -> crate::catalog::Naming {
+    crate::catalog::Naming {
+        prefix: server.prefix.clone(),
+        separator: server.separator.clone(),
+        max: config.tool_name_max,
+    }
 }
 
 /// `server`'s filter for lists of `kind`.
-pub(super) fn filter_for(server: &crate::config::ServerConfig, kind: ListKind) -> &catalog::Filter {
+pub(super) fn filter_for(server: &crate::config::ServerConfig, kind: ListKind) -> &crate::catalog::Filter {
     match kind {
         ListKind::Tools => &server.tools,
         ListKind::Prompts => &server.prompts,

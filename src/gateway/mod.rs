@@ -9,21 +9,23 @@ use std::time::Instant;
 
 use parking_lot::Mutex;
 
+use serde_json::Value;
+
 use crate::config::Config;
 use crate::downstream::stdio::Children;
 use crate::downstream::{Context, Limits, Server};
+use crate::http::HttpReply;
+use crate::protocol::jsonrpc::{self, Message, RpcError};
 use crate::runtime::state::Journal;
 use crate::session::{self, CloseReason, Session, Sessions};
 use crate::status::stats::Stats;
 
-pub mod catalog;
 mod dispatch;
 mod endpoint;
 mod holds;
 mod lists;
 mod modern;
 mod reload;
-pub mod tasks;
 
 pub use reload::ReloadOutcome;
 
@@ -68,7 +70,7 @@ pub struct Gateway {
     /// Recent name collisions between servers, for the status page.
     pub collisions: Mutex<Vec<String>>,
     /// Tools and prompts exposed under another name than `<prefix>__<name>`.
-    pub renamed: Mutex<Vec<catalog::Renamed>>,
+    pub renamed: Mutex<Vec<crate::catalog::Renamed>>,
     /// Guards the outcome of the last reload; `reloading` serializes reloads.
     pub last_reload: Mutex<ReloadOutcome>,
     reloading: Mutex<()>,
@@ -192,4 +194,47 @@ fn visible(current: &Current, session: &Session) -> Vec<Arc<Server>> {
 
 fn new_server(config: &crate::config::ServerConfig, all: &Config, context: &Context) -> Arc<Server> {
     Arc::new(Server::new(config.clone(), Limits::from_config(all), all.calls_per_server, context))
+}
+
+/// What answers a JSON-RPC request: a result built here, an error, a
+/// server's response passed on as it came, or nothing (the client
+/// cancelled it: the spec says no response follows).
+pub(super) enum Outcome {
+    Result(Value),
+    Error(RpcError),
+    Forwarded(Message),
+    Cancelled,
+}
+
+impl From<RpcError> for Outcome {
+    fn from(e: RpcError) -> Outcome {
+        Outcome::Error(e)
+    }
+}
+
+/// 429 for a session with `max_requests_per_session` requests in flight.
+pub(super) fn too_busy(session: &Session) -> HttpReply {
+    crate::limited!(warn, "session {}: too many requests in flight; one refused with 429", session::short(&session.id));
+    let e = RpcError::new(
+        jsonrpc::INVALID_REQUEST,
+        "this session has too many requests in flight (max_requests_per_session); retry later",
+    );
+    HttpReply::error(429, &Value::Null, &e).header("Retry-After", "1")
+}
+
+pub(super) fn accepts(accept: &str, mime: &str) -> bool {
+    let major = mime.split('/').next().unwrap_or("");
+    accept.split(',').any(|part| {
+        let range = part.split(';').next().unwrap_or("").trim();
+        range.eq_ignore_ascii_case(mime)
+            || range == "*/*"
+            || range.strip_suffix("/*").is_some_and(|m| m.eq_ignore_ascii_case(major))
+    })
+}
+
+/// A session id: 128 bits from the OS random source, as 32 hex digits.
+pub(super) fn new_session_id() -> std::io::Result<String> {
+    let mut bytes = [0u8; 16];
+    crate::runtime::sys::random(&mut bytes)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }

@@ -30,11 +30,12 @@ use crate::protocol::{VERSION_HEADER, sse, versions};
 use crate::runtime::{sha256, threads};
 use crate::session::{ListenFilter, Session};
 
-use super::catalog::ListKind;
-use super::dispatch::{self, CallEvents, Outcome};
-use super::endpoint::{accepts, new_session_id, too_busy};
+use super::Outcome;
+use super::dispatch::{self, CallEvents};
 use super::holds::{self, HeldParts, HoldEvent, HoldThread};
 use super::{Gateway, dispatch::instructions};
+use super::{accepts, new_session_id, too_busy};
+use crate::catalog::ListKind;
 
 /// Quiet this long, a call's answer becomes a stream, and then carries a
 /// comment this often: proxies that cut idle connections leave it be.

@@ -1,11 +1,9 @@
-//! What runs beside the requests: the reaper, the state file, systemd
-//! notification, the threads and their roles, the memory budget, rate-limited
-//! logging, and the OS calls (`sys`, the only `unsafe` code).
+//! What every floor uses: the state file and its journal, the threads and
+//! their roles, the memory budget, rate-limited logging, SHA-256, and the
+//! OS calls (`sys`, the only `unsafe` code).
 
 pub mod memory;
-pub mod notify;
 pub mod ratelog;
-pub mod reaper;
 pub mod sha256;
 pub mod state;
 pub mod sys;

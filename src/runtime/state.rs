@@ -27,12 +27,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use parking_lot::{Condvar, Mutex};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
-use crate::config::{HttpConfig, ServerConfig, Transport};
-use crate::downstream::{self, Downstream, SavedDownstream, Server};
-use crate::gateway::Gateway;
 use crate::runtime::threads;
-use crate::session::{SavedSession, Session};
 
 /// Format 2 added `closing` and the token hash; format 1 files still load.
 const FORMAT: u32 = 2;
@@ -40,13 +37,41 @@ const FORMAT: u32 = 2;
 const LOOK_EVERY: Duration = Duration::from_millis(250);
 /// The longest a request waits for its write.
 const COMMIT_WAIT: Duration = Duration::from_secs(5);
-/// Downstream sessions whose readers start (or DELETEs go) at once after a restart.
-const RESTORE_PARALLEL: usize = 16;
 
 /// Activity alone (no session opened or closed) is written at most this
 /// often, and at least four times per idle timeout.
-fn activity_every(idle_timeout: Duration) -> Duration {
+pub fn activity_every(idle_timeout: Duration) -> Duration {
     (idle_timeout / 4).clamp(LOOK_EVERY, Duration::from_secs(30))
+}
+
+/// A client session as the state file keeps it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SavedSession {
+    pub id: String,
+    pub protocol_version: String,
+    pub init_params: Value,
+    pub client_name: String,
+    /// Unix seconds of the last request or stream end.
+    pub last_active: u64,
+    /// The servers its token may reach; absent for all.
+    #[serde(default)]
+    pub scope: Option<Vec<String>>,
+    /// SHA-256 of the token that created it (hex), never the token.
+    #[serde(default)]
+    pub token_sha256: Option<String>,
+    pub downstreams: Vec<SavedDownstream>,
+}
+
+/// A downstream session as the state file keeps it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SavedDownstream {
+    pub server: String,
+    /// The server's URL when it was saved: a server whose URL changed since is not resumed.
+    pub url: String,
+    pub session_id: Option<String>,
+    pub protocol_version: String,
+    pub capabilities: Value,
+    pub instructions: Option<String>,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -354,109 +379,13 @@ impl Journal {
     }
 }
 
-/// What a restart found and left to do once mcpgate listens.
-#[derive(Default)]
-pub struct Restored {
-    /// Downstream sessions taken over, whose `GET` stream readers must start.
-    readers: Vec<(Arc<Session>, Arc<Downstream>)>,
-    /// Downstream sessions to close: expired, moved, or named by a damaged file.
-    close: Vec<Arc<Downstream>>,
-}
-
-/// Brings back what the state file holds, without a word to any server:
-/// sessions are usable as soon as mcpgate listens. Sessions idle past the
-/// timeout, and downstream sessions that were closing, are to be closed;
-/// [`finish_restore`] does that, and starts the readers, after listening.
-pub fn restore(gateway: &Gateway, loaded: Loaded) -> Restored {
-    let (saved, trusted) = match loaded {
-        Loaded::Absent | Loaded::Rejected => return Restored::default(),
-        Loaded::Saved(saved) => (saved, true),
-        Loaded::Damaged(saved) => (saved, false),
-    };
-    let current = gateway.current();
-    // The saved activity may be one write interval old: a session is expired
-    // only past that, so one in use at the crash is never closed at start.
-    let idle_timeout = current.config.session_idle_timeout;
-    let timeout = (idle_timeout + activity_every(idle_timeout)).as_secs();
-    let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let mut done = Restored::default();
-    let to_close = |saved: &SavedDownstream| server_for(gateway, saved).saved_downstream(saved);
-    done.close.extend(saved.closing.iter().map(to_close));
-    let (mut restored, mut expired) = (0, 0);
-    for session in saved.sessions {
-        if !trusted || now.saturating_sub(session.last_active) >= timeout {
-            expired += 1;
-            gateway.stats.sessions_expired_at_start.inc();
-            done.close.extend(session.downstreams.iter().map(to_close));
-            continue;
-        }
-        let live = Session::restore(&session);
-        for saved in &session.downstreams {
-            match current.server(&saved.server).filter(|s| s.config.url() == Some(saved.url.as_str())) {
-                Some(server) => done.readers.push((live.clone(), live.adopt(server, saved))),
-                // Removed or moved since: close it where it was.
-                None => done.close.push(to_close(saved)),
-            }
-        }
-        if gateway.sessions.insert(live.clone(), current.config.max_sessions) {
-            restored += 1;
-            gateway.stats.sessions_restored.inc();
-        } else {
-            done.close.extend(live.take_downstreams());
-            done.readers.retain(|(s, _)| !Arc::ptr_eq(s, &live));
-        }
-    }
-    // Closing before the first write of this process: none of it may fall out of the file.
-    gateway.journal.closing(done.close.iter().filter_map(|d| d.closing_record()));
-    if restored + expired + done.close.len() > 0 {
-        log::info!(
-            "state file: {restored} session(s) restored, {expired} expired or not trusted; {} downstream session(s) \
-             to close",
-            done.close.len()
-        );
-    }
-    done
-}
-
-/// Starts the readers of restored downstream sessions and closes what is to
-/// be closed, `RESTORE_PARALLEL` at a time, on a thread of its own while
-/// mcpgate already serves. A server that does not answer delays only its
-/// own sessions' notifications.
-pub fn finish_restore(restored: Restored) -> std::io::Result<Option<JoinHandle<()>>> {
-    if restored.readers.is_empty() && restored.close.is_empty() {
-        return Ok(None);
-    }
-    threads::spawn("state", "restore", move || {
-        let Restored { readers, close } = restored;
-        threads::for_each_parallel("fanout", &readers, RESTORE_PARALLEL, |(session, d)| {
-            session.start_reader(d);
-        });
-        downstream::close_all(&close, RESTORE_PARALLEL);
-    })
-    .map(Some)
-}
-
-/// The configured server a saved downstream session belongs to, or, when
-/// it was removed or moved, one made up from what was saved to send its
-/// `DELETE`: without the configured headers, which belong to the server
-/// configured now (a bearer token for another host, say).
-fn server_for(gateway: &Gateway, saved: &SavedDownstream) -> Arc<Server> {
-    let current = gateway.current();
-    if let Some(server) = current.server(&saved.server).filter(|s| s.config.url() == Some(saved.url.as_str())) {
-        return server.clone();
-    }
-    let config = ServerConfig {
-        name: saved.server.clone(),
-        transport: Transport::Http(HttpConfig { url: saved.url.clone(), headers: Vec::new() }),
-        prefix: String::new(),
-        separator: "__".into(),
-        tools: Default::default(),
-        prompts: Default::default(),
-        resources: Default::default(),
-        secrets: Vec::new(),
-    };
-    let limits = downstream::Limits::from_config(&current.config);
-    Arc::new(Server::new(config, limits, 1, &gateway.context()))
+/// What the writer reads of the gateway: the client sessions as the file
+/// keeps them, how much happened (a count that grows with each request),
+/// and the idle timeout (which sets how often activity alone is written).
+pub trait Source: Send + Sync {
+    fn saved_sessions(&self) -> Vec<SavedSession>;
+    fn activity(&self) -> u64;
+    fn idle_timeout(&self) -> Duration;
 }
 
 /// What the file holds now: the live sessions (or, at shutdown, the kept
@@ -464,11 +393,11 @@ fn server_for(gateway: &Gateway, saved: &SavedDownstream) -> Arc<Server> {
 /// and with the journal's lock taken only for the second: a session leaves
 /// the table only after its downstream sessions are marked closing, so a
 /// session missed by the first read is caught by the second.
-fn snapshot(gateway: &Gateway, journal: &Journal) -> Saved {
+fn snapshot(source: &dyn Source, journal: &Journal) -> Saved {
     let keep = journal.state.lock().keep.clone();
     let sessions = match keep {
         Some(keep) => keep,
-        None => gateway.sessions.snapshot().iter().filter_map(|s| s.saved(true)).collect(),
+        None => source.saved_sessions(),
     };
     let closing = journal.state.lock().closing.values().cloned().collect();
     Saved { format: FORMAT, closing, sessions }
@@ -476,44 +405,43 @@ fn snapshot(gateway: &Gateway, journal: &Journal) -> Saved {
 
 /// The thread that writes the state file.
 pub struct Writer {
-    gateway: Arc<Gateway>,
+    journal: Arc<Journal>,
     handle: JoinHandle<()>,
 }
 
 /// Starts the writer, when there is a state file.
-pub fn start(gateway: Arc<Gateway>) -> std::io::Result<Option<Writer>> {
-    if gateway.journal.file.is_none() {
+pub fn start(journal: Arc<Journal>, source: Arc<dyn Source>) -> std::io::Result<Option<Writer>> {
+    if journal.file.is_none() {
         return Ok(None);
     }
     let handle = {
-        let gateway = gateway.clone();
-        threads::spawn("state", "", move || write_loop(&gateway))?
+        let journal = journal.clone();
+        threads::spawn("state", "", move || write_loop(&journal, &*source))?
     };
-    Ok(Some(Writer { gateway, handle }))
+    Ok(Some(Writer { journal, handle }))
 }
 
-fn write_loop(gateway: &Gateway) {
-    let journal = &gateway.journal;
+fn write_loop(journal: &Journal, source: &dyn Source) {
     let Some(file) = &journal.file else { return };
-    let (mut requests, mut saved_at) = (gateway.stats.requests.get(), Instant::now());
+    let (mut requests, mut saved_at) = (source.activity(), Instant::now());
     let mut st = journal.state.lock();
     loop {
         if st.stopping {
             return;
         }
-        let every = activity_every(gateway.current().config.session_idle_timeout);
-        let active = gateway.stats.requests.get() != requests && saved_at.elapsed() >= every;
+        let every = activity_every(source.idle_timeout());
+        let active = source.activity() != requests && saved_at.elapsed() >= every;
         let retry = st.failure.is_some();
         if st.wanted > st.done || active || retry {
             let target = st.wanted;
             drop(st);
-            let result = file.save(&snapshot(gateway, journal));
+            let result = file.save(&snapshot(source, journal));
             st = journal.state.lock();
             match result {
                 Ok(()) => {
                     st.done = st.done.max(target);
                     st.failure = None;
-                    (requests, saved_at) = (gateway.stats.requests.get(), Instant::now());
+                    (requests, saved_at) = (source.activity(), Instant::now());
                 }
                 Err(e) => {
                     crate::limited!(
@@ -536,12 +464,12 @@ fn write_loop(gateway: &Gateway) {
 impl Writer {
     /// Writes what is pending, then stops.
     pub fn stop(self) {
-        let _ = self.gateway.journal.commit();
-        let mut st = self.gateway.journal.state.lock();
+        let _ = self.journal.commit();
+        let mut st = self.journal.state.lock();
         st.stopping = true;
         drop(st);
-        self.gateway.journal.wake.notify_all();
-        self.gateway.journal.written.notify_all();
+        self.journal.wake.notify_all();
+        self.journal.written.notify_all();
         let _ = self.handle.join();
     }
 }

@@ -12,12 +12,13 @@ use parking_lot::{Condvar, Mutex};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use crate::catalog::{List, ListKind};
 use crate::downstream::{self, Downstream, Inbox, Server, Stop};
-use crate::gateway::catalog::{List, ListKind};
 use crate::http::access::Access;
 use crate::protocol::jsonrpc::{self, Message};
 use crate::runtime::memory::{self};
 use crate::runtime::state::Journal;
+pub use crate::runtime::state::SavedSession;
 use crate::status::stats::Stats;
 
 mod routing;
@@ -79,24 +80,6 @@ pub struct Session {
     /// token): no client holds its id, nothing waits for a `GET` stream.
     sessionless: std::sync::atomic::AtomicBool,
     me: Weak<Session>,
-}
-
-/// A client session as the state file keeps it.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct SavedSession {
-    pub id: String,
-    pub protocol_version: String,
-    pub init_params: Value,
-    pub client_name: String,
-    /// Unix seconds of the last request or stream end.
-    pub last_active: u64,
-    /// The servers its token may reach; absent for all.
-    #[serde(default)]
-    pub scope: Option<Vec<String>>,
-    /// SHA-256 of the token that created it (hex), never the token.
-    #[serde(default)]
-    pub token_sha256: Option<String>,
-    pub downstreams: Vec<downstream::SavedDownstream>,
 }
 
 fn unix_now() -> u64 {

@@ -10,10 +10,10 @@ use crossbeam_channel::{Receiver, Sender, bounded};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use crate::catalog::ListKind;
 use crate::downstream::{Downstream, Flight, Server, Stop};
-use crate::gateway::catalog::ListKind;
-use crate::gateway::tasks::{self, TaskIds};
 use crate::protocol::jsonrpc::{self, Kind, Message};
+use crate::tasks::{self, TaskIds};
 
 use super::{Session, Slot};
 

@@ -5,8 +5,8 @@
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
+use crate::catalog::{List, ListKind};
 use crate::downstream::{self, Downstream, Inbox, Server};
-use crate::gateway::catalog::{List, ListKind};
 use crate::protocol::jsonrpc::{self, RpcError};
 
 use super::{CloseReason, Session};

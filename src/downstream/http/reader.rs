@@ -11,8 +11,8 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded};
 use ureq::Agent;
 use ureq::http::Response;
 
-use super::http::{Endpoint, stream_agent};
-use super::{Downstream, DownstreamError, Inbox, Server};
+use super::endpoint::{Endpoint, stream_agent};
+use crate::downstream::{Downstream, DownstreamError, Inbox, Server};
 use crate::protocol::jsonrpc::Message;
 use crate::protocol::sse;
 use crate::runtime::threads;
@@ -159,9 +159,9 @@ impl Stream {
     }
 
     fn endpoint(&self) -> &Endpoint {
-        match &self.server.endpoint {
-            super::Endpoint::Http(endpoint) => endpoint,
-            super::Endpoint::Stdio(_) => unreachable!("a GET stream belongs to an HTTP server"),
+        match self.server.http() {
+            Some(endpoint) => endpoint,
+            None => unreachable!("a GET stream belongs to an HTTP server"),
         }
     }
 

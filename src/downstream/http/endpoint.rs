@@ -1,40 +1,28 @@
-//! The Streamable HTTP transport: a `POST` per message, answers as JSON or
-//! as an SSE stream (resumed with `Last-Event-ID` when it drops), the
-//! server's own messages on a `GET` stream read by a [`Reader`] thread, and
-//! `DELETE` to end the session.
+//! What talking to an HTTP server takes, whatever the era: the agents (one
+//! per lane, and one for short exchanges), the requests (`POST`, the `GET`
+//! stream, `DELETE`) with the configured headers, and reading an answer:
+//! JSON, or an SSE stream resumed with `Last-Event-ID` when it drops.
 
 use std::io::{BufReader, Read};
-use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use serde_json::Value;
-use serde_json::value::RawValue;
 use ureq::Agent;
 use ureq::http::Response;
 
-use super::reader::{self, Reader};
-use super::{Arrival, Downstream, DownstreamError, Flight, Inbox, Limits, Link, Opened, Server};
 use crate::config::HttpConfig;
-use crate::limited;
-use crate::protocol::jsonrpc::{self, Kind, Message};
+use crate::downstream::{Arrival, DownstreamError, Flight, Limits, Server};
+use crate::protocol::jsonrpc::{Kind, Message};
 use crate::protocol::sse;
-use crate::protocol::versions;
 use crate::runtime::memory::Charge;
 
 /// What a server reached over HTTP keeps: the agents it talks through.
 pub(crate) struct Endpoint {
     pub config: HttpConfig,
-    /// What the server speaks, learned from its first `server/discover`
-    /// (a reload makes a new endpoint, which probes again).
-    pub(crate) era: Mutex<Option<super::modern::Era>>,
-    /// The standing `subscriptions/listen` of a server of the 2026-07-28 era.
-    pub(crate) listen: super::modern::Listen,
-    /// Its tools' schemas, for the `Mcp-Param-*` headers of its calls.
-    pub(crate) schemas: super::modern::Schemas,
     /// For `initialize`, notifications, answers and `DELETE`: short
     /// exchanges bounded in total; keeps connections to the server alive.
-    agent: Agent,
+    pub(super) agent: Agent,
     /// One agent per lane, each with one kept-alive connection; a request
     /// holds one while it runs (the server's lanes bound how many).
     /// Guards the idle agents; one is always here when a lane is free.
@@ -69,27 +57,26 @@ fn agent_with_buffers(limits: &Limits, idle_per_host: usize, input: usize, outpu
         .max_redirects(0)
         .user_agent(concat!("mcpgate/", env!("CARGO_PKG_VERSION")))
         .build();
-    Agent::with_parts(config, ureq::unversioned::transport::DefaultConnector::new(), super::resolver::Lookup)
+    Agent::with_parts(
+        config,
+        ureq::unversioned::transport::DefaultConnector::new(),
+        crate::downstream::resolver::Lookup,
+    )
 }
 
 impl Endpoint {
     pub fn new(config: HttpConfig, limits: Limits, lanes: usize) -> Endpoint {
         Endpoint {
             config,
-            era: Mutex::new(None),
-            listen: super::modern::Listen::default(),
-            schemas: super::modern::Schemas::default(),
             agent: agent(&limits, lanes),
             lane_agents: Mutex::new((0..lanes).map(|_| agent(&limits, 1)).collect()),
             limits,
         }
     }
 
-    /// Unblocks every short exchange in flight (requests stop with their
-    /// flights), and stops the standing listen.
+    /// Unblocks every short exchange in flight (requests stop with their flights).
     pub fn shutdown(&self) {
         self.agent.clone().shutdown();
-        self.listen.stop();
     }
 
     /// Adds the session, the protocol version and the configured headers.
@@ -136,7 +123,7 @@ impl Endpoint {
 
     /// A `POST` of one JSON-RPC message on `agent`; the response head,
     /// whatever its status.
-    fn post(
+    pub(super) fn post(
         &self,
         agent: &Agent,
         session: Option<&str>,
@@ -174,7 +161,7 @@ impl Endpoint {
     /// Sends `DELETE` for a downstream session. Out of file descriptors, it
     /// tries again every 50 ms within `delete_timeout_secs`: closing
     /// sessions frees descriptors, and this DELETE is what must not be lost.
-    fn delete(&self, session: &str, version: &str) -> Result<(), DownstreamError> {
+    pub(super) fn delete(&self, session: &str, version: &str) -> Result<(), DownstreamError> {
         let deadline = Instant::now() + self.limits.delete;
         let response = loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -419,142 +406,4 @@ pub(crate) struct Exchange<'a> {
     pub(crate) agent: &'a Agent,
     /// Told of every message; a stopped flight's stream is not resumed.
     pub(crate) flight: &'a Flight,
-}
-
-/// Sends `initialize` (id 0, the client's params) and reads the answer; the
-/// link carries the session id the server gave, if any.
-pub(crate) fn open(server: &Server, endpoint: &Endpoint, body: &[u8]) -> Result<Opened, DownstreamError> {
-    if let Some(opened) = super::modern::open(server, endpoint, body)? {
-        return Ok(opened);
-    }
-    let id = Value::from(0);
-    let response = endpoint.post(&endpoint.agent, None, None, body)?;
-    let session_id = match response.headers().get("mcp-session-id").map(|v| v.to_str()) {
-        None => None,
-        Some(Ok(v)) if !v.is_empty() && v.bytes().all(|b| (0x21..=0x7e).contains(&b)) => Some(v.to_string()),
-        Some(_) => return Err(DownstreamError::Protocol("Mcp-Session-Id is not visible ASCII".into())),
-    };
-    let flight = server.lanes.flight(0);
-    let exchange = Exchange {
-        session_id: session_id.as_deref(),
-        version: versions::NEWEST,
-        agent: &endpoint.agent,
-        flight: &flight,
-    };
-    let answer = endpoint.read_answer(server, response, &id, &mut |_| {}, &exchange);
-    if session_id.is_none() {
-        // Without a session id there is nothing to close if the answer is bad.
-        answer.as_ref().map_err(Clone::clone)?;
-    }
-    Ok((Box::new(HttpLink { session_id, reader: Mutex::new(None) }), answer))
-}
-
-/// A downstream session taken over from the state file.
-pub(crate) fn resumed(session_id: Option<String>) -> Box<dyn Link> {
-    Box::new(HttpLink { session_id, reader: Mutex::new(None) })
-}
-
-/// One downstream session over HTTP.
-struct HttpLink {
-    /// The server's `Mcp-Session-Id`, when it issued one.
-    session_id: Option<String>,
-    /// The `GET` stream's reader thread; taken by the close path.
-    reader: Mutex<Option<Reader>>,
-}
-
-fn endpoint(d: &Downstream) -> &Endpoint {
-    match &d.server.endpoint {
-        super::Endpoint::Http(endpoint) => endpoint,
-        super::Endpoint::Stdio(_) => unreachable!("an HTTP link belongs to an HTTP server"),
-    }
-}
-
-impl Link for HttpLink {
-    fn session_id(&self) -> Option<&str> {
-        self.session_id.as_deref()
-    }
-
-    fn request(
-        &self,
-        d: &Downstream,
-        id: &Value,
-        method: &str,
-        params: Option<&RawValue>,
-        on_message: &mut dyn FnMut(Arrival),
-        flight: &Arc<Flight>,
-    ) -> Result<Message, DownstreamError> {
-        let body = jsonrpc::request(id, method, params);
-        let endpoint = endpoint(d);
-        let mut lane = endpoint.lane_agent();
-        let agent = lane.agent().clone();
-        if let Err(why) = flight.arm(Box::new(move || agent.clone().shutdown())) {
-            return Err(d.server.stopped(why));
-        }
-        let exchange = Exchange {
-            session_id: self.session_id.as_deref(),
-            version: &d.protocol_version,
-            agent: lane.agent(),
-            flight,
-        };
-        let result = endpoint
-            .post(lane.agent(), self.session_id.as_deref(), Some(&d.protocol_version), &body)
-            .and_then(|response| endpoint.read_answer(&d.server, response, id, on_message, &exchange));
-        lane.stopped = flight.stopped().is_some();
-        result
-    }
-
-    fn send(&self, d: &Downstream, body: &[u8]) -> Result<(), DownstreamError> {
-        let endpoint = endpoint(d);
-        let response = endpoint.post(&endpoint.agent, self.session_id.as_deref(), Some(&d.protocol_version), body)?;
-        let status = response.status().as_u16();
-        match status {
-            200..=299 => {
-                let _ = response.into_body().with_config().limit(64 * 1024).read_to_vec();
-                Ok(())
-            }
-            404 if self.session_id.is_some() => Err(DownstreamError::SessionGone),
-            _ => Err(status_error(response)),
-        }
-    }
-
-    fn listen(&self, d: &Arc<Downstream>, inbox: Weak<dyn Inbox>) -> Result<(), DownstreamError> {
-        match reader::start(d, endpoint(d), self.session_id.clone(), inbox) {
-            Ok(reader) => {
-                let mut slot = self.reader.lock();
-                if d.is_closing() {
-                    // Started as its session closed (a restore racing a close): stopped at once.
-                    drop(slot);
-                    if let Some(mut reader) = reader {
-                        reader.signal();
-                        reader.join(d.server.limits.delete);
-                    }
-                } else {
-                    *slot = reader;
-                }
-                Ok(())
-            }
-            Err(e) => {
-                limited!(error, "server `{}`: cannot start a reader thread: {e}", d.server.name());
-                Err(DownstreamError::Exhausted(format!("mcpgate cannot start a thread now ({e})")))
-            }
-        }
-    }
-
-    fn stop(&self, _: &Downstream) {
-        if let Some(reader) = self.reader.lock().as_mut() {
-            reader.signal();
-        }
-    }
-
-    /// Joins the reader (its socket closes, freeing a descriptor for the
-    /// DELETE even when descriptors ran out), then sends `DELETE`.
-    fn end(&self, d: &Downstream) -> Result<(), DownstreamError> {
-        if let Some(reader) = self.reader.lock().take() {
-            reader.join(d.server.limits.delete);
-        }
-        match &self.session_id {
-            Some(session) => endpoint(d).delete(session, &d.protocol_version),
-            None => Ok(()),
-        }
-    }
 }

@@ -1,0 +1,151 @@
+//! One downstream session over Streamable HTTP (the session era): opened
+//! with `initialize`, its server's own messages read from its `GET` stream
+//! by a [`Reader`] thread, ended with `DELETE`.
+
+use std::sync::{Arc, Weak};
+
+use parking_lot::Mutex;
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use super::endpoint::{Endpoint, Exchange, status_error};
+use super::reader::{self, Reader};
+use crate::downstream::{Arrival, Downstream, DownstreamError, Flight, Inbox, Link, Opened, Server};
+use crate::limited;
+use crate::protocol::jsonrpc::{self, Message};
+use crate::protocol::versions;
+
+/// Sends `initialize` (id 0, the client's params) and reads the answer; the
+/// link carries the session id the server gave, if any.
+pub(crate) fn open(server: &Server, endpoint: &Endpoint, body: &[u8]) -> Result<Opened, DownstreamError> {
+    let id = Value::from(0);
+    let response = endpoint.post(&endpoint.agent, None, None, body)?;
+    let session_id = match response.headers().get("mcp-session-id").map(|v| v.to_str()) {
+        None => None,
+        Some(Ok(v)) if !v.is_empty() && v.bytes().all(|b| (0x21..=0x7e).contains(&b)) => Some(v.to_string()),
+        Some(_) => return Err(DownstreamError::Protocol("Mcp-Session-Id is not visible ASCII".into())),
+    };
+    let flight = server.lanes.flight(0);
+    let exchange = Exchange {
+        session_id: session_id.as_deref(),
+        version: versions::NEWEST,
+        agent: &endpoint.agent,
+        flight: &flight,
+    };
+    let answer = endpoint.read_answer(server, response, &id, &mut |_| {}, &exchange);
+    if session_id.is_none() {
+        // Without a session id there is nothing to close if the answer is bad.
+        answer.as_ref().map_err(Clone::clone)?;
+    }
+    Ok((Box::new(HttpLink { session_id, reader: Mutex::new(None) }), answer))
+}
+
+/// A downstream session taken over from the state file.
+pub(crate) fn resumed(session_id: Option<String>) -> Box<dyn Link> {
+    Box::new(HttpLink { session_id, reader: Mutex::new(None) })
+}
+
+/// One downstream session over HTTP.
+struct HttpLink {
+    /// The server's `Mcp-Session-Id`, when it issued one.
+    session_id: Option<String>,
+    /// The `GET` stream's reader thread; taken by the close path.
+    reader: Mutex<Option<Reader>>,
+}
+
+fn endpoint(d: &Downstream) -> &Endpoint {
+    match d.server.http() {
+        Some(endpoint) => endpoint,
+        None => unreachable!("an HTTP link belongs to an HTTP server"),
+    }
+}
+
+impl Link for HttpLink {
+    fn session_id(&self) -> Option<&str> {
+        self.session_id.as_deref()
+    }
+
+    fn request(
+        &self,
+        d: &Downstream,
+        id: &Value,
+        method: &str,
+        params: Option<&RawValue>,
+        on_message: &mut dyn FnMut(Arrival),
+        flight: &Arc<Flight>,
+    ) -> Result<Message, DownstreamError> {
+        let body = jsonrpc::request(id, method, params);
+        let endpoint = endpoint(d);
+        let mut lane = endpoint.lane_agent();
+        let agent = lane.agent().clone();
+        if let Err(why) = flight.arm(Box::new(move || agent.clone().shutdown())) {
+            return Err(d.server.stopped(why));
+        }
+        let exchange = Exchange {
+            session_id: self.session_id.as_deref(),
+            version: &d.protocol_version,
+            agent: lane.agent(),
+            flight,
+        };
+        let result = endpoint
+            .post(lane.agent(), self.session_id.as_deref(), Some(&d.protocol_version), &body)
+            .and_then(|response| endpoint.read_answer(&d.server, response, id, on_message, &exchange));
+        lane.stopped = flight.stopped().is_some();
+        result
+    }
+
+    fn send(&self, d: &Downstream, body: &[u8]) -> Result<(), DownstreamError> {
+        let endpoint = endpoint(d);
+        let response = endpoint.post(&endpoint.agent, self.session_id.as_deref(), Some(&d.protocol_version), body)?;
+        let status = response.status().as_u16();
+        match status {
+            200..=299 => {
+                let _ = response.into_body().with_config().limit(64 * 1024).read_to_vec();
+                Ok(())
+            }
+            404 if self.session_id.is_some() => Err(DownstreamError::SessionGone),
+            _ => Err(status_error(response)),
+        }
+    }
+
+    fn listen(&self, d: &Arc<Downstream>, inbox: Weak<dyn Inbox>) -> Result<(), DownstreamError> {
+        match reader::start(d, endpoint(d), self.session_id.clone(), inbox) {
+            Ok(reader) => {
+                let mut slot = self.reader.lock();
+                if d.is_closing() {
+                    // Started as its session closed (a restore racing a close): stopped at once.
+                    drop(slot);
+                    if let Some(mut reader) = reader {
+                        reader.signal();
+                        reader.join(d.server.limits.delete);
+                    }
+                } else {
+                    *slot = reader;
+                }
+                Ok(())
+            }
+            Err(e) => {
+                limited!(error, "server `{}`: cannot start a reader thread: {e}", d.server.name());
+                Err(DownstreamError::Exhausted(format!("mcpgate cannot start a thread now ({e})")))
+            }
+        }
+    }
+
+    fn stop(&self, _: &Downstream) {
+        if let Some(reader) = self.reader.lock().as_mut() {
+            reader.signal();
+        }
+    }
+
+    /// Joins the reader (its socket closes, freeing a descriptor for the
+    /// DELETE even when descriptors ran out), then sends `DELETE`.
+    fn end(&self, d: &Downstream) -> Result<(), DownstreamError> {
+        if let Some(reader) = self.reader.lock().take() {
+            reader.join(d.server.limits.delete);
+        }
+        match &self.session_id {
+            Some(session) => endpoint(d).delete(session, &d.protocol_version),
+            None => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! A start with a state file: what it holds comes back before mcpgate
+//! listens, without a word to any server (sessions are usable at once);
+//! what is to be closed (sessions expired meanwhile, downstream sessions
+//! that were closing, or named by a damaged file) is closed, and the
+//! readers of the rest start, once it listens.
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime};
+
+use crate::config::{HttpConfig, ServerConfig, Transport};
+use crate::downstream::{self, Downstream, Server};
+use crate::gateway::Gateway;
+use crate::runtime::state::{self, Loaded, SavedDownstream, SavedSession};
+use crate::runtime::threads;
+use crate::session::Session;
+
+/// Downstream sessions whose readers start (or DELETEs go) at once after a restart.
+const RESTORE_PARALLEL: usize = 16;
+
+/// What a restart found and left to do once mcpgate listens.
+#[derive(Default)]
+pub struct Restored {
+    /// Downstream sessions taken over, whose `GET` stream readers must start.
+    readers: Vec<(Arc<Session>, Arc<Downstream>)>,
+    /// Downstream sessions to close: expired, moved, or named by a damaged file.
+    close: Vec<Arc<Downstream>>,
+}
+
+/// Brings back what the state file holds, without a word to any server:
+/// sessions are usable as soon as mcpgate listens. Sessions idle past the
+/// timeout, and downstream sessions that were closing, are to be closed;
+/// [`finish_restore`] does that, and starts the readers, after listening.
+pub fn restore(gateway: &Gateway, loaded: Loaded) -> Restored {
+    let (saved, trusted) = match loaded {
+        Loaded::Absent | Loaded::Rejected => return Restored::default(),
+        Loaded::Saved(saved) => (saved, true),
+        Loaded::Damaged(saved) => (saved, false),
+    };
+    let current = gateway.current();
+    // The saved activity may be one write interval old: a session is expired
+    // only past that, so one in use at the crash is never closed at start.
+    let idle_timeout = current.config.session_idle_timeout;
+    let timeout = (idle_timeout + state::activity_every(idle_timeout)).as_secs();
+    let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let mut done = Restored::default();
+    let to_close = |saved: &SavedDownstream| server_for(gateway, saved).saved_downstream(saved);
+    done.close.extend(saved.closing.iter().map(to_close));
+    let (mut restored, mut expired) = (0, 0);
+    for session in saved.sessions {
+        if !trusted || now.saturating_sub(session.last_active) >= timeout {
+            expired += 1;
+            gateway.stats.sessions_expired_at_start.inc();
+            done.close.extend(session.downstreams.iter().map(to_close));
+            continue;
+        }
+        let live = Session::restore(&session);
+        for saved in &session.downstreams {
+            match current.server(&saved.server).filter(|s| s.config.url() == Some(saved.url.as_str())) {
+                Some(server) => done.readers.push((live.clone(), live.adopt(server, saved))),
+                // Removed or moved since: close it where it was.
+                None => done.close.push(to_close(saved)),
+            }
+        }
+        if gateway.sessions.insert(live.clone(), current.config.max_sessions) {
+            restored += 1;
+            gateway.stats.sessions_restored.inc();
+        } else {
+            done.close.extend(live.take_downstreams());
+            done.readers.retain(|(s, _)| !Arc::ptr_eq(s, &live));
+        }
+    }
+    // Closing before the first write of this process: none of it may fall out of the file.
+    gateway.journal.closing(done.close.iter().filter_map(|d| d.closing_record()));
+    if restored + expired + done.close.len() > 0 {
+        log::info!(
+            "state file: {restored} session(s) restored, {expired} expired or not trusted; {} downstream session(s) \
+             to close",
+            done.close.len()
+        );
+    }
+    done
+}
+
+/// Starts the readers of restored downstream sessions and closes what is to
+/// be closed, `RESTORE_PARALLEL` at a time, on a thread of its own while
+/// mcpgate already serves. A server that does not answer delays only its
+/// own sessions' notifications.
+pub fn finish_restore(restored: Restored) -> std::io::Result<Option<JoinHandle<()>>> {
+    if restored.readers.is_empty() && restored.close.is_empty() {
+        return Ok(None);
+    }
+    threads::spawn("state", "restore", move || {
+        let Restored { readers, close } = restored;
+        threads::for_each_parallel("fanout", &readers, RESTORE_PARALLEL, |(session, d)| {
+            session.start_reader(d);
+        });
+        downstream::close_all(&close, RESTORE_PARALLEL);
+    })
+    .map(Some)
+}
+
+/// The configured server a saved downstream session belongs to, or, when
+/// it was removed or moved, one made up from what was saved to send its
+/// `DELETE`: without the configured headers, which belong to the server
+/// configured now (a bearer token for another host, say).
+fn server_for(gateway: &Gateway, saved: &SavedDownstream) -> Arc<Server> {
+    let current = gateway.current();
+    if let Some(server) = current.server(&saved.server).filter(|s| s.config.url() == Some(saved.url.as_str())) {
+        return server.clone();
+    }
+    let config = ServerConfig {
+        name: saved.server.clone(),
+        transport: Transport::Http(HttpConfig { url: saved.url.clone(), headers: Vec::new() }),
+        prefix: String::new(),
+        separator: "__".into(),
+        tools: Default::default(),
+        prompts: Default::default(),
+        resources: Default::default(),
+        secrets: Vec::new(),
+    };
+    let limits = downstream::Limits::from_config(&current.config);
+    Arc::new(Server::new(config, limits, 1, &gateway.context()))
+}
+
+/// What the state file's writer reads of the gateway.
+impl state::Source for Gateway {
+    fn saved_sessions(&self) -> Vec<SavedSession> {
+        self.sessions.snapshot().iter().filter_map(|s| s.saved(true)).collect()
+    }
+
+    fn activity(&self) -> u64 {
+        self.stats.requests.get()
+    }
+
+    fn idle_timeout(&self) -> Duration {
+        self.current().config.session_idle_timeout
+    }
+}
