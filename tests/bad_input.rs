@@ -6,18 +6,19 @@
 
 mod support;
 
-use std::io::Write;
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::{
-    Client, Ending, Fixture, Gate, PROTOCOL, RawReply, assert_balanced, config, parse_reply, raw_exchange, raw_request,
-    read_response, read_until_closed,
+    Client, Ending, Fixture, Gate, PROTOCOL, RawReply, ask, assert_balanced, chunked, config, http_request,
+    raw_request, read_reply, read_until_closed, send, send_unchecked,
 };
 
 /// `max_body_bytes` of the gateway under test.
 const MAX_BODY: usize = 4096;
+/// How long an answer on a raw connection is waited for.
+const ANSWER_WITHIN: Duration = Duration::from_secs(5);
 const UNKNOWN_SESSION: &str = "00000000000000000000000000000000";
 
 /// Header changes of a case: `(name, Some(value))` sets a header, `(name, None)` leaves it out.
@@ -65,6 +66,18 @@ impl Bench {
             ("Mcp-Session-Id".into(), self.probe.clone()),
             ("MCP-Protocol-Version".into(), PROTOCOL.into()),
         ]
+    }
+
+    /// A raw `POST /mcp` in the probe session: `Host`, then `first`, the
+    /// probe session's headers and `last`; its body is `body` as it is.
+    fn raw_post(&self, first: &[(&str, &str)], last: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
+        let host = self.addr().to_string();
+        let own = self.headers();
+        let mut headers = vec![("Host", host.as_str())];
+        headers.extend_from_slice(first);
+        headers.extend(own.iter().map(|(n, v)| (n.as_str(), v.as_str())));
+        headers.extend_from_slice(last);
+        http_request("POST", "/mcp", &headers, body)
     }
 
     /// A request with the probe session's headers, changed by `changes`:
@@ -140,16 +153,8 @@ fn echo_call_of_len(len: usize) -> (String, String) {
 
 /// A raw `POST /mcp` in the probe session with a chunked body cut into `chunk`-byte pieces.
 fn chunked_post(bench: &Bench, body: &str, chunk: usize) -> Vec<u8> {
-    let mut bytes = format!("POST /mcp HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n", bench.addr());
-    for (name, value) in bench.headers() {
-        bytes.push_str(&format!("{name}: {value}\r\n"));
-    }
-    bytes.push_str("Transfer-Encoding: chunked\r\n\r\n");
-    for piece in body.as_bytes().chunks(chunk) {
-        bytes.push_str(&format!("{:x}\r\n{}\r\n", piece.len(), std::str::from_utf8(piece).unwrap()));
-    }
-    bytes.push_str("0\r\n\r\n");
-    bytes.into_bytes()
+    let encoding = [("Transfer-Encoding", "chunked")];
+    bench.raw_post(&[("Connection", "close")], &encoding, &chunked(body.as_bytes(), chunk))
 }
 
 #[test]
@@ -370,27 +375,21 @@ fn body_over_max_body_bytes_gets_413_with_content_length_or_chunked() {
 
     // Chunked: no length up front, so the limit applies while reading.
     let (small, text) = echo_call_of_len(2000);
-    let reply = parse_reply(&raw_exchange(bench.addr(), &chunked_post(&bench, &small, 700))).expect("an answer");
+    let reply = ask(bench.addr(), &chunked_post(&bench, &small, 700), ANSWER_WITHIN).expect("an answer");
     assert_eq!(reply.status, 200, "a chunked body under the limit is served: {reply:?}");
     assert_eq!(reply.json()["result"]["content"][0]["text"], text.as_str());
     bench.assert_unharmed("chunked under the limit", true);
 
     let (over, _) = echo_call_of_len(6000);
-    let reply = parse_reply(&raw_exchange(bench.addr(), &chunked_post(&bench, &over, 1000))).expect("an answer");
+    let reply = ask(bench.addr(), &chunked_post(&bench, &over, 1000), ANSWER_WITHIN).expect("an answer");
     assert_rpc_error(&reply, 413, -32600, &mentions, "chunked over the limit");
     bench.assert_unharmed("chunked over the limit", false);
 
     // A client that waits for `100 Continue` hears 413 at once instead.
-    let mut head = format!("POST /mcp HTTP/1.1\r\nHost: {}\r\n", bench.addr());
-    for (name, value) in bench.headers() {
-        head.push_str(&format!("{name}: {value}\r\n"));
-    }
-    head.push_str("Content-Length: 20000\r\nExpect: 100-continue\r\n\r\n");
-    let mut stream = TcpStream::connect(bench.addr()).unwrap();
-    stream.write_all(head.as_bytes()).unwrap();
+    let head = bench.raw_post(&[], &[("Content-Length", "20000"), ("Expect", "100-continue")], b"");
+    let mut stream = send(bench.addr(), &head);
     let started = Instant::now();
-    let text = read_response(&mut stream, Duration::from_secs(5)).expect("an answer without sending the body");
-    let reply = parse_reply(&text).unwrap();
+    let reply = read_reply(&mut stream, ANSWER_WITHIN).expect("an answer without sending the body");
     assert!(started.elapsed() < Duration::from_secs(1), "took {:?}", started.elapsed());
     assert_rpc_error(&reply, 413, -32600, &mentions, "Expect: 100-continue over the limit");
     drop(stream);
@@ -401,14 +400,8 @@ fn body_over_max_body_bytes_gets_413_with_content_length_or_chunked() {
 fn a_413_ends_the_connection_and_answers_nothing_more_on_it() {
     let bench = Bench::start();
     let (big, _) = echo_call_of_len(5000);
-    let mut bytes = format!("POST /mcp HTTP/1.1\r\nHost: {}\r\nConnection: keep-alive\r\n", bench.addr());
-    for (name, value) in bench.headers() {
-        bytes.push_str(&format!("{name}: {value}\r\n"));
-    }
-    bytes.push_str(&format!("Content-Length: {}\r\n\r\n{big}", big.len()));
-    let mut stream = TcpStream::connect(bench.addr()).unwrap();
-    stream.write_all(bytes.as_bytes()).unwrap();
-    let reply = parse_reply(&read_response(&mut stream, Duration::from_secs(5)).expect("an answer")).unwrap();
+    let mut stream = send(bench.addr(), &bench.raw_post(&[("Connection", "keep-alive")], &[], big.as_bytes()));
+    let reply = read_reply(&mut stream, ANSWER_WITHIN).expect("an answer");
     assert_eq!((reply.status, reply.header("connection")), (413, Some("close")), "{reply:?}");
     // mcpgate closes the connection after a 413: nothing more is answered on
     // it, and the answer says so (`Connection: close`).
@@ -457,7 +450,7 @@ fn get_mcp_needs_event_stream_accept_http_1_1_and_a_live_session() {
         bench.addr(),
         bench.probe
     );
-    let reply = parse_reply(&raw_exchange(bench.addr(), head.as_bytes())).expect("an answer");
+    let reply = ask(bench.addr(), head.as_bytes(), ANSWER_WITHIN).expect("an answer");
     assert_rpc_error(&reply, 400, -32600, &["HTTP/1.1"], "GET stream over HTTP/1.0");
     bench.assert_unharmed("GET stream over HTTP/1.0", false);
     assert_eq!(bench.gate.status()["threads"]["streams"], 0, "no refused GET may have started a stream");
@@ -528,11 +521,10 @@ fn a_request_head_mcpgate_refuses_gets_an_error_and_only_its_connection_closes()
         ("unknown expectation", b"GET /healthz HTTP/1.1\r\nHost: x\r\nExpect: 200-ok\r\n\r\n", "417"),
     ];
     for (case, bytes, status) in cases {
-        let mut stream = TcpStream::connect(bench.addr()).unwrap();
         // A good request right behind the bad one must not be served on this connection.
         let mut sent = bytes.to_vec();
         sent.extend_from_slice(follow_up.as_bytes());
-        let _ = stream.write_all(&sent);
+        let mut stream = send_unchecked(bench.addr(), &sent);
         let started = Instant::now();
         let (text, ending) = read_until_closed(&mut stream, Duration::from_secs(4));
         assert_ne!(ending, Ending::TimedOut, "{case}: the connection must be closed, got {text:?}");
@@ -551,8 +543,7 @@ fn an_invalid_content_length_gets_400_and_the_connection_closes() {
     for (value, status) in [("-5", 400), ("+5", 400), ("12abc", 400), ("0x10", 400), ("99999999999999999999999", 413)] {
         let case = format!("Content-Length: {value}");
         let head = format!("GET /healthz HTTP/1.1\r\nHost: {}\r\nContent-Length: {value}\r\n\r\n", bench.addr());
-        let mut stream = TcpStream::connect(bench.addr()).unwrap();
-        stream.write_all(format!("{head}{body}").as_bytes()).unwrap();
+        let mut stream = send(bench.addr(), format!("{head}{body}").as_bytes());
         let (text, ending) = read_until_closed(&mut stream, Duration::from_secs(4));
         assert_ne!(ending, Ending::TimedOut, "{case}: the connection must be closed, got {text:?}");
         assert_eq!(text.matches("HTTP/1.1 ").count(), 1, "{case}: the body was served as a request: {text:?}");

@@ -558,8 +558,8 @@ impl Drop for Silent {
 /// A POST of `body` on `session` over a fresh connection; the reply (if any) and how long it took.
 fn post_on(addr: SocketAddr, session: &str, body: &str) -> (Option<support::RawReply>, Duration) {
     let started = Instant::now();
-    let text = support::raw_exchange(addr, &mcp_post(addr, Some(session), body, true));
-    (support::parse_reply(&text), started.elapsed())
+    let reply = support::ask(addr, &mcp_post(addr, Some(session), body, true), Duration::from_secs(5));
+    (reply.ok(), started.elapsed())
 }
 
 /// A restart must not be an outage: restoring saved sessions whose server

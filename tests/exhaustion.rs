@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::{
-    Ending, Fixture, Gate, NOBODY, RawReply, as_nobody_with_thread_limit, config, healthz_within, initialize_params,
-    is_root, mcp_post, parse_reply, read_until_closed, shown, threads_of_uid, wait_until,
+    Ending, Fixture, Gate, NOBODY, RawReply, as_nobody_with_thread_limit, config, healthz_within, http_request,
+    initialize_params, is_root, mcp_post, parse_reply, read_until_closed, shown, threads_of_uid, wait_until,
 };
 
 /// How long a request may go without any answer before it counts as left hanging.
@@ -70,18 +70,14 @@ fn post(addr: SocketAddr, session: Option<&str>, message: &Value) -> Answer {
 }
 
 fn delete(addr: SocketAddr, session: &str) -> Answer {
-    let request =
-        format!("DELETE /mcp HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nMcp-Session-Id: {session}\r\n\r\n");
-    exchange(addr, request.as_bytes(), ANSWER_WITHIN)
+    let host = addr.to_string();
+    let headers = [("Host", host.as_str()), ("Connection", "close"), ("Mcp-Session-Id", session)];
+    exchange(addr, &http_request("DELETE", "/mcp", &headers, b""), ANSWER_WITHIN)
 }
 
-/// The JSON-RPC message of a reply: the JSON body, or the last `data:` of an SSE body.
+/// The JSON-RPC message of a reply: the JSON body, or the last message of an SSE body; else the body as text.
 fn message_of(reply: &RawReply) -> Value {
-    if let Ok(value) = serde_json::from_str::<Value>(&reply.body) {
-        return value;
-    }
-    let last = reply.body.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim).rfind(|d| !d.is_empty());
-    last.and_then(|d| serde_json::from_str(d).ok()).unwrap_or_else(|| Value::String(reply.body.clone()))
+    reply.messages().pop().unwrap_or_else(|| Value::String(reply.body.clone()))
 }
 
 /// The error message of a reply: a JSON-RPC error's, or a plain-text body.

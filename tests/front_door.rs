@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::{
-    Ending, Fixture, Gate, PROTOCOL, RawReply, Stream, ask, config, get_request, head_end, healthz_within, is_timeout,
-    mcp_post, parse_reply, peak_rss_bytes, read_reply_from, read_response, read_until, read_until_closed, shown,
-    wait_until,
+    Ending, Fixture, Gate, PROTOCOL, RawReply, Stream, ask, config, get_request, healthz_within, http_request,
+    is_timeout, mcp_post, parse_replies, parse_reply, peak_rss_bytes, read_answer_from, read_head, read_reply,
+    read_until, read_until_closed, send, send_unchecked, shown, wait_until,
 };
 
 const MB: usize = 1 << 20;
@@ -39,22 +39,6 @@ fn peak_mb(pid: u32) -> f64 {
 fn status_json(addr: SocketAddr) -> Result<Value, String> {
     let reply = ask(addr, &get_request("/status.json", &addr.to_string()), Duration::from_secs(5))?;
     serde_json::from_str(&reply.body).map_err(|e| format!("{} not JSON ({e}): {:?}", reply.status, reply.body))
-}
-
-/// Every response in `text`, in order (one without Content-Length ends the list).
-fn replies(mut text: &str) -> Vec<RawReply> {
-    let mut out = Vec::new();
-    for _ in 0..100 {
-        let Some(reply) = parse_reply(text) else { break };
-        let head = text.find("\r\n\r\n").map_or(text.len(), |i| i + 4);
-        let length = reply.header("content-length").and_then(|v| v.parse::<usize>().ok());
-        out.push(reply);
-        match length.and_then(|n| text.get(head + n..)) {
-            Some(rest) => text = rest,
-            None => break,
-        }
-    }
-    out
 }
 
 /// What became of one oversized request.
@@ -136,7 +120,7 @@ fn flood(addr: SocketAddr, head: &[u8], unit: &[u8], count: usize, tail: &[u8], 
             }
         }
     }
-    let reply = read_reply_from(&mut stream, answer, ANSWER_WAIT);
+    let reply = read_answer_from(&mut stream, answer, ANSWER_WAIT).whole();
     Flood { stopped_at, stopped, sent, reply, elapsed: started.elapsed() }
 }
 
@@ -177,9 +161,8 @@ fn unsupported_request_lines_get_505_or_400_and_a_close() {
         .into_iter()
         .map(|(case, bytes, status)| {
             std::thread::spawn(move || {
-                let mut stream = TcpStream::connect(addr).expect("connect");
                 // The client keeps the connection open, waiting, as a TLS or SSH client would.
-                stream.write_all(&bytes).expect("send");
+                let mut stream = send(addr, &bytes);
                 let started = Instant::now();
                 let (text, ending) = read_until_closed(&mut stream, Duration::from_secs(3));
                 (case, status, text, ending, started.elapsed())
@@ -189,7 +172,7 @@ fn unsupported_request_lines_get_505_or_400_and_a_close() {
     let mut wrong = Vec::new();
     for run in runs {
         let (case, status, text, ending, elapsed) = run.join().expect("case thread");
-        let got = replies(&text);
+        let got = parse_replies(text.as_bytes());
         let statuses: Vec<u16> = got.iter().map(|r| r.status).collect();
         println!("{case}: answers {statuses:?}, {ending:?} after {elapsed:?}");
         if statuses != [status] || ending == Ending::TimedOut || elapsed > Duration::from_secs(2) {
@@ -556,8 +539,7 @@ fn ambiguous_framing_gets_400_and_nothing_behind_it_is_served() {
                 "POST /healthz HTTP/{version}\r\nHost: {addr}\r\n{framing}\r\n{body}GET /healthz HTTP/1.1\r\nHost: {addr}\r\n\r\n"
             );
             std::thread::spawn(move || {
-                let mut stream = TcpStream::connect(addr).expect("connect");
-                let _ = stream.write_all(bytes.as_bytes());
+                let mut stream = send_unchecked(addr, bytes.as_bytes());
                 let started = Instant::now();
                 let (text, ending) = read_until_closed(&mut stream, Duration::from_secs(4));
                 (case, allowed, text, ending, started.elapsed())
@@ -567,7 +549,7 @@ fn ambiguous_framing_gets_400_and_nothing_behind_it_is_served() {
     let mut wrong = Vec::new();
     for run in runs {
         let (case, allowed, text, ending, elapsed) = run.join().expect("case thread");
-        let statuses: Vec<u16> = replies(&text).iter().map(|r| r.status).collect();
+        let statuses: Vec<u16> = parse_replies(text.as_bytes()).iter().map(|r| r.status).collect();
         println!("{case}: answers {statuses:?}, {ending:?} after {elapsed:?}");
         let refused = statuses.len() == 1 && allowed.contains(&statuses[0]);
         if !refused || ending == Ending::TimedOut {
@@ -581,11 +563,26 @@ fn ambiguous_framing_gets_400_and_nothing_behind_it_is_served() {
     healthz_within(addr, Duration::from_secs(1)).expect("/healthz after the ambiguous framings");
 }
 
+/// Request headers, each a name and a value.
+type Headers<'a> = &'a [(&'a str, &'a str)];
+
+/// The headers of a `POST /mcp` besides `Host` and the session's.
+const MCP: Headers = &[("Content-Type", "application/json"), ("Accept", "application/json, text/event-stream")];
+
+/// Headers of a case: none but `Host`.
+const NO_HEADERS: Headers = &[];
+
 /// The status of one request with this `Host` (no `Origin`), or why there was none.
-fn status_for(addr: SocketAddr, method: &str, path: &str, host: &str, extra: &str, body: &str) -> Result<u16, String> {
-    let length = if body.is_empty() { String::new() } else { format!("Content-Length: {}\r\n", body.len()) };
-    let request = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n{extra}{length}\r\n{body}");
-    ask(addr, request.as_bytes(), Duration::from_secs(5)).map(|r| r.status)
+fn status_for(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    host: &str,
+    extra: Headers,
+    body: &str,
+) -> Result<u16, String> {
+    let headers = [&[("Host", host), ("Connection", "close")], extra].concat();
+    ask(addr, &http_request(method, path, &headers, body.as_bytes()), Duration::from_secs(5)).map(|r| r.status)
 }
 
 fn initialize_body() -> String {
@@ -595,7 +592,7 @@ fn initialize_body() -> String {
 }
 
 /// Checks `(method, path, host, extra headers, body, expected)` cases; the ones that went otherwise.
-fn host_cases(addr: SocketAddr, cases: &[(&str, &str, String, String, String, u16)]) -> Vec<String> {
+fn host_cases(addr: SocketAddr, cases: &[(&str, &str, String, Headers, String, u16)]) -> Vec<String> {
     let mut wrong = Vec::new();
     for (method, path, host, extra, body, expected) in cases {
         let got = status_for(addr, method, path, host, extra, body);
@@ -620,17 +617,16 @@ fn a_foreign_host_reaches_nothing_but_healthz() {
     let port = addr.port();
     let evil = "evil.example.com".to_string();
     let none = String::new;
-    let mcp = "Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n".to_string();
     let mut cases = Vec::new();
     for path in ["/status.json", "/status"] {
-        cases.push(("GET", path, evil.clone(), none(), none(), 403));
+        cases.push(("GET", path, evil.clone(), NO_HEADERS, none(), 403));
         for host in [format!("127.0.0.1:{port}"), format!("localhost:{port}"), "localhost".to_string()] {
-            cases.push(("GET", path, host, none(), none(), 200));
+            cases.push(("GET", path, host, NO_HEADERS, none(), 200));
         }
     }
-    cases.push(("GET", "/healthz", evil.clone(), none(), none(), 200));
-    cases.push(("POST", "/mcp", evil.clone(), mcp.clone(), initialize_body(), 403));
-    cases.push(("POST", "/mcp", format!("127.0.0.1:{port}"), mcp, initialize_body(), 200));
+    cases.push(("GET", "/healthz", evil.clone(), NO_HEADERS, none(), 200));
+    cases.push(("POST", "/mcp", evil.clone(), MCP, initialize_body(), 403));
+    cases.push(("POST", "/mcp", format!("127.0.0.1:{port}"), MCP, initialize_body(), 200));
     let wrong = host_cases(addr, &cases);
     assert_alive(&mut gate, "after the foreign hosts");
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
@@ -647,8 +643,8 @@ fn allowed_hosts_lets_a_named_host_in_and_no_other() {
     let addr = gate.addr;
     let none = String::new;
     let cases = [
-        ("GET", "/status.json", "gate.example.com".to_string(), none(), none(), 200),
-        ("GET", "/status.json", "evil.example.com".to_string(), none(), none(), 403),
+        ("GET", "/status.json", "gate.example.com".to_string(), NO_HEADERS, none(), 200),
+        ("GET", "/status.json", "evil.example.com".to_string(), NO_HEADERS, none(), 403),
     ];
     let wrong = host_cases(addr, &cases);
     assert_alive(&mut gate, "after the allowed hosts");
@@ -689,8 +685,7 @@ fn a_client_that_reads_too_slowly_is_cut_off_in_bounded_time() {
     let session = client.session.clone().unwrap();
     let call = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
         "params": {"name": "alpha__big", "arguments": {"bytes": 40_000_000}}});
-    let mut stream = TcpStream::connect(addr).expect("connect");
-    stream.write_all(&mcp_post(addr, Some(&session), &call.to_string(), false)).expect("send");
+    let mut stream = send(addr, &mcp_post(addr, Some(&session), &call.to_string(), false));
     let mut buf = [0u8; 1024];
     stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let first = stream.read(&mut buf).expect("the answer starts within 10 s");
@@ -736,12 +731,10 @@ fn an_idle_keep_alive_connection_is_closed_with_nothing_written() {
     let mut c = config(&[("alpha", fixture.url())]);
     c["client_idle_timeout_secs"] = json!(2);
     let mut gate = Gate::start(&c);
-    let mut stream = TcpStream::connect(gate.addr).unwrap();
-    stream.write_all(format!("GET /healthz HTTP/1.1\r\nHost: {}\r\n\r\n", gate.addr).as_bytes()).unwrap();
-    let answer = read_response(&mut stream, Duration::from_secs(5)).expect("an answer");
-    let reply = parse_reply(&answer).unwrap();
-    assert_eq!(reply.status, 200, "{answer:?}");
-    assert_eq!(reply.header("keep-alive"), Some("timeout=1"), "{answer:?}");
+    let mut stream = send(gate.addr, &http_request("GET", "/healthz", &[("Host", &gate.addr.to_string())], b""));
+    let reply = read_reply(&mut stream, Duration::from_secs(5)).expect("an answer");
+    assert_eq!(reply.status, 200, "{reply:?}");
+    assert_eq!(reply.header("keep-alive"), Some("timeout=1"), "{reply:?}");
     let idle = Instant::now();
     let (after, ending) = read_until_closed(&mut stream, Duration::from_secs(6));
     let waited = idle.elapsed();
@@ -755,19 +748,6 @@ fn an_idle_keep_alive_connection_is_closed_with_nothing_written() {
 /// The `timeout=N` of a `Keep-Alive` header; `None` without one.
 fn keep_alive_timeout(reply: &RawReply) -> Option<u64> {
     reply.header("keep-alive")?.split(',').find_map(|p| p.trim().strip_prefix("timeout=")?.trim().parse().ok())
-}
-
-/// Reads a response head (up to the blank line), and what came after it.
-fn read_head(stream: &mut TcpStream, limit: Duration) -> Result<(RawReply, Vec<u8>), String> {
-    let mut out = Vec::new();
-    match read_until(stream, &mut out, limit, |bytes| head_end(bytes).is_some()) {
-        None => {}
-        Some(Ending::TimedOut) => return Err("no head in time".into()),
-        Some(ending) => return Err(format!("{ending:?}, got {:?}", shown(&out))),
-    }
-    let at = head_end(&out).expect("a whole head");
-    let reply = parse_reply(&String::from_utf8_lossy(&out[..at])).ok_or("no status line")?;
-    Ok((reply, out[at..].to_vec()))
 }
 
 /// Every answer that leaves its connection open says for how long
@@ -784,16 +764,14 @@ fn every_answer_on_a_kept_connection_says_for_how_long() {
     let mut client = gate.client();
     client.initialize();
     let session = client.session.clone().unwrap();
-    let mut stream = TcpStream::connect(addr).unwrap();
     let echo = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
         "params": {"name": "alpha__echo", "arguments": {"text": "hi"}}});
-    stream.write_all(&mcp_post(addr, Some(&session), &echo.to_string(), false)).unwrap();
-    let json_answer = read_response(&mut stream, Duration::from_secs(5)).expect("an answer to the echo");
-    let json_reply = parse_reply(&json_answer).unwrap();
+    let mut stream = send(addr, &mcp_post(addr, Some(&session), &echo.to_string(), false));
+    let json_reply = read_reply(&mut stream, Duration::from_secs(5)).expect("an answer to the echo");
     assert_eq!(
         (json_reply.status, json_reply.header("content-type")),
         (200, Some("application/json")),
-        "{json_answer:?}"
+        "{json_reply:?}"
     );
     // On the same connection: a call whose progress streams before its result.
     let slow = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "alpha__slow",
@@ -804,15 +782,16 @@ fn every_answer_on_a_kept_connection_says_for_how_long() {
     // Read the stream to its last chunk; the connection then serves another request.
     read_until(&mut stream, &mut rest, Duration::from_secs(5), |bytes| bytes.ends_with(b"0\r\n\r\n"));
     assert!(rest.ends_with(b"0\r\n\r\n"), "the SSE answer did not end: {:?}", shown(&rest));
-    stream.write_all(format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes()).unwrap();
-    let again = read_response(&mut stream, Duration::from_secs(5));
+    stream.write_all(&http_request("GET", "/healthz", &[("Host", &addr.to_string())], b"")).unwrap();
+    let again = read_reply(&mut stream, Duration::from_secs(5));
     assert_alive(&mut gate, "after the answers");
     println!(
         "Keep-Alive: JSON answer {:?}, SSE answer {:?}",
         json_reply.header("keep-alive"),
         sse_reply.header("keep-alive")
     );
-    assert!(again.is_some_and(|a| a.starts_with("HTTP/1.1 200")), "the connection stayed open after the SSE answer");
+    let again = again.map(|r| (r.version, r.status));
+    assert_eq!(again, Ok(("HTTP/1.1".into(), 200)), "the connection stayed open after the SSE answer");
     for (kind, reply) in [("JSON", &json_reply), ("SSE", &sse_reply)] {
         let n = keep_alive_timeout(reply);
         assert!(

@@ -13,13 +13,20 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use support::{
-    Ending, Fixture, Gate, NOBODY, as_nobody_with_thread_limit, config, healthz_within, is_root, parse_reply,
-    raw_exchange, raw_request, read_response, read_until_closed, threads_of_uid, wait_until,
+    Ending, Fixture, Gate, NOBODY, as_nobody_with_thread_limit, ask, config, exchange, healthz_within, http_request,
+    is_root, parse_reply, raw_request, read_reply, read_until_closed, send, threads_of_uid, wait_until,
 };
 
 const HUGE: &str = "200000000000";
 /// How long `/healthz` may take to answer.
 const HEALTHZ_WITHIN: Duration = Duration::from_secs(5);
+/// How long an answer is waited for.
+const ANSWER_WITHIN: Duration = Duration::from_secs(5);
+
+/// A `GET /healthz` on a connection kept alive.
+fn healthz_keep_alive(addr: std::net::SocketAddr) -> Vec<u8> {
+    http_request("GET", "/healthz", &[("Host", &addr.to_string()), ("Connection", "keep-alive")], b"")
+}
 
 #[test]
 fn huge_content_length_gets_413_at_once_and_the_process_survives() {
@@ -38,10 +45,10 @@ fn huge_content_length_gets_413_at_once_and_the_process_survives() {
     for (case, head) in cases {
         let bytes = format!("{head}Content-Length: {HUGE}\r\n\r\n{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}}");
         let started = Instant::now();
-        let text = raw_exchange(addr, bytes.as_bytes());
+        let reply = ask(addr, bytes.as_bytes(), ANSWER_WITHIN);
         let elapsed = started.elapsed();
         assert!(gate.is_running(), "{case}: mcpgate died\n{}", gate.stderr());
-        let reply = parse_reply(&text).unwrap_or_else(|| panic!("{case}: no answer: {text:?}"));
+        let reply = reply.unwrap_or_else(|e| panic!("{case}: no answer: {e}"));
         assert_eq!(reply.status, 413, "{case}: {reply:?}");
         assert!(reply.json()["error"]["message"].as_str().unwrap().contains("max_body_bytes"), "{case}: {reply:?}");
         // Answered before the body, not after waiting for it.
@@ -50,10 +57,10 @@ fn huge_content_length_gets_413_at_once_and_the_process_survives() {
     }
     // The largest value that still parses, and one more than a usize holds.
     let max = format!("POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\n\r\n{{}}", usize::MAX);
-    let reply = parse_reply(&raw_exchange(addr, max.as_bytes())).expect("an answer");
+    let reply = ask(addr, max.as_bytes(), ANSWER_WITHIN).expect("an answer");
     assert_eq!(reply.status, 413, "{reply:?}");
     let over = format!("POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 1{}\r\n\r\n{{}}", usize::MAX);
-    let _ = raw_exchange(addr, over.as_bytes());
+    let _ = exchange(addr, over.as_bytes(), ANSWER_WITHIN);
     assert!(gate.is_running(), "mcpgate died\n{}", gate.stderr());
     healthz_within(addr, HEALTHZ_WITHIN).expect("/healthz after the largest Content-Lengths");
     // Nothing near the declared size was ever allocated.
@@ -84,10 +91,8 @@ fn a_burst_of_40_keep_alive_connections_is_answered_at_once() {
             std::thread::spawn(move || {
                 barrier.wait();
                 let started = Instant::now();
-                let mut stream = TcpStream::connect(addr).expect("connect");
-                let request = format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\nConnection: keep-alive\r\n\r\n");
-                stream.write_all(request.as_bytes()).expect("send");
-                let answer = read_response(&mut stream, Duration::from_secs(5));
+                let mut stream = send(addr, &healthz_keep_alive(addr));
+                let answer = read_reply(&mut stream, ANSWER_WITHIN);
                 (started.elapsed(), answer, stream)
             })
         })
@@ -96,8 +101,7 @@ fn a_burst_of_40_keep_alive_connections_is_answered_at_once() {
     let slowest = results.iter().map(|(t, _, _)| *t).max().unwrap();
     println!("burst of {BURST}: slowest answer after {slowest:?}");
     for (i, (elapsed, answer, _)) in results.iter().enumerate() {
-        let answer = answer.as_deref().unwrap_or_else(|| panic!("connection {i}: no answer within 5 s"));
-        let reply = parse_reply(answer).unwrap();
+        let reply = answer.as_ref().unwrap_or_else(|e| panic!("connection {i}: no answer within 5 s: {e}"));
         assert_eq!((reply.status, reply.body.as_str()), (200, "ok\n"), "connection {i}");
         assert!(*elapsed < Duration::from_secs(2), "connection {i} waited {elapsed:?}");
     }
@@ -135,9 +139,9 @@ fn a_thread_that_cannot_be_spawned_costs_one_connection_and_the_gateway_recovers
 
     // Ten connections at once, each asking and then holding on.
     let mut streams: Vec<TcpStream> = (0..10).map(|_| TcpStream::connect(addr).expect("connect")).collect();
-    let request = format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\nConnection: keep-alive\r\n\r\n");
+    let request = healthz_keep_alive(addr);
     for stream in &mut streams {
-        let _ = stream.write_all(request.as_bytes());
+        let _ = stream.write_all(&request);
     }
     let (mut served, mut refused) = (0, 0);
     for (i, stream) in streams.iter_mut().enumerate() {
@@ -193,13 +197,10 @@ fn an_idle_keep_alive_connection_is_closed_after_the_timeout_it_announced() {
     let mut c = config(&[("alpha", fixture.url())]);
     c["client_idle_timeout_secs"] = serde_json::json!(2);
     let gate = Gate::start(&c);
-    let mut stream = TcpStream::connect(gate.addr).unwrap();
-    let request = format!("GET /healthz HTTP/1.1\r\nHost: {}\r\n\r\n", gate.addr);
-    stream.write_all(request.as_bytes()).unwrap();
-    let answer = read_response(&mut stream, Duration::from_secs(5)).expect("an answer");
-    assert!(answer.starts_with("HTTP/1.1 200"), "{answer:?}");
-    let reply = parse_reply(&answer).unwrap();
-    assert_eq!(reply.header("keep-alive"), Some("timeout=1"), "{answer:?}");
+    let mut stream = send(gate.addr, &http_request("GET", "/healthz", &[("Host", &gate.addr.to_string())], b""));
+    let reply = read_reply(&mut stream, ANSWER_WITHIN).expect("an answer");
+    assert_eq!((reply.version.as_str(), reply.status), ("HTTP/1.1", 200), "{reply:?}");
+    assert_eq!(reply.header("keep-alive"), Some("timeout=1"), "{reply:?}");
     let started = std::time::Instant::now();
     let (_, ending) = read_until_closed(&mut stream, Duration::from_secs(6));
     assert_eq!(ending, Ending::Closed, "the idle connection was not closed");

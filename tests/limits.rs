@@ -3,12 +3,10 @@
 
 mod support;
 
-use std::io::Write;
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use support::{Ending, Fixture, Gate, parse_reply, raw_request, read_until_closed, wait_until};
+use support::{Ending, Fixture, Gate, http_request, parse_reply, raw_request, read_until_closed, send, wait_until};
 
 #[test]
 fn too_many_headers_or_too_many_header_bytes_get_431() {
@@ -111,8 +109,8 @@ fn a_server_message_over_max_message_bytes_is_an_error_naming_the_server() {
 fn a_client_that_stops_sending_its_head_gets_408_at_the_header_timeout() {
     let fixture = Fixture::start("fx", &[]);
     let gate = Gate::start_for(&[&fixture], json!({"header_timeout_secs": 2}));
-    let mut stream = TcpStream::connect(gate.addr).unwrap();
-    stream.write_all(b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n").unwrap();
+    // A head that never ends.
+    let mut stream = send(gate.addr, b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n");
     let started = Instant::now();
     let (text, ending) = read_until_closed(&mut stream, Duration::from_secs(6));
     assert_ne!(ending, Ending::TimedOut, "a half-sent request must not hold its thread");
@@ -133,13 +131,13 @@ fn a_client_that_stops_reading_loses_its_answer_and_frees_its_thread() {
     let session = client.session.clone().unwrap();
     let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "fx__big", "arguments": {"bytes": 32 << 20}}})
         .to_string();
-    let mut stream = TcpStream::connect(gate.addr).unwrap();
-    let head = format!(
-        "POST /mcp HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Session-Id: {session}\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).unwrap();
-    stream.write_all(body.as_bytes()).unwrap();
+    let headers = [
+        ("Host", "localhost"),
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+        ("Mcp-Session-Id", session.as_str()),
+    ];
+    let stream = send(gate.addr, &http_request("POST", "/mcp", &headers, body.as_bytes()));
     // Never read: the answer (32 MB) cannot fit the socket buffers, the write
     // blocks, and times out after client_write_timeout_secs.
     assert!(

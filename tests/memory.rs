@@ -6,7 +6,6 @@
 
 mod support;
 
-use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::{
-    Client, Ending, Fixture, Gate, PROTOCOL, assert_balanced, http_agent, read_until_closed, rss_bytes, wait_until,
+    Client, Ending, Fixture, Gate, PROTOCOL, assert_balanced, http_agent, http_request, read_head, read_until_closed,
+    rss_bytes, send, wait_until,
 };
 
 const MB: u64 = 1 << 20;
@@ -125,23 +125,17 @@ impl Drop for Sampler {
 /// response head: after that the test never reads it, like a client that
 /// hangs (its socket buffers fill, then mcpgate's writes block).
 fn open_unread_stream(addr: SocketAddr, session: &str) -> TcpStream {
-    let mut stream = TcpStream::connect(addr).expect("connect to mcpgate");
-    let request = format!(
-        "GET /mcp HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\nMcp-Session-Id: {session}\r\n\
-         MCP-Protocol-Version: {PROTOCOL}\r\n\r\n"
-    );
-    stream.write_all(request.as_bytes()).expect("send the GET");
-    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") && head.len() < 16 * 1024 {
-        match stream.read(&mut byte) {
-            Ok(1) => head.push(byte[0]),
-            _ => panic!("the GET stream's head did not come: {}", String::from_utf8_lossy(&head)),
-        }
-    }
-    let head = String::from_utf8_lossy(&head);
-    assert!(head.starts_with("HTTP/1.1 200"), "GET stream: {head}");
+    let host = addr.to_string();
+    let headers = [
+        ("Host", host.as_str()),
+        ("Accept", "text/event-stream"),
+        ("Mcp-Session-Id", session),
+        ("MCP-Protocol-Version", PROTOCOL),
+    ];
+    let mut stream = send(addr, &http_request("GET", "/mcp", &headers, b""));
+    let (head, _) = read_head(&mut stream, Duration::from_secs(5))
+        .unwrap_or_else(|e| panic!("the GET stream's head did not come: {e}"));
+    assert_eq!((head.version.as_str(), head.status), ("HTTP/1.1", 200), "GET stream: {head:?}");
     stream
 }
 

@@ -9,15 +9,12 @@
 
 mod support;
 
-use std::io::Write;
-use std::net::TcpStream;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::{
-    Client, Fixture, Gate, PROTOCOL, config, config_for, head_and_body, is_whole_response, mcp_post_as, read_until,
-    wait_until,
+    Client, Fixture, Gate, PROTOCOL, RawReply, config, config_for, exchange, mcp_post_as, sse_events, wait_until,
 };
 
 fn gate_for(fixtures: &[&Fixture]) -> Gate {
@@ -69,26 +66,19 @@ fn per_session(f: &Fixture, key: &str) -> serde_json::Map<String, Value> {
 
 /// POSTs `body` on a fresh connection as a client of protocol `version` in
 /// `session`, and reads until the last chunk of a chunked answer (or a
-/// whole Content-Length body), at most 10 s. Returns the head and the body
-/// (de-chunked).
-fn raw_post(gate: &Gate, session: &str, version: &str, body: &str) -> (String, Vec<u8>) {
-    let mut stream = TcpStream::connect(gate.addr).expect("connect to mcpgate");
-    stream.write_all(&mcp_post_as(version, gate.addr, Some(session), body, false)).expect("send the POST");
-    let mut out = Vec::new();
-    if let Some(ending) = read_until(&mut stream, &mut out, Duration::from_secs(10), is_whole_response) {
-        panic!("no whole answer within 10 s ({ending:?}): {}", String::from_utf8_lossy(&out));
+/// whole Content-Length body), at most 10 s.
+fn raw_post(gate: &Gate, session: &str, version: &str, body: &str) -> RawReply {
+    let request = mcp_post_as(version, gate.addr, Some(session), body, false);
+    let answer = exchange(gate.addr, &request, Duration::from_secs(10)).expect("connect to mcpgate");
+    if let Some(ending) = answer.ending {
+        panic!("no whole answer within 10 s ({ending:?}): {}", String::from_utf8_lossy(&answer.bytes));
     }
-    head_and_body(&out).expect("a whole answer has a head")
+    answer.reply().expect("a whole answer has a head")
 }
 
-/// The SSE events of a body, as mcpgate's decoder reads them.
-fn sse_events(body: &[u8]) -> Vec<mcpgate::protocol::sse::Event> {
-    let mut decoder = mcpgate::protocol::sse::Decoder::new(std::io::BufReader::new(body), 1 << 20);
-    let mut events = Vec::new();
-    while let Some(event) = decoder.next_event().expect("valid SSE") {
-        events.push(event);
-    }
-    events
+/// The SSE events of a body, as mcpgate's decoder reads them; panics if it is not valid SSE.
+fn valid_sse(body: &str) -> Vec<mcpgate::protocol::sse::Event> {
+    sse_events(body.as_bytes()).unwrap_or_else(|(events, e)| panic!("invalid SSE ({e}) after {events:?}: {body:?}"))
 }
 
 #[test]
@@ -311,12 +301,13 @@ fn log_messages_and_progress_arrive_on_the_post_stream_in_order() {
         "params": {"name": "a__log", "arguments": {"level": "warning", "message": "careful"}},
     });
     let session = client.session.clone().unwrap();
-    let (head, body) = raw_post(&gate, &session, PROTOCOL, &call.to_string());
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    assert!(head.to_ascii_lowercase().contains("content-type: text/event-stream"), "{head}");
-    let text = String::from_utf8_lossy(&body);
+    let reply = raw_post(&gate, &session, PROTOCOL, &call.to_string());
+    assert_eq!((reply.version.as_str(), reply.status), ("HTTP/1.1", 200), "{reply:?}");
+    let content_type = reply.header("content-type").unwrap_or_default().to_ascii_lowercase();
+    assert!(content_type.starts_with("text/event-stream"), "{reply:?}");
+    let text = &reply.body;
     assert!(text.starts_with("id: "), "the answer must open with a priming event: {text:?}");
-    let sse = sse_events(&body);
+    let sse = valid_sse(text);
     assert_eq!(sse.len(), 3, "{sse:?}");
     assert!(sse[0].id.is_some() && sse[0].data.is_empty(), "priming event: {:?}", sse[0]);
     let log: Value = serde_json::from_str(&sse[1].data).unwrap();
@@ -335,8 +326,8 @@ fn log_messages_and_progress_arrive_on_the_post_stream_in_order() {
     let reply = old.post(init.to_string().as_bytes(), &[]);
     assert_eq!(reply.result()["protocolVersion"], "2025-06-18", "{reply:?}");
     old.session = reply.session.clone();
-    let (_, body) = raw_post(&gate, old.session.as_deref().unwrap(), "2025-06-18", &call.to_string());
-    let sse = sse_events(&body);
+    let reply = raw_post(&gate, old.session.as_deref().unwrap(), "2025-06-18", &call.to_string());
+    let sse = valid_sse(&reply.body);
     assert_eq!(sse.len(), 2, "{sse:?}");
     assert!(sse[0].data.contains("notifications/message"), "{sse:?}");
 }

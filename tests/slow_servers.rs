@@ -9,14 +9,14 @@
 
 mod support;
 
-use std::io::Write;
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::{
-    Client, Ending, Fixture, Gate, assert_balanced, head_and_body, is_whole_response, mcp_post, read_until, wait_until,
+    Answer, Client, Fixture, Gate, assert_balanced, exchange, has_head, mcp_post, read_answer_from, read_until, send,
+    wait_until,
 };
 
 /// The longest any single call here is waited for.
@@ -30,61 +30,15 @@ fn call_body(id: &str, tool: &str, arguments: Value) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": arguments}})
 }
 
-/// What came back for one POST sent on a connection of its own.
-#[derive(Debug)]
-struct Answer {
-    /// From sending the request to the end of the answer, or to giving up.
-    took: Duration,
-    /// The answer ended (its last chunk, its whole body, or the connection
-    /// closed) before the time was up.
-    ended: bool,
-    status: u16,
-    /// The JSON-RPC messages in it: the JSON body, or the data of each SSE event.
-    messages: Vec<Value>,
-}
-
-impl Answer {
-    /// The response (not a request or a notification) with this id.
-    fn response_to(&self, id: &str) -> Option<&Value> {
-        self.messages.iter().find(|m| m.get("method").is_none() && m["id"] == id)
-    }
-
-    /// The text of the first content item of the response to `id`.
-    fn text_of(&self, id: &str) -> Option<&str> {
-        self.response_to(id)?["result"]["content"][0]["text"].as_str()
-    }
-
-    /// The answer in `received`, as far as it came.
-    fn parse(received: &[u8], took: Duration, ended: bool) -> Answer {
-        let Some((head, body)) = head_and_body(received) else {
-            return Answer { took, ended, status: 0, messages: Vec::new() };
-        };
-        let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-        let mut messages = Vec::new();
-        if head.to_ascii_lowercase().contains("text/event-stream") {
-            let mut decoder = mcpgate::protocol::sse::Decoder::new(std::io::BufReader::new(&body[..]), 16 << 20);
-            // A cut-off or broken stream ends the list: what came before it counts.
-            while let Ok(Some(event)) = decoder.next_event() {
-                if let Ok(message) = serde_json::from_str::<Value>(&event.data) {
-                    messages.push(message);
-                }
-            }
-        } else if let Ok(message) = serde_json::from_slice::<Value>(&body) {
-            messages.push(message);
-        }
-        Answer { took, ended, status, messages }
-    }
+/// The text of the first content item of the response to `id` in `answer`.
+fn text_of(answer: &Answer, id: &str) -> Option<String> {
+    answer.response_to(id)?["result"]["content"][0]["text"].as_str().map(str::to_string)
 }
 
 /// POSTs `body` in `session` on a fresh connection and reads the answer
 /// until it is whole, the connection ends, or `limit` passes.
 fn post_alone(addr: SocketAddr, session: &str, body: &Value, limit: Duration) -> Answer {
-    let started = Instant::now();
-    let mut stream = TcpStream::connect(addr).expect("connect to mcpgate");
-    stream.write_all(&mcp_post(addr, Some(session), &body.to_string(), false)).expect("send the POST");
-    let mut received = Vec::new();
-    let cut = read_until(&mut stream, &mut received, limit.saturating_sub(started.elapsed()), is_whole_response);
-    Answer::parse(&received, started.elapsed(), cut != Some(Ending::TimedOut))
+    exchange(addr, &mcp_post(addr, Some(session), &body.to_string(), false), limit).expect("connect to mcpgate")
 }
 
 /// Starts `post_alone` on a thread; the answer arrives on the receiver.
@@ -109,7 +63,7 @@ fn a_server_that_trickles_comments_is_cut_off_at_the_request_timeout() {
     let body = call_body("trickle", "alpha__trickle", json!({"every_ms": 300}));
     let answer = post_alone(gate.addr, &session_of(&client), &body, GIVE_UP);
     eprintln!("trickle with request_timeout_secs 2: {answer:?}");
-    assert!(answer.ended, "no answer within {GIVE_UP:?}: the comments kept the call alive");
+    assert!(answer.ended(), "no answer within {GIVE_UP:?}: the comments kept the call alive");
     let response = answer.response_to("trickle").unwrap_or_else(|| panic!("no response for the call: {answer:?}"));
     assert_eq!(response["error"]["code"], -32603, "{response}");
     let message = response["error"]["message"].as_str().unwrap_or_default();
@@ -157,7 +111,7 @@ fn calls_to_a_hung_server_do_not_delay_calls_to_another() {
         GIVE_UP,
     );
     eprintln!("beta__echo while alpha hangs: {answer:?}");
-    assert_eq!(answer.text_of("beta"), Some("through"), "{answer:?}");
+    assert_eq!(text_of(&answer, "beta").as_deref(), Some("through"), "{answer:?}");
     assert!(answer.took < Duration::from_secs(1), "beta's call waited {:?} behind alpha's", answer.took);
 }
 
@@ -187,7 +141,7 @@ fn a_cancelled_call_frees_its_permit_at_once() {
     let answer = call.recv_timeout(Duration::from_millis(1500));
     eprintln!("the cancelled call, {:?} after the cancel: {answer:?}", cancelled_at.elapsed());
     let answer = answer.unwrap_or_else(|_| panic!("the cancelled call still runs 1.5 s after its cancel"));
-    assert!(answer.ended && matches!(answer.status, 200 | 202), "{answer:?}");
+    assert!(answer.ended() && matches!(answer.status(), 200 | 202), "{answer:?}");
     assert!(answer.response_to("ignore-me").is_none(), "a cancelled call gets no response: {answer:?}");
 
     let next = post_alone(
@@ -197,7 +151,7 @@ fn a_cancelled_call_frees_its_permit_at_once() {
         GIVE_UP,
     );
     eprintln!("the next call to alpha: {next:?}");
-    assert_eq!(next.text_of("next"), Some("next"), "{next:?}");
+    assert_eq!(text_of(&next, "next").as_deref(), Some("next"), "{next:?}");
     assert!(next.took < Duration::from_secs(1), "the next call waited {:?} for the permit", next.took);
     assert!(
         wait_until(Duration::from_secs(1), || gate.status()["calls"]["in_flight"] == 0),
@@ -233,7 +187,7 @@ fn deleting_a_session_ends_its_calls_at_once() {
     assert_eq!(status, Ok(200), "the DELETE was not answered within {GIVE_UP:?}");
     assert!(delete_took < Duration::from_secs(1), "the DELETE took {delete_took:?}");
     let answer = answer.unwrap_or_else(|_| panic!("the call still runs 1.5 s after its session was deleted"));
-    assert!(answer.ended, "{answer:?}");
+    assert!(answer.ended(), "{answer:?}");
     // The client ended the session: like a cancelled call, it ends without one.
     assert!(answer.response_to("trickle").is_none(), "a call of a deleted session gets no response: {answer:?}");
     assert!(wait_until(Duration::from_secs(2), || alpha.count("delete") == 1), "{}", alpha.stats());
@@ -253,16 +207,15 @@ fn a_streamed_answer_starts_for_the_client_when_the_server_starts_it() {
     let client = gate.open_session();
     let body = call_body("quiet", "alpha__slow", json!({"ms": 1500}));
     let started = Instant::now();
-    let mut stream = TcpStream::connect(gate.addr).expect("connect to mcpgate");
-    stream.write_all(&mcp_post(gate.addr, Some(&session_of(&client)), &body.to_string(), false)).expect("send");
+    let mut stream = send(gate.addr, &mcp_post(gate.addr, Some(&session_of(&client)), &body.to_string(), false));
     let mut received = Vec::new();
-    read_until(&mut stream, &mut received, GIVE_UP, |bytes| head_and_body(bytes).is_some());
+    read_until(&mut stream, &mut received, GIVE_UP, has_head);
     let head_after = started.elapsed();
-    read_until(&mut stream, &mut received, GIVE_UP, is_whole_response);
-    let answer = Answer::parse(&received, started.elapsed(), true);
-    eprintln!("head after {head_after:?}, answer after {:?}: {answer:?}", answer.took);
+    let answer = read_answer_from(&mut stream, received, GIVE_UP);
+    let took = started.elapsed();
+    eprintln!("head after {head_after:?}, answer after {took:?}: {answer:?}");
     assert!(head_after < Duration::from_millis(700), "the answer's head waited {head_after:?} for the response");
-    assert_eq!(answer.status, 200, "{answer:?}");
+    assert_eq!(answer.status(), 200, "{answer:?}");
     assert!(answer.response_to("quiet").is_some(), "{answer:?}");
-    assert!(answer.took >= Duration::from_millis(1500), "{answer:?}");
+    assert!(took >= Duration::from_millis(1500), "{answer:?}");
 }

@@ -1,11 +1,17 @@
-//! Raw HTTP/1.1 over a `TcpStream`: requests written byte for byte, and
-//! responses read as they come (one way of reading, [`read_until`], for
-//! every test), for what a well-behaved client never sends or never waits for.
+//! Raw HTTP/1.1 over a `TcpStream`, for what a well-behaved client never
+//! sends or never waits for. One of each: a request writer ([`http_request`]),
+//! two ways to put bytes on the wire ([`send`], and [`exchange`], which also
+//! reads the answer), one reading loop with a deadline ([`read_until`])
+//! under every way of reading, one response parser ([`parse_reply`]: the
+//! body de-chunked, cut to its length) and one SSE body parser
+//! ([`sse_events`]). Bytes a client would never write (a broken head, a
+//! lying `Content-Length`) are written by the test and sent as they are.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
+use mcpgate::protocol::sse::{Decoder, Event};
 use serde_json::Value;
 
 use super::PROTOCOL;
@@ -19,6 +25,131 @@ pub fn is_timeout(e: &std::io::Error) -> bool {
 pub fn shown(bytes: impl AsRef<[u8]>) -> String {
     String::from_utf8_lossy(bytes.as_ref()).chars().take(300).collect()
 }
+
+// ---------------------------------------------------------------------------
+// Writing
+// ---------------------------------------------------------------------------
+
+/// The bytes of one HTTP/1.1 request: its line, `headers` as given and in
+/// that order (`Host` and `Connection` too: the test names them), a
+/// `Content-Length` when there is a body and `headers` set no framing of
+/// their own (`Content-Length` or `Transfer-Encoding`), then the body.
+pub fn http_request(method: &str, target: &str, headers: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
+    let mut head = format!("{method} {target} HTTP/1.1\r\n");
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    let framed = headers
+        .iter()
+        .any(|(name, _)| name.eq_ignore_ascii_case("content-length") || name.eq_ignore_ascii_case("transfer-encoding"));
+    if !body.is_empty() && !framed {
+        head.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
+    head.push_str("\r\n");
+    let mut bytes = head.into_bytes();
+    bytes.extend_from_slice(body);
+    bytes
+}
+
+/// `body` in the chunked transfer coding, in chunks of `size` bytes, and the last chunk.
+pub fn chunked(body: &[u8], size: usize) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    for piece in body.chunks(size) {
+        bytes.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+        bytes.extend_from_slice(piece);
+        bytes.extend_from_slice(b"\r\n");
+    }
+    bytes.extend_from_slice(b"0\r\n\r\n");
+    bytes
+}
+
+/// A `GET` with this `Host` and `Connection: close`.
+pub fn get_request(target: &str, host: &str) -> Vec<u8> {
+    http_request("GET", target, &[("Host", host), ("Connection", "close")], b"")
+}
+
+/// A `POST /mcp` of `body` as a client sends it (in `session`, when given);
+/// with `Connection: close` when `close`.
+pub fn mcp_post(addr: SocketAddr, session: Option<&str>, body: &str, close: bool) -> Vec<u8> {
+    mcp_post_as(PROTOCOL, addr, session, body, close)
+}
+
+/// [`mcp_post`] from a client of protocol `version`.
+pub fn mcp_post_as(version: &str, addr: SocketAddr, session: Option<&str>, body: &str, close: bool) -> Vec<u8> {
+    let host = addr.to_string();
+    let mut headers = vec![("Host", host.as_str())];
+    if close {
+        headers.push(("Connection", "close"));
+    }
+    headers.extend([("Content-Type", "application/json"), ("Accept", "application/json, text/event-stream")]);
+    if let Some(session) = session {
+        headers.extend([("Mcp-Session-Id", session), ("MCP-Protocol-Version", version)]);
+    }
+    http_request("POST", "/mcp", &headers, body.as_bytes())
+}
+
+/// Connects to `addr` and writes `bytes`; panics if either fails. What comes
+/// back is the test's to read.
+pub fn send(addr: SocketAddr, bytes: &[u8]) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect to {addr}: {e}"));
+    stream.write_all(bytes).unwrap_or_else(|e| panic!("send to {addr}: {e}"));
+    stream
+}
+
+/// [`send`] that does not mind a write that fails: mcpgate may refuse the
+/// bytes and close before it has read them all, and what it answered is
+/// still there to read.
+pub fn send_unchecked(addr: SocketAddr, bytes: &[u8]) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect to {addr}: {e}"));
+    let _ = stream.write_all(bytes);
+    stream
+}
+
+/// Sends `bytes` on a fresh connection and reads the answer ([`read_answer`])
+/// within `limit`; `Err` when no connection could be made. A write that
+/// fails is no error: mcpgate may answer and close before it has read all
+/// of the bytes, and the answer is what counts.
+pub fn exchange(addr: SocketAddr, bytes: &[u8], limit: Duration) -> Result<Answer, String> {
+    let started = Instant::now();
+    let mut stream = TcpStream::connect_timeout(&addr, limit).map_err(|e| format!("connect: {e}"))?;
+    let _ = stream.write_all(bytes);
+    let mut answer = read_answer_from(&mut stream, Vec::new(), limit.saturating_sub(started.elapsed()));
+    answer.took = started.elapsed();
+    Ok(answer)
+}
+
+/// [`exchange`], and the whole response ([`Answer::whole`]) or why there was none.
+pub fn ask(addr: SocketAddr, bytes: &[u8], limit: Duration) -> Result<RawReply, String> {
+    exchange(addr, bytes, limit)?.whole()
+}
+
+/// Sends one request on a fresh connection with `Connection: close`, `Host`
+/// (unless `headers` name one) and `headers`, and returns the whole
+/// response; panics if none came within 5 s.
+pub fn raw_request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> RawReply {
+    let host = addr.to_string();
+    let mut all = vec![("Connection", "close")];
+    if !headers.iter().any(|(name, _)| name.eq_ignore_ascii_case("host")) {
+        all.push(("Host", host.as_str()));
+    }
+    all.extend_from_slice(headers);
+    ask(addr, &http_request(method, path, &all, body), Duration::from_secs(5))
+        .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+}
+
+/// Whether a fresh `GET /healthz` is answered `200 ok` within `limit`; how long it took.
+pub fn healthz_within(addr: SocketAddr, limit: Duration) -> Result<Duration, String> {
+    let started = Instant::now();
+    let reply = ask(addr, &get_request("/healthz", &addr.to_string()), limit)?;
+    if (reply.status, reply.body.as_str()) != (200, "ok\n") {
+        return Err(format!("answered {} {:?}", reply.status, reply.body));
+    }
+    Ok(started.elapsed())
+}
+
+// ---------------------------------------------------------------------------
+// Reading
+// ---------------------------------------------------------------------------
 
 /// How a connection ended while it was read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,95 +189,127 @@ pub fn read_until(
     None
 }
 
-/// Reads what the peer sends until it closes the connection or `timeout` passes.
-pub fn read_until_closed(stream: &mut TcpStream, timeout: Duration) -> (String, Ending) {
+/// Reads what the peer sends until it closes the connection or `limit` passes.
+pub fn read_until_closed(stream: &mut TcpStream, limit: Duration) -> (String, Ending) {
     let mut out = Vec::new();
-    let ending = read_until(stream, &mut out, timeout, |_| false).unwrap_or(Ending::TimedOut);
+    let ending = read_until(stream, &mut out, limit, |_| false).unwrap_or(Ending::TimedOut);
     (String::from_utf8_lossy(&out).into_owned(), ending)
 }
 
-/// Reads one whole response ([`is_whole_response`]) from a connection that
-/// stays open; `None` if the peer closed or failed first, or `timeout` passed.
-pub fn read_response(stream: &mut TcpStream, timeout: Duration) -> Option<String> {
+/// Reads a response head (up to its blank line) within `limit`: the head
+/// (with an empty body), and what came after it.
+pub fn read_head(stream: &mut TcpStream, limit: Duration) -> Result<(RawReply, Vec<u8>), String> {
     let mut out = Vec::new();
-    match read_until(stream, &mut out, timeout, is_whole_response) {
-        None => Some(String::from_utf8_lossy(&out).into_owned()),
-        Some(_) => None,
+    match read_until(stream, &mut out, limit, has_head) {
+        None => {}
+        Some(Ending::TimedOut) => return Err(format!("no head within {limit:?}, got {:?}", shown(&out))),
+        Some(ending) => return Err(format!("{ending:?}, got {:?}", shown(&out))),
     }
+    let at = head_end(&out).expect("a whole head");
+    let reply = parse_reply(&out[..at]).ok_or_else(|| format!("no status line in {:?}", shown(&out)))?;
+    Ok((reply, out[at..].to_vec()))
 }
 
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
+/// Reads one response within `limit`, until it is whole
+/// ([`is_whole_response`]), the connection ends, or the time is up.
+pub fn read_answer(stream: &mut TcpStream, limit: Duration) -> Answer {
+    read_answer_from(stream, Vec::new(), limit)
 }
 
-/// Where the head of the response in `bytes` ends (after its blank line), once it is all there.
-pub fn head_end(bytes: &[u8]) -> Option<usize> {
-    find(bytes, b"\r\n\r\n").map(|at| at + 4)
+/// [`read_answer`] when `out` was already read.
+pub fn read_answer_from(stream: &mut TcpStream, mut out: Vec<u8>, limit: Duration) -> Answer {
+    let started = Instant::now();
+    let ending = read_until(stream, &mut out, limit, is_whole_response);
+    Answer { bytes: out, ending, took: started.elapsed() }
 }
 
-/// The Content-Length of a response head, if it has a valid one.
-fn content_length(head: &str) -> Option<usize> {
-    head.lines().find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:")?.trim().parse().ok())
+/// The whole response ([`Answer::whole`]) read within `limit`, or what happened instead.
+pub fn read_reply(stream: &mut TcpStream, limit: Duration) -> Result<RawReply, String> {
+    read_answer(stream, limit).whole()
 }
 
-fn is_chunked(head: &str) -> bool {
-    head.to_ascii_lowercase().contains("transfer-encoding: chunked")
+/// What came back on one connection, read with a deadline.
+pub struct Answer {
+    /// Everything received.
+    pub bytes: Vec<u8>,
+    /// `None` once a whole response was there; else how the connection
+    /// ended first: closed, reset, or still open when the time was up.
+    pub ending: Option<Ending>,
+    /// From the start of the exchange (or of the reading) to its end.
+    pub took: Duration,
 }
 
-/// A chunked body decoded as far as it goes, and whether it is whole (its
-/// last chunk and the blank line after it came).
-pub fn dechunk(mut rest: &[u8]) -> (Vec<u8>, bool) {
-    let mut plain = Vec::new();
-    // Every turn consumes at least a size line: bounded by the input.
-    loop {
-        let Some(line_end) = find(rest, b"\r\n") else { return (plain, false) };
-        let size = std::str::from_utf8(&rest[..line_end])
-            .ok()
-            .and_then(|line| usize::from_str_radix(line.split(';').next().unwrap_or("").trim(), 16).ok());
-        let Some(size) = size else { return (plain, false) };
-        let data = &rest[line_end + 2..];
-        if size == 0 {
-            // No trailers: a blank line at once; else the trailers end with one.
-            return (plain, data.starts_with(b"\r\n") || find(data, b"\r\n\r\n").is_some());
+impl Answer {
+    /// The response as far as it came, once its head is there.
+    pub fn reply(&self) -> Option<RawReply> {
+        parse_reply(&self.bytes)
+    }
+
+    /// Whether it ended before the time was up: whole, or closed by the peer.
+    pub fn ended(&self) -> bool {
+        self.ending != Some(Ending::TimedOut)
+    }
+
+    /// Its status; 0 before its head came.
+    pub fn status(&self) -> u16 {
+        self.reply().map_or(0, |r| r.status)
+    }
+
+    /// The JSON-RPC messages in it as far as it came ([`RawReply::messages`]).
+    pub fn messages(&self) -> Vec<Value> {
+        self.reply().map(|r| r.messages()).unwrap_or_default()
+    }
+
+    /// The response (not a request or a notification) with this id, as far as the answer came.
+    pub fn response_to(&self, id: &str) -> Option<Value> {
+        self.reply()?.response_to(id)
+    }
+
+    /// The response, if it came whole, or without a length and ended by the
+    /// peer closing; else what came instead.
+    pub fn whole(&self) -> Result<RawReply, String> {
+        let got = shown(&self.bytes);
+        let ending = match self.ending {
+            None => return self.reply().ok_or_else(|| format!("no status line in {got:?}")),
+            Some(Ending::TimedOut) => return Err(format!("no whole answer within {:?}, got {got:?}", self.took)),
+            Some(Ending::Closed) => "closed",
+            Some(Ending::Reset) => "reset",
+        };
+        match parse(&self.bytes) {
+            Some(parsed) if !parsed.framed => Ok(parsed.reply),
+            _ => {
+                let what = if self.bytes.is_empty() { "unanswered" } else { "mid-answer" };
+                Err(format!("{ending} {what} after {:?}, got {got:?}", self.took))
+            }
         }
-        if data.len() < size + 2 {
-            plain.extend_from_slice(&data[..size.min(data.len())]);
-            return (plain, false);
-        }
-        plain.extend_from_slice(&data[..size]);
-        rest = &data[size + 2..];
     }
 }
 
-/// Whether `bytes` hold a whole response: its head, then its Content-Length
-/// body or its last chunk. One with neither ends only when the peer closes.
-pub fn is_whole_response(bytes: &[u8]) -> bool {
-    let Some(at) = head_end(bytes) else { return false };
-    let head = String::from_utf8_lossy(&bytes[..at]);
-    let body = &bytes[at..];
-    if is_chunked(&head) {
-        return dechunk(body).1;
+impl std::fmt::Debug for Answer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Answer")
+            .field("took", &self.took)
+            .field("ending", &self.ending)
+            .field("status", &self.status())
+            .field("messages", &self.messages())
+            .finish()
     }
-    content_length(&head).is_some_and(|n| body.len() >= n)
 }
 
-/// The head of the first response in `bytes` (without its blank line), and
-/// its body, de-chunked (as far as it came) when it is chunked; `None`
-/// before the head is all there.
-pub fn head_and_body(bytes: &[u8]) -> Option<(String, Vec<u8>)> {
-    let at = head_end(bytes)?;
-    let head = String::from_utf8_lossy(&bytes[..at - 4]).into_owned();
-    let body = if is_chunked(&head) { dechunk(&bytes[at..]).0 } else { bytes[at..].to_vec() };
-    Some((head, body))
-}
+// ---------------------------------------------------------------------------
+// Parsing
+// ---------------------------------------------------------------------------
 
 /// One HTTP response as read off a raw connection.
 #[derive(Debug, Clone)]
 pub struct RawReply {
+    /// The status line's version, `HTTP/1.1`.
+    pub version: String,
     pub status: u16,
     /// Header names in lower case, values trimmed, in the order received.
     pub headers: Vec<(String, String)>,
-    /// The body (cut to its Content-Length when there is one).
+    /// The body, as far as it came: de-chunked when it is chunked, cut to
+    /// its Content-Length when it has one.
     pub body: String,
 }
 
@@ -159,114 +322,142 @@ impl RawReply {
     pub fn json(&self) -> Value {
         serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("body is not JSON ({e}): {self:?}"))
     }
+
+    /// The JSON-RPC messages in the body: the data of each of its events
+    /// that is JSON when it is `text/event-stream` (up to where the stream
+    /// broke off), else the body when it is JSON.
+    pub fn messages(&self) -> Vec<Value> {
+        if self.header("content-type").is_some_and(|t| t.to_ascii_lowercase().starts_with("text/event-stream")) {
+            let events = sse_events(self.body.as_bytes()).unwrap_or_else(|(before, _)| before);
+            return events.iter().filter_map(|e| serde_json::from_str(&e.data).ok()).collect();
+        }
+        serde_json::from_str(&self.body).into_iter().collect()
+    }
+
+    /// The response (not a request or a notification) with this id among [`RawReply::messages`].
+    pub fn response_to(&self, id: &str) -> Option<Value> {
+        self.messages().into_iter().find(|m| m.get("method").is_none() && m["id"] == id)
+    }
 }
 
-/// Parses the first HTTP response in `text`; `None` if there is no complete head.
-pub fn parse_reply(text: &str) -> Option<RawReply> {
-    let (head, rest) = text.split_once("\r\n\r\n")?;
+/// The events of an SSE body as mcpgate's decoder reads them: all of them,
+/// or those before the first error (a stream cut off or broken) and the error.
+pub fn sse_events(body: &[u8]) -> Result<Vec<Event>, (Vec<Event>, String)> {
+    let mut decoder = Decoder::new(std::io::BufReader::new(body), 16 << 20);
+    let mut events = Vec::new();
+    loop {
+        match decoder.next_event() {
+            Ok(Some(event)) => events.push(event),
+            Ok(None) => return Ok(events),
+            Err(e) => return Err((events, e.to_string())),
+        }
+    }
+}
+
+/// The first HTTP response in `bytes` ([`RawReply`]); `None` before its head is all there.
+pub fn parse_reply(bytes: impl AsRef<[u8]>) -> Option<RawReply> {
+    parse(bytes.as_ref()).map(|parsed| parsed.reply)
+}
+
+/// Every response in `bytes`, in order, as long as each ends where its
+/// framing says (one without a length, or cut short, ends the list).
+pub fn parse_replies(mut bytes: &[u8]) -> Vec<RawReply> {
+    let mut out = Vec::new();
+    for _ in 0..100 {
+        let Some(parsed) = parse(bytes) else { break };
+        out.push(parsed.reply);
+        match parsed.end {
+            Some(end) => bytes = &bytes[end..],
+            None => break,
+        }
+    }
+    out
+}
+
+/// Whether `bytes` hold a whole response: its head, then its Content-Length
+/// body or its last chunk. One with neither ends only when the peer closes.
+pub fn is_whole_response(bytes: &[u8]) -> bool {
+    parse(bytes).is_some_and(|parsed| parsed.end.is_some())
+}
+
+/// Whether `bytes` hold a whole response head (up to its blank line).
+pub fn has_head(bytes: &[u8]) -> bool {
+    head_end(bytes).is_some()
+}
+
+/// The first response in some bytes, parsed.
+struct Parsed {
+    reply: RawReply,
+    /// Whether it says where it ends (a Content-Length, or chunks).
+    framed: bool,
+    /// Where it ends in the bytes, once all of it is there.
+    end: Option<usize>,
+}
+
+fn parse(bytes: &[u8]) -> Option<Parsed> {
+    let at = head_end(bytes)?;
+    let head = String::from_utf8_lossy(&bytes[..at - 4]);
     let mut lines = head.split("\r\n");
-    let status = lines.next()?.split_whitespace().nth(1)?.parse().ok()?;
+    let mut status_line = lines.next()?.split_whitespace();
+    let version = status_line.next()?.to_string();
+    let status = status_line.next()?.parse().ok()?;
     let headers: Vec<(String, String)> = lines
         .filter_map(|l| l.split_once(':'))
         .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
         .collect();
-    let length = headers.iter().find(|(n, _)| n == "content-length").and_then(|(_, v)| v.parse::<usize>().ok());
-    let body = match length {
-        Some(n) => rest.get(..n).unwrap_or(rest).to_string(),
-        None => rest.to_string(),
+    let value = |name: &str| headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
+    let chunked = value("transfer-encoding").is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
+    let length = value("content-length").and_then(|v| v.parse::<usize>().ok());
+    let rest = &bytes[at..];
+    let (body, framed, end) = if chunked {
+        let (plain, end) = dechunk(rest);
+        (plain, true, end.map(|n| at + n))
+    } else if let Some(n) = length {
+        let end = (rest.len() >= n).then_some(at + n);
+        (rest[..n.min(rest.len())].to_vec(), true, end)
+    } else {
+        (rest.to_vec(), false, None)
     };
-    Some(RawReply { status, headers, body })
+    let body = String::from_utf8_lossy(&body).into_owned();
+    Some(Parsed { reply: RawReply { version, status, headers, body }, framed, end })
 }
 
-/// Sends raw bytes on a fresh connection and returns what comes back: one
-/// whole response, or what came until the server closed or 5 s passed.
-pub fn raw_exchange(addr: SocketAddr, bytes: &[u8]) -> String {
-    let mut stream = TcpStream::connect(addr).expect("connect");
-    let _ = stream.write_all(bytes);
-    let mut out = Vec::new();
-    read_until(&mut stream, &mut out, Duration::from_secs(5), is_whole_response);
-    String::from_utf8_lossy(&out).into_owned()
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
 }
 
-/// Sends one request on a fresh connection with `Host` (unless given), `Connection: close`
-/// and (when there is a body) `Content-Length` added to `headers`, and
-/// parses the answer; panics if none came within 5 s.
-pub fn raw_request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> RawReply {
-    let mut bytes = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
-    if !headers.iter().any(|(name, _)| name.eq_ignore_ascii_case("host")) {
-        bytes.push_str(&format!("Host: {addr}\r\n"));
+/// Where the head of the message in `bytes` ends (after its blank line), once it is all there.
+pub(super) fn head_end(bytes: &[u8]) -> Option<usize> {
+    find(bytes, b"\r\n\r\n").map(|at| at + 4)
+}
+
+/// A chunked body decoded as far as it goes, and where it ends (after its
+/// last chunk and the blank line after it) once it is whole.
+fn dechunk(bytes: &[u8]) -> (Vec<u8>, Option<usize>) {
+    let mut plain = Vec::new();
+    let mut at = 0;
+    // Every turn consumes at least a size line: bounded by the input.
+    loop {
+        let rest = &bytes[at..];
+        let Some(line_end) = find(rest, b"\r\n") else { return (plain, None) };
+        let size = std::str::from_utf8(&rest[..line_end])
+            .ok()
+            .and_then(|line| usize::from_str_radix(line.split(';').next().unwrap_or("").trim(), 16).ok());
+        let Some(size) = size else { return (plain, None) };
+        let data = &rest[line_end + 2..];
+        let data_at = at + line_end + 2;
+        if size == 0 {
+            // No trailers: a blank line at once; else the trailers end with one.
+            if data.starts_with(b"\r\n") {
+                return (plain, Some(data_at + 2));
+            }
+            return (plain, find(data, b"\r\n\r\n").map(|n| data_at + n + 4));
+        }
+        if data.len() < size + 2 {
+            plain.extend_from_slice(&data[..size.min(data.len())]);
+            return (plain, None);
+        }
+        plain.extend_from_slice(&data[..size]);
+        at = data_at + size + 2;
     }
-    for (name, value) in headers {
-        bytes.push_str(&format!("{name}: {value}\r\n"));
-    }
-    if !body.is_empty() {
-        bytes.push_str(&format!("Content-Length: {}\r\n", body.len()));
-    }
-    bytes.push_str("\r\n");
-    let mut bytes = bytes.into_bytes();
-    bytes.extend_from_slice(body);
-    let text = raw_exchange(addr, &bytes);
-    parse_reply(&text).unwrap_or_else(|| panic!("{method} {path}: no HTTP response, got {text:?}"))
-}
-
-/// Reads one response within `limit`: whole ([`is_whole_response`]) or, when
-/// it has no length, ended by the server closing. Says what happened instead.
-pub fn read_reply(stream: &mut TcpStream, limit: Duration) -> Result<RawReply, String> {
-    read_reply_from(stream, Vec::new(), limit)
-}
-
-/// [`read_reply`] when `out` was already read.
-pub fn read_reply_from(stream: &mut TcpStream, mut out: Vec<u8>, limit: Duration) -> Result<RawReply, String> {
-    let started = Instant::now();
-    let ended = match read_until(stream, &mut out, limit, is_whole_response) {
-        None => return parse_reply(&String::from_utf8_lossy(&out)).ok_or_else(|| "no status line".to_string()),
-        Some(Ending::TimedOut) => return Err(format!("no complete answer within {limit:?}, got {:?}", shown(&out))),
-        Some(Ending::Closed) => "closed",
-        Some(Ending::Reset) => "reset",
-    };
-    parse_reply(&String::from_utf8_lossy(&out)).ok_or_else(|| {
-        let what = if out.is_empty() { "unanswered" } else { "mid-answer" };
-        format!("{ended} {what} after {:?}, got {:?}", started.elapsed(), shown(&out))
-    })
-}
-
-/// Sends `request` on a fresh connection and reads the answer within `limit`.
-pub fn ask(addr: SocketAddr, request: &[u8], limit: Duration) -> Result<RawReply, String> {
-    let mut stream = TcpStream::connect_timeout(&addr, limit).map_err(|e| format!("connect: {e}"))?;
-    stream.write_all(request).map_err(|e| format!("send: {e}"))?;
-    read_reply(&mut stream, limit)
-}
-
-/// A `GET` with this `Host` and `Connection: close`.
-pub fn get_request(target: &str, host: &str) -> Vec<u8> {
-    format!("GET {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").into_bytes()
-}
-
-/// Whether a fresh `GET /healthz` is answered `200 ok` within `limit`; how long it took.
-pub fn healthz_within(addr: SocketAddr, limit: Duration) -> Result<Duration, String> {
-    let started = Instant::now();
-    let reply = ask(addr, &get_request("/healthz", &addr.to_string()), limit)?;
-    if (reply.status, reply.body.as_str()) != (200, "ok\n") {
-        return Err(format!("answered {} {:?}", reply.status, reply.body));
-    }
-    Ok(started.elapsed())
-}
-
-/// A `POST /mcp` of `body` as a client sends it (in `session`, when given),
-/// Content-Length framed; with `Connection: close` when `close`.
-pub fn mcp_post(addr: SocketAddr, session: Option<&str>, body: &str, close: bool) -> Vec<u8> {
-    mcp_post_as(PROTOCOL, addr, session, body, close)
-}
-
-/// [`mcp_post`] from a client of protocol `version`.
-pub fn mcp_post_as(version: &str, addr: SocketAddr, session: Option<&str>, body: &str, close: bool) -> Vec<u8> {
-    let mut head = format!("POST /mcp HTTP/1.1\r\nHost: {addr}\r\n");
-    if close {
-        head.push_str("Connection: close\r\n");
-    }
-    head.push_str("Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n");
-    if let Some(session) = session {
-        head.push_str(&format!("Mcp-Session-Id: {session}\r\nMCP-Protocol-Version: {version}\r\n"));
-    }
-    format!("{head}Content-Length: {}\r\n\r\n{body}", body.len()).into_bytes()
 }
