@@ -13,7 +13,7 @@ mod support;
 
 use std::collections::HashSet;
 use std::io::Write;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::{
-    Client, Fixture, Gate, PROTOCOL, TempDir, addr_of_url, assert_balanced, config, config_for, http_agent,
+    Client, Fixture, Gate, PROTOCOL, Silent, TempDir, addr_of_url, assert_balanced, config, config_for, http_agent,
     initialize_params, is_root, listening_on, mcp_post, wait_for_state, wait_until, with_state_file,
 };
 
@@ -508,51 +508,6 @@ fn start_timed(config: &Value, give_up: Duration) -> (Timed, Instant, Option<(So
         .expect("start mcpgate");
     let listening = listening_on(&mut child, started, give_up).map(|(url, took)| (addr_of_url(&url), took));
     (Timed { child, _dir: dir }, started, listening)
-}
-
-/// A server that accepts connections and never answers; stops when dropped.
-struct Silent {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Silent {
-    fn bind(addr: &str) -> Silent {
-        let mut listener = None;
-        for _ in 0..100 {
-            match TcpListener::bind(addr) {
-                Ok(l) => {
-                    listener = Some(l);
-                    break;
-                }
-                Err(_) => std::thread::sleep(Duration::from_millis(20)),
-            }
-        }
-        let listener = listener.unwrap_or_else(|| panic!("cannot bind {addr} in place of the killed fixture"));
-        listener.set_nonblocking(true).unwrap();
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = std::thread::spawn(move || {
-            let started = Instant::now();
-            let mut held: Vec<TcpStream> = Vec::new();
-            while !flag.load(Ordering::Acquire) && started.elapsed() < Duration::from_secs(120) {
-                match listener.accept() {
-                    Ok((stream, _)) => held.push(stream),
-                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
-                }
-            }
-        });
-        Silent { stop, thread: Some(thread) }
-    }
-}
-
-impl Drop for Silent {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
 }
 
 /// A POST of `body` on `session` over a fresh connection; the reply (if any) and how long it took.

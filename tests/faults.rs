@@ -6,212 +6,15 @@
 
 mod support;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::{
-    Client, Fixture, Gate, assert_balanced, config, config_for, read_state, wait_for_state, wait_until, with_state_file,
+    Client, Fixture, Gate, Scripted, assert_balanced, config, config_for, read_state, wait_for_state, wait_until,
+    with_state_file,
 };
 
 const WAIT: Duration = Duration::from_secs(10);
-
-// ---------------------------------------------------------------------------
-// A scripted downstream server: real HTTP/1.1 on 127.0.0.1, one thread per
-// connection, every thread joined when it is dropped.
-// ---------------------------------------------------------------------------
-
-#[derive(Default)]
-struct Shared {
-    stop: AtomicBool,
-    /// GET /mcp: an SSE stream that never ends and ignores DELETE (else 405).
-    endless_get: bool,
-    initialize: AtomicUsize,
-    deletes: AtomicUsize,
-    gets: AtomicUsize,
-}
-
-struct Scripted {
-    addr: SocketAddr,
-    shared: Arc<Shared>,
-    accept: Option<JoinHandle<()>>,
-}
-
-impl Scripted {
-    fn start(endless_get: bool) -> Scripted {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let addr = listener.local_addr().unwrap();
-        let shared = Arc::new(Shared { endless_get, ..Shared::default() });
-        let sh = shared.clone();
-        let accept = std::thread::spawn(move || {
-            let mut connections = Vec::new();
-            while !sh.stop.load(Ordering::Acquire) {
-                match listener.accept() {
-                    Ok((stream, _)) => {
-                        let sh = sh.clone();
-                        connections.push(std::thread::spawn(move || serve(stream, &sh)));
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
-                }
-            }
-            for c in connections {
-                let _ = c.join();
-            }
-        });
-        Scripted { addr, shared, accept: Some(accept) }
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}/mcp", self.addr)
-    }
-
-    fn deletes(&self) -> usize {
-        self.shared.deletes.load(Ordering::Acquire)
-    }
-}
-
-impl Drop for Scripted {
-    fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::Release);
-        if let Some(accept) = self.accept.take() {
-            let _ = accept.join();
-        }
-    }
-}
-
-fn serve(mut s: TcpStream, sh: &Shared) {
-    let _ = s.set_nonblocking(false);
-    let _ = s.set_read_timeout(Some(Duration::from_millis(100)));
-    let mut buf = Vec::new();
-    while let Some((head, body)) = read_request(&mut s, &mut buf, sh) {
-        if !answer(&mut s, &head, &body, sh) {
-            return;
-        }
-    }
-}
-
-/// One request (head and Content-Length body); `None` when the peer closed or the test ended.
-fn read_request(s: &mut TcpStream, buf: &mut Vec<u8>, sh: &Shared) -> Option<(String, Vec<u8>)> {
-    let mut chunk = [0u8; 4096];
-    loop {
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).to_string();
-            let length = head
-                .lines()
-                .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_string()))
-                .and_then(|v| v.parse::<usize>().ok())
-                .unwrap_or(0);
-            if buf.len() >= end + 4 + length {
-                let body = buf[end + 4..end + 4 + length].to_vec();
-                buf.drain(..end + 4 + length);
-                return Some((head, body));
-            }
-        }
-        if !wait_readable(s, &mut chunk, buf, sh) {
-            return None;
-        }
-    }
-}
-
-/// Reads once (100 ms at most); false when the peer closed, the read failed or the test ended.
-fn wait_readable(s: &mut TcpStream, chunk: &mut [u8], buf: &mut Vec<u8>, sh: &Shared) -> bool {
-    if sh.stop.load(Ordering::Acquire) {
-        return false;
-    }
-    match s.read(chunk) {
-        Ok(0) => false,
-        Ok(n) => {
-            buf.extend_from_slice(&chunk[..n]);
-            true
-        }
-        Err(e) => matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut),
-    }
-}
-
-fn reply(s: &mut TcpStream, status: &str, mime: &str, extra: &str, body: &[u8]) -> bool {
-    let head = format!("HTTP/1.1 {status}\r\nContent-Type: {mime}\r\n{extra}Content-Length: {}\r\n\r\n", body.len());
-    s.write_all(&[head.as_bytes(), body].concat()).is_ok()
-}
-
-fn result(id: &Value, result: Value) -> Vec<u8> {
-    json!({ "jsonrpc": "2.0", "id": id, "result": result }).to_string().into_bytes()
-}
-
-/// Answers one request; false when the connection must end.
-fn answer(s: &mut TcpStream, head: &str, body: &[u8], sh: &Shared) -> bool {
-    match head.split(' ').next().unwrap_or("") {
-        "DELETE" => {
-            sh.deletes.fetch_add(1, Ordering::AcqRel);
-            return reply(s, "200 OK", "text/plain", "", b"");
-        }
-        "GET" if !sh.endless_get => return reply(s, "405 Method Not Allowed", "text/plain", "Allow: POST\r\n", b""),
-        "GET" => {
-            sh.gets.fetch_add(1, Ordering::AcqRel);
-            let mut ok = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n").is_ok();
-            while ok && !sh.stop.load(Ordering::Acquire) {
-                ok = s.write_all(b": ping\n\n").is_ok();
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            return false;
-        }
-        _ => {}
-    }
-    let message: Value = serde_json::from_slice(body).unwrap_or_default();
-    let id = &message["id"];
-    match (message["method"].as_str().unwrap_or(""), message["params"]["name"].as_str().unwrap_or("")) {
-        ("initialize", _) => {
-            let n = sh.initialize.fetch_add(1, Ordering::AcqRel) + 1;
-            let init = json!({
-                "protocolVersion": "2025-11-25",
-                "capabilities": { "tools": {} },
-                "serverInfo": { "name": "scripted", "version": "1" },
-            });
-            reply(s, "200 OK", "application/json", &format!("Mcp-Session-Id: scripted-{n}\r\n"), &result(id, init))
-        }
-        ("notifications/initialized", _) => reply(s, "202 Accepted", "text/plain", "", b""),
-        ("tools/list", _) => {
-            let names = ["bad_json", "html_error", "broken_sse", "unavailable", "too_many", "hang", "ok"];
-            let tools: Vec<Value> =
-                names.iter().map(|n| json!({ "name": n, "inputSchema": { "type": "object" } })).collect();
-            reply(s, "200 OK", "application/json", "", &result(id, json!({ "tools": tools })))
-        }
-        ("tools/call", "bad_json") => reply(s, "200 OK", "application/json", "", b"{not json"),
-        ("tools/call", "html_error") => {
-            let page = b"<!DOCTYPE html><html><body><h1>Internal Server Error</h1><p>oops</p></body></html>";
-            reply(s, "500 Internal Server Error", "text/html", "", page)
-        }
-        ("tools/call", "broken_sse") => {
-            let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n";
-            let _ = s.write_all(head.as_bytes()).and_then(|()| s.write_all(b"data: {\"jsonrpc\":\"2.0\",\"id\":"));
-            false
-        }
-        ("tools/call", "unavailable") => reply(s, "503 Service Unavailable", "text/plain", "", b"down for maintenance"),
-        ("tools/call", "too_many") => {
-            reply(s, "429 Too Many Requests", "text/plain", "Retry-After: 30\r\n", b"slow down")
-        }
-        ("tools/call", "hang") => {
-            // Never answers; holds the socket until the peer closes it or the test ends.
-            let (mut chunk, mut sink) = ([0u8; 512], Vec::new());
-            while wait_readable(s, &mut chunk, &mut sink, sh) {
-                sink.clear();
-            }
-            false
-        }
-        ("tools/call", "ok") => {
-            let ok = json!({ "content": [{ "type": "text", "text": "ok" }] });
-            reply(s, "200 OK", "application/json", "", &result(id, ok))
-        }
-        _ => {
-            let e = json!({ "jsonrpc": "2.0", "id": id, "error": { "code": -32601, "message": "not scripted" } });
-            reply(s, "200 OK", "application/json", "", e.to_string().as_bytes())
-        }
-    }
-}
 
 // ---------------------------------------------------------------------------
 // Helpers
@@ -680,7 +483,7 @@ fn a_downstream_whose_stream_never_ends_is_closed_within_a_bound() {
     let baseline = gate.threads();
     let mut client = gate.client();
     client.initialize();
-    assert!(wait_until(WAIT, || endless.shared.gets.load(Ordering::Acquire) == 1), "mcpgate's reader opened a stream");
+    assert!(wait_until(WAIT, || endless.gets() == 1), "mcpgate's reader opened a stream");
     // The reader opens its stream, then its thread starts and counts itself.
     assert!(wait_until(WAIT, || gate.status()["threads"]["readers"] == 1), "{}", gate.status()["threads"]);
     let started = Instant::now();

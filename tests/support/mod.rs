@@ -11,9 +11,10 @@ mod client;
 mod privileges;
 mod process;
 mod raw;
+mod scripted;
 mod state;
 mod stdio;
 
 // Each test file uses a part of what is re-exported here.
 #[allow(unused_imports)]
-pub use self::{client::*, privileges::*, process::*, raw::*, state::*, stdio::*};
+pub use self::{client::*, privileges::*, process::*, raw::*, scripted::*, state::*, stdio::*};
