@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use support::{
     Client, Fixture, Gate, PROTOCOL, Silent, TempDir, addr_of_url, assert_balanced, config, config_for, http_agent,
-    initialize_params, is_root, listening_on, mcp_post, wait_for_state, wait_until, with_state_file,
+    initialize_params, is_root, listening_on, mcp_post, wait_for_state, wait_until, whoami_id, with_state_file,
 };
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -275,11 +275,11 @@ fn rpc(next_id: &mut u64, method: &str, params: Value) -> Value {
     json!({ "jsonrpc": "2.0", "id": *next_id, "method": method, "params": params })
 }
 
-/// `alpha:<id>` out of a `whoami` answer of server `alpha`.
+/// `alpha:<id>` out of the body (JSON, or SSE around it) of a `whoami` answer of server `alpha`.
 fn downstream_id(body: &str, server: &str) -> Option<String> {
-    let start = body.find(&format!("{server}:"))?;
-    let id: String = body[start + server.len() + 1..].chars().take_while(char::is_ascii_alphanumeric).collect();
-    (!id.is_empty()).then(|| format!("{server}:{id}"))
+    let start = body.find(&format!("\"{server}:"))? + 1;
+    let text = body[start..].split('"').next()?;
+    whoami_id(text, server).map(|id| format!("{server}:{id}"))
 }
 
 /// One load client: initialize, call both servers (`echo`, and `whoami` to

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::{
-    Client, Fixture, Gate, Scripted, assert_balanced, config, config_for, read_state, wait_for_state, wait_until,
-    with_state_file,
+    Client, Fixture, Gate, Scripted, assert_all_closed, assert_settled, config, config_for, downstream_session,
+    read_state, wait_for_state, wait_until, whoami_id, with_state_file,
 };
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -20,27 +20,9 @@ const WAIT: Duration = Duration::from_secs(10);
 // Helpers
 // ---------------------------------------------------------------------------
 
-/// Waits until `downstream.live` is `live`, then checks the invariant.
-fn assert_settled(gate: &Gate, live: u64) -> Value {
-    let ok = wait_until(WAIT, || gate.status()["downstream"]["live"] == live);
-    let status = gate.status();
-    assert!(ok, "downstream.live never reached {live}: {}", status["downstream"]);
-    assert_balanced(&status);
-    status
-}
-
-/// The fixture counted `n` initializations and as many DELETEs, and holds `live` sessions.
-fn assert_counts(f: &Fixture, n: u64, live: u64) {
-    let ok = wait_until(WAIT, || f.count("delete") == n);
-    let stats = f.stats();
-    assert!(ok, "{}: expected {n} DELETEs: {stats}", f.name);
-    assert_eq!(stats["initialize"], n, "{}: {stats}", f.name);
-    assert_eq!(stats["live_sessions"], live, "{}: {stats}", f.name);
-}
-
-/// The downstream session id in a `whoami` answer (`NAME:<id>`).
-fn whoami(client: &mut Client, tool: &str) -> String {
-    client.tool_text(tool, json!({}))
+/// The client's downstream sessions on `alpha` and `beta`.
+fn both_sessions(client: &mut Client) -> (String, String) {
+    (downstream_session(client, "alpha__whoami", "alpha"), downstream_session(client, "beta__whoami", "beta"))
 }
 
 /// Whether a message matching `wanted` arrives on the client's stream within 10 s.
@@ -76,8 +58,8 @@ fn a_downstream_killed_mid_stream_is_reconnected_and_forgets_nothing_the_client_
     let mut client = gate.client();
     client.initialize();
     let stream = client.open_stream();
-    let a_before = whoami(&mut client, "alpha__whoami");
-    let b_before = whoami(&mut client, "beta__whoami");
+    let a_before = downstream_session(&mut client, "alpha__whoami", "alpha");
+    let b_before = downstream_session(&mut client, "beta__whoami", "beta");
     assert!(wait_until(WAIT, || a.count("get_streams_open") == 1), "mcpgate's reader holds A's stream: {}", a.stats());
 
     a.kill();
@@ -90,14 +72,18 @@ fn a_downstream_killed_mid_stream_is_reconnected_and_forgets_nothing_the_client_
     assert_eq!(reply.body["error"]["data"]["server"], "alpha", "{}", reply.body);
 
     a.restart();
-    let a_after = whoami(&mut client, "alpha__whoami");
-    assert!(a_after.starts_with("alpha:") && a_after != a_before, "{a_before} -> {a_after}");
+    let a_after = downstream_session(&mut client, "alpha__whoami", "alpha");
+    assert_ne!(a_after, a_before, "the restarted A holds a new downstream session");
     assert_eq!(a.count("initialize"), 1, "mcpgate re-initialized A once: {}", a.stats());
     // A's notifications reach the client again: mcpgate's reader holds the new session's stream.
     assert!(wait_until(WAIT, || a.count("get_streams_open") == 1), "reader reconnected: {}", a.stats());
     assert_eq!(client.tool_text("alpha__notify", json!({"kind": "message"})), "sent");
     assert!(stream_carries(&stream, |m| m["params"]["data"] == "hello from alpha"), "A's notification arrived");
-    assert_eq!(whoami(&mut client, "beta__whoami"), b_before, "B's downstream session is untouched");
+    assert_eq!(
+        downstream_session(&mut client, "beta__whoami", "beta"),
+        b_before,
+        "B's downstream session is untouched"
+    );
     assert_eq!(b.count("initialize"), 1);
     let status = gate.status();
     assert_eq!(status["sessions"]["created"], 1, "the client never re-initialized: {status}");
@@ -105,8 +91,7 @@ fn a_downstream_killed_mid_stream_is_reconnected_and_forgets_nothing_the_client_
 
     assert_eq!(client.delete(), 200);
     stream.close();
-    assert_counts(&a, 1, 0);
-    assert_counts(&b, 1, 0);
+    assert_all_closed(&[&a, &b], 1);
     // The session the dead process held went through the close path too: its DELETE found nothing.
     assert_eq!(a.count("delete_unknown"), 1, "{}", a.stats());
     let status = assert_settled(&gate, 0);
@@ -121,17 +106,16 @@ fn a_downstream_that_forgot_its_sessions_is_reinitialized_once_and_the_request_r
     let gate = Gate::start(&config_for(&[&a, &b]));
     let mut client = gate.client();
     client.initialize();
-    let before = whoami(&mut client, "alpha__whoami");
+    let before = downstream_session(&mut client, "alpha__whoami", "alpha");
     a.restart();
     let reply = client.call_tool("alpha__whoami", json!({}));
     assert_eq!(reply.status, 200, "{reply:?}");
-    let after = reply.result()["content"][0]["text"].as_str().unwrap().to_string();
-    assert!(after.starts_with("alpha:") && after != before, "{before} -> {after}");
+    let after = reply.result()["content"][0]["text"].as_str().unwrap();
+    assert!(whoami_id(after, "alpha").is_some_and(|id| id != before), "{before} -> {after}");
     assert_eq!(a.count("initialize"), 1, "{}", a.stats());
     assert_eq!(gate.status()["sessions"]["created"], 1);
     assert_eq!(client.delete(), 200);
-    assert_counts(&a, 1, 0);
-    assert_counts(&b, 1, 0);
+    assert_all_closed(&[&a, &b], 1);
     assert_settled(&gate, 0);
 }
 
@@ -156,7 +140,7 @@ fn a_listening_client_hears_a_restarted_server_again_without_sending_anything() 
     let message = stream.next(Duration::from_secs(5)).expect("the server's notification arrives");
     assert_eq!(message["method"], "notifications/message", "{message}");
     assert_eq!(client.delete(), 200);
-    assert_counts(&a, 1, 0);
+    assert_all_closed(&[&a], 1);
     assert_settled(&gate, 0);
 }
 
@@ -164,13 +148,13 @@ fn a_listening_client_hears_a_restarted_server_again_without_sending_anything() 
 // mcpgate killed or restarted
 // ---------------------------------------------------------------------------
 
-/// Three clients, each with a downstream session on both servers; their `whoami` answers.
+/// Three clients, each with a downstream session on both servers; their ids.
 fn three_clients(gate: &Gate) -> Vec<(Client, String, String)> {
     (0..3)
         .map(|_| {
             let mut c = gate.client();
             c.initialize();
-            let (a, b) = (whoami(&mut c, "alpha__whoami"), whoami(&mut c, "beta__whoami"));
+            let (a, b) = both_sessions(&mut c);
             (c, a, b)
         })
         .collect()
@@ -190,8 +174,8 @@ fn kill_9_of_mcpgate_with_a_state_file_keeps_client_sessions_and_orphans_nothing
     assert_ne!(gate.addr, first.addr);
     for (client, a_id, b_id) in &mut clients {
         client.url = gate.url();
-        assert_eq!(&whoami(client, "alpha__whoami"), a_id, "resumed by id");
-        assert_eq!(&whoami(client, "beta__whoami"), b_id, "resumed by id");
+        assert_eq!(&downstream_session(client, "alpha__whoami", "alpha"), a_id, "resumed by id");
+        assert_eq!(&downstream_session(client, "beta__whoami", "beta"), b_id, "resumed by id");
     }
     assert_eq!(a.count("initialize"), 3, "{}", a.stats());
     assert_eq!(b.count("initialize"), 3, "{}", b.stats());
@@ -203,8 +187,7 @@ fn kill_9_of_mcpgate_with_a_state_file_keeps_client_sessions_and_orphans_nothing
     for (client, _, _) in &clients {
         assert_eq!(client.delete(), 200);
     }
-    assert_counts(&a, 3, 0);
-    assert_counts(&b, 3, 0);
+    assert_all_closed(&[&a, &b], 3);
     let status = assert_settled(&gate, 0);
     assert_eq!(status["downstream"]["opened"], 6, "{status}");
     assert_eq!(status["downstream"]["delete_failures"], 0, "{status}");
@@ -255,8 +238,7 @@ fn kill_9_of_mcpgate_with_a_state_file_and_expired_sessions_deletes_them_at_star
     std::thread::sleep(Duration::from_secs(2));
 
     let gate = Gate::start(&c);
-    assert_counts(&a, 3, 0);
-    assert_counts(&b, 3, 0);
+    assert_all_closed(&[&a, &b], 3);
     for (client, _, _) in &mut clients {
         client.url = gate.url();
         let reply = client.call_tool("alpha__whoami", json!({}));
@@ -289,7 +271,7 @@ fn kill_9_of_mcpgate_without_a_state_file_means_404_and_a_fresh_session() {
 
     client.session = None;
     client.initialize();
-    assert!(whoami(client, "alpha__whoami").starts_with("alpha:"));
+    downstream_session(client, "alpha__whoami", "alpha");
     assert_eq!(client.tool_text("beta__add", json!({"a": 2, "b": 3})), "5");
     assert_eq!(client.delete(), 200);
     assert!(wait_until(WAIT, || a.count("delete") == 1 && b.count("delete") == 1));
@@ -305,24 +287,21 @@ fn a_clean_restart_with_a_state_file_keeps_the_client_session() {
     let mut first = Gate::start(&c);
     let mut client = first.client();
     client.initialize();
-    let before = (whoami(&mut client, "alpha__whoami"), whoami(&mut client, "beta__whoami"));
+    let before = both_sessions(&mut client);
     let exit = first.terminate(WAIT).expect("mcpgate exits after SIGTERM");
     assert!(exit.success(), "{exit:?}\n{}", first.stderr());
-    assert_counts(&a, 1, 0);
-    assert_counts(&b, 1, 0);
+    assert_all_closed(&[&a, &b], 1);
     let saved = read_state(&path);
     assert_eq!(saved["sessions"].as_array().map(Vec::len), Some(1), "{saved}");
 
     let gate = Gate::start(&c);
     client.url = gate.url();
-    let after = (whoami(&mut client, "alpha__whoami"), whoami(&mut client, "beta__whoami"));
-    assert!(after.0.starts_with("alpha:") && after.1.starts_with("beta:"), "{after:?}");
+    let after = both_sessions(&mut client);
     assert!(after.0 != before.0 && after.1 != before.1, "new downstream sessions: {before:?} -> {after:?}");
     assert_eq!((a.count("initialize"), b.count("initialize")), (2, 2));
     assert_eq!(gate.status()["sessions"]["created"], 0);
     assert_eq!(client.delete(), 200);
-    assert_counts(&a, 2, 0);
-    assert_counts(&b, 2, 0);
+    assert_all_closed(&[&a, &b], 2);
     assert_settled(&gate, 0);
 }
 
@@ -340,17 +319,18 @@ fn a_reload_that_changes_one_server_of_three_closes_only_its_sessions() {
     let mut client = gate.client();
     client.initialize();
     let stream = client.open_stream();
-    let before: Vec<String> = ["a__whoami", "b__whoami", "c__whoami"].iter().map(|t| whoami(&mut client, t)).collect();
+    let before: Vec<String> =
+        ["a", "b", "c"].iter().map(|s| downstream_session(&mut client, &format!("{s}__whoami"), s)).collect();
 
     conf["mcpServers"]["b"]["url"] = json!(d.url());
     write_config(&gate, &serde_json::to_string_pretty(&conf).unwrap());
     support::signal(gate.pid(), "HUP");
     assert!(wait_until(WAIT, || b.count("delete") == 1), "b's session closed: {}", b.stats());
     assert_eq!((a.count("delete"), c.count("delete")), (0, 0));
-    assert_eq!(whoami(&mut client, "a__whoami"), before[0]);
-    assert_eq!(whoami(&mut client, "c__whoami"), before[2]);
-    let moved = whoami(&mut client, "b__whoami");
-    assert!(moved.starts_with("d:"), "b now answers from d: {moved}");
+    assert_eq!(downstream_session(&mut client, "a__whoami", "a"), before[0]);
+    assert_eq!(downstream_session(&mut client, "c__whoami", "c"), before[2]);
+    // b now answers from d.
+    downstream_session(&mut client, "b__whoami", "d");
     let told = stream_carries(&stream, |m| m["method"] == "notifications/tools/list_changed");
     assert!(told, "the client's stream carried tools/list_changed");
     let status = gate.status();
@@ -365,9 +345,7 @@ fn a_reload_that_changes_one_server_of_three_closes_only_its_sessions() {
 
     assert_eq!(client.delete(), 200);
     stream.close();
-    for (f, n) in [(&a, 1), (&b, 1), (&c, 1), (&d, 1)] {
-        assert_counts(f, n, 0);
-    }
+    assert_all_closed(&[&a, &b, &c, &d], 1);
     assert_settled(&gate, 0);
     assert!(gate.settles_to(baseline), "threads {} != baseline {baseline}", gate.threads());
 }
@@ -379,7 +357,7 @@ fn a_reload_with_a_broken_file_keeps_the_old_configuration() {
     let gate = Gate::start(&conf);
     let mut client = gate.client();
     client.initialize();
-    let before = (whoami(&mut client, "alpha__whoami"), whoami(&mut client, "beta__whoami"));
+    let before = both_sessions(&mut client);
     let reload_error = || gate.status()["reload"]["error"].as_str().unwrap_or_default().to_string();
 
     write_config(&gate, "{ \"mcpServers\": { not json");
@@ -388,7 +366,7 @@ fn a_reload_with_a_broken_file_keeps_the_old_configuration() {
     let error = reload_error();
     eprintln!("invalid JSON: {error}");
     assert!(error.contains("mcpgate.json") && error.to_lowercase().contains("json"), "{error}");
-    assert_eq!((whoami(&mut client, "alpha__whoami"), whoami(&mut client, "beta__whoami")), before);
+    assert_eq!(both_sessions(&mut client), before);
 
     let mut unknown = conf.clone();
     unknown["wrokers"] = json!(2);
@@ -398,7 +376,7 @@ fn a_reload_with_a_broken_file_keeps_the_old_configuration() {
     let error = reload_error();
     eprintln!("unknown key: {error}");
     assert!(error.contains("mcpgate.json") && error.contains("unknown key"), "{error}");
-    assert_eq!((whoami(&mut client, "alpha__whoami"), whoami(&mut client, "beta__whoami")), before);
+    assert_eq!(both_sessions(&mut client), before);
     assert_eq!(gate.stderr().matches("reload refused").count(), 2, "{}", gate.stderr());
 
     let reply = post_reload(&gate);
@@ -407,8 +385,7 @@ fn a_reload_with_a_broken_file_keeps_the_old_configuration() {
     assert!(reply.json()["error"].as_str().unwrap_or_default().contains("wrokers"), "{reply:?}");
     assert_eq!((a.count("delete"), b.count("delete")), (0, 0), "no downstream session was touched");
     assert_eq!(client.delete(), 200);
-    assert_counts(&a, 1, 0);
-    assert_counts(&b, 1, 0);
+    assert_all_closed(&[&a, &b], 1);
     assert_settled(&gate, 0);
 }
 
@@ -470,7 +447,7 @@ fn garbage_from_a_downstream_becomes_a_clear_error_and_harms_nothing_else() {
     assert_eq!(client.delete(), 200);
     assert_eq!(other.delete(), 200);
     assert!(wait_until(WAIT, || bad.deletes() == 2), "bad counted {} DELETEs", bad.deletes());
-    assert_counts(&good, 2, 0);
+    assert_all_closed(&[&good], 2);
     assert_eq!(gate.status()["downstream"]["delete_failures"], 0);
     assert_settled(&gate, 0);
     assert!(gate.settles_to(baseline), "threads {} != baseline {baseline}", gate.threads());
@@ -508,7 +485,7 @@ fn a_session_in_use_survives_kill_9_even_with_an_idle_timeout_under_30_s() {
     let mut first = Gate::start(&c);
     let mut client = first.client();
     client.initialize();
-    let before = whoami(&mut client, "alpha__whoami");
+    let before = downstream_session(&mut client, "alpha__whoami", "alpha");
     wait_for_state(&path, 1, 2);
     // Never idle for more than 0.3 s, for longer than the idle timeout.
     for _ in 0..12 {
@@ -520,11 +497,10 @@ fn a_session_in_use_survives_kill_9_even_with_an_idle_timeout_under_30_s() {
     client.url = gate.url();
     let reply = client.call_tool("alpha__whoami", json!({}));
     assert_eq!(reply.status, 200, "a session in use was expired at restart: {reply:?}\n{}", gate.stderr());
-    assert_eq!(reply.result()["content"][0]["text"], before.as_str());
+    assert_eq!(reply.result()["content"][0]["text"], format!("alpha:{before}"));
     assert_eq!((a.count("initialize"), a.count("delete")), (1, 0), "{}", a.stats());
     assert_eq!(client.delete(), 200);
-    assert_counts(&a, 1, 0);
-    assert_counts(&b, 1, 0);
+    assert_all_closed(&[&a, &b], 1);
     assert_settled(&gate, 0);
 }
 

@@ -8,27 +8,13 @@ mod support;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use support::{Fixture, Gate, assert_balanced, config, wait_until};
+use support::{Fixture, Gate, assert_all_closed, assert_balanced, config, wait_until};
 
 fn gate_for(a: &Fixture, b: &Fixture, idle_secs: u64) -> Gate {
     let mut c = config(&[("alpha", a.url()), ("beta", b.url())]);
     c["session_idle_timeout_secs"] = json!(idle_secs);
     c["keepalive_secs"] = json!(1);
     Gate::start(&c)
-}
-
-/// Every fixture saw as many DELETEs as initializations, and holds nothing.
-fn assert_all_closed(fixtures: &[&Fixture], sessions: u64) {
-    for f in fixtures {
-        let ok = wait_until(Duration::from_secs(10), || f.count("delete") == sessions);
-        // The fixture counts a stream closed when its writer notices, just after the DELETE.
-        wait_until(Duration::from_secs(2), || f.count("get_streams_open") == 0);
-        let stats = f.stats();
-        assert!(ok, "{}: expected {sessions} DELETEs: {stats}", f.name);
-        assert_eq!(stats["initialize"], sessions, "{}: {stats}", f.name);
-        assert_eq!(stats["live_sessions"], 0, "{}: {stats}", f.name);
-        assert_eq!(stats["get_streams_open"], 0, "{}: {stats}", f.name);
-    }
 }
 
 #[test]

@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::{
-    Client, Fixture, Gate, PROTOCOL, RawReply, config, config_for, exchange, mcp_post_as, sse_events, wait_until,
+    Client, Fixture, Gate, PROTOCOL, RawReply, config, config_for, downstream_session, exchange, mcp_post_as,
+    sse_events, wait_until,
 };
 
 fn gate_for(fixtures: &[&Fixture]) -> Gate {
@@ -50,12 +51,6 @@ fn requests_during<T>(a: &Fixture, b: &Fixture, act: impl FnOnce() -> T) -> ((u6
     let before = (a.count("requests"), b.count("requests"));
     let out = act();
     ((a.count("requests") - before.0, b.count("requests") - before.1), out)
-}
-
-/// The session id in a `whoami` answer (`NAME:<session id>`) of server `name`.
-fn downstream_session(client: &mut Client, name: &str) -> String {
-    let text = client.tool_text(&format!("{name}__whoami"), json!({}));
-    text.strip_prefix(&format!("{name}:")).unwrap_or_else(|| panic!("whoami answered {text:?}")).to_string()
 }
 
 /// A fixture's per-session map in /stats (`log_level`, `subscriptions`).
@@ -198,7 +193,7 @@ fn cancellation_reaches_only_the_server_handling_the_request_with_its_own_id() {
     // stream is refused at once), and the merged list is cached (so the
     // next request a counts is the call itself).
     assert!(wait_until(Duration::from_secs(5), || a.count("get_streams_open") == 1), "{}", a.stats());
-    let a_session = downstream_session(&mut client, "a");
+    let a_session = downstream_session(&mut client, "a__whoami", "a");
     let before = a.count("requests");
 
     let worker = client.same_session();

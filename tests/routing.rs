@@ -12,7 +12,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::{Client, Fixture, Gate, TempDir, config, wait_until};
+use support::{Client, Fixture, Gate, TempDir, assert_balanced, config, downstream_session, wait_until};
 
 const FOUR_LISTS: [(&str, &str, &str); 4] = [
     ("tools/list", "tools", "name"),
@@ -88,14 +88,6 @@ fn requests_during(a: &Fixture, b: &Fixture, act: impl FnOnce()) -> (u64, u64) {
     (a.count("requests") - before.0, b.count("requests") - before.1)
 }
 
-/// The session id in a `whoami` answer (`NAME:<session id>`) of server `name`.
-fn whoami(client: &mut Client, tool: &str, name: &str) -> String {
-    let text = client.tool_text(tool, json!({}));
-    let id = text.strip_prefix(&format!("{name}:")).unwrap_or_else(|| panic!("{tool} answered {text:?}"));
-    assert!(!id.is_empty(), "{tool} answered {text:?}");
-    id.to_string()
-}
-
 #[test]
 fn lists_of_two_servers_are_merged_under_their_prefixes_in_configuration_order() {
     let (a, b) = Fixture::alpha_and_beta();
@@ -152,7 +144,7 @@ fn calls_reach_only_the_server_that_owns_the_name_or_uri() {
     assert_eq!(seen, (1, 0), "alpha__echo: requests seen by (alpha, beta)");
 
     let seen = requests_during(&a, &b, || {
-        whoami(&mut client, "beta__whoami", "beta");
+        downstream_session(&mut client, "beta__whoami", "beta");
     });
     assert_eq!(seen, (0, 1), "beta__whoami: requests seen by (alpha, beta)");
 
@@ -220,7 +212,7 @@ fn with_empty_prefixes_the_first_server_wins_each_name_and_the_hidden_ones_are_l
     assert_eq!(keys(&mut client, "prompts/list", "prompts", "name"), ["greet"]);
 
     let seen = requests_during(&a, &b, || {
-        whoami(&mut client, "whoami", "beta");
+        downstream_session(&mut client, "whoami", "beta");
         let reply = client.request("prompts/get", json!({"name": "greet", "arguments": {"name": "Bo"}}));
         assert_eq!(reply.result()["messages"][0]["content"]["text"], "Hello, Bo!", "{}", reply.body);
     });
@@ -249,17 +241,21 @@ fn each_client_session_has_its_own_downstream_session_reused_for_every_call() {
     let mut first = gate.open_session();
     let mut second = gate.open_session();
 
-    let first_id = whoami(&mut first, "alpha__whoami", "alpha");
-    let second_id = whoami(&mut second, "alpha__whoami", "alpha");
+    let first_id = downstream_session(&mut first, "alpha__whoami", "alpha");
+    let second_id = downstream_session(&mut second, "alpha__whoami", "alpha");
     assert_ne!(first_id, second_id, "two client sessions share a downstream session");
     for i in 0..20 {
-        assert_eq!(whoami(&mut first, "alpha__whoami", "alpha"), first_id, "call {i}: downstream session changed");
+        assert_eq!(
+            downstream_session(&mut first, "alpha__whoami", "alpha"),
+            first_id,
+            "call {i}: downstream session changed"
+        );
         assert_eq!(first.tool_text("alpha__echo", json!({"text": format!("{i}")})), format!("{i}"));
     }
-    assert_eq!(whoami(&mut second, "alpha__whoami", "alpha"), second_id);
-    let beta_first = whoami(&mut first, "beta__whoami", "beta");
-    assert_eq!(whoami(&mut first, "beta__whoami", "beta"), beta_first);
-    assert_ne!(whoami(&mut second, "beta__whoami", "beta"), beta_first);
+    assert_eq!(downstream_session(&mut second, "alpha__whoami", "alpha"), second_id);
+    let beta_first = downstream_session(&mut first, "beta__whoami", "beta");
+    assert_eq!(downstream_session(&mut first, "beta__whoami", "beta"), beta_first);
+    assert_ne!(downstream_session(&mut second, "beta__whoami", "beta"), beta_first);
 
     for f in [&a, &b] {
         let stats = f.stats();
@@ -270,7 +266,7 @@ fn each_client_session_has_its_own_downstream_session_reused_for_every_call() {
     let status = gate.status();
     assert_eq!(status["downstream"]["opened"], 4, "{status}");
     assert_eq!(status["downstream"]["live"], 4, "{status}");
-    support::assert_balanced(&status);
+    assert_balanced(&status);
 }
 
 #[test]
@@ -392,7 +388,7 @@ fn a_server_down_at_start_is_left_out_named_in_errors_and_joins_once_it_is_up() 
     let names = client.tool_names();
     let down_tools = prefixed("down", &direct_keys(&d, "tools/list", "tools", "name"));
     assert_eq!(names, [alpha_tools, down_tools].concat());
-    whoami(&mut client, "down__whoami", "down");
+    downstream_session(&mut client, "down__whoami", "down");
     assert_eq!(d.count("initialize"), 2, "one reopened downstream session (plus the direct one): {}", d.stats());
     let status = gate.status();
     assert!(status["servers"]["down"]["last_ok_at"].is_u64(), "{status}");
@@ -447,7 +443,7 @@ fn servers_that_always_stream_or_have_no_get_stream_both_work() {
         assert_eq!(client.tool_text("alpha__echo", json!({"text": "via sse"})), "via sse");
         assert_eq!(client.tool_text("beta__echo", json!({"text": "no stream"})), "no stream");
         assert_eq!(client.tool_text("alpha__add", json!({"a": 2, "b": 3})), "5");
-        whoami(client, "beta__whoami", "beta");
+        downstream_session(client, "beta__whoami", "beta");
     }
     // One reader per session for alpha; beta's readers found 405 and ended.
     let readers = || gate.status()["threads"]["readers"].as_u64().unwrap_or(u64::MAX);

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::{
-    FIXTURE, Fixture, StdioGate, TempDir, environ, is_dead, proc_info, reaped_by, shell_server, stderr_lines_of,
-    stdio_server, wait_exit, wait_until,
+    FIXTURE, Fixture, StdioGate, TempDir, downstream_session, environ, is_dead, proc_info, reaped_by, shell_server,
+    stderr_lines_of, stdio_server, wait_exit, wait_until,
 };
 
 /// A config with small timeouts around `servers` (a `mcpServers` object).
@@ -433,7 +433,8 @@ fn a_shared_child_serves_two_sessions_keeps_them_apart_and_stops_when_unused() {
     let kid = gate.kid("sh", 1);
     let children = gate.wait_children(1);
     assert_eq!(children[0].pid, kid.pid);
-    let (who_a, who_b) = (a.tool_text("sh__whoami", json!({})), b.tool_text("sh__whoami", json!({})));
+    let (who_a, who_b) =
+        (downstream_session(&mut a, "sh__whoami", "sh"), downstream_session(&mut b, "sh__whoami", "sh"));
     assert_eq!(who_a, who_b, "both sessions are served by one fixture session");
     assert_eq!(kid.stats()["initialize"], 1, "initialized once");
     let status = gate.status();
@@ -832,7 +833,7 @@ fn a_crashed_shared_child_is_restarted_once_for_all_its_sessions() {
     assert!(crashed.iter().all(|m| m.contains("exit status 3")), "{crashed:?}");
     assert!(gate.reaped_within(first.pid, Duration::from_secs(2)).is_some(), "{:?}", proc_info(first.pid));
     // Every session finds the child gone and opens the server again, at once.
-    let who = all(&mut clients, &|c| c.tool_text("sh__whoami", json!({})));
+    let who = all(&mut clients, &|c| downstream_session(c, "sh__whoami", "sh"));
     let children = gate.wait_children(1);
     assert!(who.iter().all(|w| *w == who[0]), "one new child for every session: {who:?}");
     let second = gate.kid("sh", 2);

@@ -7,6 +7,7 @@
 //! ([`stdio`]). Each test file uses a part of it.
 #![allow(dead_code)]
 
+mod assert;
 mod client;
 mod privileges;
 mod process;
@@ -17,4 +18,4 @@ mod stdio;
 
 // Each test file uses a part of what is re-exported here.
 #[allow(unused_imports)]
-pub use self::{client::*, privileges::*, process::*, raw::*, scripted::*, state::*, stdio::*};
+pub use self::{assert::*, client::*, privileges::*, process::*, raw::*, scripted::*, state::*, stdio::*};

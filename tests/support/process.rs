@@ -341,15 +341,6 @@ impl Drop for Gate {
     }
 }
 
-/// The downstream invariant as the status page shows it.
-pub fn assert_balanced(status: &Value) {
-    let d = &status["downstream"];
-    let (opened, closed, live) =
-        (d["opened"].as_u64().unwrap(), d["closed"].as_u64().unwrap(), d["live"].as_u64().unwrap());
-    assert_eq!(opened, closed + live, "downstream.opened == closed + live: {d}");
-    assert_eq!(d["leaked"], 0, "{d}");
-}
-
 /// A `/proc/<pid>/status` field in bytes (0 once the process is gone).
 fn proc_status_bytes(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
