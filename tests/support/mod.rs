@@ -1,10 +1,28 @@
-//! What the integration tests share: real processes (the `mcp-fixture`
-//! server and `mcpgate` itself) on 127.0.0.1, stopped by PID when dropped
-//! ([`process`]); a small MCP client over real sockets ([`client`]); raw
-//! HTTP for what a client never sends or never waits for ([`raw`]); the
-//! state file ([`state`]); mcpgate run as nobody under a thread limit
-//! ([`privileges`]); stdio servers and their children in /proc
-//! ([`stdio`]). Each test file uses a part of it.
+//! What the integration tests share, by purpose. Everything is re-exported
+//! here, so a test file names `support::X` whichever module X lives in.
+//!
+//! - Processes ([`process`]): the `mcp-fixture` server ([`Fixture`]) and
+//!   mcpgate itself ([`Gate`]) on 127.0.0.1, stopped by PID when dropped;
+//!   configs, signals, threads and memory of a process; mcpgate run as
+//!   nobody under a thread limit ([`privileges`]); stdio servers and their
+//!   children in /proc ([`stdio`]); the state file ([`state`]).
+//! - A client ([`client`]): a small MCP client speaking Streamable HTTP over
+//!   real sockets ([`Client`]), and plain GETs of what mcpgate and the
+//!   fixture show.
+//! - Raw HTTP ([`raw`]): for what a client never sends or never waits for,
+//!   the one request writer, reader with a deadline, response parser and
+//!   SSE body parser; bytes no client would write are sent as they are.
+//! - Scripted servers ([`scripted`]): downstream servers the fixture cannot
+//!   be, one that answers garbage, hangs or streams for ever ([`Scripted`])
+//!   and one that never answers ([`Silent`]).
+//! - Assertions ([`assert`]): every downstream session closed exactly once
+//!   ([`assert_all_closed`]), mcpgate's count balanced ([`assert_balanced`],
+//!   [`assert_settled`]), and the one way to learn which downstream session
+//!   a client's session holds ([`downstream_session`]).
+//!
+//! Each test file is a crate of its own that compiles all of this and uses a
+//! part of it: what it leaves unused is allowed here (`dead_code`, and the
+//! re-exports), not item by item.
 #![allow(dead_code)]
 
 mod assert;
@@ -16,6 +34,5 @@ mod scripted;
 mod state;
 mod stdio;
 
-// Each test file uses a part of what is re-exported here.
 #[allow(unused_imports)]
 pub use self::{assert::*, client::*, privileges::*, process::*, raw::*, scripted::*, state::*, stdio::*};
