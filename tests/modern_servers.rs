@@ -192,6 +192,32 @@ fn a_server_of_both_eras_is_spoken_to_in_the_session_era() {
 }
 
 #[test]
+fn a_server_that_lists_only_the_new_era_but_answers_initialize_speaks_both() {
+    // The Python SDK 2.3.0's servers: `server/discover` names 2026-07-28
+    // alone, yet `initialize` opens a session whose tools ask the client
+    // things over its back-channel. The session era keeps them working.
+    let fx = Fixture::start("fx", &["--both-eras", "--discover-modern-only"]);
+    let gate = gate_for(&fx);
+    let mut client = gate.client();
+    client.initialize_with(json!({"sampling": {}}));
+    assert_eq!(gate.status()["servers"]["fx"]["era"], "session", "{}", fx.stats());
+    let (_, response) = client.call_streaming("fx__sample", json!({"prompt": "p"}), |request| {
+        assert_eq!(request["method"], "sampling/createMessage");
+        Some(json!({"role": "assistant", "content": {"type": "text", "text": "back-channel"}, "model": "m"}))
+    });
+    assert_eq!(response["result"]["content"][0]["text"], "sampled: back-channel", "{response}");
+    // Asking cost one session, closed at once: the server sees a DELETE for each initialize.
+    assert_eq!(client.delete(), 200);
+    assert!(
+        wait_until(Duration::from_secs(5), || fx.count("initialize") == 2 && fx.count("delete") == 2),
+        "{}",
+        fx.stats()
+    );
+    assert_eq!(fx.count("discover"), 1);
+    assert_balanced(&gate.status());
+}
+
+#[test]
 fn a_call_mirrors_the_arguments_its_tool_marks_for_headers() {
     let fx = Fixture::start("fx", &["--modern"]);
     let gate = gate_for(&fx);

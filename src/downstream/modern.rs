@@ -3,8 +3,11 @@
 //! and one that speaks only 2026-07-28 is spoken to in that era. A server
 //! that speaks both eras is spoken to in the session era, as its clients
 //! of today do: its tools may ask the client things over the session's
-//! back-channel, which the new era does not have. Any other answer means
-//! the session era, and `initialize`.
+//! back-channel, which the new era does not have. A discover that names
+//! 2026-07-28 alone does not tell (the Python SDK 2.3.0's servers, of both
+//! eras, answer so): such a server is also sent `initialize`, and the
+//! session it opens is closed at once. Any other answer means the session
+//! era, and `initialize`.
 //!
 //! Such a server has no session: a downstream session on it is a view
 //! ([`ModernLink`]) with nothing to open or close, not counted among the
@@ -30,7 +33,7 @@ use super::http::{Endpoint, Exchange, stream_agent};
 use super::{Arrival, Downstream, DownstreamError, Flight, Inbox, Link, Opened, Server};
 use crate::protocol::jsonrpc::{self, Kind, Message};
 use crate::protocol::modern::{self, META_CAPABILITIES, META_CLIENT_INFO, META_VERSION, VERSION};
-use crate::protocol::sse;
+use crate::protocol::{sse, versions};
 use crate::runtime::threads;
 
 /// What an HTTP server of the 2026-07-28 era needs beside its endpoint:
@@ -148,7 +151,8 @@ fn probe(server: &Server, endpoint: &Endpoint) -> Result<Era, DownstreamError> {
     let result: Value = answer.result.as_ref().and_then(|r| serde_json::from_str(r.get()).ok()).unwrap_or_default();
     let offered = result["supportedVersions"].as_array().cloned().unwrap_or_default();
     let modern = offered.iter().any(|v| v == VERSION);
-    let session = offered.iter().any(|v| v.as_str().is_some_and(crate::protocol::versions::supported));
+    let session = offered.iter().any(|v| v.as_str().is_some_and(versions::supported))
+        || (modern && answers_initialize(server, endpoint)?);
     if modern && session {
         log::info!("server `{}` speaks both eras: spoken to in the session era", server.name());
     }
@@ -160,6 +164,60 @@ fn probe(server: &Server, endpoint: &Endpoint) -> Result<Era, DownstreamError> {
     } else {
         Era::Session
     })
+}
+
+/// Whether a server whose discover named 2026-07-28 alone serves the
+/// session era too: it is sent `initialize`, and the session it opens, if
+/// any, is closed at once with `DELETE`. A transport failure is an error
+/// (the server is asked again); any answer but a result naming a
+/// session-era version means it does not.
+fn answers_initialize(server: &Server, endpoint: &Endpoint) -> Result<bool, DownstreamError> {
+    let id = Value::from("mcpgate-initialize-probe");
+    let params = json!({
+        "protocolVersion": versions::NEWEST,
+        "capabilities": {},
+        "clientInfo": { "name": "mcpgate", "version": env!("CARGO_PKG_VERSION") },
+    });
+    let body = jsonrpc::request(&id, "initialize", Some(&jsonrpc::raw(&params)));
+    let response = endpoint.post_with(endpoint.short_agent(), &[], &body)?;
+    let session_id = response
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty() && v.bytes().all(|b| (0x21..=0x7e).contains(&b)))
+        .map(str::to_string);
+    let flight = server.lanes.flight(0);
+    let exchange = Exchange {
+        session_id: session_id.as_deref(),
+        version: versions::NEWEST,
+        agent: endpoint.short_agent(),
+        flight: &flight,
+    };
+    let answer = endpoint.read_answer(server, response, &id, &mut |_| {}, &exchange);
+    let result: Value =
+        answer.ok().and_then(|a| a.result).and_then(|r| serde_json::from_str(r.get()).ok()).unwrap_or_default();
+    let version = result["protocolVersion"].as_str().filter(|v| versions::supported(v));
+    if let Some(session) = &session_id {
+        let mut request = endpoint
+            .short_agent()
+            .delete(&endpoint.config.url)
+            .header("Mcp-Session-Id", session.as_str())
+            .header("MCP-Protocol-Version", version.unwrap_or(versions::NEWEST));
+        for (name, value) in &endpoint.config.headers {
+            request = request.header(name.as_str(), value.as_str());
+        }
+        match request.call() {
+            Ok(response) => {
+                let status = response.status().as_u16();
+                let _ = response.into_body().with_config().limit(64 * 1024).read_to_vec();
+                if !matches!(status, 200..=299 | 404 | 405) {
+                    log::warn!("server `{}`: DELETE of the session that asked its era: HTTP {status}", server.name());
+                }
+            }
+            Err(e) => log::warn!("server `{}`: DELETE of the session that asked its era: {e}", server.name()),
+        }
+    }
+    Ok(version.is_some())
 }
 
 /// Numbers the views, so the standing listen tells its inboxes apart.
