@@ -272,11 +272,12 @@ fn serve(config: Config, source: Source, signals: sys::Signals) -> Result<(), Er
 
     let started = Instant::now();
     let deadline = started + shutdown_timeout;
-    if let Some(notifier) = &notifier {
-        notifier.send("STOPPING=1\nSTATUS=closing every session");
-    }
+    // The pings end before STOPPING is sent: none may follow it.
     if let Some(watchdog) = watchdog {
         watchdog.stop();
+    }
+    if let Some(notifier) = &notifier {
+        notifier.send("STOPPING=1\nSTATUS=closing every session");
     }
     httpd.stop_accepting();
     reaper.stop();
