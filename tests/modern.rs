@@ -260,6 +260,38 @@ fn a_servers_sampling_request_comes_as_input_required_and_the_call_is_held_until
     assert_eq!(gate.status()["calls"]["held_for_2026_clients"], 0);
 }
 
+/// A session-era server may ask outside the call, on its GET stream (the
+/// Python SDK's `ctx.session.list_roots()` does): with one call of the
+/// pool on that server, the question is that call's.
+#[test]
+fn a_servers_request_outside_its_call_goes_to_the_one_call_running_there() {
+    let fx = Fixture::start("fx", &[]);
+    let gate = gate_with(&fx, json!({}));
+    let mut client = Modern::new(&gate);
+    client.capabilities = json!({"roots": {}});
+    // The pool's downstream session and its GET stream, before the call.
+    assert_eq!(client.call(1, "fx__echo", json!({"text": "warm"})).result()["content"][0]["text"], "warm");
+    assert!(
+        wait_until(Duration::from_secs(5), || fx.stats()["get_streams_open"].as_u64() == Some(1)),
+        "no GET stream: {}",
+        fx.stats()
+    );
+    let first = client.call(2, "fx__roots", json!({"outside": true}));
+    let result = first.result();
+    assert_eq!(result["resultType"], "input_required", "{first:?}");
+    let (key, request) = result["inputRequests"].as_object().and_then(|r| r.iter().next()).expect("a request");
+    assert_eq!(request["method"], "roots/list", "{request}");
+    let answer = json!({"roots": [{"uri": "file:///outside", "name": "o"}]});
+    let retry = client.send(
+        json!(3),
+        "tools/call",
+        json!({"name": "fx__roots", "arguments": {"outside": true}, "inputResponses": {key: answer},
+               "requestState": result["requestState"]}),
+        &[],
+    );
+    assert_eq!(retry.result()["content"][0]["text"], r#"[{"name":"o","uri":"file:///outside"}]"#, "{retry:?}");
+}
+
 #[test]
 fn a_client_that_cannot_sample_gets_the_servers_refusal_not_a_question() {
     let fx = Fixture::start("fx", &[]);

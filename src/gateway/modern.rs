@@ -223,7 +223,8 @@ impl Gateway {
         token: Option<[u8; 32]>,
     ) -> Result<HeldParts, RpcError> {
         // The call's own id in the pool: clients of this era may all use id 1.
-        let call_id = Value::String(format!("mcpgate-call-{}", self.holds.next()));
+        let number = self.holds.next();
+        let call_id = Value::String(format!("mcpgate-call-{number}"));
         let call = Message {
             jsonrpc: Some("2.0".into()),
             id: Some(call_id.clone()),
@@ -249,15 +250,25 @@ impl Gateway {
         }
         let (tx, rx) = bounded(64);
         let open_retry = self.current().config.open_retry;
-        let thread = {
+        let asks = tx.clone();
+        pool.enter_call(
+            number,
+            server.name(),
+            Arc::new(move |session, server, message| HoldEvents(asks.clone()).message(session, server, message)),
+        );
+        let spawned = {
             let pool = pool.clone();
             let done = tx.clone();
             threads::spawn("hold", "", move || {
                 let outcome = dispatch::call(&pool, &server, &call, &params, &mut HoldEvents(tx), open_retry);
+                pool.leave_call(number);
                 let _ = done.send(HoldEvent::Done(outcome));
             })
-            .map_err(|e| RpcError::internal(format!("mcpgate cannot start a thread now ({e}); retry later")))?
         };
+        let thread = spawned.map_err(|e| {
+            pool.leave_call(number);
+            RpcError::internal(format!("mcpgate cannot start a thread now ({e}); retry later"))
+        })?;
         Ok(HeldParts {
             events: rx,
             pool: pool.clone(),

@@ -60,6 +60,19 @@ struct State {
     streams: Streams,
     /// Requests in flight in both directions, and task ids.
     routes: Routes,
+    /// The calls of the 2026-07-28 clients' session running now, by server.
+    callers: Vec<Caller>,
+}
+
+/// Takes a server's request to the client of one call of the 2026-07-28
+/// clients' session (as `input_required`).
+pub type Asker = Arc<dyn Fn(&Session, &Server, Message) + Send + Sync>;
+
+/// A call of the 2026-07-28 clients' session, running on `server`.
+struct Caller {
+    key: u64,
+    server: String,
+    ask: Asker,
 }
 
 pub struct Session {
@@ -148,6 +161,7 @@ impl Session {
                 lost: Vec::new(),
                 streams: Streams::new(),
                 routes: Routes::new(),
+                callers: Vec::new(),
             }),
             slot_changed: Condvar::new(),
             tally: Arc::new(AtomicUsize::new(0)),
@@ -280,13 +294,43 @@ fn parse_digest(hex: &str) -> Option<[u8; 32]> {
     Some(out)
 }
 
+impl Session {
+    /// A call of the 2026-07-28 clients' session starts on `server`: what
+    /// the server asks outside any call may be for it (see `deliver`).
+    pub fn enter_call(&self, key: u64, server: &str, ask: Asker) {
+        self.state.lock().callers.push(Caller { key, server: server.to_string(), ask });
+    }
+
+    /// The call numbered `key` ended.
+    pub fn leave_call(&self, key: u64) {
+        self.state.lock().callers.retain(|c| c.key != key);
+    }
+
+    /// The one call running on `server`, if there is exactly one.
+    fn lone_caller(&self, server: &str) -> Option<Asker> {
+        let st = self.state.lock();
+        let mut on_server = st.callers.iter().filter(|c| c.server == server);
+        match (on_server.next(), on_server.next()) {
+            (Some(caller), None) => Some(caller.ask.clone()),
+            _ => None,
+        }
+    }
+}
+
 impl Inbox for Session {
     fn deliver(&self, server: &Arc<Server>, message: Message) {
         if self.is_sessionless() && message.kind() == Ok(jsonrpc::Kind::Request) {
-            // A request outside any call has no client of this era to go to.
+            // A request outside any call (on the GET stream, as the Python
+            // SDK's `ctx.session.list_roots()` sends it) is for the one call
+            // running on that server; with none or several, no client of this
+            // era can be told which it is.
+            if let Some(ask) = self.lone_caller(server.name()) {
+                return ask(self, server, message);
+            }
             let (Some(d), Some(id)) = (self.downstream_if_open(server.name()), &message.id) else { return };
             let e = jsonrpc::RpcError::internal(format!(
-                "`{}` outside a call cannot reach a client of protocol 2026-07-28 through mcpgate",
+                "`{}` outside a call cannot reach a client of protocol 2026-07-28 through mcpgate \
+                 unless exactly one call runs on this server",
                 message.method()
             ));
             if let Err(e) = d.send(&jsonrpc::error(id, &e)) {
