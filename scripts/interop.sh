@@ -15,7 +15,7 @@
 #   4. the official Python client through mcpgate, in front of server-everything, a Python
 #      SDK server (scripts/interop/py_server.py) and mcp-fixture: tools, progress, sampling,
 #      elicitation, roots, list_changed, logging, cancellation, resources, prompts,
-#      completion, and the 2026-07-28 probe (`Client(mode="auto")`);
+#      completion, resumption and a 2025-03-26 batch;
 #   4b. the client matrix (scripts/interop/matrix.sh): six clients, each directly against
 #      server-everything, the Python SDK server and a FastMCP server (fm_server.py), and through
 #      mcpgate in front of the three; a table of features with direct / through results
@@ -29,6 +29,11 @@
 #      four, get progress, answer sampling, elicitation and roots; one memory process serves both
 #      Python sessions; once the clients DELETEd their sessions every process was reaped
 #      (status.json, mcpgate's last log line after SIGTERM) and /proc holds none of them;
+#   4d. both protocol eras (scripts/interop/modern.sh): one mcpgate in front of a Python SDK
+#      server of both eras, one limited to 2026-07-28 (py_modern_server.py) and mcp-fixture; the
+#      official Python client in mode="legacy", "2026-07-28" and "auto": call, progress,
+#      sampling, elicitation, roots, list_changed and cancel on each, as a table client era x
+#      server x feature; the fixture counts one DELETE per session mcpgate opened on it;
 #   5. the conformance suite's server scenarios against `mcp-fixture --conformance`, directly
 #      and behind mcpgate (`"prefix": ""`), side by side so a failure can be attributed;
 #   6. the conformance suite's client scenarios with mcpgate as the client judged
@@ -391,6 +396,13 @@ step "4c. stdio servers: filesystem, memory (shared), everything and time, start
 # shellcheck source=interop/stdio.sh
 source "$HERE/stdio.sh"
 stdio_step
+
+# --- 4d. both protocol eras ----------------------------------------------------------------------
+
+step "4d. both protocol eras: the Python client in legacy, 2026-07-28 and auto mode; servers of either era"
+# shellcheck source=interop/modern.sh
+source "$HERE/modern.sh"
+modern_step
 
 # --- 5. conformance server scenarios ---------------------------------------------------------
 

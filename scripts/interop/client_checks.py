@@ -6,8 +6,7 @@ With the SDK client (declaring sampling, elicitation and roots): tool lists and
 calls, progress, sampling/elicitation/roots round trips, list_changed,
 logging, cancellation, resources, prompts, completion, ping. With bare HTTP,
 what the SDK does not do on demand: dropping and resuming SSE streams with
-Last-Event-ID, a 2025-03-26 batch, the 2026-07-28 `server/discover` probe;
-then `Client(mode="auto")`.
+Last-Event-ID, a 2025-03-26 batch. (The 2026-07-28 era, and `mode="auto"`: modern_checks.py.)
 
 Prints one PASS/FAIL line per check and a summary; writes the results as JSON
 (--json) for interop.sh's table; exits 1 if any check failed.
@@ -22,7 +21,6 @@ import http.client
 import json
 import sys
 import time
-import urllib.error
 import urllib.parse
 import urllib.request
 import warnings
@@ -220,31 +218,6 @@ async def all_pages(fetch: Callable[..., Awaitable[Any]], field: str) -> list[An
 def fixture_cancels(stats_url: str) -> list[Any]:
     with urllib.request.urlopen(stats_url, timeout=5) as response:
         return json.load(response).get("cancelled", [])
-
-
-def discover_probe(url: str) -> tuple[bool, str]:
-    """What a 2026-07-28 client sends first: server/discover at the modern version."""
-    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {}}).encode()
-    request = urllib.request.Request(
-        url,
-        data=body,
-        method="POST",
-        headers={
-            "Content-Type": "application/json",
-            "Accept": "application/json, text/event-stream",
-            "MCP-Protocol-Version": "2026-07-28",
-            "Mcp-Method": "server/discover",
-        },
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return False, f"HTTP {response.status} (expected 400): {response.read()[:200]!r}"
-    except urllib.error.HTTPError as e:
-        payload = json.loads(e.read() or b"{}")
-        error = payload.get("error", {})
-        supported = (error.get("data") or {}).get("supported", [])
-        ok = e.code == 400 and error.get("code") == -32022 and "2025-11-25" in supported
-        return ok, f"HTTP {e.code}, code {error.get('code')}, supported {supported}"
 
 
 async def run(url: str, stats_url: str) -> None:
@@ -848,17 +821,6 @@ async def transport_checks(url: str) -> None:
     record("GET stream lost and resumed twice (Last-Event-ID = last id received): nothing lost", ok, detail)
     ok, detail = await anyio.to_thread.run_sync(batch_2025_03_26, url)
     record("protocol 2025-03-26 session: a JSON-RPC batch is answered with an array", ok, detail)
-    ok, detail = discover_probe(url)
-    record("server/discover at 2026-07-28 -> HTTP 400, -32022 naming supported versions", ok, detail)
-
-    async def body() -> tuple[bool, str]:
-        async with new_client(url, mode="auto") as client:
-            version = client.protocol_version
-            result = await client.call_tool(f"{EV}__echo", {"message": "auto"})
-            ok = version in HANDSHAKE_PROTOCOL_VERSIONS and text_of(result) == "Echo: auto"
-            return ok, f"negotiated {version}; echo {text_of(result)!r}"
-
-    await check('Client(mode="auto") probes, falls back to initialize, works', body)
 
 
 def main() -> int:
@@ -871,10 +833,15 @@ def main() -> int:
         anyio.run(run, args.url, args.fixture_stats)
     except Exception as e:  # the session itself failed: count it
         record("client session through mcpgate", False, f"{type(e).__name__}: {e}")
+    return finish("Python client checks", args.json)
+
+
+def finish(title: str, json_path: str | None) -> int:
+    """Prints the count of RESULTS, writes them to `json_path`; the exit status."""
     failed = [r for r in RESULTS if not r["ok"]]
-    print(f"\nPython client checks: {len(RESULTS) - len(failed)} passed, {len(failed)} failed")
-    if args.json:
-        with open(args.json, "w") as out:
+    print(f"\n{title}: {len(RESULTS) - len(failed)} passed, {len(failed)} failed")
+    if json_path:
+        with open(json_path, "w") as out:
             json.dump(RESULTS, out, indent=1)
     return 1 if failed else 0
 

@@ -1,0 +1,67 @@
+# shellcheck shell=bash
+# Both protocol eras, for scripts/interop.sh (sourced there: it uses its start, stop_pid,
+# wait_port, check_loopback, stop_mcpgate, run and row, and its variables).
+#
+# One mcpgate in front of three servers: py_server.py (the Python SDK, both eras; mcpgate speaks
+# to it in the session era), py_modern_server.py (the Python SDK limited to 2026-07-28) and
+# mcp-fixture (session era only, counting its sessions). The official Python client
+# (modern_checks.py) runs in mode="legacy", mode="2026-07-28" and mode="auto": call, progress,
+# sampling, elicitation, roots, list_changed and cancel against each Python server, and prints
+# the table client era x server x feature. Then the fixture's own count: every session opened on
+# it (the 2026-07-28 clients' pool session too) was DELETEd once mcpgate stopped.
+
+modern_step() {
+    local section="both protocol eras" rc=0 stats
+    start py-both "$VPY" "$HERE/py_server.py"
+    local both_pid=$STARTED_PID
+    start py-modern "$VPY" "$HERE/py_modern_server.py"
+    local modern_pid=$STARTED_PID
+    start fixture-eras "$FIXTURE" --name fx
+    local fx_pid=$STARTED_PID
+    local both_port modern_port fx_port
+    both_port=$(wait_port py-both "$both_pid" "$RUN/py-both.out")
+    modern_port=$(wait_port py-modern "$modern_pid" "$RUN/py-modern.out")
+    fx_port=$(wait_port fixture-eras "$fx_pid" "$RUN/fixture-eras.out")
+    cat >"$RUN/mcpgate-eras.json" <<EOF
+{
+  "listen": "127.0.0.1:0",
+  "mcpServers": {
+    "py": { "url": "http://127.0.0.1:$both_port/mcp" },
+    "pym": { "url": "http://127.0.0.1:$modern_port/mcp" },
+    "fx": { "url": "http://127.0.0.1:$fx_port/mcp" }
+  }
+}
+EOF
+    start mcpgate-eras "$MCPGATE" --config "$RUN/mcpgate-eras.json"
+    local gw_pid=$STARTED_PID gw_port
+    gw_port=$(wait_port mcpgate-eras "$gw_pid" "$RUN/mcpgate-eras.out")
+    echo "py (both eras) :$both_port, pym (2026-07-28 only) :$modern_port, mcp-fixture :$fx_port, mcpgate :$gw_port"
+    check_loopback py-modern "$modern_pid" "$modern_port"
+
+    run timeout 300 "$VPY" "$HERE/modern_checks.py" --url "http://127.0.0.1:$gw_port/mcp" \
+        --json "$RUN/modern_checks.json" || rc=$?
+    if [[ -f $RUN/modern_checks.json ]]; then
+        timeout 60 "$VPY" "$HERE/report.py" checks --json "$RUN/modern_checks.json" --section "$section" --out "$RESULTS"
+    fi
+    if [[ $rc -ne 0 && $rc -ne 1 ]]; then
+        row "$section" "modern_checks.py ran to its end" 0 "exit status $rc (124: timed out)"
+    fi
+    grep -E "server \`[a-z]+\` (speaks|is spoken)" "$RUN/mcpgate-eras.err" | sed 's/^/  mcpgate: /' || true
+    stop_mcpgate mcpgate-eras "$gw_pid" "$section"
+    stats=$(curl -fsS -m 5 "http://127.0.0.1:$fx_port/stats" || true)
+    stats=$(timeout 10 "$VPY" - "${stats:-null}" <<'EOF' 2>&1 || true
+import json, sys
+s = json.loads(sys.argv[1])
+ok = s["initialize"] > 0 and s["live_sessions"] == 0 and s["delete"] == s["initialize"] and s["delete_unknown"] == 0
+print(int(ok), f"initialize {s['initialize']}, DELETE {s['delete']} (unknown {s['delete_unknown']}), live {s['live_sessions']}")
+EOF
+)
+    if [[ $stats =~ ^[01]\  ]]; then
+        row "$section" "mcp-fixture counts: each session mcpgate opened on it was DELETEd once" "${stats%% *}" "${stats#* }"
+    else
+        row "$section" "mcp-fixture counts: each session mcpgate opened on it was DELETEd once" 0 "no usable /stats: $stats"
+    fi
+    stop_pid "$fx_pid"
+    stop_pid "$modern_pid"
+    stop_pid "$both_pid"
+}
