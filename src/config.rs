@@ -240,6 +240,11 @@ pub const KEYS: &[Key] = &[
         meaning: "The only servers this token reaches; the others are invisible in its lists and refused for its calls.",
     },
     Key {
+        name: "auth.tokens[].name",
+        kind: Kind::Other("none"),
+        meaning: "A name for the token (1 to 64 characters), shown on the status page beside the sessions it opened; the token itself is never shown.",
+    },
+    Key {
         name: "auth.tokens_file",
         kind: Kind::Other("none"),
         meaning: "A JSON file holding more tokens in the same form as `auth.tokens`, to keep secrets out of the main file. Its `${VAR}`s expand too.",
@@ -379,13 +384,15 @@ pub struct Config {
 #[derive(Clone, PartialEq, Eq)]
 pub struct Token {
     pub token: String,
+    /// What the status page calls it.
+    pub name: Option<String>,
     /// `None`: every server.
     pub servers: Option<Vec<String>>,
 }
 
 impl fmt::Debug for Token {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Token(***, servers: {:?})", self.servers)
+        write!(f, "Token(***, name: {:?}, servers: {:?})", self.name, self.servers)
     }
 }
 
@@ -658,6 +665,15 @@ fn token_list(
             return Err(Invalid::new(format!("{key}.token"), "a token is at least 16 visible ASCII characters"));
         }
         secrets.push(token.clone());
+        let name = keys.string("name")?;
+        if let Some(name) = &name {
+            if name.chars().any(char::is_control) {
+                return Err(Invalid::new(format!("{key}.name"), "a name has no control characters"));
+            }
+            if !(1..=64).contains(&name.chars().count()) {
+                return Err(Invalid::new(format!("{key}.name"), "a name is 1 to 64 characters"));
+            }
+        }
         let servers = match keys.take("servers") {
             None => None,
             Some(Value::Array(names)) => {
@@ -681,7 +697,7 @@ fn token_list(
             }
         };
         keys.refuse_unknown()?;
-        out.push(Token { token, servers });
+        out.push(Token { token, name, servers });
     }
     Ok(out)
 }
@@ -1232,6 +1248,32 @@ mod tests {
     }
 
     #[test]
+    fn a_token_may_have_a_name_for_the_status_page() {
+        let c = parse(
+            r#"{"mcpServers": {"a": {"url": "http://x/mcp"}},
+                "auth": {"tokens": [{"token": "0123456789abcdefXYZ", "name": "laptop"}, {"token": "${TOKEN}-0123456789"}]}}"#,
+        )
+        .unwrap();
+        let tokens = c.tokens.unwrap();
+        assert_eq!(tokens[0].name.as_deref(), Some("laptop"));
+        assert_eq!(tokens[1].name, None);
+        assert_eq!(format!("{:?}", tokens[0]), "Token(***, name: Some(\"laptop\"), servers: None)");
+        for (name, problem) in [("\"\"", "1 to 64"), ("\"a\\nb\"", "control"), ("7", "expected a string")] {
+            let text = format!(
+                r#"{{"mcpServers": {{"a": {{"url": "http://x/mcp"}}}}, "auth": {{"tokens": [{{"token": "0123456789abcdefXYZ", "name": {name}}}]}}}}"#
+            );
+            let Invalid { key, problem: p } = parse(&text).expect_err(&text);
+            assert_eq!(key, "auth.tokens[0].name", "{text}");
+            assert!(p.contains(problem), "{text}: {p}");
+        }
+        let long = format!("\"{}\"", "x".repeat(65));
+        let text = format!(
+            r#"{{"mcpServers": {{"a": {{"url": "http://x/mcp"}}}}, "auth": {{"tokens": [{{"token": "0123456789abcdefXYZ", "name": {long}}}]}}}}"#
+        );
+        assert!(parse(&text).unwrap_err().problem.contains("1 to 64"));
+    }
+
+    #[test]
     fn load_error_names_the_file() {
         let e = Config::load(Path::new("/nonexistent/mcpgate.json"), &env).unwrap_err();
         assert!(e.to_string().starts_with("/nonexistent/mcpgate.json: cannot read"), "{e}");
@@ -1260,6 +1302,7 @@ mod tests {
             ("auth.tokens", json!([{"token": "0123456789abcdefXYZ", "servers": ["a"]}])),
             ("auth.tokens[].token", json!("0123456789abcdefXYZ")),
             ("auth.tokens[].servers", json!(["a"])),
+            ("auth.tokens[].name", json!("laptop")),
             ("auth.tokens_file", json!(null)),
             ("state_file", json!("/tmp/mcpgate-test-state.json")),
             ("mcpServers", json!({})),
@@ -1296,7 +1339,8 @@ mod tests {
             // Where the key goes: top level, in `auth`, in a token, in a server or its filter.
             let at = match key.name.split_once('.') {
                 None => &mut root[key.name],
-                Some(("auth", "tokens[].token" | "tokens[].servers")) | Some(("auth", "tokens_file")) => continue,
+                Some(("auth", "tokens[].token" | "tokens[].servers" | "tokens[].name"))
+                | Some(("auth", "tokens_file")) => continue,
                 Some(("auth", rest)) => &mut root["auth"][rest],
                 Some(("mcpServers", rest)) => match rest.trim_start_matches("<name>.").split_once('.') {
                     _ if rest == "<name>" => continue,
