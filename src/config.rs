@@ -380,6 +380,18 @@ pub struct Config {
     pub servers: Vec<ServerConfig>,
 }
 
+/// One part of the thread budget: the most threads of these roles (as in
+/// their names; `other` is the main thread) this configuration can run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ThreadBudget {
+    /// A short name for the part, e.g. `connections`.
+    pub group: &'static str,
+    pub roles: &'static [&'static str],
+    /// What sets the number, e.g. `max_connections`.
+    pub by: &'static str,
+    pub threads: usize,
+}
+
 /// A bearer token a client may present, and the servers it may reach.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Token {
@@ -585,24 +597,32 @@ impl Config {
         Ok(config)
     }
 
-    /// The most threads this configuration can run, by role: what
-    /// `TasksMax` must allow. Reaching a part's limit refuses work (a
+    /// The most threads this configuration can run, by group of roles:
+    /// what `TasksMax` must allow. Reaching a part's limit refuses work (a
     /// connection, a session) instead of failing to start a thread.
-    pub fn thread_budget(&self) -> Vec<(&'static str, usize)> {
+    pub fn thread_budget(&self) -> Vec<ThreadBudget> {
         let servers = self.servers.len();
         let http = self.servers.iter().filter(|s| s.url().is_some()).count();
         let stdio = if http < servers { 1 + 2 * self.max_processes } else { 0 };
+        let line = |group, roles, by, threads| ThreadBudget { group, roles, by, threads };
         vec![
-            ("main, accept, reaper, signal, state, notify", 6),
-            ("connections (max_connections)", self.max_connections),
-            ("readers (max_sessions x HTTP servers)", self.max_sessions * http),
-            ("stdio (spawner, 2 x max_processes)", stdio),
-            ("fanout (calls_per_server x servers)", self.calls_per_server * servers),
-            (
-                "hold (calls of 2026-07-28 clients: max_connections + max_held_calls)",
+            line(
+                "fixed",
+                &["other", "accept", "reaper", "signal", "state", "notify"],
+                "main, accept, reaper, signal, state, notify",
+                6,
+            ),
+            line("connections", &["conn"], "max_connections", self.max_connections),
+            line("readers", &["reader"], "max_sessions x HTTP servers", self.max_sessions * http),
+            line("stdio", &["spawner", "stdio", "stderr"], "spawner, 2 x max_processes", stdio),
+            line("fanout", &["fanout"], "calls_per_server x servers", self.calls_per_server * servers),
+            line(
+                "hold",
+                &["hold"],
+                "calls of 2026-07-28 clients: max_connections + max_held_calls",
                 self.max_connections + self.max_held_calls,
             ),
-            ("close (reaper, shutdown, reload, DELETEs)", 32 + 32 + self.calls_per_server * servers),
+            line("close", &["close"], "reaper, shutdown, reload, DELETEs", 32 + 32 + self.calls_per_server * servers),
         ]
     }
 
@@ -1271,6 +1291,21 @@ mod tests {
             r#"{{"mcpServers": {{"a": {{"url": "http://x/mcp"}}}}, "auth": {{"tokens": [{{"token": "0123456789abcdefXYZ", "name": {long}}}]}}}}"#
         );
         assert!(parse(&text).unwrap_err().problem.contains("1 to 64"));
+    }
+
+    #[test]
+    fn the_thread_budget_names_known_roles_each_in_one_group() {
+        let c = parse(r#"{"mcpServers": {"a": {"url": "http://x/mcp"}, "b": {"command": "x"}}}"#).unwrap();
+        let budget = c.thread_budget();
+        let mut roles: Vec<&str> = budget.iter().flat_map(|b| b.roles.iter().copied()).collect();
+        for role in &roles {
+            assert!(*role == "other" || crate::runtime::threads::ROLES.contains(role), "`{role}` is no thread role");
+        }
+        let all = roles.len();
+        roles.sort_unstable();
+        roles.dedup();
+        assert_eq!(roles.len(), all, "a role in two groups: {budget:?}");
+        assert_eq!(budget.iter().find(|b| b.group == "connections").map(|b| b.threads), Some(c.max_connections));
     }
 
     #[test]

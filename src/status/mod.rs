@@ -84,8 +84,8 @@ pub fn json(g: &Gateway) -> Value {
             "open_fds": p.open_fds,
         },
         "threads": {
-            "budget": current.config.thread_budget().iter().map(|(_, n)| n).sum::<usize>(),
-            "budget_by_role": current.config.thread_budget().into_iter().map(|(role, n)| (role.to_string(), Value::from(n))).collect::<Map<String, Value>>(),
+            "budget": current.config.thread_budget().iter().map(|b| b.threads).sum::<usize>(),
+            "budget_by_group": current.config.thread_budget().into_iter().map(|b| (b.group.to_string(), Value::from(b.threads))).collect::<Map<String, Value>>(),
         },
         "memory": {
             "buffered_bytes": crate::runtime::memory::used(),
