@@ -24,11 +24,13 @@ use crate::status::stats::Stats;
 mod routing;
 mod slots;
 mod streams;
+mod view;
 
 use routing::Routes;
 use slots::Slot;
 use streams::Streams;
 pub use streams::{Attached, ListenFilter};
+pub use view::{SlotView, View};
 
 /// Why a session ended, for the counters and the log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +87,9 @@ pub struct Session {
     scope: Option<Vec<String>>,
     /// SHA-256 of the token that created it: only that token reaches it.
     token: Option<[u8; 32]>,
+    /// When it was created; for a restored session, its last activity
+    /// before the restart (it is at least that old).
+    created: Instant,
     state: Mutex<State>,
     slot_changed: Condvar,
     /// Bytes of events this session holds (queued, kept, waiting).
@@ -150,6 +155,7 @@ impl Session {
             client_name,
             token,
             scope,
+            created: last_active,
             state: Mutex::new(State {
                 closed: false,
                 deleted_by_client: false,

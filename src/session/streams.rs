@@ -121,6 +121,11 @@ impl Streams {
     pub(super) fn is_empty(&self) -> bool {
         self.open.is_empty() && self.listeners.is_empty()
     }
+
+    /// `GET` streams open now.
+    pub(super) fn open_count(&self) -> usize {
+        self.open.len()
+    }
 }
 
 /// A `GET` stream as the session sees it. Dropped when the stream ends: what
