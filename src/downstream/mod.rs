@@ -12,7 +12,7 @@
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use parking_lot::Mutex;
 use serde_json::Value;
@@ -24,7 +24,7 @@ use crate::protocol::jsonrpc::{self, Message};
 use crate::protocol::versions;
 use crate::runtime::state::Journal;
 pub use crate::runtime::state::SavedDownstream;
-use crate::status::stats::{Gauge, Stats};
+use crate::status::stats::{Counter, Gauge, ServerStats, Stats};
 
 pub mod flight;
 mod http;
@@ -87,6 +87,25 @@ impl fmt::Display for DownstreamError {
 }
 
 impl std::error::Error for DownstreamError {}
+
+impl DownstreamError {
+    /// The counter of its kind among a server's errors.
+    fn counter<'a>(&self, stats: &'a ServerStats) -> &'a Counter {
+        match self {
+            DownstreamError::Connect(_) => &stats.errors_connect,
+            DownstreamError::Timeout(_) => &stats.errors_timeout,
+            DownstreamError::Busy(_) => &stats.errors_busy,
+            DownstreamError::Status { .. } => &stats.errors_status,
+            DownstreamError::SessionGone => &stats.errors_session_gone,
+            DownstreamError::Protocol(_) => &stats.errors_protocol,
+            DownstreamError::Refused(_) => &stats.errors_refused,
+            DownstreamError::Closed => &stats.errors_closed,
+            DownstreamError::Exhausted(_) => &stats.errors_exhausted,
+            DownstreamError::Cancelled => &stats.errors_cancelled,
+            DownstreamError::Exited(_) => &stats.errors_exited,
+        }
+    }
+}
 
 /// What a server sends while it answers a request, before the response.
 pub enum Arrival {
@@ -205,6 +224,8 @@ pub struct Server {
     /// Guards the last error and success times; held only to copy them.
     health: Mutex<Health>,
     pub stats: Arc<Stats>,
+    /// This server's requests, errors by kind, and latency.
+    pub metrics: ServerStats,
 }
 
 impl fmt::Debug for Server {
@@ -233,6 +254,7 @@ impl Server {
             live_sessions: Gauge::default(),
             health: Mutex::new(Health::default()),
             stats: context.stats.clone(),
+            metrics: ServerStats::default(),
         }
     }
 
@@ -317,6 +339,14 @@ impl Server {
         out
     }
 
+    /// Counts a request to this server, and its error by kind.
+    fn count<T>(&self, result: &Result<T, DownstreamError>) {
+        self.metrics.requests.inc();
+        if let Err(e) = result {
+            e.counter(&self.metrics).inc();
+        }
+    }
+
     fn record<T>(&self, result: &Result<T, DownstreamError>) {
         let mut health = self.health.lock();
         match result {
@@ -349,6 +379,7 @@ impl Server {
         inbox: Weak<dyn Inbox>,
     ) -> Result<Arc<Downstream>, DownstreamError> {
         let result = self.open_inner(init_params, inbox);
+        self.count(&result);
         self.record(&result);
         if let Err(e) = &result {
             limited!(
@@ -547,8 +578,21 @@ impl Downstream {
 
     /// Sends a request on one of the server's lanes. It ends early when
     /// `flight` is stopped: cancelled, closed, or silent past the request
-    /// timeout.
+    /// timeout. Counted, and timed on its lane, in the server's metrics.
     pub fn call(
+        &self,
+        id: &Value,
+        method: &str,
+        params: Option<&RawValue>,
+        on_message: &mut dyn FnMut(Arrival),
+        flight: &Arc<Flight>,
+    ) -> Result<Message, DownstreamError> {
+        let result = self.exchange(id, method, params, on_message, flight);
+        self.server.count(&result);
+        result
+    }
+
+    fn exchange(
         &self,
         id: &Value,
         method: &str,
@@ -564,7 +608,9 @@ impl Downstream {
             Err(LaneError::Busy(n)) => return Err(DownstreamError::Busy(n)),
             Err(LaneError::Stopped(why)) => return Err(self.server.stopped(why)),
         };
+        let started = Instant::now();
         let result = self.link.request(self, id, method, params, on_message, flight);
+        self.server.metrics.request_duration.observe(started.elapsed());
         // Whatever broke the exchange, a stop says why.
         let result = match (result, flight.stopped()) {
             (Err(_), Some(why)) => Err(self.server.stopped(why)),

@@ -1,14 +1,26 @@
 //! The status page (`/status`, HTML with no external assets) and its JSON
-//! twin (`/status.json`), read from the counters, the servers and `/proc`.
+//! twin (`/status.json`), drawn from one table of counters and gauges
+//! ([`stats`]).
+//!
+//! [`readings`] reads the table; [`json`] lays the readings out by their
+//! places and adds what is not a number (servers' errors, the sessions list).
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 pub mod stats;
 
 use serde_json::{Map, Value, json};
 
-use crate::gateway::Gateway;
+use crate::gateway::{Current, Gateway};
 use crate::runtime::threads;
+use crate::session::{SlotView, View};
+use stats::{Family, Info, Now, Reading, Sample, ServerNow, StdioNow};
+
+/// Sessions listed on the status page and in `/status.json`; the rest are counted.
+pub const SESSIONS_LISTED: usize = 50;
+
+/// Times the balances are read again before an imbalance is reported: see [`settled`].
+const BALANCE_READS: usize = 5;
 
 /// What `/proc/self` says about the process.
 pub struct Process {
@@ -36,94 +48,188 @@ fn unix(t: Option<SystemTime>) -> Value {
     t.and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map_or(Value::Null, |d| Value::from(d.as_secs()))
 }
 
-/// The child processes of stdio servers, with their balance.
-fn processes(children: &crate::downstream::stdio::Children) -> Value {
-    let (spawned, reaped, live) = (children.spawned.get(), children.reaped.get(), children.live.get());
-    json!({
-        "spawned": spawned,
-        "reaped": reaped,
-        "live": live,
-        "balanced": spawned == reaped + live,
-    })
+/// The table now: the gateway's readings, then each server's (labelled `server`).
+pub fn readings(g: &Gateway) -> Vec<Reading> {
+    let current = g.current();
+    let mut out = Vec::with_capacity(256);
+    let (stats, (spawned, reaped, live)) = settled(g);
+    let p = process();
+    let now = Now {
+        build_info: Info::new("version", env!("CARGO_PKG_VERSION")),
+        uptime: g.started.elapsed().as_secs().into(),
+        threads: p.threads.into(),
+        threads_by_role: Family::new("role", threads::count_by_role()),
+        rss_bytes: p.rss_bytes.into(),
+        open_fds: p.open_fds.into(),
+        thread_budget: Family::new(
+            "group",
+            current.config.thread_budget().iter().map(|b| (b.group.to_string(), b.threads as u64)).collect(),
+        ),
+        memory_buffered: (crate::runtime::memory::used() as u64).into(),
+        memory_limit: (crate::runtime::memory::limit() as u64).into(),
+        memory_share: (crate::runtime::memory::share() as u64).into(),
+        memory_refused: crate::runtime::memory::refused().into(),
+        sessions_live: (g.sessions.len() as u64).into(),
+        calls_held: (g.held_calls() as u64).into(),
+        processes_spawned: spawned.into(),
+        processes_reaped: reaped.into(),
+        processes_live: live.into(),
+    };
+    now.read(None, &mut out);
+    out.extend(stats);
+    for server in &current.servers {
+        let scope = Some(("server", server.name()));
+        let health = server.health();
+        let up = match (health.last_error_at, health.last_ok_at) {
+            (Some(error), Some(ok)) => ok >= error,
+            (Some(_), None) => false,
+            (None, _) => true,
+        };
+        ServerNow {
+            up: u64::from(up).into(),
+            live_sessions: server.live_sessions.get().into(),
+            calls_in_flight: server.lanes.in_flight.get().into(),
+        }
+        .read(scope, &mut out);
+        server.metrics.read(scope, &mut out);
+        if let Some(p) = server.processes() {
+            StdioNow {
+                live: p.live.into(),
+                spawned: p.spawned.into(),
+                // Each is reaped as it stops being live.
+                reaped: p.spawned.saturating_sub(p.live).into(),
+                exited: p.exited.into(),
+                killed: p.killed.into(),
+                restarts: p.restarts.into(),
+            }
+            .read(scope, &mut out);
+        }
+    }
+    out
 }
 
-pub fn json(g: &Gateway) -> Value {
-    let s = &g.stats;
-    let p = process();
-    let by_role: Map<String, Value> =
-        threads::count_by_role().into_iter().map(|(role, n)| (role, Value::from(n))).collect();
-    let current = g.current();
-    let mut servers = Map::new();
-    for server in &current.servers {
-        let health = server.health();
-        servers.insert(
-            server.name().to_string(),
-            json!({
-                "transport": server.transport(),
-                "era": server.era(),
-                "url": server.config.url().map(|url| server.redact(url)),
-                "command": server.config.url().is_none().then(|| server.redact(&server.config.target())),
-                "processes": server.processes(),
-                "prefix": server.config.prefix,
-                "live_sessions": server.live_sessions.get(),
-                "calls_in_flight": server.lanes.in_flight.get(),
-                "last_error": health.last_error,
-                "last_error_at": unix(health.last_error_at),
-                "last_ok_at": unix(health.last_ok_at),
-            }),
-        );
+/// The gateway's counters and the child processes' (spawned, reaped,
+/// live). Each balance (`opened == closed + live`, `spawned == reaped +
+/// live`) holds at every moment but the instant between two of its
+/// additions: when a read falls there, it is read again, a millisecond
+/// later, a few times, so that a transient is not reported as a leak.
+fn settled(g: &Gateway) -> (Vec<Reading>, (u64, u64, u64)) {
+    let c = &g.children;
+    let mut attempt = 1;
+    loop {
+        let mut stats = Vec::with_capacity(stats::Stats::TABLE.len());
+        g.stats.read(None, &mut stats);
+        let children = (c.spawned.get(), c.reaped.get(), c.live.get());
+        let at = |section: &str, key: &str| number(&stats, section, key);
+        let downstream = at("downstream", "opened") == at("downstream", "closed") + at("downstream", "live");
+        if (downstream && children.0 == children.1 + children.2) || attempt == BALANCE_READS {
+            return (stats, children);
+        }
+        attempt += 1;
+        std::thread::sleep(std::time::Duration::from_millis(1));
     }
-    let (opened, closed, live) = (s.downstream_opened.get(), s.downstream_closed.get(), s.downstream_live.get());
+}
+
+/// The number at `section.key` among unlabelled readings (0 when absent).
+fn number(readings: &[Reading], section: &str, key: &str) -> u64 {
+    readings
+        .iter()
+        .find(|r| r.path.len() == 2 && r.path[0] == section && r.path[1] == key)
+        .and_then(Reading::number)
+        .unwrap_or(0)
+}
+
+/// `/status.json`.
+pub fn json(g: &Gateway) -> Value {
+    json_from(g, &readings(g))
+}
+
+/// `/status.json` from readings already taken.
+pub fn json_from(g: &Gateway, readings: &[Reading]) -> Value {
+    let current = g.current();
     let mut out = json!({
-        "version": env!("CARGO_PKG_VERSION"),
-        "uptime_secs": g.started.elapsed().as_secs(),
-        "process": {
-            "threads": p.threads,
-            "threads_by_role": by_role,
-            "rss_bytes": p.rss_bytes,
-            "open_fds": p.open_fds,
-        },
-        "threads": {
-            "budget": current.config.thread_budget().iter().map(|b| b.threads).sum::<usize>(),
-            "budget_by_group": current.config.thread_budget().into_iter().map(|b| (b.group.to_string(), Value::from(b.threads))).collect::<Map<String, Value>>(),
-        },
-        "memory": {
-            "buffered_bytes": crate::runtime::memory::used(),
-            "limit_bytes": crate::runtime::memory::limit(),
-            "session_share_bytes": crate::runtime::memory::share(),
-            "refused": crate::runtime::memory::refused(),
-        },
         "state": {
             "file": g.journal.path().map(|p| p.display().to_string()),
             "error": g.journal.error(),
         },
-        "calls": {
-            "in_flight": current.servers.iter().map(|s| s.lanes.in_flight.get()).sum::<u64>(),
-            "held_for_2026_clients": g.held_calls(),
-        },
-        "sessions": {
-            "live": g.sessions.len(),
-        },
-        "downstream": {
-            "balanced": opened == closed + live,
-        },
-        "processes": processes(&g.children),
         "limits": {
             "calls_per_server": current.config.calls_per_server,
             "max_connections": current.config.max_connections,
             "max_sessions": current.config.max_sessions,
+            "max_processes": current.config.max_processes,
             "session_idle_timeout_secs": current.config.session_idle_timeout.as_secs(),
         },
-        "servers": servers,
         "collisions": *g.collisions.lock(),
         "renamed_tools": g.renamed.lock().iter().map(|r| json!({"name": r.name, "server": r.server, "original": r.original})).collect::<Vec<_>>(),
         "reload": reload(&g.last_reload.lock()),
     });
-    // Every counter and gauge, in its section.
-    for reading in s.readings() {
-        out[reading.section][reading.key] = Value::from(reading.value);
+    // Every counter and gauge, in its place.
+    for reading in readings {
+        let value = match &reading.sample {
+            Sample::Number(n) => Value::from(*n),
+            Sample::Info(text) => Value::from(text.as_str()),
+            Sample::Histogram { buckets, sum } => json!({
+                "count": buckets.last().map_or(0, |b| b.1),
+                "sum": sum,
+                "buckets": buckets.iter().filter(|b| b.0.is_finite()).map(|(le, n)| json!([le, n])).collect::<Vec<_>>(),
+            }),
+        };
+        place(&mut out, &reading.path, value);
     }
+    // What follows from the readings.
+    let d = &out["downstream"];
+    let balanced = d["opened"].as_u64() == Some(d["closed"].as_u64().unwrap_or(0) + d["live"].as_u64().unwrap_or(0));
+    out["downstream"]["balanced"] = Value::from(balanced);
+    let p = &out["processes"];
+    let balanced = p["spawned"].as_u64() == Some(p["reaped"].as_u64().unwrap_or(0) + p["live"].as_u64().unwrap_or(0));
+    out["processes"]["balanced"] = Value::from(balanced);
+    let budget: u64 =
+        out["threads"]["budget_by_group"].as_object().map_or(0, |m| m.values().filter_map(Value::as_u64).sum());
+    out["threads"]["budget"] = Value::from(budget);
+    out["threads"]["budget_roles"] = current
+        .config
+        .thread_budget()
+        .iter()
+        .map(|b| (b.group.to_string(), json!({"roles": b.roles, "by": b.by})))
+        .collect::<Map<String, Value>>()
+        .into();
+    let in_flight: u64 = current.servers.iter().map(|s| s.lanes.in_flight.get()).sum();
+    out["calls"]["in_flight"] = Value::from(in_flight);
+    // The servers in words.
+    for (rank, server) in current.servers.iter().enumerate() {
+        let health = server.health();
+        let entry = &mut out["servers"][server.name()];
+        entry["rank"] = Value::from(rank);
+        entry["transport"] = Value::from(server.transport());
+        entry["era"] = server.era().into();
+        entry["url"] = server.config.url().map(|url| server.redact(url)).into();
+        entry["command"] = server.config.url().is_none().then(|| server.redact(&server.config.target())).into();
+        entry["prefix"] = Value::from(server.config.prefix.as_str());
+        entry["last_error"] = health.last_error.into();
+        entry["last_error_at"] = unix(health.last_error_at);
+        entry["last_ok_at"] = unix(health.last_ok_at);
+        if entry.get("processes").is_none() {
+            entry["processes"] = Value::Null;
+        }
+    }
+    let (listed, unlisted) = sessions(g, &current);
+    out["sessions"]["list"] = listed.into();
+    out["sessions"]["unlisted"] = Value::from(unlisted);
+    out["now"] = unix(Some(SystemTime::now()));
     out
+}
+
+/// Sets `value` at `path` in `out`, making objects on the way.
+fn place(out: &mut Value, path: &[String], value: Value) {
+    let Some((last, parents)) = path.split_last() else { return };
+    let mut at = out;
+    for key in parents {
+        if !at[key.as_str()].is_object() {
+            at[key.as_str()] = Value::Object(Map::new());
+        }
+        at = &mut at[key.as_str()];
+    }
+    at[last.as_str()] = value;
 }
 
 fn reload(r: &crate::gateway::ReloadOutcome) -> Value {
@@ -133,6 +239,62 @@ fn reload(r: &crate::gateway::ReloadOutcome) -> Value {
         "changed_servers": r.changed,
         "restart_needed": r.restart_needed,
     })
+}
+
+/// The live sessions, oldest first, at most [`SESSIONS_LISTED`]; and how
+/// many more there are. Each session's lock is held only to copy it.
+fn sessions(g: &Gateway, current: &Current) -> (Vec<Value>, usize) {
+    let now = Instant::now();
+    let mut views: Vec<View> = g.sessions.snapshot().iter().map(|s| s.view(now)).collect();
+    views.sort_by(|a, b| b.age.cmp(&a.age).then_with(|| a.id.cmp(&b.id)));
+    let unlisted = views.len().saturating_sub(SESSIONS_LISTED);
+    views.truncate(SESSIONS_LISTED);
+    // Tokens are known by their digest; their names by their place in the configuration.
+    let tokens: Vec<([u8; 32], String)> = current
+        .config
+        .tokens
+        .iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, t)| {
+            let name = t.name.clone().unwrap_or_else(|| format!("token #{}", i + 1));
+            (crate::runtime::sha256::digest(t.token.as_bytes()), name)
+        })
+        .collect();
+    let list = views
+        .iter()
+        .map(|v| {
+            let token = v.token_sha256.map(|digest| {
+                tokens.iter().find(|(d, _)| *d == digest).map_or("a token no longer configured", |(_, n)| n.as_str())
+            });
+            let downstream: Map<String, Value> = v
+                .downstreams
+                .iter()
+                .map(|(server, slot)| {
+                    let slot = match slot {
+                        SlotView::Open(id) => {
+                            json!({"state": "open", "session": id.as_deref().map(crate::session::short)})
+                        }
+                        SlotView::Opening => json!({"state": "opening"}),
+                        SlotView::Failed(error) => json!({"state": "failed", "error": error}),
+                    };
+                    (server.clone(), slot)
+                })
+                .collect();
+            json!({
+                "id": crate::session::short(&v.id),
+                "token": token,
+                "client": v.client_name,
+                "protocol_version": v.protocol_version,
+                "age_secs": v.age.as_secs(),
+                "idle_secs": v.idle.map(|d| d.as_secs()),
+                "requests_in_flight": v.requests_in_flight,
+                "streams": v.streams,
+                "downstream": downstream,
+            })
+        })
+        .collect();
+    (list, unlisted)
 }
 
 /// The page a person reads: the same numbers, in tables.
@@ -225,5 +387,13 @@ mod tests {
     #[test]
     fn html_escapes_what_servers_say() {
         assert_eq!(escape("<b>\"x\" & y</b>"), "&lt;b&gt;&quot;x&quot; &amp; y&lt;/b&gt;");
+    }
+
+    #[test]
+    fn readings_are_placed_by_their_path() {
+        let mut out = json!({"servers": {"a": {"url": "x"}}});
+        place(&mut out, &["servers".into(), "a".into(), "errors".into(), "timeout".into()], json!(2));
+        place(&mut out, &["version".into()], json!("1"));
+        assert_eq!(out, json!({"servers": {"a": {"url": "x", "errors": {"timeout": 2}}}, "version": "1"}));
     }
 }

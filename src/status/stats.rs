@@ -1,7 +1,22 @@
-//! Counters and gauges for the status page. Relaxed atomics: each number is
-//! exact on its own; a reader may see two of them a moment apart.
+//! The one table of counters and gauges, from which `/status.json`, the
+//! status page and `/metrics` are all drawn.
+//!
+//! Each entry is declared once, in a `stats!` block: its doc line is its
+//! help text, its type gives its kind, and it names its place in
+//! `/status.json` (`section.key`) and its Prometheus name (with a label of
+//! its own when it is one of a family, e.g. `reason="idle"`). The blocks
+//! differ only in where their values live:
+//! - [`Stats`]: the gateway's atomics, counted where things happen;
+//! - [`ServerStats`]: each server's atomics (requests, errors by kind,
+//!   latency), read with the label `server`;
+//! - [`Now`], [`ServerNow`], [`StdioNow`]: values read when an output is
+//!   drawn (from `/proc`, the memory budget, the sessions, the servers).
+//!
+//! Relaxed atomics: each number is exact on its own; a reader may see two
+//! of them a moment apart.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
 
 /// A number that only grows.
 #[derive(Default, Debug)]
@@ -14,6 +29,13 @@ impl Counter {
 
     pub fn get(&self) -> u64 {
         self.0.load(Relaxed)
+    }
+}
+
+/// A counter kept elsewhere, as read now.
+impl From<u64> for Counter {
+    fn from(n: u64) -> Counter {
+        Counter(AtomicU64::new(n))
     }
 }
 
@@ -41,6 +63,13 @@ impl Gauge {
     }
 }
 
+/// A level read elsewhere, as it is now.
+impl From<u64> for Gauge {
+    fn from(n: u64) -> Gauge {
+        Gauge(AtomicU64::new(n))
+    }
+}
+
 pub struct GaugeGuard<'a>(&'a Gauge);
 
 impl Drop for GaugeGuard<'_> {
@@ -49,102 +78,423 @@ impl Drop for GaugeGuard<'_> {
     }
 }
 
-/// Whether a reading only grows, or goes up and down.
+/// Upper bounds of the latency buckets, in microseconds: 5 ms to 60 s
+/// (above, the `+Inf` bucket). Requests to MCP servers take from a
+/// millisecond (a list) to a minute (a tool that runs long).
+pub const BUCKETS_MICROS: [u64; 13] = [
+    5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000, 2_500_000, 5_000_000, 10_000_000, 30_000_000,
+    60_000_000,
+];
+
+/// Durations in fixed buckets: an observation is two relaxed additions,
+/// without a lock or an allocation.
+#[derive(Default, Debug)]
+pub struct Histogram {
+    /// Observations per bucket (not cumulative); the last is `+Inf`.
+    counts: [AtomicU64; BUCKETS_MICROS.len() + 1],
+    sum_micros: AtomicU64,
+}
+
+impl Histogram {
+    pub fn observe(&self, took: Duration) {
+        let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        let bucket = BUCKETS_MICROS.iter().position(|&bound| micros <= bound).unwrap_or(BUCKETS_MICROS.len());
+        self.counts[bucket].fetch_add(1, Relaxed);
+        self.sum_micros.fetch_add(micros, Relaxed);
+    }
+
+    /// Cumulative counts by upper bound in seconds (the last, `+Inf`, is
+    /// the count of all), and the sum in seconds.
+    fn sample(&self) -> Sample {
+        let mut total = 0;
+        let mut buckets = Vec::with_capacity(self.counts.len());
+        for (i, count) in self.counts.iter().enumerate() {
+            total += count.load(Relaxed);
+            let bound = BUCKETS_MICROS.get(i).map_or(f64::INFINITY, |&micros| micros as f64 / 1e6);
+            buckets.push((bound, total));
+        }
+        Sample::Histogram { buckets, sum: self.sum_micros.load(Relaxed) as f64 / 1e6 }
+    }
+}
+
+/// Gauges whose label values are known only when read, e.g. threads by role.
+#[derive(Default, Debug)]
+pub struct Family {
+    label: &'static str,
+    values: Vec<(String, u64)>,
+}
+
+impl Family {
+    pub fn new(label: &'static str, values: Vec<(String, u64)>) -> Family {
+        Family { label, values }
+    }
+}
+
+/// A fact carried by a label, with the value 1 (`mcpgate_build_info{version=...}`);
+/// `/status.json` shows the fact itself.
+#[derive(Default, Debug)]
+pub struct Info {
+    label: &'static str,
+    text: String,
+}
+
+impl Info {
+    pub fn new(label: &'static str, text: impl Into<String>) -> Info {
+        Info { label, text: text.into() }
+    }
+}
+
+/// Whether a reading only grows, goes up and down, or counts durations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     Counter,
     Gauge,
+    Histogram,
 }
 
-/// One counter or gauge as the outputs show it: where it goes on the
-/// status page (`section.key` in `/status.json`), what it means, its value.
-#[derive(Debug, Clone, Copy)]
-pub struct Reading {
+impl Kind {
+    /// As Prometheus' `# TYPE` line says it.
+    pub fn prometheus(self) -> &'static str {
+        match self {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+            Kind::Histogram => "histogram",
+        }
+    }
+}
+
+/// One entry of the table, as declared.
+#[derive(Debug)]
+pub struct Entry {
+    /// Its place in `/status.json`: `section.key` (a key with a dot nests
+    /// further; an empty section is the top level).
     pub section: &'static str,
     pub key: &'static str,
-    pub help: &'static str,
+    /// Its Prometheus name: `mcpgate_` first, `_total` last for counters,
+    /// base units (seconds, bytes).
+    pub name: &'static str,
+    /// Its doc lines where it is declared, as written: see [`Entry::help`].
+    pub doc: &'static str,
     pub kind: Kind,
-    pub value: u64,
+    /// The label that tells it from the other entries of its family, e.g.
+    /// `("reason", "idle")`.
+    pub variant: Option<(&'static str, &'static str)>,
 }
 
-/// Declares [`Stats`] and its table ([`Stats::readings`]) in one place: a
-/// counter added here appears in every output drawn from the table.
+impl Entry {
+    /// What it means: its doc lines, without the space each starts with.
+    pub fn help(&self) -> &'static str {
+        self.doc.trim()
+    }
+}
+
+/// A value as read.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Sample {
+    Number(u64),
+    /// Cumulative counts by upper bound in seconds, the last `+Inf`; the sum in seconds.
+    Histogram {
+        buckets: Vec<(f64, u64)>,
+        sum: f64,
+    },
+    /// A fact: 1 for Prometheus, which has it in a label; the text for `/status.json`.
+    Info(String),
+}
+
+/// One value of the table now: its entry, all its labels, its place in
+/// `/status.json`, and the value.
+#[derive(Debug, Clone)]
+pub struct Reading {
+    pub entry: &'static Entry,
+    /// The scope's (`server`), then the variant's, then a family's.
+    pub labels: Vec<(&'static str, String)>,
+    /// Section, scope, key (split at dots), a family's label value.
+    pub path: Vec<String>,
+    pub sample: Sample,
+}
+
+impl Reading {
+    fn new(entry: &'static Entry, scope: Option<(&'static str, &str)>, sample: Sample) -> Reading {
+        let mut labels = Vec::new();
+        let mut path: Vec<String> = Vec::new();
+        if !entry.section.is_empty() {
+            path.push(entry.section.to_string());
+        }
+        if let Some((label, value)) = scope {
+            labels.push((label, value.to_string()));
+            path.push(value.to_string());
+        }
+        if let Some((label, value)) = entry.variant {
+            labels.push((label, value.to_string()));
+        }
+        path.extend(entry.key.split('.').map(str::to_string));
+        Reading { entry, labels, path, sample }
+    }
+
+    /// The number, for a counter or a gauge.
+    pub fn number(&self) -> Option<u64> {
+        match self.sample {
+            Sample::Number(n) => Some(n),
+            _ => None,
+        }
+    }
+}
+
+/// What can stand in the table: its kind, and how it is read.
+pub trait Metric {
+    const KIND: Kind;
+    /// Adds its readings (one, or one per value of a family) to `out`.
+    fn read(&self, entry: &'static Entry, scope: Option<(&'static str, &str)>, out: &mut Vec<Reading>);
+}
+
+impl Metric for Counter {
+    const KIND: Kind = Kind::Counter;
+    fn read(&self, entry: &'static Entry, scope: Option<(&'static str, &str)>, out: &mut Vec<Reading>) {
+        out.push(Reading::new(entry, scope, Sample::Number(self.get())));
+    }
+}
+
+impl Metric for Gauge {
+    const KIND: Kind = Kind::Gauge;
+    fn read(&self, entry: &'static Entry, scope: Option<(&'static str, &str)>, out: &mut Vec<Reading>) {
+        out.push(Reading::new(entry, scope, Sample::Number(self.get())));
+    }
+}
+
+impl Metric for Histogram {
+    const KIND: Kind = Kind::Histogram;
+    fn read(&self, entry: &'static Entry, scope: Option<(&'static str, &str)>, out: &mut Vec<Reading>) {
+        out.push(Reading::new(entry, scope, self.sample()));
+    }
+}
+
+impl Metric for Family {
+    const KIND: Kind = Kind::Gauge;
+    fn read(&self, entry: &'static Entry, scope: Option<(&'static str, &str)>, out: &mut Vec<Reading>) {
+        for (value, n) in &self.values {
+            let mut reading = Reading::new(entry, scope, Sample::Number(*n));
+            reading.labels.push((self.label, value.clone()));
+            reading.path.push(value.clone());
+            out.push(reading);
+        }
+    }
+}
+
+impl Metric for Info {
+    const KIND: Kind = Kind::Gauge;
+    fn read(&self, entry: &'static Entry, scope: Option<(&'static str, &str)>, out: &mut Vec<Reading>) {
+        let mut reading = Reading::new(entry, scope, Sample::Info(self.text.clone()));
+        reading.labels.push((self.label, self.text.clone()));
+        out.push(reading);
+    }
+}
+
+/// Declares a struct of metrics and its part of the table: `TABLE`, the
+/// entries as declared, and `read`, their readings now. An entry added
+/// here appears in every output drawn from the table.
 macro_rules! stats {
-    ($( $(#[doc = $doc:literal])+ $field:ident: $kind:ident => $section:literal . $key:literal, )*) => {
-        /// Everything mcpgate counts, shared by every part of the gateway.
+    (@variant) => { None };
+    (@variant $label:ident $value:literal) => { Some((stringify!($label), $value)) };
+    (
+        $(#[doc = $sdoc:literal])+
+        pub struct $name:ident {
+            $(
+                $(#[doc = $doc:literal])+
+                $field:ident: $ty:ident => $section:literal . $key:literal as $metric:literal
+                    $({ $label:ident = $value:literal })?,
+            )*
+        }
+    ) => {
+        $(#[doc = $sdoc])+
         #[derive(Default, Debug)]
-        pub struct Stats {
-            $( $(#[doc = $doc])+ pub $field: $kind, )*
+        pub struct $name {
+            $( $(#[doc = $doc])+ pub $field: $ty, )*
         }
 
-        impl Stats {
-            /// Every counter and gauge, in the order declared.
-            pub fn readings(&self) -> Vec<Reading> {
-                vec![$(Reading {
-                    section: $section,
-                    key: $key,
-                    help: concat!($($doc),+),
-                    kind: Kind::$kind,
-                    value: self.$field.get(),
-                },)*]
+        impl $name {
+            /// Its entries, in the order declared.
+            pub const TABLE: &'static [Entry] = &[$(Entry {
+                section: $section,
+                key: $key,
+                name: $metric,
+                doc: concat!($($doc),+),
+                kind: <$ty as Metric>::KIND,
+                variant: stats!(@variant $($label $value)?),
+            },)*];
+
+            /// Adds its readings to `out`, in the order declared; `scope`
+            /// (e.g. `("server", "alpha")`) labels every one and places it
+            /// under its value in `/status.json`.
+            pub fn read(&self, scope: Option<(&'static str, &str)>, out: &mut Vec<Reading>) {
+                let mut entries = Self::TABLE.iter();
+                $( if let Some(entry) = entries.next() { self.$field.read(entry, scope, out); } )*
             }
         }
     };
 }
 
 stats! {
-    /// Client sessions created by `initialize`.
-    sessions_created: Counter => "sessions"."created",
-    /// Client sessions closed after `session_idle_timeout_secs` without a request or a stream.
-    sessions_evicted_idle: Counter => "sessions"."evicted_idle",
-    /// Client sessions ended by the client's `DELETE`.
-    sessions_deleted_by_client: Counter => "sessions"."deleted_by_client",
-    /// Client sessions closed at shutdown.
-    sessions_closed_at_shutdown: Counter => "sessions"."closed_at_shutdown",
-    /// `initialize` refused: a limit, no server could open, or the state file could not be written.
-    sessions_refused: Counter => "sessions"."refused",
-    /// Client sessions restored from the state file at start.
-    sessions_restored: Counter => "sessions"."restored",
-    /// Client sessions in the state file that had expired at start: their downstream sessions were closed.
-    sessions_expired_at_start: Counter => "sessions"."expired_at_start",
+    /// Everything the gateway counts where it happens, shared by every part of it.
+    pub struct Stats {
+        /// Client sessions created by `initialize`.
+        sessions_created: Counter => "sessions"."created" as "mcpgate_sessions_created_total",
+        /// Client sessions closed after `session_idle_timeout_secs` without a request or a stream.
+        sessions_evicted_idle: Counter => "sessions"."evicted_idle" as "mcpgate_sessions_closed_total" { reason = "idle" },
+        /// Client sessions ended by the client's `DELETE`.
+        sessions_deleted_by_client: Counter => "sessions"."deleted_by_client" as "mcpgate_sessions_closed_total" { reason = "client_delete" },
+        /// Client sessions closed at shutdown.
+        sessions_closed_at_shutdown: Counter => "sessions"."closed_at_shutdown" as "mcpgate_sessions_closed_total" { reason = "shutdown" },
+        /// Client sessions in the state file that had expired at start: their downstream sessions were closed.
+        sessions_expired_at_start: Counter => "sessions"."expired_at_start" as "mcpgate_sessions_closed_total" { reason = "expired_at_start" },
+        /// `initialize` refused: a limit, no server could open, or the state file could not be written.
+        sessions_refused: Counter => "sessions"."refused" as "mcpgate_sessions_refused_total",
+        /// Client sessions restored from the state file at start.
+        sessions_restored: Counter => "sessions"."restored" as "mcpgate_sessions_restored_total",
 
-    /// Downstream sessions a server created for mcpgate (it answered `initialize`).
-    downstream_opened: Counter => "downstream"."opened",
-    /// Downstream sessions closed through the close path: DELETE sent (or not needed), reader joined.
-    downstream_closed: Counter => "downstream"."closed",
-    /// Downstream sessions open now.
-    downstream_live: Gauge => "downstream"."live",
-    /// Downstream sessions taken over from the state file (included in `opened`).
-    downstream_resumed: Counter => "downstream"."resumed",
-    /// Downstream sessions whose DELETE (or process stop) failed.
-    downstream_delete_failures: Counter => "downstream"."delete_failures",
-    /// Downstream sessions dropped without going through the close path: a bug if ever non-zero.
-    downstream_leaked: Counter => "downstream"."leaked",
+        /// Downstream sessions a server created for mcpgate (it answered `initialize`).
+        downstream_opened: Counter => "downstream"."opened" as "mcpgate_downstream_opened_total",
+        /// Downstream sessions closed through the close path: DELETE sent (or not needed), reader joined.
+        downstream_closed: Counter => "downstream"."closed" as "mcpgate_downstream_closed_total",
+        /// Downstream sessions open now.
+        downstream_live: Gauge => "downstream"."live" as "mcpgate_downstream_live",
+        /// Downstream sessions taken over from the state file (included in `opened`).
+        downstream_resumed: Counter => "downstream"."resumed" as "mcpgate_downstream_resumed_total",
+        /// Downstream sessions whose DELETE (or process stop) failed.
+        downstream_delete_failures: Counter => "downstream"."delete_failures" as "mcpgate_downstream_delete_failures_total",
+        /// Downstream sessions dropped without going through the close path: a bug if ever non-zero.
+        downstream_leaked: Counter => "downstream"."leaked" as "mcpgate_downstream_leaked_total",
 
-    /// Threads reading a downstream `GET` stream or a child's stdout now.
-    threads_readers: Gauge => "threads"."readers",
-    /// Connection threads writing a client's SSE stream now.
-    threads_streams: Gauge => "threads"."streams",
-    /// The reaper thread (1 while it runs).
-    threads_reaper: Gauge => "threads"."reaper",
-    /// Connection threads now.
-    threads_connections: Gauge => "threads"."connections",
-    /// Threads that did not stop within their bound and were joined later.
-    threads_join_timeouts: Counter => "threads"."join_timeouts",
+        /// Threads reading a downstream `GET` stream or a child's stdout now.
+        threads_readers: Gauge => "threads"."readers" as "mcpgate_threads_readers",
+        /// Connection threads writing a client's SSE stream now.
+        threads_streams: Gauge => "threads"."streams" as "mcpgate_threads_streams",
+        /// The reaper thread (1 while it runs).
+        threads_reaper: Gauge => "threads"."reaper" as "mcpgate_threads_reaper",
+        /// Connection threads now.
+        threads_connections: Gauge => "threads"."connections" as "mcpgate_threads_connections",
+        /// Threads that did not stop within their bound and were joined later.
+        threads_join_timeouts: Counter => "threads"."join_timeouts" as "mcpgate_threads_join_timeouts_total",
 
-    /// Connections accepted.
-    connections_accepted: Counter => "connections"."accepted",
-    /// Connection threads handling a request now (the others wait for one).
-    connections_busy: Gauge => "connections"."busy",
-    /// Connections closed unanswered or with 503: no slot, no thread, no descriptor.
-    connections_refused: Counter => "connections"."refused",
-    /// Connections closed to give their slot to a new one (idle, or slow to send a head).
-    connections_evicted: Counter => "connections"."evicted",
+        /// Connections accepted.
+        connections_accepted: Counter => "connections"."accepted" as "mcpgate_connections_accepted_total",
+        /// Connection threads handling a request now (the others wait for one).
+        connections_busy: Gauge => "connections"."busy" as "mcpgate_connections_busy",
+        /// Connections closed unanswered or with 503: no slot, no thread, no descriptor.
+        connections_refused: Counter => "connections"."refused" as "mcpgate_connections_refused_total",
+        /// Connections closed to give their slot to a new one (idle, or slow to send a head).
+        connections_evicted: Counter => "connections"."evicted" as "mcpgate_connections_evicted_total",
 
-    /// Requests read.
-    requests: Counter => "requests"."total",
-    /// Requests answered with an error by the front door (bad head, framing, limits, timeouts).
-    requests_refused: Counter => "requests"."refused",
+        /// HTTP requests read from clients.
+        requests: Counter => "requests"."total" as "mcpgate_http_requests_total",
+        /// HTTP requests answered with an error by the front door (bad head, framing, limits, timeouts).
+        requests_refused: Counter => "requests"."refused" as "mcpgate_http_requests_refused_total",
+    }
+}
+
+stats! {
+    /// What each server counts: the requests mcpgate sends it, how they
+    /// failed, how long they took. Read with the label `server`.
+    pub struct ServerStats {
+        /// Requests mcpgate sent to a server or tried to (`initialize`, and each request forwarded), whatever came of them.
+        requests: Counter => "servers"."requests" as "mcpgate_server_requests_total",
+        /// The server could not be reached.
+        errors_connect: Counter => "servers"."errors.connect" as "mcpgate_server_errors_total" { kind = "connect" },
+        /// The server sent no message within `request_timeout_secs`.
+        errors_timeout: Counter => "servers"."errors.timeout" as "mcpgate_server_errors_total" { kind = "timeout" },
+        /// Every lane to the server stayed taken while the request waited (`calls_per_server`).
+        errors_busy: Counter => "servers"."errors.busy" as "mcpgate_server_errors_total" { kind = "busy" },
+        /// The server answered an HTTP status MCP does not define for the exchange.
+        errors_status: Counter => "servers"."errors.status" as "mcpgate_server_errors_total" { kind = "status" },
+        /// The server no longer knew the session (HTTP 404): it is opened anew.
+        errors_session_gone: Counter => "servers"."errors.session_gone" as "mcpgate_server_errors_total" { kind = "session_gone" },
+        /// The answer broke the protocol: bad JSON, a wrong content type, a stream without a response.
+        errors_protocol: Counter => "servers"."errors.protocol" as "mcpgate_server_errors_total" { kind = "protocol" },
+        /// The server refused `initialize`, or offered no protocol version mcpgate speaks.
+        errors_refused: Counter => "servers"."errors.refused" as "mcpgate_server_errors_total" { kind = "refused" },
+        /// mcpgate was closing the downstream session.
+        errors_closed: Counter => "servers"."errors.closed" as "mcpgate_server_errors_total" { kind = "closed" },
+        /// mcpgate was out of threads, descriptors, memory or processes.
+        errors_exhausted: Counter => "servers"."errors.exhausted" as "mcpgate_server_errors_total" { kind = "exhausted" },
+        /// The client cancelled the request.
+        errors_cancelled: Counter => "servers"."errors.cancelled" as "mcpgate_server_errors_total" { kind = "cancelled" },
+        /// A stdio server's process ended while the request ran.
+        errors_exited: Counter => "servers"."errors.exited" as "mcpgate_server_errors_total" { kind = "exited" },
+        /// Seconds from sending a forwarded request on a lane to its response or failure (the wait for a lane not included).
+        request_duration: Histogram => "servers"."request_duration_seconds" as "mcpgate_server_request_duration_seconds",
+    }
+}
+
+stats! {
+    /// What the process and the gateway hold now, read when an output is drawn.
+    pub struct Now {
+        /// The version of mcpgate that runs.
+        build_info: Info => ""."version" as "mcpgate_build_info",
+        /// Seconds since mcpgate started.
+        uptime: Gauge => ""."uptime_secs" as "mcpgate_uptime_seconds",
+        /// Threads of the process, from `/proc/self/task`.
+        threads: Gauge => "process"."threads" as "mcpgate_process_threads",
+        /// Threads of the process by role, from their names in `/proc/self/task/*/comm` (`other`: the main thread).
+        threads_by_role: Family => "process"."threads_by_role" as "mcpgate_threads",
+        /// Resident memory of the process in bytes, from `/proc/self/status`.
+        rss_bytes: Gauge => "process"."rss_bytes" as "mcpgate_process_resident_memory_bytes",
+        /// Open file descriptors of the process, from `/proc/self/fd`.
+        open_fds: Gauge => "process"."open_fds" as "mcpgate_process_open_fds",
+        /// The most threads of each group of roles this configuration can run (`TasksMax` must allow their sum).
+        thread_budget: Family => "threads"."budget_by_group" as "mcpgate_threads_budget",
+        /// Message bytes mcpgate holds now, counted against `max_memory_mb`.
+        memory_buffered: Gauge => "memory"."buffered_bytes" as "mcpgate_memory_buffered_bytes",
+        /// `max_memory_mb` in bytes.
+        memory_limit: Gauge => "memory"."limit_bytes" as "mcpgate_memory_limit_bytes",
+        /// Bytes one session may hold now: half the limit divided by the live sessions, at least 1 MiB.
+        memory_share: Gauge => "memory"."session_share_bytes" as "mcpgate_memory_session_share_bytes",
+        /// Charges against `max_memory_mb` refused: a client too slow for its stream, an event too large.
+        memory_refused: Counter => "memory"."refused" as "mcpgate_memory_refused_total",
+        /// Client sessions live now.
+        sessions_live: Gauge => "sessions"."live" as "mcpgate_sessions_live",
+        /// Calls of 2026-07-28 clients held now, waiting for the client's retry with answers to the server's requests (`max_held_calls`).
+        calls_held: Gauge => "calls"."held_for_2026_clients" as "mcpgate_calls_held",
+        /// Child processes of stdio servers started.
+        processes_spawned: Counter => "processes"."spawned" as "mcpgate_processes_spawned_total",
+        /// Child processes of stdio servers that ended and were reaped.
+        processes_reaped: Counter => "processes"."reaped" as "mcpgate_processes_reaped_total",
+        /// Child processes of stdio servers running now.
+        processes_live: Gauge => "processes"."live" as "mcpgate_processes_live",
+    }
+}
+
+stats! {
+    /// What each server holds now; read with the label `server`.
+    pub struct ServerNow {
+        /// 0 when the server's last exchange failed (see its last error), else 1.
+        up: Gauge => "servers"."up" as "mcpgate_server_up",
+        /// Downstream sessions open on the server now.
+        live_sessions: Gauge => "servers"."live_sessions" as "mcpgate_server_sessions_live",
+        /// Requests to the server running now, each on one of its `calls_per_server` lanes.
+        calls_in_flight: Gauge => "servers"."calls_in_flight" as "mcpgate_server_requests_in_flight",
+    }
+}
+
+stats! {
+    /// The child processes of each stdio server; read with the label `server`.
+    pub struct StdioNow {
+        /// Processes of the server running now.
+        live: Gauge => "servers"."processes.live" as "mcpgate_server_processes_live",
+        /// Processes of the server started.
+        spawned: Counter => "servers"."processes.spawned" as "mcpgate_server_processes_spawned_total",
+        /// Processes of the server that ended and were reaped (each is reaped as it stops being live).
+        reaped: Counter => "servers"."processes.reaped" as "mcpgate_server_processes_reaped_total",
+        /// Processes of the server that ended on their own (a crash, or an exit mcpgate did not ask for).
+        exited: Counter => "servers"."processes.exited" as "mcpgate_server_processes_exited_total",
+        /// Processes of the server that needed SIGTERM or SIGKILL when mcpgate stopped them.
+        killed: Counter => "servers"."processes.killed" as "mcpgate_server_processes_killed_total",
+        /// Processes of the server started again after one ended on its own.
+        restarts: Counter => "servers"."processes.restarts" as "mcpgate_server_processes_restarts_total",
+    }
+}
+
+/// Every entry of the table, in the order the outputs show them.
+pub fn table() -> impl Iterator<Item = &'static Entry> {
+    [Now::TABLE, Stats::TABLE, ServerNow::TABLE, ServerStats::TABLE, StdioNow::TABLE].into_iter().flatten()
 }
 
 #[cfg(test)]
@@ -155,13 +505,93 @@ mod tests {
     fn every_counter_is_in_the_table_with_its_help() {
         let stats = Stats::default();
         stats.downstream_resumed.inc();
-        let readings = stats.readings();
-        let resumed = readings.iter().find(|r| (r.section, r.key) == ("downstream", "resumed")).unwrap();
-        assert_eq!((resumed.value, resumed.kind), (1, Kind::Counter));
-        assert!(readings.iter().all(|r| !r.help.trim().is_empty()));
-        let mut places: Vec<(&str, &str)> = readings.iter().map(|r| (r.section, r.key)).collect();
-        places.sort_unstable();
-        places.dedup();
-        assert_eq!(places.len(), readings.len(), "two readings in one place");
+        let mut readings = Vec::new();
+        stats.read(None, &mut readings);
+        let resumed = readings.iter().find(|r| r.path == ["downstream", "resumed"]).unwrap();
+        assert_eq!((resumed.number(), resumed.entry.kind), (Some(1), Kind::Counter));
+        assert_eq!(resumed.entry.name, "mcpgate_downstream_resumed_total");
+        assert_eq!(readings.len(), Stats::TABLE.len(), "one reading per entry");
+    }
+
+    #[test]
+    fn every_entry_has_help_a_place_of_its_own_and_a_conventional_name() {
+        let entries: Vec<&Entry> = table().collect();
+        let mut places = Vec::new();
+        let mut series = Vec::new();
+        for e in &entries {
+            assert!(!e.help().is_empty(), "{e:?}");
+            assert!(!e.help().contains('\n'), "{e:?}");
+            let name_ok = e.name.starts_with("mcpgate_")
+                && e.name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+            assert!(name_ok, "{}: mcpgate_ and snake_case", e.name);
+            assert_eq!(e.kind == Kind::Counter, e.name.ends_with("_total"), "{}: _total for counters only", e.name);
+            for reserved in ["_bucket", "_count", "_sum"] {
+                assert!(!e.name.ends_with(reserved), "{}", e.name);
+            }
+            places.push((e.section, e.key));
+            series.push((e.name, e.variant));
+        }
+        for list in [
+            &mut places.iter().map(|p| format!("{p:?}")).collect::<Vec<_>>(),
+            &mut series.iter().map(|s| format!("{s:?}")).collect(),
+        ] {
+            let all = list.len();
+            list.sort_unstable();
+            list.dedup();
+            assert_eq!(list.len(), all, "two entries in one place, or one series twice");
+        }
+        // A family shares its kind.
+        for a in &entries {
+            for b in entries.iter().filter(|b| b.name == a.name) {
+                assert_eq!(a.kind, b.kind, "{}", a.name);
+                assert_eq!(a.variant.map(|v| v.0), b.variant.map(|v| v.0), "{}: one label tells them apart", a.name);
+            }
+        }
+    }
+
+    #[test]
+    fn a_histogram_counts_each_duration_in_its_bucket_cumulatively() {
+        let h = Histogram::default();
+        for ms in [1, 5, 7, 400, 90_000] {
+            h.observe(Duration::from_millis(ms));
+        }
+        let Sample::Histogram { buckets, sum } = h.sample() else { panic!("a histogram") };
+        assert_eq!(buckets.len(), BUCKETS_MICROS.len() + 1);
+        assert_eq!(buckets[0], (0.005, 2), "1 ms and 5 ms are within 5 ms");
+        assert_eq!(buckets[1], (0.01, 3));
+        assert_eq!(buckets[6], (0.5, 4));
+        assert_eq!(buckets[12], (60.0, 4));
+        assert_eq!(buckets[13], (f64::INFINITY, 5), "+Inf counts all");
+        assert!((sum - 90.413).abs() < 1e-9, "{sum}");
+    }
+
+    #[test]
+    fn scope_variant_and_family_labels_and_places() {
+        let s = ServerStats::default();
+        s.errors_timeout.inc();
+        let mut out = Vec::new();
+        s.read(Some(("server", "alpha")), &mut out);
+        let timeout = out.iter().find(|r| r.entry.variant == Some(("kind", "timeout"))).unwrap();
+        assert_eq!(timeout.labels, [("server", "alpha".to_string()), ("kind", "timeout".to_string())]);
+        assert_eq!(timeout.path, ["servers", "alpha", "errors", "timeout"]);
+        assert_eq!(timeout.number(), Some(1));
+
+        let now = Now {
+            threads_by_role: Family::new("role", vec![("conn".into(), 3)]),
+            build_info: Info::new("version", "1.2.3"),
+            ..Now::default()
+        };
+        let mut out = Vec::new();
+        now.read(None, &mut out);
+        let conn = out.iter().find(|r| r.entry.name == "mcpgate_threads").unwrap();
+        assert_eq!(
+            (conn.labels.clone(), conn.path.clone()),
+            (vec![("role", "conn".to_string())], vec!["process".to_string(), "threads_by_role".into(), "conn".into()])
+        );
+        let info = out.iter().find(|r| r.entry.name == "mcpgate_build_info").unwrap();
+        assert_eq!(
+            (info.path.clone(), info.sample.clone()),
+            (vec!["version".to_string()], Sample::Info("1.2.3".into()))
+        );
     }
 }
