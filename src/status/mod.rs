@@ -1,13 +1,17 @@
-//! The status page (`/status`, HTML with no external assets) and its JSON
-//! twin (`/status.json`), drawn from one table of counters and gauges
-//! ([`stats`]).
+//! What mcpgate shows of itself, all drawn from one table of counters and
+//! gauges ([`stats`]): `/status.json`, the status page for people
+//! (`/status`, [`page`]), and its summary in words ([`summary`]).
 //!
 //! [`readings`] reads the table; [`json`] lays the readings out by their
-//! places and adds what is not a number (servers' errors, the sessions list).
+//! places and adds what is not a number (servers' errors, the sessions
+//! list, the health verdict). The page and the summary read that JSON, so
+//! a terminal far away says what the page says.
 
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+pub mod page;
 pub mod stats;
+pub mod summary;
 
 use serde_json::{Map, Value, json};
 
@@ -216,6 +220,8 @@ pub fn json_from(g: &Gateway, readings: &[Reading]) -> Value {
     out["sessions"]["list"] = listed.into();
     out["sessions"]["unlisted"] = Value::from(unlisted);
     out["now"] = unix(Some(SystemTime::now()));
+    let (healthy, problems) = summary::health(&out);
+    out["health"] = json!({"healthy": healthy, "problems": problems});
     out
 }
 
@@ -297,79 +303,10 @@ fn sessions(g: &Gateway, current: &Current) -> (Vec<Value>, usize) {
     (list, unlisted)
 }
 
-/// The page a person reads: the same numbers, in tables.
+/// The status page.
 pub fn html(g: &Gateway) -> String {
-    let v = json(g);
-    let mut out = String::from(concat!(
-        "<!doctype html><html><head><meta charset=\"utf-8\"><meta http-equiv=\"refresh\" content=\"5\">",
-        "<title>mcpgate status</title><style>body{font:14px sans-serif;margin:1em}table{border-collapse:collapse;margin:0 0 1em}",
-        "td,th{border:1px solid #ccc;padding:2px 8px;text-align:left}th{background:#eee}.bad{color:#b00}</style></head><body>",
-    ));
-    out.push_str(&format!(
-        "<h1>mcpgate {}</h1><p>up {} s; downstream.opened == downstream.closed + downstream.live: <b class=\"{}\">{}</b></p>",
-        escape(v["version"].as_str().unwrap_or("")),
-        v["uptime_secs"],
-        if v["downstream"]["balanced"] == true { "" } else { "bad" },
-        v["downstream"]["balanced"],
-    ));
-    if v["processes"]["spawned"] != 0 {
-        out.push_str(&format!(
-            "<p>processes.spawned == processes.reaped + processes.live: <b class=\"{}\">{}</b></p>",
-            if v["processes"]["balanced"] == true { "" } else { "bad" },
-            v["processes"]["balanced"],
-        ));
-    }
-    for section in
-        ["process", "threads", "sessions", "downstream", "processes", "connections", "requests", "limits", "reload"]
-    {
-        out.push_str(&format!("<h2>{section}</h2><table>"));
-        if let Some(map) = v[section].as_object() {
-            for (key, value) in map {
-                out.push_str(&format!("<tr><th>{}</th><td>{}</td></tr>", escape(key), escape(&plain(value))));
-            }
-        }
-        out.push_str("</table>");
-    }
-    out.push_str(concat!(
-        "<h2>servers</h2><table><tr><th>name</th><th>url or command</th><th>prefix</th><th>live sessions</th>",
-        "<th>processes</th><th>last error</th></tr>"
-    ));
-    if let Some(servers) = v["servers"].as_object() {
-        for (name, s) in servers {
-            let processes = if s["processes"].is_null() { String::new() } else { plain(&s["processes"]) };
-            out.push_str(&format!(
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"bad\">{}</td></tr>",
-                escape(name),
-                escape(s["url"].as_str().or(s["command"].as_str()).unwrap_or("")),
-                escape(s["prefix"].as_str().unwrap_or("")),
-                s["live_sessions"],
-                escape(&processes),
-                escape(s["last_error"].as_str().unwrap_or("")),
-            ));
-        }
-    }
-    out.push_str("</table>");
-    if let Some(collisions) = v["collisions"].as_array().filter(|c| !c.is_empty()) {
-        out.push_str("<h2>name collisions</h2><ul>");
-        for line in collisions {
-            out.push_str(&format!("<li>{}</li>", escape(line.as_str().unwrap_or(""))));
-        }
-        out.push_str("</ul>");
-    }
-    out.push_str("</body></html>\n");
-    out
-}
-
-fn plain(value: &Value) -> String {
-    match value {
-        Value::String(s) => s.clone(),
-        Value::Object(map) => map.iter().map(|(k, v)| format!("{k}: {}", plain(v))).collect::<Vec<_>>().join(", "),
-        other => other.to_string(),
-    }
-}
-
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    let readings = readings(g);
+    page::render(&json_from(g, &readings), &readings)
 }
 
 #[cfg(test)]
@@ -382,11 +319,6 @@ mod tests {
         assert!(p.threads >= 1);
         assert!(p.rss_bytes > 100 * 1024);
         assert!(p.open_fds >= 3);
-    }
-
-    #[test]
-    fn html_escapes_what_servers_say() {
-        assert_eq!(escape("<b>\"x\" & y</b>"), "&lt;b&gt;&quot;x&quot; &amp; y&lt;/b&gt;");
     }
 
     #[test]
