@@ -1,5 +1,5 @@
-//! Which path goes where: `/mcp` to the gateway, the status pages to
-//! `status`, after the checks every request passes (Host, Origin, access).
+//! Which path goes where: `/mcp` to the gateway, the status pages and
+//! `/metrics` to `status`, after the checks every request passes (Host, Origin, access).
 
 use std::sync::Arc;
 
@@ -35,6 +35,7 @@ const ROUTES: &[Route] = &[
     Route { path: "/healthz", methods: &["GET"], guard: Guard::Anyone },
     Route { path: "/status", methods: &["GET"], guard: Guard::Status },
     Route { path: "/status.json", methods: &["GET"], guard: Guard::Status },
+    Route { path: "/metrics", methods: &["GET"], guard: Guard::Status },
     Route { path: "/reload", methods: &["POST"], guard: Guard::Status },
 ];
 
@@ -79,6 +80,7 @@ impl App for Routes {
             (_, "/healthz") => HttpReply::text(200, "text/plain", "ok\n".into()),
             (_, "/status") => HttpReply::text(200, "text/html; charset=utf-8", status::html(gateway)),
             (_, "/status.json") => HttpReply::json(200, status::json(gateway).to_string().into_bytes()),
+            (_, "/metrics") => HttpReply::text(200, status::prometheus::CONTENT_TYPE, status::metrics(gateway)),
             (_, "/reload") => self.reload(),
             // Every route of the table has a handler above.
             (_, path) => HttpError::new(500, format!("bug: no handler for `{path}`")).reply(),

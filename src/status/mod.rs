@@ -1,6 +1,7 @@
 //! What mcpgate shows of itself, all drawn from one table of counters and
 //! gauges ([`stats`]): `/status.json`, the status page for people
-//! (`/status`, [`page`]), and its summary in words ([`summary`]).
+//! (`/status`, [`page`]), Prometheus metrics (`/metrics`, [`prometheus`]),
+//! and the summary `mcpgate status` prints ([`summary`]).
 //!
 //! [`readings`] reads the table; [`json`] lays the readings out by their
 //! places and adds what is not a number (servers' errors, the sessions
@@ -10,6 +11,7 @@
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 pub mod page;
+pub mod prometheus;
 pub mod stats;
 pub mod summary;
 
@@ -307,6 +309,11 @@ fn sessions(g: &Gateway, current: &Current) -> (Vec<Value>, usize) {
 pub fn html(g: &Gateway) -> String {
     let readings = readings(g);
     page::render(&json_from(g, &readings), &readings)
+}
+
+/// `/metrics`, in Prometheus' text format.
+pub fn metrics(g: &Gateway) -> String {
+    prometheus::render(&readings(g))
 }
 
 #[cfg(test)]

@@ -57,7 +57,8 @@ pub fn render(v: &Value, readings: &[Reading]) -> String {
     every_reading(&mut out, readings);
     let _ = writeln!(
         out,
-        "<footer>Refreshes every {REFRESH_SECS} s. The same as JSON: <a href=\"/status.json\">/status.json</a>.</footer></body></html>"
+        "<footer>Refreshes every {REFRESH_SECS} s. The same as JSON: <a href=\"/status.json\">/status.json</a>; \
+         for Prometheus: <a href=\"/metrics\">/metrics</a>.</footer></body></html>"
     );
     out
 }
