@@ -3,12 +3,17 @@
 //! client `GET` streams are open and every lane waits on a slow server, and the
 //! JSON carries every field the README's status table names, with values
 //! that match what is running.
+//!
+//! `/metrics` counts requests, errors by kind, latency and how sessions
+//! ended as they happen.
 
 mod support;
 
 use std::net::{SocketAddr, TcpListener};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 use support::{Client, Fixture, Gate, RawReply, Stream, config, raw_request, wait_until};
@@ -186,4 +191,84 @@ fn status_pages_answer_fast_with_200_streams_open_and_every_lane_busy() {
         "streams end when their clients go: {}",
         gate.status()["threads"]
     );
+}
+
+/// The samples of a Prometheus text page: `name{labels}` to value.
+fn samples(text: &str) -> BTreeMap<String, f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| {
+            let (series, value) = l.rsplit_once(' ').unwrap_or_else(|| panic!("not a sample: {l}"));
+            (series.to_string(), value.parse().unwrap_or_else(|_| panic!("not a number: {l}")))
+        })
+        .collect()
+}
+
+#[track_caller]
+fn sample(samples: &BTreeMap<String, f64>, series: &str) -> f64 {
+    *samples.get(series).unwrap_or_else(|| panic!("no `{series}` in /metrics"))
+}
+
+fn get(gate: &Gate, path: &str) -> RawReply {
+    let reply = raw_request(gate.addr, "GET", path, &[], b"");
+    assert_eq!(reply.status, 200, "{path}: {reply:?}");
+    reply
+}
+
+#[test]
+fn metrics_count_requests_errors_by_kind_latency_and_how_sessions_ended() {
+    let fixture = Fixture::start("alpha", &[]);
+    let offline = format!("http://127.0.0.1:{}/mcp", closed_port());
+    let mut c = config(&[("alpha", fixture.url()), ("offline", offline)]);
+    c["request_timeout_secs"] = json!(1);
+    let gate = Gate::start_checked(&c);
+
+    let mut client = gate.open_session();
+    for text in ["one", "two", "three"] {
+        assert_eq!(client.tool_text("alpha__echo", json!({ "text": text })), text);
+    }
+    // Silent past request_timeout_secs: a timeout, timed above a second.
+    let slow = client.call_tool("alpha__slow", json!({"ms": 3000}));
+    assert!(slow.body.get("error").is_some() || slow.body["result"]["isError"] == true, "{:?}", slow.body);
+    assert_eq!(client.delete(), 200);
+
+    let reply = get(&gate, "/metrics");
+    assert_eq!(reply.header("content-type"), Some("text/plain; version=0.0.4; charset=utf-8"));
+    let m = samples(&reply.body);
+    let alpha = |series: &str| sample(&m, &series.replace("SERVER", "server=\"alpha\""));
+    assert_eq!(alpha("mcpgate_server_errors_total{SERVER,kind=\"timeout\"}"), 1.0);
+    assert_eq!(alpha("mcpgate_server_errors_total{SERVER,kind=\"connect\"}"), 0.0);
+    // Every request but `initialize` took a lane and was timed.
+    let requests = alpha("mcpgate_server_requests_total{SERVER}");
+    let timed = alpha("mcpgate_server_request_duration_seconds_count{SERVER}");
+    assert_eq!(timed, requests - 1.0, "{}", reply.body);
+    assert!(timed >= 4.0, "three echoes and the slow call: {timed}");
+    assert_eq!(alpha("mcpgate_server_request_duration_seconds_bucket{SERVER,le=\"+Inf\"}"), timed);
+    let within_half_a_second = alpha("mcpgate_server_request_duration_seconds_bucket{SERVER,le=\"0.5\"}");
+    assert_eq!(within_half_a_second, timed - 1.0, "all but the slow call within 0.5 s");
+    assert!(alpha("mcpgate_server_request_duration_seconds_sum{SERVER}") >= 1.0);
+    assert_eq!(alpha("mcpgate_server_up{SERVER}"), 1.0);
+
+    assert_eq!(sample(&m, "mcpgate_server_up{server=\"offline\"}"), 0.0);
+    assert!(sample(&m, "mcpgate_server_errors_total{server=\"offline\",kind=\"connect\"}") >= 1.0);
+    assert_eq!(sample(&m, "mcpgate_sessions_created_total"), 1.0);
+    assert_eq!(sample(&m, "mcpgate_sessions_closed_total{reason=\"client_delete\"}"), 1.0);
+    assert_eq!(sample(&m, "mcpgate_sessions_closed_total{reason=\"idle\"}"), 0.0);
+    assert_eq!(sample(&m, "mcpgate_sessions_live"), 0.0);
+    assert_eq!(sample(&m, "mcpgate_downstream_leaked_total"), 0.0);
+    assert_eq!(sample(&m, &format!("mcpgate_build_info{{version=\"{}\"}}", env!("CARGO_PKG_VERSION"))), 1.0);
+    assert!(sample(&m, "mcpgate_process_threads") >= 3.0);
+    assert!(sample(&m, "mcpgate_process_resident_memory_bytes") > 1e6);
+    assert!(sample(&m, "mcpgate_process_open_fds") >= 3.0);
+
+    // The page and the JSON say the same of the server.
+    let status = gate.status();
+    assert_eq!(status["servers"]["alpha"]["errors"]["timeout"], 1);
+    assert_eq!(status["servers"]["alpha"]["requests"], requests as u64);
+    assert_eq!(status["health"]["healthy"], false, "{}", status["health"]);
+    let problems = status["health"]["problems"].to_string();
+    assert!(problems.contains("server `offline` is down: unreachable"), "{problems}");
+    let page = get(&gate, "/status").body;
+    assert!(page.contains("NOT HEALTHY: server `offline` is down: unreachable"), "{page}");
+    assert!(page.contains("timeout 1"), "errors by kind on the page");
 }

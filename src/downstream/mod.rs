@@ -89,6 +89,26 @@ impl fmt::Display for DownstreamError {
 impl std::error::Error for DownstreamError {}
 
 impl DownstreamError {
+    /// Whether this failure says the server is down, not merely slow or
+    /// busy: it cannot be reached, refused, answered an error status, broke
+    /// the protocol, or its process ended; while a session opens, any
+    /// failure of the server's (a server that never answers `initialize`).
+    fn says_down(&self, opening: bool) -> bool {
+        match self {
+            DownstreamError::Connect(_)
+            | DownstreamError::Refused(_)
+            | DownstreamError::Status { .. }
+            | DownstreamError::Protocol(_)
+            | DownstreamError::Exited(_) => true,
+            DownstreamError::Timeout(_) => opening,
+            DownstreamError::Busy(_)
+            | DownstreamError::SessionGone
+            | DownstreamError::Closed
+            | DownstreamError::Exhausted(_)
+            | DownstreamError::Cancelled => false,
+        }
+    }
+
     /// The counter of its kind among a server's errors.
     fn counter<'a>(&self, stats: &'a ServerStats) -> &'a Counter {
         match self {
@@ -132,6 +152,9 @@ pub struct Health {
     pub last_error: Option<String>,
     pub last_error_at: Option<SystemTime>,
     pub last_ok_at: Option<SystemTime>,
+    /// Its last failure said it is down (see [`DownstreamError::says_down`]),
+    /// and nothing succeeded since.
+    pub down: bool,
 }
 
 /// Timeouts and limits for talking to servers, from the configuration.
@@ -347,16 +370,20 @@ impl Server {
         }
     }
 
-    fn record<T>(&self, result: &Result<T, DownstreamError>) {
+    fn record<T>(&self, result: &Result<T, DownstreamError>, opening: bool) {
         let mut health = self.health.lock();
         match result {
-            Ok(_) => health.last_ok_at = Some(SystemTime::now()),
+            Ok(_) => {
+                health.last_ok_at = Some(SystemTime::now());
+                health.down = false;
+            }
             // Not the server's failure; or (SessionGone) retried at once on a new
             // session, whose outcome is recorded in its turn.
             Err(DownstreamError::Closed | DownstreamError::Cancelled | DownstreamError::SessionGone) => {}
             Err(e) => {
                 health.last_error = Some(self.redact(&e.to_string()));
                 health.last_error_at = Some(SystemTime::now());
+                health.down |= e.says_down(opening);
             }
         }
     }
@@ -380,7 +407,7 @@ impl Server {
     ) -> Result<Arc<Downstream>, DownstreamError> {
         let result = self.open_inner(init_params, inbox);
         self.count(&result);
-        self.record(&result);
+        self.record(&result, true);
         if let Err(e) = &result {
             limited!(
                 warn,
@@ -616,7 +643,7 @@ impl Downstream {
             (Err(_), Some(why)) => Err(self.server.stopped(why)),
             (result, _) => result,
         };
-        self.server.record(&result);
+        self.server.record(&result, false);
         result
     }
 

@@ -85,14 +85,8 @@ pub fn readings(g: &Gateway) -> Vec<Reading> {
     out.extend(stats);
     for server in &current.servers {
         let scope = Some(("server", server.name()));
-        let health = server.health();
-        let up = match (health.last_error_at, health.last_ok_at) {
-            (Some(error), Some(ok)) => ok >= error,
-            (Some(_), None) => false,
-            (None, _) => true,
-        };
         ServerNow {
-            up: u64::from(up).into(),
+            up: u64::from(!server.health().down).into(),
             live_sessions: server.live_sessions.get().into(),
             calls_in_flight: server.lanes.in_flight.get().into(),
         }

@@ -465,7 +465,7 @@ stats! {
 stats! {
     /// What each server holds now; read with the label `server`.
     pub struct ServerNow {
-        /// 0 when the server's last exchange failed (see its last error), else 1.
+        /// 0 while the server is down: its last failure was a connect, a refusal, an error status, a protocol error, its process ending, or any failure to open a session, and nothing succeeded since; else 1 (a timeout or a busy lane alone does not make it down).
         up: Gauge => "servers"."up" as "mcpgate_server_up",
         /// Downstream sessions open on the server now.
         live_sessions: Gauge => "servers"."live_sessions" as "mcpgate_server_sessions_live",
