@@ -4,8 +4,10 @@
 //! JSON carries every field the README's status table names, with values
 //! that match what is running.
 //!
-//! `/metrics` counts requests, errors by kind, latency and how sessions
-//! ended as they happen.
+//! `/status.json`, the page and `/metrics` are drawn from one table: every
+//! entry appears in all three. `/metrics` counts requests, errors by kind,
+//! latency and how sessions ended as they happen; the sessions list names
+//! tokens and stops at 50.
 
 mod support;
 
@@ -16,7 +18,7 @@ use std::time::{Duration, Instant};
 use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
-use support::{Client, Fixture, Gate, RawReply, Stream, config, raw_request, wait_until};
+use support::{Client, Fixture, Gate, RawReply, Stream, config, raw_request, stdio_server, wait_until};
 
 const STREAMS: u64 = 200;
 const LANES: u64 = 4;
@@ -271,4 +273,101 @@ fn metrics_count_requests_errors_by_kind_latency_and_how_sessions_ended() {
     let page = get(&gate, "/status").body;
     assert!(page.contains("NOT HEALTHY: server `offline` is down: unreachable"), "{page}");
     assert!(page.contains("timeout 1"), "errors by kind on the page");
+}
+
+/// The places of the page's table of every reading: (metric, place in the JSON).
+fn page_rows(page: &str) -> Vec<(String, String)> {
+    page.split("<tr><td><code>")
+        .skip(1)
+        .filter_map(|row| {
+            let (metric, rest) = row.split_once("</code></td><td><code>")?;
+            let (place, _) = rest.split_once("</code>")?;
+            Some((metric.replace("&quot;", "\""), place.to_string()))
+        })
+        .collect()
+}
+
+#[test]
+fn every_entry_of_the_table_is_in_the_json_the_page_and_the_metrics() {
+    let fixture = Fixture::start("alpha", &[]);
+    let mut c = config(&[("alpha", fixture.url())]);
+    c["mcpServers"]["local"] = stdio_server("local", &[]);
+    let gate = Gate::start_checked(&c);
+    let _client = gate.open_session();
+
+    let metrics = get(&gate, "/metrics").body;
+    let status = gate.status();
+    let page = get(&gate, "/status").body;
+    let rows = page_rows(&page);
+    for entry in mcpgate::status::stats::table() {
+        let name = entry.name;
+        assert!(metrics.contains(&format!("\n# TYPE {name} {}\n", entry.kind.prometheus())), "{name} in /metrics");
+        assert!(metrics.contains(&format!("# HELP {name} ")), "{name}'s help");
+        let row = rows.iter().find(|(metric, _)| metric.split('{').next() == Some(name));
+        let (_, place) = row.unwrap_or_else(|| panic!("{name} on the page"));
+        let value = place.split('.').fold(&status, |v, key| &v[key]);
+        assert!(!value.is_null(), "{name}: nothing at `{place}` in /status.json");
+    }
+    // And nothing else: each family of /metrics is an entry of the table.
+    let entries: Vec<&str> = mcpgate::status::stats::table().map(|e| e.name).collect();
+    for line in metrics.lines().filter(|l| l.starts_with("# TYPE ")) {
+        let name = line.split(' ').nth(2).unwrap();
+        assert!(entries.contains(&name), "{name} is not in the table");
+    }
+    assert_eq!(status["servers"]["local"]["processes"]["live"], 1, "{}", status["servers"]["local"]);
+    assert!(metrics.contains("mcpgate_server_processes_live{server=\"local\"} 1\n"));
+}
+
+#[test]
+fn the_sessions_list_names_tokens_shows_each_downstream_and_stops_at_50() {
+    const NAMED: &str = "0123456789abcdef-laptop";
+    const UNNAMED: &str = "0123456789abcdef-other";
+    let fixture = Fixture::start("alpha", &[]);
+    let offline = format!("http://127.0.0.1:{}/mcp", closed_port());
+    let mut c = config(&[("alpha", fixture.url()), ("offline", offline)]);
+    c["auth"] = json!({"tokens": [{"token": NAMED, "name": "<laptop>"}, {"token": UNNAMED}]});
+    let gate = Gate::start_checked(&c);
+
+    let mut first = gate.client_with_token(NAMED);
+    first.initialize();
+    let stream = first.open_stream();
+    let mut clients: Vec<Client> = (0..51)
+        .map(|i| {
+            let mut client = gate.client_with_token(if i == 0 { UNNAMED } else { NAMED });
+            client.initialize();
+            client
+        })
+        .collect();
+    assert!(wait_until(Duration::from_secs(5), || gate.status()["threads"]["streams"] == 1));
+
+    let status = gate.status();
+    let sessions = &status["sessions"];
+    assert_eq!(sessions["live"], 52);
+    assert_eq!(sessions["unlisted"], 2, "{sessions}");
+    let list = sessions["list"].as_array().unwrap();
+    assert_eq!(list.len(), 50);
+    // The oldest first: the first session, with its stream open.
+    let oldest = &list[0];
+    let id = first.session.as_deref().unwrap();
+    assert_eq!(oldest["id"].as_str(), Some(&id[..8]), "{oldest}");
+    assert_eq!((oldest["token"].as_str(), oldest["streams"].as_u64()), (Some("<laptop>"), Some(1)), "{oldest}");
+    assert_eq!(oldest["idle_secs"], Value::Null, "a session with a stream is in use: {oldest}");
+    assert_eq!(oldest["protocol_version"], support::PROTOCOL);
+    assert_eq!(oldest["downstream"]["alpha"]["state"], "open");
+    assert_eq!(oldest["downstream"]["alpha"]["session"].as_str().map(str::len), Some(8));
+    assert_eq!(oldest["downstream"]["offline"]["state"], "failed");
+    assert_eq!(list[1]["token"], "token #2", "an unnamed token by its place");
+    assert!(list.iter().all(|s| s["id"].as_str().is_some_and(|id| id.len() == 8)));
+    assert!(!status.to_string().contains(NAMED) && !status.to_string().contains(id), "no token, no whole session id");
+
+    let page = get(&gate, "/status").body;
+    assert!(page.contains("<h2>Sessions: 52 live</h2>"));
+    assert!(page.contains("&lt;laptop&gt;") && !page.contains("<laptop>"), "the name is escaped");
+    assert!(page.contains("And 2 more, not listed"));
+    assert!(!page.contains(NAMED) && !page.contains(id));
+
+    stream.close();
+    for client in clients.iter_mut().chain([&mut first]) {
+        client.delete();
+    }
 }

@@ -102,3 +102,53 @@ impl Routes {
         HttpReply::json(status, body.to_string().into_bytes())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::http::NoStream;
+
+    fn routes(extra: &str) -> Routes {
+        let text = format!(r#"{{ {extra} "mcpServers": {{"a": {{"url": "http://127.0.0.1:1/mcp"}}}} }}"#);
+        let config = Config::parse(&text, &|_| None).unwrap();
+        Routes { gateway: Arc::new(Gateway::new(config)), source: Source { path: "/nonexistent".into(), listen: None } }
+    }
+
+    fn get(routes: &Routes, path: &str, peer: &str, token: Option<&str>) -> u16 {
+        let mut req = HttpRequest {
+            method: "GET".into(),
+            path: path.into(),
+            peer: Some(peer.parse().unwrap()),
+            ..Default::default()
+        };
+        if let Some(token) = token {
+            req.headers.push(("authorization", format!("Bearer {token}")));
+        }
+        routes.handle(&req, &mut NoStream).status
+    }
+
+    #[test]
+    fn metrics_answer_whom_the_status_pages_answer() {
+        let open = routes("");
+        let tokens = routes(r#""auth": {"tokens": [{"token": "0123456789abcdef0123"}]},"#);
+        let public = routes(r#""status_public": true,"#);
+        for path in ["/status", "/status.json", "/metrics"] {
+            assert_eq!(get(&open, path, "127.0.0.1:5000", None), 200, "{path}");
+            assert_eq!(get(&open, path, "192.0.2.7:5000", None), 403, "{path}");
+            assert_eq!(get(&tokens, path, "192.0.2.7:5000", None), 401, "{path}");
+            assert_eq!(get(&tokens, path, "192.0.2.7:5000", Some("0123456789abcdef0123")), 200, "{path}");
+            assert_eq!(get(&public, path, "192.0.2.7:5000", None), 200, "{path}");
+        }
+        let reply = open.handle(
+            &HttpRequest {
+                method: "POST".into(),
+                path: "/metrics".into(),
+                peer: Some("127.0.0.1:5000".parse().unwrap()),
+                ..Default::default()
+            },
+            &mut NoStream,
+        );
+        assert_eq!(reply.status, 405);
+    }
+}
