@@ -23,6 +23,7 @@ const USAGE: &str = "\
 usage: mcpgate --config FILE [--listen ADDR]
        mcpgate --check --config FILE
        mcpgate --config-reference
+       mcpgate status [--url URL]
 
   --config FILE       the JSON configuration (see README: Configuration)
   --listen ADDR       listen on ADDR instead of the file's `listen`, e.g. 127.0.0.1:0
@@ -30,13 +31,26 @@ usage: mcpgate --config FILE [--listen ADDR]
   --config-reference  print the table of configuration keys as Markdown
   --version           print the version
 
+  status              print the status of a running mcpgate, read from its /status.json:
+                      healthy or not and why, servers, sessions, threads, memory. Exit
+                      code 0: healthy, 1: not healthy, 3: no status could be read.
+  --url URL           where it runs (default http://127.0.0.1:8780); $MCPGATE_TOKEN, when
+                      set, goes as its bearer token (needed beyond loopback with tokens)
+
 Logging: MCPGATE_LOG=debug|info|warn|error (default info), to stderr.";
 
 /// Why mcpgate stopped early; each maps to an exit code.
 enum Error {
     Usage(String),
     Config(ConfigError),
-    Io { context: String, error: std::io::Error },
+    Io {
+        context: String,
+        error: std::io::Error,
+    },
+    /// `mcpgate status`: the status was read, and it is not healthy.
+    Unhealthy,
+    /// `mcpgate status`: no status could be read.
+    NoStatus(String),
 }
 
 impl fmt::Display for Error {
@@ -45,6 +59,8 @@ impl fmt::Display for Error {
             Error::Usage(problem) => write!(f, "{problem}\n\n{USAGE}"),
             Error::Config(e) => write!(f, "{e}"),
             Error::Io { context, error } => write!(f, "{context}: {error}"),
+            Error::Unhealthy => write!(f, "not healthy"),
+            Error::NoStatus(why) => write!(f, "{why}"),
         }
     }
 }
@@ -53,7 +69,8 @@ impl Error {
     fn exit_code(&self) -> ExitCode {
         match self {
             Error::Usage(_) | Error::Config(_) => ExitCode::from(2),
-            Error::Io { .. } => ExitCode::from(1),
+            Error::Io { .. } | Error::Unhealthy => ExitCode::from(1),
+            Error::NoStatus(_) => ExitCode::from(3),
         }
     }
 }
@@ -72,9 +89,23 @@ struct Args {
 enum Command {
     Run(Args),
     Print(String),
+    /// `mcpgate status`: the base URL of a running mcpgate.
+    Status(String),
 }
 
-fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Command, Error> {
+fn parse_args(args: impl Iterator<Item = String>) -> Result<Command, Error> {
+    let mut args = args.peekable();
+    if args.peek().map(String::as_str) == Some("status") {
+        args.next();
+        let mut url = "http://127.0.0.1:8780".to_string();
+        while let Some(arg) = args.next() {
+            match arg.as_str() {
+                "--url" => url = args.next().ok_or_else(|| Error::Usage("--url needs a value".into()))?,
+                other => return Err(Error::Usage(format!("unknown argument `{other}` for `mcpgate status`"))),
+            }
+        }
+        return Ok(Command::Status(url));
+    }
     let mut parsed = Args { config: None, listen: None, check: false };
     while let Some(arg) = args.next() {
         let mut value = |name: &str| args.next().ok_or_else(|| Error::Usage(format!("{name} needs a value")));
@@ -110,6 +141,7 @@ fn run() -> Result<(), Error> {
             print!("{text}");
             return Ok(());
         }
+        Command::Status(url) => return status(&url),
         Command::Run(args) => args,
     };
     let listen = match &args.listen {
@@ -132,6 +164,37 @@ fn run() -> Result<(), Error> {
     init_logging();
     check_fd_limit(&config);
     serve(config, source, signals)
+}
+
+/// `mcpgate status`: reads `/status.json` of the mcpgate at `url` and
+/// prints what the status page says, in plain text.
+fn status(url: &str) -> Result<(), Error> {
+    let base = url.trim_end_matches('/');
+    let base = ["/mcp", "/status.json", "/status"].iter().find_map(|end| base.strip_suffix(end)).unwrap_or(base);
+    let at = format!("{base}/status.json");
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .proxy(None)
+        .timeout_global(Some(std::time::Duration::from_secs(10)))
+        .build()
+        .into();
+    let mut request = agent.get(&at);
+    if let Ok(token) = std::env::var("MCPGATE_TOKEN") {
+        request = request.header("Authorization", format!("Bearer {token}"));
+    }
+    let mut response = request.call().map_err(|e| Error::NoStatus(format!("cannot read {at}: {e}")))?;
+    let text = response.body_mut().read_to_string().map_err(|e| Error::NoStatus(format!("cannot read {at}: {e}")))?;
+    if response.status() != 200 {
+        let said = text.chars().take(300).collect::<String>();
+        return Err(Error::NoStatus(format!("{at} answered {}: {said}", response.status())));
+    }
+    let value: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| Error::NoStatus(format!("{at} is not JSON: {e}")))?;
+    if !value["health"].is_object() {
+        return Err(Error::NoStatus(format!("{at} says nothing of its health: is it mcpgate, and recent?")));
+    }
+    print!("{}", mcpgate::status::summary::text(&value));
+    if value["health"]["healthy"] == true { Ok(()) } else { Err(Error::Unhealthy) }
 }
 
 /// Raises the soft limit on open files to the hard one, and says so when

@@ -7,7 +7,7 @@
 //! `/status.json`, the page and `/metrics` are drawn from one table: every
 //! entry appears in all three. `/metrics` counts requests, errors by kind,
 //! latency and how sessions ended as they happen; the sessions list names
-//! tokens and stops at 50.
+//! tokens and stops at 50; `mcpgate status` prints the page's summary.
 
 mod support;
 
@@ -16,6 +16,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use std::collections::BTreeMap;
+use std::process::Command;
 
 use serde_json::{Value, json};
 use support::{Client, Fixture, Gate, RawReply, Stream, config, raw_request, stdio_server, wait_until};
@@ -370,4 +371,58 @@ fn the_sessions_list_names_tokens_shows_each_downstream_and_stops_at_50() {
     for client in clients.iter_mut().chain([&mut first]) {
         client.delete();
     }
+}
+
+/// `mcpgate` with `args`: its exit code, stdout and stderr.
+fn mcpgate(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_mcpgate")).args(args).output().expect("run mcpgate");
+    (out.status.code(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}
+
+fn mcpgate_status(url: &str) -> (Option<i32>, String, String) {
+    mcpgate(&["status", "--url", url])
+}
+
+#[test]
+fn mcpgate_status_prints_the_summary_and_says_healthy_or_not_in_its_exit_code() {
+    let fixture = Fixture::start("alpha", &[]);
+    let healthy = Gate::start_checked(&config(&[("alpha", fixture.url())]));
+    let mut client = healthy.open_session();
+    client.tool_text("alpha__echo", json!({"text": "hi"}));
+    let (code, out, err) = mcpgate_status(&format!("http://{}", healthy.addr));
+    assert_eq!(code, Some(0), "{out}{err}");
+    let first = out.lines().next().unwrap();
+    assert!(first.starts_with(&format!("mcpgate {}, up ", env!("CARGO_PKG_VERSION"))), "{out}");
+    assert!(
+        first.ends_with(": healthy: 1 server(s) up, 1 session(s), every downstream session accounted for"),
+        "{out}"
+    );
+    for expected in [
+        "downstream sessions: 1 opened = 0 closed + 1 live; leaked 0",
+        "servers (1)",
+        "sessions: 1 live",
+        "threads: ",
+        "memory: ",
+        " MiB",
+    ] {
+        assert!(out.contains(expected), "{expected:?} in\n{out}");
+    }
+    let alpha = out.lines().find(|l| l.trim_start().starts_with("alpha ")).unwrap_or_else(|| panic!("{out}"));
+    assert!(alpha.contains(" http ") && alpha.contains(" up ") && alpha.contains(&fixture.url()), "{alpha}");
+    // The endpoint's URL works as well as the base.
+    assert_eq!(mcpgate_status(&healthy.url()).0, Some(0));
+
+    let offline = format!("http://127.0.0.1:{}/mcp", closed_port());
+    let down = Gate::start_checked(&config(&[("alpha", fixture.url()), ("offline", offline)]));
+    down.open_session();
+    let (code, out, _) = mcpgate_status(&format!("http://{}/", down.addr));
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.lines().next().unwrap().contains(": NOT HEALTHY: server `offline` is down: unreachable"), "{out}");
+    assert!(out.contains("offline: last error "), "{out}");
+
+    let (code, out, err) = mcpgate_status(&format!("http://127.0.0.1:{}", closed_port()));
+    assert_eq!(code, Some(3), "{out}{err}");
+    assert!(err.contains("cannot read http://127.0.0.1:"), "{err}");
+    let (code, _, err) = mcpgate(&["status", "--bogus"]);
+    assert_eq!(code, Some(2), "{err}");
 }
