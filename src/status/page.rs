@@ -25,16 +25,17 @@ h1{font-size:1.25em;margin:0}h2{font-size:1.1em;margin:1.4em 0 .4em}\
 .verdict{font-weight:600;font-size:1.1em}\
 .scroll{overflow-x:auto;-webkit-overflow-scrolling:touch}\
 table{border-collapse:collapse;min-width:100%}table.pairs{min-width:0}\
-th,td{padding:4px 8px;text-align:left;border-bottom:1px solid #e0e0e0;vertical-align:top}\
+th,td{padding:4px 8px;text-align:left;border-bottom:1px solid #e0e0e0;vertical-align:top;white-space:nowrap}\
+td.wrap{white-space:normal;min-width:14em}td.wrap code{overflow-wrap:anywhere}\
 th{background:#f1f3f4;white-space:nowrap;font-weight:600}\
 td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}\
 .ok{color:#1e8e3e}.bad{color:#d93025}.dim{color:#5f6368}\
-.err{color:#d93025;font-size:.92em;min-width:14em}\
-code{font-size:.92em}\
+.err{color:#d93025;font-size:.92em}.note{color:#5f6368;font-size:.92em}\
+code{font-size:.92em}.ds{white-space:nowrap;margin-right:.5em}\
 footer{margin:2em 0 1em;color:#5f6368;font-size:.9em}\
 details summary{cursor:pointer;margin:1.4em 0 .4em;font-weight:600}\
 @media (max-width:600px){body{font-size:14px;padding:.3em .5em}th,td{padding:3px 5px}header{padding:.5em .6em}\
-code,.err{overflow-wrap:anywhere;min-width:0}}";
+td.wrap{min-width:11em}header,.err{overflow-wrap:anywhere}}";
 
 /// The page, from `/status.json` and the readings it was drawn from.
 pub fn render(v: &Value, readings: &[Reading]) -> String {
@@ -111,7 +112,7 @@ fn servers(out: &mut String, v: &Value) {
     );
     out.push_str(
         "<div class=\"scroll\"><table><tr><th>Server</th><th>Transport</th><th>URL or command</th><th>State</th>\
-         <th>Live sessions</th><th>Requests</th><th>Errors</th><th>In flight</th><th>Mean time</th><th>Processes</th></tr>",
+         <th>Sessions</th><th>Requests</th><th>Errors</th><th>In flight</th><th>Mean time</th></tr>",
     );
     for (name, s) in &servers {
         let state = summary::state(s);
@@ -135,7 +136,7 @@ fn servers(out: &mut String, v: &Value) {
         };
         let processes = match s["processes"].as_object() {
             Some(p) => format!(
-                "{} live, {} spawned, {} exited",
+                "<div class=\"note\">processes: {} live, {} spawned, {} exited on their own</div>",
                 p.get("live").and_then(Value::as_u64).unwrap_or(0),
                 p.get("spawned").and_then(Value::as_u64).unwrap_or(0),
                 p.get("exited").and_then(Value::as_u64).unwrap_or(0)
@@ -144,8 +145,8 @@ fn servers(out: &mut String, v: &Value) {
         };
         let _ = write!(
             out,
-            "<tr><td>{}</td><td>{}</td><td><code>{}</code></td><td>{state_cell}</td><td class=\"n\">{}</td>\
-             <td class=\"n\">{}</td><td class=\"n\">{errors}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td class=\"wrap\"><code>{}</code>{processes}</td><td class=\"wrap\">{state_cell}</td>\
+             <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{errors}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
             escape(name),
             escape(s["transport"].as_str().unwrap_or("")),
             escape(s["url"].as_str().or(s["command"].as_str()).unwrap_or("")),
@@ -153,7 +154,6 @@ fn servers(out: &mut String, v: &Value) {
             s["requests"].as_u64().unwrap_or(0),
             s["calls_in_flight"].as_u64().unwrap_or(0),
             summary::mean_latency(s).unwrap_or_default(),
-            escape(&processes),
         );
     }
     out.push_str("</table></div>");
@@ -176,21 +176,22 @@ fn sessions(out: &mut String, v: &Value) {
             map.iter()
                 .map(|(server, d)| {
                     let state = d["state"].as_str().unwrap_or("");
-                    match (state, d["session"].as_str(), d["error"].as_str()) {
-                        ("open", Some(id), _) => format!("{} <code>{}</code>", escape(server), escape(id)),
+                    let what = match (state, d["session"].as_str(), d["error"].as_str()) {
+                        ("open", Some(id), _) => format!("<code>{}</code>", escape(id)),
                         ("failed", _, Some(error)) => {
-                            format!("{} <span class=\"err\" title=\"{}\">failed</span>", escape(server), escape(error))
+                            format!("<span class=\"bad\" title=\"{}\">failed</span>", escape(error))
                         }
-                        _ => format!("{} <span class=\"dim\">{}</span>", escape(server), escape(state)),
-                    }
+                        _ => format!("<span class=\"dim\">{}</span>", escape(state)),
+                    };
+                    format!("<span class=\"ds\">{} {what}</span>", escape(server))
                 })
                 .collect::<Vec<_>>()
-                .join("<br>")
+                .join(" ")
         });
         let _ = write!(
             out,
             "<tr><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
-             <td class=\"n\">{}</td><td class=\"n\">{}</td><td>{downstream}</td></tr>",
+             <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"wrap\">{downstream}</td></tr>",
             escape(s["id"].as_str().unwrap_or("")),
             s["token"].as_str().map_or("<span class=\"dim\">none</span>".to_string(), escape),
             escape(s["client"].as_str().unwrap_or("")),
@@ -219,7 +220,7 @@ fn threads(out: &mut String, v: &Value) {
     for (group, roles, live, budget, by) in summary::threads(v) {
         let _ = write!(
             out,
-            "<tr><td>{}</td><td class=\"n\">{live}</td><td class=\"n\">{budget}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td class=\"n\">{live}</td><td class=\"n\">{budget}</td><td class=\"wrap\">{}</td><td class=\"wrap\">{}</td></tr>",
             escape(&group),
             escape(&roles),
             escape(&by),
@@ -303,7 +304,7 @@ fn every_reading(out: &mut String, readings: &[Reading]) {
         };
         let _ = write!(
             out,
-            "<tr><td><code>{}</code></td><td><code>{}</code></td><td class=\"n\">{}</td><td>{}</td></tr>",
+            "<tr><td><code>{}</code></td><td><code>{}</code></td><td class=\"n\">{}</td><td class=\"wrap\">{}</td></tr>",
             escape(&metric),
             escape(&r.path.join(".")),
             escape(&value),
@@ -390,9 +391,10 @@ mod tests {
         assert!(page.contains("last error 12 s ago"), "{page}");
         assert!(page.contains("25.0 ms"), "mean time: {page}");
         assert!(page.contains("&lt;laptop&gt;") && !page.contains("<laptop>"), "escaped token name");
-        assert!(page.contains("alpha <code>abcdef01</code>"));
+        assert!(page.contains("<span class=\"ds\">alpha <code>abcdef01</code></span>"), "{page}");
         assert!(page.contains("5.0 MiB") && page.contains("128.0 MiB") && page.contains("2.0 KiB"), "human units");
         assert!(page.contains("<td>connections</td><td class=\"n\">3</td><td class=\"n\">512</td>"), "{page}");
+        assert!(page.contains("<td>alpha</td><td>http</td><td class=\"wrap\"><code>http://127.0.0.1:9/mcp</code>"));
         assert!(page.contains("Up 2 min 5 s."));
     }
 }
