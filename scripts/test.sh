@@ -16,6 +16,7 @@ cargo clippy --all-targets --quiet -- -D warnings
 
 step "cargo test"
 cargo test --quiet
+step "metrics and the status page with promtool, Prometheus and Chromium (scripts/observe.sh)"; scripts/observe.sh
 
 step "demo (scripts/demo.sh --once)"
 scripts/demo.sh --once
