@@ -61,14 +61,13 @@ pub fn readings(g: &Gateway) -> Vec<Reading> {
     let (stats, (spawned, reaped, live)) = settled(g);
     let p = process();
     let now = Now {
-        build_info: Info::new("version", env!("CARGO_PKG_VERSION")),
+        build_info: Info::new(env!("CARGO_PKG_VERSION")),
         uptime: g.started.elapsed().as_secs().into(),
         threads: p.threads.into(),
-        threads_by_role: Family::new("role", threads::count_by_role()),
+        threads_by_role: Family::new(threads::count_by_role()),
         rss_bytes: p.rss_bytes.into(),
         open_fds: p.open_fds.into(),
         thread_budget: Family::new(
-            "group",
             current.config.thread_budget().iter().map(|b| (b.group.to_string(), b.threads as u64)).collect(),
         ),
         memory_buffered: (crate::runtime::memory::used() as u64).into(),
@@ -84,7 +83,7 @@ pub fn readings(g: &Gateway) -> Vec<Reading> {
     now.read(None, &mut out);
     out.extend(stats);
     for server in &current.servers {
-        let scope = Some(("server", server.name()));
+        let scope = Some(server.name());
         ServerNow {
             up: u64::from(!server.health().down).into(),
             live_sessions: server.live_sessions.get().into(),

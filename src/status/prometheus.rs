@@ -97,8 +97,8 @@ mod tests {
     fn rendered() -> String {
         let mut readings = Vec::new();
         let now = Now {
-            build_info: Info::new("version", "0.1.0"),
-            threads_by_role: Family::new("role", vec![("conn".into(), 2), ("reader".into(), 1)]),
+            build_info: Info::new("0.1.0"),
+            threads_by_role: Family::new(vec![("conn".into(), 2), ("reader".into(), 1)]),
             ..Now::default()
         };
         now.read(None, &mut readings);
@@ -109,7 +109,7 @@ mod tests {
             let s = ServerStats::default();
             s.request_duration.observe(Duration::from_millis(20));
             s.errors_connect.inc();
-            s.read(Some(("server", server)), &mut readings);
+            s.read(Some(server), &mut readings);
         }
         render(&readings)
     }

@@ -15,6 +15,7 @@
 //! Relaxed atomics: each number is exact on its own; a reader may see two
 //! of them a moment apart.
 
+use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
@@ -117,30 +118,25 @@ impl Histogram {
     }
 }
 
-/// Gauges whose label values are known only when read, e.g. threads by role.
+/// Gauges whose label values are known only when read, e.g. threads by
+/// role; the label's name is declared with the entry (`{ role }`).
 #[derive(Default, Debug)]
-pub struct Family {
-    label: &'static str,
-    values: Vec<(String, u64)>,
-}
+pub struct Family(Vec<(String, u64)>);
 
 impl Family {
-    pub fn new(label: &'static str, values: Vec<(String, u64)>) -> Family {
-        Family { label, values }
+    pub fn new(values: Vec<(String, u64)>) -> Family {
+        Family(values)
     }
 }
 
 /// A fact carried by a label, with the value 1 (`mcpgate_build_info{version=...}`);
 /// `/status.json` shows the fact itself.
 #[derive(Default, Debug)]
-pub struct Info {
-    label: &'static str,
-    text: String,
-}
+pub struct Info(String);
 
 impl Info {
-    pub fn new(label: &'static str, text: impl Into<String>) -> Info {
-        Info { label, text: text.into() }
+    pub fn new(text: impl Into<String>) -> Info {
+        Info(text.into())
     }
 }
 
@@ -176,15 +172,27 @@ pub struct Entry {
     /// Its doc lines where it is declared, as written: see [`Entry::help`].
     pub doc: &'static str,
     pub kind: Kind,
+    /// The label of the thing its struct is read for, e.g. `server`.
+    pub scope: Option<&'static str>,
     /// The label that tells it from the other entries of its family, e.g.
     /// `("reason", "idle")`.
     pub variant: Option<(&'static str, &'static str)>,
+    /// The label whose values are known only when read (a [`Family`]'s,
+    /// an [`Info`]'s), e.g. `role`.
+    pub label: Option<&'static str>,
+    /// A fact in its label ([`Info`]): 1 for Prometheus, the text in `/status.json`.
+    pub info: bool,
 }
 
 impl Entry {
     /// What it means: its doc lines, without the space each starts with.
     pub fn help(&self) -> &'static str {
         self.doc.trim()
+    }
+
+    /// The names of all its labels: the scope's, the variant's, its own.
+    pub fn labels(&self) -> Vec<&'static str> {
+        self.scope.into_iter().chain(self.variant.map(|v| v.0)).chain(self.label).collect()
     }
 }
 
@@ -214,13 +222,13 @@ pub struct Reading {
 }
 
 impl Reading {
-    fn new(entry: &'static Entry, scope: Option<(&'static str, &str)>, sample: Sample) -> Reading {
+    fn new(entry: &'static Entry, scope: Option<&str>, sample: Sample) -> Reading {
         let mut labels = Vec::new();
         let mut path: Vec<String> = Vec::new();
         if !entry.section.is_empty() {
             path.push(entry.section.to_string());
         }
-        if let Some((label, value)) = scope {
+        if let (Some(label), Some(value)) = (entry.scope, scope) {
             labels.push((label, value.to_string()));
             path.push(value.to_string());
         }
@@ -243,37 +251,42 @@ impl Reading {
 /// What can stand in the table: its kind, and how it is read.
 pub trait Metric {
     const KIND: Kind;
+    /// Whether its values carry a label of their own, declared with the entry.
+    const LABELLED: bool = false;
+    /// Whether it is a fact in its label ([`Info`]): text in `/status.json`.
+    const INFO: bool = false;
     /// Adds its readings (one, or one per value of a family) to `out`.
-    fn read(&self, entry: &'static Entry, scope: Option<(&'static str, &str)>, out: &mut Vec<Reading>);
+    fn read(&self, entry: &'static Entry, scope: Option<&str>, out: &mut Vec<Reading>);
 }
 
 impl Metric for Counter {
     const KIND: Kind = Kind::Counter;
-    fn read(&self, entry: &'static Entry, scope: Option<(&'static str, &str)>, out: &mut Vec<Reading>) {
+    fn read(&self, entry: &'static Entry, scope: Option<&str>, out: &mut Vec<Reading>) {
         out.push(Reading::new(entry, scope, Sample::Number(self.get())));
     }
 }
 
 impl Metric for Gauge {
     const KIND: Kind = Kind::Gauge;
-    fn read(&self, entry: &'static Entry, scope: Option<(&'static str, &str)>, out: &mut Vec<Reading>) {
+    fn read(&self, entry: &'static Entry, scope: Option<&str>, out: &mut Vec<Reading>) {
         out.push(Reading::new(entry, scope, Sample::Number(self.get())));
     }
 }
 
 impl Metric for Histogram {
     const KIND: Kind = Kind::Histogram;
-    fn read(&self, entry: &'static Entry, scope: Option<(&'static str, &str)>, out: &mut Vec<Reading>) {
+    fn read(&self, entry: &'static Entry, scope: Option<&str>, out: &mut Vec<Reading>) {
         out.push(Reading::new(entry, scope, self.sample()));
     }
 }
 
 impl Metric for Family {
     const KIND: Kind = Kind::Gauge;
-    fn read(&self, entry: &'static Entry, scope: Option<(&'static str, &str)>, out: &mut Vec<Reading>) {
-        for (value, n) in &self.values {
+    const LABELLED: bool = true;
+    fn read(&self, entry: &'static Entry, scope: Option<&str>, out: &mut Vec<Reading>) {
+        for (value, n) in &self.0 {
             let mut reading = Reading::new(entry, scope, Sample::Number(*n));
-            reading.labels.push((self.label, value.clone()));
+            reading.labels.push((entry.label.unwrap_or("value"), value.clone()));
             reading.path.push(value.clone());
             out.push(reading);
         }
@@ -282,9 +295,11 @@ impl Metric for Family {
 
 impl Metric for Info {
     const KIND: Kind = Kind::Gauge;
-    fn read(&self, entry: &'static Entry, scope: Option<(&'static str, &str)>, out: &mut Vec<Reading>) {
-        let mut reading = Reading::new(entry, scope, Sample::Info(self.text.clone()));
-        reading.labels.push((self.label, self.text.clone()));
+    const LABELLED: bool = true;
+    const INFO: bool = true;
+    fn read(&self, entry: &'static Entry, scope: Option<&str>, out: &mut Vec<Reading>) {
+        let mut reading = Reading::new(entry, scope, Sample::Info(self.0.clone()));
+        reading.labels.push((entry.label.unwrap_or("value"), self.0.clone()));
         out.push(reading);
     }
 }
@@ -292,16 +307,25 @@ impl Metric for Info {
 /// Declares a struct of metrics and its part of the table: `TABLE`, the
 /// entries as declared, and `read`, their readings now. An entry added
 /// here appears in every output drawn from the table.
+///
+/// `pub struct Name by server { ... }`: read for each server, labelled
+/// `server`. After an entry, `{ kind = "connect" }` is the label that tells
+/// it from the others of its family; `{ role }` names the label of a
+/// [`Family`]'s (or an [`Info`]'s) values.
 macro_rules! stats {
     (@variant) => { None };
+    (@variant $label:ident) => { None };
     (@variant $label:ident $value:literal) => { Some((stringify!($label), $value)) };
+    (@label) => { None::<&'static str> };
+    (@label $label:ident) => { Some(stringify!($label)) };
+    (@label $label:ident $value:literal) => { None::<&'static str> };
     (
         $(#[doc = $sdoc:literal])+
-        pub struct $name:ident {
+        pub struct $name:ident $(by $scope:ident)? {
             $(
                 $(#[doc = $doc:literal])+
                 $field:ident: $ty:ident => $section:literal . $key:literal as $metric:literal
-                    $({ $label:ident = $value:literal })?,
+                    $({ $label:ident $(= $value:literal)? })?,
             )*
         }
     ) => {
@@ -312,6 +336,9 @@ macro_rules! stats {
         }
 
         impl $name {
+            /// The label of what it is read for, if any.
+            pub const SCOPE: Option<&'static str> = stats!(@label $($scope)?);
+
             /// Its entries, in the order declared.
             pub const TABLE: &'static [Entry] = &[$(Entry {
                 section: $section,
@@ -319,17 +346,26 @@ macro_rules! stats {
                 name: $metric,
                 doc: concat!($($doc),+),
                 kind: <$ty as Metric>::KIND,
-                variant: stats!(@variant $($label $value)?),
+                scope: Self::SCOPE,
+                variant: stats!(@variant $($label $($value)?)?),
+                label: stats!(@label $($label $($value)?)?),
+                info: <$ty as Metric>::INFO,
             },)*];
 
             /// Adds its readings to `out`, in the order declared; `scope`
-            /// (e.g. `("server", "alpha")`) labels every one and places it
-            /// under its value in `/status.json`.
-            pub fn read(&self, scope: Option<(&'static str, &str)>, out: &mut Vec<Reading>) {
+            /// (the server's name, for a struct read `by server`) labels
+            /// every one and places it under its value in `/status.json`.
+            pub fn read(&self, scope: Option<&str>, out: &mut Vec<Reading>) {
                 let mut entries = Self::TABLE.iter();
                 $( if let Some(entry) = entries.next() { self.$field.read(entry, scope, out); } )*
             }
         }
+
+        // A family's values need the name of their label, declared with the entry.
+        $(const _: () = assert!(
+            <$ty as Metric>::LABELLED == stats!(@label $($label $($value)?)?).is_some(),
+            concat!(stringify!($name), ".", stringify!($field), ": a Family or an Info declares its label, e.g. {{ role }}"),
+        );)*
     };
 }
 
@@ -394,7 +430,7 @@ stats! {
 stats! {
     /// What each server counts: the requests mcpgate sends it, how they
     /// failed, how long they took. Read with the label `server`.
-    pub struct ServerStats {
+    pub struct ServerStats by server {
         /// Requests mcpgate sent to a server or tried to (`initialize`, and each request forwarded), whatever came of them.
         requests: Counter => "servers"."requests" as "mcpgate_server_requests_total",
         /// The server could not be reached.
@@ -428,19 +464,19 @@ stats! {
     /// What the process and the gateway hold now, read when an output is drawn.
     pub struct Now {
         /// The version of mcpgate that runs.
-        build_info: Info => ""."version" as "mcpgate_build_info",
+        build_info: Info => ""."version" as "mcpgate_build_info" { version },
         /// Seconds since mcpgate started.
         uptime: Gauge => ""."uptime_secs" as "mcpgate_uptime_seconds",
         /// Threads of the process, from `/proc/self/task`.
         threads: Gauge => "process"."threads" as "mcpgate_process_threads",
         /// Threads of the process by role, from their names in `/proc/self/task/*/comm` (`other`: the main thread).
-        threads_by_role: Family => "process"."threads_by_role" as "mcpgate_threads",
+        threads_by_role: Family => "process"."threads_by_role" as "mcpgate_threads" { role },
         /// Resident memory of the process in bytes, from `/proc/self/status`.
         rss_bytes: Gauge => "process"."rss_bytes" as "mcpgate_process_resident_memory_bytes",
         /// Open file descriptors of the process, from `/proc/self/fd`.
         open_fds: Gauge => "process"."open_fds" as "mcpgate_process_open_fds",
         /// The most threads of each group of roles this configuration can run (`TasksMax` must allow their sum).
-        thread_budget: Family => "threads"."budget_by_group" as "mcpgate_threads_budget",
+        thread_budget: Family => "threads"."budget_by_group" as "mcpgate_threads_budget" { group },
         /// Message bytes mcpgate holds now, counted against `max_memory_mb`.
         memory_buffered: Gauge => "memory"."buffered_bytes" as "mcpgate_memory_buffered_bytes",
         /// `max_memory_mb` in bytes.
@@ -464,7 +500,7 @@ stats! {
 
 stats! {
     /// What each server holds now; read with the label `server`.
-    pub struct ServerNow {
+    pub struct ServerNow by server {
         /// 0 while the server is down: its last failure was a connect, a refusal, an error status, a protocol error, its process ending, or any failure to open a session, and nothing succeeded since; else 1 (a timeout or a busy lane alone does not make it down).
         up: Gauge => "servers"."up" as "mcpgate_server_up",
         /// Downstream sessions open on the server now.
@@ -476,7 +512,7 @@ stats! {
 
 stats! {
     /// The child processes of each stdio server; read with the label `server`.
-    pub struct StdioNow {
+    pub struct StdioNow by server {
         /// Processes of the server running now.
         live: Gauge => "servers"."processes.live" as "mcpgate_server_processes_live",
         /// Processes of the server started.
@@ -495,6 +531,37 @@ stats! {
 /// Every entry of the table, in the order the outputs show them.
 pub fn table() -> impl Iterator<Item = &'static Entry> {
     [Now::TABLE, Stats::TABLE, ServerNow::TABLE, ServerStats::TABLE, StdioNow::TABLE].into_iter().flatten()
+}
+
+/// The table as Markdown, for the README: each entry with its type, its
+/// labels (a family's variant in its name), its place in `/status.json`
+/// and its meaning. A test keeps the README's copy equal to it.
+pub fn reference_markdown() -> String {
+    let mut out = String::from("| metric | type | labels | in `/status.json` | meaning |\n|---|---|---|---|---|\n");
+    for e in table() {
+        let metric = match e.variant {
+            Some((label, value)) => format!("`{}{{{label}=\"{value}\"}}`", e.name),
+            None => format!("`{}`", e.name),
+        };
+        let labels: Vec<String> = e.scope.into_iter().chain(e.label).map(|l| format!("`{l}`")).collect();
+        let scope = e.scope.map(|l| format!("<{l}>"));
+        // A family's values are keys in /status.json; an Info's is the value.
+        let label = e.label.filter(|_| !e.info).map(|l| format!("<{l}>"));
+        let place: Vec<String> =
+            [Some(e.section.to_string()).filter(|s| !s.is_empty()), scope, Some(e.key.to_string()), label]
+                .into_iter()
+                .flatten()
+                .collect();
+        let _ = writeln!(
+            out,
+            "| {metric} | {} | {} | `{}` | {} |",
+            e.kind.prometheus(),
+            labels.join(", "),
+            place.join("."),
+            e.help()
+        );
+    }
+    out
 }
 
 #[cfg(test)]
@@ -520,7 +587,7 @@ mod tests {
         let mut series = Vec::new();
         for e in &entries {
             assert!(!e.help().is_empty(), "{e:?}");
-            assert!(!e.help().contains('\n'), "{e:?}");
+            assert!(!e.help().contains(['\n', '|']), "{e:?}: one line, no `|` (a Markdown cell)");
             let name_ok = e.name.starts_with("mcpgate_")
                 && e.name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
             assert!(name_ok, "{}: mcpgate_ and snake_case", e.name);
@@ -550,6 +617,21 @@ mod tests {
     }
 
     #[test]
+    fn the_reference_has_a_row_per_entry_with_its_labels_and_place() {
+        let text = reference_markdown();
+        assert_eq!(text.lines().count(), 2 + table().count());
+        for row in [
+            "| `mcpgate_sessions_closed_total{reason=\"idle\"}` | counter |  | `sessions.evicted_idle` | Client sessions closed after",
+            "| `mcpgate_server_errors_total{kind=\"timeout\"}` | counter | `server` | `servers.<server>.errors.timeout` | ",
+            "| `mcpgate_server_request_duration_seconds` | histogram | `server` | `servers.<server>.request_duration_seconds` | ",
+            "| `mcpgate_threads` | gauge | `role` | `process.threads_by_role.<role>` | ",
+            "| `mcpgate_build_info` | gauge | `version` | `version` | ",
+        ] {
+            assert!(text.lines().any(|l| l.starts_with(row)), "{row}\n{text}");
+        }
+    }
+
+    #[test]
     fn a_histogram_counts_each_duration_in_its_bucket_cumulatively() {
         let h = Histogram::default();
         for ms in [1, 5, 7, 400, 90_000] {
@@ -570,15 +652,15 @@ mod tests {
         let s = ServerStats::default();
         s.errors_timeout.inc();
         let mut out = Vec::new();
-        s.read(Some(("server", "alpha")), &mut out);
+        s.read(Some("alpha"), &mut out);
         let timeout = out.iter().find(|r| r.entry.variant == Some(("kind", "timeout"))).unwrap();
         assert_eq!(timeout.labels, [("server", "alpha".to_string()), ("kind", "timeout".to_string())]);
         assert_eq!(timeout.path, ["servers", "alpha", "errors", "timeout"]);
         assert_eq!(timeout.number(), Some(1));
 
         let now = Now {
-            threads_by_role: Family::new("role", vec![("conn".into(), 3)]),
-            build_info: Info::new("version", "1.2.3"),
+            threads_by_role: Family::new(vec![("conn".into(), 3)]),
+            build_info: Info::new("1.2.3"),
             ..Now::default()
         };
         let mut out = Vec::new();
