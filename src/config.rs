@@ -252,7 +252,7 @@ pub const KEYS: &[Key] = &[
     Key {
         name: "status_public",
         kind: Kind::Flag(false),
-        meaning: "`/status`, `/status.json` and `/reload` answer other hosts too. By default they answer only loopback clients and clients with a valid token.",
+        meaning: "`/status`, `/status.json`, `/metrics` and `/reload` answer other hosts too. By default they answer only loopback clients and clients with a valid token.",
     },
     Key {
         name: "state_file",
