@@ -426,3 +426,13 @@ fn mcpgate_status_prints_the_summary_and_says_healthy_or_not_in_its_exit_code() 
     let (code, _, err) = mcpgate(&["status", "--bogus"]);
     assert_eq!(code, Some(2), "{err}");
 }
+
+#[test]
+fn the_readme_lists_every_entry_of_the_table() {
+    let table = mcpgate::status::stats::reference_markdown();
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    assert!(
+        readme.contains(&table),
+        "README.md is out of date: paste this into its section on metrics:\n<<<\n{table}>>>"
+    );
+}
