@@ -189,7 +189,8 @@ pub fn json_from(g: &Gateway, readings: &[Reading]) -> Value {
         .config
         .thread_budget()
         .iter()
-        .map(|b| (b.group.to_string(), json!({"roles": b.roles, "by": b.by})))
+        .enumerate()
+        .map(|(rank, b)| (b.group.to_string(), json!({"roles": b.roles, "by": b.by, "rank": rank})))
         .collect::<Map<String, Value>>()
         .into();
     let in_flight: u64 = current.servers.iter().map(|s| s.lanes.in_flight.get()).sum();

@@ -347,9 +347,11 @@ mod tests {
             "processes": {"spawned": 0, "reaped": 0, "live": 0, "balanced": true},
             "memory": {"refused": 0, "buffered_bytes": 2048, "limit_bytes": 134217728, "session_share_bytes": 1048576},
             "process": {"threads": 12, "rss_bytes": 5242880, "open_fds": 20, "threads_by_role": {"conn": 3, "other": 1}},
-            "threads": {"budget": 518, "budget_by_group": {"connections": 512, "fixed": 6},
-                        "budget_roles": {"connections": {"roles": ["conn"], "by": "max_connections"},
-                                         "fixed": {"roles": ["other"], "by": "main"}}},
+            "threads": {"budget": 618, "budget_by_group": {"close": 40, "connections": 512, "fixed": 6, "hold": 60},
+                        "budget_roles": {"close": {"roles": ["close"], "by": "closing", "rank": 3},
+                                         "connections": {"roles": ["conn"], "by": "max_connections", "rank": 1},
+                                         "fixed": {"roles": ["other"], "by": "main", "rank": 0},
+                                         "hold": {"roles": ["hold"], "by": "max_held_calls", "rank": 2}}},
             "state": {"error": null}, "reload": {"error": null},
             "sessions": {"live": 1, "unlisted": 0, "list": [{
                 "id": "1a2b3c4d", "token": "<laptop>", "client": "claude-code", "protocol_version": "2025-11-25",
@@ -379,7 +381,7 @@ mod tests {
             "id=\"health\"",
             "<h2>Servers: 2, 1 down",
             "<h2>Sessions: 1 live",
-            "<h2>Threads: 12 of a budget of 518",
+            "<h2>Threads: 12 of a budget of 618",
             "<h2>Memory",
         ]
         .iter()
@@ -394,6 +396,11 @@ mod tests {
         assert!(page.contains("<span class=\"ds\">alpha <code>abcdef01</code></span>"), "{page}");
         assert!(page.contains("5.0 MiB") && page.contains("128.0 MiB") && page.contains("2.0 KiB"), "human units");
         assert!(page.contains("<td>connections</td><td class=\"n\">3</td><td class=\"n\">512</td>"), "{page}");
+        let groups: Vec<usize> = ["<td>fixed</td>", "<td>connections</td>", "<td>hold</td>", "<td>close</td>"]
+            .iter()
+            .map(|g| page.find(g).unwrap_or_else(|| panic!("{g}")))
+            .collect();
+        assert!(groups.windows(2).all(|w| w[0] < w[1]), "the budget's groups in its order: {groups:?}");
         assert!(page.contains("<td>alpha</td><td>http</td><td class=\"wrap\"><code>http://127.0.0.1:9/mcp</code>"));
         assert!(page.contains("Up 2 min 5 s."));
     }

@@ -175,9 +175,9 @@ pub fn threads(v: &Value) -> Vec<(String, String, u64, u64, String)> {
             rows.push((role.clone(), role.clone(), n, 0, "not budgeted".into()));
         }
     }
-    // In the order of the budget: fixed first.
-    let order = ["fixed", "connections", "readers", "stdio", "fanout", "close"];
-    rows.sort_by_key(|r| order.iter().position(|g| *g == r.0).unwrap_or(order.len()));
+    // In the budget's order; roles no group budgets last.
+    let rank = |group: &str| v["threads"]["budget_roles"][group]["rank"].as_u64().unwrap_or(u64::MAX);
+    rows.sort_by_key(|r| rank(&r.0));
     rows
 }
 
