@@ -148,7 +148,14 @@ fn servers(out: &mut String, v: &Value) {
             "<tr><td>{}</td><td>{}</td><td class=\"wrap\"><code>{}</code>{processes}</td><td class=\"wrap\">{state_cell}</td>\
              <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{errors}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
             escape(name),
-            escape(s["transport"].as_str().unwrap_or("")),
+            match summary::era(s) {
+                Some(era) => format!(
+                    "{} <span class=\"dim\">{}</span>",
+                    escape(s["transport"].as_str().unwrap_or("")),
+                    escape(era)
+                ),
+                None => escape(s["transport"].as_str().unwrap_or("")),
+            },
             escape(s["url"].as_str().or(s["command"].as_str()).unwrap_or("")),
             s["live_sessions"].as_u64().unwrap_or(0),
             s["requests"].as_u64().unwrap_or(0),
@@ -359,7 +366,7 @@ mod tests {
                 "downstream": {"alpha": {"state": "open", "session": "abcdef01"}, "down": {"state": "failed", "error": "unreachable: <refused>"}}
             }]},
             "servers": {
-                "alpha": {"rank": 0, "up": 1, "transport": "http", "url": "http://127.0.0.1:9/mcp", "live_sessions": 2,
+                "alpha": {"rank": 0, "up": 1, "transport": "http", "era": "2026-07-28", "url": "http://127.0.0.1:9/mcp", "live_sessions": 2,
                           "requests": 7, "errors": {"timeout": 1}, "calls_in_flight": 0, "last_ok_at": 990,
                           "request_duration_seconds": {"count": 2, "sum": 0.05}},
                 "down": {"rank": 1, "up": 0, "transport": "http", "url": "http://127.0.0.1:1/mcp", "live_sessions": 0,
@@ -401,7 +408,8 @@ mod tests {
             .map(|g| page.find(g).unwrap_or_else(|| panic!("{g}")))
             .collect();
         assert!(groups.windows(2).all(|w| w[0] < w[1]), "the budget's groups in its order: {groups:?}");
-        assert!(page.contains("<td>alpha</td><td>http</td><td class=\"wrap\"><code>http://127.0.0.1:9/mcp</code>"));
+        assert!(page.contains("<td>alpha</td><td>http <span class=\"dim\">2026-07-28</span></td><td class=\"wrap\"><code>http://127.0.0.1:9/mcp</code>"), "{page}");
+        assert!(page.contains("<td>down</td><td>http</td>"), "no era known, none shown");
         assert!(page.contains("Up 2 min 5 s."));
     }
 }

@@ -123,6 +123,20 @@ pub fn state(s: &Value) -> &'static str {
     }
 }
 
+/// The protocol era of a server when it is not the sessions' one: `2026-07-28`.
+pub fn era(s: &Value) -> Option<&str> {
+    s["era"].as_str().filter(|era| *era != "session")
+}
+
+/// A server's transport, with its era when it is not the sessions' one: `http 2026-07-28`.
+pub fn transport(s: &Value) -> String {
+    let transport = s["transport"].as_str().unwrap_or("");
+    match era(s) {
+        Some(era) => format!("{transport} {era}"),
+        None => transport.to_string(),
+    }
+}
+
 /// A server's errors: the total, and each kind that happened.
 pub fn errors(s: &Value) -> (u64, String) {
     let Some(kinds) = s["errors"].as_object() else { return (0, String::new()) };
@@ -254,7 +268,7 @@ pub fn text(v: &Value) -> String {
         let (errors, kinds) = errors(s);
         rows.push(vec![
             name.to_string(),
-            s["transport"].as_str().unwrap_or("").into(),
+            transport(s),
             state(s).into(),
             s["live_sessions"].as_u64().unwrap_or(0).to_string(),
             s["requests"].as_u64().unwrap_or(0).to_string(),
@@ -391,6 +405,13 @@ mod tests {
         let s = json!({"errors": {"connect": 2, "timeout": 5, "busy": 0}});
         assert_eq!(errors(&s), (7, "timeout 5, connect 2".to_string()));
         assert_eq!(errors(&json!({})), (0, String::new()));
+    }
+
+    #[test]
+    fn a_server_of_the_2026_07_28_era_says_so_beside_its_transport() {
+        assert_eq!(transport(&json!({"transport": "http", "era": "2026-07-28"})), "http 2026-07-28");
+        assert_eq!(transport(&json!({"transport": "http", "era": "session"})), "http");
+        assert_eq!(transport(&json!({"transport": "stdio", "era": null})), "stdio");
     }
 
     #[test]
