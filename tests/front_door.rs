@@ -342,6 +342,7 @@ fn health_and_status_answer_while_every_connection_slot_is_busy() {
     let started = Instant::now();
     let status = ask(addr, &get_request("/status.json", &addr.to_string()), Duration::from_secs(1))
         .map(|r| (r.status, started.elapsed()));
+    let metrics = ask(addr, &get_request("/metrics", &addr.to_string()), Duration::from_secs(1)).map(|r| r.status);
     let session = clients[0].session.clone().unwrap();
     let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
     let post = ask(addr, &mcp_post(addr, Some(&session), ping, true), Duration::from_secs(5));
@@ -349,11 +350,14 @@ fn health_and_status_answer_while_every_connection_slot_is_busy() {
         stream.close();
     }
     assert_alive(&mut gate, "with every slot busy");
-    println!("/healthz: {health:?}; /status.json: {status:?}; POST /mcp: {post:?}");
+    println!("/healthz: {health:?}; /status.json: {status:?}; /metrics: {metrics:?}; POST /mcp: {post:?}");
     health.unwrap_or_else(|e| panic!("/healthz with every connection slot busy: {e}"));
     let (code, took) = status.unwrap_or_else(|e| panic!("/status.json with every connection slot busy: {e}"));
     assert_eq!(code, 200, "/status.json with every connection slot busy");
     assert!(took < Duration::from_secs(1), "/status.json took {took:?}");
+    // Prometheus scrapes it most when the gateway is busiest.
+    let metrics = metrics.unwrap_or_else(|e| panic!("/metrics with every connection slot busy: {e}"));
+    assert_eq!(metrics, 200, "/metrics with every connection slot busy");
     let post = post.unwrap_or_else(|e| panic!("POST /mcp with every slot busy must be answered: {e}"));
     assert!(
         post.status == 200 || (post.status == 503 && post.header("retry-after").is_some()),

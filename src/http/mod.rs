@@ -248,5 +248,5 @@ pub struct Options {
 
 /// Paths answered on the slots kept for loopback peers when every other
 /// slot is busy: enough for systemd's watchdog, a load balancer's health
-/// check and an operator looking at the status page.
-pub const RESERVED_PATHS: &[&str] = &["/healthz", "/status", "/status.json"];
+/// check, a Prometheus scrape and an operator looking at the status page.
+pub const RESERVED_PATHS: &[&str] = &["/healthz", "/status", "/status.json", "/metrics"];
