@@ -116,12 +116,14 @@ cat >"$work/mcpgate.json" <<EOF
   "auth": {"tokens": [{"token": "$token_laptop", "name": "laptop"}, {"token": "$token_ci", "name": "ci-runner"}]},
   "mcpServers": {
     "files": {"url": "http://$(address files)/mcp"},
-    "search": {"command": "$bin/mcp-fixture", "args": ["--stdio", "--name", "search"], "sharing": "shared"},
+    "search": {"command": "mcp-fixture", "args": ["--stdio", "--name", "search"], "sharing": "shared"},
     "weather": {"url": "http://127.0.0.1:$weather_port/mcp"}
   }
 }
 EOF
-start mcpgate "$bin/mcpgate" --config "$work/mcpgate.json"
+# The stdio server is found on PATH, so the page (and its screenshots) show
+# a command as a user would write it, not this machine's build directory.
+PATH="$bin:$PATH" start mcpgate "$bin/mcpgate" --config "$work/mcpgate.json"
 wait_for 10 "mcpgate listening" listening mcpgate
 gate=$(address mcpgate)
 
