@@ -22,6 +22,8 @@ struct Budget {
     limit: AtomicUsize,
     used: AtomicUsize,
     refused: AtomicU64,
+    /// Unix time of the last refusal, in seconds; 0 before any.
+    last_refused: AtomicU64,
     sessions: AtomicUsize,
 }
 
@@ -29,8 +31,13 @@ static BUDGET: Budget = Budget {
     limit: AtomicUsize::new(usize::MAX),
     used: AtomicUsize::new(0),
     refused: AtomicU64::new(0),
+    last_refused: AtomicU64::new(0),
     sessions: AtomicUsize::new(0),
 };
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
 
 /// Sets the limit (from `max_memory_mb`, at start and on reload).
 pub fn set_limit(bytes: usize) {
@@ -49,6 +56,14 @@ pub fn used() -> usize {
 /// Charges refused so far.
 pub fn refused() -> u64 {
     BUDGET.refused.load(Ordering::Relaxed)
+}
+
+/// Seconds since the last charge was refused; `None` before any.
+pub fn secs_since_refused() -> Option<u64> {
+    match BUDGET.last_refused.load(Ordering::Relaxed) {
+        0 => None,
+        at => Some(unix_now().saturating_sub(at)),
+    }
 }
 
 /// How many client sessions share the budget now.
@@ -94,6 +109,7 @@ impl Charge {
         });
         if taken.is_err() {
             BUDGET.refused.fetch_add(1, Ordering::Relaxed);
+            BUDGET.last_refused.store(unix_now(), Ordering::Relaxed);
             return false;
         }
         self.bytes += more;

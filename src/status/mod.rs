@@ -74,6 +74,9 @@ pub fn readings(g: &Gateway) -> Vec<Reading> {
         memory_limit: (crate::runtime::memory::limit() as u64).into(),
         memory_share: (crate::runtime::memory::share() as u64).into(),
         memory_refused: crate::runtime::memory::refused().into(),
+        memory_since_refused: crate::runtime::memory::secs_since_refused()
+            .unwrap_or_else(|| g.started.elapsed().as_secs())
+            .into(),
         sessions_live: (g.sessions.len() as u64).into(),
         calls_held: (g.held_calls() as u64).into(),
         processes_spawned: spawned.into(),

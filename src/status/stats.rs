@@ -485,6 +485,8 @@ stats! {
         memory_share: Gauge => "memory"."session_share_bytes" as "mcpgate_memory_session_share_bytes",
         /// Charges against `max_memory_mb` refused: a client too slow for its stream, an event too large.
         memory_refused: Counter => "memory"."refused" as "mcpgate_memory_refused_total",
+        /// Seconds since the last charge was refused (the uptime before any).
+        memory_since_refused: Gauge => "memory"."secs_since_refused" as "mcpgate_memory_seconds_since_refused",
         /// Client sessions live now.
         sessions_live: Gauge => "sessions"."live" as "mcpgate_sessions_live",
         /// Calls of 2026-07-28 clients held now, waiting for the client's retry with answers to the server's requests (`max_held_calls`).

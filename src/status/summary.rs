@@ -35,8 +35,13 @@ pub fn health(v: &Value) -> (bool, Vec<String>) {
                 .push(format!("server `{name}` is down: {}", s["last_error"].as_str().unwrap_or("no reason known")));
         }
     }
-    if n("memory", "refused") > 0 {
-        problems.push(format!("{} memory charge(s) refused since start (max_memory_mb)", n("memory", "refused")));
+    // Unhealthy while refusals are recent: one slow client an hour ago is not a state.
+    if n("memory", "refused") > 0 && n("memory", "secs_since_refused") < 60 {
+        problems.push(format!(
+            "{} memory charge(s) refused since start (max_memory_mb), the last {} s ago",
+            n("memory", "refused"),
+            n("memory", "secs_since_refused")
+        ));
     }
     if let Some(e) = v["state"]["error"].as_str() {
         problems.push(format!("the state file cannot be written: {e}"));
@@ -381,6 +386,7 @@ mod tests {
         v["servers"]["a"]["up"] = json!(0);
         v["servers"]["a"]["last_error"] = json!("unreachable: connection refused");
         v["memory"]["refused"] = json!(3);
+        v["memory"]["secs_since_refused"] = json!(5);
         v["state"]["error"] = json!("disk full");
         v["reload"]["error"] = json!("bad key");
         let (ok, problems) = health(&v);
@@ -398,6 +404,12 @@ mod tests {
             assert!(said.contains(expected), "{expected:?} in {said}");
         }
         assert!(headline(&v).starts_with("NOT HEALTHY: downstream sessions do not balance"));
+
+        // A refusal long past (a slow client, once) is history, not a state.
+        let mut v = healthy();
+        v["memory"]["refused"] = json!(3);
+        v["memory"]["secs_since_refused"] = json!(61);
+        assert_eq!(health(&v), (true, vec![]));
     }
 
     #[test]
