@@ -3,11 +3,11 @@
 //! Streamable HTTP to any server (a fixture directly, mcpgate, a peer
 //! gateway) and prints one JSON line of results per command.
 //!
-//!   mcp-load calls    --url URL|--stdio CMD --tool NAME --clients N --seconds S
+//!   mcp-load calls    --url URL|--stdio CMD --tool NAME --clients N --seconds S [--modern]
 //!   mcp-load cold     --url URL|--stdio CMD --tool NAME --count N
 //!   mcp-load sessions --url URL --count N [--no-stream] [--hold-file PATH]
 //!   mcp-load churn    --url URL --tool NAME --cycles N [--sample-pid PID --samples CSV]
-//!                     [--all-delete] [--quiet-ms MS] [--children-of PID]
+//!                     [--all-delete] [--modern] [--quiet-ms MS] [--children-of PID]
 //!   mcp-load procs    --pid PID
 //!   mcp-load kill9    --pid PID --seconds S
 //!
@@ -17,7 +17,9 @@
 //! answered (then DELETE, not timed). With `--stdio CMD` (split on spaces)
 //! the client is the server's stdio client instead: each session starts CMD
 //! and speaks newline-delimited JSON-RPC on its pipes, so `cold` includes
-//! the spawn. `sessions`: opens N sessions
+//! the spawn. With `--modern` the clients speak protocol 2026-07-28: no
+//! session, each request with its `_meta` and routing headers.
+//! `sessions`: opens N sessions
 //! that each hold a GET stream (unless --no-stream), prints `ready`, and holds them until
 //! PATH exists (or stdin closes). `churn`: N cycles of initialize, one call,
 //! then DELETE (even cycles, or all with --all-delete) or walk away (odd: left
@@ -64,6 +66,8 @@ struct Args {
     stdio: Option<Vec<String>>,
     /// `churn`: every cycle ends with DELETE.
     all_delete: bool,
+    /// `calls`, `cold`: clients of protocol 2026-07-28, without sessions.
+    modern: bool,
     /// `churn`: the pause after the first tenth and at the end.
     quiet: Duration,
     /// `churn`: the process whose children are noted after each call.
@@ -89,6 +93,7 @@ fn args() -> Args {
         no_stream: false,
         stdio: None,
         all_delete: false,
+        modern: false,
         quiet: Duration::from_secs(3),
         children_of: None,
         pid: None,
@@ -100,6 +105,10 @@ fn args() -> Args {
         }
         if flag == "--all-delete" {
             a.all_delete = true;
+            continue;
+        }
+        if flag == "--modern" {
+            a.modern = true;
             continue;
         }
         let value = it.next().unwrap_or_else(|| usage());
@@ -143,11 +152,23 @@ struct Client {
     url: String,
     session: Option<String>,
     next_id: u64,
+    /// Protocol 2026-07-28: no `initialize`, no session; each request
+    /// carries its version and capabilities in `_meta`, and its routing
+    /// headers.
+    modern: bool,
 }
 
+/// The protocol version of `--modern` clients.
+const MODERN: &str = "2026-07-28";
+
 impl Client {
+    /// A client of protocol 2026-07-28: nothing to open.
+    fn modern(url: &str) -> Client {
+        Client { agent: agent(), url: url.to_string(), session: None, next_id: 1, modern: true }
+    }
+
     fn connect(url: &str) -> Result<Client, String> {
-        let mut client = Client { agent: agent(), url: url.to_string(), session: None, next_id: 1 };
+        let mut client = Client { agent: agent(), url: url.to_string(), session: None, next_id: 1, modern: false };
         let params = json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "mcp-load", "version": "1"}});
         client.request("initialize", params)?;
         client.notify("notifications/initialized")?;
@@ -163,12 +184,28 @@ impl Client {
         if let Some(session) = &self.session {
             request = request.header("Mcp-Session-Id", session).header("MCP-Protocol-Version", "2025-11-25");
         }
+        if self.modern {
+            request = request.header("MCP-Protocol-Version", MODERN);
+            if let Some(method) = body["method"].as_str() {
+                request = request.header("Mcp-Method", method);
+            }
+            if let Some(name) = body["params"]["name"].as_str() {
+                request = request.header("Mcp-Name", name);
+            }
+        }
         request.send(body.to_string().as_bytes()).map_err(|e| e.to_string())
     }
 
-    fn request(&mut self, method: &str, params: Value) -> Result<Value, String> {
+    fn request(&mut self, method: &str, mut params: Value) -> Result<Value, String> {
         let id = self.next_id;
         self.next_id += 1;
+        if self.modern {
+            params["_meta"] = json!({
+                "io.modelcontextprotocol/protocolVersion": MODERN,
+                "io.modelcontextprotocol/clientCapabilities": {},
+                "io.modelcontextprotocol/clientInfo": {"name": "mcp-load", "version": "1"},
+            });
+        }
         let response = self.post(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))?;
         if response.status() != 200 {
             return Err(format!("{method}: HTTP {}", response.status()));
@@ -273,6 +310,7 @@ impl Session for Client {
 fn open(a: &Args) -> Result<Box<dyn Session>, String> {
     match &a.stdio {
         Some(command) => Ok(Box::new(StdioClient::connect(command)?)),
+        None if a.modern => Ok(Box::new(Client::modern(&a.url))),
         None => Ok(Box::new(Client::connect(&a.url)?)),
     }
 }

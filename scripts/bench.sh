@@ -231,6 +231,23 @@ for clients in 1 16; do
 done
 stop "$GATE_PY_PID"
 
+step "1c. sessionless (protocol 2026-07-28): tools/call direct to mcp-fixture --modern and through mcpgate"
+start "$OUT/run/fixture-modern.log" "$BIN/mcp-fixture" --modern --name m
+FIX_M=$ADDR; FIX_M_PID=$PID
+gate_config "$OUT/run/overhead-modern.json" 300 "m=$FIX_M"
+start "$OUT/run/gate-modern.log" "${MCPGATE[@]}" --config "$OUT/run/overhead-modern.json"
+GATE_M=$ADDR; GATE_M_PID=$PID
+for clients in 1 16; do
+    for target in direct mcpgate; do
+        url=http://$FIX_M/mcp; [ $target = mcpgate ] && url=http://$GATE_M/mcp
+        line=$("$LOAD" calls --modern --url "$url" --tool echo --clients "$clients" --seconds "$SECONDS_PER_POINT")
+        record "{\"part\":\"overhead\",\"server\":\"sessionless\",\"target\":\"$target\",\"round\":1,\"result\":$line}"
+        echo "  sessionless, $clients client(s), $target: $line" >&2
+    done
+done
+stop "$GATE_M_PID"
+stop "$FIX_M_PID"
+
 # --------------------------------------------------------------- 2. footprint
 step "2. footprint: at rest, and with 100 and $SESSIONS_BIG sessions x 2 downstream sessions with GET streams"
 start "$OUT/run/fixture-b.log" "$BIN/mcp-fixture" --name b

@@ -472,16 +472,26 @@ def main() -> int:
         ]
         say("| " + " | ".join(cells) + " |")
     say("")
-    py = overhead(rows, "python-sdk")
-    if py:
-        say("A third-party downstream, a server written with the official Python SDK (`mcp` 2.3.0):")
+    for server, intro in (
+        ("python-sdk", "A third-party downstream, a server written with the official Python SDK (`mcp` 2.3.0):"),
+        (
+            "sessionless",
+            "Protocol 2026-07-28, without sessions: clients of that era calling `mcp-fixture --modern` directly, "
+            "and through mcpgate (which speaks 2026-07-28 to it too; each call runs on a thread of its own, "
+            "so that it can be held for `input_required`):",
+        ),
+    ):
+        table = overhead(rows, server)
+        if not table:
+            continue
+        say(intro)
         say("")
         say("| clients | direct p50 / p99 | req/s | mcpgate p50 / p99 | req/s | added p50 | mcpgate / direct |")
         say("|---|---|---|---|---|---|---|")
-        for clients, t in py.items():
+        for clients, t in table.items():
             d, g = t.get("direct", {}), t.get("mcpgate", {})
             if d.get("errors") or g.get("errors") or not d.get("tput") or not g.get("tput"):
-                failures.append(f"python-sdk calls failed at {clients} clients")
+                failures.append(f"{server} calls failed at {clients} clients")
                 continue
             say(
                 f"| {clients} | {fmt_us(d.get('p50'))} / {fmt_us(d.get('p99'))} | {d.get('tput', 0):.0f} "
