@@ -125,13 +125,11 @@ fn gate_with(fx: &Fixture, keys: Value) -> Gate {
 }
 
 #[test]
-fn discover_is_answered_before_any_version_check_with_both_eras() {
+fn discover_names_both_eras_and_passes_the_checks_of_any_request() {
     let fx = Fixture::start("fx", &[]);
     let gate = gate_with(&fx, json!({}));
     let client = Modern::new(&gate);
-    // Even with a session-era version header, and no _meta at all.
-    let answer =
-        client.send(json!(1), "server/discover", json!({"_meta": {}}), &[("MCP-Protocol-Version", "2025-06-18")]);
+    let answer = client.send(json!(1), "server/discover", json!({}), &[]);
     assert_eq!(answer.status, 200, "{answer:?}");
     let result = answer.result();
     assert_eq!(result["supportedVersions"], json!([VERSION, "2025-11-25", "2025-06-18", "2025-03-26"]), "{result}");
@@ -140,6 +138,34 @@ fn discover_is_answered_before_any_version_check_with_both_eras() {
     assert_eq!(result["cacheScope"], "public");
     assert!(result["ttlMs"].as_u64().is_some(), "{result}");
     assert_eq!(result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "mcpgate");
+    // It carries the era's `_meta` like any request, and is checked like one
+    // (the spec's server/discover; the conformance suite's server-stateless).
+    for params in [json!({"_meta": {}}), json!({"_meta": {"io.modelcontextprotocol/protocolVersion": VERSION}})] {
+        let bad = client.send(json!(2), "server/discover", params, &[("MCP-Protocol-Version", "2025-06-18")]);
+        assert_eq!((bad.status, bad.error_code()), (400, -32602), "{bad:?}");
+    }
+    let mut other = meta(json!({}));
+    other["io.modelcontextprotocol/protocolVersion"] = json!("v999.0.0");
+    let version =
+        client.send(json!(3), "server/discover", json!({"_meta": other}), &[("MCP-Protocol-Version", "v999.0.0")]);
+    assert_eq!((version.status, version.error_code()), (400, -32022), "{version:?}");
+    let data = &version.response()["error"]["data"];
+    assert_eq!(data["requested"], "v999.0.0", "{data}");
+    assert!(data["supported"].as_array().is_some_and(|s| s.contains(&json!(VERSION))), "{data}");
+    let mismatch = client.send(json!(4), "server/discover", json!({"_meta": other}), &[]);
+    assert_eq!((mismatch.status, mismatch.error_code()), (400, -32020), "{mismatch:?}");
+    assert_eq!(mismatch.response()["id"], 4);
+    // A bare probe (no `_meta`, no version header), as a client that does
+    // not know the era yet may send it, is answered all the same.
+    let bare = http_agent(Some(Duration::from_secs(20)))
+        .post(&gate.url())
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .send(r#"{"jsonrpc":"2.0","id":9,"method":"server/discover"}"#.as_bytes())
+        .expect("bare probe");
+    assert_eq!(bare.status().as_u16(), 200);
+    let bare: Value = serde_json::from_str(&bare.into_body().read_to_string().unwrap()).unwrap();
+    assert_eq!(bare["result"]["supportedVersions"][0], VERSION, "{bare}");
     // A session-era client on the same /mcp, at the same time.
     let mut session = gate.open_session();
     assert_eq!(session.tool_text("fx__echo", json!({"text": "old"})), "old");
@@ -293,15 +319,56 @@ fn a_servers_request_outside_its_call_goes_to_the_one_call_running_there() {
 }
 
 #[test]
-fn a_client_that_cannot_sample_gets_the_servers_refusal_not_a_question() {
+/// A call that needs a capability its client did not declare ends with
+/// the era's -32021 naming it (HTTP 400), and is cancelled at its server,
+/// which got a refusal rather than a question nobody will answer.
+fn a_client_that_cannot_sample_gets_missing_capability_and_the_call_ends_at_its_server() {
     let fx = Fixture::start("fx", &[]);
     let gate = gate_with(&fx, json!({}));
     let mut client = Modern::new(&gate);
     client.capabilities = json!({});
     let answer = client.call(1, "fx__sample", json!({"prompt": "x"}));
-    let result = answer.result();
-    assert_ne!(result["resultType"], "input_required", "{result}");
-    assert_eq!(result["isError"], true, "the fixture reports the refused sampling: {result}");
+    assert_eq!((answer.status, answer.error_code()), (400, -32021), "{answer:?}");
+    let error = &answer.response()["error"];
+    assert_eq!(error["data"]["requiredCapabilities"], json!({"sampling": {}}), "{error}");
+    assert!(error["message"].as_str().unwrap_or_default().contains("sampling"), "{error}");
+    assert!(wait_until(Duration::from_secs(3), || fx.count("requests_running") == 0), "{}", fx.stats());
+    assert_eq!(gate.status()["calls"]["held_for_2026_clients"], 0);
+    // The same client, with nothing to ask, is served.
+    assert_eq!(client.call(2, "fx__echo", json!({"text": "ok"})).result()["content"][0]["text"], "ok");
+}
+
+/// A client of this era gets log messages only when its request asks, in
+/// `_meta`, and at the level it asks: a session-era server logs to mcpgate
+/// whatever it likes.
+#[test]
+fn log_messages_reach_a_client_only_at_the_level_its_request_asks() {
+    let fx = Fixture::start("fx", &[]);
+    let gate = gate_with(&fx, json!({}));
+    let client = Modern::new(&gate);
+    let logs = |answer: &Answer| -> Vec<String> {
+        answer
+            .messages
+            .iter()
+            .filter(|m| m["method"] == "notifications/message")
+            .map(|m| m["params"]["level"].as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+    let call = |id: u64, level: &str, log_level: Option<&str>| {
+        let mut meta = meta(client.capabilities.clone());
+        if let Some(l) = log_level {
+            meta["io.modelcontextprotocol/logLevel"] = json!(l);
+        }
+        let params = json!({"name": "fx__log", "arguments": {"level": level, "message": "m"}, "_meta": meta});
+        client.send(json!(id), "tools/call", params, &[])
+    };
+    let none = call(1, "error", None);
+    assert_eq!(none.result()["content"][0]["text"], "logged", "{none:?}");
+    assert_eq!(logs(&none), Vec::<String>::new(), "no logLevel, no log: {none:?}");
+    let below = call(2, "info", Some("warning"));
+    assert_eq!(logs(&below), Vec::<String>::new(), "info is below warning: {below:?}");
+    let at = call(3, "error", Some("warning"));
+    assert_eq!(logs(&at), vec!["error".to_string()], "{at:?}");
 }
 
 #[test]

@@ -65,6 +65,35 @@ pub(super) fn is_modern(req: &HttpRequest, message: &Message) -> bool {
             && message.params.as_deref().is_some_and(|p| p.get().contains(modern::META_VERSION)))
 }
 
+/// A `server/discover` that claims nothing: no `_meta`, and no version
+/// header or a session-era one. It is answered before any check, so that a
+/// client that does not know the era yet learns it. One that carries the
+/// era's `_meta` or another version is checked like any request of the era
+/// (as the conformance suite's server-stateless scenario expects).
+fn is_bare_probe(req: &HttpRequest, message: &Message) -> bool {
+    let has_meta = message
+        .params
+        .as_deref()
+        .and_then(|p| serde_json::from_str::<Value>(p.get()).ok())
+        .is_some_and(|p| p.get("_meta").is_some());
+    !has_meta && req.header(VERSION_HEADER).is_none_or(crate::protocol::versions::supported)
+}
+
+/// The level of a `notifications/message`; `None` for any other message.
+fn log_level_of(bytes: &[u8]) -> Option<String> {
+    const METHOD: &[u8] = b"notifications/message";
+    if !bytes.windows(METHOD.len()).any(|w| w == METHOD) {
+        return None;
+    }
+    let message = Message::parse(bytes).ok()?;
+    if message.method() != "notifications/message" {
+        return None;
+    }
+    let params: Value = serde_json::from_str(message.params.as_deref()?.get()).ok()?;
+    // A message without a level is held to the strictest wish.
+    Some(params["level"].as_str().unwrap_or("debug").to_string())
+}
+
 /// An error answer of this era: its HTTP status follows its code.
 fn error_reply(id: &Value, e: &RpcError) -> HttpReply {
     HttpReply::error(modern::http_status(e.code), id, e)
@@ -89,13 +118,16 @@ impl Gateway {
             }
         }
         let id = message.id.clone().unwrap_or(Value::Null);
-        if message.method() == "server/discover" {
+        if message.method() == "server/discover" && is_bare_probe(req, message) {
             return self.discover(&id, access);
         }
         let envelope = match modern::check(message, &RequestHeaders(req)) {
             Ok(envelope) => envelope,
             Err(e) => return error_reply(&id, &e),
         };
+        if message.method() == "server/discover" {
+            return self.discover(&id, access);
+        }
         let pool = match self.pool(access) {
             Ok(pool) => pool,
             Err(reply) => return reply,
@@ -330,6 +362,11 @@ impl Gateway {
             match held.events.recv_timeout(LOOK) {
                 Ok(HoldEvent::Streaming) => {}
                 Ok(HoldEvent::Notify(bytes)) => {
+                    if let Some(level) = log_level_of(&bytes)
+                        && !envelope.wants_log(&level)
+                    {
+                        continue;
+                    }
                     if sink.can_stream() && sink.event(&sse::encode(None, &bytes)).is_ok() {
                         streaming = true;
                         last_write = Instant::now();
@@ -337,7 +374,15 @@ impl Gateway {
                 }
                 Ok(HoldEvent::Ask { id: ask, method: asked, params }) => {
                     if !envelope.can_answer(&asked) {
+                        // The server is refused, not left waiting.
                         self.refuse_ask(&held.pool, ask, &asked);
+                        if let Some(capability) = modern::capability_of(&asked) {
+                            // The era's answer: the call needs what the client
+                            // did not declare, and ends there.
+                            self.cancel(&held.pool, &held.call_id, "the client lacks a capability the call needs");
+                            let e = modern::missing_capability(capability, &asked);
+                            return self.finish(id, &method, Outcome::Error(e), streaming.then_some(()));
+                        }
                         continue;
                     }
                     held.asks.push(ask);

@@ -28,6 +28,8 @@ pub const HEADER_PARAM_PREFIX: &str = "mcp-param-";
 
 /// A routing header disagrees with the body (or appears twice).
 pub const HEADER_MISMATCH: i64 = -32020;
+/// A request needs a client capability its `_meta` does not declare.
+pub const MISSING_CAPABILITY: i64 = -32021;
 /// The protocol version is not one the receiver speaks.
 pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 
@@ -39,7 +41,7 @@ pub fn http_status(code: i64) -> u16 {
         | super::jsonrpc::INVALID_REQUEST
         | INVALID_PARAMS
         | HEADER_MISMATCH
-        | -32021
+        | MISSING_CAPABILITY
         | UNSUPPORTED_PROTOCOL_VERSION => 400,
         super::jsonrpc::METHOD_NOT_FOUND => 404,
         _ => 200,
@@ -74,19 +76,29 @@ pub fn is_cacheable(method: &str) -> bool {
 pub struct Envelope {
     pub capabilities: Value,
     pub client_info: Option<Value>,
+    /// The least severe log level the request wants (`_meta`'s logLevel);
+    /// `None`: no log messages at all.
+    pub log_level: Option<String>,
 }
 
+/// The levels of `notifications/message`, least severe first (RFC 5424).
+const LOG_LEVELS: [&str; 8] = ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"];
+
 impl Envelope {
-    /// Whether the client can answer `method` (a server's request carried
-    /// in an `input_required` result).
+    /// Whether the client declared what a server's request `method` needs
+    /// (a server's request carried in an `input_required` result).
     pub fn can_answer(&self, method: &str) -> bool {
-        let capability = match method {
-            "sampling/createMessage" => "sampling",
-            "elicitation/create" => "elicitation",
-            "roots/list" => "roots",
-            _ => return false,
-        };
-        self.capabilities.get(capability).is_some_and(|c| !c.is_null())
+        capability_of(method).is_some_and(|c| self.capabilities.get(c).is_some_and(|c| !c.is_null()))
+    }
+
+    /// Whether a log message at `level` goes to this request's client: only
+    /// when it asked for a level, and at that level or above.
+    pub fn wants_log(&self, level: &str) -> bool {
+        let rank = |l: &str| LOG_LEVELS.iter().position(|x| *x == l);
+        match (self.log_level.as_deref().and_then(rank), rank(level)) {
+            (Some(wanted), Some(got)) => got >= wanted,
+            _ => false,
+        }
     }
 }
 
@@ -137,11 +149,36 @@ pub fn check(message: &Message, headers: &dyn Headers) -> Result<Envelope, RpcEr
     Ok(Envelope {
         capabilities: meta.get(META_CAPABILITIES).cloned().unwrap_or(Value::Null),
         client_info: meta.get(META_CLIENT_INFO).cloned(),
+        log_level: meta.get(META_LOG_LEVEL).and_then(Value::as_str).map(str::to_string),
     })
 }
 
 fn mismatch(message: &str) -> RpcError {
     RpcError::new(HEADER_MISMATCH, message)
+}
+
+/// The client capability a server's request `method` needs; `None` for a
+/// method no client of this era answers.
+pub fn capability_of(method: &str) -> Option<&'static str> {
+    match method {
+        "sampling/createMessage" => Some("sampling"),
+        "elicitation/create" => Some("elicitation"),
+        "roots/list" => Some("roots"),
+        _ => None,
+    }
+}
+
+/// -32021: a server's request during a call needs `capability`, which the
+/// client did not declare (`data.requiredCapabilities` names it).
+pub fn missing_capability(capability: &str, method: &str) -> RpcError {
+    let mut e = RpcError::new(
+        MISSING_CAPABILITY,
+        format!(
+            "the call needs the client capability `{capability}` (the server sent `{method}`), which the request's _meta does not declare"
+        ),
+    );
+    e.data = Some(serde_json::json!({ "requiredCapabilities": { capability: {} } }));
+    e
 }
 
 /// -32022 naming every version mcpgate speaks, of both eras.
