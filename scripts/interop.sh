@@ -36,6 +36,10 @@
 #      server x feature; the fixture counts one DELETE per session mcpgate opened on it;
 #   5. the conformance suite's server scenarios against `mcp-fixture --conformance`, directly
 #      and behind mcpgate (`"prefix": ""`), side by side so a failure can be attributed;
+#   5b. the suite's pre-release with the 2026-07-28 scenarios (CONFORMANCE_NEXT_VERSION), run
+#      with `--requirements 2026-07-28` against mcpgate in front of `mcp-fixture --conformance`
+#      and `py_modern_server.py --conformance` (the input-required-result-* tools): every
+#      scenario the suite scores for that revision must pass;
 #   6. the conformance suite's client scenarios with mcpgate as the client judged
 #      (scripts/interop/conformance_client.py);
 #   7. a summary table; the exit status is 1 when anything that should pass failed.
@@ -61,6 +65,9 @@ NPM_PINS=(
     "@modelcontextprotocol/conformance@0.1.16"
 )
 CLIENT_SCENARIOS=(initialize tools_call sse-retry elicitation-sep1034-client-defaults)
+# The first published conformance suite with the 2026-07-28 scenarios (a pre-release), in a
+# directory of its own: step 5b.
+CONFORMANCE_NEXT_VERSION=0.2.0-alpha.12
 
 # ---------------------------------------------------------------------------------------------
 # Expected failures: the ONE list. `run:scenario|reason`, where run is `direct` (the server
@@ -291,6 +298,13 @@ install_node() {
     fi
     [[ $(timeout 30 "$NODE_BIN/node" --version) == "v$NODE_VERSION" ]] ||
         { echo "error: $NODE_BIN/node is not v$NODE_VERSION" >&2; return 1; }
+    local next=$IO/conformance-next
+    if [[ $(json_version "$next/node_modules/@modelcontextprotocol/conformance/package.json") != "$CONFORMANCE_NEXT_VERSION" ]]; then
+        echo "npm: installing @modelcontextprotocol/conformance@$CONFORMANCE_NEXT_VERSION into .interop/conformance-next"
+        mkdir -p "$next"
+        run timeout 600 npm install --prefix "$next" --no-audit --no-fund --save-exact --loglevel=error \
+            "@modelcontextprotocol/conformance@$CONFORMANCE_NEXT_VERSION"
+    fi
 }
 
 step "1. install pinned tools into .interop/"
@@ -455,6 +469,11 @@ for target in "direct http://127.0.0.1:$CF_PORT/mcp" "mcpgate http://127.0.0.1:$
 done
 stop_mcpgate mcpgate-conformance "$GC_PID" "conformance server: through mcpgate"
 stop_pid "$CF_PID"
+
+# --- 5b. conformance of the 2026-07-28 era ---------------------------------------------------
+
+step "5b. conformance $CONFORMANCE_NEXT_VERSION, the requirements of 2026-07-28, through mcpgate"
+modern_conformance_step
 
 # --- 6. conformance client scenarios (mcpgate is the client) --------------------------------
 

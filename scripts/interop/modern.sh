@@ -7,8 +7,16 @@
 # mcp-fixture (session era only, counting its sessions). The official Python client
 # (modern_checks.py) runs in mode="legacy", mode="2026-07-28" and mode="auto": call, progress,
 # sampling, elicitation, roots, list_changed and cancel against each Python server, and prints
-# the table client era x server x feature. Then the fixture's own count: every session opened on
+# the table client era x server x feature. The TypeScript SDK's 2026-07-28 client
+# (@modelcontextprotocol/client, ts_modern_client.cjs) does the same, pinned to 2026-07-28 and in
+# 'auto' mode. Then the fixture's own count: every session opened on
 # it (the 2026-07-28 clients' pool session too) was DELETEd once mcpgate stopped.
+#
+# modern_conformance_step (5b): the conformance suite's pre-release with the 2026-07-28 scenarios,
+# `--requirements 2026-07-28`, against mcpgate in front of mcp-fixture --conformance and
+# py_modern_server.py --conformance (the tools of input-required-result-*), both "prefix": "".
+# The suite exits 0 when every scenario it scores for that revision passes; the ones it lists as
+# not scored (the tasks extension, pending scenarios) are printed, not judged.
 
 modern_step() {
     local section="both protocol eras" rc=0 stats
@@ -46,6 +54,15 @@ EOF
     if [[ $rc -ne 0 && $rc -ne 1 ]]; then
         row "$section" "modern_checks.py ran to its end" 0 "exit status $rc (124: timed out)"
     fi
+    rc=0
+    CLIENTS_DIR=$CLIENTS run timeout 300 node "$HERE/ts_modern_client.cjs" --url "http://127.0.0.1:$gw_port/mcp" \
+        --out "$RUN/ts_modern.json" || rc=$?
+    if [[ -f $RUN/ts_modern.json ]]; then
+        timeout 60 "$VPY" "$HERE/report.py" checks --json "$RUN/ts_modern.json" --section "$section" --out "$RESULTS"
+    fi
+    if [[ $rc -ne 0 && $rc -ne 1 ]]; then
+        row "$section" "ts_modern_client.cjs ran to its end" 0 "exit status $rc (124: timed out)"
+    fi
     grep -E "server \`[a-z]+\` (speaks|is spoken)" "$RUN/mcpgate-eras.err" | sed 's/^/  mcpgate: /' || true
     stop_mcpgate mcpgate-eras "$gw_pid" "$section"
     stats=$(curl -fsS -m 5 "http://127.0.0.1:$fx_port/stats" || true)
@@ -64,4 +81,48 @@ EOF
     stop_pid "$fx_pid"
     stop_pid "$modern_pid"
     stop_pid "$both_pid"
+}
+
+modern_conformance_step() {
+    local section="conformance 2026-07-28: through mcpgate" rc=0 out=$RUN/server-2026
+    local suite=$IO/conformance-next/node_modules/@modelcontextprotocol/conformance/dist/index.js
+    start conformance-fixture-2026 "$FIXTURE" --conformance --name conformance
+    local cf_pid=$STARTED_PID
+    start py-modern-conformance "$VPY" "$HERE/py_modern_server.py" --conformance
+    local pm_pid=$STARTED_PID
+    local cf_port pm_port
+    cf_port=$(wait_port conformance-fixture-2026 "$cf_pid" "$RUN/conformance-fixture-2026.out")
+    pm_port=$(wait_port py-modern-conformance "$pm_pid" "$RUN/py-modern-conformance.out")
+    cat >"$RUN/mcpgate-2026.json" <<EOF
+{
+  "listen": "127.0.0.1:0",
+  "mcpServers": {
+    "conformance": { "url": "http://127.0.0.1:$cf_port/mcp", "prefix": "" },
+    "input-required": { "url": "http://127.0.0.1:$pm_port/mcp", "prefix": "" }
+  }
+}
+EOF
+    start mcpgate-2026 "$MCPGATE" --config "$RUN/mcpgate-2026.json"
+    local gw_pid=$STARTED_PID gw_port
+    gw_port=$(wait_port mcpgate-2026 "$gw_pid" "$RUN/mcpgate-2026.out")
+    run timeout 600 node --require "$LOOPBACK" "$suite" server --requirements 2026-07-28 \
+        --url "http://127.0.0.1:$gw_port/mcp" -o "$out" >"$RUN/server-2026.log" 2>&1 || rc=$?
+    grep -E '^(Running requirements|Total:|Not scored)' "$RUN/server-2026.log" || true
+    local failing unscored
+    failing=$(grep -E '^✗ ' "$RUN/server-2026.log" | sed -E 's/^✗ ([^:]+):.*/\1/' | tr '\n' ' ')
+    unscored=$(sed -n '/^Not scored/,$p' "$RUN/server-2026.log" | grep -E '^  ✗ ' | sed -E 's/^  ✗ ([^ ]+).*/\1/' | tr '\n' ' ')
+    local scored_failing=() name
+    for name in $failing; do
+        [[ " $unscored " == *" $name "* ]] || scored_failing+=("$name")
+    done
+    if ((rc == 0 && ${#scored_failing[@]} == 0)); then
+        row "$section" "every scenario scored for 2026-07-28 passes" 1 \
+            "$(grep -E '^Total:' "$RUN/server-2026.log" | tail -1); not scored, failing: ${unscored:-none}"
+    else
+        row "$section" "every scenario scored for 2026-07-28 passes" 0 \
+            "exit status $rc; failing: ${scored_failing[*]:-?}; see $RUN/server-2026.log"
+    fi
+    stop_mcpgate mcpgate-2026 "$gw_pid" "$section"
+    stop_pid "$pm_pid"
+    stop_pid "$cf_pid"
 }

@@ -20,6 +20,7 @@ import argparse
 import json
 import sys
 import time
+import urllib.error
 import urllib.request
 import uuid
 import warnings
@@ -137,26 +138,38 @@ async def features(client: Client, era: str, server: str) -> None:
         await feature(era, server, name, body)
 
 
-def discover_probe(url: str) -> tuple[bool, str]:
-    """What a 2026-07-28 client sends first, by hand: server/discover, at the modern version."""
-    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {}}).encode()
-    headers = {
-        "Content-Type": "application/json",
-        "Accept": "application/json, text/event-stream",
-        "MCP-Protocol-Version": MODERN,
-        "Mcp-Method": "server/discover",
-    }
+def discover_probe(url: str, meta: bool) -> tuple[bool, str]:
+    """server/discover by hand: as a 2026-07-28 client sends it (its `_meta` and version header),
+    or bare (neither), as a client that does not know the era yet may."""
+    params: dict[str, Any] = {}
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    if meta:
+        params["_meta"] = {
+            "io.modelcontextprotocol/protocolVersion": MODERN,
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": {"name": "mcpgate-interop", "version": "1.0"},
+        }
+        headers |= {"MCP-Protocol-Version": MODERN, "Mcp-Method": "server/discover"}
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": params}).encode()
     request = urllib.request.Request(url, data=body, method="POST", headers=headers)
-    with urllib.request.urlopen(request, timeout=10) as response:
-        result = json.loads(response.read()).get("result", {})
-        versions = result.get("supportedVersions", [])
-        ok = response.status == 200 and MODERN in versions and "2025-11-25" in versions
-        return ok, f"HTTP {response.status}, supportedVersions {versions}, ttlMs {result.get('ttlMs')}"
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            status, answer = response.status, json.loads(response.read())
+    except urllib.error.HTTPError as e:
+        status, answer = e.code, json.loads(e.read() or b"{}")
+    result = answer.get("result", {})
+    versions = result.get("supportedVersions", [])
+    ok = status == 200 and MODERN in versions and "2025-11-25" in versions
+    return ok, f"HTTP {status}, supportedVersions {versions}, ttlMs {result.get('ttlMs')} {answer.get('error', '')}"
 
 
 async def run(url: str) -> None:
-    ok, detail = discover_probe(url)
-    record("server/discover at 2026-07-28: both eras offered", ok, detail)
+    for meta, how in [(True, "with the era's _meta and headers"), (False, "bare (no _meta, no version header)")]:
+        try:
+            ok, detail = discover_probe(url, meta)
+        except Exception as e:  # a failed check, whatever the cause
+            ok, detail = False, f"{type(e).__name__}: {e}"
+        record(f"server/discover {how}: both eras offered", ok, detail)
     for mode, era in [("legacy", "legacy"), (MODERN, MODERN)]:
         try:
             async with new_client(url, mode=mode) as client:
@@ -196,7 +209,10 @@ def main() -> int:
     parser.add_argument("--url", required=True, help="mcpgate's /mcp endpoint")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
-    anyio.run(run, args.url)
+    try:
+        anyio.run(run, args.url)
+    except Exception as e:  # the run itself failed: count it
+        record("modern_checks.py ran to its end", False, f"{type(e).__name__}: {e}")
     print_table()
     return finish("Both-era checks", args.json)
 
