@@ -92,11 +92,14 @@ def watch(gateway: int, out: str) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     seen: set[tuple[int, int]] = set()
+    own = (stat(gateway) or {}).get("cmdline")
     with open(out, "a") as f:
         while not stop and stat(gateway) is not None:
             for p in descendants(gateway):
                 key = (p["pid"], p["start"])
-                if key not in seen:
+                # Between fork and exec a child still shows mcpgate's own command line: it is
+                # noted on a later look, once it runs its server.
+                if key not in seen and p["cmdline"] != own:
                     seen.add(key)
                     f.write(json.dumps(p) + "\n")
                     f.flush()
