@@ -260,6 +260,16 @@ pub const KEYS: &[Key] = &[
         meaning: "Path of the file that keeps live sessions across restarts (see README: Restarts). Without it a restart ends every session.",
     },
     Key {
+        name: "instance_id",
+        kind: Kind::Other("none"),
+        meaning: "This instance's name among several behind one load balancer: 1 to 32 of `A-Z a-z 0-9 -`. Every session id it mints is then `<instance_id>.<32 hex digits>`, which a balancer can route on (see docs/SCALING.md).",
+    },
+    Key {
+        name: "state_dir",
+        kind: Kind::Other("none"),
+        meaning: "A directory shared by the instances on one host, instead of `state_file`: each keeps its state in `<instance_id>.state.json` there, under a lock, and closes the downstream sessions of a peer that stayed down longer than the idle timeout. Needs `instance_id`.",
+    },
+    Key {
         name: "mcpServers",
         kind: Kind::Other("(required)"),
         meaning: "Map of server name to server. Names are 1 to 64 of `A-Z a-z 0-9 _ . -`.",
@@ -369,6 +379,10 @@ pub struct Config {
     pub page_size: usize,
     pub tool_name_max: usize,
     pub state_file: Option<PathBuf>,
+    /// Starts every session id mcpgate mints, followed by a dot.
+    pub instance_id: Option<String>,
+    /// Shared with peer instances; `state_file` is then this instance's file in it.
+    pub state_dir: Option<PathBuf>,
     pub max_streams_per_session: usize,
     pub max_requests_per_session: usize,
     pub allowed_origins: Vec<String>,
@@ -581,6 +595,8 @@ impl Config {
             page_size: keys.count("page_size")?,
             tool_name_max: keys.count("tool_name_max")?,
             state_file: keys.string("state_file")?.map(PathBuf::from),
+            instance_id: None,
+            state_dir: None,
             max_streams_per_session: keys.count("max_streams_per_session")?,
             max_requests_per_session: keys.count("max_requests_per_session")?,
             allowed_origins: keys.strings("allowed_origins")?,
@@ -589,6 +605,22 @@ impl Config {
             status_public: keys.flag("status_public")?,
             servers: servers(keys.take("mcpServers"), server_order(text)?, env)?,
         };
+        config.instance_id = keys.string("instance_id")?;
+        if let Some(id) = &config.instance_id
+            && !valid_instance_id(id)
+        {
+            return Err(Invalid::new("instance_id", format!("`{id}` is not 1 to 32 of `A-Z a-z 0-9 -`")));
+        }
+        if let Some(dir) = keys.string("state_dir")?.map(PathBuf::from) {
+            let Some(id) = &config.instance_id else {
+                return Err(Invalid::new("state_dir", "needs `instance_id`: it names this instance's file there"));
+            };
+            if config.state_file.is_some() {
+                return Err(Invalid::new("state_dir", "set `state_dir` or `state_file`, not both"));
+            }
+            config.state_file = Some(dir.join(format!("{id}.state.json")));
+            config.state_dir = Some(dir);
+        }
         if let Some(auth) = keys.take("auth") {
             // Tokens are never written anywhere: no redaction list to keep.
             config.tokens = Some(tokens(auth, &config, env, &mut Vec::new())?);
@@ -630,6 +662,11 @@ impl Config {
     pub fn server(&self, name: &str) -> Option<&ServerConfig> {
         self.servers.iter().find(|s| s.name == name)
     }
+}
+
+/// An `instance_id`: short, and free of the dot that ends it in a session id.
+pub fn valid_instance_id(id: &str) -> bool {
+    (1..=32).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
 }
 
 /// `auth`: its inline tokens and those of `tokens_file`.
@@ -1340,6 +1377,7 @@ mod tests {
             ("auth.tokens[].name", json!("laptop")),
             ("auth.tokens_file", json!(null)),
             ("state_file", json!("/tmp/mcpgate-test-state.json")),
+            ("instance_id", json!("gw-1")),
             ("mcpServers", json!({})),
             ("mcpServers.<name>.url", json!("http://127.0.0.1:9/mcp")),
             ("mcpServers.<name>.headers", json!({"X-A": "b"})),
@@ -1359,7 +1397,8 @@ mod tests {
         ];
         let mut root = json!({"mcpServers": {"a": {"url": "http://127.0.0.1:9/mcp"}, "b": {"command": "x"}}});
         let bare = parse(&root.to_string()).unwrap();
-        for key in KEYS {
+        // Refused with `state_file`: `instance_id_is_a_short_token_and_state_dir_needs_it` reads it.
+        for key in KEYS.iter().filter(|k| k.name != "state_dir") {
             let value = match key.kind {
                 Kind::Number { default: Some(n), .. } => json!(n),
                 Kind::Number { default: None, min, .. } => json!(min),
@@ -1421,5 +1460,26 @@ mod tests {
         assert!(problem.contains("not in the configuration reference"), "{problem}");
         let Invalid { problem, .. } = Keys::new(&map, "", "").number("listen").unwrap_err();
         assert!(problem.contains("bug: not a number"), "{problem}");
+    }
+    #[test]
+    fn instance_id_is_a_short_token_and_state_dir_needs_it() {
+        let base = |extra: &str| format!(r#"{{"mcpServers": {{"a": {{"url": "http://127.0.0.1:9/mcp"}}}}{extra}}}"#);
+        assert_eq!(parse(&base("")).unwrap().instance_id, None);
+        assert_eq!(parse(&base(r#", "instance_id": "gw-1""#)).unwrap().instance_id.as_deref(), Some("gw-1"));
+        for bad in ["", "a.b", "a_b", "é", &"x".repeat(33)] {
+            let Invalid { key, problem } = parse(&base(&format!(r#", "instance_id": "{bad}""#))).unwrap_err();
+            assert_eq!(key, "instance_id", "{bad}");
+            assert!(problem.contains("A-Z a-z 0-9 -"), "{problem}");
+        }
+        let shared = parse(&base(r#", "instance_id": "gw-1", "state_dir": "/var/lib/mcpgate""#)).unwrap();
+        assert_eq!(shared.state_dir.as_deref(), Some(Path::new("/var/lib/mcpgate")));
+        assert_eq!(shared.state_file.as_deref(), Some(Path::new("/var/lib/mcpgate/gw-1.state.json")));
+        let Invalid { key, problem } = parse(&base(r#", "state_dir": "/var/lib/mcpgate""#)).unwrap_err();
+        assert_eq!(key, "state_dir");
+        assert!(problem.contains("instance_id"), "{problem}");
+        let both = r#", "instance_id": "a", "state_dir": "/d", "state_file": "/d/x.json""#;
+        let Invalid { key, problem } = parse(&base(both)).unwrap_err();
+        assert_eq!(key, "state_dir");
+        assert!(problem.contains("state_file"), "{problem}");
     }
 }

@@ -321,7 +321,7 @@ impl Gateway {
         let client_name = client_info["name"].as_str().unwrap_or("unknown").chars().take(64).collect();
         let init_params =
             json!({ "protocolVersion": version, "capabilities": capabilities, "clientInfo": client_info });
-        let session_id = match new_session_id() {
+        let session_id = match new_session_id(self.instance_id.as_deref()) {
             Ok(s) => s,
             Err(e) => {
                 return HttpReply::error(
@@ -500,10 +500,18 @@ mod tests {
 
     #[test]
     fn session_ids_are_128_bit_visible_ascii_and_distinct() {
-        let a = new_session_id().unwrap();
-        let b = new_session_id().unwrap();
+        let a = new_session_id(None).unwrap();
+        let b = new_session_id(None).unwrap();
         assert_eq!(a.len(), 32);
         assert!(a.bytes().all(|c| (0x21..=0x7e).contains(&c)));
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn session_ids_start_with_the_instance_id_and_a_dot() {
+        let id = new_session_id(Some("gw-2")).unwrap();
+        let (instance, random) = id.split_once('.').unwrap();
+        assert_eq!(instance, "gw-2");
+        assert!(random.len() == 32 && random.bytes().all(|c| c.is_ascii_hexdigit()), "{id}");
     }
 }

@@ -85,6 +85,8 @@ pub struct Gateway {
     pools: Mutex<std::collections::HashMap<String, Arc<Session>>>,
     /// Calls of that era waiting for their client's retry.
     holds: holds::Holds,
+    /// `instance_id` as at start (a reload does not change it): starts every session id.
+    pub instance_id: Option<String>,
     pub started: Instant,
 }
 
@@ -92,10 +94,11 @@ impl Gateway {
     pub fn new(config: Config) -> Gateway {
         crate::runtime::memory::set_limit(config.max_memory);
         let stats = Arc::new(Stats::default());
-        let journal = Arc::new(Journal::new(config.state_file.as_deref()));
+        let journal = Arc::new(Journal::new(config.state_file.as_deref(), config.instance_id.as_deref()));
         let children = Children::new(config.max_processes, config.stdio_grace, config.max_message_bytes);
         let context = Context { stats: stats.clone(), journal: journal.clone(), children: children.clone() };
         let servers = config.servers.iter().map(|s| new_server(s, &config, &context)).collect();
+        let instance_id = config.instance_id.clone();
         Gateway {
             current: parking_lot::RwLock::new(Arc::new(Current { config, servers })),
             sessions: Sessions::new(journal.clone()),
@@ -111,6 +114,7 @@ impl Gateway {
             trim_owed: std::sync::atomic::AtomicBool::new(false),
             pools: Mutex::new(std::collections::HashMap::new()),
             holds: holds::Holds::new(),
+            instance_id,
             started: Instant::now(),
         }
     }
@@ -232,9 +236,14 @@ pub(super) fn accepts(accept: &str, mime: &str) -> bool {
     })
 }
 
-/// A session id: 128 bits from the OS random source, as 32 hex digits.
-pub(super) fn new_session_id() -> std::io::Result<String> {
+/// A session id: 128 bits from the OS random source, as 32 hex digits,
+/// after `<instance>.` when the instance has an id (a balancer routes on it).
+pub(super) fn new_session_id(instance: Option<&str>) -> std::io::Result<String> {
     let mut bytes = [0u8; 16];
     crate::runtime::sys::random(&mut bytes)?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    Ok(match instance {
+        Some(instance) => format!("{instance}.{hex}"),
+        None => hex,
+    })
 }

@@ -190,7 +190,7 @@ impl Gateway {
         if let Some(pool) = pools.get(&key).filter(|p| self.sessions.get(&p.id).is_some()) {
             return Ok(pool.clone());
         }
-        let id = new_session_id().map_err(|e| {
+        let id = new_session_id(self.instance_id.as_deref()).map_err(|e| {
             HttpReply::error(503, &Value::Null, &RpcError::internal(format!("no randomness for a session id: {e}")))
         })?;
         let params = json!({

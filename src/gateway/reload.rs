@@ -40,6 +40,8 @@ impl Gateway {
             ("client_write_timeout_secs", old.config.client_write_timeout != new.client_write_timeout),
             ("header_timeout_secs", old.config.header_timeout != new.header_timeout),
             ("state_file", old.config.state_file != new.state_file),
+            ("instance_id", old.config.instance_id != new.instance_id),
+            ("state_dir", old.config.state_dir != new.state_dir),
         ] {
             if differs {
                 outcome.restart_needed.push(key.to_string());

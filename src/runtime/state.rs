@@ -77,6 +77,9 @@ pub struct SavedDownstream {
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct Saved {
     pub format: u32,
+    /// The `instance_id` of the mcpgate that wrote it: its session ids start with it.
+    #[serde(default)]
+    pub instance_id: Option<String>,
     /// Downstream sessions whose `DELETE` had not been seen through.
     #[serde(default)]
     pub closing: Vec<SavedDownstream>,
@@ -86,7 +89,11 @@ pub struct Saved {
 impl Saved {
     /// One entry per line: a file cut short loses only its last entry.
     fn encode(&self) -> Vec<u8> {
-        let mut out = format!("{{\"format\":{},\n\"closing\":[", self.format).into_bytes();
+        let mut out = format!("{{\"format\":{},\n", self.format).into_bytes();
+        if let Some(id) = &self.instance_id {
+            out.extend_from_slice(format!("\"instance_id\":{},\n", Value::from(id.as_str())).as_bytes());
+        }
+        out.extend_from_slice(b"\"closing\":[");
         let line = |out: &mut Vec<u8>, first: bool, item: Vec<u8>| {
             out.extend_from_slice(if first { b"\n" } else { b",\n" });
             out.extend_from_slice(&item);
@@ -277,6 +284,8 @@ impl std::error::Error for StateError {}
 /// Without a state file, every call returns at once.
 pub struct Journal {
     file: Option<StateFile>,
+    /// Written into the file.
+    instance_id: Option<String>,
     /// Guards what is to be written and how far writing got; `wake` tells
     /// the writer, `written` tells the requests waiting for a write. Never
     /// held while another lock is taken.
@@ -301,9 +310,10 @@ struct JournalState {
 }
 
 impl Journal {
-    pub fn new(path: Option<&Path>) -> Journal {
+    pub fn new(path: Option<&Path>, instance_id: Option<&str>) -> Journal {
         Journal {
             file: path.map(StateFile::new),
+            instance_id: instance_id.map(str::to_string),
             state: Mutex::new(JournalState::default()),
             wake: Condvar::new(),
             written: Condvar::new(),
@@ -400,7 +410,7 @@ fn snapshot(source: &dyn Source, journal: &Journal) -> Saved {
         None => source.saved_sessions(),
     };
     let closing = journal.state.lock().closing.values().cloned().collect();
-    Saved { format: FORMAT, closing, sessions }
+    Saved { format: FORMAT, instance_id: journal.instance_id.clone(), closing, sessions }
 }
 
 /// The thread that writes the state file.
@@ -503,8 +513,24 @@ mod tests {
     }
 
     #[test]
+    fn the_file_keeps_the_instance_id() {
+        let saved =
+            Saved { format: FORMAT, instance_id: Some("gw-1".into()), closing: vec![], sessions: vec![session(1)] };
+        let back: Saved = serde_json::from_slice(&saved.encode()).unwrap();
+        assert_eq!(back.instance_id.as_deref(), Some("gw-1"));
+        assert_eq!(back.sessions.len(), 1);
+        let older: Saved = serde_json::from_str(r#"{"format":2,"closing":[],"sessions":[]}"#).unwrap();
+        assert_eq!(older.instance_id, None);
+    }
+
+    #[test]
     fn a_file_cut_anywhere_gives_up_every_whole_entry() {
-        let saved = Saved { format: FORMAT, closing: vec![downstream(9)], sessions: (0..3).map(session).collect() };
+        let saved = Saved {
+            format: FORMAT,
+            instance_id: None,
+            closing: vec![downstream(9)],
+            sessions: (0..3).map(session).collect(),
+        };
         let text = String::from_utf8(saved.encode()).unwrap();
         let whole: Saved = serde_json::from_str(&text).unwrap();
         assert_eq!((whole.closing.len(), whole.sessions.len()), (1, 3));

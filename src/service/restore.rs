@@ -37,6 +37,14 @@ pub fn restore(gateway: &Gateway, loaded: Loaded) -> Restored {
         Loaded::Saved(saved) => (saved, true),
         Loaded::Damaged(saved) => (saved, false),
     };
+    if saved.instance_id.is_some() && saved.instance_id != gateway.instance_id {
+        log::warn!(
+            "state file: written by instance `{}`, this is `{}`: its sessions keep their ids, which a balancer \
+             routes by the instance they name",
+            saved.instance_id.as_deref().unwrap_or_default(),
+            gateway.instance_id.as_deref().unwrap_or("(none)")
+        );
+    }
     let current = gateway.current();
     // The saved activity may be one write interval old: a session is expired
     // only past that, so one in use at the crash is never closed at start.

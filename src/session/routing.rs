@@ -248,7 +248,7 @@ mod tests {
         let config = Config::parse(&text, &|_| None).unwrap();
         let context = Context {
             stats: Arc::new(Stats::default()),
-            journal: Arc::new(Journal::new(None)),
+            journal: Arc::new(Journal::new(None, None)),
             children: Children::new(1, Duration::from_millis(10), 1024),
         };
         Arc::new(Server::new(config.servers[0].clone(), Limits::from_config(&config), 1, &context))
