@@ -618,7 +618,7 @@ impl Config {
             if config.state_file.is_some() {
                 return Err(Invalid::new("state_dir", "set `state_dir` or `state_file`, not both"));
             }
-            config.state_file = Some(dir.join(format!("{id}.state.json")));
+            config.state_file = Some(crate::service::peers::state_path(&dir, id));
             config.state_dir = Some(dir);
         }
         if let Some(auth) = keys.take("auth") {
@@ -641,8 +641,8 @@ impl Config {
             line(
                 "fixed",
                 &["other", "accept", "reaper", "signal", "state", "notify"],
-                "main, accept, reaper, signal, state, notify",
-                6,
+                "main, accept, reaper, signal, state, notify, and peers with state_dir",
+                6 + usize::from(self.state_dir.is_some()),
             ),
             line("connections", &["conn"], "max_connections", self.max_connections),
             line("readers", &["reader"], "max_sessions x HTTP servers", self.max_sessions * http),

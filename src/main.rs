@@ -16,7 +16,7 @@ use mcpgate::runtime::state::{self, StateFile};
 use mcpgate::runtime::sys::{self, Signal};
 use mcpgate::runtime::threads;
 use mcpgate::service::notify::{self, Notifier};
-use mcpgate::service::{reaper, restore};
+use mcpgate::service::{peers, reaper, restore};
 use mcpgate::session::CloseReason;
 
 const USAGE: &str = "\
@@ -252,6 +252,14 @@ fn serve(config: Config, source: Source, signals: sys::Signals) -> Result<(), Er
     };
     let listen = config.listen;
     let shutdown_timeout = config.shutdown_timeout;
+    // Held until mcpgate exits: peers in the same state_dir see it running.
+    let _instance_lock = match (&config.state_dir, &config.instance_id) {
+        (Some(dir), Some(id)) => Some(
+            peers::lock_instance(dir, id)
+                .map_err(|why| Error::Io { context: why, error: std::io::Error::other("not starting") })?,
+        ),
+        _ => None,
+    };
     let loaded = config.state_file.as_deref().map(|path| StateFile::new(path).load());
     let gateway = Arc::new(Gateway::new(config));
     // Sessions come back before mcpgate listens (no server is asked
@@ -263,6 +271,7 @@ fn serve(config: Config, source: Source, signals: sys::Signals) -> Result<(), Er
     let mut httpd =
         Httpd::start(listen, app, options, gateway.stats.clone()).map_err(io(format!("cannot listen on {listen}")))?;
     let reaper = reaper::start(gateway.clone()).map_err(io("cannot start the reaper"))?;
+    let watcher = peers::start(gateway.clone()).map_err(io("cannot start the peers' watcher"))?;
     let restorer = match restored {
         Some(restored) => restore::finish_restore(restored).map_err(io("cannot start the restore"))?,
         None => None,
@@ -344,6 +353,9 @@ fn serve(config: Config, source: Source, signals: sys::Signals) -> Result<(), Er
     }
     httpd.stop_accepting();
     reaper.stop();
+    if let Some(watcher) = watcher {
+        watcher.stop();
+    }
     if let Some(restorer) = restorer {
         let _ = restorer.join();
     }

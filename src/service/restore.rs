@@ -112,7 +112,7 @@ pub fn finish_restore(restored: Restored) -> std::io::Result<Option<JoinHandle<(
 /// it was removed or moved, one made up from what was saved to send its
 /// `DELETE`: without the configured headers, which belong to the server
 /// configured now (a bearer token for another host, say).
-fn server_for(gateway: &Gateway, saved: &SavedDownstream) -> Arc<Server> {
+pub(crate) fn server_for(gateway: &Gateway, saved: &SavedDownstream) -> Arc<Server> {
     let current = gateway.current();
     if let Some(server) = current.server(&saved.server).filter(|s| s.config.url() == Some(saved.url.as_str())) {
         return server.clone();

@@ -1,0 +1,139 @@
+//! Several instances behind one load balancer: session ids that name their
+//! instance, and a `state_dir` they share, each writing its own file under
+//! its own lock. When one dies and stays down longer than the idle timeout,
+//! one survivor, and only one, closes its downstream sessions and removes
+//! its file; when it comes back in time it resumes them itself. Counted at
+//! the downstream servers: each session mcpgate opened DELETEd exactly once.
+
+mod support;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::{Client, Fixture, Gate, TempDir, config_for, wait_exit, wait_until};
+
+/// The idle timeout of these tests: a dead peer's sessions go within about twice this.
+const IDLE: u64 = 2;
+
+fn peer_config(fixtures: &[&Fixture], dir: &Path, id: &str) -> Value {
+    let mut c = config_for(fixtures);
+    c["instance_id"] = json!(id);
+    c["state_dir"] = json!(dir);
+    c["session_idle_timeout_secs"] = json!(IDLE);
+    c
+}
+
+/// `count` sessions on `gate`, each holding one downstream session per fixture.
+fn sessions_on(gate: &Gate, count: usize, tool: &str) -> Vec<Client> {
+    (0..count)
+        .map(|_| {
+            let mut client = gate.open_session();
+            assert_eq!(client.call_tool(tool, json!({})).status, 200);
+            client
+        })
+        .collect()
+}
+
+#[test]
+fn session_ids_start_with_the_instance_id() {
+    let alpha = Fixture::start("alpha", &[]);
+    let dir = TempDir::new();
+    let gate = Gate::start_checked(&peer_config(&[&alpha], &dir.0, "gw-a"));
+    let client = gate.open_session();
+    let id = client.session.clone().unwrap();
+    let (instance, random) = id.split_once('.').expect("<instance_id>.<hex>");
+    assert_eq!(instance, "gw-a");
+    assert_eq!(random.len(), 32, "{id}");
+    assert!(dir.0.join("gw-a.state.json").exists());
+    let state: Value = serde_json::from_slice(&std::fs::read(dir.0.join("gw-a.state.json")).unwrap()).unwrap();
+    assert_eq!(state["instance_id"], "gw-a");
+}
+
+#[test]
+fn a_second_instance_with_the_same_id_in_the_same_state_dir_is_refused() {
+    let alpha = Fixture::start("alpha", &[]);
+    let dir = TempDir::new();
+    let config = peer_config(&[&alpha], &dir.0, "gw-a");
+    let _first = Gate::start_checked(&config);
+    let scratch = TempDir::new();
+    let path = scratch.write_config(&config);
+    let mut second = Command::new(env!("CARGO_BIN_EXE_mcpgate"))
+        .arg("--config")
+        .arg(&path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = wait_exit(&mut second, Duration::from_secs(20)).expect("the second instance exits");
+    assert!(!status.success());
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut second.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(stderr.contains("gw-a") && stderr.contains("lock"), "{stderr}");
+}
+
+#[test]
+fn a_dead_peers_downstream_sessions_are_closed_once_by_one_survivor() {
+    let (alpha, beta) = Fixture::alpha_and_beta();
+    let dir = TempDir::new();
+    let mut a = Gate::start_checked(&peer_config(&[&alpha, &beta], &dir.0, "a"));
+    let b = Gate::start_checked(&peer_config(&[&alpha, &beta], &dir.0, "b"));
+    let c = Gate::start_checked(&peer_config(&[&alpha, &beta], &dir.0, "c"));
+    let clients = sessions_on(&a, 4, "alpha__whoami");
+    assert_eq!((alpha.count("initialize"), beta.count("initialize")), (4, 4));
+    a.kill();
+    let killed = Instant::now();
+
+    // Its clients' next request reaches a peer, which does not know the session: 404, so they initialize again.
+    let mut moved = Client::new(&b.url());
+    moved.session = clients[0].session.clone();
+    assert_eq!(moved.call_tool("alpha__whoami", json!({})).status, 404);
+
+    let closed = wait_until(Duration::from_secs(4 * IDLE + 5), || {
+        alpha.count("delete") == 4 && beta.count("delete") == 4 && !dir.0.join("a.state.json").exists()
+    });
+    let took = killed.elapsed();
+    assert!(
+        closed,
+        "alpha {} beta {} files {:?}",
+        alpha.stats(),
+        beta.stats(),
+        std::fs::read_dir(&dir.0).unwrap().count()
+    );
+    assert!(took <= Duration::from_secs(2 * IDLE + 3), "closed after {took:?}");
+    // Exactly once: a second survivor does not DELETE them again.
+    std::thread::sleep(Duration::from_secs(2 * IDLE));
+    assert_eq!((alpha.count("delete"), beta.count("delete")), (4, 4));
+    assert_eq!((alpha.count("initialize"), beta.count("initialize")), (4, 4));
+    let adopters = [&b, &c].iter().filter(|g| g.stderr().contains("peer `a`")).count();
+    assert_eq!(adopters, 1, "b: {}\nc: {}", b.stderr(), c.stderr());
+}
+
+#[test]
+fn a_peer_back_within_the_idle_timeout_resumes_its_sessions_and_no_survivor_closes_them() {
+    let alpha = Fixture::start("alpha", &[]);
+    let dir = TempDir::new();
+    let mut config = peer_config(&[&alpha], &dir.0, "a");
+    config["session_idle_timeout_secs"] = json!(4);
+    let mut a = Gate::start_checked(&config);
+    let mut peer = peer_config(&[&alpha], &dir.0, "b");
+    peer["session_idle_timeout_secs"] = json!(2);
+    let _b = Gate::start_checked(&peer);
+    let mut clients = sessions_on(&a, 3, "alpha__whoami");
+    a.kill();
+    std::thread::sleep(Duration::from_millis(300));
+    let a = Gate::start_checked(&config);
+    for client in &mut clients {
+        client.url = a.url();
+        assert_eq!(client.call_tool("alpha__whoami", json!({})).status, 200);
+    }
+    assert_eq!(alpha.count("initialize"), 3, "resumed, not opened anew");
+    // b looks more often than a's idle timeout: it finds a's file locked again, and leaves it.
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(alpha.count("delete"), 0);
+    // a closes them itself once idle; nothing is closed twice.
+    assert!(wait_until(Duration::from_secs(15), || alpha.count("delete") == 3), "{}", alpha.stats());
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!((alpha.count("initialize"), alpha.count("delete")), (3, 3));
+}
