@@ -2,7 +2,8 @@
 # The whole test suite, as CI runs it: formatting, lints, unit and
 # integration tests, the demo end to end, the interoperability check with
 # the official SDK and conformance suite (it installs pinned versions into
-# .interop/), and a short smoke run of the benchmark.
+# .interop/), a short scale-out run behind HAProxy and nginx, and a short
+# smoke run of the benchmark.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,6 +24,9 @@ scripts/demo.sh --once
 
 step "interop (scripts/interop.sh)"
 scripts/interop.sh
+
+step "scale-out smoke run (scripts/scale.sh --smoke: 3 instances behind HAProxy and nginx, one killed)"
+scripts/scale.sh --smoke
 
 step "benchmark smoke run (scripts/bench.sh --smoke: correctness only, never timing)"
 scripts/bench.sh --smoke
