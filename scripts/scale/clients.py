@@ -73,7 +73,6 @@ async def run_client(one: One, args: Any, state: dict[str, Any], deadline: float
             async with http, Client(streamable_http_client(args.url, http_client=http), mode="legacy", cache=None,
                                     read_timeout_seconds=args.call_timeout) as client:
                 while time.monotonic() < deadline:
-                    killed = state["killed_at"]
                     try:
                         with anyio.fail_after(args.call_timeout):
                             result = await client.call_tool(args.tool, {"a": one.n, "b": 1})
@@ -84,6 +83,8 @@ async def run_client(one: One, args: Any, state: dict[str, Any], deadline: float
                     if one.session:
                         one.instances.add(instance_of(one.session))
                     now = time.monotonic()
+                    # A call in flight at the kill fails because of it: counted after the kill.
+                    killed = state["killed_at"]
                     if ok:
                         if killed is None:
                             one.calls_before += 1
