@@ -38,10 +38,20 @@ pub(super) trait CallEvents {
 /// Rounds of `input_required` one call may take before mcpgate gives up.
 const MAX_INPUT_ROUNDS: usize = 8;
 
-/// Whether an answer is an `input_required` result (2026-07-28).
+/// The one member of a result that says whether it is final.
+#[derive(serde::Deserialize)]
+struct ResultType<'a> {
+    #[serde(rename = "resultType", borrow)]
+    result_type: Option<std::borrow::Cow<'a, str>>,
+}
+
+/// Whether an answer is an `input_required` result (2026-07-28). Only the
+/// top-level `resultType` is read first: a large result is scanned once,
+/// not searched as text nor built into a tree.
 fn input_required(answer: &Message) -> Option<Map<String, Value>> {
     let result = answer.result.as_ref()?;
-    if !result.get().contains("input_required") {
+    let kind: ResultType = serde_json::from_str(result.get()).ok()?;
+    if kind.result_type.as_deref() != Some("input_required") {
         return None;
     }
     match serde_json::from_str::<Value>(result.get()).ok()? {
@@ -67,6 +77,8 @@ pub(super) fn call(
     let client_id = message.id.clone().unwrap_or(Value::Null);
     let mut params = params.clone();
     let mut cancelled = false;
+    // Only a server of the 2026-07-28 era answers `input_required`.
+    let asks_in_results = server.era() == Some(crate::protocol::modern::VERSION);
     let result = on_downstream(session, server, open_retry, |downstream| {
         let mut round = 0;
         loop {
@@ -86,7 +98,9 @@ pub(super) fn call(
             };
             // A server of the 2026-07-28 era asks through its result: the
             // client is asked, and the call retried with its answers.
-            let Some(asked) = result.as_ref().ok().and_then(input_required) else { return result };
+            let Some(asked) = result.as_ref().ok().filter(|_| asks_in_results).and_then(input_required) else {
+                return result;
+            };
             if round == MAX_INPUT_ROUNDS {
                 return Err(DownstreamError::Protocol(format!(
                     "the server still asked for input after {MAX_INPUT_ROUNDS} rounds"

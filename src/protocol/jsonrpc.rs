@@ -201,8 +201,14 @@ struct Out<'a> {
 }
 
 impl Out<'_> {
+    /// Written once into a buffer sized for it: a large result is copied
+    /// once, not again each time the buffer would have grown.
     fn to_vec(&self) -> Vec<u8> {
-        serde_json::to_vec(self).expect("serializing borrowed JSON cannot fail")
+        let raw = |r: Option<&RawValue>| r.map_or(0, |r| r.get().len());
+        let size = 128 + raw(self.params) + raw(self.result) + raw(self.error);
+        let mut out = Vec::with_capacity(size);
+        serde_json::to_writer(&mut out, self).expect("serializing borrowed JSON cannot fail");
+        out
     }
 }
 

@@ -321,8 +321,17 @@ impl Endpoint {
     /// `max_memory_mb` as it arrives (the charge lasts as long as it is held).
     fn read_message(&self, response: Response<ureq::Body>) -> Result<(Vec<u8>, Charge), DownstreamError> {
         let max = self.limits.max_message;
+        // Sized once from Content-Length (never past the limit): no regrowth copies.
+        let expected = response
+            .headers()
+            .get("content-length")
+            .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
+            .map_or(0, |n| n.min(max));
         let mut reader = response.into_body().into_reader();
         let (mut bytes, mut charge) = (Vec::new(), Charge::empty());
+        if expected > 0 && charge.grow(expected) {
+            bytes.reserve_exact(expected);
+        }
         let mut buf = [0u8; 16 * 1024];
         loop {
             let n = match reader.read(&mut buf) {
@@ -335,7 +344,8 @@ impl Endpoint {
             if bytes.len() + n > max {
                 return Err(DownstreamError::Protocol(format!("message larger than {max} bytes")));
             }
-            if !charge.grow(n) {
+            // What Content-Length announced is charged already.
+            if bytes.len() + n > charge.bytes() && !charge.grow(bytes.len() + n - charge.bytes()) {
                 return Err(DownstreamError::Exhausted(
                     "mcpgate holds its limit of max_memory_mb; the answer could not be held".into(),
                 ));
