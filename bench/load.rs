@@ -3,11 +3,11 @@
 //! Streamable HTTP to any server (a fixture directly, mcpgate, a peer
 //! gateway) and prints one JSON line of results per command.
 //!
-//!   mcp-load calls    --url URL|--stdio CMD --tool NAME --clients N --seconds S [--modern]
+//!   mcp-load calls    --url URL|--stdio CMD --tool NAME --clients N --seconds S [--modern] [--args JSON]
 //!   mcp-load cold     --url URL|--stdio CMD --tool NAME --count N
 //!   mcp-load sessions --url URL --count N [--no-stream] [--hold-file PATH]
 //!   mcp-load churn    --url URL --tool NAME --cycles N [--sample-pid PID --samples CSV]
-//!                     [--all-delete] [--modern] [--quiet-ms MS] [--children-of PID]
+//!                     [--all-delete] [--modern] [--args JSON] [--quiet-ms MS] [--children-of PID]
 //!   mcp-load procs    --pid PID
 //!   mcp-load kill9    --pid PID --seconds S
 //!
@@ -68,6 +68,8 @@ struct Args {
     all_delete: bool,
     /// `calls`, `cold`: clients of protocol 2026-07-28, without sessions.
     modern: bool,
+    /// `calls`: the tool's arguments (JSON; default `{"text": "hello"}`).
+    arguments: Value,
     /// `churn`: the pause after the first tenth and at the end.
     quiet: Duration,
     /// `churn`: the process whose children are noted after each call.
@@ -94,6 +96,7 @@ fn args() -> Args {
         stdio: None,
         all_delete: false,
         modern: false,
+        arguments: json!({"text": "hello"}),
         quiet: Duration::from_secs(3),
         children_of: None,
         pid: None,
@@ -115,6 +118,7 @@ fn args() -> Args {
         match flag.as_str() {
             "--url" => a.url = value,
             "--tool" => a.tool = value,
+            "--args" => a.arguments = serde_json::from_str(&value).unwrap_or_else(|_| usage()),
             "--clients" => a.clients = value.parse().unwrap_or_else(|_| usage()),
             "--seconds" => a.seconds = value.parse().unwrap_or_else(|_| usage()),
             "--count" => a.count = value.parse().unwrap_or_else(|_| usage()),
@@ -433,7 +437,7 @@ fn calls(a: &Args) {
                 let mut mine = Vec::with_capacity(100_000);
                 while begin.elapsed() < duration {
                     let t = Instant::now();
-                    match client.request("tools/call", json!({"name": a.tool, "arguments": {"text": "hello"}})) {
+                    match client.request("tools/call", json!({"name": a.tool, "arguments": a.arguments})) {
                         Ok(_) => mine.push(t.elapsed().as_micros() as u32),
                         Err(e) => {
                             if errors.fetch_add(1, Ordering::Relaxed) < 3 {

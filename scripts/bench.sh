@@ -30,12 +30,14 @@ RESULTS=$OUT/run/results.jsonl
 
 if [ $MODE = full ]; then
     SECONDS_PER_POINT=5; ROUNDS=3; CLIENT_COUNTS="1 16 64"; SESSIONS_BIG=1000; CHURN=10000; PY_SECONDS=5
+    CPU_CLIENT_COUNTS="1 16 64"; CPU_SECONDS=3
     # stdio: client counts and seconds of the call rows, cold starts per path
     # and round, sessions each holding a child (footprint, then kill -9),
     # churn cycles, the pause at churn's quiet points and before a reading.
     STDIO_COUNTS="1 16 64"; STDIO_SECONDS=5; COLD=100; STDIO_HOLD=50; STDIO_CHURN=1000; QUIET_MS=1000; SETTLE=1
 else
     SECONDS_PER_POINT=1; ROUNDS=1; CLIENT_COUNTS="1 16"; SESSIONS_BIG=200; CHURN=600; PY_SECONDS=1
+    CPU_CLIENT_COUNTS="1 16"; CPU_SECONDS=1
     STDIO_COUNTS="1"; STDIO_SECONDS=0.5; COLD=20; STDIO_HOLD=10; STDIO_CHURN=50; QUIET_MS=300; SETTLE=0.3
 fi
 
@@ -247,6 +249,52 @@ for clients in 1 16; do
 done
 stop "$GATE_M_PID"
 stop "$FIX_M_PID"
+
+step "1d. CPU per call: direct, a bare relay, mcpgate and the FastMCP proxy; results of 100 B, 100 KB and 1 MB"
+# The bare relay (bench/relay.rs): mcpgate's own front door and HTTP client, forwarding each
+# body as it came and the answer unparsed; the floor of what a relay on this stack costs.
+start "$OUT/run/relay.log" "$BIN/mcp-relay" --listen 127.0.0.1:0 --to "http://$FIX_A/mcp"
+RELAY=$ADDR; RELAY_PID=$PID
+CLK_TCK=$(getconf CLK_TCK)
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+fds() { find "/proc/$1/fd" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
+GATE_THREADS_BEFORE=$(threads "$GATE_PID"); GATE_FDS_BEFORE=$(fds "$GATE_PID")
+TEXT_100B=$(printf 'x%.0s' $(seq 60))
+for clients in $CPU_CLIENT_COUNTS; do
+    for size in 100B 100KB 1MB; do
+        case $size in
+            100B) tool=echo; args="{\"text\": \"$TEXT_100B\"}" ;;
+            100KB) tool=big; args='{"bytes": 100000}' ;;
+            1MB) tool=big; args='{"bytes": 1000000}' ;;
+        esac
+        for target in direct relay mcpgate fastmcp; do
+            case $target in
+                direct) url=http://$FIX_A/mcp; pid= ;;
+                relay) url=http://$RELAY/mcp; pid=$RELAY_PID ;;
+                mcpgate) url=http://$GATE/mcp; pid=$GATE_PID ;;
+                fastmcp) url=http://$PROXY/mcp; pid=$PROXY_PID
+                    [ "$clients" -gt 16 ] && continue ;;
+            esac
+            server0=$(cpu_ticks "$FIX_A_PID"); gate0=${pid:+$(cpu_ticks "$pid")}
+            requests0=$(fixture_stat "$FIX_A" requests)
+            line=$("$LOAD" calls --url "$url" --tool "$tool" --args "$args" --clients "$clients" --seconds "$CPU_SECONDS")
+            requests1=$(fixture_stat "$FIX_A" requests)
+            server1=$(cpu_ticks "$FIX_A_PID"); gate1=${pid:+$(cpu_ticks "$pid")}
+            gateway_ticks=null
+            [ -n "$pid" ] && gateway_ticks=$((gate1 - gate0))
+            record "{\"part\":\"cpu\",\"target\":\"$target\",\"size\":\"$size\",\"clk_tck\":$CLK_TCK,\"server_ticks\":$((server1 - server0)),\"gateway_ticks\":$gateway_ticks,\"server_requests\":$((requests1 - requests0)),\"result\":$line}"
+            echo "  $clients client(s), $size, $target: $line" >&2
+        done
+    done
+done
+# No growth per call: once its clients closed their sessions, mcpgate is back to its threads and
+# descriptors from before (read from /proc).
+for _ in $(seq 100); do
+    [ "$(threads "$GATE_PID")" -le "$GATE_THREADS_BEFORE" ] && [ "$(fds "$GATE_PID")" -le "$GATE_FDS_BEFORE" ] && break
+    sleep 0.1
+done
+record "{\"part\":\"cpu-growth\",\"threads_before\":$GATE_THREADS_BEFORE,\"threads_after\":$(threads "$GATE_PID"),\"fds_before\":$GATE_FDS_BEFORE,\"fds_after\":$(fds "$GATE_PID")}"
+stop "$RELAY_PID"
 
 # --------------------------------------------------------------- 2. footprint
 step "2. footprint: at rest, and with 100 and $SESSIONS_BIG sessions x 2 downstream sessions with GET streams"

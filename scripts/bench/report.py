@@ -123,6 +123,82 @@ def ratio(a, b, digits=2):
     return "-" if not a or not b else f"{a / b:.{digits}f}"
 
 
+def cpu_section(rows, say, failures):
+    """1d: CPU per call (user + sys from /proc) of the relaying process and of the server, with
+    latency and throughput, per target, result size and client count; the floor is the bare relay.
+    Correctness (smoke too): as many server requests per call through mcpgate as direct, and no
+    threads or descriptors left behind."""
+    cpu = [r for r in rows if r["part"] == "cpu"]
+    targets = []
+    if not cpu:
+        return targets
+    say("## 1d. CPU per call: direct, the bare relay (the floor), mcpgate, the FastMCP proxy")
+    say("")
+    say(
+        "One interleaved run. CPU is user + sys of the process from `/proc/PID/stat` over the point, divided by "
+        "the calls: of the relaying process (the bare relay, mcpgate, the FastMCP proxy), and of the server "
+        "(mcp-fixture). Results of about 100 B (`echo`), 100 KB and 1 MB (`big`)."
+    )
+    say("")
+    say("| result | clients | target | relay CPU/call | server CPU/call | p50 / p99 | req/s | server requests/call |")
+    say("|---|---|---|---|---|---|---|---|")
+    cell: dict = {}
+    for r in cpu:
+        res = r["result"]
+        calls = max(res["calls"], 1)
+        per = 1e6 / r["clk_tck"] / calls
+        gw = None if r["gateway_ticks"] is None else r["gateway_ticks"] * per
+        sv = r["server_ticks"] * per
+        key = (r["size"], res["clients"], r["target"])
+        cell[key] = {"gw": gw, "sv": sv, "p50": res["p50_us"], "p99": res["p99_us"], "tput": res["throughput"],
+                     "rpc": r["server_requests"] / calls, "errors": res["errors"], "calls": res["calls"]}
+        if res["errors"]:
+            failures.append(f"cpu: {res['errors']} failed calls ({r['target']}, {r['size']}, {res['clients']} clients)")
+        say(
+            f"| {r['size']} | {res['clients']} | {r['target']} | {'-' if gw is None else f'{gw:.0f} µs'} | {sv:.0f} µs "
+            f"| {fmt_us(res['p50_us'])} / {fmt_us(res['p99_us'])} | {res['throughput']:.0f} | {r['server_requests'] / calls:.3f} |"
+        )
+    say("")
+    # Requests the server saw beyond the calls, per client session: opening, the warm-up call,
+    # DELETE. mcpgate may add its own few per session (the lists it merges), never any per call.
+    for (size, clients, target), c in sorted(cell.items()):
+        if target != "mcpgate":
+            continue
+        d = cell.get((size, clients, "direct"))
+        if not d:
+            continue
+        extra = (c["rpc"] - 1) * c["calls"] / clients
+        extra_direct = (d["rpc"] - 1) * d["calls"] / clients
+        if extra - extra_direct > 4:
+            failures.append(
+                f"cpu: the server saw {extra:.1f} requests per session beyond the calls through mcpgate, "
+                f"{extra_direct:.1f} direct ({size}, {clients} clients): more than a session's opening and closing"
+            )
+    growth = next((r for r in rows if r["part"] == "cpu-growth"), None)
+    if growth and (growth["threads_after"] > growth["threads_before"] or growth["fds_after"] > growth["fds_before"]):
+        failures.append(
+            f"cpu: mcpgate kept {growth['threads_after'] - growth['threads_before']} threads and "
+            f"{growth['fds_after'] - growth['fds_before']} descriptors after its clients left"
+        )
+    for size in ("100B", "100KB", "1MB"):
+        for clients in sorted({k[1] for k in cell}):
+            g, f = cell.get((size, clients, "mcpgate")), cell.get((size, clients, "relay"))
+            if g and f and g["gw"] and f["gw"]:
+                r = g["gw"] / f["gw"]
+                targets.append((f"CPU per call, mcpgate <= 1.3 x the bare relay ({size}, {clients} clients)", f"{r:.2f} x ({g['gw']:.0f} / {f['gw']:.0f} µs)", r <= 1.3, ""))
+    d1, g1 = cell.get(("100B", 1, "direct")), cell.get(("100B", 1, "mcpgate"))
+    if d1 and g1:
+        added = (g1["p50"] - d1["p50"]) / 1000
+        targets.append(("added p50 < 0.1 ms (1 client, 100 B)", f"{added:.3f} ms", added < 0.1, ""))
+    d64, g64 = cell.get(("100B", 64, "direct")), cell.get(("100B", 64, "mcpgate"))
+    if d64 and g64:
+        r = g64["tput"] / d64["tput"]
+        targets.append(("throughput >= 0.8 of direct (64 clients, 100 B)", f"{r:.2f}", r >= 0.8, ""))
+        r = g64["p99"] / max(d64["p99"], 1)
+        targets.append(("p99 <= 1.2 x direct (64 clients, 100 B)", f"{r:.2f} x", r <= 1.2, ""))
+    return targets
+
+
 def stdio_section(rows, fixture, say, failures):
     """Section 5, stdio servers; returns its rows for the targets table:
     (name, measured, met, note)."""
@@ -500,6 +576,8 @@ def main() -> int:
             )
         say("")
 
+    cpu_targets = cpu_section(rows, say, failures)
+
     # 2. footprint
     say("## 2. Footprint")
     say("")
@@ -621,7 +699,7 @@ def main() -> int:
         target("churn: DELETEs == opens, threads back to baseline", f"{churn['delete']} == {churn['initialize']}; {churn['end_threads']} == {churn['base_threads']}", churn["delete"] == churn["initialize"] and churn["end_threads"] == churn["base_threads"])
     if sd:
         target(f"shutdown with {sd['sessions']} sessions < 2 s, every DELETE sent", f"{sd['seconds']:.2f} s, {sd['delete']}/{sd['initialize']}", sd["seconds"] < 2 and sd["delete"] == sd["initialize"])
-    for name, value, ok, note in stdio_targets:
+    for name, value, ok, note in stdio_targets + cpu_targets:
         target(name, value, ok, note)
     say("")
     if failures:

@@ -30,6 +30,9 @@ pub mod flight;
 mod http;
 mod modern;
 mod resolver;
+/// How mcpgate looks up servers' names (no thread per lookup); the
+/// benchmark's bare relay connects the same way.
+pub use resolver::Lookup;
 pub mod stdio;
 
 pub use flight::{Flight, LaneError, Lanes, Stop};
