@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Where mcpgate's CPU goes, socket to socket: the profiling build (the release build with symbols,
+# `cargo build --profile profiling`), mcp-fixture behind it, mcp-load with 16 clients calling
+# `echo` (or --bytes N: `big`), and perf (Debian's linux-perf, installed when missing) sampling
+# mcpgate's threads with call graphs. Prints the hottest symbols, self and with children, and
+# writes the raw report to .bench/profile/. By hand, not in CI (it needs perf_event access).
+#
+#   scripts/profile.sh [--seconds S] [--clients N] [--bytes N]
+set -euo pipefail
+
+ROOT=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+SECONDS_RUN=10 CLIENTS=16 BYTES=
+while [ $# -gt 0 ]; do
+    case $1 in
+        --seconds) SECONDS_RUN=${2:?}; shift 2 ;;
+        --clients) CLIENTS=${2:?}; shift 2 ;;
+        --bytes) BYTES=${2:?}; shift 2 ;;
+        *) echo "usage: scripts/profile.sh [--seconds S] [--clients N] [--bytes N]" >&2; exit 2 ;;
+    esac
+done
+if ! command -v perf >/dev/null; then
+    DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y -qq --no-install-recommends linux-perf >/dev/null
+fi
+OUT=$ROOT/.bench/profile
+rm -rf "$OUT"; mkdir -p "$OUT"
+cargo build --profile profiling --quiet --bin mcpgate --bin mcp-fixture --bin mcp-load
+BIN=${CARGO_TARGET_DIR:-$ROOT/target}/profiling
+
+PIDS=()
+cleanup() {
+    local pid
+    for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+    for pid in "${PIDS[@]}"; do
+        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    done
+}
+trap cleanup EXIT
+
+# start NAME CMD...: runs CMD, waits (at most 10 s) for its `listening on ADDR`; sets ADDR, PID.
+start() {
+    local name=$1; shift
+    "$@" >"$OUT/$name.log" 2>&1 &
+    PID=$!; PIDS+=("$PID")
+    for _ in $(seq 100); do
+        ADDR=$(grep -om1 'listening on [^ ]*' "$OUT/$name.log" | sed 's/listening on //; s#^http://##; s#/mcp$##' || true)
+        [ -n "$ADDR" ] && return 0
+        sleep 0.1
+    done
+    echo "profile: $name did not start; see $OUT/$name.log" >&2
+    exit 1
+}
+
+start fixture "$BIN/mcp-fixture" --listen 127.0.0.1:0 --name a
+FIXTURE=$ADDR
+printf '{"listen": "127.0.0.1:0", "calls_per_server": 8, "max_connections": 4096, "mcpServers": {"a": {"url": "http://%s/mcp", "prefix": ""}}}\n' \
+    "$FIXTURE" >"$OUT/mcpgate.json"
+start mcpgate "$BIN/mcpgate" --config "$OUT/mcpgate.json"
+GATE=$ADDR; GATE_PID=$PID
+tool=echo args='{"text": "hello"}'
+[ -n "$BYTES" ] && tool=big args="{\"bytes\": $BYTES}"
+"$BIN/mcp-load" calls --url "http://$GATE/mcp" --tool "$tool" --args "$args" --clients "$CLIENTS" --seconds 1 >/dev/null
+"$BIN/mcp-load" calls --url "http://$GATE/mcp" --tool "$tool" --args "$args" --clients "$CLIENTS" \
+    --seconds "$SECONDS_RUN" >"$OUT/load.json" &
+LOAD=$!; PIDS+=("$LOAD")
+sleep 0.5
+timeout $((SECONDS_RUN + 30)) perf record -F 999 -g --call-graph dwarf,16384 -p "$GATE_PID" -o "$OUT/perf.data" \
+    -- sleep $((SECONDS_RUN - 1)) 2>"$OUT/perf-record.log"
+wait "$LOAD" || true
+echo "load: $(cat "$OUT/load.json")"
+timeout 600 perf report -i "$OUT/perf.data" --no-children --sort symbol --stdio --percent-limit 1 -g none \
+    >"$OUT/self.txt" 2>/dev/null || true
+timeout 600 perf report -i "$OUT/perf.data" --children --sort symbol --stdio --percent-limit 3 -g none \
+    >"$OUT/children.txt" 2>/dev/null || true
+echo "== self (the symbols that burn the CPU)"
+grep -E '^ +[0-9]' "$OUT/self.txt" | head -40
+echo "== with children (where the time is spent below)"
+grep -E '^ +[0-9]' "$OUT/children.txt" | head -50
