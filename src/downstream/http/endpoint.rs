@@ -322,15 +322,28 @@ impl Endpoint {
     fn read_message(&self, response: Response<ureq::Body>) -> Result<(Vec<u8>, Charge), DownstreamError> {
         let max = self.limits.max_message;
         // Sized once from Content-Length (never past the limit): no regrowth copies.
-        let expected = response
-            .headers()
-            .get("content-length")
-            .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
-            .map_or(0, |n| n.min(max));
+        let expected =
+            response.headers().get("content-length").and_then(|v| v.to_str().ok()?.parse::<usize>().ok()).unwrap_or(0);
+        if expected > max {
+            return Err(DownstreamError::Protocol(format!("message larger than {max} bytes")));
+        }
         let mut reader = response.into_body().into_reader();
         let (mut bytes, mut charge) = (Vec::new(), Charge::empty());
+        let fail = |e: std::io::Error| match e {
+            e if is_timeout(&e) => DownstreamError::Timeout(self.limits.request),
+            e => DownstreamError::Protocol(format!("reading the answer failed: {e}")),
+        };
         if expected > 0 && charge.grow(expected) {
+            // Read straight into the buffer, charged already: one copy.
+            // ureq ends the body at Content-Length; a byte more than the
+            // limit allows is never read.
             bytes.reserve_exact(expected);
+            (&mut reader).take(expected as u64).read_to_end(&mut bytes).map_err(fail)?;
+            let mut probe = [0u8; 1];
+            return match reader.read(&mut probe).map_err(fail)? {
+                0 => Ok((bytes, charge)),
+                _ => Err(DownstreamError::Protocol("the answer is longer than its Content-Length".into())),
+            };
         }
         let mut buf = [0u8; 16 * 1024];
         loop {
