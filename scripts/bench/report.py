@@ -137,7 +137,8 @@ def cpu_section(rows, say, failures):
     say(
         "One interleaved run. CPU is user + sys of the process from `/proc/PID/stat` over the point, divided by "
         "the calls: of the relaying process (the bare relay, mcpgate, the FastMCP proxy), and of the server "
-        "(mcp-fixture). Results of about 100 B (`echo`), 100 KB and 1 MB (`big`)."
+        "(mcp-fixture). Results of about 100 B (`echo`), 100 KB and 1 MB (`big`). Where mcpgate's CPU goes: "
+        "[PROFILE.md](PROFILE.md) (`scripts/profile.sh`, perf)."
     )
     say("")
     say("| result | clients | target | relay CPU/call | server CPU/call | p50 / p99 | req/s | server requests/call |")
