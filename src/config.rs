@@ -618,7 +618,7 @@ impl Config {
             if config.state_file.is_some() {
                 return Err(Invalid::new("state_dir", "set `state_dir` or `state_file`, not both"));
             }
-            config.state_file = Some(crate::service::peers::state_path(&dir, id));
+            config.state_file = Some(crate::runtime::state::state_path(&dir, id));
             config.state_dir = Some(dir);
         }
         if let Some(auth) = keys.take("auth") {

@@ -40,6 +40,11 @@ const COMMIT_WAIT: Duration = Duration::from_secs(5);
 
 /// Activity alone (no session opened or closed) is written at most this
 /// often, and at least four times per idle timeout.
+/// The state file of instance `id` in a shared `state_dir`.
+pub fn state_path(dir: &Path, id: &str) -> PathBuf {
+    dir.join(format!("{id}.state.json"))
+}
+
 pub fn activity_every(idle_timeout: Duration) -> Duration {
     (idle_timeout / 4).clamp(LOOK_EVERY, Duration::from_secs(30))
 }

@@ -40,11 +40,6 @@ pub const LOCK_WAIT: Duration = Duration::from_secs(5);
 /// DELETEs of a dead peer's downstream sessions at once.
 const CLOSE_PARALLEL: usize = 16;
 
-/// This instance's file in `dir`.
-pub fn state_path(dir: &Path, id: &str) -> PathBuf {
-    dir.join(format!("{id}.state.json"))
-}
-
 fn lock_path(dir: &Path, id: &str) -> PathBuf {
     dir.join(format!("{id}.lock"))
 }
@@ -160,7 +155,7 @@ fn look(gateway: &Gateway, dir: &Path, own: &str, unlocked_since: &mut HashMap<S
                 continue;
             }
         }
-        let state = state_path(dir, peer);
+        let state = crate::runtime::state::state_path(dir, peer);
         if !state.exists() {
             unlocked_since.remove(peer);
             continue;
