@@ -251,7 +251,7 @@ stop "$GATE_M_PID"
 stop "$FIX_M_PID"
 
 step "1d. CPU per call: direct, a bare relay, mcpgate and the FastMCP proxy; results of 100 B, 100 KB and 1 MB"
-# The bare relay (bench/relay.rs): mcpgate's own front door and HTTP client, forwarding each
+# The bare relay (bench/src/relay.rs): mcpgate's own front door and HTTP client, forwarding each
 # body as it came and the answer unparsed; the floor of what a relay on this stack costs.
 start "$OUT/run/relay.log" "$BIN/mcp-relay" --listen 127.0.0.1:0 --to "http://$FIX_A/mcp"
 RELAY=$ADDR; RELAY_PID=$PID

@@ -13,11 +13,15 @@ step "cargo fmt --check"
 cargo fmt --all -- --check
 
 step "cargo clippy"
-cargo clippy --all-targets --quiet -- -D warnings
+cargo clippy --workspace --all-targets --quiet -- -D warnings
 
+# mcpgate's integration tests build the fixture (fixture/) on first use:
+# tests/support/process.rs, fixture_bin.
 step "cargo test"
-cargo test --quiet
-step "metrics and the status page with promtool, Prometheus and Chromium (scripts/observe.sh)"; scripts/observe.sh
+cargo test --workspace --quiet
+
+step "metrics and the status page with promtool, Prometheus and Chromium (scripts/observe.sh)"
+scripts/observe.sh
 
 step "demo (scripts/demo.sh --once)"
 scripts/demo.sh --once

@@ -1039,7 +1039,7 @@ fn the_era_flags_are_for_http_and_one_at_a_time() {
     for args in
         [&["--stdio", "--modern"][..], &["--modern", "--both-eras"], &["--modern", "--tasks"], &["--ttl-ms", "5"]]
     {
-        let out = Command::new(env!("CARGO_BIN_EXE_mcp-fixture")).args(args).output().expect("run mcp-fixture");
+        let out = Command::new(support::fixture_bin()).args(args).output().expect("run mcp-fixture");
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
     }
 }

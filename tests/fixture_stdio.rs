@@ -30,7 +30,7 @@ struct StdioFixture {
 
 impl StdioFixture {
     fn start(args: &[&str]) -> StdioFixture {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_mcp-fixture"))
+        let mut child = Command::new(support::fixture_bin())
             .args(["--stdio", "--name", "piped"])
             .args(args)
             .stdin(Stdio::piped())

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::{
-    FIXTURE, Fixture, StdioGate, TempDir, downstream_session, environ, is_dead, proc_info, reaped_by, shell_server,
+    Fixture, StdioGate, TempDir, downstream_session, environ, fixture_bin, is_dead, proc_info, reaped_by, shell_server,
     stderr_lines_of, stdio_server, wait_exit, wait_until,
 };
 
@@ -81,7 +81,7 @@ fn crash_once_after(name: &str, dir: &TempDir, before: &str) -> Value {
         "f=\"$1\"; fixture() {{ exec \"$f\" --stdio --name {name} --stats-listen 127.0.0.1:0 \"$@\"; }}; \
          if rm \"$0\" 2>/dev/null; then {before} fixture --exit-after-ms 1500; else fixture; fi"
     );
-    shell_server(&script, &[marker.to_str().unwrap(), FIXTURE])
+    shell_server(&script, &[marker.to_str().unwrap(), fixture_bin()])
 }
 
 /// Threads of mcpgate by role (`stdio`: a child's stdout reader, `stderr`: its logger), once
@@ -185,7 +185,7 @@ fn a_child_that_ignores_stdin_eof_gets_sigterm_then_sigkill_and_its_group_dies()
     // `deaf` ignores SIGTERM too (an ignored signal stays ignored across exec): only SIGKILL ends it.
     let deaf = shell_server(
         "trap '' TERM; exec \"$0\" --stdio --name deaf --stats-listen 127.0.0.1:0 --ignore-stdin-eof",
-        &[FIXTURE],
+        &[fixture_bin()],
     );
     let servers = json!({
         "stubborn": stdio_server("stubborn", &["--ignore-stdin-eof", "--spawn-grandchild"]),
@@ -376,7 +376,7 @@ fn sigterm_reaps_every_child_and_the_last_log_line_counts_them() {
         "a": stdio_server("a", &["--spawn-grandchild"]),
         "stubborn": stdio_server("stubborn", &["--ignore-stdin-eof"]),
         "shared": {
-            "command": FIXTURE,
+            "command": fixture_bin(),
             "args": support::stdio_args("shared", &["--spawn-grandchild"]),
             "sharing": "shared",
         },
@@ -420,7 +420,7 @@ fn sigterm_reaps_every_child_and_the_last_log_line_counts_them() {
 
 #[test]
 fn a_shared_child_serves_two_sessions_keeps_them_apart_and_stops_when_unused() {
-    let shared = json!({"command": FIXTURE, "args": support::stdio_args("sh", &[]), "sharing": "shared"});
+    let shared = json!({"command": fixture_bin(), "args": support::stdio_args("sh", &[]), "sharing": "shared"});
     let gate = StdioGate::start(&config_with(
         json!({"sh": shared}),
         // A 5 s idle timeout makes the reaper look every 500 ms (for shared_idle_secs).
@@ -589,7 +589,8 @@ fn a_child_sees_its_own_env_and_path_but_not_mcpgates_environment() {
 
 #[test]
 fn a_reload_that_removes_stdio_servers_stops_and_reaps_their_children() {
-    let shared = |name: &str| json!({"command": FIXTURE, "args": support::stdio_args(name, &[]), "sharing": "shared"});
+    let shared =
+        |name: &str| json!({"command": fixture_bin(), "args": support::stdio_args(name, &[]), "sharing": "shared"});
     let servers = json!({
         "gone": stdio_server("gone", &[]),
         "gone_shared": shared("gone_shared"),
@@ -655,7 +656,7 @@ fn child_stderr_goes_to_the_log_with_the_server_name_and_a_flood_is_rate_limited
 #[test]
 fn a_server_with_url_and_command_is_refused_with_exit_status_2() {
     let dir = TempDir::new();
-    let both = json!({"url": "http://127.0.0.1:9/mcp", "command": FIXTURE, "args": ["--stdio"]});
+    let both = json!({"url": "http://127.0.0.1:9/mcp", "command": fixture_bin(), "args": ["--stdio"]});
     let path = dir.write_config(&config(json!({"both": both})));
     let mut child = Command::new(env!("CARGO_BIN_EXE_mcpgate"))
         .arg("--config")
@@ -717,7 +718,7 @@ fn a_crash_is_noticed_while_a_grandchild_holds_the_childs_stdout() {
     // inherited its stdout and stderr, so that neither reaches its EOF when the child exits.
     let script = "sleep 1000 & exec \"$0\" --stdio --name p --stats-listen 127.0.0.1:0 --exit-after-ms 1500";
     let gate = StdioGate::start(&config_with(
-        json!({"p": shell_server(script, &[FIXTURE])}),
+        json!({"p": shell_server(script, &[fixture_bin()])}),
         json!({"request_timeout_secs": 4}),
     ));
     let mut client = gate.open_session();
@@ -744,7 +745,7 @@ fn a_crash_is_noticed_while_a_grandchild_holds_the_childs_stdout() {
 #[test]
 fn a_shared_child_hung_in_initialize_is_stopped_at_once_not_kept_for_shared_idle_secs() {
     let hung = json!({
-        "command": FIXTURE,
+        "command": fixture_bin(),
         "args": support::stdio_args("hung", &["--hang-initialize"]),
         "sharing": "shared",
     });
@@ -775,7 +776,7 @@ fn a_close_does_not_wait_for_a_process_that_left_the_childs_group_with_its_pipes
     // the group kill does not reach it, and the pipes stay open as long as it runs.
     let script = "setsid sleep 1000 & exec \"$0\" --stdio --name p --stats-listen 127.0.0.1:0";
     let gate = StdioGate::start(&config_with(
-        json!({"p": shell_server(script, &[FIXTURE])}),
+        json!({"p": shell_server(script, &[fixture_bin()])}),
         json!({"stdio_grace_ms": 200, "delete_timeout_secs": 1}),
     ));
     let client = gate.open_session();
@@ -853,7 +854,7 @@ fn a_crashed_shared_child_is_restarted_once_for_all_its_sessions() {
 fn a_shared_child_opening_while_a_reload_removes_its_server_is_stopped() {
     // Its child answers initialize a second late: the reload comes while it is opening.
     let script = "sleep 1; exec \"$0\" --stdio --name late --stats-listen 127.0.0.1:0";
-    let mut late = shell_server(script, &[FIXTURE]);
+    let mut late = shell_server(script, &[fixture_bin()]);
     late["sharing"] = json!("shared");
     let mut c =
         config_with(json!({"late": late, "keep": stdio_server("keep", &[])}), json!({"session_idle_timeout_secs": 5}));

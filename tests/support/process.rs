@@ -3,15 +3,61 @@
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 use super::{Client, get_json};
+
+/// The fixture's binary, `mcp-fixture`. It is a package of its own (fixture/), so cargo does not
+/// build it for mcpgate's tests: the first call of each test process asks cargo to build it into
+/// the directory this test runs from (`<target>/debug/`, or the profile's), which also rebuilds a
+/// stale one, and is a no-op otherwise. Test processes building at once wait on cargo's lock.
+pub fn fixture_bin() -> &'static str {
+    static BIN: OnceLock<String> = OnceLock::new();
+    BIN.get_or_init(build_fixture)
+}
+
+fn build_fixture() -> String {
+    // A test runs as <target>/<profile>/deps/<test>-<hash>.
+    let exe = std::env::current_exe().expect("the test's own path");
+    let profile_dir = exe.parent().and_then(Path::parent).expect("the test runs in <target>/<profile>/deps/");
+    let profile = profile_dir.file_name().and_then(|n| n.to_str()).expect("a profile directory");
+    let target_dir = profile_dir.parent().expect("a target directory");
+    let bin = profile_dir.join("mcp-fixture");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut build = Command::new(cargo);
+    build
+        .args(["build", "--quiet", "--package", "mcp-fixture", "--bin", "mcp-fixture", "--manifest-path"])
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"))
+        .arg("--target-dir")
+        .arg(target_dir);
+    match profile {
+        "debug" => {}
+        "release" => {
+            build.arg("--release");
+        }
+        other => {
+            build.args(["--profile", other]);
+        }
+    }
+    let how = "build it with `cargo build -p mcp-fixture` (scripts/test.sh does)";
+    match build.output() {
+        Ok(out) if out.status.success() => {}
+        Ok(out) => {
+            panic!("cannot build mcp-fixture ({}); {how}:\n{}", out.status, String::from_utf8_lossy(&out.stderr))
+        }
+        // No cargo here (a test binary run by hand): a fixture already built will do.
+        Err(e) if bin.is_file() => eprintln!("cannot run cargo ({e}); using {} as it is", bin.display()),
+        Err(e) => panic!("cannot run cargo to build mcp-fixture ({e}); {how}"),
+    }
+    assert!(bin.is_file(), "cargo built mcp-fixture, but not as {}; {how}", bin.display());
+    bin.into_os_string().into_string().expect("a UTF-8 path")
+}
 
 /// Polls `cond` every 20 ms until it holds or `timeout` passes.
 pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
@@ -99,7 +145,7 @@ impl Fixture {
 
     /// Starts it on a given address, e.g. the port of a fixture that was killed.
     pub fn start_on(name: &str, listen: &str, args: &[&str]) -> Fixture {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_mcp-fixture"))
+        let mut child = Command::new(fixture_bin())
             .args(["--listen", listen, "--name", name])
             .args(args)
             .stdout(Stdio::piped())

@@ -11,10 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::{Gate, http_agent, wait_until};
-
-/// The fixture binary, started by mcpgate as a stdio server.
-pub const FIXTURE: &str = env!("CARGO_BIN_EXE_mcp-fixture");
+use super::{Gate, fixture_bin, http_agent, wait_until};
 
 /// The arguments of a fixture in `--stdio` mode named `name`, serving its `/stats` on a port
 /// of its own (announced on its stderr, hence in mcpgate's log), with `extra` after them.
@@ -27,7 +24,7 @@ pub fn stdio_args(name: &str, extra: &[&str]) -> Vec<String> {
 
 /// A `mcpServers` entry: the fixture as a stdio server (see [`stdio_args`]).
 pub fn stdio_server(name: &str, extra: &[&str]) -> Value {
-    json!({ "command": FIXTURE, "args": stdio_args(name, extra) })
+    json!({ "command": fixture_bin(), "args": stdio_args(name, extra) })
 }
 
 /// A `mcpServers` entry: `/bin/sh -c script` with `$0`, `$1`... set to `params`, for a server
