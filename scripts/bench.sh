@@ -58,24 +58,19 @@ BIN=$TARGET_DIR/release
 # load generator and the servers detach theirs.
 MCPGATE=(env GLIBC_TUNABLES=glibc.pthread.stack_cache_size=0:glibc.malloc.arena_max=2 "$BIN/mcpgate")
 
-PIDS=()
-cleanup() {
-    for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do
-        kill "${PIDS[i]}" 2>/dev/null || true
-    done
-    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-}
-trap cleanup EXIT INT TERM
+SCRIPT=bench.sh
+# shellcheck source=lib.sh
+. "$ROOT/scripts/lib.sh"
 
 step() { printf '\n== %s  (%ds)\n' "$*" "$SECONDS" >&2; }
 record() { echo "$1" >> "$RESULTS"; }
 
 # Starts a command that prints `listening on ADDR` first; sets ADDR and PID.
 # With --stderr first, the line comes on its stderr (its stdout goes to LOG).
-start() { try_start "$@" || exit 1; }
+start_server() { try_start_server "$@" || exit 1; }
 
-# start, but returns 1 (the process stopped) when no such line comes.
-try_start() {
+# start_server, but returns 1 (the process stopped) when no such line comes.
+try_start_server() {
     local on=stdout
     [ "$1" = --stderr ] && { on=stderr; shift; }
     local log=$1; shift
@@ -87,7 +82,7 @@ try_start() {
         "$@" 2> "$fifo" > "$log" &
     fi
     PID=$!
-    PIDS+=("$PID")
+    track "$PID"
     exec 9< "$fifo"
     local line=""
     if ! IFS= read -r -t 30 line <&9; then
@@ -99,7 +94,7 @@ try_start() {
     fi
     # Keep draining it so it never blocks (stderr: into LOG.stderr).
     if [ $on = stdout ]; then cat <&9 > /dev/null & else cat <&9 > "$log.stderr" & fi
-    PIDS+=("$!")
+    track "$!"
     exec 9<&-
     rm -f "$fifo"
     ADDR=${line#listening on }
@@ -107,25 +102,9 @@ try_start() {
     ADDR=${ADDR%/mcp}
 }
 
-# Waits until ADDR answers HTTP (a server may print its port before it listens).
-wait_http() { try_wait_http "$1" || exit 1; }
-
-# wait_http, but returns 1 when nothing answers within 10 s.
-try_wait_http() {
-    for _ in $(seq 100); do
-        curl -s -o /dev/null --max-time 1 "http://$1/" && return 0
-        sleep 0.1
-    done
-    echo "bench: nothing answers on $1" >&2
-    return 1
-}
-
-stop() {
-    local pid=$1
-    kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 200); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
-    wait "$pid" 2>/dev/null || true
-}
+# Whether ADDR answers HTTP (a server may print its port before it listens).
+answers() { curl -s -o /dev/null --max-time 1 "http://$1/"; }
+wait_http() { wait_for 10 "nothing answers on $1" answers "$1" || exit 1; }
 
 rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
 threads() { awk '/^Threads:/ {print $2}' "/proc/$1/status"; }
@@ -191,12 +170,12 @@ LOAD=$BIN/mcp-load
 
 # ---------------------------------------------------------------- 1. overhead
 step "1. overhead: tools/call direct and through mcpgate, interleaved"
-start "$OUT/run/fixture-a.log" "$BIN/mcp-fixture" --name a
+start_server "$OUT/run/fixture-a.log" "$BIN/mcp-fixture" --name a
 FIX_A=$ADDR; FIX_A_PID=$PID
 gate_config "$OUT/run/overhead.json" 300 "a=$FIX_A"
-start "$OUT/run/gate-overhead.log" "${MCPGATE[@]}" --config "$OUT/run/overhead.json"
+start_server "$OUT/run/gate-overhead.log" "${MCPGATE[@]}" --config "$OUT/run/overhead.json"
 GATE=$ADDR; GATE_PID=$PID
-start "$OUT/run/fastmcp.log" "$FASTMCP_VENV/bin/python" "$ROOT/scripts/bench/fastmcp_proxy.py" "http://$FIX_A/mcp"
+start_server "$OUT/run/fastmcp.log" "$FASTMCP_VENV/bin/python" "$ROOT/scripts/bench/fastmcp_proxy.py" "http://$FIX_A/mcp"
 PROXY=$ADDR; PROXY_PID=$PID
 wait_http "$PROXY"
 for round in $(seq "$ROUNDS"); do
@@ -217,11 +196,11 @@ for round in $(seq "$ROUNDS"); do
 done
 
 step "1b. overhead with a third-party server (the official Python SDK)"
-start "$OUT/run/py-server.log" "$PY" "$ROOT/scripts/interop/py_server.py"
+start_server "$OUT/run/py-server.log" "$PY" "$ROOT/scripts/interop/py_server.py"
 PYS=$ADDR
 wait_http "$PYS"
 gate_config "$OUT/run/overhead-py.json" 300 "py=$PYS"
-start "$OUT/run/gate-py.log" "${MCPGATE[@]}" --config "$OUT/run/overhead-py.json"
+start_server "$OUT/run/gate-py.log" "${MCPGATE[@]}" --config "$OUT/run/overhead-py.json"
 GATE_PY=$ADDR; GATE_PY_PID=$PID
 for clients in 1 16; do
     for target in direct mcpgate; do
@@ -234,10 +213,10 @@ done
 stop "$GATE_PY_PID"
 
 step "1c. sessionless (protocol 2026-07-28): tools/call direct to mcp-fixture --modern and through mcpgate"
-start "$OUT/run/fixture-modern.log" "$BIN/mcp-fixture" --modern --name m
+start_server "$OUT/run/fixture-modern.log" "$BIN/mcp-fixture" --modern --name m
 FIX_M=$ADDR; FIX_M_PID=$PID
 gate_config "$OUT/run/overhead-modern.json" 300 "m=$FIX_M"
-start "$OUT/run/gate-modern.log" "${MCPGATE[@]}" --config "$OUT/run/overhead-modern.json"
+start_server "$OUT/run/gate-modern.log" "${MCPGATE[@]}" --config "$OUT/run/overhead-modern.json"
 GATE_M=$ADDR; GATE_M_PID=$PID
 for clients in 1 16; do
     for target in direct mcpgate; do
@@ -253,7 +232,7 @@ stop "$FIX_M_PID"
 step "1d. CPU per call: direct, a bare relay, mcpgate and the FastMCP proxy; results of 100 B, 100 KB and 1 MB"
 # The bare relay (bench/src/relay.rs): mcpgate's own front door and HTTP client, forwarding each
 # body as it came and the answer unparsed; the floor of what a relay on this stack costs.
-start "$OUT/run/relay.log" "$BIN/mcp-relay" --listen 127.0.0.1:0 --to "http://$FIX_A/mcp"
+start_server "$OUT/run/relay.log" "$BIN/mcp-relay" --listen 127.0.0.1:0 --to "http://$FIX_A/mcp"
 RELAY=$ADDR; RELAY_PID=$PID
 CLK_TCK=$(getconf CLK_TCK)
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
@@ -298,10 +277,10 @@ stop "$RELAY_PID"
 
 # --------------------------------------------------------------- 2. footprint
 step "2. footprint: at rest, and with 100 and $SESSIONS_BIG sessions x 2 downstream sessions with GET streams"
-start "$OUT/run/fixture-b.log" "$BIN/mcp-fixture" --name b
+start_server "$OUT/run/fixture-b.log" "$BIN/mcp-fixture" --name b
 FIX_B=$ADDR
 gate_config "$OUT/run/footprint.json" 3600 "a=$FIX_A" "b=$FIX_B"
-start "$OUT/run/gate-footprint.log" "${MCPGATE[@]}" --config "$OUT/run/footprint.json"
+start_server "$OUT/run/gate-footprint.log" "${MCPGATE[@]}" --config "$OUT/run/footprint.json"
 GATE_FP=$ADDR; GATE_FP_PID=$PID
 sleep 1
 record "{\"part\":\"footprint\",\"target\":\"mcpgate\",\"sessions\":0,\"rss_kib\":$(rss_kib "$GATE_FP_PID"),\"threads\":$(threads "$GATE_FP_PID"),\"readers\":0}"
@@ -328,20 +307,18 @@ record "{\"part\":\"footprint\",\"target\":\"fastmcp\",\"sessions\":100,\"rss_ki
 # ------------------------------------------------------------------- 3. churn
 step "3. churn: $CHURN cycles of open, call, close (half DELETE, half idle eviction)"
 stop "$GATE_PID"
-start "$OUT/run/fixture-c.log" "$BIN/mcp-fixture" --name c
+start_server "$OUT/run/fixture-c.log" "$BIN/mcp-fixture" --name c
 FIX_C=$ADDR
-start "$OUT/run/fixture-d.log" "$BIN/mcp-fixture" --name d
+start_server "$OUT/run/fixture-d.log" "$BIN/mcp-fixture" --name d
 FIX_D=$ADDR
 gate_config "$OUT/run/churn.json" 1 "c=$FIX_C" "d=$FIX_D"
-start "$OUT/run/gate-churn.log" "${MCPGATE[@]}" --config "$OUT/run/churn.json"
+start_server "$OUT/run/gate-churn.log" "${MCPGATE[@]}" --config "$OUT/run/churn.json"
 GATE_CH=$ADDR; GATE_CH_PID=$PID
 sleep 0.5
 BASE_THREADS=$(threads "$GATE_CH_PID")
 line=$("$LOAD" churn --url "http://$GATE_CH/mcp" --tool echo --cycles "$CHURN" --sample-pid "$GATE_CH_PID" --samples "$OUT/run/churn.csv")
-for _ in $(seq 100); do
-    [ "$(status_field "$GATE_CH" "['downstream']['live']")" = 0 ] && break
-    sleep 0.1
-done
+downstream_gone() { [ "$(status_field "$1" "['downstream']['live']")" = 0 ]; }
+wait_for 10 "mcpgate's downstream sessions closed" downstream_gone "$GATE_CH" || true
 sleep 0.5
 opened=$(status_field "$GATE_CH" "['downstream']['opened']")
 closed=$(status_field "$GATE_CH" "['downstream']['closed']")
@@ -354,17 +331,17 @@ stop "$GATE_CH_PID"
 
 # ---------------------------------------------------------------- 4. shutdown
 step "4. shutdown: SIGTERM with $SESSIONS_BIG live sessions"
-start "$OUT/run/fixture-e.log" "$BIN/mcp-fixture" --name e
+start_server "$OUT/run/fixture-e.log" "$BIN/mcp-fixture" --name e
 FIX_E=$ADDR
-start "$OUT/run/fixture-f.log" "$BIN/mcp-fixture" --name f
+start_server "$OUT/run/fixture-f.log" "$BIN/mcp-fixture" --name f
 FIX_F=$ADDR
 gate_config "$OUT/run/shutdown.json" 3600 "e=$FIX_E" "f=$FIX_F"
-start "$OUT/run/gate-shutdown.log" "${MCPGATE[@]}" --config "$OUT/run/shutdown.json"
+start_server "$OUT/run/gate-shutdown.log" "${MCPGATE[@]}" --config "$OUT/run/shutdown.json"
 GATE_SD=$ADDR; GATE_SD_PID=$PID
 rm -f "$HOLD"
 "$LOAD" sessions --url "http://$GATE_SD/mcp" --count "$SESSIONS_BIG" --hold-file "$HOLD" > "$OUT/run/sessions-shutdown.out" &
-LOADER=$!; PIDS+=("$LOADER")
-for _ in $(seq 1200); do grep -q ready "$OUT/run/sessions-shutdown.out" 2>/dev/null && break; sleep 0.1; done
+LOADER=$!; track "$LOADER"
+wait_for 120 "the loader's sessions ready" grep -q ready "$OUT/run/sessions-shutdown.out" || exit 1
 sleep 1
 t0=$(date +%s.%N)
 kill -TERM "$GATE_SD_PID"
@@ -375,7 +352,8 @@ dels=$(( $(fixture_stat "$FIX_E" delete) + $(fixture_stat "$FIX_F" delete) ))
 record "{\"part\":\"shutdown\",\"sessions\":$SESSIONS_BIG,\"seconds\":$(python3 -c "print(round($t1 - $t0, 3))"),\"exit\":$code,\"initialize\":$init,\"delete\":$dels}"
 echo "  exit $code after $(python3 -c "print(round($t1 - $t0, 3))") s; $dels DELETEs for $init downstream sessions" >&2
 touch "$HOLD"
-wait "$LOADER" 2>/dev/null || true
+wait_for 30 "the loader leaving" ended "$LOADER" || true
+stop "$LOADER"
 
 # ------------------------------------------------------------------- 5. stdio
 # The stdio server: mcp-fixture --stdio, one process per client session,
@@ -394,24 +372,20 @@ stdio_config() {
 # One JSON object of the load generator's `procs`: RSS and threads from
 # /proc (threads counted in /proc/PID/task), and the children's.
 procs() { "$LOAD" procs --pid "$1"; }
-# Waits (at most 10 s) until mcpgate at ADDR runs no child.
-wait_no_children() {
-    for _ in $(seq 100); do
-        [ "$(status_field "$1" "['processes']['live']")" = 0 ] && return 0
-        sleep 0.1
-    done
-}
+# Waits (at most 10 s) until mcpgate at ADDR runs no child; what is left shows in the record.
+no_children() { [ "$(status_field "$1" "['processes']['live']")" = 0 ]; }
+wait_no_children() { wait_for 10 "mcpgate at $1 without children" no_children "$1" || true; }
 
 step "5a. stdio: tools/call over the load generator's own pipes, through mcpgate, through supergateway"
 stdio_config "$OUT/run/stdio.json" 300
-start "$OUT/run/gate-stdio.log" "${MCPGATE[@]}" --config "$OUT/run/stdio.json"
+start_server "$OUT/run/gate-stdio.log" "${MCPGATE[@]}" --config "$OUT/run/stdio.json"
 GATE_S=$ADDR; GATE_S_PID=$PID
 SG=""; SG_PID=""
 if [ -z "$PEER_WHY" ]; then
-    if try_start --stderr "$OUT/run/supergateway.log" env LOOPBACK_ANNOUNCE=1 "$NODE" --require "$ROOT/scripts/interop/loopback.cjs" \
+    if try_start_server --stderr "$OUT/run/supergateway.log" env LOOPBACK_ANNOUNCE=1 "$NODE" --require "$ROOT/scripts/interop/loopback.cjs" \
         "$SUPERGATEWAY" --stdio "exec $STDIO_CMD" --outputTransport streamableHttp --stateful --port 0 --logLevel none; then
         SG_PID=$PID
-        if try_wait_http "$ADDR"; then SG=$ADDR; else PEER_WHY="supergateway did not answer HTTP here"; fi
+        if wait_for 10 "supergateway answering" answers "$ADDR"; then SG=$ADDR; else PEER_WHY="supergateway did not answer HTTP here"; fi
     else
         PEER_WHY="supergateway did not start here (see .bench/run/supergateway.log*)"
     fi
@@ -434,7 +408,7 @@ done
 
 step "5b. cold start: initialize to the first call answered, $COLD x $ROUNDS new sessions per path"
 gate_config "$OUT/run/cold-http.json" 300 "a=$FIX_A"
-start "$OUT/run/gate-cold-http.log" "${MCPGATE[@]}" --config "$OUT/run/cold-http.json"
+start_server "$OUT/run/gate-cold-http.log" "${MCPGATE[@]}" --config "$OUT/run/cold-http.json"
 GATE_CH2=$ADDR; GATE_CH2_PID=$PID
 for round in $(seq "$ROUNDS"); do
     for target in direct-http mcpgate-http direct-stdio mcpgate-stdio supergateway-stdio; do
@@ -457,7 +431,7 @@ stop "$GATE_S_PID"
 
 step "5c. footprint per stdio session: 0 and $STDIO_HOLD client sessions, each holding a child"
 stdio_config "$OUT/run/stdio-fp.json" 3600
-start "$OUT/run/gate-stdio-fp.log" "${MCPGATE[@]}" --config "$OUT/run/stdio-fp.json"
+start_server "$OUT/run/gate-stdio-fp.log" "${MCPGATE[@]}" --config "$OUT/run/stdio-fp.json"
 GATE_SF=$ADDR; GATE_SF_PID=$PID
 sleep "$SETTLE"
 status_threads() { status_field "$1" "['process']['threads']"; }
@@ -500,7 +474,7 @@ fi
 
 step "5e. churn: $STDIO_CHURN cycles of initialize, one call, DELETE, with a child each"
 stdio_config "$OUT/run/stdio-churn.json" 300
-start "$OUT/run/gate-stdio-churn.log" "${MCPGATE[@]}" --config "$OUT/run/stdio-churn.json"
+start_server "$OUT/run/gate-stdio-churn.log" "${MCPGATE[@]}" --config "$OUT/run/stdio-churn.json"
 GATE_SC=$ADDR; GATE_SC_PID=$PID
 "$LOAD" cold --url "http://$GATE_SC/mcp" --tool echo --count 1 > /dev/null
 wait_no_children "$GATE_SC"

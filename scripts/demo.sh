@@ -11,34 +11,31 @@ once=0
 [ "${1:-}" = "--once" ] && once=1
 
 cargo build --quiet --bins
-bin=target/debug
-pids=()
-# mcpgate first, so that its DELETEs reach the demo servers.
-cleanup() {
-  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
-    kill "${pids[i]}" 2>/dev/null || true
-    wait "${pids[i]}" 2>/dev/null || true
-  done
-}
-trap cleanup EXIT INT TERM
+# Where cargo put them: $CARGO_TARGET_DIR or target/.
+bin=${CARGO_TARGET_DIR:-target}/debug
+LOG_DIR=$(mktemp -d)
+# shellcheck source=lib.sh
+. scripts/lib.sh
+# stop_all stops mcpgate first (the newest), so that its DELETEs reach the demo servers.
+on_exit() { rm -rf "$LOG_DIR"; }
+# config/demo.json names the stdio server as target/debug/mcp-fixture.
+sed "s#\"target/debug/mcp-fixture\"#\"$bin/mcp-fixture\"#" config/demo.json >"$LOG_DIR/demo.json"
 
-"$bin/mcp-fixture" --listen 127.0.0.1:9101 --name demo > /dev/null & pids+=($!)
-"$bin/mcp-fixture" --listen 127.0.0.1:9102 --name tools > /dev/null & pids+=($!)
-"$bin/mcpgate" --config config/demo.json > /dev/null & pids+=($!)
+start demo "$bin/mcp-fixture" --listen 127.0.0.1:9101 --name demo
+start tools "$bin/mcp-fixture" --listen 127.0.0.1:9102 --name tools
+start mcpgate "$bin/mcpgate" --config "$LOG_DIR/demo.json"
+gate=$PID
 
 url=http://127.0.0.1:8780/mcp
-for _ in $(seq 50); do
-  curl -fsS -o /dev/null http://127.0.0.1:8780/healthz 2>/dev/null && break
-  sleep 0.1
-done
+healthy() { curl -fsS --max-time 1 -o /dev/null http://127.0.0.1:8780/healthz 2>/dev/null; }
+wait_for 10 "mcpgate answering on :8780 (see $LOG_DIR/mcpgate.err)" healthy || exit 1
 
 post() {
   curl -fsS -D "$headers" -H 'Content-Type: application/json' \
     -H 'Accept: application/json, text/event-stream' ${session:+-H "Mcp-Session-Id: $session"} \
     "$url" -d "$1"
 }
-headers=$(mktemp)
-trap 'rm -f "$headers"; cleanup' EXIT INT TERM
+headers=$LOG_DIR/headers
 session=
 echo "> initialize"
 post '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"demo","version":"1"}}}'
@@ -65,4 +62,4 @@ fi
 echo
 echo "mcpgate is serving $url (status: http://127.0.0.1:8780/status). Ctrl-C stops it and the demo servers."
 echo "\`local\` is a stdio server: each client session gets its own process, stopped with the session."
-wait "${pids[2]}"
+wait "$gate"

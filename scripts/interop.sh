@@ -113,41 +113,19 @@ step() { printf '\n== %s  (%ds)\n' "$*" "$((SECONDS - T0))"; }
 
 # --- processes -------------------------------------------------------------------------------
 
-PIDS=()
-
-# Stops one process we started: SIGTERM, up to 5 s, then SIGKILL.
-stop_pid() {
-    local pid=$1 i
-    kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
-    kill -TERM "$pid" 2>/dev/null || true
-    for ((i = 0; i < 50; i++)); do
-        if ! kill -0 "$pid" 2>/dev/null; then
-            wait "$pid" 2>/dev/null || true
-            return 0
-        fi
-        sleep 0.1
-    done
-    echo "warning: PID $pid did not stop on SIGTERM; killing it" >&2
-    kill -KILL "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-}
+# start, stop, wait_for, stop_all on exit: scripts/lib.sh. Every process runs under `timeout`.
+SCRIPT=interop.sh LOG_DIR=$RUN LIFETIME=900
+# shellcheck source=lib.sh
+. "$ROOT/scripts/lib.sh"
 
 FG_PID=
 
-# shellcheck disable=SC2317 # called by the trap
-cleanup() {
-    local rc=$? i
+# shellcheck disable=SC2317 # called by stop_all, on exit
+on_exit() {
     if [[ -n $FG_PID ]]; then
-        stop_pid "$FG_PID"
+        stop "$FG_PID"
     fi
-    for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do
-        stop_pid "${PIDS[i]}"
-    done
-    exit "$rc"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
 
 # run CMD...: runs CMD and waits for it, in a way a signal to this script interrupts at once (bash
 # handles a trapped signal only after a foreground command ends, but during `wait` right away).
@@ -160,34 +138,22 @@ run() {
     return "$rc"
 }
 
-# start NAME CMD...: runs CMD in the background (bounded by `timeout`), output in $RUN/NAME.*;
-# sets STARTED_PID.
-start() {
-    local name=$1
-    shift
-    timeout 900 "$@" >"$RUN/$name.out" 2>"$RUN/$name.err" &
-    STARTED_PID=$!
-    PIDS+=("$STARTED_PID")
-}
+LISTENING='listening on [^ ]*127\.0\.0\.1:[0-9]+'
+
+# announced FILE PID: FILE has a `listening on` line, or PID ended (and never will write one).
+announced() { grep -qE "$LISTENING" "$1" 2>/dev/null || ended "$2"; }
 
 # wait_port NAME PID FILE: the port of the first `listening on ...127.0.0.1:PORT` line of FILE.
 wait_port() {
-    local name=$1 pid=$2 file=$3 deadline=$((SECONDS + 30)) line
-    while ((SECONDS < deadline)); do
-        line=$(grep -m1 -oE 'listening on [^ ]*127\.0\.0\.1:[0-9]+' "$file" 2>/dev/null || true)
-        if [[ -n $line ]]; then
-            echo "${line##*:}"
-            return 0
-        fi
-        if ! kill -0 "$pid" 2>/dev/null; then
-            echo "error: $name exited before it listened; see $RUN/$name.err" >&2
-            tail -5 "$RUN/$name.err" >&2 || true
-            return 1
-        fi
-        sleep 0.1
-    done
-    echo "error: $name did not announce a port within 30 s; see $RUN/$name.*" >&2
-    return 1
+    local name=$1 pid=$2 file=$3 line
+    wait_for 30 "$name announcing a port; see $RUN/$name.*" announced "$file" "$pid" || return 1
+    line=$(grep -m1 -oE "$LISTENING" "$file" 2>/dev/null || true)
+    if [[ -z $line ]]; then
+        echo "error: $name exited before it listened; see $RUN/$name.err" >&2
+        tail -5 "$RUN/$name.err" >&2 || true
+        return 1
+    fi
+    echo "${line##*:}"
 }
 
 # row SECTION NAME OK DETAIL: one result row (and its PASS/FAIL line).
@@ -216,7 +182,7 @@ check_loopback() {
 # it opened was closed, with no failed DELETE.
 stop_mcpgate() {
     local name=$1 pid=$2 section=$3 last
-    stop_pid "$pid"
+    stop "$pid"
     last=$(grep -E 'stopped in .*downstream opened' "$RUN/$name.err" | tail -1 || true)
     if [[ $last =~ downstream\ opened\ ([0-9]+),\ closed\ ([0-9]+),\ live\ 0,\ DELETE\ failures\ 0 ]] &&
         [[ ${BASH_REMATCH[1]} == "${BASH_REMATCH[2]}" ]]; then
@@ -312,7 +278,7 @@ mkdir -p "$IO"
 t_install=$SECONDS
 install_python &
 PY_INSTALL=$!
-PIDS+=("$PY_INSTALL")
+track "$PY_INSTALL"
 install_node
 export PATH="$NODE_BIN:$PATH"
 install_clients
@@ -337,11 +303,11 @@ for x in "${XFAILS[@]}"; do echo "$x"; done >"$RUN/xfail.txt"
 step "4. official Python client (mcp $MCP_VERSION) through mcpgate: server-everything + Python SDK server + mcp-fixture"
 start everything env PORT=0 LOOPBACK_ANNOUNCE=1 GZIP_ALLOWED_DOMAINS=127.0.0.1 \
     node --require "$LOOPBACK" "$EVERYTHING" streamableHttp
-EV_PID=$STARTED_PID
+EV_PID=$PID
 start py-server "$VPY" "$HERE/py_server.py"
-PYS_PID=$STARTED_PID
+PYS_PID=$PID
 start fixture "$FIXTURE" --name fx
-FX_PID=$STARTED_PID
+FX_PID=$PID
 EV_PORT=$(wait_port everything "$EV_PID" "$RUN/everything.err")
 PY_PORT=$(wait_port py-server "$PYS_PID" "$RUN/py-server.out")
 FX_PORT=$(wait_port fixture "$FX_PID" "$RUN/fixture.out")
@@ -358,7 +324,7 @@ cat >"$RUN/mcpgate-clients.json" <<EOF
 }
 EOF
 start mcpgate-clients "$MCPGATE" --config "$RUN/mcpgate-clients.json"
-GW_PID=$STARTED_PID
+GW_PID=$PID
 GW_PORT=$(wait_port mcpgate-clients "$GW_PID" "$RUN/mcpgate-clients.out")
 echo "server-everything :$EV_PORT, py-server :$PY_PORT, mcp-fixture :$FX_PORT, mcpgate :$GW_PORT"
 for p in "everything $EV_PID $EV_PORT" "py-server $PYS_PID $PY_PORT" "mcp-fixture $FX_PID $FX_PORT" \
@@ -393,9 +359,9 @@ else
         "no usable answer from /status.json: ${status:-nothing}"
 fi
 stop_mcpgate mcpgate-clients "$GW_PID" "python client via mcpgate"
-stop_pid "$FX_PID"
-stop_pid "$PYS_PID"
-stop_pid "$EV_PID"
+stop "$FX_PID"
+stop "$PYS_PID"
+stop "$EV_PID"
 
 # --- 4b. the client matrix ---------------------------------------------------------------------
 
@@ -428,7 +394,7 @@ expect=$(
     echo "${SERVER_SCENARIOS[*]}"
 )
 start conformance-fixture "$FIXTURE" --conformance --name conformance
-CF_PID=$STARTED_PID
+CF_PID=$PID
 CF_PORT=$(wait_port conformance-fixture "$CF_PID" "$RUN/conformance-fixture.out")
 cat >"$RUN/mcpgate-conformance.json" <<EOF
 {
@@ -437,7 +403,7 @@ cat >"$RUN/mcpgate-conformance.json" <<EOF
 }
 EOF
 start mcpgate-conformance "$MCPGATE" --config "$RUN/mcpgate-conformance.json"
-GC_PID=$STARTED_PID
+GC_PID=$PID
 GC_PORT=$(wait_port mcpgate-conformance "$GC_PID" "$RUN/mcpgate-conformance.out")
 
 run_server_suite() {
@@ -468,7 +434,7 @@ for target in "direct http://127.0.0.1:$CF_PORT/mcp" "mcpgate http://127.0.0.1:$
         "$ok" "$(tail -1 "$RUN/resume-$label.log")"
 done
 stop_mcpgate mcpgate-conformance "$GC_PID" "conformance server: through mcpgate"
-stop_pid "$CF_PID"
+stop "$CF_PID"
 
 # --- 5b. conformance of the 2026-07-28 era ---------------------------------------------------
 

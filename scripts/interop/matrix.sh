@@ -1,5 +1,6 @@
-# The client matrix of scripts/interop.sh (sourced there: it uses its start, stop_pid,
-# wait_port, check_loopback, stop_mcpgate and row, and its variables).
+# The client matrix of scripts/interop.sh (sourced there: it uses start, stop, track and wait_for
+# of scripts/lib.sh, interop.sh's wait_port, check_loopback, stop_mcpgate and row, and its
+# variables).
 #
 # Six clients, each run directly against server-everything, the Python SDK server
 # (py_server.py) and the FastMCP server (fm_server.py), then through one mcpgate in front of
@@ -33,17 +34,10 @@ matrix_command() {
 
 # tap_port FILE NAME: the port of the tap listener NAME (tap.py's `listening on 127.0.0.1:PORT NAME`).
 tap_port() {
-    local file=$1 name=$2 deadline=$((SECONDS + 30)) port
-    while ((SECONDS < deadline)); do
-        port=$(sed -nE "s/^listening on 127\.0\.0\.1:([0-9]+) $name\$/\1/p" "$file" 2>/dev/null | head -1)
-        if [[ -n $port ]]; then
-            echo "$port"
-            return 0
-        fi
-        sleep 0.1
-    done
-    echo "error: tap listener $name did not announce a port; see $file" >&2
-    return 1
+    local file=$1 name=$2
+    local line="^listening on 127\.0\.0\.1:([0-9]+) $name\$"
+    wait_for 30 "tap listener $name announcing a port; see $file" grep -qE "$line" "$file" || return 1
+    sed -nE "s/$line/\1/p" "$file" | head -1
 }
 
 # matrix_lane CLIENT...: in a subshell of its own, for each CLIENT: the four matrix runs, then
@@ -84,11 +78,11 @@ matrix_step() {
     mkdir -p "$MX/runs" "$MX/taps" "$MX/logs" "$MX/open"
     start matrix-everything env PORT=0 LOOPBACK_ANNOUNCE=1 GZIP_ALLOWED_DOMAINS=127.0.0.1 \
         node --require "$LOOPBACK" "$EVERYTHING" streamableHttp
-    local ev_pid=$STARTED_PID
+    local ev_pid=$PID
     start matrix-py-server "$VPY" "$HERE/py_server.py"
-    local py_pid=$STARTED_PID
+    local py_pid=$PID
     start matrix-fm-server "$VPY" "$HERE/fm_server.py"
-    local fm_pid=$STARTED_PID
+    local fm_pid=$PID
     local ev_port py_port fm_port gw_port gwa_port
     ev_port=$(wait_port matrix-everything "$ev_pid" "$RUN/matrix-everything.err")
     py_port=$(wait_port matrix-py-server "$py_pid" "$RUN/matrix-py-server.out")
@@ -102,9 +96,9 @@ matrix_step() {
     printf '{\n  "listen": "127.0.0.1:0",\n  "auth": { "tokens": [{ "token": "%s" }] },\n  "mcpServers": {\n    %s\n  }\n}\n' \
         "$MATRIX_TOKEN" "$servers" >"$RUN/mcpgate-matrix-auth.json"
     start mcpgate-matrix "$MCPGATE" --config "$RUN/mcpgate-matrix.json"
-    local gw_pid=$STARTED_PID
+    local gw_pid=$PID
     start mcpgate-matrix-auth "$MCPGATE" --config "$RUN/mcpgate-matrix-auth.json"
-    local gwa_pid=$STARTED_PID
+    local gwa_pid=$PID
     gw_port=$(wait_port mcpgate-matrix "$gw_pid" "$RUN/mcpgate-matrix.out")
     gwa_port=$(wait_port mcpgate-matrix-auth "$gwa_pid" "$RUN/mcpgate-matrix-auth.out")
     echo "server-everything :$ev_port, py-server :$py_port, fm-server :$fm_port, mcpgate :$gw_port (with auth :$gwa_port)"
@@ -117,7 +111,7 @@ matrix_step() {
             --upstream "direct-everything=http://127.0.0.1:$ev_port" --upstream "direct-py=http://127.0.0.1:$py_port" \
             --upstream "direct-fm=http://127.0.0.1:$fm_port" --upstream "mcpgate=http://127.0.0.1:$gw_port" \
             --upstream "auth=http://127.0.0.1:$gwa_port"
-        tap_pids+=("$STARTED_PID")
+        tap_pids+=("$PID")
         ln -sf "$RUN/matrix-tap-$client.out" "$MX/taps/$client.tap.out"
     done
     export CLIENTS_DIR=$CLIENTS NODE=$NODE_BIN/node MCP_REMOTE_BIN=$CLIENTS/node_modules/mcp-remote/dist/proxy.js \
@@ -128,7 +122,7 @@ matrix_step() {
         # shellcheck disable=SC2086 # a lane is a list of clients
         matrix_lane $lane &
         lane_pids+=("$!")
-        PIDS+=("$!")
+        track "$!"
     done
     for lane in "${lane_pids[@]}"; do
         wait "$lane" || true
@@ -155,11 +149,11 @@ matrix_step() {
         row "schema check (TypeScript SDK 1.32.2 zod schemas)" "validate.cjs ran" 0 "exit status $rc; see $MX/validate.log"
 
     for pid in "${tap_pids[@]}"; do
-        stop_pid "$pid"
+        stop "$pid"
     done
     stop_mcpgate mcpgate-matrix "$gw_pid" "client matrix"
-    stop_pid "$gwa_pid"
-    stop_pid "$fm_pid"
-    stop_pid "$py_pid"
-    stop_pid "$ev_pid"
+    stop "$gwa_pid"
+    stop "$fm_pid"
+    stop "$py_pid"
+    stop "$ev_pid"
 }

@@ -1,6 +1,7 @@
 # shellcheck shell=bash
-# Both protocol eras, for scripts/interop.sh (sourced there: it uses its start, stop_pid,
-# wait_port, check_loopback, stop_mcpgate, run and row, and its variables).
+# Both protocol eras, for scripts/interop.sh (sourced there: it uses start and stop of
+# scripts/lib.sh, interop.sh's wait_port, check_loopback, stop_mcpgate, run and row, and its
+# variables).
 #
 # One mcpgate in front of three servers: py_server.py (the Python SDK, both eras; mcpgate speaks
 # to it in the session era), py_modern_server.py (the Python SDK limited to 2026-07-28) and
@@ -21,11 +22,11 @@
 modern_step() {
     local section="both protocol eras" rc=0 stats
     start py-both "$VPY" "$HERE/py_server.py"
-    local both_pid=$STARTED_PID
+    local both_pid=$PID
     start py-modern "$VPY" "$HERE/py_modern_server.py"
-    local modern_pid=$STARTED_PID
+    local modern_pid=$PID
     start fixture-eras "$FIXTURE" --name fx
-    local fx_pid=$STARTED_PID
+    local fx_pid=$PID
     local both_port modern_port fx_port
     both_port=$(wait_port py-both "$both_pid" "$RUN/py-both.out")
     modern_port=$(wait_port py-modern "$modern_pid" "$RUN/py-modern.out")
@@ -41,7 +42,7 @@ modern_step() {
 }
 EOF
     start mcpgate-eras "$MCPGATE" --config "$RUN/mcpgate-eras.json"
-    local gw_pid=$STARTED_PID gw_port
+    local gw_pid=$PID gw_port
     gw_port=$(wait_port mcpgate-eras "$gw_pid" "$RUN/mcpgate-eras.out")
     echo "py (both eras) :$both_port, pym (2026-07-28 only) :$modern_port, mcp-fixture :$fx_port, mcpgate :$gw_port"
     check_loopback py-modern "$modern_pid" "$modern_port"
@@ -78,18 +79,18 @@ EOF
     else
         row "$section" "mcp-fixture counts: each session mcpgate opened on it was DELETEd once" 0 "no usable /stats: $stats"
     fi
-    stop_pid "$fx_pid"
-    stop_pid "$modern_pid"
-    stop_pid "$both_pid"
+    stop "$fx_pid"
+    stop "$modern_pid"
+    stop "$both_pid"
 }
 
 modern_conformance_step() {
     local section="conformance 2026-07-28: through mcpgate" rc=0 out=$RUN/server-2026
     local suite=$IO/conformance-next/node_modules/@modelcontextprotocol/conformance/dist/index.js
     start conformance-fixture-2026 "$FIXTURE" --conformance --name conformance
-    local cf_pid=$STARTED_PID
+    local cf_pid=$PID
     start py-modern-conformance "$VPY" "$HERE/py_modern_server.py" --conformance
-    local pm_pid=$STARTED_PID
+    local pm_pid=$PID
     local cf_port pm_port
     cf_port=$(wait_port conformance-fixture-2026 "$cf_pid" "$RUN/conformance-fixture-2026.out")
     pm_port=$(wait_port py-modern-conformance "$pm_pid" "$RUN/py-modern-conformance.out")
@@ -103,7 +104,7 @@ modern_conformance_step() {
 }
 EOF
     start mcpgate-2026 "$MCPGATE" --config "$RUN/mcpgate-2026.json"
-    local gw_pid=$STARTED_PID gw_port
+    local gw_pid=$PID gw_port
     gw_port=$(wait_port mcpgate-2026 "$gw_pid" "$RUN/mcpgate-2026.out")
     run timeout 600 node --require "$LOOPBACK" "$suite" server --requirements 2026-07-28 \
         --url "http://127.0.0.1:$gw_port/mcp" -o "$out" >"$RUN/server-2026.log" 2>&1 || rc=$?
@@ -123,6 +124,6 @@ EOF
             "exit status $rc; failing: ${scored_failing[*]:-?}; see $RUN/server-2026.log"
     fi
     stop_mcpgate mcpgate-2026 "$gw_pid" "$section"
-    stop_pid "$pm_pid"
-    stop_pid "$cf_pid"
+    stop "$pm_pid"
+    stop "$cf_pid"
 }

@@ -1,6 +1,6 @@
 # shellcheck shell=bash
-# The stdio servers of scripts/interop.sh (sourced there: it uses its start, stop_pid, wait_port,
-# check_loopback, stop_mcpgate, run and row, and its variables).
+# The stdio servers of scripts/interop.sh (sourced there: it uses start and stop of scripts/lib.sh,
+# interop.sh's wait_port, check_loopback, stop_mcpgate, run and row, and its variables).
 #
 # One mcpgate starts four real stdio servers from the registries, pinned in interop.sh (NPM_PINS)
 # and requirements.txt, each with the `command`/`args`/`env` a Claude Desktop user would write,
@@ -50,14 +50,14 @@ stdio_step() {
 }
 EOF
     start mcpgate-stdio "$MCPGATE" --config "$RUN/mcpgate-stdio.json"
-    local gw_pid=$STARTED_PID gw_port
+    local gw_pid=$PID gw_port
     gw_port=$(wait_port mcpgate-stdio "$gw_pid" "$RUN/mcpgate-stdio.out")
     # $gw_pid is `timeout`'s (see start); mcpgate is its child.
     local mcpgate_pid
     mcpgate_pid=$(pgrep -P "$gw_pid" -x mcpgate || true)
     [[ -n $mcpgate_pid ]] || mcpgate_pid=$gw_pid
     start stdio-procs "$VPY" "$HERE/stdio_procs.py" watch --pid "$mcpgate_pid" --out "$dir/seen.jsonl"
-    local watch_pid=$STARTED_PID
+    local watch_pid=$PID
     echo "mcpgate :$gw_port (PID $mcpgate_pid) with 4 stdio servers: $RUN/mcpgate-stdio.json"
     check_loopback mcpgate-stdio "$gw_pid" "$gw_port"
     local url=http://127.0.0.1:$gw_port/mcp rc t0=$SECONDS
@@ -127,7 +127,7 @@ EOF
     else
         row "$section: processes" "$name" 0 "last line: ${last:-none} (status.json said spawned ${spawned:-?})"
     fi
-    stop_pid "$watch_pid"
+    stop "$watch_pid"
     timeout 60 "$VPY" "$HERE/stdio_procs.py" check --seen "$dir/seen.jsonl" --gateway-pid "$mcpgate_pid" \
         --spawned "${spawned:--1}" --json "$dir/procs.json" || true
     timeout 60 "$VPY" "$HERE/report.py" checks --json "$dir/procs.json" --section "$section: processes" --out "$RESULTS"
