@@ -242,7 +242,7 @@ TEXT_100B=$(printf 'x%.0s' $(seq 60))
 for clients in $CPU_CLIENT_COUNTS; do
     for size in 100B 100KB 1MB; do
         case $size in
-            100B) tool=echo; args="{\"text\": \"$TEXT_100B\"}" ;;
+            100B) tool="echo"; args="{\"text\": \"$TEXT_100B\"}" ;;
             100KB) tool=big; args='{"bytes": 100000}' ;;
             1MB) tool=big; args='{"bytes": 1000000}' ;;
         esac
@@ -461,15 +461,15 @@ record "{\"part\":\"stdio-kill\",\"result\":$line}"
 echo "  $line" >&2
 if [ -n "$SG" ]; then
     # Its children go with it (its own cleanup, on SIGTERM); any left are ours to stop.
-    SG_KIDS=$(pgrep -P "$SG_PID" || true)
+    mapfile -t SG_KIDS < <(pgrep -P "$SG_PID" || true)
     stop "$SG_PID"
     left=0
-    for kid in $SG_KIDS; do
+    for kid in "${SG_KIDS[@]}"; do
         state=$(sed 's/.*) //' "/proc/$kid/stat" 2>/dev/null | cut -d' ' -f1 || true)
         if [ -n "$state" ] && [ "$state" != Z ]; then left=$((left + 1)); kill -KILL "$kid" 2>/dev/null || true; fi
     done
-    record "{\"part\":\"stdio-peer-stop\",\"children_before\":$(echo $SG_KIDS | wc -w),\"left_after\":$left}"
-    echo "  supergateway stopped (SIGTERM) with $(echo $SG_KIDS | wc -w) children; $left of them left after it" >&2
+    record "{\"part\":\"stdio-peer-stop\",\"children_before\":${#SG_KIDS[@]},\"left_after\":$left}"
+    echo "  supergateway stopped (SIGTERM) with ${#SG_KIDS[@]} children; $left of them left after it" >&2
 fi
 
 step "5e. churn: $STDIO_CHURN cycles of initialize, one call, DELETE, with a child each"

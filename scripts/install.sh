@@ -47,6 +47,7 @@ if [ ! -e "$etc/env" ]; then
 fi
 
 # Check the configuration with the service's environment.
+# shellcheck source=/dev/null # the service's secrets, written on the target machine
 if ! (set -a; . "$etc/env"; "$bin" --check --config "$etc/mcpgate.json"); then
   echo "install.sh: $etc/mcpgate.json does not validate; the service is not (re)started" >&2
   exit 1

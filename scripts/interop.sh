@@ -141,6 +141,7 @@ run() {
 LISTENING='listening on [^ ]*127\.0\.0\.1:[0-9]+'
 
 # announced FILE PID: FILE has a `listening on` line, or PID ended (and never will write one).
+# shellcheck disable=SC2317 # called through wait_for
 announced() { grep -qE "$LISTENING" "$1" 2>/dev/null || ended "$2"; }
 
 # wait_port NAME PID FILE: the port of the first `listening on ...127.0.0.1:PORT` line of FILE.

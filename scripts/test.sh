@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The whole test suite, as CI runs it: formatting, lints, unit and
-# integration tests, the demo end to end, the interoperability check with
-# the official SDK and conformance suite (it installs pinned versions into
-# .interop/), a short scale-out run behind HAProxy and nginx, and a short
-# smoke run of the benchmark.
+# The whole test suite, as CI runs it: formatting, lints (shellcheck for the
+# scripts, clippy), unit and integration tests, the demo end to end, the
+# interoperability check with the official SDK and conformance suite (it
+# installs pinned versions into .interop/), a short scale-out run behind
+# HAProxy and nginx, and a short smoke run of the benchmark.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,6 +11,14 @@ step() { printf '\n== %s\n' "$*"; }
 
 step "cargo fmt --check"
 cargo fmt --all -- --check
+
+step "shellcheck (the scripts)"
+if ! command -v shellcheck >/dev/null; then
+  export DEBIAN_FRONTEND=noninteractive
+  timeout 600 apt-get update -qq
+  timeout 600 apt-get install -y -qq --no-install-recommends shellcheck >/dev/null
+fi
+shellcheck .ci/run scripts/*.sh scripts/interop/*.sh
 
 step "cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # The client matrix of scripts/interop.sh (sourced there: it uses start, stop, track and wait_for
 # of scripts/lib.sh, interop.sh's wait_port, check_loopback, stop_mcpgate and row, and its
 # variables).
@@ -19,6 +20,7 @@ MATRIX_LANES=(
     "typescript-sdk python-sdk-1.x"
     "mcp-remote fastmcp"
 )
+read -ra MATRIX_CLIENTS <<<"${MATRIX_LANES[*]}"
 
 # matrix_command CLIENT: the command line that runs CLIENT's flow (flow.py's arguments follow).
 matrix_command() {
@@ -106,7 +108,7 @@ matrix_step() {
 
     # A tap per client, a listener per target.
     local client lane tap_pids=() lane_pids=()
-    for client in ${MATRIX_LANES[*]}; do
+    for client in "${MATRIX_CLIENTS[@]}"; do
         start "matrix-tap-$client" "$VPY" "$HERE/tap.py" --dir "$MX/taps" --label "$client" \
             --upstream "direct-everything=http://127.0.0.1:$ev_port" --upstream "direct-py=http://127.0.0.1:$py_port" \
             --upstream "direct-fm=http://127.0.0.1:$fm_port" --upstream "mcpgate=http://127.0.0.1:$gw_port" \
@@ -128,7 +130,7 @@ matrix_step() {
         wait "$lane" || true
     done
     echo "the clients ran in $((SECONDS - t_matrix)) s (${#MATRIX_LANES[@]} lanes); each run's log: $MX/logs/"
-    for client in ${MATRIX_LANES[*]}; do
+    for client in "${MATRIX_CLIENTS[@]}"; do
         for f in "$MX/logs/$client"--*.log; do
             sed -n '1p;/^  FAIL\|client failed\|close:\|exit status/p' "$f"
         done
