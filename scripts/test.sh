@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The whole test suite, as CI runs it: formatting, lints (shellcheck for the
-# scripts, clippy), unit and integration tests, the demo end to end, the
-# interoperability check with the official SDK and conformance suite (it
-# installs pinned versions into .interop/), a short scale-out run behind
-# HAProxy and nginx, and a short smoke run of the benchmark.
+# The whole test suite, as CI runs it: formatting, lints (shellcheck and
+# ruff for the scripts, clippy), unit and integration tests, the demo end to
+# end, the interoperability check with the official SDK and conformance
+# suite (it installs pinned versions into .interop/), a short scale-out run
+# behind HAProxy and nginx, and a short smoke run of the benchmark.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,6 +19,17 @@ if ! command -v shellcheck >/dev/null; then
   timeout 600 apt-get install -y -qq --no-install-recommends shellcheck >/dev/null
 fi
 shellcheck .ci/run scripts/*.sh scripts/interop/*.sh
+
+# ruff, pinned, in a venv of its own (.lint/), for the Python of scripts/ (ruff.toml).
+RUFF_VERSION=0.17.5
+step "ruff $RUFF_VERSION (the scripts' Python)"
+lint=.lint/venv
+if [ "$("$lint/bin/ruff" --version 2>/dev/null)" != "ruff $RUFF_VERSION" ]; then
+  rm -rf "$lint"
+  timeout 120 python3 -m venv "$lint"
+  timeout 600 "$lint/bin/pip" install --quiet --disable-pip-version-check --no-input "ruff==$RUFF_VERSION"
+fi
+"$lint/bin/ruff" check --no-cache scripts/
 
 step "cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings

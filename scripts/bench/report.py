@@ -27,17 +27,19 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def machine() -> str:
     model = "unknown CPU"
     try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
     except OSError:
         pass
     mem = 0
     try:
-        for line in open("/proc/meminfo"):
-            if line.startswith("MemTotal:"):
-                mem = int(line.split()[1]) // (1024 * 1024)
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    mem = int(line.split()[1]) // (1024 * 1024)
     except OSError:
         pass
     return f"{os.cpu_count()} cores ({model}), {mem} GiB, Linux {platform.release()}"
@@ -610,8 +612,9 @@ def main() -> int:
     churn = next((r for r in rows if r["part"] == "churn"), None)
     samples = []
     if os.path.exists(a.churn_csv):
-        for s in csv.DictReader(open(a.churn_csv)):
-            samples.append({"t": float(s["seconds"]), "rss": int(s["rss_bytes"]), "threads": int(s["threads"]), "done": int(s["cycles_done"])})
+        with open(a.churn_csv) as f:
+            for s in csv.DictReader(f):
+                samples.append({"t": float(s["seconds"]), "rss": int(s["rss_bytes"]), "threads": int(s["threads"]), "done": int(s["cycles_done"])})
     rss_1k = rss_end = None
     if churn:
         res = churn["result"]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import http.client
+import itertools
 import json
 import sys
 import time
@@ -383,7 +384,7 @@ def progress_call(
             seen.append(progress)
 
         result = await client.call_tool(name, args, progress_callback=on_progress)
-        increasing = all(a < b for a, b in zip(seen, seen[1:], strict=False))
+        increasing = all(a < b for a, b in itertools.pairwise(seen))
         ok = not result.is_error and len(seen) == want and increasing
         return ok, f"{len(seen)} progress notifications {seen} (want {want}); result {short(text_of(result), 50)}"
 

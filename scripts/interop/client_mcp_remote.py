@@ -44,7 +44,7 @@ class StdioRpc(flow.Adapter):
         self.server_version = ""
 
     async def start(self) -> None:
-        self.stderr = open(self.stderr_path, "ab")
+        self.stderr = open(self.stderr_path, "ab")  # noqa: SIM115 - the child's stderr, closed in close()
         self.process = await anyio.open_process(self.command, env=self.env, stderr=self.stderr)
         self.group = anyio.create_task_group()
         await self.group.__aenter__()

@@ -15,6 +15,7 @@ where ok is true, false, or null for "n/a" (the client cannot do it).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -214,7 +215,6 @@ class Flow:
         print(f"  flow took {time.monotonic() - started:.1f} s", flush=True)
 
     async def feature(self, feature: str, server: str, spec: dict[str, Any]) -> None:
-        a = self.a
         if feature in LISTS:
             kind = LISTS[feature]
             want = spec.get(kind, [])
@@ -229,7 +229,7 @@ class Flow:
                 if self.through and kind in ("resources", "templates"):
                     mine = [i for i in mine if owner(i) == server]
                 missing = [w for w in want if w not in mine]
-                listed = sorted(set(i for i in mine if not i.startswith("dyn_")))
+                listed = sorted({i for i in mine if not i.startswith("dyn_")})
                 self.results.setdefault("_lists", {})[f"{kind}:{server}"] = listed  # type: ignore[index]
                 detail = f"{len(listed)} in {pages} page(s)" + (f"; missing {missing}" if missing else "")
                 return not missing, detail
@@ -265,7 +265,7 @@ class Flow:
     async def f_progress(self, server: str, s: dict[str, Any]) -> tuple[bool, str]:
         seen: list[float] = []
         text = await self.a.call(self.name(server, s["tool"]), s["args"], on_progress=seen.append)
-        increasing = all(x < y for x, y in zip(seen, seen[1:], strict=False))
+        increasing = all(x < y for x, y in itertools.pairwise(seen))
         return len(seen) == s["steps"] and increasing, f"{len(seen)} progress {seen} (want {s['steps']}); {short(text, 40)}"
 
     async def toggled(self, server: str, s: dict[str, Any], method: str, needle: str | None) -> tuple[bool, str]:

@@ -29,8 +29,8 @@ import sys
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from flow import FEATURES, SERVERS  # noqa: E402
-from report import append, load_xfails  # noqa: E402
+from flow import FEATURES, SERVERS
+from report import append, load_xfails
 
 CLIENTS = ["typescript-sdk", "inspector-cli", "mcp-remote", "python-sdk-1.x", "python-sdk-2.x", "fastmcp"]
 MCP_PATH = "/mcp"

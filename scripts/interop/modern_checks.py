@@ -27,6 +27,8 @@ import warnings
 from typing import Any
 
 import anyio
+from mcp import Client, MCPDeprecationWarning
+
 from client_checks import (
     REC,
     RESULTS,
@@ -39,7 +41,6 @@ from client_checks import (
     short,
     text_of,
 )
-from mcp import Client, MCPDeprecationWarning
 
 warnings.filterwarnings("ignore", category=MCPDeprecationWarning)
 

@@ -35,8 +35,8 @@ import sys
 from typing import Annotated, Any
 
 import anyio
-import uvicorn
 import mcp.server.lowlevel.server as lowlevel
+import uvicorn
 from mcp.server._streamable_http_modern import handle_modern_request
 from mcp.server.mcpserver import Context, Elicit, ListRoots, MCPServer, Resolve, Sample
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager

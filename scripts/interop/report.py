@@ -162,7 +162,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
         note = reason or f"{len(found)}x, e.g. {example['http']}: {example['message'][:150]}"
         append(args.out, args.section, f"sent by mcpgate [{category}] {what}", 0, len(found), "XFAIL" if reason else "FAIL", note)
     for case in report["bad"]["mcpgate"]:
-        invalid = [x for x in case["failures"]]
+        invalid = list(case["failures"])
         categories = {x["category"] for x in invalid}
         reason = next((xfails[c] for c in categories if c in xfails), None) if invalid else None
         status = ("XFAIL" if reason and all(c in xfails for c in categories) else "FAIL") if invalid else "PASS"

@@ -272,7 +272,7 @@ async def session_checks(s: Session, spec: dict[str, Any], fs_dir: str) -> None:
         r = await s.call("time__get_current_time", {"timezone": "Asia/Tokyo"})
         got = r.structured_content or {}
         when = dt.datetime.fromisoformat(got.get("datetime", "1970-01-01T00:00:00+00:00"))
-        now = dt.datetime.now(dt.timezone.utc)  # noqa: UP017 (dt.UTC is 3.11's; the venv may be 3.10)
+        now = dt.datetime.now(dt.timezone.utc)  # not dt.UTC: that is 3.11's, and the venv may be 3.10
         skew = abs((when - now).total_seconds())
         ok = (
             not r.is_error

@@ -22,6 +22,7 @@ Records: {"type": "request", "seq", "t", "method", "path", "headers", "body"},
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import os
@@ -77,7 +78,7 @@ class Handler(BaseHTTPRequestHandler):
     name: str
 
     @property
-    def log(self) -> "Listener":
+    def log(self) -> Listener:
         return Listener(self.name)
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (quiet)
@@ -235,10 +236,8 @@ def main() -> int:
         servers.append(server)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         print(f"listening on 127.0.0.1:{server.server_address[1]} {name}", flush=True)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         threading.Event().wait()
-    except KeyboardInterrupt:
-        pass
     return 0
 
 

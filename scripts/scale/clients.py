@@ -78,7 +78,7 @@ async def run_client(one: One, args: Any, state: dict[str, Any], deadline: float
                             result = await client.call_tool(args.tool, {"a": one.n, "b": 1})
                         ok = not result.is_error
                         why = "" if ok else str(result.content)[:200]
-                    except Exception as e:  # noqa: BLE001 - every failure is counted and reported
+                    except Exception as e:  # every failure is counted and reported
                         ok, why = False, f"{type(e).__name__}: {e}"[:200]
                     if one.session:
                         one.instances.add(instance_of(one.session))
@@ -101,7 +101,7 @@ async def run_client(one: One, args: Any, state: dict[str, Any], deadline: float
                                 one.first_failure = now
                         break  # a new client: initialize again
                     await anyio.sleep(args.pause)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             # Connecting failed (a failed call), or closing a session already gone did (not a call).
             why = f"connect or close: {type(e).__name__}: {e}"[:200]
             if one.session and one.instances:
@@ -147,7 +147,7 @@ async def main() -> int:
             try:
                 with urllib.request.urlopen(url, timeout=5) as r:
                     status_live[name] = json.load(r)["sessions"]["live"]
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 status_live[name] = f"{type(e).__name__}: {e}"
         os.kill(args.victim_pid, signal.SIGKILL)
         state["killed_at"] = time.monotonic()
