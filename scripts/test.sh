@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: formatting, lints (shellcheck and
-# ruff for the scripts, clippy), unit and integration tests, the demo end to
-# end, the interoperability check with the official SDK and conformance
-# suite (it installs pinned versions into .interop/), a short scale-out run
-# behind HAProxy and nginx, and a short smoke run of the benchmark.
+# ruff for the scripts, clippy), unit and integration tests, the crate as it
+# would be published, the demo end to end, the interoperability check with
+# the official SDK and conformance suite (it installs pinned versions into
+# .interop/), a short scale-out run behind HAProxy and nginx, and a short
+# smoke run of the benchmark.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -38,6 +39,22 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 # tests/support/process.rs, fixture_bin.
 step "cargo test"
 cargo test --workspace --quiet
+
+# The crate as it would be published: mcpgate alone, with its sources, README
+# and licenses (Cargo.toml's include), and it builds. Nothing is uploaded; the
+# dry run reads the registry's index, so it is not --offline. The tests stay
+# in the repository (they need the fixture): cargo's line for each is dropped.
+step "cargo package --list, cargo publish --dry-run"
+not_tests() { grep -vE '^warning: ignoring test .[a-z_]+. as .tests/[a-z_]+\.rs. is not included in the published package$' >&2; }
+files=$(cargo package --list --locked --offline --package mcpgate 2> >(not_tests))
+echo "$(wc -l <<<"$files") files: $(grep -c '^src/' <<<"$files") in src/, and $(grep -v '^src/' <<<"$files" | paste -sd' ')"
+stray=$(grep -vxE 'src/.*\.rs|Cargo\.toml|Cargo\.toml\.orig|Cargo\.lock|README\.md|LICENSE-(MIT|APACHE)|\.cargo_vcs_info\.json' <<<"$files" || true)
+if [ -n "$stray" ]; then
+  echo "test.sh: the package holds files it should not:" >&2
+  echo "$stray" >&2
+  exit 1
+fi
+cargo publish --dry-run --locked --package mcpgate 2> >(not_tests)
 
 step "metrics and the status page with promtool, Prometheus and Chromium (scripts/observe.sh)"
 scripts/observe.sh
