@@ -118,23 +118,13 @@ SCRIPT=interop.sh LOG_DIR=$RUN LIFETIME=900
 # shellcheck source=lib.sh
 . "$ROOT/scripts/lib.sh"
 
-FG_PID=
-
-# shellcheck disable=SC2317 # called by stop_all, on exit
-on_exit() {
-    if [[ -n $FG_PID ]]; then
-        stop "$FG_PID"
-    fi
-}
-
 # run CMD...: runs CMD and waits for it, in a way a signal to this script interrupts at once (bash
 # handles a trapped signal only after a foreground command ends, but during `wait` right away).
 run() {
     "$@" &
-    FG_PID=$!
-    local rc=0
-    wait "$FG_PID" || rc=$?
-    FG_PID=
+    local pid=$! rc=0
+    track "$pid" # the newest: stop_all stops it first
+    wait "$pid" || rc=$?
     return "$rc"
 }
 

@@ -1,6 +1,6 @@
 # shellcheck shell=bash
-# The process handling the scripts share; sourced by scripts/demo.sh, bench.sh and interop.sh
-# (and its parts in scripts/interop/):
+# The process handling the scripts share; sourced by scripts/demo.sh, bench.sh, observe.sh and
+# interop.sh (and its parts in scripts/interop/):
 #
 #   start NAME CMD...         CMD in the background, its output in $LOG_DIR/NAME.out and .err;
 #                             sets PID and adds it to PIDS; with LIFETIME set, under
@@ -18,9 +18,9 @@
 #   fail MESSAGE...           says so on stderr and exits 1
 #
 # Sourcing it sets the traps: on EXIT stop_all, and INT and TERM exit (130, 143) through it.
-# A script that must do more on exit defines on_exit, which stop_all calls first. Only
-# processes this shell started are stopped, by their PID: one that has ended and whose PID was
-# given to another process since is left alone.
+# A script that must do more on exit (remove its files) defines on_exit, which stop_all calls
+# once the processes are stopped. Only processes this shell started are stopped, by their PID:
+# one that has ended and whose PID was given to another process since is left alone.
 
 SCRIPT=${SCRIPT:-${0##*/}}
 LOG_DIR=${LOG_DIR:-${TMPDIR:-/tmp}}
@@ -93,12 +93,12 @@ stop() {
 # shellcheck disable=SC2317 # called by the trap
 stop_all() {
     local rc=$? i
-    if declare -F on_exit >/dev/null; then
-        on_exit || true
-    fi
     for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do
         stop "${PIDS[i]}"
     done
+    if declare -F on_exit >/dev/null; then
+        on_exit || true
+    fi
     exit "$rc"
 }
 

@@ -28,10 +28,6 @@ esac
 SESSIONS=20
 started_at=$SECONDS
 step() { printf '== %s (%d s)\n' "$*" $((SECONDS - started_at)); }
-fail() {
-    printf 'observe.sh: FAILED: %s\n' "$*" >&2
-    exit 1
-}
 
 missing=()
 command -v promtool >/dev/null && command -v prometheus >/dev/null || missing+=(prometheus)
@@ -49,63 +45,19 @@ bin="${CARGO_TARGET_DIR:-target}/debug"
 bin=$(cd "$bin" && pwd)
 
 work=$(mktemp -d)
-pids=()
-stop_all() {
-    local pid _
-    for pid in "${pids[@]}"; do
-        kill -TERM "$pid" 2>/dev/null || true
-    done
-    for pid in "${pids[@]}"; do
-        for _ in $(seq 50); do
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.1
-        done
-        kill -KILL "$pid" 2>/dev/null || true
-        wait "$pid" 2>/dev/null || true
-    done
-    rm -rf "$work"
-}
-trap stop_all EXIT
-
-# start NAME COMMAND...: runs COMMAND in the background; its output in $work/NAME.out and .err.
-start() {
-    local name=$1
-    shift
-    "$@" >"$work/$name.out" 2>"$work/$name.err" &
-    pids+=($!)
-}
-
-# wait_for SECONDS WHAT COMMAND...: runs COMMAND every 0.1 s until it succeeds, at most SECONDS.
-wait_for() {
-    local limit=$1 what=$2
-    local deadline=$((SECONDS + limit))
-    shift 2
-    until "$@"; do
-        [ "$SECONDS" -lt "$deadline" ] || fail "$what: not within $limit s"
-        sleep 0.1
-    done
-}
+LOG_DIR=$work
+# start, wait_for, free_port, fail; every process stopped on exit: scripts/lib.sh.
+# shellcheck source=lib.sh
+. scripts/lib.sh
+on_exit() { rm -rf "$work"; }
 
 listening() { grep -q '^listening on ' "$work/$1.out" 2>/dev/null; }
 # Where NAME listens, from its first line: `listening on [http://]ADDR[/mcp]`.
 address() { head -n1 "$work/$1.out" | sed 's#^listening on ##; s#^http://##; s#/mcp$##'; }
 
-# A port on 127.0.0.1 nothing listens on now, picked at random.
-free_port() {
-    local port _
-    for _ in $(seq 100); do
-        port=$((20000 + RANDOM % 40000))
-        if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-            echo "$port"
-            return 0
-        fi
-    done
-    fail "no free port on 127.0.0.1 in 100 tries"
-}
-
 step "starting a fixture and mcpgate in front of 3 servers, one of them down"
 start files "$bin/mcp-fixture" --listen 127.0.0.1:0 --name files
-wait_for 10 "the fixture listening" listening files
+wait_for 10 "the fixture listening" listening files || exit 1
 weather_port=$(free_port)
 token_laptop="observe-laptop-0123456789"
 token_ci="observe-ci-0123456789abcd"
@@ -124,7 +76,7 @@ EOF
 # The stdio server is found on PATH, so the page (and its screenshots) show
 # a command as a user would write it, not this machine's build directory.
 PATH="$bin:$PATH" start mcpgate "$bin/mcpgate" --config "$work/mcpgate.json"
-wait_for 10 "mcpgate listening" listening mcpgate
+wait_for 10 "mcpgate listening" listening mcpgate || exit 1
 gate=$(address mcpgate)
 
 post() { # TOKEN SESSION BODY: POSTs to /mcp; the answer's head on stdout
@@ -169,14 +121,14 @@ EOF
 start prometheus prometheus --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/prometheus" \
     --web.listen-address="127.0.0.1:$prom_port" --log.level=warn
 prometheus_ready() { curl -fsS -m 2 -o /dev/null "http://127.0.0.1:$prom_port/-/ready" 2>/dev/null; }
-wait_for 30 "Prometheus ready" prometheus_ready
+wait_for 30 "Prometheus ready" prometheus_ready || exit 1
 # query PROMQL: the value of its first result, or nothing.
 query() {
     curl -fsS -m 2 -G "http://127.0.0.1:$prom_port/api/v1/query" --data-urlencode "query=$1" 2>/dev/null |
         sed -n 's/.*"value":\[[^,]*,"\([^"]*\)"\].*/\1/p'
 }
 scraped_sessions() { [ "$(query mcpgate_sessions_live)" = "$SESSIONS" ]; }
-if ! (wait_for 30 "Prometheus' mcpgate_sessions_live = $SESSIONS" scraped_sessions); then
+if ! wait_for 30 "Prometheus' mcpgate_sessions_live = $SESSIONS" scraped_sessions; then
     curl -sS -m 2 "http://127.0.0.1:$prom_port/api/v1/targets" >&2 || true
     cat "$work/prometheus.err" >&2
     fail "Prometheus did not return the live session count"
