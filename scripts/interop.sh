@@ -113,7 +113,8 @@ step() { printf '\n== %s  (%ds)\n' "$*" "$((SECONDS - T0))"; }
 
 # --- processes -------------------------------------------------------------------------------
 
-# start, stop, wait_for, stop_all on exit: scripts/lib.sh. Every process runs under `timeout`.
+# start, stop, wait_for, wait_port, stop_all on exit: scripts/lib.sh. Every process runs under
+# `timeout`.
 SCRIPT=interop.sh LOG_DIR=$RUN LIFETIME=900
 # shellcheck source=lib.sh
 . "$ROOT/scripts/lib.sh"
@@ -126,25 +127,6 @@ run() {
     track "$pid" # the newest: stop_all stops it first
     wait "$pid" || rc=$?
     return "$rc"
-}
-
-LISTENING='listening on [^ ]*127\.0\.0\.1:[0-9]+'
-
-# announced FILE PID: FILE has a `listening on` line, or PID ended (and never will write one).
-# shellcheck disable=SC2317 # called through wait_for
-announced() { grep -qE "$LISTENING" "$1" 2>/dev/null || ended "$2"; }
-
-# wait_port NAME PID FILE: the port of the first `listening on ...127.0.0.1:PORT` line of FILE.
-wait_port() {
-    local name=$1 pid=$2 file=$3 line
-    wait_for 30 "$name announcing a port; see $RUN/$name.*" announced "$file" "$pid" || return 1
-    line=$(grep -m1 -oE "$LISTENING" "$file" 2>/dev/null || true)
-    if [[ -z $line ]]; then
-        echo "error: $name exited before it listened; see $RUN/$name.err" >&2
-        tail -5 "$RUN/$name.err" >&2 || true
-        return 1
-    fi
-    echo "${line##*:}"
 }
 
 # row SECTION NAME OK DETAIL: one result row (and its PASS/FAIL line).

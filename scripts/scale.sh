@@ -68,94 +68,16 @@ check() { # check OK TEXT
 
 # --- processes -------------------------------------------------------------------------------
 
-PIDS=()
+# start, stop, wait_for, wait_port, free_ports, stop_started and stop_all on exit: scripts/lib.sh.
+# Every process runs under `timeout`; its output goes to the balancer's run directory (LOG_DIR).
+SCRIPT=scale.sh LIFETIME=900
+# shellcheck source=lib.sh
+. "$ROOT/scripts/lib.sh"
 
-# Stops one process we started: SIGTERM, up to 5 s, then SIGKILL.
-stop_pid() {
-    local pid=$1 i
-    kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
-    kill -TERM "$pid" 2>/dev/null || true
-    for ((i = 0; i < 50; i++)); do
-        if ! kill -0 "$pid" 2>/dev/null; then
-            wait "$pid" 2>/dev/null || true
-            return 0
-        fi
-        sleep 0.1
-    done
-    echo "warning: PID $pid did not stop on SIGTERM; killing it" >&2
-    kill -KILL "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-}
-
-stop_all() {
-    local i
-    for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do
-        stop_pid "${PIDS[i]}"
-    done
-    PIDS=()
-}
-
-# shellcheck disable=SC2317 # called by the trap
-cleanup() {
-    local rc=$?
-    stop_all
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-# start NAME CMD...: runs CMD in the background (bounded by `timeout`), output in $RUN/NAME.*;
-# sets STARTED_PID.
-start() {
-    local name=$1
-    shift
-    timeout 900 "$@" >"$RUN/$name.out" 2>"$RUN/$name.err" &
-    STARTED_PID=$!
-    PIDS+=("$STARTED_PID")
-}
-
-# wait_port NAME PID FILE: the port of the first `listening on ...127.0.0.1:PORT` line of FILE.
-wait_port() {
-    local name=$1 pid=$2 file=$3 deadline=$((SECONDS + 30)) line
-    while ((SECONDS < deadline)); do
-        line=$(grep -m1 -oE 'listening on [^ ]*127\.0\.0\.1:[0-9]+' "$file" 2>/dev/null || true)
-        if [[ -n $line ]]; then
-            echo "${line##*:}"
-            return 0
-        fi
-        if ! kill -0 "$pid" 2>/dev/null; then
-            echo "error: $name exited before it listened; see $RUN/$name.err" >&2
-            tail -5 "$RUN/$name.err" >&2 || true
-            return 1
-        fi
-        sleep 0.1
-    done
-    echo "error: $name did not announce a port within 30 s; see $RUN/$name.*" >&2
-    return 1
-}
-
-# wait_http URL: until it answers 200 (at most 20 s).
-wait_http() {
-    local deadline=$((SECONDS + 20))
-    while ((SECONDS < deadline)); do
-        curl -fsS --max-time 2 -o /dev/null "$1" 2>/dev/null && return 0
-        sleep 0.2
-    done
-    echo "error: $1 did not answer within 20 s" >&2
-    return 1
-}
-
-# free_ports N: N ports free on 127.0.0.1 now.
-free_ports() {
-    python3 - "$1" <<'EOF'
-import socket, sys
-socks = [socket.socket() for _ in range(int(sys.argv[1]))]
-for s in socks:
-    s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in socks))
-EOF
-}
+# answers URL: it answers 200.
+answers() { curl -fsS --max-time 2 -o /dev/null "$1" 2>/dev/null; }
+# dead PID: no such process (PID need not be our child: mcpgate runs under `timeout`).
+dead() { ! kill -0 "$1" 2>/dev/null; }
 
 # --- installs --------------------------------------------------------------------------------
 
@@ -218,8 +140,8 @@ EOF
 
 start_gate() { # start_gate ID PORT: sets GATE_PID[ID], the PID of mcpgate itself (not of `timeout`)
     start "$1" "$MCPGATE" --config "$RUN/$1.json"
-    wait_port "$1" "$STARTED_PID" "$RUN/$1.out" >/dev/null
-    GATE_PID[$1]=$(pgrep -P "$STARTED_PID" -x mcpgate)
+    wait_port "$1" "$PID" "$RUN/$1.out" >/dev/null
+    GATE_PID[$1]=$(pgrep -P "$PID" -x mcpgate)
 }
 
 # The shipped config with the addresses of this run.
@@ -259,7 +181,7 @@ EOF
         start nginx nginx -p "$RUN" -c "$RUN/nginx-main.conf" -e "$RUN/nginx.log"
         ;;
     esac
-    wait_http "http://127.0.0.1:$LB/healthz"
+    wait_for 20 "$1 answering on :$LB" answers "http://127.0.0.1:$LB/healthz"
 }
 
 # fixture_stats NAME PORT: its /stats, one line.
@@ -277,13 +199,14 @@ settled() {
 run_balancer() { # run_balancer haproxy|nginx
     local lb=$1 ports victim=gw-b
     RUN=$OUT/run-$lb
+    LOG_DIR=$RUN
     rm -rf "$RUN"
     mkdir -p "$RUN/state"
     step "$lb: 2 fixtures, 3 mcpgate instances, $lb in front"
     start alpha "$FIXTURE" --listen 127.0.0.1:0 --name alpha
-    ALPHA=$(wait_port alpha "$STARTED_PID" "$RUN/alpha.out")
+    ALPHA=$(wait_port alpha "$PID" "$RUN/alpha.out")
     start beta "$FIXTURE" --listen 127.0.0.1:0 --name beta
-    BETA=$(wait_port beta "$STARTED_PID" "$RUN/beta.out")
+    BETA=$(wait_port beta "$PID" "$RUN/beta.out")
     read -r -a ports <<<"$(free_ports 4)"
     declare -gA PORT=([gw-a]=${ports[0]} [gw-b]=${ports[1]} [gw-c]=${ports[2]})
     declare -gA GATE_PID=()
@@ -304,11 +227,10 @@ run_balancer() { # run_balancer haproxy|nginx
         --status "gw-b=http://127.0.0.1:${PORT[gw-b]}/status.json" \
         --status "gw-c=http://127.0.0.1:${PORT[gw-c]}/status.json" >"$RUN/report.json" 2>"$RUN/clients.err" &
     local driver=$! ended_at
-    PIDS+=("$driver")
+    track "$driver"
     # HAProxy: gw-b comes back a second after its kill, with its state file.
     if [[ $lb == haproxy ]]; then
-        local deadline=$((SECONDS + STEADY + 60))
-        while kill -0 "${GATE_PID[$victim]}" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.1; done
+        wait_for $((STEADY + 60)) "the kill of $victim" dead "${GATE_PID[$victim]}" || true
         sleep 1
         mv "$RUN/$victim.err" "$RUN/$victim.killed.err"
         start_gate "$victim" "${PORT[$victim]}"
@@ -321,16 +243,13 @@ run_balancer() { # run_balancer haproxy|nginx
         echo "error: the clients failed (exit $rc); see $RUN/clients.err" >&2
         tail -20 "$RUN/clients.err" >&2
         check 0 "$lb: the clients ran"
-        stop_all
+        stop_started
         return 0
     fi
 
     step "$lb: every downstream session closed ($( [[ $lb == haproxy ]] && echo "gw-b restarted" || echo "gw-b stays dead: a peer takes over its state"))"
-    local deadline=$((SECONDS + 3 * IDLE + 30)) settled_ok=0
-    while ((SECONDS < deadline)); do
-        if settled; then settled_ok=1; break; fi
-        sleep 0.5
-    done
+    local settled_ok=0
+    WAIT_EVERY=0.5 wait_for $((3 * IDLE + 30)) "every downstream session closed" settled && settled_ok=1
     # From the kill: the clients ran on for AFTER seconds after it.
     local settle_s=$((SECONDS - ended_at + ${AFTER%.*}))
     local alpha_s beta_s
@@ -375,7 +294,7 @@ for name, s in fx.items():
           f"live {s['live_sessions']}, all closed within {settle_s} s of the kill")
 EOF
     FAILS=$((FAILS + $(grep -c '^FAIL' "$RUN/checks.txt" || true)))
-    stop_all
+    stop_started
 }
 
 # --- main ------------------------------------------------------------------------------------

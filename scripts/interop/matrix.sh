@@ -1,7 +1,7 @@
 # shellcheck shell=bash
-# The client matrix of scripts/interop.sh (sourced there: it uses start, stop, track and wait_for
-# of scripts/lib.sh, interop.sh's wait_port, check_loopback, stop_mcpgate and row, and its
-# variables).
+# The client matrix of scripts/interop.sh (sourced there: it uses start, stop, track,
+# wait_for and wait_port of scripts/lib.sh, interop.sh's check_loopback, stop_mcpgate and row, and
+# its variables).
 #
 # Six clients, each run directly against server-everything, the Python SDK server
 # (py_server.py) and the FastMCP server (fm_server.py), then through one mcpgate in front of

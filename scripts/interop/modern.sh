@@ -1,6 +1,6 @@
 # shellcheck shell=bash
-# Both protocol eras, for scripts/interop.sh (sourced there: it uses start and stop of
-# scripts/lib.sh, interop.sh's wait_port, check_loopback, stop_mcpgate, run and row, and its
+# Both protocol eras, for scripts/interop.sh (sourced there: it uses start, stop and
+# wait_port of scripts/lib.sh, interop.sh's check_loopback, stop_mcpgate, run and row, and its
 # variables).
 #
 # One mcpgate in front of three servers: py_server.py (the Python SDK, both eras; mcpgate speaks

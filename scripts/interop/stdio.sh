@@ -1,6 +1,7 @@
 # shellcheck shell=bash
-# The stdio servers of scripts/interop.sh (sourced there: it uses start and stop of scripts/lib.sh,
-# interop.sh's wait_port, check_loopback, stop_mcpgate, run and row, and its variables).
+# The stdio servers of scripts/interop.sh (sourced there: it uses start, stop and
+# wait_port of scripts/lib.sh, interop.sh's check_loopback, stop_mcpgate, run and row, and its
+# variables).
 #
 # One mcpgate starts four real stdio servers from the registries, pinned in interop.sh (NPM_PINS)
 # and requirements.txt, each with the `command`/`args`/`env` a Claude Desktop user would write,
