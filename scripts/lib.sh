@@ -1,6 +1,6 @@
 # shellcheck shell=bash
-# The process handling the scripts share; sourced by scripts/demo.sh, bench.sh, observe.sh and
-# interop.sh (and its parts in scripts/interop/):
+# The process handling the scripts share; sourced by scripts/demo.sh, bench.sh, observe.sh,
+# profile.sh, scale.sh and interop.sh (and its parts in scripts/interop/):
 #
 #   start NAME CMD...         CMD in the background, its output in $LOG_DIR/NAME.out and .err;
 #                             sets PID and adds it to PIDS; with LIFETIME set, under

@@ -27,44 +27,32 @@ rm -rf "$OUT"; mkdir -p "$OUT"
 cargo build --profile profiling --quiet --bin mcpgate --bin mcp-fixture --bin mcp-load
 BIN=${CARGO_TARGET_DIR:-$ROOT/target}/profiling
 
-PIDS=()
-cleanup() {
-    local pid
-    for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-    for pid in "${PIDS[@]}"; do
-        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$pid" 2>/dev/null || true
-        wait "$pid" 2>/dev/null || true
-    done
-}
-trap cleanup EXIT
+# start, wait_for, track, and every process stopped by PID on exit: scripts/lib.sh.
+SCRIPT=profile.sh LOG_DIR=$OUT
+# shellcheck source=lib.sh
+. scripts/lib.sh
 
-# start NAME CMD...: runs CMD, waits (at most 10 s) for its `listening on ADDR`; sets ADDR, PID.
-start() {
-    local name=$1; shift
-    "$@" >"$OUT/$name.log" 2>&1 &
-    PID=$!; PIDS+=("$PID")
-    for _ in $(seq 100); do
-        ADDR=$(grep -om1 'listening on [^ ]*' "$OUT/$name.log" | sed 's/listening on //; s#^http://##; s#/mcp$##' || true)
-        [ -n "$ADDR" ] && return 0
-        sleep 0.1
-    done
-    echo "profile: $name did not start; see $OUT/$name.log" >&2
-    exit 1
+# serve NAME CMD...: starts CMD and waits (at most 10 s) for its `listening on ADDR`; sets ADDR,
+# PID.
+serve() {
+    local name=$1
+    start "$@"
+    wait_for 10 "$name listening; see $OUT/$name.*" grep -q '^listening on ' "$OUT/$name.out" || exit 1
+    ADDR=$(grep -om1 'listening on [^ ]*' "$OUT/$name.out" | sed 's/listening on //; s#^http://##; s#/mcp$##')
 }
 
-start fixture "$BIN/mcp-fixture" --listen 127.0.0.1:0 --name a
+serve fixture "$BIN/mcp-fixture" --listen 127.0.0.1:0 --name a
 FIXTURE=$ADDR
 printf '{"listen": "127.0.0.1:0", "calls_per_server": 8, "max_connections": 4096, "mcpServers": {"a": {"url": "http://%s/mcp", "prefix": ""}}}\n' \
     "$FIXTURE" >"$OUT/mcpgate.json"
-start mcpgate "$BIN/mcpgate" --config "$OUT/mcpgate.json"
+serve mcpgate "$BIN/mcpgate" --config "$OUT/mcpgate.json"
 GATE=$ADDR; GATE_PID=$PID
 tool=echo args='{"text": "hello"}'
 [ -n "$BYTES" ] && tool=big args="{\"bytes\": $BYTES}"
 "$BIN/mcp-load" calls --url "http://$GATE/mcp" --tool "$tool" --args "$args" --clients "$CLIENTS" --seconds 1 >/dev/null
 "$BIN/mcp-load" calls --url "http://$GATE/mcp" --tool "$tool" --args "$args" --clients "$CLIENTS" \
     --seconds "$SECONDS_RUN" >"$OUT/load.json" &
-LOAD=$!; PIDS+=("$LOAD")
+LOAD=$!; track "$LOAD"
 sleep 0.5
 timeout $((SECONDS_RUN + 30)) perf record -F 999 -g --call-graph dwarf,16384 -p "$GATE_PID" -o "$OUT/perf.data" \
     -- sleep $((SECONDS_RUN - 1)) 2>"$OUT/perf-record.log"
@@ -75,6 +63,6 @@ timeout 600 perf report -i "$OUT/perf.data" --no-children --sort symbol --stdio 
 timeout 600 perf report -i "$OUT/perf.data" --children --sort symbol --stdio --percent-limit 3 -g none \
     >"$OUT/children.txt" 2>/dev/null || true
 echo "== self (the symbols that burn the CPU)"
-grep -E '^ +[0-9]' "$OUT/self.txt" | head -40
+grep -m40 -E '^ +[0-9]' "$OUT/self.txt"
 echo "== with children (where the time is spent below)"
-grep -E '^ +[0-9]' "$OUT/children.txt" | head -50
+grep -m50 -E '^ +[0-9]' "$OUT/children.txt"
