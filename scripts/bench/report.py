@@ -177,8 +177,14 @@ def cpu_section(rows, say, failures):
                 f"cpu: the server saw {extra:.1f} requests per session beyond the calls through mcpgate, "
                 f"{extra_direct:.1f} direct ({size}, {clients} clients): more than a session's opening and closing"
             )
+    # Growth per call would be thousands over the step. What may differ is the lanes' kept-alive
+    # connections to the server (calls_per_server: 8 here), which the server closes when idle and
+    # a later call opens again.
     growth = next((r for r in rows if r["part"] == "cpu-growth"), None)
-    if growth and (growth["threads_after"] > growth["threads_before"] or growth["fds_after"] > growth["fds_before"]):
+    lanes = 8
+    if growth and (
+        growth["threads_after"] > growth["threads_before"] or growth["fds_after"] > growth["fds_before"] + lanes
+    ):
         failures.append(
             f"cpu: mcpgate kept {growth['threads_after'] - growth['threads_before']} threads and "
             f"{growth['fds_after'] - growth['fds_before']} descriptors after its clients left"
