@@ -180,12 +180,7 @@ fn answers_initialize(server: &Server, endpoint: &Endpoint) -> Result<bool, Down
     });
     let body = jsonrpc::request(&id, "initialize", Some(&jsonrpc::raw(&params)));
     let response = endpoint.post_with(endpoint.short_agent(), &[], &body)?;
-    let session_id = response
-        .headers()
-        .get("mcp-session-id")
-        .and_then(|v| v.to_str().ok())
-        .filter(|v| !v.is_empty() && v.bytes().all(|b| (0x21..=0x7e).contains(&b)))
-        .map(str::to_string);
+    let session_id = super::http::session_id_of(&response).ok().flatten();
     let flight = server.lanes.flight(0);
     let exchange = Exchange {
         session_id: session_id.as_deref(),
@@ -197,25 +192,10 @@ fn answers_initialize(server: &Server, endpoint: &Endpoint) -> Result<bool, Down
     let result: Value =
         answer.ok().and_then(|a| a.result).and_then(|r| serde_json::from_str(r.get()).ok()).unwrap_or_default();
     let version = result["protocolVersion"].as_str().filter(|v| versions::supported(v));
-    if let Some(session) = &session_id {
-        let mut request = endpoint
-            .short_agent()
-            .delete(&endpoint.config.url)
-            .header("Mcp-Session-Id", session.as_str())
-            .header("MCP-Protocol-Version", version.unwrap_or(versions::NEWEST));
-        for (name, value) in &endpoint.config.headers {
-            request = request.header(name.as_str(), value.as_str());
-        }
-        match request.call() {
-            Ok(response) => {
-                let status = response.status().as_u16();
-                let _ = response.into_body().with_config().limit(64 * 1024).read_to_vec();
-                if !matches!(status, 200..=299 | 404 | 405) {
-                    log::warn!("server `{}`: DELETE of the session that asked its era: HTTP {status}", server.name());
-                }
-            }
-            Err(e) => log::warn!("server `{}`: DELETE of the session that asked its era: {e}", server.name()),
-        }
+    if let Some(session) = &session_id
+        && let Err(e) = endpoint.delete(session, version.unwrap_or(versions::NEWEST))
+    {
+        log::warn!("server `{}`: DELETE of the session that asked its era: {e}", server.name());
     }
     Ok(version.is_some())
 }

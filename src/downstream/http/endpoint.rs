@@ -161,7 +161,7 @@ impl Endpoint {
     /// Sends `DELETE` for a downstream session. Out of file descriptors, it
     /// tries again every 50 ms within `delete_timeout_secs`: closing
     /// sessions frees descriptors, and this DELETE is what must not be lost.
-    pub(super) fn delete(&self, session: &str, version: &str) -> Result<(), DownstreamError> {
+    pub(crate) fn delete(&self, session: &str, version: &str) -> Result<(), DownstreamError> {
         let deadline = Instant::now() + self.limits.delete;
         let response = loop {
             let left = deadline.saturating_duration_since(Instant::now());

@@ -15,16 +15,22 @@ use crate::limited;
 use crate::protocol::jsonrpc::{self, Message};
 use crate::protocol::versions;
 
+/// The `Mcp-Session-Id` a server's answer issued, if any; one that is not
+/// visible ASCII is an error.
+pub(crate) fn session_id_of(response: &ureq::http::Response<ureq::Body>) -> Result<Option<String>, DownstreamError> {
+    match response.headers().get("mcp-session-id").map(|v| v.to_str()) {
+        None => Ok(None),
+        Some(Ok(v)) if !v.is_empty() && v.bytes().all(|b| (0x21..=0x7e).contains(&b)) => Ok(Some(v.to_string())),
+        Some(_) => Err(DownstreamError::Protocol("Mcp-Session-Id is not visible ASCII".into())),
+    }
+}
+
 /// Sends `initialize` (id 0, the client's params) and reads the answer; the
 /// link carries the session id the server gave, if any.
 pub(crate) fn open(server: &Server, endpoint: &Endpoint, body: &[u8]) -> Result<Opened, DownstreamError> {
     let id = Value::from(0);
     let response = endpoint.post(&endpoint.agent, None, None, body)?;
-    let session_id = match response.headers().get("mcp-session-id").map(|v| v.to_str()) {
-        None => None,
-        Some(Ok(v)) if !v.is_empty() && v.bytes().all(|b| (0x21..=0x7e).contains(&b)) => Some(v.to_string()),
-        Some(_) => return Err(DownstreamError::Protocol("Mcp-Session-Id is not visible ASCII".into())),
-    };
+    let session_id = session_id_of(&response)?;
     let flight = server.lanes.flight(0);
     let exchange = Exchange {
         session_id: session_id.as_deref(),

@@ -8,4 +8,4 @@ mod link;
 mod reader;
 
 pub(crate) use endpoint::{Endpoint, Exchange, stream_agent};
-pub(crate) use link::{open, resumed};
+pub(crate) use link::{open, resumed, session_id_of};
