@@ -34,6 +34,8 @@ import mcp.types as types
 from mcp import Client, MCPDeprecationWarning, MCPError
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
+import flow
+
 # logging/setLevel, resources/subscribe and roots are deprecated in 2026-07-28, and exercised here on purpose.
 warnings.filterwarnings("ignore", category=MCPDeprecationWarning)
 
@@ -116,40 +118,6 @@ class Recorder:
 REC = Recorder()
 
 
-def value_for(name: str, prop: dict[str, Any]) -> Any:
-    kind = prop.get("type")
-    if "enum" in prop:
-        return prop["enum"][0]
-    if "oneOf" in prop:
-        return prop["oneOf"][0]["const"]
-    if kind == "string":
-        return {"email": "interop@example.com", "uri": "https://example.com", "date": "2000-01-01"}.get(
-            prop.get("format", ""), "Interop"
-        )
-    if kind == "integer":
-        return int(prop.get("minimum", 7))
-    if kind == "number":
-        return float(prop.get("minimum", 1.5))
-    if kind == "boolean":
-        return True
-    if kind == "array":
-        items = prop.get("items", {})
-        return [value_for(name, items)]
-    return "Interop"
-
-
-def fill_form(schema: dict[str, Any]) -> dict[str, Any]:
-    """An answer to a form: every default, and a value for each required field without one."""
-    required = set(schema.get("required", []))
-    content: dict[str, Any] = {}
-    for name, prop in schema.get("properties", {}).items():
-        if "default" in prop:
-            content[name] = prop["default"]
-        elif name in required:
-            content[name] = value_for(name, prop)
-    return content
-
-
 async def on_sampling(context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
     REC.sampling += 1
     return types.CreateMessageResult(
@@ -165,7 +133,7 @@ async def on_elicitation(context: Any, params: Any) -> types.ElicitResult:
     schema = getattr(params, "requested_schema", None)
     if schema is None:  # URL mode
         return types.ElicitResult(action="decline")
-    return types.ElicitResult(action="accept", content=fill_form(schema))
+    return types.ElicitResult(action="accept", content=flow.fill_form(schema))
 
 
 async def on_roots(context: Any) -> types.ListRootsResult:
