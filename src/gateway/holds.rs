@@ -38,8 +38,9 @@ pub(super) const STATE_PREFIX: &str = "mcpgate:";
 pub(super) enum HoldEvent {
     /// The server's answer became a stream: the client's may start.
     Streaming,
-    /// A notification for the client (progress, a log message), as JSON.
-    Notify(Vec<u8>),
+    /// A notification for the client (progress, a log message), as JSON;
+    /// a log message carries its level.
+    Notify { bytes: Vec<u8>, log_level: Option<String> },
     /// The server asks the client: mcpgate's id for the request, its method
     /// and params.
     Ask { id: u64, method: String, params: Option<Box<RawValue>> },

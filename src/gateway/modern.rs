@@ -79,19 +79,19 @@ fn is_bare_probe(req: &HttpRequest, message: &Message) -> bool {
     !has_meta && req.header(VERSION_HEADER).is_none_or(crate::protocol::versions::supported)
 }
 
-/// The level of a `notifications/message`; `None` for any other message.
-fn log_level_of(bytes: &[u8]) -> Option<String> {
-    const METHOD: &[u8] = b"notifications/message";
-    if !bytes.windows(METHOD.len()).any(|w| w == METHOD) {
-        return None;
-    }
-    let message = Message::parse(bytes).ok()?;
+/// The level of a `notifications/message`, read from the message as it
+/// came; `None` for any other message.
+fn log_level_of(message: &Message) -> Option<String> {
     if message.method() != "notifications/message" {
         return None;
     }
-    let params: Value = serde_json::from_str(message.params.as_deref()?.get()).ok()?;
+    #[derive(serde::Deserialize)]
+    struct Level {
+        level: Option<String>,
+    }
+    let params = message.params.as_deref().and_then(|p| serde_json::from_str::<Level>(p.get()).ok());
     // A message without a level is held to the strictest wish.
-    Some(params["level"].as_str().unwrap_or("debug").to_string())
+    Some(params.and_then(|p| p.level).unwrap_or_else(|| "debug".into()))
 }
 
 /// An error answer of this era: its HTTP status follows its code.
@@ -361,10 +361,8 @@ impl Gateway {
         loop {
             match held.events.recv_timeout(LOOK) {
                 Ok(HoldEvent::Streaming) => {}
-                Ok(HoldEvent::Notify(bytes)) => {
-                    if let Some(level) = log_level_of(&bytes)
-                        && !envelope.wants_log(&level)
-                    {
+                Ok(HoldEvent::Notify { bytes, log_level }) => {
+                    if log_level.is_some_and(|level| !envelope.wants_log(&level)) {
                         continue;
                     }
                     if sink.can_stream() && sink.event(&sse::encode(None, &bytes)).is_ok() {
@@ -544,6 +542,7 @@ impl CallEvents for HoldEvents {
 
     fn message(&mut self, session: &Session, server: &Server, message: Message) {
         let kind = message.kind();
+        let log_level = log_level_of(&message);
         let Some(bytes) = session.to_client(server, message) else { return };
         let event = match kind {
             // mcpgate's id for the request: the answer goes back through the session.
@@ -555,7 +554,7 @@ impl CallEvents for HoldEvents {
                 },
                 Err(_) => return,
             },
-            _ => HoldEvent::Notify(bytes),
+            _ => HoldEvent::Notify { bytes, log_level },
         };
         // The waiter is gone (the hold expired, or mcpgate stops): the call ends with the cancel.
         let _ = self.0.send(event);
