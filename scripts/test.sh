@@ -9,6 +9,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 step() { printf '\n== %s\n' "$*"; }
+SCRIPT=test.sh
+# shellcheck source=lib.sh
+. scripts/lib.sh
 
 step "cargo fmt --check"
 cargo fmt --all -- --check
@@ -21,16 +24,11 @@ if ! command -v shellcheck >/dev/null; then
 fi
 shellcheck .ci/run scripts/*.sh scripts/interop/*.sh
 
-# ruff, pinned, in a venv of its own (.lint/), for the Python of scripts/ (ruff.toml).
-RUFF_VERSION=0.17.5
-step "ruff $RUFF_VERSION (the scripts' Python)"
-lint=.lint/venv
-if [ "$("$lint/bin/ruff" --version 2>/dev/null)" != "ruff $RUFF_VERSION" ]; then
-  rm -rf "$lint"
-  timeout 120 python3 -m venv "$lint"
-  timeout 600 "$lint/bin/pip" install --quiet --disable-pip-version-check --no-input "ruff==$RUFF_VERSION"
-fi
-"$lint/bin/ruff" check --no-cache scripts/
+# ruff, pinned (scripts/lint-requirements.txt), in a venv of its own (.lint/), for the Python of
+# scripts/ (ruff.toml).
+step "ruff (the scripts' Python)"
+install_venv .lint/venv scripts/lint-requirements.txt
+.lint/venv/bin/ruff check --no-cache scripts/
 
 step "cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings

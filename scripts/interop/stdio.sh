@@ -3,7 +3,7 @@
 # wait_port of scripts/lib.sh, interop.sh's check_loopback, stop_mcpgate, run and row, and its
 # variables).
 #
-# One mcpgate starts four real stdio servers from the registries, pinned in interop.sh (NPM_PINS)
+# One mcpgate starts four real stdio servers from the registries, pinned in scripts/interop/tools/
 # and requirements.txt, each with the `command`/`args`/`env` a Claude Desktop user would write,
 # pointed at the installs under .interop/ (`node` is the pinned Node on PATH):
 #   filesystem  server-filesystem, given $RUN/stdio/fs (the clients' roots replace it);
