@@ -80,10 +80,13 @@ fn a_delete_is_answered_as_soon_as_the_child_exits() {
     cycle(&gate);
     let mut took: Vec<Duration> = (0..21).map(|_| cycle(&gate)).collect();
     took.sort();
-    let median = took[took.len() / 2];
+    // With a 10 ms poll no DELETE could be faster than 10 ms; on a loaded
+    // host the median can be, so the fastest ones tell (measured with two
+    // CPU hogs beside the suite: median 9 ms, fastest 2 ms).
+    let fastest = took[2];
     assert!(
-        median < Duration::from_millis(5),
-        "the median DELETE of a stdio session took {median:?} (all: {took:?}); its child exits at once"
+        fastest < Duration::from_millis(8),
+        "the third fastest DELETE of a stdio session took {fastest:?} (all: {took:?}); its child exits at once"
     );
     assert!(wait_until(Duration::from_secs(5), || processes(&gate)["live"] == 0));
     let p = processes(&gate);
