@@ -164,3 +164,25 @@ fn shutdown_timeout_bounds_the_whole_shutdown() {
     // The other server's sessions were closed all the same.
     assert!(wait_until(Duration::from_secs(2), || b.count("delete") == 3), "{}", b.stats());
 }
+
+/// A session is busy while its `initialize` runs, like any request: its
+/// idle clock starts when the answer is sent. Before, it ran from the
+/// request's arrival, and a server slower to start than the idle timeout (a
+/// stdio server on its first `npx -y`, any server on a slow board) made a
+/// session that was dead on arrival: `notifications/initialized` got 404.
+#[test]
+fn a_session_whose_initialize_outlasts_the_idle_timeout_is_alive_when_answered() {
+    let slow = Fixture::start("slow", &["--initialize-delay-ms", "3000"]);
+    let mut c = config(&[("slow", slow.url())]);
+    c["session_idle_timeout_secs"] = json!(1);
+    let gate = Gate::start(&c);
+    let mut client = gate.client();
+    let started = Instant::now();
+    // initialize_with checks that `notifications/initialized` is taken (202, not 404).
+    client.initialize();
+    assert!(started.elapsed() >= Duration::from_secs(3), "the server's initialize was slow");
+    assert_eq!(client.tool_text("slow__echo", json!({"text": "alive"})), "alive");
+    // And its idle clock runs from then: it is evicted after the timeout as any other.
+    assert!(wait_until(Duration::from_secs(10), || slow.count("delete") == 1), "{}", slow.stats());
+    assert_balanced(&gate.status());
+}

@@ -578,3 +578,43 @@ fn allow_and_deny_lists_decide_what_a_server_exposes() {
     assert!(prompts.is_empty(), "{prompts:?}");
     assert!(fixture.count("requests") > 0);
 }
+
+/// JSON-RPC ids of outstanding requests are unique within a session: a
+/// second request with the id of one still in flight is refused with an
+/// error naming the id, and the first runs on, its cancel reaching it.
+/// Before, the routing kept the newer: a cancel of that id ended the later
+/// call and the earlier ran on.
+#[test]
+fn a_second_request_with_the_id_of_one_in_flight_is_refused_naming_the_id() {
+    let fixture = Fixture::start("fx", &[]);
+    let gate = Gate::start(&config(&[("fx", fixture.url())]));
+    let mut client = gate.client();
+    client.initialize();
+    let call = |tool: &str, arguments: Value| {
+        json!({"jsonrpc": "2.0", "id": "dup-7", "method": "tools/call",
+               "params": {"name": tool, "arguments": arguments}})
+        .to_string()
+    };
+    let first = {
+        let (client, body) = (client.same_session(), call("fx__cancellable", json!({"ms": 20_000})));
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            let reply = client.post(body.as_bytes(), &[]);
+            (reply, started.elapsed())
+        })
+    };
+    assert!(wait_until(Duration::from_secs(10), || fixture.count("requests_running") == 1), "{}", fixture.stats());
+    let second = client.post(call("fx__echo", json!({"text": "second"})).as_bytes(), &[]);
+    assert_eq!(second.body["error"]["code"], -32600, "{second:?}");
+    let message = second.error_message();
+    assert!(message.contains("\"dup-7\"") && message.contains("in flight"), "{message}");
+    // The cancel of that id reaches the first call, not a later one.
+    assert_eq!(client.notify("notifications/cancelled", json!({"requestId": "dup-7"})), 202);
+    let (reply, took) = first.join().unwrap();
+    assert!(took < Duration::from_secs(15), "the first call was cancelled, not run for 20 s: {took:?} {reply:?}");
+    assert!(reply.body.get("result").is_none(), "a cancelled call gets no response: {reply:?}");
+    assert!(wait_until(Duration::from_secs(10), || fixture.count("requests_running") == 0), "{}", fixture.stats());
+    // The id is free again once its request ended.
+    let again = client.post(call("fx__echo", json!({"text": "again"})).as_bytes(), &[]);
+    assert_eq!(again.body["result"]["content"][0]["text"], "again", "{again:?}");
+}

@@ -173,6 +173,10 @@ impl Gateway {
         match message.kind() {
             Ok(Kind::Request) => {
                 let id = message.id.clone().unwrap_or(Value::Null);
+                let _id = match session.claim_request_id(&id) {
+                    Ok(claim) => claim,
+                    Err(e) => return HttpReply::json(200, jsonrpc::error(&id, &e)),
+                };
                 let mut events = PostStream {
                     session: &session,
                     sink,
@@ -338,6 +342,9 @@ impl Gateway {
         }
         let session =
             Session::new(session_id.clone(), version.to_string(), jsonrpc::raw(&init_params), client_name, access);
+        // Busy until answered, like any request: a server slower to start
+        // than the idle timeout must not make a session dead on arrival.
+        let _busy = session.begin_request(usize::MAX);
         let max_sessions = self.current().config.max_sessions;
         if !self.sessions.insert(session.clone(), max_sessions) {
             self.stats.sessions_refused.inc();

@@ -3,7 +3,7 @@
 //! send toward the client (their requests get an id of mcpgate's, kept with
 //! where the answer goes), and the client's task ids.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, Sender, bounded};
@@ -12,7 +12,7 @@ use serde_json::value::RawValue;
 
 use crate::catalog::ListKind;
 use crate::downstream::{Downstream, Flight, Server, Stop};
-use crate::protocol::jsonrpc::{self, Kind, Message};
+use crate::protocol::jsonrpc::{self, Kind, Message, RpcError};
 use crate::tasks::{self, TaskIds};
 
 use super::{Session, Slot};
@@ -26,6 +26,9 @@ const MAX_ASKS: usize = 1000;
 /// on (where a cancel goes), the server's requests waiting for the client's
 /// answer (where the answer goes), and the client's task ids.
 pub(super) struct Routes {
+    /// The ids of the client's requests being answered now: unique, as
+    /// JSON-RPC wants the ids of outstanding requests.
+    requests: HashSet<String>,
     calls: HashMap<String, CallInFlight>,
     /// By mcpgate's id, oldest first.
     asks: BTreeMap<u64, ServerRequest>,
@@ -36,13 +39,20 @@ pub(super) struct Routes {
 
 impl Routes {
     pub(super) fn new() -> Routes {
-        Routes { calls: HashMap::new(), asks: BTreeMap::new(), next_ask: 1, tasks: TaskIds::default() }
+        Routes {
+            requests: HashSet::new(),
+            calls: HashMap::new(),
+            asks: BTreeMap::new(),
+            next_ask: 1,
+            tasks: TaskIds::default(),
+        }
     }
 
     /// Forgets everything (the session closes); the calls that were in
     /// flight, to stop.
     pub(super) fn clear(&mut self) -> Vec<CallInFlight> {
         self.asks.clear();
+        self.requests.clear();
         self.calls.drain().map(|(_, call)| call).collect()
     }
 }
@@ -79,7 +89,35 @@ fn id_key(id: &Value) -> String {
     id.to_string()
 }
 
+/// A client request id in use while its request is answered; freed when dropped.
+pub struct IdClaim<'a> {
+    session: &'a Session,
+    key: String,
+}
+
+impl Drop for IdClaim<'_> {
+    fn drop(&mut self) {
+        self.session.state.lock().routes.requests.remove(&self.key);
+    }
+}
+
 impl Session {
+    /// Takes the client's request id `id` for as long as its request runs,
+    /// or refuses it when a request of this session with that id is
+    /// outstanding: a cancel of the id must name one request.
+    pub fn claim_request_id(&self, id: &Value) -> Result<IdClaim<'_>, RpcError> {
+        let key = id_key(id);
+        if !self.state.lock().routes.requests.insert(key.clone()) {
+            return Err(RpcError::new(
+                jsonrpc::INVALID_REQUEST,
+                format!(
+                    "request id {key} is already in flight in this session: ids of outstanding requests must be unique"
+                ),
+            ));
+        }
+        Ok(IdClaim { session: self, key })
+    }
+
     /// Remembers which server works on the client's request `client_id`,
     /// and its flight, which the client's cancel or the session's close stops.
     pub fn start_call(&self, client_id: &Value, server: &str, downstream_id: &Value, flight: Arc<Flight>) {
