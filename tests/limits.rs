@@ -44,19 +44,37 @@ fn an_initialize_beyond_max_sessions_gets_503_with_retry_after() {
     third.initialize();
 }
 
+/// A client that reconnects after a network drop is the common case: the
+/// streams it lost may vanish without a FIN, and stay open on mcpgate's
+/// side until a write to them fails. So a `GET` beyond
+/// `max_streams_per_session` ends the session's oldest stream to make room,
+/// instead of refusing the new one (before: 409 until a keep-alive write
+/// failed, about 15 s after 5 such drops).
 #[test]
-fn a_get_stream_beyond_max_streams_per_session_gets_409() {
+fn a_get_stream_beyond_max_streams_per_session_ends_the_oldest_not_the_new_one() {
     let fixture = Fixture::start("fx", &[]);
-    let gate = Gate::start_for(&[&fixture], json!({"max_streams_per_session": 2}));
+    let gate = Gate::start_for(&[&fixture], json!({"max_streams_per_session": 2, "keepalive_secs": 60}));
     let mut client = gate.client();
     client.initialize();
-    let _a = client.open_stream();
-    let _b = client.open_stream();
     let session = client.session.clone().unwrap();
-    let headers = [("Accept", "text/event-stream"), ("Mcp-Session-Id", session.as_str())];
-    let reply = raw_request(gate.addr, "GET", "/mcp", &headers, b"");
-    assert_eq!(reply.status, 409, "{reply:?}");
-    assert!(reply.json()["error"]["message"].as_str().unwrap().contains("already has 2 GET streams"), "{reply:?}");
+    let get = http_request(
+        "GET",
+        "/mcp",
+        &[("Host", "127.0.0.1"), ("Accept", "text/event-stream"), ("Mcp-Session-Id", &session)],
+        b"",
+    );
+    // Five streams whose clients vanished: open, never read, never closed.
+    let vanished: Vec<_> = (0..5).map(|_| send(gate.addr, &get)).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut fresh = send(gate.addr, &get);
+    let mut head = Vec::new();
+    support::read_until(&mut fresh, &mut head, Duration::from_secs(10), |t| t.windows(4).any(|w| w == b"\r\n\r\n"));
+    assert!(head.starts_with(b"HTTP/1.1 200"), "a new GET after 5 vanished streams: {}", support::shown(&head));
+    // The oldest streams were ended: mcpgate closed their connections.
+    let mut oldest = vanished.into_iter().next().unwrap();
+    let (_, ending) = read_until_closed(&mut oldest, Duration::from_secs(10));
+    assert_eq!(ending, Ending::Closed, "the oldest stream is closed by mcpgate");
+    assert_eq!(gate.status()["sessions"]["list"][0]["streams"], 2, "{}", gate.status());
     assert_eq!(client.tool_text("fx__echo", json!({"text": "ok"})), "ok");
 }
 

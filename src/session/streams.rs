@@ -457,11 +457,16 @@ impl Session {
         if let Some(stream) = resumed {
             st.streams.open.retain(|s| s.id != stream);
         }
-        if st.streams.open.len() >= max_streams {
-            return Err(RpcError::new(
-                jsonrpc::INVALID_REQUEST,
-                format!("this session already has {max_streams} GET streams open (max_streams_per_session)"),
-            ));
+        // A client that reconnects after a network drop is the common case,
+        // and the streams it lost may linger without a FIN until a write to
+        // them fails: the oldest gives way (its writer ends the connection).
+        while st.streams.open.len() >= max_streams.max(1) {
+            st.streams.open.remove(0);
+            crate::limited!(
+                info,
+                "session {}: a GET stream beyond max_streams_per_session ({max_streams}) ended its oldest one",
+                short(&self.id)
+            );
         }
         let id = match resumed {
             Some(stream) => stream,
