@@ -229,3 +229,33 @@ fn a_call_mirrors_the_arguments_its_tool_marks_for_headers() {
     assert_eq!(headers["mcp-param-shard"], "7", "{headers}");
     assert_eq!(headers["mcp-name"], "routed", "{headers}");
 }
+
+/// The era probe is single-flight per server: 20 sessions initialized at
+/// once on a fresh mcpgate ask `server/discover` once (and, for a server
+/// whose discover names 2026-07-28 alone, send one probing `initialize`);
+/// the others wait for that answer. Before: 20 probes, each with its own
+/// extra `initialize` and `DELETE`.
+#[test]
+fn sessions_opening_at_once_ask_a_server_its_era_once() {
+    let fx = Fixture::start("fx", &["--both-eras", "--discover-modern-only"]);
+    let gate = gate_for(&fx);
+    let url = gate.url();
+    let clients: Vec<_> = (0..20)
+        .map(|_| {
+            let url = url.clone();
+            std::thread::spawn(move || {
+                let mut client = support::Client::new(&url);
+                client.initialize();
+                client
+            })
+        })
+        .collect();
+    let clients: Vec<_> = clients.into_iter().map(|c| c.join().expect("initialize")).collect();
+    assert_eq!(fx.count("discover"), 1, "{}", fx.stats());
+    assert_eq!(fx.count("initialize"), 21, "20 sessions and one probe: {}", fx.stats());
+    for client in &clients {
+        assert_eq!(client.delete(), 200);
+    }
+    assert!(wait_until(Duration::from_secs(10), || fx.count("delete") == 21), "{}", fx.stats());
+    assert_balanced(&gate.status());
+}

@@ -41,19 +41,64 @@ use crate::runtime::threads;
 /// listen, and its tools' schemas for the `Mcp-Param-*` headers.
 #[derive(Default)]
 pub(crate) struct Side {
-    era: Mutex<Option<Era>>,
+    /// Guards what the server speaks, once asked; `asked` tells the
+    /// sessions that wait for the one probe in flight.
+    era: Mutex<Probe>,
+    asked: parking_lot::Condvar,
     listen: Listen,
     schemas: Schemas,
+}
+
+/// Where asking a server its era stands. One probe at a time: the sessions
+/// that open while it runs wait for its answer (20 sessions opening at once
+/// sent 20 probes, each with an `initialize` and a `DELETE` of its own).
+#[derive(Default)]
+enum Probe {
+    #[default]
+    Unknown,
+    Running,
+    Known(Era),
 }
 
 impl Side {
     /// `session` or `2026-07-28`, once known, for the status page.
     pub(crate) fn era_name(&self) -> Option<&'static str> {
         match &*self.era.lock() {
-            Some(Era::Modern { .. }) => Some(VERSION),
-            Some(Era::Session) => Some("session"),
-            None => None,
+            Probe::Known(Era::Modern { .. }) => Some(VERSION),
+            Probe::Known(Era::Session) => Some("session"),
+            Probe::Unknown | Probe::Running => None,
         }
+    }
+
+    /// What the server speaks: asked once, by the first session to need it
+    /// (again after a failure; a reload makes a new `Side`). The others wait
+    /// for that answer, at most `wait`.
+    fn era(&self, wait: Duration, ask: impl FnOnce() -> Result<Era, DownstreamError>) -> Result<Era, DownstreamError> {
+        let deadline = Instant::now() + wait;
+        let mut state = self.era.lock();
+        loop {
+            match &*state {
+                Probe::Known(era) => return Ok(era.clone()),
+                Probe::Unknown => break,
+                Probe::Running => {
+                    if self.asked.wait_until(&mut state, deadline).timed_out() && matches!(*state, Probe::Running) {
+                        return Err(DownstreamError::Timeout(wait));
+                    }
+                }
+            }
+        }
+        *state = Probe::Running;
+        drop(state);
+        let asked = ask();
+        let mut state = self.era.lock();
+        *state = match &asked {
+            Ok(era) => Probe::Known(era.clone()),
+            // Asked again by the next session: the server may be up by then.
+            Err(_) => Probe::Unknown,
+        };
+        drop(state);
+        self.asked.notify_all();
+        asked
     }
 
     /// Stops the standing listen (shutdown, reload).
@@ -105,18 +150,14 @@ pub(crate) fn open(
     side: &Side,
     body: &[u8],
 ) -> Result<Option<Opened>, DownstreamError> {
-    let known = side.era.lock().clone();
-    let era = match known {
-        Some(era) => era,
-        None => {
-            let era = probe(server, endpoint)?;
-            let mut known = side.era.lock();
-            if known.is_none() && matches!(era, Era::Modern { .. }) {
-                log::info!("server `{}` speaks protocol {VERSION}: no sessions with it", server.name());
-            }
-            known.get_or_insert(era).clone()
+    let wait = server.limits.connect + server.limits.request;
+    let era = side.era(wait, || {
+        let era = probe(server, endpoint)?;
+        if matches!(era, Era::Modern { .. }) {
+            log::info!("server `{}` speaks protocol {VERSION}: no sessions with it", server.name());
         }
-    };
+        Ok(era)
+    })?;
     let Era::Modern { capabilities, instructions } = era else { return Ok(None) };
     let client = Message::parse(body).ok().and_then(|m| m.params_object().ok()).unwrap_or_default();
     let mut meta = Map::new();
