@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::{
-    Client, Fixture, Gate, Scripted, assert_all_closed, assert_settled, config, config_for, downstream_session,
-    read_state, wait_for_state, wait_until, whoami_id, with_state_file,
+    Client, Fixture, Gate, Scripted, assert_all_closed, assert_balanced, assert_settled, config, config_for,
+    downstream_session, read_state, wait_for_state, wait_until, whoami_id, with_state_file,
 };
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -515,4 +515,37 @@ impl ErrorOf for Client {
         assert!(reply.body.get("error").is_some(), "{tool}: expected an error, got {}", reply.body);
         reply.error_message()
     }
+}
+
+/// A server with no `GET` route answers 404 to the stream of a session it
+/// just opened (an Express app with only `app.post('/mcp')` does): that
+/// means no stream, as 405 does. Before, each such 404 reopened the
+/// downstream session on every reaper tick: 40 `initialize` and 40 `DELETE`
+/// for 10 listening sessions in 20 s, the server's session state reset each time.
+#[test]
+fn a_server_whose_get_answers_404_is_not_reopened_in_a_loop() {
+    let fx = Fixture::start("fx", &["--get-404"]);
+    let mut c = config(&[("fx", fx.url())]);
+    c["session_idle_timeout_secs"] = json!(2);
+    let gate = Gate::start(&c);
+    let mut clients: Vec<Client> = (0..3).map(|_| gate.client()).collect();
+    let streams: Vec<_> = clients
+        .iter_mut()
+        .map(|client| {
+            client.initialize();
+            client.open_stream()
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(5));
+    assert_eq!(fx.count("initialize"), 3, "one downstream session per client session: {}", fx.stats());
+    assert_eq!(fx.count("delete"), 0, "{}", fx.stats());
+    for client in &mut clients {
+        assert_eq!(client.tool_text("fx__echo", json!({"text": "kept"})), "kept");
+    }
+    drop(streams);
+    for client in &clients {
+        assert_eq!(client.delete(), 200);
+    }
+    assert!(wait_until(Duration::from_secs(10), || fx.count("delete") == 3), "{}", fx.stats());
+    assert_balanced(&gate.status());
 }

@@ -26,6 +26,7 @@ mod slots;
 mod streams;
 mod view;
 
+pub use routing::IdClaim;
 use routing::Routes;
 use slots::Slot;
 use streams::Streams;
@@ -55,9 +56,11 @@ struct State {
     lists: HashMap<ListKind, Arc<List>>,
     /// The last `logging/setLevel` params, for servers opened later.
     log_level: Option<Box<RawValue>>,
-    /// Downstream sessions (server, session id) whose stream answered 404:
-    /// the reaper reopens them.
-    lost: Vec<(String, Option<String>)>,
+    /// Downstream sessions whose stream answered 404: the reaper reopens
+    /// them once their backoff has passed.
+    lost: Vec<Lost>,
+    /// Per server, how many times in a row its stream was lost, and when.
+    lost_streak: HashMap<String, (u32, Instant)>,
     /// What goes to the client: its streams and their replay log.
     streams: Streams,
     /// Requests in flight in both directions, and task ids.
@@ -165,6 +168,7 @@ impl Session {
                 lists: HashMap::new(),
                 log_level: None,
                 lost: Vec::new(),
+                lost_streak: HashMap::new(),
                 streams: Streams::new(),
                 routes: Routes::new(),
                 callers: Vec::new(),
@@ -350,8 +354,36 @@ impl Inbox for Session {
     }
 
     fn lost(&self, server: &Arc<Server>, session_id: Option<&str>) {
-        self.state.lock().lost.push((server.name().to_string(), session_id.map(str::to_string)));
+        let now = Instant::now();
+        let mut st = self.state.lock();
+        let streak = st.lost_streak.entry(server.name().to_string()).or_insert((0, now));
+        *streak = (lost_again(*streak, now), now);
+        let after = now + reopen_delay(streak.0);
+        st.lost.push(Lost { server: server.name().to_string(), session_id: session_id.map(str::to_string), after });
     }
+}
+
+/// A downstream session whose stream answered 404: the server forgot it.
+struct Lost {
+    server: String,
+    session_id: Option<String>,
+    /// Reopened not before then.
+    after: Instant,
+}
+
+/// Losses of one server's stream closer than this apart count as a streak.
+const LOST_STREAK: Duration = Duration::from_secs(60);
+
+/// The streak after a loss at `now`, given the last one's count and time.
+fn lost_again((count, at): (u32, Instant), now: Instant) -> u32 {
+    if count > 0 && now.saturating_duration_since(at) < LOST_STREAK { count.saturating_add(1) } else { 1 }
+}
+
+/// How long the `n`th loss in a row waits before its session is reopened,
+/// as the reader's own reconnects do: 0.5 s, doubling, up to 30 s.
+fn reopen_delay(n: u32) -> Duration {
+    let half_seconds = 1u64 << n.saturating_sub(1).min(6);
+    Duration::from_millis(500 * half_seconds).min(Duration::from_secs(30))
 }
 
 /// Keeps a session busy while a request runs.
@@ -469,4 +501,27 @@ pub fn close_sessions(sessions: Vec<Arc<Session>>, reason: CloseReason, parallel
         log::debug!("session {} closed ({reason:?})", short(&session.id));
     }
     downstream::close_all(&downstreams, parallel);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lost_stream_is_reopened_with_backoff_that_resets_after_a_quiet_minute() {
+        let start = Instant::now();
+        let mut streak = (0, start);
+        let mut delays = Vec::new();
+        for i in 0..10 {
+            let now = start + Duration::from_secs(i);
+            streak = (lost_again(streak, now), now);
+            delays.push(reopen_delay(streak.0));
+        }
+        assert_eq!(delays[0], Duration::from_millis(500));
+        assert_eq!(delays[1], Duration::from_secs(1));
+        assert!(delays.windows(2).all(|w| w[0] <= w[1]), "{delays:?}");
+        assert_eq!(*delays.last().unwrap(), Duration::from_secs(30));
+        let quiet = streak.1 + LOST_STREAK + Duration::from_secs(1);
+        assert_eq!(reopen_delay(lost_again(streak, quiet)), Duration::from_millis(500));
+    }
 }

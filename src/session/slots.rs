@@ -113,11 +113,13 @@ impl Session {
     /// handed out once, and only while it is still the one in its slot (a
     /// request may have replaced it already).
     pub fn take_lost(&self) -> Vec<Arc<Downstream>> {
+        let now = Instant::now();
         let mut st = self.state.lock();
-        let lost = std::mem::take(&mut st.lost);
-        lost.iter()
-            .filter_map(|(name, session_id)| match st.slots.get(name) {
-                Some(Slot::Open(d)) if d.session_id() == session_id.as_deref() => Some(d.clone()),
+        let (due, later) = std::mem::take(&mut st.lost).into_iter().partition(|lost| lost.after <= now);
+        st.lost = later;
+        due.iter()
+            .filter_map(|lost| match st.slots.get(&lost.server) {
+                Some(Slot::Open(d)) if d.session_id() == lost.session_id.as_deref() => Some(d.clone()),
                 _ => None,
             })
             .collect()

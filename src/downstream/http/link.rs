@@ -43,18 +43,21 @@ pub(crate) fn open(server: &Server, endpoint: &Endpoint, body: &[u8]) -> Result<
         // Without a session id there is nothing to close if the answer is bad.
         answer.as_ref().map_err(Clone::clone)?;
     }
-    Ok((Box::new(HttpLink { session_id, reader: Mutex::new(None) }), answer))
+    Ok((Box::new(HttpLink { session_id, resumed: false, reader: Mutex::new(None) }), answer))
 }
 
 /// A downstream session taken over from the state file.
 pub(crate) fn resumed(session_id: Option<String>) -> Box<dyn Link> {
-    Box::new(HttpLink { session_id, reader: Mutex::new(None) })
+    Box::new(HttpLink { session_id, resumed: true, reader: Mutex::new(None) })
 }
 
 /// One downstream session over HTTP.
 struct HttpLink {
     /// The server's `Mcp-Session-Id`, when it issued one.
     session_id: Option<String>,
+    /// Taken over from an earlier process: a 404 on its first `GET` means
+    /// the server forgot it (a fresh session's means it has no `GET` stream).
+    resumed: bool,
     /// The `GET` stream's reader thread; taken by the close path.
     reader: Mutex<Option<Reader>>,
 }
@@ -115,7 +118,7 @@ impl Link for HttpLink {
     }
 
     fn listen(&self, d: &Arc<Downstream>, inbox: Weak<dyn Inbox>) -> Result<(), DownstreamError> {
-        match reader::start(d, endpoint(d), self.session_id.clone(), inbox) {
+        match reader::start(d, endpoint(d), self.session_id.clone(), self.resumed, inbox) {
             Ok(reader) => {
                 let mut slot = self.reader.lock();
                 if d.is_closing() {

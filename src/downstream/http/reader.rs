@@ -63,7 +63,10 @@ impl Reader {
 }
 
 /// Starts the reader of `downstream`'s stream, or none when the server
-/// offers no stream (405).
+/// offers no stream: 405, as the spec says, or 404 on a fresh session's
+/// first `GET` (an app that routes only `POST` answers so; before, each such
+/// 404 reopened the downstream session on every reaper tick). On a session
+/// `resumed` after a restart, a 404 means the server forgot it.
 ///
 /// The first `GET` runs here, on the thread that opened the session: its
 /// deep stack (connect, request, response head) is that thread's, and the
@@ -74,6 +77,7 @@ pub(crate) fn start(
     downstream: &Arc<Downstream>,
     endpoint: &Endpoint,
     session_id: Option<String>,
+    resumed: bool,
     inbox: Weak<dyn Inbox>,
 ) -> std::io::Result<Option<Reader>> {
     let server = downstream.server.clone();
@@ -86,8 +90,11 @@ pub(crate) fn start(
         None,
         Some(server.limits.connect),
     );
-    if matches!(&first, Ok(response) if response.status().as_u16() == 405) {
-        log::debug!("server `{}` offers no GET stream", server.name());
+    let no_stream = |status: u16| status == 405 || (status == 404 && !resumed);
+    if let Ok(response) = &first
+        && no_stream(response.status().as_u16())
+    {
+        log::debug!("server `{}` offers no GET stream (HTTP {})", server.name(), response.status().as_u16());
         return Ok(None);
     }
     let (stop, stop_rx) = bounded(0);
