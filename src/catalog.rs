@@ -5,10 +5,13 @@
 //! server's [`Filter`] decides which of its items are listed at all.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::protocol::jsonrpc::RpcError;
+use crate::runtime::memory::Charge;
 
 /// The four lists MCP paginates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -55,7 +58,7 @@ impl ListKind {
     }
 
     /// The item field that identifies it.
-    fn key(self) -> &'static str {
+    pub fn key(self) -> &'static str {
         match self {
             ListKind::Tools | ListKind::Prompts => "name",
             ListKind::Resources => "uri",
@@ -169,7 +172,9 @@ pub fn glob(pattern: &str, text: &str) -> bool {
     p[pi..].iter().all(|&c| c == '*')
 }
 
-/// A tool or prompt whose exposed name is not `<prefix><separator><name>`.
+/// A tool or prompt whose exposed name is not `<prefix><separator><name>`,
+/// for the status page: the original as [`shortened`], never whole (600
+/// tools with 100 KB names kept 54 MB and made a 50 MB status page).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Renamed {
     pub name: String,
@@ -177,14 +182,203 @@ pub struct Renamed {
     pub original: String,
 }
 
-/// One item of a merged list.
-#[derive(Debug, Clone)]
-pub struct Entry {
-    pub server: String,
-    /// The name, URI or template as the server knows it.
-    pub original: String,
-    /// The item as the client sees it.
-    pub item: Value,
+/// The longest name the status page and the log show whole.
+const SHOWN_NAME: usize = 128;
+
+/// `name` as shown to people: whole when short, else its first characters,
+/// its length and a hash of the whole, so two long names stay apart.
+pub fn shortened(name: &str) -> String {
+    if name.len() <= SHOWN_NAME {
+        return name.to_string();
+    }
+    let start = &name[..name.floor_char_boundary(SHOWN_NAME - 32)];
+    let hash = &crate::runtime::sha256::hex(name.as_bytes())[..8];
+    format!("{start}... ({} bytes, sha256 {hash})", name.len())
+}
+
+/// One item of a server's list: the name, URI or template it is known by
+/// (its key), and the item as the server wrote it.
+#[derive(Debug)]
+pub struct RawItem {
+    pub key: String,
+    pub json: Box<RawValue>,
+}
+
+/// A server's whole list of one kind, its pages joined, as it sent it:
+/// held once however many sessions list it (a 100,000-tool list cost
+/// 200 MB per session when each kept a tree of its own), and charged to
+/// `max_memory_mb` for as long as it lives.
+#[derive(Debug)]
+pub struct ServerList {
+    pub kind: ListKind,
+    pub items: Vec<RawItem>,
+    charge: Charge,
+}
+
+/// Bytes an item costs beyond its text: the key's and the raw value's
+/// allocations, and its place in the vector.
+const ITEM_OVERHEAD: usize = 96;
+
+impl ServerList {
+    /// The items of `kind` in `pages` (each the array the server sent), or
+    /// why they do not fit in `max_memory_mb`. An item without its key is
+    /// left out (no client could name it).
+    pub fn new(kind: ListKind, items: Vec<Box<RawValue>>) -> Result<ServerList, String> {
+        #[derive(serde::Deserialize)]
+        struct Keys<'a> {
+            #[serde(borrow, default)]
+            name: Option<std::borrow::Cow<'a, str>>,
+            #[serde(borrow, default)]
+            uri: Option<std::borrow::Cow<'a, str>>,
+            #[serde(borrow, default, rename = "uriTemplate")]
+            uri_template: Option<std::borrow::Cow<'a, str>>,
+        }
+        let mut charge = Charge::empty();
+        let mut kept = Vec::with_capacity(items.len());
+        for json in items {
+            let Ok(keys) = serde_json::from_str::<Keys>(json.get()) else { continue };
+            let key = match kind.key() {
+                "name" => keys.name,
+                "uri" => keys.uri,
+                _ => keys.uri_template,
+            };
+            let Some(key) = key.map(|k| k.into_owned()) else { continue };
+            if !charge.grow(json.get().len() + key.len() + ITEM_OVERHEAD) {
+                return Err(format!(
+                    "its {} ({} items so far) do not fit in what max_memory_mb leaves ({} bytes held now)",
+                    kind.method(),
+                    kept.len(),
+                    crate::runtime::memory::used()
+                ));
+            }
+            kept.push(RawItem { key, json });
+        }
+        Ok(ServerList { kind, items: kept, charge })
+    }
+
+    /// An empty list: a server that does not offer this kind.
+    pub fn empty(kind: ListKind) -> ServerList {
+        ServerList { kind, items: Vec::new(), charge: Charge::empty() }
+    }
+
+    /// Bytes it holds against `max_memory_mb`.
+    pub fn bytes(&self) -> usize {
+        self.charge.bytes()
+    }
+}
+
+/// A server's lists, shared by every session that sees the same of it: one
+/// per kind and client view (the capabilities the server was initialized
+/// with: server-everything lists more tools to a client that can sample).
+/// Each is fetched once while the sessions that want it wait; it goes when
+/// the server says it changed (`list_changed`), forgot a session (it
+/// restarted), or no session uses the server any more.
+#[derive(Default)]
+pub struct ServerLists {
+    /// Guards the lists and the fetches running; `done` tells the waiters.
+    state: parking_lot::Mutex<ListsState>,
+    done: parking_lot::Condvar,
+}
+
+#[derive(Default)]
+struct ListsState {
+    lists: HashMap<(ListKind, u64), Held>,
+    /// Per kind, how many times it was made stale: a fetch that started
+    /// before the last time is not kept.
+    epochs: HashMap<ListKind, u64>,
+}
+
+enum Held {
+    Fetching,
+    Ready(Arc<ServerList>),
+}
+
+impl ServerLists {
+    /// The list of `kind` for `view`, fetched by `fetch` unless it is held
+    /// (or being fetched: then this waits for it, at most `wait`).
+    pub fn get<E>(
+        &self,
+        kind: ListKind,
+        view: u64,
+        wait: std::time::Duration,
+        fetch: impl FnOnce() -> Result<ServerList, E>,
+        timed_out: impl FnOnce() -> E,
+    ) -> Result<Arc<ServerList>, E> {
+        let deadline = std::time::Instant::now() + wait;
+        let mut st = self.state.lock();
+        loop {
+            match st.lists.get(&(kind, view)) {
+                Some(Held::Ready(list)) => return Ok(list.clone()),
+                Some(Held::Fetching) => {
+                    if self.done.wait_until(&mut st, deadline).timed_out()
+                        && matches!(st.lists.get(&(kind, view)), Some(Held::Fetching))
+                    {
+                        return Err(timed_out());
+                    }
+                }
+                None => break,
+            }
+        }
+        st.lists.insert((kind, view), Held::Fetching);
+        let epoch = st.epochs.get(&kind).copied().unwrap_or(0);
+        drop(st);
+        let fetched = fetch().map(Arc::new);
+        let mut st = self.state.lock();
+        let current = st.epochs.get(&kind).copied().unwrap_or(0) == epoch;
+        match &fetched {
+            Ok(list) if current => {
+                st.lists.insert((kind, view), Held::Ready(list.clone()));
+            }
+            _ => {
+                st.lists.remove(&(kind, view));
+            }
+        }
+        drop(st);
+        self.done.notify_all();
+        fetched
+    }
+
+    /// The list held now, if any; never fetches.
+    pub fn current(&self, kind: ListKind, view: u64) -> Option<Arc<ServerList>> {
+        match self.state.lock().lists.get(&(kind, view)) {
+            Some(Held::Ready(list)) => Some(list.clone()),
+            _ => None,
+        }
+    }
+
+    /// The server's lists of `kinds` changed: they are fetched anew when next asked for.
+    pub fn invalidate(&self, kinds: &[ListKind]) {
+        let mut st = self.state.lock();
+        for kind in kinds {
+            *st.epochs.entry(*kind).or_default() += 1;
+        }
+        st.lists.retain(|(kind, _), held| !kinds.contains(kind) || matches!(held, Held::Fetching));
+    }
+
+    /// Forgets every list (the server restarted, or no session uses it).
+    pub fn clear(&self) {
+        self.invalidate(&ListKind::ALL);
+    }
+
+    /// Bytes of the lists held now.
+    pub fn bytes(&self) -> usize {
+        self.state
+            .lock()
+            .lists
+            .values()
+            .map(|held| match held {
+                Held::Ready(list) => list.bytes(),
+                Held::Fetching => 0,
+            })
+            .sum()
+    }
+}
+
+/// The view a client's `capabilities` make of a server's lists: equal
+/// capabilities, equal lists. A hash of their JSON with sorted keys.
+pub fn list_view_of(capabilities: &Value) -> u64 {
+    let digest = crate::runtime::sha256::digest(capabilities.to_string().as_bytes());
+    u64::from_le_bytes([digest[0], digest[1], digest[2], digest[3], digest[4], digest[5], digest[6], digest[7]])
 }
 
 /// What one server listed, in the order of the configuration.
@@ -193,79 +387,155 @@ pub struct ServerItems {
     pub naming: Naming,
     /// Its filter for this kind of list.
     pub filter: Filter,
-    pub items: Vec<Value>,
+    pub list: Arc<ServerList>,
 }
 
-/// A merged list, with an index from the exposed key to the entry.
+/// One item of a merged list: where it comes from and its exposed name.
+#[derive(Debug)]
+struct Entry {
+    /// Its server, by place in [`List::sources`].
+    source: u32,
+    /// Its place in that server's list.
+    item: u32,
+    exposed: Arc<str>,
+}
+
+/// A tool, prompt, resource or template of a merged list, as lookups see it.
+#[derive(Debug, Clone, Copy)]
+pub struct Found<'a> {
+    pub server: &'a str,
+    /// The name, URI or template as the server knows it.
+    pub original: &'a str,
+    /// What the client sees.
+    pub exposed: &'a str,
+    /// The item as the server wrote it (its name not yet exposed).
+    pub json: &'a RawValue,
+}
+
+/// A merged list: each server's list (shared with every other merge that
+/// uses it) and, for each item exposed, its exposed name, with an index from
+/// that name to the item. Charged for the names and the index.
 #[derive(Debug)]
 pub struct List {
     pub kind: ListKind,
-    pub entries: Vec<Entry>,
-    index: HashMap<String, usize>,
+    sources: Vec<(String, Arc<ServerList>)>,
+    entries: Vec<Entry>,
+    index: HashMap<Arc<str>, u32>,
+    _charge: Charge,
 }
 
+/// Bytes an entry of a merged list costs beyond its exposed name: the entry,
+/// the index's slot, the shared name's header.
+const ENTRY_OVERHEAD: usize = 64;
+
 impl List {
-    /// Merges per-server items (given in configuration order), leaving out
+    /// Merges per-server lists (given in configuration order), leaving out
     /// what their filters hide. The same name from two servers (empty
     /// prefixes): the first server wins and the other is hidden. Two names
     /// that become one only when made to fit: the later gets a hash suffix.
-    /// Returns the list, one line per collision, and the renamed items.
-    pub fn merge(kind: ListKind, servers: Vec<ServerItems>) -> (List, Vec<String>, Vec<Renamed>) {
-        let mut list = List { kind, entries: Vec::new(), index: HashMap::new() };
+    /// Returns the list, one line per collision, and the renamed items; or
+    /// why the merge does not fit in `max_memory_mb`.
+    pub fn merge(kind: ListKind, servers: Vec<ServerItems>) -> Result<(List, Vec<String>, Vec<Renamed>), String> {
+        let mut list =
+            List { kind, sources: Vec::new(), entries: Vec::new(), index: HashMap::new(), _charge: Charge::empty() };
         let (mut collisions, mut renamed) = (Vec::new(), Vec::new());
         // The raw name behind each exposed one, to tell a real collision from one made by fitting.
-        let mut raw_of: HashMap<String, String> = HashMap::new();
+        let mut raw_of: HashMap<Arc<str>, String> = HashMap::new();
         let what = &kind.field()[..kind.field().len() - 1];
-        for ServerItems { server, naming, filter, items } in servers {
-            for item in items {
-                let Value::Object(mut object) = item else { continue };
-                let Some(original) = object.get(kind.key()).and_then(Value::as_str).map(str::to_string) else {
-                    continue;
-                };
-                if !filter.admits(&original) {
+        for ServerItems { server, naming, filter, list: items } in servers {
+            let source = list.sources.len() as u32;
+            for (i, item) in items.items.iter().enumerate() {
+                let original = item.key.as_str();
+                if !filter.admits(original) {
                     continue;
                 }
                 let (raw, mut exposed) = if kind.renamed() {
-                    (naming.raw(&original), exposed_name(&naming, &original))
+                    (naming.raw(original), exposed_name(&naming, original))
                 } else {
-                    (original.clone(), original.clone())
+                    (original.to_string(), original.to_string())
                 };
-                if let Some(&i) = list.index.get(&exposed) {
-                    if raw_of.get(&exposed) == Some(&raw) {
-                        let winner = &list.entries[i].server;
+                if let Some(&at) = list.index.get(exposed.as_str()) {
+                    if raw_of.get(exposed.as_str()) == Some(&raw) {
+                        let winner = &list.sources[list.entries[at as usize].source as usize].0;
                         if winner != &server {
                             collisions.push(format!(
-                                "{what} `{exposed}` of server `{server}` is hidden by server `{winner}`"
+                                "{what} `{}` of server `{server}` is hidden by server `{winner}`",
+                                shortened(&exposed)
                             ));
                         }
                         continue;
                     }
                     exposed = hashed(&exposed, &raw, naming.max);
-                    if list.index.contains_key(&exposed) {
-                        collisions.push(format!("{what} `{original}` of server `{server}` has no name left to take"));
+                    if list.index.contains_key(exposed.as_str()) {
+                        collisions.push(format!(
+                            "{what} `{}` of server `{server}` has no name left to take",
+                            shortened(original)
+                        ));
                         continue;
                     }
                 }
-                if kind.renamed() {
-                    if exposed != raw {
-                        renamed.push(Renamed {
-                            name: exposed.clone(),
-                            server: server.clone(),
-                            original: original.clone(),
-                        });
-                    }
-                    object.insert(kind.key().to_string(), Value::String(exposed.clone()));
+                if kind.renamed() && exposed != raw {
+                    renamed.push(Renamed {
+                        name: exposed.clone(),
+                        server: server.clone(),
+                        original: shortened(original),
+                    });
                 }
+                if !list._charge.grow(2 * exposed.len() + ENTRY_OVERHEAD) {
+                    return Err(format!(
+                        "the merged {} ({} items so far) does not fit in what max_memory_mb leaves",
+                        kind.method(),
+                        list.entries.len()
+                    ));
+                }
+                let exposed: Arc<str> = exposed.into();
                 raw_of.insert(exposed.clone(), raw);
-                list.index.insert(exposed, list.entries.len());
-                list.entries.push(Entry { server: server.clone(), original, item: Value::Object(object) });
+                list.index.insert(exposed.clone(), list.entries.len() as u32);
+                list.entries.push(Entry { source, item: i as u32, exposed });
             }
+            list.sources.push((server, items));
         }
-        (list, collisions, renamed)
+        Ok((list, collisions, renamed))
     }
 
-    pub fn find(&self, exposed: &str) -> Option<&Entry> {
-        self.index.get(exposed).map(|&i| &self.entries[i])
+    fn found<'a>(&'a self, entry: &'a Entry) -> Found<'a> {
+        let (server, items) = &self.sources[entry.source as usize];
+        let item = &items.items[entry.item as usize];
+        Found { server, original: &item.key, exposed: &entry.exposed, json: &item.json }
+    }
+
+    pub fn find(&self, exposed: &str) -> Option<Found<'_>> {
+        self.index.get(exposed).map(|&i| self.found(&self.entries[i as usize]))
+    }
+
+    /// Every item, in order.
+    pub fn items(&self) -> impl Iterator<Item = Found<'_>> {
+        self.entries.iter().map(|e| self.found(e))
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The server lists it was merged from: the same `Arc`s are what makes
+    /// it current.
+    pub fn sources(&self) -> impl Iterator<Item = (&str, &Arc<ServerList>)> {
+        self.sources.iter().map(|(name, list)| (name.as_str(), list))
+    }
+
+    /// The item as the client sees it: the server's, with its exposed name.
+    pub fn exposed_item(&self, found: Found<'_>) -> Value {
+        let mut item: Value = serde_json::from_str(found.json.get()).unwrap_or(Value::Null);
+        if self.kind.renamed()
+            && let Value::Object(object) = &mut item
+        {
+            object.insert(self.kind.key().to_string(), Value::String(found.exposed.to_string()));
+        }
+        item
     }
 
     /// One page as a result object: the items and, when more follow, `nextCursor`.
@@ -277,7 +547,7 @@ impl List {
                 .ok_or_else(|| RpcError::invalid_params(format!("invalid cursor `{c}`: start again without one")))?,
         };
         let end = (start + size).min(self.entries.len());
-        let items: Vec<Value> = self.entries[start..end].iter().map(|e| e.item.clone()).collect();
+        let items: Vec<Value> = self.entries[start..end].iter().map(|e| self.exposed_item(self.found(e))).collect();
         let mut result = Map::new();
         result.insert(self.kind.field().into(), Value::Array(items));
         if end < self.entries.len() {
@@ -338,18 +608,37 @@ mod tests {
         Naming { prefix: prefix.into(), separator: "__".into(), max: 64 }
     }
 
+    /// Every test here charges the budget: not while another sets it to nothing.
+    fn budget() -> parking_lot::MutexGuard<'static, ()> {
+        crate::runtime::memory::TEST_BUDGET.lock()
+    }
+
+    fn raw(values: Vec<Value>) -> Vec<Box<RawValue>> {
+        values.iter().map(crate::protocol::jsonrpc::raw).collect()
+    }
+
     fn items(server: &str, prefix: &str, names: &[&str]) -> ServerItems {
+        let values = names.iter().map(|n| json!({"name": n, "description": format!("{n} of {server}")})).collect();
         ServerItems {
             server: server.into(),
             naming: naming(prefix),
             filter: Filter::default(),
-            items: names.iter().map(|n| json!({"name": n, "description": format!("{n} of {server}")})).collect(),
+            list: Arc::new(ServerList::new(ListKind::Tools, raw(values)).unwrap()),
         }
+    }
+
+    fn merge(kind: ListKind, servers: Vec<ServerItems>) -> (List, Vec<String>, Vec<Renamed>) {
+        List::merge(kind, servers).unwrap()
+    }
+
+    fn names(list: &List) -> Vec<String> {
+        list.items().map(|f| list.exposed_item(f)["name"].as_str().unwrap().to_string()).collect()
     }
 
     #[test]
     fn prefixes_names_and_keeps_the_first_server_on_collision() {
-        let (list, collisions, renamed) = List::merge(
+        let _budget = budget();
+        let (list, collisions, renamed) = merge(
             ListKind::Tools,
             vec![
                 items("files", "files", &["read", "write"]),
@@ -357,11 +646,10 @@ mod tests {
                 items("b", "", &["echo", "add"]),
             ],
         );
-        let names: Vec<&str> = list.entries.iter().map(|e| e.item["name"].as_str().unwrap()).collect();
-        assert_eq!(names, ["files__read", "files__write", "echo", "add"]);
+        assert_eq!(names(&list), ["files__read", "files__write", "echo", "add"]);
         let echo = list.find("echo").unwrap();
-        assert_eq!((echo.server.as_str(), echo.original.as_str()), ("a", "echo"));
-        assert_eq!(echo.item["description"], "echo of a");
+        assert_eq!((echo.server, echo.original), ("a", "echo"));
+        assert_eq!(list.exposed_item(echo)["description"], "echo of a");
         assert_eq!(list.find("files__read").unwrap().original, "read");
         assert_eq!(collisions, ["tool `echo` of server `b` is hidden by server `a`"]);
         assert!(renamed.is_empty());
@@ -388,20 +676,22 @@ mod tests {
 
     #[test]
     fn names_that_meet_only_once_fitted_are_told_apart_the_same_way_every_time() {
-        let merge = || List::merge(ListKind::Tools, vec![items("s", "s", &["a.b", "a_b", "a-b"])]);
-        let (list, collisions, renamed) = merge();
-        let names: Vec<&str> = list.entries.iter().map(|e| e.item["name"].as_str().unwrap()).collect();
+        let _budget = budget();
+        let again = || merge(ListKind::Tools, vec![items("s", "s", &["a.b", "a_b", "a-b"])]);
+        let (list, collisions, renamed) = again();
+        let names = names(&list);
         assert_eq!(names.len(), 3, "{names:?} {collisions:?}");
         assert_eq!(names[0], "s__a_b");
         assert!(names[1].starts_with("s__a_b-") && names[1].len() == 15, "{names:?}");
         assert_eq!(names[2], "s__a-b");
-        assert_eq!(list.find(names[1]).unwrap().original, "a_b");
+        assert_eq!(list.find(&names[1]).unwrap().original, "a_b");
         assert_eq!(renamed.len(), 2, "a.b and a_b are renamed: {renamed:?}");
-        assert_eq!(merge().0.entries[1].item["name"], names[1], "the same on every merge");
+        assert_eq!(self::names(&again().0)[1], names[1], "the same on every merge");
     }
 
     #[test]
     fn filters_allow_then_deny_by_glob() {
+        let _budget = budget();
         let filter = Filter { allow: vec!["read*".into(), "st?t".into()], deny: vec!["*secret*".into()] };
         for (name, admitted) in [
             ("read", true),
@@ -417,15 +707,16 @@ mod tests {
         assert!(glob("*", "") && glob("a*b*c", "aXXbYc") && !glob("a*b", "ac") && glob("??", "xy") && !glob("?", ""));
         let mut hidden = items("s", "s", &["keep", "drop"]);
         hidden.filter = Filter { allow: vec![], deny: vec!["drop".into()] };
-        let (list, _, _) = List::merge(ListKind::Tools, vec![hidden]);
+        let (list, _, _) = merge(ListKind::Tools, vec![hidden]);
         assert!(list.find("s__keep").is_some() && list.find("s__drop").is_none());
     }
 
     #[test]
     fn pages_are_stable_and_bad_cursors_are_refused() {
+        let _budget = budget();
         let names: Vec<String> = (0..5).map(|i| format!("t{i}")).collect();
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-        let (list, _, _) = List::merge(ListKind::Tools, vec![items("s", "", &refs)]);
+        let (list, _, _) = merge(ListKind::Tools, vec![items("s", "", &refs)]);
         let first = list.page(None, 2).unwrap();
         assert_eq!(first["tools"].as_array().unwrap().len(), 2);
         let second = list.page(first["nextCursor"].as_str(), 2).unwrap();
@@ -440,14 +731,39 @@ mod tests {
 
     #[test]
     fn resources_keep_their_uris() {
+        let _budget = budget();
+        let list = ServerList::new(ListKind::Resources, raw(vec![json!({"uri": "file:///a", "name": "a"})])).unwrap();
         let servers = vec![ServerItems {
             server: "s".into(),
             naming: naming("p"),
             filter: Filter::default(),
-            items: vec![json!({"uri": "file:///a", "name": "a"})],
+            list: Arc::new(list),
         }];
-        let (list, _, _) = List::merge(ListKind::Resources, servers);
-        assert_eq!(list.find("file:///a").unwrap().item["name"], "a");
+        let (list, _, _) = merge(ListKind::Resources, servers);
+        let found = list.find("file:///a").unwrap();
+        assert_eq!(list.exposed_item(found)["name"], "a");
+    }
+
+    #[test]
+    fn long_names_are_shown_shortened_and_told_apart() {
+        let (a, b) = ("x".repeat(100_000), format!("{}y", "x".repeat(99_999)));
+        let (sa, sb) = (shortened(&a), shortened(&b));
+        assert!(sa.len() <= SHOWN_NAME + 40 && sb.len() <= SHOWN_NAME + 40, "{sa}");
+        assert_ne!(sa, sb);
+        assert!(sa.contains("100000 bytes"), "{sa}");
+        assert_eq!(shortened("read_file"), "read_file");
+    }
+
+    #[test]
+    fn a_list_is_charged_while_it_lives() {
+        let _budget = budget();
+        let before = crate::runtime::memory::used();
+        let values = (0..100).map(|i| json!({"name": format!("t{i}"), "description": "d".repeat(100)})).collect();
+        let list = ServerList::new(ListKind::Tools, raw(values)).unwrap();
+        assert!(list.bytes() >= 100 * 100, "{}", list.bytes());
+        assert!(crate::runtime::memory::used() >= before + list.bytes());
+        drop(list);
+        assert!(crate::runtime::memory::used() < before + 100 * 100);
     }
 
     #[test]

@@ -200,9 +200,24 @@ pub const KEYS: &[Key] = &[
         meaning: "Items per page of the merged `tools/list`, `prompts/list`, `resources/list` and `resources/templates/list`.",
     },
     Key {
+        name: "max_batch_entries",
+        kind: Kind::Number { default: Some(32), min: 1, max: 4096 },
+        meaning: "Entries of one JSON-RPC batch (protocol 2025-03-26, the only one with batches); a larger batch gets 400 before any of it runs. Its requests also count against `max_requests_per_session` (the default is the same 32), and its answer against the session's share of `max_memory_mb`: an entry whose answer does not fit gets -32603 naming it.",
+    },
+    Key {
+        name: "max_list_items",
+        kind: Kind::Number { default: Some(10000), min: 1, max: 1000000 },
+        meaning: "Items mcpgate reads of one server's list (tools, prompts, resources, templates); the rest is left out, and logged. Paging also ends at a cursor seen before.",
+    },
+    Key {
+        name: "max_list_bytes",
+        kind: Kind::Number { default: Some(16777216), min: 1024, max: 1073741824 },
+        meaning: "Bytes mcpgate reads of one server's list while paging; past it the rest is left out, and logged. A list is held once per server and client view, shared by the sessions, and charged to `max_memory_mb`.",
+    },
+    Key {
         name: "max_streams_per_session",
         kind: Kind::Number { default: Some(4), min: 1, max: 64 },
-        meaning: "`GET` streams one client session may hold open; one more gets 409.",
+        meaning: "`GET` streams one client session may hold open; one more ends the oldest (a client that reconnects after a network drop leaves streams that may linger without a FIN).",
     },
     Key {
         name: "max_requests_per_session",
@@ -385,6 +400,9 @@ pub struct Config {
     pub state_dir: Option<PathBuf>,
     pub max_streams_per_session: usize,
     pub max_requests_per_session: usize,
+    pub max_batch_entries: usize,
+    pub max_list_items: usize,
+    pub max_list_bytes: usize,
     pub allowed_origins: Vec<String>,
     pub allowed_hosts: Vec<String>,
     /// `None` without an `auth` key: no token needed.
@@ -599,6 +617,9 @@ impl Config {
             state_dir: None,
             max_streams_per_session: keys.count("max_streams_per_session")?,
             max_requests_per_session: keys.count("max_requests_per_session")?,
+            max_batch_entries: keys.count("max_batch_entries")?,
+            max_list_items: keys.count("max_list_items")?,
+            max_list_bytes: keys.count("max_list_bytes")?,
             allowed_origins: keys.strings("allowed_origins")?,
             allowed_hosts: keys.strings("allowed_hosts")?,
             tokens: None,

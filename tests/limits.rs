@@ -84,16 +84,11 @@ fn requests_beyond_max_requests_per_session_get_429_and_other_sessions_do_not_wa
     let gate = Gate::start_for(&[&fixture], json!({"max_requests_per_session": 2, "calls_per_server": 8}));
     let mut busy = gate.client();
     busy.initialize();
-    let url = gate.url();
-    let session = busy.session.clone();
     let slow: Vec<_> = (0..2)
         .map(|_| {
-            let (url, session) = (url.clone(), session.clone());
-            std::thread::spawn(move || {
-                let mut c = support::Client::new(&url);
-                c.session = session;
-                c.tool_text("fx__slow", json!({"ms": 1500, "steps": 1}))
-            })
+            // Ids of requests in flight are unique within a session: each caller has its own.
+            let mut c = busy.same_session();
+            std::thread::spawn(move || c.tool_text("fx__slow", json!({"ms": 1500, "steps": 1})))
         })
         .collect();
     assert!(wait_until(Duration::from_secs(5), || fixture.count("requests") >= 3), "the slow calls reached the server");

@@ -374,27 +374,30 @@ fn a_list_changed_makes_the_next_list_fresh() {
         assert!(changed.is_some(), "no tools/list_changed on the GET stream within 5 s");
     };
 
-    // A first page is always built from the servers, notification or not.
+    // The first list asks every server once; then every page, first ones
+    // too, comes from the list held for all the sessions that see it.
     let (seen, first) = requests_during(&a, &b, || page(&mut client, None));
-    assert_eq!(seen, (1, 1), "a first page asks every server");
+    assert_eq!(seen, (1, 1), "the first list asks every server");
     let cursor = first["nextCursor"].as_str().unwrap_or_else(|| panic!("one page only: {first}")).to_string();
     let (seen, second) = requests_during(&a, &b, || page(&mut client, Some(&cursor)));
-    assert_eq!(seen, (0, 0), "a later page comes from the cached list");
+    assert_eq!(seen, (0, 0), "a later page comes from the held list");
+    let (seen, _) = requests_during(&a, &b, || page(&mut client, None));
+    assert_eq!(seen, (0, 0), "and so does a first page");
     let (seen, _) = requests_during(&a, &b, || client.tool_text("a__echo", json!({"text": "x"})));
-    assert_eq!(seen, (1, 0), "a call is routed by the cached list");
+    assert_eq!(seen, (1, 0), "a call is routed by the held list");
 
-    // After list_changed the cache is gone: a later page is fetched afresh...
+    // After a's list_changed, a's part is fetched afresh (not b's)...
     notify_tools(&mut client);
     let (seen, again) = requests_during(&a, &b, || page(&mut client, Some(&cursor)));
-    assert_eq!(seen, (1, 1), "the page after list_changed must come from the servers");
+    assert_eq!(seen, (1, 0), "the page after a's list_changed asks a again, and only a");
     assert_eq!(again, second, "the fixture's list is static");
     let (seen, _) = requests_during(&a, &b, || page(&mut client, Some(&cursor)));
-    assert_eq!(seen, (0, 0), "and is cached again");
+    assert_eq!(seen, (0, 0), "and is held again");
 
     // ...and so is the list a call is routed by.
     notify_tools(&mut client);
     let (seen, _) = requests_during(&a, &b, || client.tool_text("a__echo", json!({"text": "y"})));
-    assert_eq!(seen, (2, 1), "list (a, b) then the call (a) after list_changed");
+    assert_eq!(seen, (2, 0), "a's list, then the call, after a's list_changed");
 }
 
 /// The client's answer to a server's request, and its cancel, are POSTs:

@@ -59,7 +59,7 @@ impl App for Relay {
         let mut reply = if bytes.is_empty() {
             HttpReply::empty(status)
         } else {
-            HttpReply { status, headers: Vec::new(), body: ReplyBody::Data { content_type, bytes } }
+            HttpReply { status, headers: Vec::new(), body: ReplyBody::Data { content_type, bytes }, held: None }
         };
         if let Some(session) = session {
             reply = reply.header("mcp-session-id", &session);

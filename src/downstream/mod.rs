@@ -252,6 +252,8 @@ pub struct Server {
     pub stats: Arc<Stats>,
     /// This server's requests, errors by kind, and latency.
     pub metrics: ServerStats,
+    /// Its lists, held once for every session that sees the same of them.
+    pub lists: crate::catalog::ServerLists,
 }
 
 impl fmt::Debug for Server {
@@ -281,6 +283,7 @@ impl Server {
             health: Mutex::new(Health::default()),
             stats: context.stats.clone(),
             metrics: ServerStats::default(),
+            lists: crate::catalog::ServerLists::default(),
         }
     }
 

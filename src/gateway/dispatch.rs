@@ -16,7 +16,7 @@ use crate::runtime::threads;
 use crate::session::{self, Session};
 
 use super::Outcome;
-use super::lists::{fetch_pages, filter_for, naming};
+use super::lists::{Paging, fetch_pages, filter_for, naming};
 use super::{Gateway, visible};
 use crate::catalog::ListKind;
 
@@ -330,8 +330,12 @@ impl Gateway {
             .collect();
         let found: Mutex<Vec<(usize, Vec<Value>)>> = Mutex::new(Vec::new());
         threads::for_each_parallel("fanout", &servers, servers.len(), |server| {
-            match self.on_downstream(session, server, |d| fetch_pages(d, "tasks/list", "tasks")) {
-                Ok(mut tasks) => {
+            match self
+                .on_downstream(session, server, |d| fetch_pages(d, "tasks/list", "tasks", Paging::of(&cur.config)))
+            {
+                Ok(raw) => {
+                    let mut tasks: Vec<Value> =
+                        raw.iter().filter_map(|task| serde_json::from_str(task.get()).ok()).collect();
                     for task in &mut tasks {
                         session.tasks_from(server.name(), task);
                     }
@@ -396,23 +400,20 @@ impl Gateway {
         }
     }
 
-    /// The server that lists `exposed` in the merged list of `kind`. A name
-    /// not found in a cached list is looked up once more in a fresh one.
+    /// The server that lists `exposed` in the merged list of `kind`, and the
+    /// name it knows it by. The list is current (each server's part is
+    /// fetched anew once the server says it changed): a name not in it is
+    /// unknown, without asking every server again (each unknown name did,
+    /// which made every call of a wrong name a fetch of every list).
     fn owner(&self, session: &Arc<Session>, kind: ListKind, exposed: &str) -> Result<(Arc<Server>, String), RpcError> {
-        let cached = session.cached_list(kind);
-        for list in [cached, None] {
-            let list = match list {
-                Some(list) => list,
-                None => self.build_list(session, kind),
-            };
-            if let Some(entry) = list.find(exposed) {
-                let server = self
-                    .current()
-                    .server(&entry.server)
-                    .cloned()
-                    .ok_or_else(|| RpcError::server(&entry.server, "no longer configured"))?;
-                return Ok((server, entry.original.clone()));
-            }
+        let list = self.merged_list(session, kind)?;
+        if let Some(found) = list.find(exposed) {
+            let server = self
+                .current()
+                .server(found.server)
+                .cloned()
+                .ok_or_else(|| RpcError::server(found.server, "no longer configured"))?;
+            return Ok((server, found.original.to_string()));
         }
         let what = match kind {
             ListKind::Tools => "tool",
@@ -421,7 +422,7 @@ impl Gateway {
         if let Some(hidden) = self.hidden_by_filter(session, kind, exposed) {
             return Err(RpcError::invalid_params(hidden));
         }
-        let mut message = format!("unknown {what} `{exposed}`");
+        let mut message = format!("unknown {what} `{}`", crate::catalog::shortened(exposed));
         let failed = session.failed_servers();
         if !failed.is_empty() {
             let names: Vec<String> = failed.iter().map(|(n, e)| format!("`{n}` ({e})")).collect();
@@ -452,18 +453,14 @@ impl Gateway {
     /// The server of a resource: the one listing it, else the one whose
     /// template matches, else the only server offering resources.
     fn resource_owner(&self, session: &Arc<Session>, uri: &str) -> Result<Arc<Server>, RpcError> {
-        let resources =
-            session.cached_list(ListKind::Resources).unwrap_or_else(|| self.build_list(session, ListKind::Resources));
-        let mut owner = resources.find(uri).map(|e| e.server.clone());
+        let resources = self.merged_list(session, ListKind::Resources)?;
+        let mut owner = resources.find(uri).map(|e| e.server.to_string());
         if owner.is_none() {
-            let templates = session
-                .cached_list(ListKind::Templates)
-                .unwrap_or_else(|| self.build_list(session, ListKind::Templates));
+            let templates = self.merged_list(session, ListKind::Templates)?;
             owner = templates
-                .entries
-                .iter()
-                .find(|e| crate::catalog::template_matches(&e.original, uri))
-                .map(|e| e.server.clone());
+                .items()
+                .find(|e| crate::catalog::template_matches(e.original, uri))
+                .map(|e| e.server.to_string());
         }
         if owner.is_none() {
             let offering: Vec<Arc<Downstream>> =

@@ -12,6 +12,7 @@ use crate::http::access::Access;
 use crate::http::{EventSink, HttpError, HttpReply, HttpRequest, NoStream, StreamReply};
 use crate::protocol::jsonrpc::{self, Kind, Message, RpcError};
 use crate::protocol::versions::{self, SUPPORTED};
+use crate::runtime::memory::Charge;
 use crate::session::{self, CloseReason, Session};
 
 use super::dispatch::CallEvents;
@@ -92,6 +93,65 @@ impl PostStream<'_> {
     }
 }
 
+/// The answer to a batch as it grows, charged to `max_memory_mb` and held
+/// to the session's share of it: an answer that does not fit is replaced by
+/// an error naming the limit, and once one did not fit, the requests left
+/// are not run.
+struct BatchAnswer {
+    bytes: Vec<u8>,
+    charge: Charge,
+    share: usize,
+    refused: bool,
+}
+
+impl BatchAnswer {
+    fn new(share: usize) -> BatchAnswer {
+        BatchAnswer { bytes: b"[".to_vec(), charge: Charge::empty(), share, refused: false }
+    }
+
+    fn spent(&self) -> bool {
+        self.refused
+    }
+
+    fn refusal(&self) -> RpcError {
+        RpcError::internal(format!(
+            "the answer to this batch passed this session's share of max_memory_mb ({} bytes); send fewer \
+             requests in one batch",
+            self.share
+        ))
+    }
+
+    /// A small answer (an error), counted but never refused.
+    fn push(&mut self, answer: Vec<u8>) {
+        self.charge.grow(answer.len());
+        self.append(&answer);
+    }
+
+    fn push_or_refuse(&mut self, id: &Value, answer: Vec<u8>) {
+        if self.bytes.len() + answer.len() > self.share || !self.charge.grow(answer.len()) {
+            self.refused = true;
+            let refusal = jsonrpc::error(id, &self.refusal());
+            return self.push(refusal);
+        }
+        self.append(&answer);
+    }
+
+    fn append(&mut self, answer: &[u8]) {
+        if self.bytes.len() > 1 {
+            self.bytes.push(b',');
+        }
+        self.bytes.extend_from_slice(answer);
+    }
+
+    fn reply(mut self) -> HttpReply {
+        if self.bytes.len() == 1 {
+            return HttpReply::accepted();
+        }
+        self.bytes.push(b']');
+        HttpReply::json(200, self.bytes).holding(self.charge)
+    }
+}
+
 /// The response to send, if any.
 fn answer_bytes(id: &Value, outcome: Outcome) -> Option<Vec<u8>> {
     Some(match outcome {
@@ -106,6 +166,50 @@ fn answer_bytes(id: &Value, outcome: Outcome) -> Option<Vec<u8>> {
             }
         },
     })
+}
+
+/// The most bytes of a client's `capabilities` mcpgate keeps (and sends to
+/// every server, and writes to the state file): those of today's clients
+/// are a few hundred.
+pub const MAX_CAPABILITIES_BYTES: usize = 16 * 1024;
+/// The most bytes of `clientInfo`'s `name`, `title` and `version`.
+pub const MAX_CLIENT_INFO_FIELD: usize = 256;
+
+/// What mcpgate keeps of a client's `initialize` params: its capabilities,
+/// at most [`MAX_CAPABILITIES_BYTES`], and of `clientInfo` the name, title
+/// and version, at most [`MAX_CLIENT_INFO_FIELD`] each (its icons or
+/// description would go to every server and into the state file: a 3 MB
+/// `clientInfo` made a 60 MB state file of 20 sessions). Larger ones are
+/// refused with -32602 naming the limit.
+fn kept_params(params: &Map<String, Value>) -> Result<(Value, Value), RpcError> {
+    let capabilities = params.get("capabilities").cloned().unwrap_or_else(|| json!({}));
+    if !capabilities.is_object() {
+        return Err(RpcError::invalid_params("initialize: `capabilities` must be an object"));
+    }
+    let size = capabilities.to_string().len();
+    if size > MAX_CAPABILITIES_BYTES {
+        return Err(RpcError::invalid_params(format!(
+            "initialize: `capabilities` is {size} bytes; mcpgate keeps at most {MAX_CAPABILITIES_BYTES}"
+        )));
+    }
+    let mut kept = Map::new();
+    let info = params.get("clientInfo").and_then(Value::as_object);
+    for field in ["name", "title", "version"] {
+        let Some(value) = info.and_then(|i| i.get(field)).filter(|v| !v.is_null()) else { continue };
+        let Some(text) = value.as_str() else {
+            return Err(RpcError::invalid_params(format!("initialize: `clientInfo.{field}` must be a string")));
+        };
+        if text.len() > MAX_CLIENT_INFO_FIELD {
+            return Err(RpcError::invalid_params(format!(
+                "initialize: `clientInfo.{field}` is {} bytes; mcpgate keeps at most {MAX_CLIENT_INFO_FIELD}",
+                text.len()
+            )));
+        }
+        kept.insert(field.into(), value.clone());
+    }
+    kept.entry("name").or_insert_with(|| json!("unknown"));
+    kept.entry("version").or_insert_with(|| json!("0"));
+    Ok((capabilities, Value::Object(kept)))
 }
 
 /// Whether an `Accept` header admits `mime` (directly or by a wildcard).
@@ -198,7 +302,12 @@ impl Gateway {
         }
     }
 
-    /// A JSON-RPC batch: only for sessions on protocol 2025-03-26, which had them.
+    /// A JSON-RPC batch: only for sessions on protocol 2025-03-26, which had
+    /// them. At most `max_batch_entries`, its requests counted against
+    /// `max_requests_per_session` (one batch of 3,000 `tools/list` made a
+    /// 327 MB answer on one thread), and its answer charged as it grows:
+    /// past the session's share of `max_memory_mb`, the entries left get an
+    /// error naming it and are not run.
     fn batch(&self, req: &HttpRequest, body: &[u8], access: &Access) -> HttpReply {
         let items: Vec<Box<RawValue>> = match serde_json::from_slice(body) {
             Ok(items) => items,
@@ -227,54 +336,66 @@ impl Gateway {
         if items.is_empty() {
             return HttpReply::error(400, &Value::Null, &RpcError::new(jsonrpc::INVALID_REQUEST, "empty batch"));
         }
-        let Some(_request) = session.begin_request(self.current().config.max_requests_per_session) else {
+        let config = &self.current().config;
+        if items.len() > config.max_batch_entries {
+            let e = RpcError::new(
+                jsonrpc::INVALID_REQUEST,
+                format!(
+                    "this batch has {} entries; mcpgate takes at most {} (max_batch_entries)",
+                    items.len(),
+                    config.max_batch_entries
+                ),
+            );
+            return HttpReply::error(400, &Value::Null, &e);
+        }
+        let messages: Vec<Result<Message, RpcError>> =
+            items.iter().map(|item| Message::parse(item.get().as_bytes())).collect();
+        let requests = messages.iter().filter(|m| matches!(m, Ok(m) if m.kind() == Ok(Kind::Request))).count();
+        let Some(_requests) = session.begin_requests(requests.max(1), config.max_requests_per_session) else {
             return too_busy(&session);
         };
-        let mut answers = Vec::new();
-        for item in &items {
-            let message = match Message::parse(item.get().as_bytes()) {
+        let mut answer = BatchAnswer::new(crate::runtime::memory::share());
+        // Held for the whole batch: its requests are all outstanding at once.
+        let mut claims = Vec::new();
+        for message in messages {
+            let message = match message {
                 Ok(m) => m,
                 Err(e) => {
-                    answers.push(jsonrpc::error(&Value::Null, &e));
+                    answer.push(jsonrpc::error(&Value::Null, &e));
                     continue;
                 }
             };
+            let id = message.id.clone().unwrap_or(Value::Null);
             match message.kind() {
                 Ok(Kind::Request) if message.method() == "initialize" => {
                     let e = RpcError::new(jsonrpc::INVALID_REQUEST, "initialize cannot be part of a batch");
-                    answers.push(jsonrpc::error(message.id.as_ref().unwrap_or(&Value::Null), &e));
+                    answer.push(jsonrpc::error(&id, &e));
                 }
-                Ok(Kind::Request) => {
-                    let id = message.id.clone().unwrap_or(Value::Null);
-                    let mut events = PostStream {
-                        session: &session,
-                        sink: &mut NoStream,
-                        stream: None,
-                        ask_timeout: self.current().config.held_call_timeout,
-                    };
-                    let answer = self.request(&session, &message, &mut events);
-                    answers.extend(answer_bytes(&id, answer));
-                }
+                Ok(Kind::Request) if answer.spent() => answer.push(jsonrpc::error(&id, &answer.refusal())),
+                Ok(Kind::Request) => match session.claim_request_id(&id) {
+                    Ok(claim) => {
+                        claims.push(claim);
+                        let mut events = PostStream {
+                            session: &session,
+                            sink: &mut NoStream,
+                            stream: None,
+                            ask_timeout: config.held_call_timeout,
+                        };
+                        let outcome = self.request(&session, &message, &mut events);
+                        if let Some(bytes) = answer_bytes(&id, outcome) {
+                            answer.push_or_refuse(&id, bytes);
+                        }
+                    }
+                    Err(e) => answer.push(jsonrpc::error(&id, &e)),
+                },
                 Ok(Kind::Notification) => self.client_notification(&session, &message),
                 Ok(Kind::Response) => self.client_answer(&session, &message),
-                Err(e) => answers.push(jsonrpc::error(&Value::Null, &e)),
+                Err(e) => answer.push(jsonrpc::error(&Value::Null, &e)),
             }
         }
-        if answers.is_empty() {
-            return HttpReply::accepted();
-        }
-        let mut out = b"[".to_vec();
-        for (i, a) in answers.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            out.extend_from_slice(a);
-        }
-        out.push(b']');
-        HttpReply::json(200, out)
+        answer.reply()
     }
 
-    /// The session a request names, or the reply that refuses it.
     /// The session a request names, or the reply that refuses it. A session
     /// created with a token answers only to that token: to any other it is
     /// unknown.
@@ -315,13 +436,10 @@ impl Gateway {
             return HttpReply::json(200, jsonrpc::error(&id, &e));
         };
         let version = versions::negotiate(requested);
-        let capabilities = params.get("capabilities").cloned().unwrap_or_else(|| json!({}));
-        if !capabilities.is_object() {
-            let e = RpcError::invalid_params("initialize: `capabilities` must be an object");
-            return HttpReply::json(200, jsonrpc::error(&id, &e));
-        }
-        let client_info =
-            params.get("clientInfo").cloned().unwrap_or_else(|| json!({"name": "unknown", "version": "0"}));
+        let (capabilities, client_info) = match kept_params(&params) {
+            Ok(kept) => kept,
+            Err(e) => return HttpReply::json(200, jsonrpc::error(&id, &e)),
+        };
         let client_name = client_info["name"].as_str().unwrap_or("unknown").chars().take(64).collect();
         let init_params =
             json!({ "protocolVersion": version, "capabilities": capabilities, "clientInfo": client_info });

@@ -1,11 +1,16 @@
 //! The merged lists (`tools/list`, `prompts/list`, `resources/list`,
-//! `resources/templates/list`): each server's pages fetched in parallel,
-//! merged with prefixes and filters (`catalog`), cached per session, and
-//! served in pages of `page_size`.
+//! `resources/templates/list`): each server's pages fetched in parallel
+//! (bounded in items, bytes and pages), held once per server and client
+//! view for every session that sees them (`catalog::ServerLists`), merged
+//! with prefixes and filters (`catalog`), the merge held once per view too,
+//! and served in pages of `page_size`. All of it is charged to
+//! `max_memory_mb`, and let go once no session uses the server.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use crate::config::Config;
@@ -16,17 +21,40 @@ use crate::session::Session;
 
 use super::Outcome;
 use super::{Gateway, MAX_COLLISIONS, MAX_PAGES, MAX_RENAMED, visible};
-use crate::catalog::{List, ListKind, ServerItems};
+use crate::catalog::{List, ListKind, Renamed, ServerItems, ServerList};
+use crate::downstream::Server;
 
-/// Every page of one server's list.
-pub(super) fn fetch_all(d: &Downstream, kind: ListKind) -> Result<Vec<Value>, DownstreamError> {
-    fetch_pages(d, kind.method(), kind.field())
+/// What bounds the pages mcpgate reads of one server's list.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Paging {
+    /// Items kept (`max_list_items`).
+    pub items: usize,
+    /// Bytes of pages read (`max_list_bytes`).
+    pub bytes: usize,
 }
 
-/// Every page of a paginated `method`, the items of `field` of each.
-pub(super) fn fetch_pages(d: &Downstream, method: &str, field: &str) -> Result<Vec<Value>, DownstreamError> {
+impl Paging {
+    pub(super) fn of(config: &Config) -> Paging {
+        Paging { items: config.max_list_items, bytes: config.max_list_bytes }
+    }
+}
+
+/// Every page of a paginated `method`, the items of `field` of each, as the
+/// server wrote them. Paging stops at the first cursor seen before (a
+/// server whose `nextCursor` went a → b → a was followed 1,000 times:
+/// 311,000 items, 894 MB), at `max_list_items`, at `max_list_bytes`, or
+/// after [`MAX_PAGES`]; each stop but the natural end is logged.
+pub(super) fn fetch_pages(
+    d: &Downstream,
+    method: &str,
+    field: &str,
+    paging: Paging,
+) -> Result<Vec<Box<RawValue>>, DownstreamError> {
     let mut items = Vec::new();
+    let mut read = 0usize;
+    let mut seen: HashSet<String> = HashSet::new();
     let mut cursor: Option<String> = None;
+    let name = d.server.name();
     for _ in 0..MAX_PAGES {
         let params = match &cursor {
             Some(c) => json!({ "cursor": c }),
@@ -37,23 +65,69 @@ pub(super) fn fetch_pages(d: &Downstream, method: &str, field: &str) -> Result<V
         if let Some(error) = &response.error {
             return Err(DownstreamError::Protocol(format!("{method} answered an error: {}", error.get())));
         }
-        let result: Value =
-            response.result.as_ref().and_then(|r| serde_json::from_str(r.get()).ok()).unwrap_or(Value::Null);
-        match result.get(field) {
-            Some(Value::Array(page)) => items.extend(page.iter().cloned()),
-            _ => return Err(DownstreamError::Protocol(format!("{method} result has no `{field}` array"))),
+        let Some(result) = response.result.as_ref() else {
+            return Err(DownstreamError::Protocol(format!("{method} answered no result")));
+        };
+        read += result.get().len();
+        let page = Page::parse(result.get(), field)
+            .map_err(|e| DownstreamError::Protocol(format!("{method} result has no `{field}` array ({e})")))?;
+        let Some(page_items) = page.items else {
+            return Err(DownstreamError::Protocol(format!("{method} result has no `{field}` array")));
+        };
+        let room = paging.items - items.len();
+        let cut = page_items.len() > room;
+        items.extend(page_items.into_iter().take(room));
+        if cut || items.len() >= paging.items && page.next_cursor.is_some() {
+            crate::limited!(
+                warn,
+                "server `{name}`: {method} has more than {} items (max_list_items); the rest is left out",
+                paging.items
+            );
+            return Ok(items);
         }
-        match result.get("nextCursor").and_then(Value::as_str) {
-            Some(next) if cursor.as_deref() != Some(next) => cursor = Some(next.to_string()),
-            _ => return Ok(items),
+        if read >= paging.bytes && page.next_cursor.is_some() {
+            crate::limited!(
+                warn,
+                "server `{name}`: {method} passed {} bytes (max_list_bytes) after {} items; the rest is left out",
+                paging.bytes,
+                items.len()
+            );
+            return Ok(items);
+        }
+        match page.next_cursor {
+            None => return Ok(items),
+            Some(next) if !seen.insert(next.clone()) => {
+                crate::limited!(
+                    warn,
+                    "server `{name}`: {method} gave the cursor `{}` a second time; paging stops there, with {} items",
+                    crate::catalog::shortened(&next),
+                    items.len()
+                );
+                return Ok(items);
+            }
+            Some(next) => cursor = Some(next),
         }
     }
-    crate::limited!(
-        warn,
-        "server `{}`: {method} has more than {MAX_PAGES} pages; the rest is left out",
-        d.server.name()
-    );
+    crate::limited!(warn, "server `{name}`: {method} has more than {MAX_PAGES} pages; the rest is left out");
     Ok(items)
+}
+
+/// One page of a list, its items left as the server wrote them.
+struct Page {
+    next_cursor: Option<String>,
+    items: Option<Vec<Box<RawValue>>>,
+}
+
+impl Page {
+    fn parse(result: &str, field: &str) -> Result<Page, serde_json::Error> {
+        let members: std::collections::HashMap<&str, &RawValue> = serde_json::from_str(result)?;
+        let next_cursor = match members.get("nextCursor") {
+            Some(raw) => serde_json::from_str::<Option<String>>(raw.get())?,
+            None => None,
+        };
+        let items = members.get(field).map(|raw| serde_json::from_str(raw.get())).transpose()?;
+        Ok(Page { next_cursor, items })
+    }
 }
 
 /// How `server`'s tools and prompts are named for clients.
@@ -85,10 +159,9 @@ impl Gateway {
             Some(Value::String(c)) => Some(c.as_str()),
             Some(_) => return RpcError::invalid_params("`cursor` must be a string").into(),
         };
-        let list = match (cursor, session.cached_list(kind)) {
-            // A first page always reflects the servers as they are now.
-            (None, _) | (Some(_), None) => self.build_list(session, kind),
-            (Some(_), Some(list)) => list,
+        let list = match self.merged_list(session, kind) {
+            Ok(list) => list,
+            Err(e) => return e.into(),
         };
         match list.page(cursor, self.current().config.page_size) {
             Ok(page) => Outcome::Result(page),
@@ -96,40 +169,83 @@ impl Gateway {
         }
     }
 
-    /// Lists `kind` on every server in parallel (opening downstream sessions
-    /// as needed), merges, caches and returns it. Servers that fail are left
-    /// out and their error recorded.
-    pub(super) fn build_list(&self, session: &Arc<Session>, kind: ListKind) -> Arc<List> {
+    /// The merged list of `kind` this session sees: the one held for its
+    /// view while every server's list is the one it was merged from; else
+    /// merged anew, fetching (in parallel, opening downstream sessions as
+    /// needed) only the servers whose lists are gone. A server that fails is
+    /// left out and its error recorded, and such a list is not kept. One
+    /// that does not fit in `max_memory_mb` is an error naming it.
+    pub(super) fn merged_list(&self, session: &Arc<Session>, kind: ListKind) -> Result<Arc<List>, RpcError> {
         let cur = self.current();
         let servers = visible(&cur, session);
+        let view = session.list_view();
+        if let Some(list) = self.lists.find(kind, view, &servers) {
+            return Ok(list);
+        }
+        let paging = Paging::of(&cur.config);
+        let wait = cur.config.connect_timeout + cur.config.request_timeout;
         let found: Mutex<Vec<(usize, ServerItems)>> = Mutex::new(Vec::new());
+        let left_out = std::sync::atomic::AtomicBool::new(false);
+        let too_big: Mutex<Option<RpcError>> = Mutex::new(None);
         threads::for_each_parallel("fanout", &servers, servers.len(), |server| {
-            let Ok(d) = session.downstream(server, cur.config.open_retry) else { return };
-            if !d.offers(kind.capability()) {
-                return;
-            }
-            match self.on_downstream(session, server, |d| fetch_all(d, kind)) {
-                Ok(items) => found.lock().push((
+            let fetched = server.lists.get(
+                kind,
+                view,
+                wait,
+                || {
+                    let d = session.downstream(server, cur.config.open_retry)?;
+                    if !d.offers(kind.capability()) {
+                        return Ok(ServerList::empty(kind));
+                    }
+                    let items =
+                        self.on_downstream(session, server, |d| fetch_pages(d, kind.method(), kind.field(), paging))?;
+                    ServerList::new(kind, items).map_err(|why| {
+                        RpcError::server(server.name(), format!("{why}: raise max_memory_mb, or lower max_list_items"))
+                    })
+                },
+                || RpcError::server(server.name(), format!("its {} is still being fetched", kind.method())),
+            );
+            match fetched {
+                Ok(list) => found.lock().push((
                     cur.rank(server.name()),
                     ServerItems {
                         server: server.name().to_string(),
                         naming: naming(&server.config, &cur.config),
                         filter: filter_for(&server.config, kind).clone(),
-                        items,
+                        list,
                     },
                 )),
-                Err(e) => crate::limited!(
-                    warn,
-                    "server `{}`: {} failed: {}; its items are left out of this list",
-                    server.name(),
-                    kind.method(),
-                    e.message
-                ),
+                Err(e) if e.message.contains("max_memory_mb") => *too_big.lock() = Some(e),
+                Err(e) => {
+                    left_out.store(true, std::sync::atomic::Ordering::Relaxed);
+                    crate::limited!(
+                        warn,
+                        "server `{}`: {} failed: {}; its items are left out of this list",
+                        server.name(),
+                        kind.method(),
+                        e.message
+                    );
+                }
             }
         });
+        if let Some(e) = too_big.into_inner() {
+            return Err(e);
+        }
         let mut found = found.into_inner();
         found.sort_by_key(|(rank, _)| *rank);
-        let (list, collisions, renamed) = List::merge(kind, found.into_iter().map(|(_, items)| items).collect());
+        let (list, collisions, renamed) = List::merge(kind, found.into_iter().map(|(_, items)| items).collect())
+            .map_err(|why| RpcError::internal(format!("{why}: raise max_memory_mb")))?;
+        self.note_names(collisions, renamed);
+        let list = Arc::new(list);
+        if !left_out.into_inner() {
+            self.lists.keep(kind, view, list.clone());
+        }
+        Ok(list)
+    }
+
+    /// Keeps the renamed items and the collisions for the status page (each
+    /// table bounded, the names in it shortened), and logs new collisions.
+    fn note_names(&self, collisions: Vec<String>, renamed: Vec<Renamed>) {
         if !renamed.is_empty() {
             let mut kept = self.renamed.lock();
             for entry in renamed {
@@ -153,8 +269,71 @@ impl Gateway {
                 }
             }
         }
-        let list = Arc::new(list);
-        session.cache_list(list.clone());
-        list
+    }
+
+    /// Lets go of the lists of servers no session uses any more, and of the
+    /// merged lists made of them; the reaper's job.
+    pub fn prune_lists(&self) {
+        let current = self.current();
+        for server in &current.servers {
+            if server.live_sessions.get() == 0 {
+                server.lists.clear();
+            }
+        }
+        self.lists.prune(&current.servers);
+    }
+}
+
+/// The merged lists, one per kind and view (the client capabilities and the
+/// servers a session sees), shared by every session with that view.
+#[derive(Default)]
+pub(super) struct MergedLists {
+    /// Guards the lists, newest first; at most [`MAX_MERGED`].
+    lists: Mutex<Vec<(u64, Arc<List>)>>,
+}
+
+/// Merged lists kept at once: kinds × views; the oldest go first.
+const MAX_MERGED: usize = 64;
+
+impl MergedLists {
+    /// The list of `kind` for `view` over `servers`, if one is kept whose
+    /// every source is still the list its server holds.
+    fn find(&self, kind: ListKind, view: u64, servers: &[Arc<Server>]) -> Option<Arc<List>> {
+        let lists = self.lists.lock();
+        lists
+            .iter()
+            .find(|(v, list)| {
+                *v == view && list.kind == kind && {
+                    let sources: Vec<(&str, &Arc<crate::catalog::ServerList>)> = list.sources().collect();
+                    sources.len() == servers.len()
+                        && sources.iter().zip(servers).all(|((name, source), server)| {
+                            *name == server.name()
+                                && server.lists.current(kind, view).is_some_and(|held| Arc::ptr_eq(&held, source))
+                        })
+                }
+            })
+            .map(|(_, list)| list.clone())
+    }
+
+    fn keep(&self, kind: ListKind, view: u64, list: Arc<List>) {
+        let mut lists = self.lists.lock();
+        lists.retain(|(v, l)| {
+            !(*v == view && l.kind == kind && l.sources().map(|(n, _)| n).eq(list.sources().map(|(n, _)| n)))
+        });
+        lists.insert(0, (view, list));
+        lists.truncate(MAX_MERGED);
+    }
+
+    /// Drops the lists whose sources some server of `servers` no longer holds.
+    fn prune(&self, servers: &[Arc<Server>]) {
+        self.lists.lock().retain(|(view, list)| {
+            list.sources().all(|(name, source)| {
+                servers
+                    .iter()
+                    .find(|s| s.name() == name)
+                    .and_then(|s| s.lists.current(list.kind, *view))
+                    .is_some_and(|held| Arc::ptr_eq(&held, source))
+            })
+        });
     }
 }

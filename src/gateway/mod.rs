@@ -71,6 +71,8 @@ pub struct Gateway {
     pub collisions: Mutex<Vec<String>>,
     /// Tools and prompts exposed under another name than `<prefix>__<name>`.
     pub renamed: Mutex<Vec<crate::catalog::Renamed>>,
+    /// The merged lists, one per kind and view, shared by the sessions.
+    lists: lists::MergedLists,
     /// Guards the outcome of the last reload; `reloading` serializes reloads.
     pub last_reload: Mutex<ReloadOutcome>,
     reloading: Mutex<()>,
@@ -107,6 +109,7 @@ impl Gateway {
             children,
             collisions: Mutex::new(Vec::new()),
             renamed: Mutex::new(Vec::new()),
+            lists: lists::MergedLists::default(),
             last_reload: Mutex::new(ReloadOutcome::default()),
             reloading: Mutex::new(()),
             stopping: std::sync::atomic::AtomicBool::new(false),

@@ -27,7 +27,7 @@ use crossbeam_channel::Receiver;
 use serde_json::Value;
 
 use crate::protocol::jsonrpc::{self, RpcError};
-use crate::runtime::memory::Event;
+use crate::runtime::memory::{Charge, Event};
 
 pub mod access;
 mod request;
@@ -104,11 +104,18 @@ pub struct HttpReply {
     pub status: u16,
     pub headers: Vec<(&'static str, String)>,
     pub body: ReplyBody,
+    /// What the body holds against `max_memory_mb`, until it is written.
+    pub held: Option<Charge>,
 }
 
 impl HttpReply {
     pub fn json(status: u16, bytes: Vec<u8>) -> HttpReply {
-        HttpReply { status, headers: Vec::new(), body: ReplyBody::Data { content_type: "application/json", bytes } }
+        HttpReply {
+            status,
+            headers: Vec::new(),
+            body: ReplyBody::Data { content_type: "application/json", bytes },
+            held: None,
+        }
     }
 
     /// A JSON-RPC error as the body of an HTTP error (or of a 200).
@@ -122,7 +129,7 @@ impl HttpReply {
     }
 
     pub fn empty(status: u16) -> HttpReply {
-        HttpReply { status, headers: Vec::new(), body: ReplyBody::Empty }
+        HttpReply { status, headers: Vec::new(), body: ReplyBody::Empty, held: None }
     }
 
     pub fn accepted() -> HttpReply {
@@ -130,7 +137,12 @@ impl HttpReply {
     }
 
     pub fn text(status: u16, content_type: &'static str, text: String) -> HttpReply {
-        HttpReply { status, headers: Vec::new(), body: ReplyBody::Data { content_type, bytes: text.into_bytes() } }
+        HttpReply {
+            status,
+            headers: Vec::new(),
+            body: ReplyBody::Data { content_type, bytes: text.into_bytes() },
+            held: None,
+        }
     }
 
     /// The last event of an SSE answer to a `POST` (already encoded).
@@ -139,11 +151,18 @@ impl HttpReply {
             status: 200,
             headers: Vec::new(),
             body: ReplyBody::Data { content_type: "text/event-stream", bytes: event },
+            held: None,
         }
     }
 
     pub fn stream(stream: StreamReply) -> HttpReply {
-        HttpReply { status: 200, headers: Vec::new(), body: ReplyBody::Stream(stream) }
+        HttpReply { status: 200, headers: Vec::new(), body: ReplyBody::Stream(stream), held: None }
+    }
+
+    /// The body's charge against `max_memory_mb`, kept until it is written.
+    pub fn holding(mut self, charge: Charge) -> HttpReply {
+        self.held = Some(charge);
+        self
     }
 
     pub fn header(mut self, name: &'static str, value: &str) -> HttpReply {

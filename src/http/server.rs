@@ -383,7 +383,8 @@ impl PostSink<'_> {
 }
 
 fn respond(writer: &mut Writer, reply: HttpReply, connection: Connection, shared: &Shared) -> Connection {
-    let HttpReply { status, headers, body } = reply;
+    // The body's charge (`_held`) lasts until it is written.
+    let HttpReply { status, headers, body, held: _held } = reply;
     let result = match body {
         ReplyBody::Stream(stream) => {
             run_stream(writer, &headers, stream, shared);

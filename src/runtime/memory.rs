@@ -173,14 +173,18 @@ impl Drop for Held {
     }
 }
 
+/// Taken by the unit tests that charge the budget: it is one per process,
+/// and one of them sets a limit of a few bytes.
+#[cfg(test)]
+pub static TEST_BUDGET: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    // The budget is one per process: these run in one test so that no other
-    // test's charges move the numbers under them.
     #[test]
     fn charges_stop_at_the_limit_and_come_back_when_dropped() {
+        let _alone = TEST_BUDGET.lock();
         set_limit(used() + 1000);
         let base = used();
         let a = Charge::new(600).expect("within the limit");

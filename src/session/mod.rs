@@ -12,7 +12,6 @@ use parking_lot::{Condvar, Mutex};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::catalog::{List, ListKind};
 use crate::downstream::{self, Downstream, Inbox, Server, Stop};
 use crate::http::access::Access;
 use crate::protocol::jsonrpc::{self, Message};
@@ -53,7 +52,6 @@ struct State {
     in_flight: usize,
     /// One per server: its downstream session, or how opening it went.
     slots: HashMap<String, Slot>,
-    lists: HashMap<ListKind, Arc<List>>,
     /// The last `logging/setLevel` params, for servers opened later.
     log_level: Option<Box<RawValue>>,
     /// Downstream sessions whose stream answered 404: the reaper reopens
@@ -85,6 +83,8 @@ pub struct Session {
     pub protocol_version: String,
     /// What every server gets as `initialize` params: the client's capabilities and info.
     init_params: Box<RawValue>,
+    /// The view of the servers' lists those capabilities make (see `catalog::list_view_of`).
+    view: u64,
     pub client_name: String,
     /// The servers this session may reach (its token's); `None` for all.
     scope: Option<Vec<String>>,
@@ -151,10 +151,15 @@ impl Session {
         token: Option<[u8; 32]>,
         last_active: Instant,
     ) -> Arc<Session> {
+        let capabilities = serde_json::from_str::<Value>(init_params.get())
+            .ok()
+            .and_then(|mut p| p.get_mut("capabilities").map(Value::take));
+        let view = crate::catalog::list_view_of(&capabilities.unwrap_or(Value::Null));
         Arc::new_cyclic(|me| Session {
             id,
             protocol_version,
             init_params,
+            view,
             client_name,
             token,
             scope,
@@ -165,7 +170,6 @@ impl Session {
                 last_active,
                 in_flight: 0,
                 slots: HashMap::new(),
-                lists: HashMap::new(),
                 log_level: None,
                 lost: Vec::new(),
                 lost_streak: HashMap::new(),
@@ -183,13 +187,19 @@ impl Session {
     /// Marks a request as running until the guard drops; a session with a
     /// request running is never idle. `None` when `max` are running already.
     pub fn begin_request(&self, max: usize) -> Option<RequestGuard<'_>> {
+        self.begin_requests(1, max)
+    }
+
+    /// [`Session::begin_request`] for `count` requests at once (a batch):
+    /// `None` when they would pass `max` in flight.
+    pub fn begin_requests(&self, count: usize, max: usize) -> Option<RequestGuard<'_>> {
         let mut st = self.state.lock();
-        if st.in_flight >= max {
+        if st.in_flight.saturating_add(count) > max {
             return None;
         }
-        st.in_flight += 1;
+        st.in_flight += count;
         st.last_active = Instant::now();
-        Some(RequestGuard(self))
+        Some(RequestGuard(self, count))
     }
 
     /// Whether a request with `access` may use this session: the token that
@@ -204,6 +214,11 @@ impl Session {
             }
             (Some(_), None) => false,
         }
+    }
+
+    /// Which of each server's lists this session sees: those for its client's capabilities.
+    pub fn list_view(&self) -> u64 {
+        self.view
     }
 
     /// Whether this session may reach `server`.
@@ -228,6 +243,7 @@ impl Session {
         if st.closed {
             return None;
         }
+        // Copied under the lock; parsed once it is released.
         let downstreams = if with_downstreams {
             st.slots
                 .values()
@@ -240,6 +256,7 @@ impl Session {
             Vec::new()
         };
         let idle = if st.in_flight > 0 || !st.streams.is_empty() { Duration::ZERO } else { st.last_active.elapsed() };
+        drop(st);
         Some(SavedSession {
             id: self.id.clone(),
             protocol_version: self.protocol_version.clone(),
@@ -275,7 +292,6 @@ impl Session {
         st.deleted_by_client = reason == CloseReason::ClientDelete;
         st.streams.clear();
         let calls = st.routes.clear();
-        st.lists.clear();
         let slots = std::mem::take(&mut st.slots);
         drop(st);
         self.slot_changed.notify_all();
@@ -387,12 +403,12 @@ fn reopen_delay(n: u32) -> Duration {
 }
 
 /// Keeps a session busy while a request runs.
-pub struct RequestGuard<'a>(&'a Session);
+pub struct RequestGuard<'a>(&'a Session, usize);
 
 impl Drop for RequestGuard<'_> {
     fn drop(&mut self) {
         let mut st = self.0.state.lock();
-        st.in_flight -= 1;
+        st.in_flight -= self.1;
         st.last_active = Instant::now();
     }
 }

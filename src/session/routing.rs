@@ -169,10 +169,7 @@ impl Session {
             Kind::Notification => {
                 let method = message.method();
                 if let Some(kinds) = stale_lists(method) {
-                    let mut st = self.state.lock();
-                    for kind in kinds {
-                        st.lists.remove(kind);
-                    }
+                    server.lists.invalidate(kinds);
                 }
                 if method == "notifications/cancelled" {
                     return self.server_cancelled(server, &message);

@@ -5,7 +5,7 @@
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use crate::catalog::{List, ListKind};
+use crate::catalog::ListKind;
 use crate::downstream::{self, Downstream, Inbox, Server};
 use crate::protocol::jsonrpc::{self, RpcError};
 
@@ -77,11 +77,7 @@ impl Session {
                 return Err(RpcError::server(name, "closed while it opened (session ended or configuration reloaded)"));
             }
             Ok(d) => {
-                let recovered = matches!(st.slots.get(name), Some(Slot::Failed { .. }));
                 st.slots.insert(name.to_string(), Slot::Open(d.clone()));
-                if recovered {
-                    st.lists.clear();
-                }
                 let level = st.log_level.clone().filter(|_| d.offers("logging"));
                 drop(st);
                 self.slot_changed.notify_all();
@@ -173,6 +169,8 @@ impl Session {
             }
         }
         downstream::close_all(std::slice::from_ref(old), 1);
+        // A server that forgot a session restarted: what it lists may have changed too.
+        server.lists.clear();
         self.downstream(server, Duration::ZERO)
     }
 
@@ -202,9 +200,8 @@ impl Session {
         taken
     }
 
-    /// The merged lists may have changed (a reload): forget them and tell the client.
+    /// The merged lists may have changed (a reload): tell the client.
     pub fn lists_changed(&self) {
-        self.state.lock().lists.clear();
         for kind in [ListKind::Tools, ListKind::Prompts, ListKind::Resources] {
             self.push_to_stream(jsonrpc::notification(kind.changed_notification(), None));
         }
@@ -239,14 +236,6 @@ impl Session {
             .collect();
         failed.sort();
         failed
-    }
-
-    pub fn cached_list(&self, kind: ListKind) -> Option<Arc<List>> {
-        self.state.lock().lists.get(&kind).cloned()
-    }
-
-    pub fn cache_list(&self, list: Arc<List>) {
-        self.state.lock().lists.insert(list.kind, list);
     }
 
     /// Every open downstream session.
