@@ -2,13 +2,20 @@
 //! which server owns a name or URI. Tools and prompts are renamed
 //! `<prefix><separator><name>` (`files__read`), made to fit what clients
 //! accept ([`exposed_name`]); resource URIs and templates are kept. Each
-//! server's [`Filter`] decides which of its items are listed at all.
+//! server's [`Filter`] decides which of its items are listed at all. A
+//! tool list also carries its search index ([`search`]), built when first
+//! searched.
 
 use std::collections::HashMap;
+use std::sync::OnceLock;
 
 use serde_json::{Map, Value};
 
 use crate::protocol::jsonrpc::RpcError;
+
+pub mod search;
+
+pub use search::ToolIndex;
 
 /// The four lists MCP paginates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -202,6 +209,9 @@ pub struct List {
     pub kind: ListKind,
     pub entries: Vec<Entry>,
     index: HashMap<String, usize>,
+    /// The search index of a tool list, built by the first search: it is
+    /// cached, shared and dropped with the list.
+    tool_index: OnceLock<ToolIndex>,
 }
 
 impl List {
@@ -211,7 +221,7 @@ impl List {
     /// that become one only when made to fit: the later gets a hash suffix.
     /// Returns the list, one line per collision, and the renamed items.
     pub fn merge(kind: ListKind, servers: Vec<ServerItems>) -> (List, Vec<String>, Vec<Renamed>) {
-        let mut list = List { kind, entries: Vec::new(), index: HashMap::new() };
+        let mut list = List { kind, entries: Vec::new(), index: HashMap::new(), tool_index: OnceLock::new() };
         let (mut collisions, mut renamed) = (Vec::new(), Vec::new());
         // The raw name behind each exposed one, to tell a real collision from one made by fitting.
         let mut raw_of: HashMap<String, String> = HashMap::new();
@@ -268,23 +278,53 @@ impl List {
         self.index.get(exposed).map(|&i| &self.entries[i])
     }
 
+    /// The search index of its entries, built on the first call; and
+    /// whether this call built it.
+    pub fn tool_index(&self) -> (&ToolIndex, bool) {
+        let mut built = false;
+        let index = self.tool_index.get_or_init(|| {
+            built = true;
+            ToolIndex::build(&self.entries)
+        });
+        (index, built)
+    }
+
+    /// Bytes of the search index, if it was built: what the list holds
+    /// beyond its items.
+    pub fn tool_index_bytes(&self) -> usize {
+        self.tool_index.get().map_or(0, ToolIndex::bytes)
+    }
+
+    /// One page of `items` (some of its entries, or others of the same
+    /// kind) as a result object, with the same cursors as [`List::page`].
+    pub fn page_of(&self, items: &[&Value], cursor: Option<&str>, size: usize) -> Result<Value, RpcError> {
+        page_items(self.kind, items, cursor, size)
+    }
+
     /// One page as a result object: the items and, when more follow, `nextCursor`.
     pub fn page(&self, cursor: Option<&str>, size: usize) -> Result<Value, RpcError> {
-        let start = match cursor {
-            None => 0,
-            Some(c) => decode_cursor(c)
-                .filter(|&o| o <= self.entries.len())
-                .ok_or_else(|| RpcError::invalid_params(format!("invalid cursor `{c}`: start again without one")))?,
-        };
-        let end = (start + size).min(self.entries.len());
-        let items: Vec<Value> = self.entries[start..end].iter().map(|e| e.item.clone()).collect();
-        let mut result = Map::new();
-        result.insert(self.kind.field().into(), Value::Array(items));
-        if end < self.entries.len() {
-            result.insert("nextCursor".into(), Value::String(encode_cursor(end)));
-        }
-        Ok(Value::Object(result))
+        let items: Vec<&Value> = self.entries.iter().map(|e| &e.item).collect();
+        page_items(self.kind, &items, cursor, size)
     }
+}
+
+/// One page of `items` as a result object: the items and, when more
+/// follow, `nextCursor`.
+fn page_items(kind: ListKind, items: &[&Value], cursor: Option<&str>, size: usize) -> Result<Value, RpcError> {
+    let start = match cursor {
+        None => 0,
+        Some(c) => decode_cursor(c)
+            .filter(|&o| o <= items.len())
+            .ok_or_else(|| RpcError::invalid_params(format!("invalid cursor `{c}`: start again without one")))?,
+    };
+    let end = (start + size).min(items.len());
+    let page: Vec<Value> = items[start..end].iter().map(|&item| item.clone()).collect();
+    let mut result = Map::new();
+    result.insert(kind.field().into(), Value::Array(page));
+    if end < items.len() {
+        result.insert("nextCursor".into(), Value::String(encode_cursor(end)));
+    }
+    Ok(Value::Object(result))
 }
 
 const CURSOR_PREFIX: &str = "mcpgate-";

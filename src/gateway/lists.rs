@@ -90,6 +90,9 @@ impl Gateway {
             (None, _) | (Some(_), None) => self.build_list(session, kind),
             (Some(_), Some(list)) => list,
         };
+        if kind == ListKind::Tools && super::search::enabled(self) {
+            return self.search_page(&list, cursor).map_or_else(Outcome::from, Outcome::Result);
+        }
         match list.page(cursor, self.current().config.page_size) {
             Ok(page) => Outcome::Result(page),
             Err(e) => e.into(),

@@ -2,7 +2,7 @@
 //! servers, and the client sessions. A request comes in at `endpoint`
 //! (HTTP), is answered or forwarded by `dispatch`, whose lists come from
 //! `lists` and `catalog`; `tasks` maps task ids, `reload` swaps the
-//! configuration.
+//! configuration; `search` is the `tool_search` mode's two tools.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -26,6 +26,7 @@ mod holds;
 mod lists;
 mod modern;
 mod reload;
+pub mod search;
 
 pub use reload::ReloadOutcome;
 
@@ -71,6 +72,8 @@ pub struct Gateway {
     pub collisions: Mutex<Vec<String>>,
     /// Tools and prompts exposed under another name than `<prefix>__<name>`.
     pub renamed: Mutex<Vec<crate::catalog::Renamed>>,
+    /// What the `tool_search` mode has seen: its queries and its index.
+    pub searches: search::Searches,
     /// Guards the outcome of the last reload; `reloading` serializes reloads.
     pub last_reload: Mutex<ReloadOutcome>,
     reloading: Mutex<()>,
@@ -107,6 +110,7 @@ impl Gateway {
             children,
             collisions: Mutex::new(Vec::new()),
             renamed: Mutex::new(Vec::new()),
+            searches: search::Searches::default(),
             last_reload: Mutex::new(ReloadOutcome::default()),
             reloading: Mutex::new(()),
             stopping: std::sync::atomic::AtomicBool::new(false),
