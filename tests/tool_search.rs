@@ -245,3 +245,40 @@ fn the_status_page_shows_the_mode_its_index_and_which_queries_hit() {
     assert!(!off.tool_names().contains(&"find_tools".to_string()), "off by default");
     assert!(off.call_tool("find_tools", json!({"query": "x"})).body.get("error").is_some());
 }
+
+#[test]
+fn a_reload_that_changes_the_mode_changes_the_list_and_tells_the_client() {
+    let a = Fixture::start("a", &[]);
+    let mut conf = config_for(&[&a]);
+    conf["tool_search"] = json!({"enabled": true, "pinned": ["a__echo"]});
+    let gate = Gate::start_checked(&conf);
+    let mut client = gate.open_session();
+    let stream = client.open_stream();
+    assert_eq!(client.tool_names(), ["find_tools", "call_tool", "a__echo"]);
+
+    conf["tool_search"]["pinned"] = json!(["a__add"]);
+    std::fs::write(gate.dir.0.join("mcpgate.json"), serde_json::to_vec_pretty(&conf).unwrap()).unwrap();
+    let reply = raw_request(gate.addr, "POST", "/reload", &[("Content-Type", "application/json")], b"{}");
+    assert_eq!(reply.status, 200, "{reply:?}");
+    let mut told = false;
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+        match stream.next(left) {
+            Some(m) if m["method"] == "notifications/tools/list_changed" => {
+                told = true;
+                break;
+            }
+            Some(_) => {}
+            None => break,
+        }
+    }
+    assert!(told, "the client's stream carried tools/list_changed");
+    assert_eq!(client.tool_names(), ["find_tools", "call_tool", "a__add"]);
+
+    conf["tool_search"] = json!({"enabled": false});
+    std::fs::write(gate.dir.0.join("mcpgate.json"), serde_json::to_vec_pretty(&conf).unwrap()).unwrap();
+    let reply = raw_request(gate.addr, "POST", "/reload", &[("Content-Type", "application/json")], b"{}");
+    assert_eq!(reply.status, 200, "{reply:?}");
+    assert!(!client.tool_names().contains(&"find_tools".to_string()), "off again: every tool listed");
+    stream.close();
+}
