@@ -327,17 +327,26 @@ start mcpgate-search "$MCPGATE" --config "$RUN/mcpgate-search.json"
 GS_PID=$PID
 GS_PORT=$(wait_port mcpgate-search "$GS_PID" "$RUN/mcpgate-search.out")
 GS_URL="http://127.0.0.1:$GS_PORT/mcp"
-# search_rows CLIENT: a row per line `OK<TAB>check<TAB>detail` on stdin.
+# search_rows CLIENT NAME: a row per line `OK<TAB>check<TAB>detail` of $RUN/NAME.out; a failed
+# row when fewer than the three checks came (the client died on the way: see $RUN/NAME.err).
 search_rows() {
-    local ok name detail
+    local ok name detail seen=0
     while IFS=$'\t' read -r ok name detail; do
-        if [[ $ok == [01] ]]; then row "$SECTION" "$1: $name" "$ok" "$detail"; fi
-    done
+        if [[ $ok == [01] ]]; then
+            row "$SECTION" "$1: $name" "$ok" "$detail"
+            seen=$((seen + 1))
+        fi
+    done <"$RUN/$2.out"
+    if ((seen < 3)); then
+        row "$SECTION" "$1: ran its three checks" 0 "$seen reported; $RUN/$2.err: $(tail -1 "$RUN/$2.err" 2>/dev/null)"
+    fi
 }
 timeout 60 "$VPY" "$HERE/search_checks.py" --url "$GS_URL" --pinned fx__add --find "echo the text back" \
-    --expect fx__echo 2>"$RUN/search-python.err" | search_rows "python client (mcp $MCP_VERSION)" || true
+    --expect fx__echo >"$RUN/search-python.out" 2>"$RUN/search-python.err" || true
+search_rows "python client (mcp $MCP_VERSION)" search-python
 CLIENTS_DIR=$CLIENTS timeout 60 node "$HERE/search_client.cjs" "$GS_URL" fx__add "echo the text back" fx__echo \
-    2>"$RUN/search-ts.err" | search_rows "typescript client" || true
+    >"$RUN/search-ts.out" 2>"$RUN/search-ts.err" || true
+search_rows "typescript client" search-ts
 INSPECTOR_HOME=$(mktemp -d)
 names=$(HOME=$INSPECTOR_HOME timeout 60 node \
     "$CLIENTS/node_modules/@modelcontextprotocol/inspector/clients/launcher/build/index.js" \
