@@ -5,7 +5,8 @@
 # stdio server (mcp-fixture --stdio, a child per client session): calls next
 # to the load generator driving it over its own pipes and next to a peer
 # bridge (supergateway), cold start, footprint per session, churn, and
-# kill -9 with children.
+# kill -9 with children; and find_tools (the tool_search mode) at 300 and
+# 3,000 tools, with the size of tools/list with and without it.
 #
 #   scripts/bench.sh            the full run: prints the table and writes
 #                               docs/BENCHMARKS.md and docs/churn.svg
@@ -476,6 +477,33 @@ sleep "$SETTLE"
 record "{\"part\":\"stdio-churn\",\"result\":$line,\"base\":$BASE,\"end\":$(procs "$GATE_SC_PID"),\"processes\":$(curl -fsS "http://$GATE_SC/status.json" | python3 -c "import json,sys; print(json.dumps(json.load(sys.stdin)['processes']))"),\"status_threads\":$(status_threads "$GATE_SC")}"
 echo "  $line" >&2
 stop "$GATE_SC_PID"
+
+step "6. tool search: find_tools at 300 and 3,000 tools, and the bytes of tools/list with and without it"
+# The corpus of tests/tool_search.rs (3 servers of 100 real tools), and the
+# same with every tool 10 times; each behind mcpgate with the mode on and off.
+for copies in 1 10; do
+    python3 "$ROOT/scripts/bench/tool_search.py" corpus "$ROOT/fixture/corpus" "$OUT/run/corpus-$copies" "$copies"
+    servers=() fixture_pids=()
+    for name in dev web work; do
+        start_server "$OUT/run/fixture-$name-$copies.log" "$BIN/mcp-fixture" --name "$name" \
+            --tools-from "$OUT/run/corpus-$copies/$name.json"
+        servers+=("$name=$ADDR"); fixture_pids+=("$PID")
+    done
+    python3 "$ROOT/scripts/bench/tool_search.py" config "$OUT/run/search-on-$copies.json" true "${servers[@]}"
+    python3 "$ROOT/scripts/bench/tool_search.py" config "$OUT/run/search-off-$copies.json" false "${servers[@]}"
+    start_server "$OUT/run/gate-search-on-$copies.log" "${MCPGATE[@]}" --config "$OUT/run/search-on-$copies.json"
+    GATE_ON=$ADDR; GATE_ON_PID=$PID
+    start_server "$OUT/run/gate-search-off-$copies.log" "${MCPGATE[@]}" --config "$OUT/run/search-off-$copies.json"
+    GATE_OFF=$ADDR; GATE_OFF_PID=$PID
+    sizes=$(python3 "$ROOT/scripts/bench/tool_search.py" sizes "http://$GATE_OFF/mcp" "http://$GATE_ON/mcp")
+    line=$("$LOAD" calls --url "http://$GATE_ON/mcp" --tool find_tools --args '{"query": "create a pull request"}' \
+        --clients 1 --seconds "$SECONDS_PER_POINT")
+    index=$(curl -fsS "http://$GATE_ON/status.json" | python3 -c "import json,sys; print(json.dumps(json.load(sys.stdin)['tool_search']))")
+    record "{\"part\":\"tool-search\",\"tools\":$((300 * copies)),\"result\":$line,\"sizes\":$sizes,\"status\":$index}"
+    echo "  $((300 * copies)) tools: $line $sizes" >&2
+    stop "$GATE_ON_PID"; stop "$GATE_OFF_PID"
+    for pid in "${fixture_pids[@]}"; do stop "$pid"; done
+done
 
 # ------------------------------------------------------------------ report
 step "report"

@@ -309,6 +309,59 @@ step "4d. both protocol eras: the Python client in legacy, 2026-07-28 and auto m
 source "$HERE/modern.sh"
 modern_step
 
+# --- 4e. tool search ---------------------------------------------------------------------------
+
+step "4e. tool_search: the Python and TypeScript clients find and call a tool; the Inspector lists the tools"
+SECTION="tool search via mcpgate"
+start search-fixture "$FIXTURE" --name fx
+SF_PID=$PID
+SF_PORT=$(wait_port search-fixture "$SF_PID" "$RUN/search-fixture.out")
+cat >"$RUN/mcpgate-search.json" <<EOF
+{
+  "listen": "127.0.0.1:0",
+  "tool_search": { "enabled": true, "pinned": ["fx__add"] },
+  "mcpServers": { "fx": { "url": "http://127.0.0.1:$SF_PORT/mcp" } }
+}
+EOF
+start mcpgate-search "$MCPGATE" --config "$RUN/mcpgate-search.json"
+GS_PID=$PID
+GS_PORT=$(wait_port mcpgate-search "$GS_PID" "$RUN/mcpgate-search.out")
+GS_URL="http://127.0.0.1:$GS_PORT/mcp"
+# search_rows CLIENT NAME: a row per line `OK<TAB>check<TAB>detail` of $RUN/NAME.out; a failed
+# row when fewer than the three checks came (the client died on the way: see $RUN/NAME.err).
+search_rows() {
+    local ok name detail seen=0
+    while IFS=$'\t' read -r ok name detail; do
+        if [[ $ok == [01] ]]; then
+            row "$SECTION" "$1: $name" "$ok" "$detail"
+            seen=$((seen + 1))
+        fi
+    done <"$RUN/$2.out"
+    if ((seen < 3)); then
+        row "$SECTION" "$1: ran its three checks" 0 "$seen reported; $RUN/$2.err: $(tail -1 "$RUN/$2.err" 2>/dev/null)"
+    fi
+}
+timeout 60 "$VPY" "$HERE/search_checks.py" --url "$GS_URL" --pinned fx__add --find "echo the text back" \
+    --expect fx__echo >"$RUN/search-python.out" 2>"$RUN/search-python.err" || true
+search_rows "python client (mcp $MCP_VERSION)" search-python
+CLIENTS_DIR=$CLIENTS timeout 60 node "$HERE/search_client.cjs" "$GS_URL" fx__add "echo the text back" fx__echo \
+    >"$RUN/search-ts.out" 2>"$RUN/search-ts.err" || true
+search_rows "typescript client" search-ts
+INSPECTOR_HOME=$(mktemp -d)
+names=$(HOME=$INSPECTOR_HOME timeout 60 node \
+    "$CLIENTS/node_modules/@modelcontextprotocol/inspector/clients/launcher/build/index.js" \
+    --cli "$GS_URL" --transport http --method tools/list --format json 2>"$RUN/search-inspector.err" |
+    "$VPY" -c "import json,sys; d = json.load(sys.stdin); print(' '.join(t['name'] for t in d.get('result', d).get('tools', [])))" || true)
+rm -rf "$INSPECTOR_HOME"
+check="inspector (cli): tools/list shows find_tools, call_tool, the pinned"
+if [[ $names == "find_tools call_tool fx__add" ]]; then
+    row "$SECTION" "$check" 1 "$names"
+else
+    row "$SECTION" "$check" 0 "${names:-nothing; see $RUN/search-inspector.err}"
+fi
+stop_mcpgate mcpgate-search "$GS_PID" "$SECTION"
+stop "$SF_PID"
+
 # --- 5. conformance server scenarios ---------------------------------------------------------
 
 step "5. conformance server scenarios: mcp-fixture --conformance, directly and behind mcpgate"

@@ -285,6 +285,22 @@ pub const KEYS: &[Key] = &[
         meaning: "A directory shared by the instances on one host, instead of `state_file`: each keeps its state in `<instance_id>.state.json` there, under a lock, and closes the downstream sessions of a peer that stayed down longer than the idle timeout. Needs `instance_id`.",
     },
     Key {
+        name: "tool_search",
+        kind: Kind::Other("off"),
+        meaning: "Search-and-call instead of one long `tools/list`, for clients that choke on hundreds of tools (see docs/TOOL_SEARCH.md). With it on, `tools/list` shows the pinned tools and mcpgate's `find_tools` and `call_tool`; every tool stays callable by its name.",
+    },
+    Key { name: "tool_search.enabled", kind: Kind::Flag(false), meaning: "Turns the mode on." },
+    Key {
+        name: "tool_search.pinned",
+        kind: Kind::Other("[]"),
+        meaning: "Globs (`*`, `?`) over exposed names, e.g. `[\"files__read_file\", \"search__*\"]`: these tools are still listed as themselves.",
+    },
+    Key {
+        name: "tool_search.max_results",
+        kind: Kind::Number { default: Some(8), min: 1, max: 50 },
+        meaning: "Tools one `find_tools` answers with at most, best first, each with its full definition.",
+    },
+    Key {
         name: "mcpServers",
         kind: Kind::Other("(required)"),
         meaning: "Map of server name to server. Names are 1 to 64 of `A-Z a-z 0-9 _ . -`.",
@@ -408,8 +424,18 @@ pub struct Config {
     /// `None` without an `auth` key: no token needed.
     pub tokens: Option<Vec<Token>>,
     pub status_public: bool,
+    pub tool_search: ToolSearch,
     /// In the order of the file: the first server wins a name collision.
     pub servers: Vec<ServerConfig>,
+}
+
+/// The `tool_search` mode: search-and-call instead of one long tool list.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ToolSearch {
+    pub enabled: bool,
+    /// Globs over exposed names: still listed as themselves.
+    pub pinned: Vec<String>,
+    pub max_results: usize,
 }
 
 /// One part of the thread budget: the most threads of these roles (as in
@@ -624,6 +650,7 @@ impl Config {
             allowed_hosts: keys.strings("allowed_hosts")?,
             tokens: None,
             status_public: keys.flag("status_public")?,
+            tool_search: tool_search(keys.take("tool_search"))?,
             servers: servers(keys.take("mcpServers"), server_order(text)?, env)?,
         };
         config.instance_id = keys.string("instance_id")?;
@@ -988,6 +1015,29 @@ fn stdio_config(
     };
     let max_processes = keys.number("max_processes")?.map(|n| n as usize);
     Ok(StdioConfig { command, args, env: child_env, cwd, sharing, max_processes })
+}
+
+/// `tool_search`: `enabled`, `pinned`, `max_results`.
+fn tool_search(value: Option<&Value>) -> Result<ToolSearch, Invalid> {
+    let empty = Map::new();
+    let map = match value {
+        None => &empty,
+        Some(Value::Object(map)) => map,
+        Some(other) => {
+            return Err(Invalid::new(
+                "tool_search",
+                format!("expected an object such as {{\"enabled\": true}}, found {}", kind(other)),
+            ));
+        }
+    };
+    let mut keys = Keys::new(map, "tool_search", "tool_search");
+    let search = ToolSearch {
+        enabled: keys.flag("enabled")?,
+        pinned: keys.strings("pinned")?,
+        max_results: keys.count("max_results")?,
+    };
+    keys.refuse_unknown()?;
+    Ok(search)
 }
 
 /// `{"allow": [...], "deny": [...]}`: globs over a server's own names.
@@ -1399,6 +1449,8 @@ mod tests {
             ("auth.tokens_file", json!(null)),
             ("state_file", json!("/tmp/mcpgate-test-state.json")),
             ("instance_id", json!("gw-1")),
+            ("tool_search", json!({})),
+            ("tool_search.pinned", json!(["a__*"])),
             ("mcpServers", json!({})),
             ("mcpServers.<name>.url", json!("http://127.0.0.1:9/mcp")),
             ("mcpServers.<name>.headers", json!({"X-A": "b"})),
@@ -1437,6 +1489,7 @@ mod tests {
                 Some(("auth", "tokens[].token" | "tokens[].servers" | "tokens[].name"))
                 | Some(("auth", "tokens_file")) => continue,
                 Some(("auth", rest)) => &mut root["auth"][rest],
+                Some(("tool_search", rest)) => &mut root["tool_search"][rest],
                 Some(("mcpServers", rest)) => match rest.trim_start_matches("<name>.").split_once('.') {
                     _ if rest == "<name>" => continue,
                     None => {
@@ -1469,6 +1522,28 @@ mod tests {
         let documented = parse(&defaults.to_string()).unwrap();
         assert_eq!(format!("{documented:?}"), format!("{bare:?}"), "a documented default differs from the parser's");
         assert!(full.tokens.is_some() && full.server("b").is_some_and(|b| b.url().is_none()));
+    }
+
+    #[test]
+    fn tool_search_is_off_by_default_and_names_what_is_wrong() {
+        let base = |extra: &str| format!(r#"{{"mcpServers": {{"a": {{"url": "http://127.0.0.1:9/mcp"}}}}{extra}}}"#);
+        let off = parse(&base("")).unwrap().tool_search;
+        assert_eq!((off.enabled, off.pinned.len(), off.max_results), (false, 0, 8));
+        let on = parse(&base(r#", "tool_search": {"enabled": true, "pinned": ["a__x", "b__*"], "max_results": 3}"#))
+            .unwrap()
+            .tool_search;
+        assert_eq!(on, ToolSearch { enabled: true, pinned: vec!["a__x".into(), "b__*".into()], max_results: 3 });
+        for (extra, key, says) in [
+            (r#", "tool_search": true"#, "tool_search", "expected an object"),
+            (r#", "tool_search": {"enabled": "yes"}"#, "tool_search.enabled", "true or false"),
+            (r#", "tool_search": {"max_results": 0}"#, "tool_search.max_results", "out of range 1 to 50"),
+            (r#", "tool_search": {"pinned": "a__*"}"#, "tool_search.pinned", "array of strings"),
+            (r#", "tool_search": {"limit": 3}"#, "tool_search.limit", "unknown key"),
+        ] {
+            let Invalid { key: k, problem } = parse(&base(extra)).unwrap_err();
+            assert_eq!(k, key, "{extra}");
+            assert!(problem.contains(says), "{extra}: {problem}");
+        }
     }
 
     #[test]

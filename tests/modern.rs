@@ -506,3 +506,35 @@ fn the_session_kept_for_these_clients_is_evicted_and_closed_like_any_other() {
     assert_eq!(client.call(2, "fx__echo", json!({"text": "y"})).result()["content"][0]["text"], "y");
     assert_eq!(fx.count("initialize"), 2);
 }
+
+#[test]
+fn tool_search_answers_clients_of_the_era_and_call_tool_holds_a_call_as_a_direct_one() {
+    let fx = Fixture::start("fx", &[]);
+    let gate = gate_with(&fx, json!({"tool_search": {"enabled": true}}));
+    let client = Modern::new(&gate);
+    let tools = client.send(json!(1), "tools/list", json!({}), &[]);
+    let names: Vec<&str> =
+        tools.result()["tools"].as_array().unwrap().iter().filter_map(|t| t["name"].as_str()).collect();
+    assert_eq!(names, ["find_tools", "call_tool"]);
+    let found = client.call(2, "find_tools", json!({"query": "echo the text back"}));
+    assert_eq!(found.result()["structuredContent"]["tools"][0]["name"], "fx__echo", "{found:?}");
+    assert_eq!(found.result()["resultType"], "complete");
+    let echo = client.call(3, "call_tool", json!({"name": "fx__echo", "arguments": {"text": "hi"}}));
+    assert_eq!(echo.result()["content"][0]["text"], "hi", "{echo:?}");
+    // The server's request comes back as input_required, as for a direct call.
+    let asked = client.call(4, "call_tool", json!({"name": "fx__sample", "arguments": {"prompt": "p"}}));
+    assert_eq!(asked.result()["resultType"], "input_required", "{asked:?}");
+    let (key, request) = asked.result()["inputRequests"].as_object().unwrap().iter().next().unwrap();
+    assert_eq!(request["method"], "sampling/createMessage");
+    let state = asked.result()["requestState"].clone();
+    let answers =
+        json!({key.clone(): {"role": "assistant", "content": {"type": "text", "text": "sampled"}, "model": "m"}});
+    let retry = client.send(
+        json!(5),
+        "tools/call",
+        json!({"name": "call_tool", "arguments": {"name": "fx__sample", "arguments": {"prompt": "p"}},
+            "inputResponses": answers, "requestState": state}),
+        &[],
+    );
+    assert!(retry.result().to_string().contains("sampled"), "{retry:?}");
+}

@@ -508,6 +508,37 @@ def stdio_section(rows, fixture, say, failures):
     return targets
 
 
+def tool_search_section(rows, say, failures):
+    """find_tools latency and the bytes of tools/list with and without the mode."""
+    ts = [r for r in rows if r["part"] == "tool-search"]
+    if not ts:
+        return
+    say("## Tool search: `find_tools` and the size of `tools/list`")
+    say("")
+    say(
+        "The corpus of `tests/tool_search.rs` (3 servers of 100 real tools), and the same with every tool 10 times; "
+        "one client calling `find_tools` (`create a pull request`) in a loop. The list's bytes are every page of "
+        "`tools/list`, as JSON, with the mode off and on."
+    )
+    say("")
+    say("| tools | find_tools p50 / p99 | req/s | index | tools/list, mode off | mode on | first result |")
+    say("|---|---|---|---|---|---|---|")
+    for r in ts:
+        res, sz, st = r["result"], r["sizes"], r["status"]
+        if res["errors"] or not res["calls"]:
+            failures.append(f"find_tools failed at {r['tools']} tools: {res}")
+        if sz["tools_plain"] != r["tools"] or sz["tools_search"] != 2:
+            failures.append(f"tool search at {r['tools']} tools: listed {sz['tools_plain']} without, {sz['tools_search']} with")
+        if not (sz["first_result"] or "").startswith("dev__create_pull_request"):
+            failures.append(f"tool search at {r['tools']} tools: first result {sz['first_result']}")
+        say(
+            f"| {r['tools']} | {fmt_us(res['p50_us'])} / {fmt_us(res['p99_us'])} | {res['throughput']:.0f} "
+            f"| {st['index_tools']} tools, {st['index_bytes'] / 1024:.0f} KiB "
+            f"| {sz['list_bytes_plain'] / 1024:.0f} KiB | {sz['list_bytes_search'] / 1024:.1f} KiB | `{sz['first_result']}` |"
+        )
+    say("")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("results")
@@ -586,6 +617,8 @@ def main() -> int:
         say("")
 
     cpu_targets = cpu_section(rows, say, failures)
+
+    tool_search_section(rows, say, failures)
 
     # 2. footprint
     say("## 2. Footprint")

@@ -245,6 +245,10 @@ impl Gateway {
             }
             caps.insert(kind.into(), cap);
         }
+        if super::search::enabled(self) && !caps.contains_key("tools") {
+            // find_tools and call_tool are there whatever the servers offer.
+            caps.insert("tools".into(), json!({ "listChanged": true }));
+        }
         for kind in ["logging", "completions"] {
             if opened.iter().any(|d| d.offers(kind)) {
                 caps.insert(kind.into(), json!({}));
@@ -266,6 +270,11 @@ impl Gateway {
             Ok(p) => p,
             Err(e) => return e.into(),
         };
+        if method == "tools/call"
+            && let Some(outcome) = self.own_tool(session, &params)
+        {
+            return outcome;
+        }
         // A task-augmented call answers with the server's task id: the client gets one of its session's.
         let task_ids = (method == "tools/call" && params.contains("task")) || method.starts_with("tasks/");
         let result = match method {
@@ -358,9 +367,14 @@ impl Gateway {
         message: &Message,
         mut params: Params,
     ) -> Result<(Arc<Server>, Params), RpcError> {
-        let Some(name) = params.str("name") else {
+        let Some(mut name) = params.str("name") else {
             return Err(RpcError::invalid_params(format!("{} needs `name` (a string)", message.method())));
         };
+        if kind == ListKind::Tools {
+            params = self.unwrap_call_tool(&name, params)?;
+            name = params.str("name").unwrap_or_default();
+            self.note_tool_call(session, &name);
+        }
         let (server, original) = self.owner(session, kind, &name)?;
         params.set("name", &Value::String(original));
         Ok((server, params))

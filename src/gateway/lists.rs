@@ -163,6 +163,9 @@ impl Gateway {
             Ok(list) => list,
             Err(e) => return e.into(),
         };
+        if kind == ListKind::Tools && super::search::enabled(self) {
+            return self.search_page(&list, cursor).map_or_else(Outcome::from, Outcome::Result);
+        }
         match list.page(cursor, self.current().config.page_size) {
             Ok(page) => Outcome::Result(page),
             Err(e) => e.into(),

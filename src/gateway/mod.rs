@@ -2,7 +2,7 @@
 //! servers, and the client sessions. A request comes in at `endpoint`
 //! (HTTP), is answered or forwarded by `dispatch`, whose lists come from
 //! `lists` and `catalog`; `tasks` maps task ids, `reload` swaps the
-//! configuration.
+//! configuration; `search` is the `tool_search` mode's two tools.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -26,6 +26,7 @@ mod holds;
 mod lists;
 mod modern;
 mod reload;
+pub mod search;
 
 pub use reload::ReloadOutcome;
 
@@ -73,6 +74,8 @@ pub struct Gateway {
     pub renamed: Mutex<Vec<crate::catalog::Renamed>>,
     /// The merged lists, one per kind and view, shared by the sessions.
     lists: lists::MergedLists,
+    /// What the `tool_search` mode has seen: its queries and its index.
+    pub searches: search::Searches,
     /// Guards the outcome of the last reload; `reloading` serializes reloads.
     pub last_reload: Mutex<ReloadOutcome>,
     reloading: Mutex<()>,
@@ -110,6 +113,7 @@ impl Gateway {
             collisions: Mutex::new(Vec::new()),
             renamed: Mutex::new(Vec::new()),
             lists: lists::MergedLists::default(),
+            searches: search::Searches::default(),
             last_reload: Mutex::new(ReloadOutcome::default()),
             reloading: Mutex::new(()),
             stopping: std::sync::atomic::AtomicBool::new(false),

@@ -139,6 +139,11 @@ impl Gateway {
         if let Some(kind) = ListKind::from_method(method) {
             return self.finish(&id, method, self.list_page(&pool, kind, message), None);
         }
+        if method == "tools/call"
+            && let Some(outcome) = Params::of(message).ok().and_then(|params| self.own_tool(&pool, &params))
+        {
+            return self.finish(&id, method, outcome, None);
+        }
         match method {
             "tools/call" | "prompts/get" | "resources/read" | "completion/complete" => {
                 self.modern_call(req, &pool, message, &envelope, sink, access)

@@ -24,8 +24,8 @@ impl Gateway {
     /// prefix, the values of their variables, limits) are retired: every
     /// downstream session of theirs is closed through the close path and
     /// reopened lazily with the new settings. Unchanged servers and their
-    /// sessions are left alone; sessions whose lists change are told with
-    /// `list_changed`. Settings of the listener need a restart and are reported.
+    /// sessions are left alone; sessions whose lists change (a server, or
+    /// `tool_search`) are told with `list_changed`. Settings of the listener need a restart and are reported.
     pub fn reload(&self, new: Config) -> ReloadOutcome {
         let _one_at_a_time = self.reloading.lock();
         let old = self.current();
@@ -71,10 +71,12 @@ impl Gateway {
         for server in &retired {
             server.retire();
         }
+        // The mode decides what tools/list shows: every session's list changes with it.
+        let search_changed = old.config.tool_search != self.current().config.tool_search;
         let mut closing = Vec::new();
         for session in self.sessions.snapshot() {
             let taken = session.take_servers(&retired);
-            if !taken.is_empty() || added > 0 || !retired.is_empty() {
+            if !taken.is_empty() || added > 0 || !retired.is_empty() || search_changed {
                 session.lists_changed();
             }
             closing.extend(taken);

@@ -180,6 +180,22 @@ impl Params {
         self.0.insert(key.to_string(), raw(value));
     }
 
+    /// A member as the client wrote it.
+    pub fn raw(&self, key: &str) -> Option<&RawValue> {
+        self.0.get(key).map(|v| &**v)
+    }
+
+    /// Sets a member to text already JSON, kept as it is.
+    pub fn set_raw(&mut self, key: &str, value: Box<RawValue>) {
+        self.0.insert(key.to_string(), value);
+    }
+
+    /// The members of an object member, each kept as written; `None` when
+    /// it is absent or not an object.
+    pub fn object(&self, key: &str) -> Option<Params> {
+        serde_json::from_str(self.0.get(key)?.get()).ok().map(Params)
+    }
+
     pub fn to_raw(&self) -> Box<RawValue> {
         serde_json::value::to_raw_value(&self.0).expect("raw members serialize")
     }

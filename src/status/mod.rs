@@ -77,6 +77,8 @@ pub fn readings(g: &Gateway) -> Vec<Reading> {
         memory_since_refused: crate::runtime::memory::secs_since_refused()
             .unwrap_or_else(|| g.started.elapsed().as_secs())
             .into(),
+        tool_search_index_tools: (g.searches.index_size().0 as u64).into(),
+        tool_search_index_bytes: (g.searches.index_size().1 as u64).into(),
         sessions_live: (g.sessions.len() as u64).into(),
         calls_held: (g.held_calls() as u64).into(),
         processes_spawned: spawned.into(),
@@ -164,6 +166,12 @@ pub fn json_from(g: &Gateway, readings: &[Reading]) -> Value {
         "collisions": *g.collisions.lock(),
         "renamed_tools": g.renamed.lock().iter().map(|r| json!({"name": r.name, "server": r.server, "original": r.original})).collect::<Vec<_>>(),
         "reload": reload(&g.last_reload.lock()),
+        "tool_search": {
+            "enabled": current.config.tool_search.enabled,
+            "pinned": current.config.tool_search.pinned,
+            "max_results": current.config.tool_search.max_results,
+            "top_queries": g.searches.top().iter().map(|q| json!({"query": q.query, "asked": q.asked, "first_result_called": q.hits})).collect::<Vec<_>>(),
+        },
     });
     // Every counter and gauge, in its place.
     for reading in readings {

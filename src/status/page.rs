@@ -55,6 +55,7 @@ pub fn render(v: &Value, readings: &[Reading]) -> String {
     threads(&mut out, v);
     memory(&mut out, v);
     names(&mut out, v);
+    tool_search(&mut out, v);
     every_reading(&mut out, readings);
     let _ = writeln!(
         out,
@@ -284,6 +285,46 @@ fn names(out: &mut String, v: &Value) {
         out.push_str("</table></div></details>");
     }
 }
+
+/// The `tool_search` mode, when it is on: its index and its most asked
+/// queries, with how often their first result was called next.
+fn tool_search(out: &mut String, v: &Value) {
+    let s = &v["tool_search"];
+    if s["enabled"] != true {
+        return;
+    }
+    let n = |key: &str| s[key].as_u64().unwrap_or(0);
+    let _ = write!(
+        out,
+        "<h2>Tool search</h2><p>On: <code>tools/list</code> shows <code>find_tools</code>, <code>call_tool</code>          and {} pinned pattern(s). Index: {} tools, {}. {} searches, {} calls through <code>call_tool</code>,          first result called next {} times.</p>",
+        s["pinned"].as_array().map_or(0, Vec::len),
+        n("index_tools"),
+        bytes(n("index_bytes")),
+        n("queries"),
+        n("calls"),
+        n("first_result_called"),
+    );
+    let queries = s["top_queries"].as_array().map_or(&[][..], Vec::as_slice);
+    if queries.is_empty() {
+        return;
+    }
+    out.push_str(
+        "<div class=\"scroll\"><table><tr><th>Most asked queries</th><th>Asked</th><th>First result called</th></tr>",
+    );
+    for q in queries.iter().take(QUERIES_SHOWN) {
+        let (asked, hits) = (q["asked"].as_u64().unwrap_or(0), q["first_result_called"].as_u64().unwrap_or(0));
+        let _ = write!(
+            out,
+            "<tr><td class=\"wrap\">{}</td><td class=\"n\">{asked}</td><td class=\"n\">{hits} ({}%)</td></tr>",
+            escape(q["query"].as_str().unwrap_or("")),
+            hits * 100 / asked.max(1),
+        );
+    }
+    out.push_str("</table></div>");
+}
+
+/// Queries the page's table shows, of those kept.
+const QUERIES_SHOWN: usize = 10;
 
 /// Every reading of the table, with its Prometheus name, its place in the
 /// JSON and its meaning.

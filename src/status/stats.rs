@@ -420,6 +420,15 @@ stats! {
         /// Connections closed to give their slot to a new one (idle, or slow to send a head).
         connections_evicted: Counter => "connections"."evicted" as "mcpgate_connections_evicted_total",
 
+        /// `find_tools` calls answered (the `tool_search` mode).
+        tool_searches: Counter => "tool_search"."queries" as "mcpgate_tool_search_queries_total",
+        /// `call_tool` calls unwrapped into the call of the tool they name.
+        tool_search_calls: Counter => "tool_search"."calls" as "mcpgate_tool_search_calls_total",
+        /// Searches whose first result was the next tool their session called.
+        tool_search_hits: Counter => "tool_search"."first_result_called" as "mcpgate_tool_search_first_result_called_total",
+        /// Search indexes built: one per merged tool list searched (rebuilt after `list_changed` or a reload).
+        tool_search_indexes_built: Counter => "tool_search"."indexes_built" as "mcpgate_tool_search_indexes_built_total",
+
         /// HTTP requests read from clients.
         requests: Counter => "requests"."total" as "mcpgate_http_requests_total",
         /// HTTP requests answered with an error by the front door (bad head, framing, limits, timeouts).
@@ -487,6 +496,10 @@ stats! {
         memory_refused: Counter => "memory"."refused" as "mcpgate_memory_refused_total",
         /// Seconds since the last charge was refused (the uptime before any).
         memory_since_refused: Gauge => "memory"."secs_since_refused" as "mcpgate_memory_seconds_since_refused",
+        /// Tools in the search index built last (the `tool_search` mode).
+        tool_search_index_tools: Gauge => "tool_search"."index_tools" as "mcpgate_tool_search_index_tools",
+        /// Heap bytes of the search index built last.
+        tool_search_index_bytes: Gauge => "tool_search"."index_bytes" as "mcpgate_tool_search_index_bytes",
         /// Client sessions live now.
         sessions_live: Gauge => "sessions"."live" as "mcpgate_sessions_live",
         /// Calls of 2026-07-28 clients held now, waiting for the client's retry with answers to the server's requests (`max_held_calls`).

@@ -2,16 +2,22 @@
 //! which server owns a name or URI. Tools and prompts are renamed
 //! `<prefix><separator><name>` (`files__read`), made to fit what clients
 //! accept ([`exposed_name`]); resource URIs and templates are kept. Each
-//! server's [`Filter`] decides which of its items are listed at all.
+//! server's [`Filter`] decides which of its items are listed at all. A
+//! tool list also carries its search index ([`search`]), built when first
+//! searched.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::protocol::jsonrpc::RpcError;
 use crate::runtime::memory::Charge;
+
+pub mod search;
+
+pub use search::ToolIndex;
 
 /// The four lists MCP paginates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -422,6 +428,9 @@ pub struct List {
     entries: Vec<Entry>,
     index: HashMap<Arc<str>, u32>,
     _charge: Charge,
+    /// The search index of a tool list, built by the first search, with
+    /// its charge: it is held, shared and dropped with the list.
+    tool_index: OnceLock<(ToolIndex, Charge)>,
 }
 
 /// Bytes an entry of a merged list costs beyond its exposed name: the entry,
@@ -436,8 +445,14 @@ impl List {
     /// Returns the list, one line per collision, and the renamed items; or
     /// why the merge does not fit in `max_memory_mb`.
     pub fn merge(kind: ListKind, servers: Vec<ServerItems>) -> Result<(List, Vec<String>, Vec<Renamed>), String> {
-        let mut list =
-            List { kind, sources: Vec::new(), entries: Vec::new(), index: HashMap::new(), _charge: Charge::empty() };
+        let mut list = List {
+            kind,
+            sources: Vec::new(),
+            entries: Vec::new(),
+            index: HashMap::new(),
+            _charge: Charge::empty(),
+            tool_index: OnceLock::new(),
+        };
         let (mut collisions, mut renamed) = (Vec::new(), Vec::new());
         // The raw name behind each exposed one, to tell a real collision from one made by fitting.
         let mut raw_of: HashMap<Arc<str>, String> = HashMap::new();
@@ -508,6 +523,11 @@ impl List {
         self.index.get(exposed).map(|&i| self.found(&self.entries[i as usize]))
     }
 
+    /// The `i`th item.
+    pub fn item(&self, i: usize) -> Option<Found<'_>> {
+        self.entries.get(i).map(|e| self.found(e))
+    }
+
     /// Every item, in order.
     pub fn items(&self) -> impl Iterator<Item = Found<'_>> {
         self.entries.iter().map(|e| self.found(e))
@@ -538,6 +558,41 @@ impl List {
         item
     }
 
+    /// The search index of its items, built on the first call and charged
+    /// to `max_memory_mb` for as long as the list lives; and whether this
+    /// call built it. An index that does not fit is not kept: why.
+    pub fn tool_index(&self) -> Result<(&ToolIndex, bool), String> {
+        if let Some((index, _)) = self.tool_index.get() {
+            return Ok((index, false));
+        }
+        let index = ToolIndex::build(
+            self.items().map(|found| (found.original, serde_json::from_str(found.json.get()).unwrap_or(Value::Null))),
+        );
+        let Some(charge) = Charge::new(index.bytes()) else {
+            return Err(format!(
+                "the search index of {} tools ({} bytes) does not fit in what max_memory_mb leaves",
+                self.len(),
+                index.bytes()
+            ));
+        };
+        // Two searches may build it at once: the first one kept is the index.
+        let _ = self.tool_index.set((index, charge));
+        let built = self.tool_index.get().map(|(index, _)| index);
+        built.map(|index| (index, true)).ok_or_else(|| "bug: the search index was not kept".to_string())
+    }
+
+    /// Bytes of the search index, if it was built: what the list holds
+    /// beyond its items.
+    pub fn tool_index_bytes(&self) -> usize {
+        self.tool_index.get().map_or(0, |(index, _)| index.bytes())
+    }
+
+    /// One page of `items` (some of its entries, or others of the same
+    /// kind) as a result object, with the same cursors as [`List::page`].
+    pub fn page_of(&self, items: &[&Value], cursor: Option<&str>, size: usize) -> Result<Value, RpcError> {
+        page_items(self.kind, items, cursor, size)
+    }
+
     /// One page as a result object: the items and, when more follow, `nextCursor`.
     pub fn page(&self, cursor: Option<&str>, size: usize) -> Result<Value, RpcError> {
         let start = match cursor {
@@ -555,6 +610,25 @@ impl List {
         }
         Ok(Value::Object(result))
     }
+}
+
+/// One page of `items` as a result object: the items and, when more
+/// follow, `nextCursor`.
+fn page_items(kind: ListKind, items: &[&Value], cursor: Option<&str>, size: usize) -> Result<Value, RpcError> {
+    let start = match cursor {
+        None => 0,
+        Some(c) => decode_cursor(c)
+            .filter(|&o| o <= items.len())
+            .ok_or_else(|| RpcError::invalid_params(format!("invalid cursor `{c}`: start again without one")))?,
+    };
+    let end = (start + size).min(items.len());
+    let page: Vec<Value> = items[start..end].iter().map(|&item| item.clone()).collect();
+    let mut result = Map::new();
+    result.insert(kind.field().into(), Value::Array(page));
+    if end < items.len() {
+        result.insert("nextCursor".into(), Value::String(encode_cursor(end)));
+    }
+    Ok(Value::Object(result))
 }
 
 const CURSOR_PREFIX: &str = "mcpgate-";

@@ -1,0 +1,473 @@
+//! The `tool_search` mode: instead of every tool of every server, which
+//! clients cap (VS Code sends 128 tools at most) and which costs model
+//! context on every turn, `tools/list` shows the pinned tools and two of
+//! mcpgate's own:
+//! - `find_tools` (`query`, optional `server`): the best tools for the
+//!   query ([`crate::catalog::search`]) among those of the session's merged
+//!   list, with their full definitions; with an empty query, the servers and
+//!   their tool counts;
+//! - `call_tool` (`name`, `arguments`): unwrapped into the `tools/call` of
+//!   that exposed name, with the client's request id, `_meta` (its progress
+//!   token) and `task`, so that progress, cancellation, the server's
+//!   requests and tasks go as for a direct call, which also still works.
+//!
+//! The merged list is the session's own (its token's servers, each
+//! server's filter): a search cannot find what the session could not call.
+//! The index is built from that list and cached with it.
+//!
+//! For the status page, [`Searches`] keeps the most asked queries and how
+//! often their first result was the next tool called: a bounded table
+//! ([`MAX_QUERIES`] queries of [`MAX_QUERY_CHARS`] characters), whatever
+//! clients send.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use serde_json::{Map, Value, json};
+
+use crate::catalog::{List, ListKind, glob};
+use crate::config::ToolSearch;
+use crate::protocol::jsonrpc::{Params, RpcError};
+use crate::session::Session;
+
+use super::{Gateway, Outcome, visible};
+
+pub const FIND_TOOLS: &str = "find_tools";
+pub const CALL_TOOL: &str = "call_tool";
+
+/// Distinct queries the status page's table keeps.
+pub const MAX_QUERIES: usize = 32;
+/// A query is kept (and shown) cut to this many characters.
+pub const MAX_QUERY_CHARS: usize = 80;
+/// Searches whose first result waits to be called (one per session, the newest kept).
+const MAX_PENDING: usize = 1024;
+/// Servers `find_tools`'s description names; more are only counted.
+const SERVERS_NAMED: usize = 20;
+/// Tool names an empty query shows per server, as examples.
+const EXAMPLES: usize = 5;
+
+/// A query and what came of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueryCount {
+    pub query: String,
+    pub asked: u64,
+    /// Times the first result was the next tool the session called.
+    pub hits: u64,
+}
+
+/// A search whose first result may be called next.
+struct Pending {
+    session: String,
+    query: String,
+    first: String,
+}
+
+#[derive(Default)]
+struct Table {
+    queries: Vec<QueryCount>,
+    pending: VecDeque<Pending>,
+    /// The size of the index built last.
+    index_tools: usize,
+    index_bytes: usize,
+}
+
+/// What the mode has seen, for the status page. Guards only its table: no
+/// I/O under it.
+#[derive(Default)]
+pub struct Searches(Mutex<Table>);
+
+impl Searches {
+    /// A search of `session` for `query`, whose first result is `first`.
+    fn asked(&self, session: &str, query: &str, first: Option<&str>) {
+        let query = normalise(query);
+        let mut t = self.0.lock();
+        match t.queries.iter_mut().find(|q| q.query == query) {
+            Some(q) => q.asked += 1,
+            None => {
+                if t.queries.len() == MAX_QUERIES {
+                    // The least asked gives its place: the frequent ones stay.
+                    if let Some(least) = (0..t.queries.len()).min_by_key(|&i| t.queries[i].asked) {
+                        t.queries.swap_remove(least);
+                    }
+                }
+                t.queries.push(QueryCount { query: query.clone(), asked: 1, hits: 0 });
+            }
+        }
+        t.pending.retain(|p| p.session != session);
+        if let Some(first) = first {
+            if t.pending.len() == MAX_PENDING {
+                t.pending.pop_front();
+            }
+            t.pending.push_back(Pending { session: session.to_string(), query, first: first.to_string() });
+        }
+    }
+
+    /// `session` calls the tool `exposed`: a hit when it is its last search's first result.
+    fn called(&self, session: &str, exposed: &str) -> bool {
+        let mut t = self.0.lock();
+        let Some(at) = t.pending.iter().position(|p| p.session == session) else { return false };
+        let Some(pending) = t.pending.remove(at) else { return false };
+        if pending.first != exposed {
+            return false;
+        }
+        if let Some(q) = t.queries.iter_mut().find(|q| q.query == pending.query) {
+            q.hits += 1;
+        }
+        true
+    }
+
+    fn built(&self, tools: usize, bytes: usize) {
+        let mut t = self.0.lock();
+        (t.index_tools, t.index_bytes) = (tools, bytes);
+    }
+
+    /// The queries kept, most asked first.
+    pub fn top(&self) -> Vec<QueryCount> {
+        let mut queries = self.0.lock().queries.clone();
+        queries.sort_by(|a, b| b.asked.cmp(&a.asked).then_with(|| a.query.cmp(&b.query)));
+        queries
+    }
+
+    /// The tools and bytes of the index built last.
+    pub fn index_size(&self) -> (usize, usize) {
+        let t = self.0.lock();
+        (t.index_tools, t.index_bytes)
+    }
+}
+
+/// A query as the table keeps it: lower case, single spaces, cut.
+fn normalise(query: &str) -> String {
+    let words: Vec<String> = query.split_whitespace().map(str::to_lowercase).collect();
+    words.join(" ").chars().take(MAX_QUERY_CHARS).collect()
+}
+
+/// Whether the mode is on.
+pub(super) fn enabled(gateway: &Gateway) -> bool {
+    gateway.current().config.tool_search.enabled
+}
+
+/// `call_tool`'s params made into those of the direct call: `name` and
+/// `arguments` from its arguments; `_meta` (the progress token) and `task`
+/// kept as the client wrote them.
+pub(super) fn unwrap_call(mut params: Params) -> Result<Params, RpcError> {
+    let Some(inner) = params.object("arguments") else {
+        return Err(RpcError::invalid_params(format!(
+            "{CALL_TOOL} needs `arguments` with `name`, the tool's name as {FIND_TOOLS} gave it"
+        )));
+    };
+    let Some(name) = inner.str("name") else {
+        return Err(RpcError::invalid_params(format!(
+            "{CALL_TOOL} needs `arguments.name` (a string): the tool's name as {FIND_TOOLS} gave it"
+        )));
+    };
+    params.set("name", &Value::String(name));
+    match inner.raw("arguments") {
+        None => params.remove("arguments"),
+        Some(raw) if raw.get().trim_start().starts_with('{') => params.set_raw("arguments", raw.to_owned()),
+        Some(raw) if raw.get().trim() == "null" => params.remove("arguments"),
+        Some(_) => {
+            return Err(RpcError::invalid_params(format!(
+                "{CALL_TOOL}: `arguments.arguments` must be an object, the tool's arguments"
+            )));
+        }
+    }
+    Ok(params)
+}
+
+/// The two tools of the mode, as `tools/list` shows them; `find_tools`
+/// names the servers of `list` and their tool counts.
+fn own_tools(list: &List, config: &ToolSearch) -> [Value; 2] {
+    let counts = counts(list);
+    let mut servers: Vec<String> =
+        counts.iter().take(SERVERS_NAMED).map(|(name, n, _)| format!("`{name}` ({n} tools)")).collect();
+    if counts.len() > SERVERS_NAMED {
+        servers.push(format!("and {} more", counts.len() - SERVERS_NAMED));
+    }
+    let servers = if servers.is_empty() { "none answered yet".to_string() } else { servers.join(", ") };
+    let find = json!({
+        "name": FIND_TOOLS,
+        "title": "Find tools",
+        "description": format!(
+            "Searches the tools of the servers behind this gateway, which are not listed one by one. Call it \
+             first, with what you want to do in a few words as `query` (e.g. \"create a pull request\", \"read a \
+             file\"); it answers with up to {} matching tools, best first, each with its name, description and \
+             inputSchema. Then call the one that fits with {CALL_TOOL}. If none fits, search again with other \
+             words. An empty query lists the servers and how many tools each has; `server` searches one of \
+             them only. Servers: {servers}.",
+            config.max_results
+        ),
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "query": {"type": "string", "description": "What you want to do, in a few words; empty to list the servers"},
+                "server": {"type": "string", "description": "Search only this server's tools (a name from an empty query)"},
+            },
+            "required": ["query"],
+        },
+        "annotations": {"title": "Find tools", "readOnlyHint": true, "openWorldHint": false},
+    });
+    let call = json!({
+        "name": CALL_TOOL,
+        "title": "Call a tool",
+        "description": format!(
+            "Calls a tool that {FIND_TOOLS} found: `name` exactly as {FIND_TOOLS} gave it, and `arguments` as \
+             that tool's inputSchema asks. It answers what the tool answers."
+        ),
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "description": format!("The tool's name, as {FIND_TOOLS} gave it")},
+                "arguments": {"type": "object", "description": "The tool's arguments, as its inputSchema asks"},
+            },
+            "required": ["name"],
+        },
+    });
+    [find, call]
+}
+
+/// Each server of `list` with its tool count and first few tool names, in the list's order.
+fn counts(list: &List) -> Vec<(String, usize, Vec<String>)> {
+    let mut out: Vec<(String, usize, Vec<String>)> = Vec::new();
+    for found in list.items() {
+        let name = found.exposed.to_string();
+        match out.iter_mut().find(|(server, _, _)| *server == found.server) {
+            Some((_, n, examples)) => {
+                *n += 1;
+                if examples.len() < EXAMPLES {
+                    examples.push(name);
+                }
+            }
+            None => out.push((found.server.to_string(), 1, vec![name])),
+        }
+    }
+    out
+}
+
+/// A tool's result: the answer as JSON text (what a model reads) and as `structuredContent`.
+fn tool_result(answer: Value) -> Value {
+    json!({
+        "content": [{"type": "text", "text": answer.to_string()}],
+        "structuredContent": answer,
+    })
+}
+
+fn tool_error(text: String) -> Value {
+    json!({"content": [{"type": "text", "text": text}], "isError": true})
+}
+
+impl Gateway {
+    /// With the mode on, a page of `tools/list`: mcpgate's two tools, then
+    /// the pinned ones of `list`.
+    pub(super) fn search_page(&self, list: &List, cursor: Option<&str>) -> Result<Value, RpcError> {
+        let cur = self.current();
+        let config = &cur.config.tool_search;
+        let own = own_tools(list, config);
+        let pinned: Vec<Value> = list
+            .items()
+            .filter(|found| {
+                let name = found.exposed;
+                name != FIND_TOOLS && name != CALL_TOOL && config.pinned.iter().any(|g| glob(g, name))
+            })
+            .map(|found| list.exposed_item(found))
+            .collect();
+        let items: Vec<&Value> = own.iter().chain(&pinned).collect();
+        list.page_of(&items, cursor, cur.config.page_size)
+    }
+
+    /// A `tools/call` of `find_tools` with the mode on: its answer; `None`
+    /// for any other call.
+    pub(super) fn own_tool(&self, session: &Arc<Session>, params: &Params) -> Option<Outcome> {
+        if !enabled(self) || params.str("name").as_deref() != Some(FIND_TOOLS) {
+            return None;
+        }
+        let arguments = params.value("arguments").unwrap_or(Value::Null);
+        let query = match &arguments["query"] {
+            Value::String(q) => q.clone(),
+            Value::Null => String::new(),
+            _ => return Some(Outcome::Result(tool_error(format!("{FIND_TOOLS}: `query` must be a string")))),
+        };
+        let server = match &arguments["server"] {
+            Value::String(s) if !s.is_empty() => Some(s.clone()),
+            Value::String(_) | Value::Null => None,
+            _ => return Some(Outcome::Result(tool_error(format!("{FIND_TOOLS}: `server` must be a string")))),
+        };
+        Some(Outcome::Result(self.find_tools(session, &query, server.as_deref())))
+    }
+
+    fn find_tools(&self, session: &Arc<Session>, query: &str, server: Option<&str>) -> Value {
+        self.stats.tool_searches.inc();
+        let list = match self.merged_list(session, ListKind::Tools) {
+            Ok(list) => list,
+            Err(e) => return tool_error(format!("{FIND_TOOLS}: {}", e.message)),
+        };
+        let cur = self.current();
+        let reachable: Vec<String> = visible(&cur, session).iter().map(|s| s.name().to_string()).collect();
+        if let Some(server) = server
+            && !reachable.iter().any(|s| s == server)
+        {
+            return tool_error(format!(
+                "{FIND_TOOLS}: no server `{server}` here; the servers are: {}",
+                reachable.join(", ")
+            ));
+        }
+        if query.trim().is_empty() {
+            return tool_result(self.servers_answer(session, &list, server));
+        }
+        let (index, built) = match list.tool_index() {
+            Ok(index) => index,
+            Err(why) => return tool_error(format!("{FIND_TOOLS}: {why}; raise max_memory_mb")),
+        };
+        if built {
+            self.stats.tool_search_indexes_built.inc();
+            self.searches.built(index.tools(), index.bytes());
+        }
+        let limit = cur.config.tool_search.max_results;
+        let hits = index.search(query, limit, |i| server.is_none_or(|s| list.item(i).is_some_and(|f| f.server == s)));
+        let tools: Vec<Value> = hits.iter().filter_map(|h| list.item(h.entry)).map(|f| list.exposed_item(f)).collect();
+        let first = tools.first().and_then(|t| t["name"].as_str());
+        self.searches.asked(&session.id, query, first);
+        if tools.is_empty() {
+            return tool_result(json!({
+                "tools": [],
+                "note": format!(
+                    "no tool matches `{}`: try other words, or an empty query to see the servers",
+                    normalise(query)
+                ),
+            }));
+        }
+        tool_result(json!({ "tools": tools }))
+    }
+
+    /// The answer to an empty query: each server with its tool count and
+    /// a few of its tools' names; those that could not be reached, with why.
+    fn servers_answer(&self, session: &Session, list: &List, only: Option<&str>) -> Value {
+        let servers: Vec<Value> = counts(list)
+            .into_iter()
+            .filter(|(name, _, _)| only.is_none_or(|o| o == name))
+            .map(|(name, tools, examples)| json!({"server": name, "tools": tools, "examples": examples}))
+            .collect();
+        let mut answer = Map::new();
+        answer.insert("servers".into(), Value::Array(servers));
+        let failed: Vec<Value> = session
+            .failed_servers()
+            .into_iter()
+            .filter(|(name, _)| only.is_none_or(|o| o == name))
+            .map(|(name, error)| json!({"server": name, "error": error}))
+            .collect();
+        if !failed.is_empty() {
+            answer.insert("unavailable".into(), Value::Array(failed));
+        }
+        Value::Object(answer)
+    }
+
+    /// A `tools/call` of `call_tool` with the mode on: the params of the
+    /// direct call it stands for. Any other call's params as they are.
+    pub(super) fn unwrap_call_tool(&self, name: &str, params: Params) -> Result<Params, RpcError> {
+        if name != CALL_TOOL || !enabled(self) {
+            return Ok(params);
+        }
+        self.stats.tool_search_calls.inc();
+        unwrap_call(params)
+    }
+
+    /// `session` calls the tool `exposed`: counts a hit for its last search.
+    pub(super) fn note_tool_call(&self, session: &Session, exposed: &str) {
+        if enabled(self) && self.searches.called(&session.id, exposed) {
+            self.stats.tool_search_hits.inc();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::{Filter, Naming, ServerItems, ServerList};
+
+    fn list() -> List {
+        let _budget = crate::runtime::memory::TEST_BUDGET.lock();
+        let items = |server: &str, names: &[&str]| {
+            let raw = names
+                .iter()
+                .map(|n| crate::protocol::jsonrpc::raw(&json!({"name": n, "description": format!("{n} things")})))
+                .collect();
+            ServerItems {
+                server: server.into(),
+                naming: Naming { prefix: server.into(), separator: "__".into(), max: 64 },
+                filter: Filter::default(),
+                list: Arc::new(ServerList::new(ListKind::Tools, raw).unwrap()),
+            }
+        };
+        List::merge(ListKind::Tools, vec![items("files", &["read_file", "write_file"]), items("web", &["fetch"])])
+            .unwrap()
+            .0
+    }
+
+    #[test]
+    fn call_tool_unwraps_into_the_direct_call_keeping_meta_task_and_the_arguments_as_written() {
+        let message = crate::protocol::jsonrpc::Message::parse(
+            br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"call_tool",
+            "arguments":{"name":"files__read_file","arguments":{"path":"/a","n":12345678901234567890123}},
+            "_meta":{"progressToken":"p1"},"task":{"ttl":1000}}}"#,
+        )
+        .unwrap();
+        let direct = unwrap_call(Params::of(&message).unwrap()).unwrap();
+        assert_eq!(direct.str("name").as_deref(), Some("files__read_file"));
+        assert_eq!(direct.raw("arguments").unwrap().get(), r#"{"path":"/a","n":12345678901234567890123}"#);
+        assert_eq!(direct.value("_meta").unwrap(), json!({"progressToken": "p1"}));
+        assert_eq!(direct.value("task").unwrap(), json!({"ttl": 1000}));
+
+        let params = |arguments: &str| {
+            let body = format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"call_tool"{arguments}}}}}"#
+            );
+            Params::of(&crate::protocol::jsonrpc::Message::parse(body.as_bytes()).unwrap()).unwrap()
+        };
+        let bare = unwrap_call(params(r#","arguments":{"name":"web__fetch"}"#)).unwrap();
+        assert!(!bare.contains("arguments"));
+        for (bad, says) in [
+            ("", "needs `arguments`"),
+            (r#","arguments":{"arguments":{}}"#, "needs `arguments.name`"),
+            (r#","arguments":{"name":"x","arguments":[1]}"#, "must be an object"),
+        ] {
+            let e = unwrap_call(params(bad)).unwrap_err();
+            assert!(e.message.contains(says), "{bad}: {}", e.message);
+        }
+    }
+
+    #[test]
+    fn find_tools_names_the_servers_and_their_counts() {
+        let [find, call] = own_tools(&list(), &ToolSearch { enabled: true, pinned: vec![], max_results: 4 });
+        let description = find["description"].as_str().unwrap();
+        assert!(description.contains("`files` (2 tools), `web` (1 tools)"), "{description}");
+        assert!(description.contains("up to 4 matching tools"), "{description}");
+        assert_eq!((find["name"].as_str(), call["name"].as_str()), (Some(FIND_TOOLS), Some(CALL_TOOL)));
+        assert_eq!(
+            counts(&list())[0],
+            ("files".to_string(), 2, vec!["files__read_file".into(), "files__write_file".into()])
+        );
+    }
+
+    #[test]
+    fn the_query_table_is_bounded_keeps_the_frequent_and_counts_a_called_first_result() {
+        let searches = Searches::default();
+        for _ in 0..5 {
+            searches.asked("s1", "Read  A File", Some("files__read_file"));
+            assert!(searches.called("s1", "files__read_file"));
+        }
+        searches.asked("s1", "read a file", Some("files__read_file"));
+        assert!(!searches.called("s1", "web__fetch"), "another tool: no hit");
+        assert!(!searches.called("s1", "files__read_file"), "only the next call counts");
+        for i in 0..10 * MAX_QUERIES {
+            searches.asked(&format!("s{i}"), &format!("query {i} {}", "x".repeat(500)), None);
+        }
+        let top = searches.top();
+        assert_eq!(top.len(), MAX_QUERIES);
+        assert_eq!(top[0], QueryCount { query: "read a file".into(), asked: 6, hits: 5 });
+        assert!(top.iter().all(|q| q.query.chars().count() <= MAX_QUERY_CHARS));
+        for i in 0..2 * MAX_PENDING {
+            searches.asked(&format!("p{i}"), "q", Some("t"));
+        }
+        assert_eq!(searches.0.lock().pending.len(), MAX_PENDING);
+    }
+}
