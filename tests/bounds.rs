@@ -275,3 +275,31 @@ fn initialize_params_are_kept_bounded_and_oversized_ones_are_refused() {
     assert!(reply.error_message().contains("clientInfo.name") && reply.error_message().contains("256"), "{reply:?}");
     assert_balanced(&gate.status());
 }
+
+/// Finding 5, the file: every open and close rewrote the whole state file,
+/// every session's record in it. One session's open and close now append a
+/// few records, and rewrite no other session's: the file keeps its inode
+/// and grows by what that one session is.
+#[test]
+fn one_sessions_open_and_close_append_to_the_state_file_and_rewrite_no_other() {
+    use std::os::unix::fs::MetadataExt;
+    let _alone = alone();
+    let (a, b) = (Fixture::start("alpha", &[]), Fixture::start("beta", &[]));
+    let dir = TempDir::new();
+    let state = dir.0.join("state.json");
+    let mut c = config(&[("alpha", a.url()), ("beta", b.url())]);
+    c["state_file"] = json!(state);
+    let gate = Gate::start(&c);
+    let _open: Vec<Client> = (0..20).map(|_| gate.open_session()).collect();
+    support::wait_for_state(&state, 20, 2);
+    let before = std::fs::metadata(&state).unwrap();
+    let one = gate.open_session();
+    support::wait_for_state(&state, 21, 2);
+    assert_eq!(one.delete(), 200);
+    support::wait_for_state(&state, 20, 2);
+    let after = std::fs::metadata(&state).unwrap();
+    let grew = after.len().saturating_sub(before.len());
+    println!("20 sessions: {} bytes; one more opened and closed: +{grew} bytes", before.len());
+    assert_eq!(after.ino(), before.ino(), "the file was rewritten whole for one session");
+    assert!(grew > 0 && grew < 4096, "one session's open and close appended {grew} bytes");
+}

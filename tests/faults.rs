@@ -219,8 +219,12 @@ fn sessions_of_a_moved_server_are_deleted_without_the_new_servers_credentials() 
     assert_eq!(new.count("delete"), 0, "{}", new.stats());
 }
 
+/// The time mcpgate is down is not its clients' idleness: a crash must not
+/// take back a session a client holds, however long the restart takes
+/// (before, sessions in use at the crash were expired at start once the
+/// downtime passed their idle timeout).
 #[test]
-fn kill_9_of_mcpgate_with_a_state_file_and_expired_sessions_deletes_them_at_start() {
+fn kill_9_of_mcpgate_with_a_state_file_keeps_sessions_across_a_long_downtime() {
     let (a, b) = Fixture::alpha_and_beta();
     let (_state, path, mut c) = with_state_file(config_for(&[&a, &b]));
     c["session_idle_timeout_secs"] = json!(1);
@@ -233,9 +237,49 @@ fn kill_9_of_mcpgate_with_a_state_file_and_expired_sessions_deletes_them_at_star
     for s in streams {
         s.close();
     }
-    assert_eq!(a.count("delete") + b.count("delete"), 0, "nothing was closed before the kill");
-    // Time is the subject: the saved sessions pass their idle timeout while no mcpgate runs.
+    // Down for twice the idle timeout.
     std::thread::sleep(Duration::from_secs(2));
+
+    let gate = Gate::start(&c);
+    for (client, a_id, _) in &mut clients {
+        client.url = gate.url();
+        assert_eq!(downstream_session(client, "alpha__whoami", "alpha"), *a_id, "resumed, not reopened");
+    }
+    // Idle after the restart, they are evicted as any session is, each closed once.
+    assert_all_closed(&[&a, &b], 3);
+    let status = assert_settled(&gate, 0);
+    assert_eq!(status["sessions"]["restored"], 3, "{status}");
+    assert_eq!(status["sessions"]["expired_at_start"], 0, "{status}");
+}
+
+/// A session that was idle past its timeout when mcpgate stopped (as the
+/// state file's last write tells) is expired at start: its downstream
+/// sessions get their DELETE, and its client a 404.
+#[test]
+fn kill_9_of_mcpgate_with_a_state_file_and_expired_sessions_deletes_them_at_start() {
+    let (a, b) = Fixture::alpha_and_beta();
+    let (_state, path, mut c) = with_state_file(config_for(&[&a, &b]));
+    c["session_idle_timeout_secs"] = json!(60);
+    let mut first = Gate::start(&c);
+    let mut clients = three_clients(&first);
+    wait_for_state(&path, 3, 2);
+    first.kill();
+    assert_eq!(a.count("delete") + b.count("delete"), 0, "nothing was closed before the kill");
+    // As if the sessions had been idle for two minutes when mcpgate stopped:
+    // their last activity moved back (and the records of later activity gone).
+    let text = std::fs::read_to_string(&path).unwrap();
+    let older: Vec<String> = text
+        .lines()
+        .filter(|line| !line.starts_with("{\"active\""))
+        .map(|line| {
+            let Some(at) = line.find("\"last_active\":") else { return line.to_string() };
+            let start = at + "\"last_active\":".len();
+            let end = start + line[start..].find(|c: char| !c.is_ascii_digit()).unwrap_or(0);
+            let value: u64 = line[start..end].parse().unwrap();
+            format!("{}{}{}", &line[..start], value - 120, &line[end..])
+        })
+        .collect();
+    std::fs::write(&path, older.join("\n") + "\n").unwrap();
 
     let gate = Gate::start(&c);
     assert_all_closed(&[&a, &b], 3);

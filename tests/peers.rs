@@ -47,8 +47,8 @@ fn session_ids_start_with_the_instance_id() {
     assert_eq!(instance, "gw-a");
     assert_eq!(random.len(), 32, "{id}");
     assert!(dir.0.join("gw-a.state.json").exists());
-    let state: Value = serde_json::from_slice(&std::fs::read(dir.0.join("gw-a.state.json")).unwrap()).unwrap();
-    assert_eq!(state["instance_id"], "gw-a");
+    let state = support::read_state(&dir.0.join("gw-a.state.json"));
+    assert_eq!(state["instance_id"], "gw-a", "{state}");
 }
 
 #[test]

@@ -408,10 +408,11 @@ impl Server {
     /// `init_params` are the client's.
     pub fn open(
         self: &Arc<Self>,
+        client: &str,
         init_params: &RawValue,
         inbox: Weak<dyn Inbox>,
     ) -> Result<Arc<Downstream>, DownstreamError> {
-        let result = self.open_inner(init_params, inbox);
+        let result = self.open_inner(client, init_params, inbox);
         self.count(&result);
         self.record(&result, true);
         if let Err(e) = &result {
@@ -427,6 +428,7 @@ impl Server {
 
     fn open_inner(
         self: &Arc<Self>,
+        client: &str,
         init_params: &RawValue,
         inbox: Weak<dyn Inbox>,
     ) -> Result<Arc<Downstream>, DownstreamError> {
@@ -439,7 +441,7 @@ impl Server {
             Endpoint::Stdio(stdio) => stdio::open(self, stdio, &body)?,
         };
         // From here the server may hold a session: every failure must close it.
-        let mut downstream = Downstream::new(self.clone(), link);
+        let mut downstream = Downstream::new(self.clone(), link, client);
         let init = match answer.and_then(|m| initialize_result(&m)) {
             Ok(init) => init,
             Err(e) => {
@@ -468,7 +470,8 @@ impl Server {
     /// it, the first request gets 404 and it is opened anew), or to close.
     /// It counts as opened by this process.
     pub fn saved_downstream(self: &Arc<Self>, saved: &SavedDownstream) -> Arc<Downstream> {
-        let mut downstream = Downstream::new(self.clone(), http::resumed(saved.session_id.clone()));
+        let client = saved.client.as_deref().unwrap_or_default();
+        let mut downstream = Downstream::new(self.clone(), http::resumed(saved.session_id.clone()), client);
         downstream.protocol_version = saved.protocol_version.clone();
         downstream.capabilities = saved.capabilities.clone();
         downstream.instructions = saved.instructions.clone();
@@ -507,6 +510,8 @@ fn initialize_result(message: &Message) -> Result<InitializeResult, DownstreamEr
 pub struct Downstream {
     pub server: Arc<Server>,
     link: Box<dyn Link>,
+    /// The client session it belongs to, for the state file ("" when none does).
+    client: String,
     pub protocol_version: String,
     pub capabilities: Value,
     pub instructions: Option<String>,
@@ -522,7 +527,7 @@ impl fmt::Debug for Downstream {
 }
 
 impl Downstream {
-    fn new(server: Arc<Server>, link: Box<dyn Link>) -> Downstream {
+    fn new(server: Arc<Server>, link: Box<dyn Link>, client: &str) -> Downstream {
         if link.holds_session() {
             server.stats.downstream_opened.inc();
             server.stats.downstream_live.inc();
@@ -531,6 +536,7 @@ impl Downstream {
         Downstream {
             server,
             link,
+            client: client.to_string(),
             protocol_version: versions::NEWEST.to_string(),
             capabilities: Value::Null,
             instructions: None,
@@ -569,6 +575,7 @@ impl Downstream {
             protocol_version: self.protocol_version.clone(),
             capabilities: self.capabilities.clone(),
             instructions: self.instructions.clone(),
+            client: (!self.client.is_empty()).then(|| self.client.clone()),
         }
     }
 

@@ -155,18 +155,14 @@ impl Gateway {
         self.children.stop();
     }
 
-    /// At shutdown: the state file keeps the client sessions (not their
-    /// downstream sessions, which are closed) from now on; how many.
+    /// At shutdown: how many client sessions the state file keeps (their
+    /// downstream sessions are closed; see [`Sessions::take_all`]).
     pub fn keep_clients(&self) -> usize {
-        let kept: Vec<_> = self.sessions.snapshot().iter().filter_map(|s| s.saved(false)).collect();
-        let count = kept.len();
-        self.journal.keep_clients(kept);
-        count
+        if self.journal.path().is_some() { self.sessions.len() } else { 0 }
     }
 
     /// Closes sessions already removed from the table: idle, deleted or at shutdown.
     pub fn close(&self, sessions: Vec<Arc<Session>>, reason: CloseReason) {
-        self.journal.changed();
         let parallel = (self.current().servers.len() * sessions.len()).clamp(1, 32);
         session::close_sessions(sessions, reason, parallel, &self.stats);
         self.release_memory();

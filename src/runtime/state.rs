@@ -4,18 +4,32 @@
 //! cut) clients keep their sessions and every downstream session is still
 //! closed exactly once.
 //!
-//! Write-ahead: a downstream session is in the file before its client's
-//! `initialize` is answered (or before a request uses it), and a closing
-//! one is marked before its `DELETE` and kept until that `DELETE` is
-//! done. A crash can then only leave a session the server created in the
+//! A journal of JSON lines (format 3): a header, then one record per
+//! change, appended as it happens: a session opened or ended, a downstream
+//! session opened, marked closing, closed, and now and then the sessions'
+//! activity. One session's open or close appends a line, and rewrites no
+//! other session's record (20 sessions with a 3 MB `clientInfo` made a
+//! 60 MB file rewritten on every open and close). The file is rewritten
+//! whole at start and when it has doubled since, as a snapshot followed by
+//! the records still to come. Replaying a record twice changes nothing, so
+//! a record that races a rewrite is never lost.
+//!
+//! Write-ahead: a client session is in the file before its `initialize` is
+//! answered, a downstream session before a request uses it, and a closing
+//! one is marked before its `DELETE` and kept until that `DELETE` is done.
+//! A crash can then only leave a session the server created in the
 //! milliseconds before it was written, or repeat a `DELETE` that was
 //! answered in the milliseconds before its end was written (the server
-//! answers 404 to the repeat). [`Journal::commit`] waits for the write;
-//! writes are grouped, so one write serves every request waiting for it.
+//! answers 404 to the repeat). [`Journal::commit`] waits for the records
+//! queued before it; appends are grouped, so one `fdatasync` serves every
+//! request waiting.
 //!
-//! The file: 0600, written to a temporary file opened with `O_NOFOLLOW`
-//! and `O_EXCL`, fsynced, renamed over the old one, the directory fsynced.
-//! One entry per line, so a damaged file still gives up what it holds.
+//! The file: 0600. A rewrite goes to a temporary file opened with
+//! `O_NOFOLLOW` and `O_EXCL`, fsynced, renamed over the old one, the
+//! directory fsynced. A last line cut short is an append a crash
+//! interrupted (nobody was answered on it): it is left out. Any other line
+//! that does not read makes the file damaged. Files of format 1 and 2 (one
+//! JSON document) still load.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -31,20 +45,23 @@ use serde_json::Value;
 
 use crate::runtime::threads;
 
-/// Format 2 added `closing` and the token hash; format 1 files still load.
-const FORMAT: u32 = 2;
+/// Format 3 is the journal; formats 1 and 2 (one JSON document) still load.
+const FORMAT: u32 = 3;
 /// How often the writer looks for activity to save, and retries a failed write.
 const LOOK_EVERY: Duration = Duration::from_millis(250);
 /// The longest a request waits for its write.
 const COMMIT_WAIT: Duration = Duration::from_secs(5);
+/// The file is rewritten whole once it passes this and has doubled since
+/// its last rewrite.
+const REWRITE_AT: u64 = 1 << 20;
 
-/// Activity alone (no session opened or closed) is written at most this
-/// often, and at least four times per idle timeout.
 /// The state file of instance `id` in a shared `state_dir`.
 pub fn state_path(dir: &Path, id: &str) -> PathBuf {
     dir.join(format!("{id}.state.json"))
 }
 
+/// Activity alone (no session opened or closed) is written at most this
+/// often, and at least four times per idle timeout.
 pub fn activity_every(idle_timeout: Duration) -> Duration {
     (idle_timeout / 4).clamp(LOOK_EVERY, Duration::from_secs(30))
 }
@@ -64,6 +81,7 @@ pub struct SavedSession {
     /// SHA-256 of the token that created it (hex), never the token.
     #[serde(default)]
     pub token_sha256: Option<String>,
+    #[serde(default)]
     pub downstreams: Vec<SavedDownstream>,
 }
 
@@ -77,8 +95,12 @@ pub struct SavedDownstream {
     pub protocol_version: String,
     pub capabilities: Value,
     pub instructions: Option<String>,
+    /// The client session it belongs to (absent in files of format 1 and 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
 }
 
+/// What a state file holds, whatever its format.
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct Saved {
     pub format: u32,
@@ -89,32 +111,165 @@ pub struct Saved {
     #[serde(default)]
     pub closing: Vec<SavedDownstream>,
     pub sessions: Vec<SavedSession>,
+    /// When the file was last written (its mtime), in unix seconds: the
+    /// writer touches it at least every `activity_every`, so mcpgate ran
+    /// until about then. A session's idle time ends there: the time it was
+    /// down is not the client's idleness.
+    #[serde(skip)]
+    pub written: Option<u64>,
+}
+
+/// The first line of a journal.
+#[derive(Debug, Serialize, Deserialize)]
+struct Header {
+    format: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    instance_id: Option<String>,
+}
+
+/// One line of the journal after its header. Each sets or removes one
+/// thing, so that replaying a line twice changes nothing.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Record {
+    /// A client session (its `downstreams` come in records of their own).
+    Session(SavedSession),
+    /// A downstream session of the client session it names.
+    Downstream(SavedDownstream),
+    /// A downstream session is being closed: it leaves its client session.
+    Closing { key: u64, downstream: SavedDownstream },
+    /// Its `DELETE` is done.
+    Closed(u64),
+    /// A client session ended (idle, deleted by its client, refused).
+    End(String),
+    /// Client sessions' last activity, in unix seconds.
+    Active(Vec<(String, u64)>),
+}
+
+/// A journal's lines, as they are replayed.
+#[derive(Default)]
+struct Replay {
+    instance_id: Option<String>,
+    sessions: HashMap<String, SavedSession>,
+    /// In the order the sessions first came.
+    order: Vec<String>,
+    closing: HashMap<u64, SavedDownstream>,
+}
+
+impl Replay {
+    fn apply(&mut self, record: Record) {
+        match record {
+            Record::Session(mut session) => {
+                let kept = self.sessions.get_mut(&session.id).map(|s| std::mem::take(&mut s.downstreams));
+                session.downstreams = kept.unwrap_or_default();
+                if !self.sessions.contains_key(&session.id) {
+                    self.order.push(session.id.clone());
+                }
+                self.sessions.insert(session.id.clone(), session);
+            }
+            Record::Downstream(downstream) => {
+                if let Some(session) = downstream.client.as_ref().and_then(|c| self.sessions.get_mut(c)) {
+                    session.downstreams.retain(|d| d.server != downstream.server);
+                    session.downstreams.push(downstream);
+                }
+            }
+            Record::Closing { key, downstream } => {
+                if let Some(session) = downstream.client.as_ref().and_then(|c| self.sessions.get_mut(c)) {
+                    session
+                        .downstreams
+                        .retain(|d| !(d.server == downstream.server && d.session_id == downstream.session_id));
+                }
+                self.closing.insert(key, downstream);
+            }
+            Record::Closed(key) => {
+                self.closing.remove(&key);
+            }
+            Record::End(id) => {
+                self.sessions.remove(&id);
+            }
+            Record::Active(list) => {
+                for (id, at) in list {
+                    if let Some(session) = self.sessions.get_mut(&id) {
+                        session.last_active = session.last_active.max(at);
+                    }
+                }
+            }
+        }
+    }
+
+    fn into_saved(mut self) -> Saved {
+        let sessions = self.order.iter().filter_map(|id| self.sessions.remove(id)).collect();
+        let mut closing: Vec<(u64, SavedDownstream)> = self.closing.into_iter().collect();
+        closing.sort_by_key(|(key, _)| *key);
+        Saved {
+            format: FORMAT,
+            instance_id: self.instance_id,
+            closing: closing.into_iter().map(|(_, d)| d).collect(),
+            sessions,
+            written: None,
+        }
+    }
+}
+
+/// How reading a journal went.
+enum Read {
+    Whole(Saved),
+    /// Its last line was cut short (a crash while it was appended): left out.
+    Torn(Saved),
+    /// A line that is not the last does not read: what could be read, and why.
+    Damaged(Saved, String),
+}
+
+/// Reads a journal (format 3).
+fn read_journal(text: &str) -> Option<Read> {
+    let mut lines = text.split_inclusive('\n');
+    let header: Header = serde_json::from_str(lines.next()?.trim()).ok()?;
+    if header.format != FORMAT {
+        return None;
+    }
+    let mut replay = Replay { instance_id: header.instance_id, ..Replay::default() };
+    let mut problem = None;
+    let mut torn = false;
+    let lines: Vec<&str> = lines.collect();
+    for (i, line) in lines.iter().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<Record>(line.trim()) {
+            Ok(record) => replay.apply(record),
+            // Cut short by a crash as it was appended: nobody was answered on it.
+            Err(_) if i + 1 == lines.len() && !line.ends_with('\n') => torn = true,
+            Err(e) => {
+                problem.get_or_insert_with(|| format!("line {} does not read: {e}", i + 2));
+            }
+        }
+    }
+    let saved = replay.into_saved();
+    Some(match (problem, torn) {
+        (Some(problem), _) => Read::Damaged(saved, problem),
+        (None, true) => Read::Torn(saved),
+        (None, false) => Read::Whole(saved),
+    })
+}
+
+/// What a state file holds, whatever its format; `None` when it is
+/// damaged or not a state file. For the tests, which read the file as
+/// mcpgate would.
+pub fn parse(text: &str) -> Option<Saved> {
+    match read_journal(text) {
+        Some(Read::Whole(saved) | Read::Torn(saved)) => Some(saved),
+        Some(Read::Damaged(..)) => None,
+        None => serde_json::from_str::<Saved>(text).ok().filter(|s| s.format == 1 || s.format == 2),
+    }
 }
 
 impl Saved {
-    /// One entry per line: a file cut short loses only its last entry.
-    fn encode(&self) -> Vec<u8> {
-        let mut out = format!("{{\"format\":{},\n", self.format).into_bytes();
-        if let Some(id) = &self.instance_id {
-            out.extend_from_slice(format!("\"instance_id\":{},\n", Value::from(id.as_str())).as_bytes());
-        }
-        out.extend_from_slice(b"\"closing\":[");
-        let line = |out: &mut Vec<u8>, first: bool, item: Vec<u8>| {
-            out.extend_from_slice(if first { b"\n" } else { b",\n" });
-            out.extend_from_slice(&item);
-        };
-        for (i, d) in self.closing.iter().enumerate() {
-            line(&mut out, i == 0, serde_json::to_vec(d).unwrap_or_default());
-        }
-        out.extend_from_slice(b"\n],\n\"sessions\":[");
-        for (i, s) in self.sessions.iter().enumerate() {
-            line(&mut out, i == 0, serde_json::to_vec(s).unwrap_or_default());
-        }
-        out.extend_from_slice(b"\n]}\n");
-        out
+    /// Every downstream session it names.
+    fn downstreams(&self) -> impl Iterator<Item = &SavedDownstream> {
+        self.closing.iter().chain(self.sessions.iter().flat_map(|s| &s.downstreams))
     }
 
-    /// What can be read from a damaged file, entry by entry.
+    /// What can be read from a damaged file of format 1 or 2, entry by entry.
     fn recover(text: &str) -> Saved {
         let mut saved = Saved { format: FORMAT, ..Saved::default() };
         for line in text.lines() {
@@ -127,11 +282,34 @@ impl Saved {
         }
         saved
     }
+}
 
-    /// Every downstream session it names.
-    fn downstreams(&self) -> impl Iterator<Item = &SavedDownstream> {
-        self.closing.iter().chain(self.sessions.iter().flat_map(|s| &s.downstreams))
+/// One record as a line of the journal.
+fn line(record: &Record) -> Vec<u8> {
+    let mut out = serde_json::to_vec(record).unwrap_or_default();
+    out.push(b'\n');
+    out
+}
+
+/// A whole journal: the header, each session and its downstream sessions,
+/// the closing ones.
+fn snapshot(instance_id: Option<&str>, sessions: Vec<SavedSession>, closing: &[(u64, SavedDownstream)]) -> Vec<u8> {
+    let header = Header { format: FORMAT, instance_id: instance_id.map(str::to_string) };
+    let mut out = serde_json::to_vec(&header).unwrap_or_default();
+    out.push(b'\n');
+    for mut session in sessions {
+        let downstreams = std::mem::take(&mut session.downstreams);
+        let id = session.id.clone();
+        out.extend(line(&Record::Session(session)));
+        for mut d in downstreams {
+            d.client = Some(id.clone());
+            out.extend(line(&Record::Downstream(d)));
+        }
     }
+    for (key, downstream) in closing {
+        out.extend(line(&Record::Closing { key: *key, downstream: downstream.clone() }));
+    }
+    out
 }
 
 /// What a start found in the state file.
@@ -198,12 +376,28 @@ impl StateFile {
                 return Loaded::Absent;
             }
         };
-        let problem = match serde_json::from_str::<Saved>(&text) {
-            Ok(saved) if saved.format == 1 || saved.format == FORMAT => return Loaded::Saved(saved),
-            Ok(saved) => format!("format {} is not one this mcpgate reads", saved.format),
-            Err(e) => e.to_string(),
+        let written =
+            meta.modified().ok().and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok()).map(|d| d.as_secs());
+        let (problem, recovered) = match read_journal(&text) {
+            Some(Read::Whole(saved)) => return Loaded::Saved(Saved { written, ..saved }),
+            Some(Read::Torn(saved)) => {
+                let saved = Saved { written, ..saved };
+                log::warn!(
+                    "state file {path}: its last record was cut short (mcpgate stopped as it wrote it); it is left \
+                     out, the {} session(s) before it are restored",
+                    saved.sessions.len()
+                );
+                return Loaded::Saved(saved);
+            }
+            Some(Read::Damaged(saved, problem)) => (problem, saved),
+            None => match serde_json::from_str::<Saved>(&text) {
+                Ok(saved) if saved.format == 1 || saved.format == 2 => {
+                    return Loaded::Saved(Saved { written, ..saved });
+                }
+                Ok(saved) => (format!("format {} is not one this mcpgate reads", saved.format), Saved::default()),
+                Err(e) => (e.to_string(), Saved::recover(&text)),
+            },
         };
-        let recovered = Saved::recover(&text);
         let kept = self.set_aside("damaged");
         log::error!(
             "state file {path}: damaged ({problem}). {}. {} session(s) and {} downstream session(s) could be read \
@@ -224,10 +418,10 @@ impl StateFile {
         std::fs::rename(&self.path, &aside).map(|()| aside)
     }
 
-    /// Writes atomically: a reader (or a crash) sees the old file or the new
-    /// one. The temporary file is created anew (never through a symlink),
-    /// readable by mcpgate's user only.
-    pub fn save(&self, saved: &Saved) -> std::io::Result<()> {
+    /// Writes `bytes` as the whole file, atomically: a reader (or a crash)
+    /// sees the old file or the new one. The temporary file is created anew
+    /// (never through a symlink), readable by mcpgate's user only.
+    pub fn replace(&self, bytes: &[u8]) -> std::io::Result<()> {
         let tmp = self.path.with_extension("tmp");
         // A temporary file left by a crash, or a symlink someone planted: gone.
         match std::fs::remove_file(&tmp) {
@@ -241,7 +435,7 @@ impl StateFile {
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW)
             .open(&tmp)?;
-        let written = file.write_all(&saved.encode()).and_then(|()| file.sync_all());
+        let written = file.write_all(bytes).and_then(|()| file.sync_all());
         drop(file);
         if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, &self.path)) {
             let _ = std::fs::remove_file(&tmp);
@@ -252,6 +446,17 @@ impl StateFile {
             std::fs::File::open(dir)?.sync_all()?;
         }
         Ok(())
+    }
+
+    /// Appends `bytes` to the file through `handle` (opened on first use,
+    /// never through a symlink), and syncs its data.
+    fn append(&self, handle: &mut Option<std::fs::File>, bytes: &[u8]) -> std::io::Result<()> {
+        if handle.is_none() {
+            let file = std::fs::OpenOptions::new().append(true).custom_flags(libc::O_NOFOLLOW).open(&self.path)?;
+            *handle = Some(file);
+        }
+        let Some(file) = handle.as_mut() else { return Ok(()) };
+        file.write_all(bytes).and_then(|()| file.sync_data())
     }
 }
 
@@ -285,13 +490,13 @@ impl std::fmt::Display for StateError {
 
 impl std::error::Error for StateError {}
 
-/// Write-ahead bookkeeping of downstream sessions, and the writer it wakes.
-/// Without a state file, every call returns at once.
+/// Write-ahead bookkeeping of sessions, and the writer it wakes. Without a
+/// state file, every call returns at once.
 pub struct Journal {
     file: Option<StateFile>,
     /// Written into the file.
     instance_id: Option<String>,
-    /// Guards what is to be written and how far writing got; `wake` tells
+    /// Guards the records to append and how far writing got; `wake` tells
     /// the writer, `written` tells the requests waiting for a write. Never
     /// held while another lock is taken.
     state: Mutex<JournalState>,
@@ -301,16 +506,18 @@ pub struct Journal {
 
 #[derive(Default)]
 struct JournalState {
-    /// Changes asked for, and changes written (a write covers every change
-    /// asked for before it started).
-    wanted: u64,
-    done: u64,
-    /// The last write failed: the change it covered, and why.
+    /// Records queued and not yet written, as lines, in order.
+    pending: Vec<u8>,
+    /// Records queued so far, and how many of them are on disk.
+    queued: u64,
+    durable: u64,
+    /// The last write failed: the records it covered, and why.
     failure: Option<(u64, String)>,
     /// Downstream sessions being closed, by their close's key.
-    closing: HashMap<usize, SavedDownstream>,
-    /// At shutdown: the client sessions to keep, without downstream sessions.
-    keep: Option<Vec<SavedSession>>,
+    closing: HashMap<u64, SavedDownstream>,
+    /// The next write rewrites the whole file: at start, and after an
+    /// append failed (it may have left a part of a line).
+    rewrite: bool,
     stopping: bool,
 }
 
@@ -319,7 +526,7 @@ impl Journal {
         Journal {
             file: path.map(StateFile::new),
             instance_id: instance_id.map(str::to_string),
-            state: Mutex::new(JournalState::default()),
+            state: Mutex::new(JournalState { rewrite: true, ..JournalState::default() }),
             wake: Condvar::new(),
             written: Condvar::new(),
         }
@@ -334,18 +541,19 @@ impl Journal {
         self.state.lock().failure.as_ref().map(|(_, e)| e.clone())
     }
 
-    /// Asks for a write and waits until one that covers what changed so
-    /// far is on disk (at most 5 s): what must be durable before a client
-    /// is answered.
+    /// Waits until every record queued so far is on disk (at most 5 s):
+    /// what must be durable before a client is answered.
     pub fn commit(&self) -> Result<(), StateError> {
         let Some(file) = &self.file else { return Ok(()) };
         let mut st = self.state.lock();
-        st.wanted += 1;
-        let target = st.wanted;
+        let target = st.queued;
+        if st.durable >= target {
+            return Ok(());
+        }
         self.wake.notify_one();
         let deadline = Instant::now() + COMMIT_WAIT;
         loop {
-            if st.done >= target {
+            if st.durable >= target {
                 return Ok(());
             }
             if let Some((at, why)) = &st.failure
@@ -356,66 +564,89 @@ impl Journal {
             if st.stopping {
                 return Err(StateError::Stopped);
             }
-            if self.written.wait_until(&mut st, deadline).timed_out() && st.done < target {
+            if self.written.wait_until(&mut st, deadline).timed_out() && st.durable < target {
                 return Err(StateError::Slow { path: file.path.clone() });
             }
         }
     }
 
-    /// Asks for a write without waiting for it.
-    pub fn changed(&self) {
-        if self.file.is_some() {
-            self.state.lock().wanted += 1;
-            self.wake.notify_one();
+    /// Queues records, to be written with the next write.
+    fn queue(&self, records: impl IntoIterator<Item = Record>) {
+        if self.file.is_none() {
+            return;
         }
+        let mut st = self.state.lock();
+        for record in records {
+            st.pending.extend(line(&record));
+            st.queued += 1;
+        }
+        drop(st);
+        self.wake.notify_one();
+    }
+
+    /// A client session opens: in the file before anyone learns its id.
+    pub fn opened_session(&self, session: SavedSession) {
+        self.queue([Record::Session(session)]);
+    }
+
+    /// A downstream session of client session `client` opened.
+    pub fn opened_downstream(&self, client: &str, mut downstream: SavedDownstream) {
+        downstream.client = Some(client.to_string());
+        self.queue([Record::Downstream(downstream)]);
+    }
+
+    /// A client session ended: its record goes (its downstream sessions
+    /// were marked closing first).
+    pub fn ended(&self, client: &str) {
+        self.queue([Record::End(client.to_string())]);
     }
 
     /// Marks downstream sessions as closing; written with the next write.
     pub fn closing(&self, entries: impl IntoIterator<Item = (usize, SavedDownstream)>) {
-        if self.file.is_some() {
-            self.state.lock().closing.extend(entries);
+        if self.file.is_none() {
+            return;
         }
+        let entries: Vec<(u64, SavedDownstream)> = entries.into_iter().map(|(key, d)| (key as u64, d)).collect();
+        let mut records = Vec::new();
+        {
+            let mut st = self.state.lock();
+            for (key, downstream) in entries {
+                // Marked once, though several paths may mark it.
+                if st.closing.get(&key) != Some(&downstream) {
+                    st.closing.insert(key, downstream.clone());
+                    records.push(Record::Closing { key, downstream });
+                }
+            }
+        }
+        self.queue(records);
     }
 
     /// Their `DELETE` is done: they leave the file with the next write.
     pub fn closed(&self, keys: &[usize]) {
-        if self.file.is_some() {
+        if self.file.is_none() {
+            return;
+        }
+        let mut records = Vec::new();
+        {
             let mut st = self.state.lock();
             for key in keys {
-                st.closing.remove(key);
+                if st.closing.remove(&(*key as u64)).is_some() {
+                    records.push(Record::Closed(*key as u64));
+                }
             }
         }
-    }
-
-    /// From now on, only these client sessions are written, without their
-    /// downstream sessions (closed at shutdown; clients resume after a restart).
-    pub fn keep_clients(&self, sessions: Vec<SavedSession>) {
-        self.state.lock().keep = Some(sessions);
+        self.queue(records);
     }
 }
 
 /// What the writer reads of the gateway: the client sessions as the file
-/// keeps them, how much happened (a count that grows with each request),
-/// and the idle timeout (which sets how often activity alone is written).
+/// keeps them (for a rewrite), their last activity (for the records of
+/// activity), and the idle timeout (which sets how often those are written).
 pub trait Source: Send + Sync {
     fn saved_sessions(&self) -> Vec<SavedSession>;
-    fn activity(&self) -> u64;
+    /// Each live client session's last activity, in unix seconds.
+    fn last_active(&self) -> Vec<(String, u64)>;
     fn idle_timeout(&self) -> Duration;
-}
-
-/// What the file holds now: the live sessions (or, at shutdown, the kept
-/// client sessions), then the downstream sessions closing. In that order,
-/// and with the journal's lock taken only for the second: a session leaves
-/// the table only after its downstream sessions are marked closing, so a
-/// session missed by the first read is caught by the second.
-fn snapshot(source: &dyn Source, journal: &Journal) -> Saved {
-    let keep = journal.state.lock().keep.clone();
-    let sessions = match keep {
-        Some(keep) => keep,
-        None => source.saved_sessions(),
-    };
-    let closing = journal.state.lock().closing.values().cloned().collect();
-    Saved { format: FORMAT, instance_id: journal.instance_id.clone(), closing, sessions }
 }
 
 /// The thread that writes the state file.
@@ -424,7 +655,8 @@ pub struct Writer {
     handle: JoinHandle<()>,
 }
 
-/// Starts the writer, when there is a state file.
+/// Starts the writer, when there is a state file. Its first write
+/// rewrites the file whole, from what was restored.
 pub fn start(journal: Arc<Journal>, source: Arc<dyn Source>) -> std::io::Result<Option<Writer>> {
     if journal.file.is_none() {
         return Ok(None);
@@ -436,27 +668,46 @@ pub fn start(journal: Arc<Journal>, source: Arc<dyn Source>) -> std::io::Result<
     Ok(Some(Writer { journal, handle }))
 }
 
+/// What the writer keeps between writes.
+struct Written {
+    /// The file, open for appending; `None` until the first append after a rewrite.
+    handle: Option<std::fs::File>,
+    /// Its size, and its size after the last rewrite.
+    size: u64,
+    rewritten: u64,
+    /// The activity last written, by session.
+    activity: HashMap<String, u64>,
+    activity_at: Instant,
+}
+
 fn write_loop(journal: &Journal, source: &dyn Source) {
     let Some(file) = &journal.file else { return };
-    let (mut requests, mut saved_at) = (source.activity(), Instant::now());
+    let mut w = Written { handle: None, size: 0, rewritten: 0, activity: HashMap::new(), activity_at: Instant::now() };
     let mut st = journal.state.lock();
     loop {
-        if st.stopping {
+        if st.stopping && st.pending.is_empty() && !st.rewrite {
             return;
         }
-        let every = activity_every(source.idle_timeout());
-        let active = source.activity() != requests && saved_at.elapsed() >= every;
-        let retry = st.failure.is_some();
-        if st.wanted > st.done || active || retry {
-            let target = st.wanted;
+        let rewrite = st.rewrite || (w.size > REWRITE_AT && w.size > 2 * w.rewritten);
+        let activity_due = w.activity_at.elapsed() >= activity_every(source.idle_timeout());
+        if rewrite || !st.pending.is_empty() || activity_due {
+            let target = st.queued;
+            let pending = std::mem::take(&mut st.pending);
+            let closing: Vec<(u64, SavedDownstream)> = st.closing.iter().map(|(k, d)| (*k, d.clone())).collect();
             drop(st);
-            let result = file.save(&snapshot(source, journal));
+            let result = if rewrite {
+                write_whole(file, journal, source, &closing, &pending, &mut w)
+            } else {
+                write_records(file, source, pending.clone(), activity_due, &mut w)
+            };
             st = journal.state.lock();
             match result {
                 Ok(()) => {
-                    st.done = st.done.max(target);
+                    st.durable = st.durable.max(target);
                     st.failure = None;
-                    (requests, saved_at) = (source.activity(), Instant::now());
+                    if rewrite {
+                        st.rewrite = false;
+                    }
                 }
                 Err(e) => {
                     crate::limited!(
@@ -464,16 +715,77 @@ fn write_loop(journal: &Journal, source: &dyn Source) {
                         "cannot write the state file {}: {e}; new sessions are refused until it can be written",
                         file.path.display()
                     );
+                    // Written again with the next try, after a rewrite: an
+                    // append that failed may have left a part of a line.
+                    let mut again = pending;
+                    again.append(&mut st.pending);
+                    st.pending = again;
+                    st.rewrite = true;
                     st.failure = Some((target, e.to_string()));
                 }
             }
             journal.written.notify_all();
-            if st.failure.is_none() {
+            if st.failure.is_none() && (!st.pending.is_empty() || st.rewrite) {
                 continue;
             }
         }
         journal.wake.wait_for(&mut st, LOOK_EVERY);
     }
+}
+
+/// Rewrites the file: a snapshot of the live sessions and the closing
+/// ones, then the records queued since (replaying them is harmless).
+fn write_whole(
+    file: &StateFile,
+    journal: &Journal,
+    source: &dyn Source,
+    closing: &[(u64, SavedDownstream)],
+    pending: &[u8],
+    w: &mut Written,
+) -> std::io::Result<()> {
+    let sessions = source.saved_sessions();
+    let activity: HashMap<String, u64> = sessions.iter().map(|s| (s.id.clone(), s.last_active)).collect();
+    let mut bytes = snapshot(journal.instance_id.as_deref(), sessions, closing);
+    bytes.extend_from_slice(pending);
+    file.replace(&bytes)?;
+    w.handle = None;
+    w.size = bytes.len() as u64;
+    w.rewritten = w.size;
+    w.activity = activity;
+    w.activity_at = Instant::now();
+    Ok(())
+}
+
+/// Appends the records queued, and the activity that changed when it is due.
+fn write_records(
+    file: &StateFile,
+    source: &dyn Source,
+    mut bytes: Vec<u8>,
+    activity_due: bool,
+    w: &mut Written,
+) -> std::io::Result<()> {
+    let mut activity = None;
+    if activity_due {
+        let now: HashMap<String, u64> = source.last_active().into_iter().collect();
+        let changed: Vec<(String, u64)> =
+            now.iter().filter(|(id, at)| w.activity.get(*id) != Some(at)).map(|(id, at)| (id.clone(), *at)).collect();
+        // Written even when nothing changed: the file's mtime tells a
+        // restart until when mcpgate ran.
+        bytes.extend(line(&Record::Active(changed)));
+        activity = Some(now);
+        w.activity_at = Instant::now();
+    }
+    if !bytes.is_empty() {
+        if let Err(e) = file.append(&mut w.handle, &bytes) {
+            w.handle = None;
+            return Err(e);
+        }
+        w.size += bytes.len() as u64;
+    }
+    if let Some(now) = activity {
+        w.activity = now;
+    }
+    Ok(())
 }
 
 impl Writer {
@@ -501,6 +813,7 @@ mod tests {
             protocol_version: "2025-11-25".into(),
             capabilities: serde_json::json!({}),
             instructions: None,
+            client: None,
         }
     }
 
@@ -517,37 +830,68 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_file_keeps_the_instance_id() {
-        let saved =
-            Saved { format: FORMAT, instance_id: Some("gw-1".into()), closing: vec![], sessions: vec![session(1)] };
-        let back: Saved = serde_json::from_slice(&saved.encode()).unwrap();
-        assert_eq!(back.instance_id.as_deref(), Some("gw-1"));
-        assert_eq!(back.sessions.len(), 1);
-        let older: Saved = serde_json::from_str(r#"{"format":2,"closing":[],"sessions":[]}"#).unwrap();
-        assert_eq!(older.instance_id, None);
+    fn read(text: &[u8]) -> Saved {
+        parse(std::str::from_utf8(text).unwrap()).expect("a state file")
     }
 
     #[test]
-    fn a_file_cut_anywhere_gives_up_every_whole_entry() {
-        let saved = Saved {
-            format: FORMAT,
-            instance_id: None,
-            closing: vec![downstream(9)],
-            sessions: (0..3).map(session).collect(),
-        };
-        let text = String::from_utf8(saved.encode()).unwrap();
-        let whole: Saved = serde_json::from_str(&text).unwrap();
-        assert_eq!((whole.closing.len(), whole.sessions.len()), (1, 3));
-        let mut best = 0;
-        for cut in 0..text.len() {
-            let recovered = Saved::recover(&text[..cut]);
-            let found = recovered.closing.len() + recovered.sessions.len();
-            assert!(found >= best, "a longer prefix gives up no less");
-            best = found;
+    fn a_snapshot_reads_back_with_its_instance_id_and_closing_sessions() {
+        let bytes = snapshot(Some("gw-1"), (0..3).map(session).collect(), &[(9, downstream(9))]);
+        let back = read(&bytes);
+        assert_eq!(back.instance_id.as_deref(), Some("gw-1"));
+        assert_eq!(back.sessions.len(), 3);
+        assert_eq!(back.sessions[1].downstreams[0].session_id.as_deref(), Some("s1"));
+        assert_eq!(back.closing.len(), 1);
+        let older: Saved = serde_json::from_str(r#"{"format":2,"closing":[],"sessions":[]}"#).unwrap();
+        assert_eq!(older.instance_id, None);
+        assert!(parse(r#"{"format":2,"closing":[],"sessions":[]}"#).is_some(), "format 2 still loads");
+    }
+
+    #[test]
+    fn records_replay_to_the_state_they_describe_and_twice_changes_nothing() {
+        let mut bytes = snapshot(None, vec![], &[]);
+        let mut s = session(1);
+        s.downstreams.clear();
+        let records = vec![
+            Record::Session(s.clone()),
+            Record::Downstream(SavedDownstream { client: Some("c1".into()), ..downstream(1) }),
+            Record::Session(session(2)),
+            Record::Closing { key: 7, downstream: SavedDownstream { client: Some("c1".into()), ..downstream(1) } },
+            Record::Active(vec![("c1".into(), 50), ("gone".into(), 60)]),
+            Record::End("c2".into()),
+        ];
+        for record in &records {
+            bytes.extend(line(record));
         }
-        assert_eq!(best, 4);
-        let half = Saved::recover(&text[..text.len() * 6 / 10]);
-        assert!(half.downstreams().count() >= 2, "{}", &text[..text.len() * 6 / 10]);
+        let once = read(&bytes);
+        assert_eq!(once.sessions.len(), 1, "c2 ended");
+        assert!(once.sessions[0].downstreams.is_empty(), "its downstream session is closing");
+        assert_eq!(once.sessions[0].last_active, 50);
+        assert_eq!(once.closing.len(), 1);
+        for record in &records {
+            bytes.extend(line(record));
+        }
+        bytes.extend(line(&Record::Closed(7)));
+        let twice = read(&bytes);
+        assert_eq!((twice.sessions.len(), twice.closing.len()), (1, 0));
+    }
+
+    #[test]
+    fn a_last_line_cut_short_is_left_out_and_a_bad_line_before_it_is_damage() {
+        let mut bytes = snapshot(None, vec![session(1)], &[]);
+        let whole = bytes.len();
+        bytes.extend(line(&Record::Session(session(2))));
+        let cut = std::str::from_utf8(&bytes[..bytes.len() - 10]).unwrap();
+        assert!(matches!(read_journal(cut), Some(Read::Torn(s)) if s.sessions.len() == 1));
+        let mut garbled = bytes[..whole].to_vec();
+        garbled.extend_from_slice(b"{\"session\": nonsense}\n");
+        garbled.extend(line(&Record::Session(session(3))));
+        match read_journal(std::str::from_utf8(&garbled).unwrap()) {
+            Some(Read::Damaged(saved, problem)) => {
+                assert_eq!(saved.sessions.len(), 2, "what reads is recovered");
+                assert!(problem.contains("line 4"), "{problem}");
+            }
+            _ => panic!("a bad line in the middle is damage"),
+        }
     }
 }

@@ -51,17 +51,22 @@ pub fn restore(gateway: &Gateway, loaded: Loaded) -> Restored {
     let idle_timeout = current.config.session_idle_timeout;
     let timeout = (idle_timeout + state::activity_every(idle_timeout)).as_secs();
     let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    // Idle time ends when mcpgate stopped (the file's last write): the time
+    // it was down is not the client's, and must not take its session back.
+    let stopped = saved.written.unwrap_or(now).min(now);
+    let shift = now - stopped;
     let mut done = Restored::default();
     let to_close = |saved: &SavedDownstream| server_for(gateway, saved).saved_downstream(saved);
     done.close.extend(saved.closing.iter().map(to_close));
     let (mut restored, mut expired) = (0, 0);
-    for session in saved.sessions {
-        if !trusted || now.saturating_sub(session.last_active) >= timeout {
+    for mut session in saved.sessions {
+        if !trusted || stopped.saturating_sub(session.last_active) >= timeout {
             expired += 1;
             gateway.stats.sessions_expired_at_start.inc();
             done.close.extend(session.downstreams.iter().map(to_close));
             continue;
         }
+        session.last_active = session.last_active.saturating_add(shift);
         let live = Session::restore(&session);
         for saved in &session.downstreams {
             match current.server(&saved.server).filter(|s| s.config.url() == Some(saved.url.as_str())) {
@@ -137,8 +142,8 @@ impl state::Source for Gateway {
         self.sessions.snapshot().iter().filter_map(|s| s.saved(true)).collect()
     }
 
-    fn activity(&self) -> u64 {
-        self.stats.requests.get()
+    fn last_active(&self) -> Vec<(String, u64)> {
+        self.sessions.snapshot().iter().filter_map(|s| Some((s.id.clone(), s.last_active_unix()?))).collect()
     }
 
     fn idle_timeout(&self) -> Duration {

@@ -269,6 +269,17 @@ impl Session {
         })
     }
 
+    /// Its last activity in unix seconds (now while it is in use); `None`
+    /// once it is closing.
+    pub fn last_active_unix(&self) -> Option<u64> {
+        let st = self.state.lock();
+        if st.closed {
+            return None;
+        }
+        let idle = if st.in_flight > 0 || !st.streams.is_empty() { Duration::ZERO } else { st.last_active.elapsed() };
+        Some(unix_now().saturating_sub(idle.as_secs()))
+    }
+
     /// Makes this the session of the 2026-07-28 era's clients of one token.
     pub fn mark_sessionless(&self) {
         self.sessionless.store(true, std::sync::atomic::Ordering::Release);
@@ -449,11 +460,15 @@ impl Sessions {
         self.map.lock().get(id).cloned()
     }
 
-    /// Adds a session unless `max` are live.
+    /// Adds a session unless `max` are live. It is in the state file's
+    /// records before anyone can learn its id.
     pub fn insert(&self, session: Arc<Session>, max: usize) -> bool {
         let mut map = self.map.lock();
         if map.len() >= max {
             return false;
+        }
+        if let Some(saved) = session.saved(false) {
+            self.journal.opened_session(saved);
         }
         map.insert(session.id.clone(), session);
         memory::set_sessions(map.len());
@@ -468,6 +483,7 @@ impl Sessions {
             return None;
         }
         self.leaving(session);
+        self.journal.ended(id);
         let removed = map.remove(id);
         memory::set_sessions(map.len());
         removed
@@ -480,12 +496,17 @@ impl Sessions {
         let idle: Vec<String> =
             map.values().filter(|s| s.idle_for(now).is_some_and(|d| d >= timeout)).map(|s| s.id.clone()).collect();
         let taken: Vec<Arc<Session>> = idle.iter().filter_map(|id| map.remove(id)).collect();
-        taken.iter().for_each(|s| self.leaving(s));
+        for session in &taken {
+            self.leaving(session);
+            self.journal.ended(&session.id);
+        }
         memory::set_sessions(map.len());
         taken
     }
 
-    /// Removes and returns every session.
+    /// Removes and returns every session (shutdown): their downstream
+    /// sessions are marked closing, and the client sessions stay in the
+    /// state file, for their clients to resume after a restart.
     pub fn take_all(&self) -> Vec<Arc<Session>> {
         let mut map = self.map.lock();
         map.values().for_each(|s| self.leaving(s));

@@ -66,7 +66,7 @@ impl Session {
             downstream::close_all(&[d], 1);
         }
         let inbox: Weak<dyn Inbox> = self.me.clone();
-        let result = server.open(&self.init_params, inbox);
+        let result = server.open(&self.id, &self.init_params, inbox);
         let mut st = self.state.lock();
         let outcome = match result {
             Ok(d) if st.closed || server.is_retired() => {
@@ -78,6 +78,9 @@ impl Session {
             }
             Ok(d) => {
                 st.slots.insert(name.to_string(), Slot::Open(d.clone()));
+                if let Some(saved) = d.saved() {
+                    server.journal.opened_downstream(&self.id, saved);
+                }
                 let level = st.log_level.clone().filter(|_| d.offers("logging"));
                 drop(st);
                 self.slot_changed.notify_all();

@@ -16,9 +16,15 @@ pub fn with_state_file(mut config: Value) -> (TempDir, PathBuf, Value) {
     (state, path, config)
 }
 
-/// The state file as JSON; `Null` while it is missing or not JSON.
+/// The state file as mcpgate reads it (its journal replayed), as JSON:
+/// `sessions` (each with its `downstreams`) and `closing`; `Null` while it
+/// is missing or does not read.
 pub fn read_state(path: &Path) -> Value {
-    std::fs::read_to_string(path).ok().and_then(|t| serde_json::from_str(&t).ok()).unwrap_or(Value::Null)
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|text| mcpgate::runtime::state::parse(&text))
+        .and_then(|saved| serde_json::to_value(saved).ok())
+        .unwrap_or(Value::Null)
 }
 
 /// Waits (at most 10 s) until the state file lists `sessions` sessions with
