@@ -142,6 +142,9 @@ pub(super) fn on_downstream<T>(
 ) -> Result<T, RpcError> {
     let downstream = session.downstream(server, open_retry)?;
     let result = match work(&downstream) {
+        // Closed before it was sent (a reload took it from its slot): sent
+        // once more, on the session of the server now in force.
+        Err(DownstreamError::Gone) => work(&*session.downstream(server, open_retry)?),
         Err(DownstreamError::SessionGone) => {
             crate::limited!(
                 warn,

@@ -82,6 +82,9 @@ pub struct Gateway {
     /// Set at shutdown, once every session is closed: requests still waiting
     /// on a server are cut short, and say why.
     stopping: std::sync::atomic::AtomicBool,
+    /// Set at shutdown: downstream sessions a reload retired are closed now,
+    /// without waiting for their calls.
+    draining: Arc<std::sync::atomic::AtomicBool>,
     /// Milliseconds since start at the last `release_memory`.
     trimmed_at: std::sync::atomic::AtomicU64,
     /// Sessions closed since then: the reaper gives their memory back.
@@ -117,6 +120,7 @@ impl Gateway {
             last_reload: Mutex::new(ReloadOutcome::default()),
             reloading: Mutex::new(()),
             stopping: std::sync::atomic::AtomicBool::new(false),
+            draining: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             trimmed_at: std::sync::atomic::AtomicU64::new(0),
             trim_owed: std::sync::atomic::AtomicBool::new(false),
             pools: Mutex::new(std::collections::HashMap::new()),
@@ -146,6 +150,7 @@ impl Gateway {
     /// shutdown, after every session was closed.
     pub fn shutdown(&self) {
         self.stopping.store(true, std::sync::atomic::Ordering::Release);
+        self.draining.store(true, std::sync::atomic::Ordering::Release);
         for held in self.holds.take_all() {
             self.cancel(&held.pool, &held.call_id, "mcpgate is shutting down");
         }

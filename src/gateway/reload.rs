@@ -67,8 +67,12 @@ impl Gateway {
             .extend(servers.iter().filter(|s| old.server(s.name()).is_none()).map(|s| format!("{} (new)", s.name())));
         crate::runtime::memory::set_limit(new.max_memory);
         *self.current.write() = Arc::new(Current { config: new, servers });
-        // After the swap: an open that finishes now sees its server retired and closes itself.
+        // After the swap: an open that finishes now sees its server retired
+        // and opens again on the one that replaced it.
         for server in &retired {
+            if let Some(next) = self.current().server(server.name()) {
+                server.succeeded_by(next);
+            }
             server.retire();
         }
         // The mode decides what tools/list shows: every session's list changes with it.
@@ -81,16 +85,17 @@ impl Gateway {
             }
             closing.extend(taken);
         }
-        let parallel = closing.len().clamp(1, 32);
-        downstream::close_all(&closing, parallel);
+        let closed = closing.len();
+        let wait = self.current().config.request_timeout;
+        downstream::close_when_idle(closing, wait, self.draining.clone());
         for server in &retired {
             // A shared process nobody uses now stops at once.
             server.stop_idle(Duration::ZERO);
         }
         log::info!(
-            "configuration reloaded: {} server(s) changed, {} downstream session(s) closed{}",
+            "configuration reloaded: {} server(s) changed, {} downstream session(s) closed once their calls end{}",
             outcome.changed.len(),
-            closing.len(),
+            closed,
             if outcome.restart_needed.is_empty() {
                 String::new()
             } else {

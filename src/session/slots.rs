@@ -11,6 +11,9 @@ use crate::protocol::jsonrpc::{self, RpcError};
 
 use super::{CloseReason, Session};
 
+/// A reload retired the server while a session opened on it.
+struct Retired;
+
 pub(super) enum Slot {
     /// A thread is opening it; others wait on `slot_changed`.
     Opening,
@@ -27,6 +30,26 @@ impl Session {
     /// The open downstream session with `server`, opening it if needed. A
     /// server that failed is tried again only after `retry`.
     pub fn downstream(&self, server: &Arc<Server>, retry: Duration) -> Result<Arc<Downstream>, RpcError> {
+        // A request that found its server before a reload replaced it goes
+        // to the one in force: a retired server takes no new session.
+        let mut server = server.in_force();
+        for _ in 0..3 {
+            match self.downstream_on(&server, retry) {
+                Err(Retired) if !server.in_force().is_retired() => server = server.in_force(),
+                Err(Retired) => break,
+                Ok(result) => return result,
+            }
+        }
+        Err(RpcError::server(server.name(), "closed while it opened (the configuration was reloaded)"))
+    }
+
+    /// [`Session::downstream`] on one server; `Retired` when a reload retired
+    /// it while its session opened (the session opened is closed).
+    fn downstream_on(
+        &self,
+        server: &Arc<Server>,
+        retry: Duration,
+    ) -> Result<Result<Arc<Downstream>, RpcError>, Retired> {
         let name = server.name();
         let wait = server.limits.connect + server.limits.request;
         let mut stale = None;
@@ -34,10 +57,10 @@ impl Session {
             let mut st = self.state.lock();
             loop {
                 if st.closed {
-                    return Err(RpcError::internal("the session is closing"));
+                    return Ok(Err(RpcError::internal("the session is closing")));
                 }
                 match st.slots.get(name) {
-                    Some(Slot::Open(d)) if Arc::ptr_eq(&d.server, server) => return Ok(d.clone()),
+                    Some(Slot::Open(d)) if Arc::ptr_eq(&d.server, server) => return Ok(Ok(d.clone())),
                     Some(Slot::Open(_)) => {
                         // Of a server a reload retired, which this request no longer sees:
                         // closed here (taken from the slot, it is this thread's to close).
@@ -49,11 +72,11 @@ impl Session {
                     }
                     Some(Slot::Opening) => {
                         if self.slot_changed.wait_for(&mut st, wait).timed_out() {
-                            return Err(RpcError::server(name, "still opening its session"));
+                            return Ok(Err(RpcError::server(name, "still opening its session")));
                         }
                     }
                     Some(Slot::Failed { error, at, .. }) if at.elapsed() < retry => {
-                        return Err(RpcError::server(name, error));
+                        return Ok(Err(RpcError::server(name, error)));
                     }
                     _ => {
                         st.slots.insert(name.to_string(), Slot::Opening);
@@ -70,11 +93,15 @@ impl Session {
         let mut st = self.state.lock();
         let outcome = match result {
             Ok(d) if st.closed || server.is_retired() => {
+                let closed = st.closed;
                 st.slots.remove(name);
                 drop(st);
                 downstream::close_all(&[d], 1);
                 self.slot_changed.notify_all();
-                return Err(RpcError::server(name, "closed while it opened (session ended or configuration reloaded)"));
+                if closed {
+                    return Ok(Err(RpcError::server(name, "closed while it opened (the session ended)")));
+                }
+                return Err(Retired);
             }
             Ok(d) => {
                 st.slots.insert(name.to_string(), Slot::Open(d.clone()));
@@ -94,7 +121,7 @@ impl Session {
                         crate::limited!(warn, "server `{name}`: logging/setLevel: {}", server.redact(&e.to_string()));
                     }
                 }
-                return Ok(d);
+                return Ok(Ok(d));
             }
             Err(e) => {
                 let error = server.redact(&e.to_string());
@@ -105,7 +132,7 @@ impl Session {
         };
         drop(st);
         self.slot_changed.notify_all();
-        outcome
+        Ok(outcome)
     }
 
     /// The downstream sessions whose server forgot them, to reopen; each is
