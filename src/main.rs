@@ -162,6 +162,12 @@ fn run() -> Result<(), Error> {
     let signals = sys::block().map_err(io("cannot block signals"))?;
     sys::limit_malloc_arenas();
     init_logging();
+    if let Err(e) = sys::become_subreaper() {
+        log::warn!(
+            "cannot become the subreaper of the stdio servers' processes ({e}): one that leaves its process group \
+             may outlive its server"
+        );
+    }
     check_fd_limit(&config);
     serve(config, source, signals)
 }

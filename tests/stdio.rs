@@ -881,3 +881,38 @@ fn a_shared_child_opening_while_a_reload_removes_its_server_is_stopped() {
     assert_eq!(live, vec![keep.pid]);
     assert_processes(&gate.status(), 1);
 }
+
+/// A grandchild that leaves its stdio child's process group and session
+/// (`setsid`) and holds the child's stdout is out of reach of every signal
+/// to the group: it outlived its session's close and mcpgate's SIGTERM.
+/// mcpgate is the subreaper of what its children start: such a process is
+/// stopped and reaped with its child, and whatever is left at mcpgate's exit.
+#[test]
+fn a_grandchild_that_left_its_group_goes_with_its_session_and_with_mcpgate() {
+    let servers = json!({"a": stdio_server("a", &["--spawn-setsid-grandchild"])});
+    let mut gate = StdioGate::start(&config_with(servers, json!({"stdio_grace_ms": 200})));
+    let first = gate.open_session();
+    let kid = gate.kid("a", 1);
+    let grandchild = kid.grandchild();
+    let g = proc_info(grandchild).expect("the grandchild runs");
+    assert_ne!(g.pgid, kid.pid, "it left its parent's group: {g:?}");
+    assert_eq!(first.delete(), 200);
+    let gone = wait_until(Duration::from_secs(5), || proc_info(grandchild).is_none());
+    let left = proc_info(grandchild);
+    if let Some(p) = &left {
+        let _ = std::process::Command::new("kill").args(["-9", &p.pid.to_string()]).status();
+    }
+    assert!(gone, "the grandchild outlived its session's close (or was left a zombie): {left:?}");
+
+    let _second = gate.open_session();
+    let grandchild = gate.kid("a", 2).grandchild();
+    assert!(proc_info(grandchild).is_some_and(|p| p.name == "sleep"), "the second grandchild runs");
+    let exit = gate.terminate(Duration::from_secs(10));
+    assert_eq!(exit.and_then(|s| s.code()), Some(0), "{exit:?}");
+    let gone = wait_until(Duration::from_secs(5), || is_dead(grandchild, "sleep"));
+    let left = proc_info(grandchild);
+    if let Some(p) = left.as_ref().filter(|p| !p.is_zombie()) {
+        let _ = std::process::Command::new("kill").args(["-9", &p.pid.to_string()]).status();
+    }
+    assert!(gone, "the grandchild outlived mcpgate's SIGTERM: {left:?}");
+}

@@ -91,6 +91,22 @@ pub struct Children {
     pub live: Gauge,
     pub spawned: Counter,
     pub reaped: Counter,
+    /// Guards the pids of the children started and not yet reaped: any
+    /// other process whose parent is mcpgate was left by one of them (see
+    /// [`Children::sweep`]). Held across each fork, so that a child just
+    /// started is never taken for such a process.
+    known: Arc<Mutex<std::collections::HashSet<u32>>>,
+}
+
+/// Which of the processes left behind to stop (see [`Children::sweep`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sweep<'a> {
+    /// None: those that have ended are reaped.
+    Ended,
+    /// Those that hold this pipe (`pipe:[inode]`) of a child that is gone.
+    Holding(&'a str),
+    /// All of them (mcpgate is stopping).
+    All,
 }
 
 #[derive(Default)]
@@ -113,6 +129,7 @@ impl Children {
             live: Gauge::default(),
             spawned: Counter::default(),
             reaped: Counter::default(),
+            known: Arc::new(Mutex::new(std::collections::HashSet::new())),
         })
     }
 
@@ -139,9 +156,16 @@ impl Children {
             }
             if spawner.orders.is_none() {
                 let (tx, rx) = unbounded::<SpawnOrder>();
+                let known = self.known.clone();
                 spawner.thread = Some(threads::spawn("spawner", "", move || {
                     for (mut command, reply) in rx {
-                        let _ = reply.send(command.spawn());
+                        let mut known = known.lock();
+                        let spawned = command.spawn();
+                        if let Ok(process) = &spawned {
+                            known.insert(process.id());
+                        }
+                        drop(known);
+                        let _ = reply.send(spawned);
                     }
                 })?);
                 spawner.orders = Some(tx);
@@ -156,7 +180,8 @@ impl Children {
         rx.recv().unwrap_or_else(|_| Err(io::Error::other("the spawner thread is gone")))
     }
 
-    /// Stops the spawner thread and joins it; after every child is stopped.
+    /// Stops the spawner thread and joins it, then whatever the children
+    /// left behind; after every child is stopped.
     pub fn stop(&self) {
         let thread = {
             let mut spawner = self.spawner.lock();
@@ -167,6 +192,53 @@ impl Children {
         if let Some(thread) = thread {
             let _ = thread.join();
         }
+        self.sweep(Sweep::All);
+    }
+
+    /// Reaps what the children left behind that has ended (no zombie of
+    /// mcpgate's stays); the reaper's job, once a child was ever started.
+    pub fn reap_left_behind(&self) {
+        if self.spawned.get() > 0 {
+            self.sweep(Sweep::Ended);
+        }
+    }
+
+    /// A child was reaped: its pid may be reused by any process now.
+    fn forget(&self, pid: u32) {
+        self.known.lock().remove(&pid);
+    }
+
+    /// The processes mcpgate is the parent of but did not start: what its
+    /// children started and left behind when they ended (mcpgate is their
+    /// subreaper). Those that ended are reaped; those `which` names are
+    /// killed and reaped. How many were killed.
+    pub(crate) fn sweep(&self, which: Sweep<'_>) -> usize {
+        let me = std::process::id();
+        let known = self.known.lock();
+        let mut killed = Vec::new();
+        for (pid, ppid, state) in processes() {
+            if ppid != me || known.contains(&pid) {
+                continue;
+            }
+            let stop = match which {
+                _ if state == 'Z' => false,
+                Sweep::Ended => false,
+                Sweep::All => true,
+                Sweep::Holding(pipe) => holds(pid, pipe),
+            };
+            if stop && sys::kill(pid).is_ok() {
+                killed.push(pid);
+            }
+            if state == 'Z' {
+                sys::reap(pid);
+            }
+        }
+        drop(known);
+        reap_all(&killed);
+        if !killed.is_empty() {
+            log::info!("stopped {} process(es) left behind by stdio servers that ended: {killed:?}", killed.len());
+        }
+        killed.len()
     }
 }
 
@@ -344,6 +416,7 @@ impl Endpoint {
         drop(starting);
         let pid = process.id();
         let (stdin, stdout, stderr) = (process.stdin.take(), process.stdout.take(), process.stderr.take());
+        let pipe = stdout.as_ref().and_then(pipe_of);
         let child = Arc::new(Child {
             pid,
             started: Instant::now(),
@@ -361,6 +434,7 @@ impl Endpoint {
             threads: Mutex::new(Vec::new()),
             initialize: Mutex::new(None),
             initialized: AtomicBool::new(false),
+            pipe,
         });
         if let Some(stdin) = child.stdin.lock().as_ref()
             && let Err(e) = sys::set_nonblocking(stdin)
@@ -501,6 +575,9 @@ pub(crate) struct Child {
     /// A shared child's `initialize` answer, for the views after the first.
     initialize: Mutex<Option<Message>>,
     initialized: AtomicBool,
+    /// Its stdout as `/proc` names it (`pipe:[inode]`): a process it left
+    /// behind that still holds it is found by it.
+    pipe: Option<String>,
 }
 
 impl Child {
@@ -546,6 +623,9 @@ impl Child {
             self.join_threads();
             return None;
         };
+        // What it started, wherever in its tree: a grandchild that left its
+        // group (setsid) is out of reach of the signals to the group.
+        let tree = descendants(self.pid);
         let grace = children.grace();
         let mut signalled = false;
         if !exits_within(self.pid, grace) {
@@ -559,8 +639,15 @@ impl Child {
         // cannot have been reused.
         let _ = sys::signal_group(self.pid, ChildSignal::Kill);
         let status = process.wait().ok();
+        children.forget(self.pid);
         children.reaped.inc();
         children.live.dec();
+        // Its tree is mcpgate's now (its subreaper): killed, and reaped.
+        let left: Vec<u32> = tree.into_iter().filter(|&pid| sys::kill(pid).is_ok()).collect();
+        reap_all(&left);
+        if let Some(pipe) = &self.pipe {
+            children.sweep(Sweep::Holding(pipe));
+        }
         self.end_calls(&format!("its process was stopped ({})", describe(status)));
         self.join_threads();
         if signalled {
@@ -586,6 +673,64 @@ impl Child {
             } else {
                 let _ = handle.join();
             }
+        }
+    }
+}
+
+/// Every process as (pid, parent, state), from `/proc/<pid>/stat`.
+fn processes() -> Vec<(u32, u32, char)> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let mut out = Vec::new();
+    for entry in entries.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        // `pid (name) state ppid ...`: the name may hold spaces and parentheses.
+        let Some(rest) = stat.rfind(')').and_then(|at| stat.get(at + 2..)) else { continue };
+        let mut fields = rest.split_whitespace();
+        let state = fields.next().and_then(|s| s.chars().next()).unwrap_or('?');
+        let Some(ppid) = fields.next().and_then(|p| p.parse().ok()) else { continue };
+        out.push((pid, ppid, state));
+    }
+    out
+}
+
+/// Every descendant of `root`: its children, theirs, and so on.
+fn descendants(root: u32) -> Vec<u32> {
+    let all = processes();
+    let mut found = vec![root];
+    let mut i = 0;
+    // Bounded by the processes there are: each is added once.
+    while i < found.len() && found.len() <= all.len() {
+        let parent = found[i];
+        let children: Vec<u32> =
+            all.iter().filter(|(pid, ppid, _)| *ppid == parent && !found.contains(pid)).map(|p| p.0).collect();
+        found.extend(children);
+        i += 1;
+    }
+    found.remove(0);
+    found
+}
+
+/// Whether process `pid` has the pipe `pipe` (`pipe:[inode]`) open.
+fn holds(pid: u32, pipe: &str) -> bool {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return false };
+    fds.flatten().any(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target.as_os_str() == pipe))
+}
+
+/// What `/proc/self/fd` says a descriptor of mcpgate's is, e.g. `pipe:[123]`.
+fn pipe_of(fd: &impl AsRawFd) -> Option<String> {
+    std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok().map(|t| t.to_string_lossy().into_owned())
+}
+
+/// Reaps processes mcpgate killed, which are its children (it is their
+/// subreaper): each within a second.
+fn reap_all(pids: &[u32]) {
+    let deadline = Instant::now() + Duration::from_secs(1);
+    let mut left: Vec<u32> = pids.to_vec();
+    while !left.is_empty() && Instant::now() < deadline {
+        left.retain(|&pid| !sys::reap(pid));
+        if !left.is_empty() {
+            std::thread::sleep(Duration::from_millis(5));
         }
     }
 }
@@ -666,6 +811,11 @@ fn read_stdout(server: &Arc<Server>, child: &Arc<Child>, stdout: std::process::C
         exits_within(child.pid, endpoint.children.grace());
         let _ = sys::signal_group(child.pid, ChildSignal::Kill);
         let status = process.wait().ok();
+        endpoint.children.forget(child.pid);
+        // What it left holding its stdout goes with it (mcpgate is its subreaper).
+        if let Some(pipe) = &child.pipe {
+            endpoint.children.sweep(Sweep::Holding(pipe));
+        }
         endpoint.children.reaped.inc();
         endpoint.children.live.dec();
         endpoint.live.dec();

@@ -347,3 +347,41 @@ pub fn peer_closed(socket: &impl std::os::fd::AsRawFd) -> bool {
     }
     n < 0 && !matches!(io::Error::last_os_error().kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted)
 }
+
+/// Makes mcpgate the reaper of what its children leave behind
+/// (`PR_SET_CHILD_SUBREAPER`): a process a stdio server started, whose
+/// parent ended, becomes mcpgate's child instead of init's, so that mcpgate
+/// can still find it, stop it and reap it. A grandchild that left its
+/// group and session (`setsid`) escaped every signal to the group, and
+/// outlived its session and mcpgate's own exit.
+pub fn become_subreaper() -> io::Result<()> {
+    // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes a plain integer flag.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Reaps `pid`, a child of mcpgate's, if it has ended (`waitpid` with
+/// `WNOHANG`); true when it is reaped now or is no child of mcpgate's.
+pub fn reap(pid: u32) -> bool {
+    let mut status = 0;
+    loop {
+        // SAFETY: `status` is a live local that waitpid only writes.
+        let rc = unsafe { libc::waitpid(pid as libc::pid_t, &mut status, libc::WNOHANG) };
+        match rc {
+            0 => return false,
+            -1 if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => {}
+            _ => return true,
+        }
+    }
+}
+
+/// Sends SIGKILL to the one process `pid`.
+pub fn kill(pid: u32) -> io::Result<()> {
+    // SAFETY: kill has no memory effects; a positive pid names one process.
+    if unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

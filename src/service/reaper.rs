@@ -58,6 +58,7 @@ pub fn start(gateway: Arc<Gateway>) -> std::io::Result<Reaper> {
                     for server in &current.servers {
                         server.stop_idle(current.config.shared_idle);
                     }
+                    gateway.children.reap_left_behind();
                     threads::join_late();
                 }
             }
