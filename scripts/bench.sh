@@ -294,6 +294,31 @@ record "{\"part\":\"footprint\",\"target\":\"fastmcp\",\"sessions\":0,\"rss_kib\
 sleep 2
 record "{\"part\":\"footprint\",\"target\":\"fastmcp\",\"sessions\":100,\"rss_kib\":$(rss_kib "$PROXY_PID"),\"threads\":$(threads "$PROXY_PID"),\"readers\":0}"
 
+step "2c. one list for every session: $SESSIONS_BIG sessions each listing a server of 10,000 tools"
+# The merged list is held once per server and view and shared by the
+# sessions: RSS should stay near one copy of it, within max_memory_mb, and
+# the server should be asked for it once.
+start_server "$OUT/run/fixture-many.log" "$BIN/mcp-fixture" --name many --tools 10000
+FIX_M=$ADDR; FIX_M_PID=$PID
+gate_config "$OUT/run/lists.json" 3600 "many=$FIX_M"
+start_server "$OUT/run/gate-lists.log" "${MCPGATE[@]}" --config "$OUT/run/lists.json"
+GATE_L=$ADDR; GATE_L_PID=$PID
+sleep 1
+list_point() {
+    local sessions=$1 fetches buffered limit
+    fetches=$(curl -fsS "http://$FIX_M/stats" | python3 -c "import json,sys; print(json.load(sys.stdin)['methods'].get('tools/list', 0))")
+    buffered=$(status_field "$GATE_L" "['memory']['buffered_bytes']")
+    limit=$(status_field "$GATE_L" "['memory']['limit_bytes']")
+    record "{\"part\":\"list-cache\",\"sessions\":$sessions,\"tools\":10000,\"rss_kib\":$(rss_kib "$GATE_L_PID"),\"buffered\":$buffered,\"limit\":$limit,\"fetches\":$fetches}"
+}
+list_point 0
+"$LOAD" sessions --url "http://$GATE_L/mcp" --count 1 --no-stream --list > "$OUT/run/lists-1.out"
+list_point 1
+"$LOAD" sessions --url "http://$GATE_L/mcp" --count $((SESSIONS_BIG - 1)) --no-stream --list > "$OUT/run/lists-many.out"
+list_point "$SESSIONS_BIG"
+echo "  $(tail -1 "$RESULTS")" >&2
+stop "$GATE_L_PID"; stop "$FIX_M_PID"
+
 # ------------------------------------------------------------------- 3. churn
 step "3. churn: $CHURN cycles of open, call, close (half DELETE, half idle eviction)"
 stop "$GATE_PID"

@@ -5,7 +5,7 @@
 //!
 //!   mcp-load calls    --url URL|--stdio CMD --tool NAME --clients N --seconds S [--modern] [--args JSON]
 //!   mcp-load cold     --url URL|--stdio CMD --tool NAME --count N
-//!   mcp-load sessions --url URL --count N [--no-stream] [--hold-file PATH]
+//!   mcp-load sessions --url URL --count N [--no-stream] [--list] [--hold-file PATH]
 //!   mcp-load churn    --url URL --tool NAME --cycles N [--sample-pid PID --samples CSV]
 //!                     [--all-delete] [--modern] [--args JSON] [--quiet-ms MS] [--children-of PID]
 //!   mcp-load procs    --pid PID
@@ -20,8 +20,8 @@
 //! the spawn. With `--modern` the clients speak protocol 2026-07-28: no
 //! session, each request with its `_meta` and routing headers.
 //! `sessions`: opens N sessions
-//! that each hold a GET stream (unless --no-stream), prints `ready`, and holds them until
-//! PATH exists (or stdin closes). `churn`: N cycles of initialize, one call,
+//! that each hold a GET stream (unless --no-stream), and with --list each asks the first page
+//! of `tools/list`; prints `ready`, and holds them until PATH exists (or stdin closes). `churn`: N cycles of initialize, one call,
 //! then DELETE (even cycles, or all with --all-delete) or walk away (odd: left
 //! to idle eviction), sampling RSS and threads of PID every 100 ms into CSV;
 //! with --children-of, after each call it notes the children of that PID
@@ -62,6 +62,8 @@ struct Args {
     samples: Option<String>,
     /// `sessions`: without a client GET stream of their own.
     no_stream: bool,
+    /// `sessions --list`: each session asks the first page of `tools/list`.
+    list: bool,
     /// `calls`, `cold`: the stdio server's command and arguments, instead of a URL.
     stdio: Option<Vec<String>>,
     /// `churn`: every cycle ends with DELETE.
@@ -93,6 +95,7 @@ fn args() -> Args {
         sample_pid: None,
         samples: None,
         no_stream: false,
+        list: false,
         stdio: None,
         all_delete: false,
         modern: false,
@@ -102,6 +105,10 @@ fn args() -> Args {
         pid: None,
     };
     while let Some(flag) = it.next() {
+        if flag == "--list" {
+            a.list = true;
+            continue;
+        }
         if flag == "--no-stream" {
             a.no_stream = true;
             continue;
@@ -515,7 +522,10 @@ fn sessions(a: &Args) {
     let mut clients = Vec::with_capacity(a.count);
     let mut readers = Vec::with_capacity(a.count);
     for i in 0..a.count {
-        let client = Client::connect(&a.url).unwrap_or_else(|e| panic!("session {i}: {e}"));
+        let mut client = Client::connect(&a.url).unwrap_or_else(|e| panic!("session {i}: {e}"));
+        if a.list {
+            client.request("tools/list", json!({})).unwrap_or_else(|e| panic!("session {i}: tools/list: {e}"));
+        }
         if a.no_stream {
             // The session stays open at the server; its connection does not.
             drop(client);

@@ -539,6 +539,39 @@ def tool_search_section(rows, say, failures):
     say("")
 
 
+def list_cache_section(rows, say, failures):
+    """RSS of sessions that each list one big server: near one copy of its list."""
+    lc = sorted((r for r in rows if r["part"] == "list-cache"), key=lambda r: r["sessions"])
+    if len(lc) < 3:
+        return
+    rest, one, many = lc[0], lc[1], lc[-1]
+    copy = max(one["rss_kib"] - rest["rss_kib"], 1)
+    more = many["rss_kib"] - one["rss_kib"]
+    say("## 2c. One list for every session")
+    say("")
+    say(
+        f"A server of {one['tools']:,} tools; {many['sessions']:,} sessions each ask the first page of `tools/list`. "
+        "The list is held once per server and client view and shared by the sessions (issue 20 found 200 MB per "
+        "session for a 100,000-tool list before)."
+    )
+    say("")
+    say("| sessions | RSS | charged to max_memory_mb | fetches of the list at the server |")
+    say("|---|---|---|---|")
+    for r in lc:
+        say(f"| {r['sessions']:,} | {fmt_kib(r['rss_kib'])} | {r['buffered'] / 1048576:.1f} of {r['limit'] / 1048576:.0f} MiB | {r['fetches']} |")
+    say("")
+    say(
+        f"One copy of the list: {fmt_kib(copy)}; {many['sessions'] - 1:,} more sessions listing it: "
+        f"{fmt_kib(more)} more (**{more / copy:.2f} copies**, which is the sessions themselves: their downstream "
+        "sessions and state)."
+    )
+    say("")
+    if many["fetches"] != 1:
+        failures.append(f"list cache: the server was asked for its list {many['fetches']} times, not once")
+    if many["buffered"] > many["limit"]:
+        failures.append(f"list cache: {many['buffered']} bytes charged, past the limit {many['limit']}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("results")
@@ -619,6 +652,7 @@ def main() -> int:
     cpu_targets = cpu_section(rows, say, failures)
 
     tool_search_section(rows, say, failures)
+    list_cache_section(rows, say, failures)
 
     # 2. footprint
     say("## 2. Footprint")

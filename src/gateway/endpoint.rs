@@ -463,6 +463,11 @@ impl Gateway {
         // Busy until answered, like any request: a server slower to start
         // than the idle timeout must not make a session dead on arrival.
         let _busy = session.begin_request(usize::MAX);
+        if !session.hold_params() {
+            self.stats.sessions_refused.inc();
+            let e = RpcError::internal("mcpgate holds its limit of max_memory_mb; a new session cannot be kept now");
+            return HttpReply::error(503, &id, &e).header("Retry-After", "5");
+        }
         let max_sessions = self.current().config.max_sessions;
         if !self.sessions.insert(session.clone(), max_sessions) {
             self.stats.sessions_refused.inc();

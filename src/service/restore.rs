@@ -68,6 +68,7 @@ pub fn restore(gateway: &Gateway, loaded: Loaded) -> Restored {
         }
         session.last_active = session.last_active.saturating_add(shift);
         let live = Session::restore(&session);
+        live.hold_params();
         for saved in &session.downstreams {
             match current.server(&saved.server).filter(|s| s.config.url() == Some(saved.url.as_str())) {
                 Some(server) => done.readers.push((live.clone(), live.adopt(server, saved))),

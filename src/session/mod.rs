@@ -83,6 +83,8 @@ pub struct Session {
     pub protocol_version: String,
     /// What every server gets as `initialize` params: the client's capabilities and info.
     init_params: Box<RawValue>,
+    /// Those params held against `max_memory_mb` (see [`Session::hold_params`]).
+    params_held: Mutex<Option<memory::Charge>>,
     /// The view of the servers' lists those capabilities make (see `catalog::list_view_of`).
     view: u64,
     pub client_name: String,
@@ -159,6 +161,7 @@ impl Session {
             id,
             protocol_version,
             init_params,
+            params_held: Mutex::new(None),
             view,
             client_name,
             token,
@@ -214,6 +217,14 @@ impl Session {
             }
             (Some(_), None) => false,
         }
+    }
+
+    /// Charges what this session keeps of its client (its `initialize`
+    /// params) to `max_memory_mb`; false when the budget has no room.
+    pub fn hold_params(&self) -> bool {
+        let Some(charge) = memory::Charge::new(self.init_params.get().len() + self.id.len()) else { return false };
+        *self.params_held.lock() = Some(charge);
+        true
     }
 
     /// Which of each server's lists this session sees: those for its client's capabilities.
