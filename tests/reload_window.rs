@@ -115,6 +115,11 @@ fn calls_during_reloads_that_change_their_server_all_succeed() {
         failed.extend(f);
     }
     println!("100 reloads: {ok} calls succeeded, {} failed", failed.len());
+    if !failed.is_empty() {
+        let log = gate.stderr();
+        let lines: Vec<&str> = log.lines().filter(|l| l.contains("WARN") || l.contains("ERROR")).take(20).collect();
+        println!("mcpgate's warnings:\n{}", lines.join("\n"));
+    }
     assert!(
         failed.is_empty(),
         "{} of {} calls failed: {:#?}",

@@ -259,8 +259,10 @@ pub struct Server {
     pub metrics: ServerStats,
     /// Its lists, held once for every session that sees the same of them.
     pub lists: crate::catalog::ServerLists,
-    /// The server of the same name a reload put in its place, once retired.
-    successor: Mutex<Option<Weak<Server>>>,
+    /// The server of the same name a reload put in its place, once retired:
+    /// held, so that the way from an old server to the one in force stays
+    /// whole for as long as someone holds the old one.
+    successor: Mutex<Option<Arc<Server>>>,
 }
 
 impl fmt::Debug for Server {
@@ -345,20 +347,18 @@ impl Server {
 
     /// Names the server a reload put in this one's place.
     pub fn succeeded_by(&self, next: &Arc<Server>) {
-        *self.successor.lock() = Some(Arc::downgrade(next));
+        *self.successor.lock() = Some(next.clone());
     }
 
     /// The server in force for this one's name: itself, or (once a reload
     /// retired it) the one that replaced it, followed to the newest.
     pub fn in_force(self: &Arc<Self>) -> Arc<Server> {
         let mut server = self.clone();
-        // Bounded: each reload adds one step, and a retired server is let go
-        // once nothing holds it.
-        for _ in 0..64 {
-            if !server.is_retired() {
-                break;
-            }
-            let next = server.successor.lock().as_ref().and_then(Weak::upgrade);
+        // Each reload that changed it adds one step; the steps end at the
+        // server in force (the reload sets the successor before it retires).
+        // Bounded far past the reloads a request lives through.
+        for _ in 0..10_000 {
+            let next = if server.is_retired() { server.successor.lock().clone() } else { None };
             match next {
                 Some(next) => server = next,
                 None => break,

@@ -33,14 +33,23 @@ impl Session {
         // A request that found its server before a reload replaced it goes
         // to the one in force: a retired server takes no new session.
         let mut server = server.in_force();
-        for _ in 0..3 {
+        // Reloads that keep coming while sessions open: each open is tried
+        // again on the newest server, within the time one open may take.
+        let deadline = Instant::now() + server.limits.connect + server.limits.request;
+        loop {
             match self.downstream_on(&server, retry) {
-                Err(Retired) if !server.in_force().is_retired() => server = server.in_force(),
-                Err(Retired) => break,
                 Ok(result) => return result,
+                Err(Retired) if Instant::now() < deadline && !server.in_force().is_retired() => {
+                    server = server.in_force()
+                }
+                Err(Retired) => {
+                    return Err(RpcError::server(
+                        server.name(),
+                        "closed while it opened (the configuration was reloaded)",
+                    ));
+                }
             }
         }
-        Err(RpcError::server(server.name(), "closed while it opened (the configuration was reloaded)"))
     }
 
     /// [`Session::downstream`] on one server; `Retired` when a reload retired
