@@ -328,14 +328,17 @@ pub(super) fn read(
     if stopping {
         return;
     }
+    // Before its session listened, the opening fails with this, and says so.
+    let Some(inbox) = lost.and_then(|inbox| inbox.upgrade()) else {
+        log::debug!("server `{name}`: its HTTP+SSE stream ended ({why}) while the session opened");
+        return;
+    };
     limited!(
         warn,
         "server `{name}`: its HTTP+SSE stream ended ({why}): the calls waiting on it fail, and the session is opened \
          anew"
     );
-    if let Some(inbox) = lost.and_then(|inbox| inbox.upgrade()) {
-        inbox.lost(server, answers.post_url.as_deref().map(session_of).as_deref());
-    }
+    inbox.lost(server, answers.post_url.as_deref().map(session_of).as_deref());
 }
 
 /// Sends a message of the server's where it belongs.
