@@ -12,7 +12,7 @@
 # Disconnected` for each, py_server.py counts its own in /stats. After a client DELETE (the Python
 # client's exit), idle eviction (the TypeScript client leaves without DELETE), a reload that
 # removes the two servers and SIGTERM, every stream mcpgate opened is closed at the servers, and
-# /proc/<mcpgate>/task holds no reader of theirs. About 40 s.
+# /proc/<mcpgate>/task holds no reader of theirs. 25 to 50 s on 2 cores.
 
 sse_step() {
     local section="HTTP+SSE servers" rc=0
