@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# mcpgate's benchmark: overhead next to direct calls, footprint, churn,
+# mcpgate's benchmark: overhead next to direct calls (a server of the old
+# HTTP+SSE transport too, next to its own clients), footprint, churn,
 # shutdown, and the same overhead and footprint through a peer gateway
 # (the FastMCP proxy), all in one run on this machine; then the same for a
 # stdio server (mcp-fixture --stdio, a child per client session): calls next
@@ -264,6 +265,31 @@ for _ in $(seq 100); do
 done
 record "{\"part\":\"cpu-growth\",\"threads_before\":$GATE_THREADS_BEFORE,\"threads_after\":$(threads "$GATE_PID"),\"fds_before\":$GATE_FDS_BEFORE,\"fds_after\":$(fds "$GATE_PID")}"
 stop "$RELAY_PID"
+
+step "1e. the old HTTP+SSE transport: tools/call direct over SSE to mcp-fixture --sse-transport and through mcpgate"
+# Keep-alives every 100 ms: the fixture notices a stream closed at once, and counts it.
+start_server "$OUT/run/fixture-sse.log" "$BIN/mcp-fixture" --sse-transport --keepalive-ms 100 --name s
+FIX_S=$ADDR; FIX_S_PID=$PID
+printf '{"listen": "127.0.0.1:0", "calls_per_server": 8, "max_connections": 4096, "max_sessions": 4096,\n "mcpServers": {"s": {"type": "sse", "url": "http://%s/sse", "prefix": ""}}}\n' \
+    "$FIX_S" > "$OUT/run/overhead-sse.json"
+start_server "$OUT/run/gate-sse.log" "${MCPGATE[@]}" --config "$OUT/run/overhead-sse.json"
+GATE_SSE=$ADDR; GATE_SSE_PID=$PID
+for round in $(seq "$ROUNDS"); do
+    for clients in 1 16; do
+        for target in direct mcpgate; do
+            args=(--sse "http://$FIX_S/sse"); [ $target = mcpgate ] && args=(--url "http://$GATE_SSE/mcp")
+            line=$("$LOAD" calls "${args[@]}" --tool echo --clients "$clients" --seconds "$SECONDS_PER_POINT")
+            record "{\"part\":\"overhead\",\"server\":\"sse\",\"target\":\"$target\",\"round\":$round,\"result\":$line}"
+            echo "  round $round, HTTP+SSE, $clients client(s), $target: $line" >&2
+        done
+    done
+done
+stop "$GATE_SSE_PID"
+# Every stream opened, directly or by mcpgate, was closed (counted by the fixture).
+sse_streams_closed() { [ "$(fixture_stat "$FIX_S" sse_streams_open)" = 0 ]; }
+wait_for 10 "the fixture's HTTP+SSE streams closed" sse_streams_closed || true
+record "{\"part\":\"sse-balance\",\"opened\":$(fixture_stat "$FIX_S" sse_streams_opened),\"closed\":$(fixture_stat "$FIX_S" sse_streams_closed),\"open\":$(fixture_stat "$FIX_S" sse_streams_open)}"
+stop "$FIX_S_PID"
 
 # --------------------------------------------------------------- 2. footprint
 step "2. footprint: at rest, and with 100 and $SESSIONS_BIG sessions x 2 downstream sessions with GET streams"

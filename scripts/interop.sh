@@ -34,6 +34,12 @@
 #      official Python client in mode="legacy", "2026-07-28" and "auto": call, progress,
 #      sampling, elicitation, roots, list_changed and cancel on each, as a table client era x
 #      server x feature; the fixture counts one DELETE per session mcpgate opened on it;
+#   4f. servers of the old HTTP+SSE transport (scripts/interop/sse.sh): server-everything in its
+#      `sse` mode and a Python SDK server on `sse_app`, `"type": "sse"` beside mcp-fixture over
+#      Streamable HTTP and stdio; the official Python and TypeScript clients call, get progress,
+#      answer sampling, elicitation and roots, see a log message, a list change and a cancel
+#      through; every stream mcpgate opened is closed at the servers (their own counts) after a
+#      client DELETE, idle eviction, a reload and SIGTERM, with no reader left in /proc;
 #   5. the conformance suite's server scenarios against `mcp-fixture --conformance`, directly
 #      and behind mcpgate (`"prefix": ""`), side by side so a failure can be attributed;
 #   5b. the suite's pre-release with the 2026-07-28 scenarios (CONFORMANCE_NEXT_VERSION), run
@@ -361,6 +367,13 @@ else
 fi
 stop_mcpgate mcpgate-search "$GS_PID" "$SECTION"
 stop "$SF_PID"
+
+# --- 4f. HTTP+SSE servers -------------------------------------------------------------------------
+
+step "4f. HTTP+SSE servers: server-everything (sse) and a Python SDK server, beside Streamable HTTP and stdio"
+# shellcheck source=interop/sse.sh
+source "$HERE/sse.sh"
+sse_step
 
 # --- 5. conformance server scenarios ---------------------------------------------------------
 

@@ -308,7 +308,7 @@ pub const KEYS: &[Key] = &[
     Key {
         name: "mcpServers.<name>.url",
         kind: Kind::Other("(required)"),
-        meaning: "The server's Streamable HTTP endpoint, `http://` or `https://`. A server has `url` or `command`, not both.",
+        meaning: "The server's Streamable HTTP endpoint (with `\"type\": \"sse\"`, its HTTP+SSE stream, e.g. `https://host/sse`), `http://` or `https://`. A server has `url` or `command`, not both.",
     },
     Key {
         name: "mcpServers.<name>.headers",
@@ -375,7 +375,7 @@ pub const KEYS: &[Key] = &[
     Key {
         name: "mcpServers.<name>.type",
         kind: Kind::Other("\"http\""),
-        meaning: "Accepted for compatibility: `http`, `streamable-http` or `streamableHttp` with `url`; `stdio` with `command`.",
+        meaning: "How the server is reached: `http`, `streamable-http` or `streamableHttp` with `url` (Streamable HTTP); `sse` with `url`, the old HTTP+SSE transport of protocol 2024-11-05 (a `GET` stream, requests `POST`ed to the URL its `endpoint` event names); `stdio` with `command`.",
     },
 ];
 
@@ -486,10 +486,12 @@ pub struct ServerConfig {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Transport {
     Http(HttpConfig),
+    /// The old HTTP+SSE transport (protocol 2024-11-05): `url` is its stream.
+    Sse(HttpConfig),
     Stdio(StdioConfig),
 }
 
-/// A Streamable HTTP server.
+/// A server reached over HTTP: Streamable HTTP, or the old HTTP+SSE.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HttpConfig {
     pub url: String,
@@ -525,10 +527,10 @@ pub enum Sharing {
 pub const BASE_ENV: &[&str] = &["PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR"];
 
 impl ServerConfig {
-    /// The URL of an HTTP server.
+    /// The URL of a server reached over HTTP (either transport).
     pub fn url(&self) -> Option<&str> {
         match &self.transport {
-            Transport::Http(http) => Some(&http.url),
+            Transport::Http(http) | Transport::Sse(http) => Some(&http.url),
             Transport::Stdio(_) => None,
         }
     }
@@ -536,7 +538,7 @@ impl ServerConfig {
     /// Where it is, for people: the URL, or the command line.
     pub fn target(&self) -> String {
         match &self.transport {
-            Transport::Http(http) => http.url.clone(),
+            Transport::Http(http) | Transport::Sse(http) => http.url.clone(),
             Transport::Stdio(stdio) => std::iter::once(stdio.command.as_str())
                 .chain(stdio.args.iter().map(String::as_str))
                 .collect::<Vec<_>>()
@@ -883,18 +885,14 @@ fn server(name: &str, value: &Value, env: &dyn Fn(&str) -> Option<String>) -> Re
     let mut keys = Keys::new(map, &path, "mcpServers.<name>");
     let mut secrets = Vec::new();
     let stdio = map.contains_key("command");
+    let mut sse = false;
     if let Some(kind) = keys.string("type")? {
         match kind.as_str() {
             "http" | "streamable-http" | "streamableHttp" if !stdio => {}
+            "sse" if !stdio => sse = true,
             "stdio" if stdio => {}
-            "sse" => {
-                return Err(Invalid::new(
-                    format!("{path}.type"),
-                    "the old HTTP+SSE transport is not supported: use the server's Streamable HTTP endpoint",
-                ));
-            }
             other => {
-                let expected = if stdio { "`stdio` with `command`" } else { "`http` with `url`" };
+                let expected = if stdio { "`stdio` with `command`" } else { "`http` or `sse` with `url`" };
                 return Err(Invalid::new(
                     format!("{path}.type"),
                     format!("transport `{other}` does not fit: expected {expected}"),
@@ -904,6 +902,8 @@ fn server(name: &str, value: &Value, env: &dyn Fn(&str) -> Option<String>) -> Re
     }
     let transport = if stdio {
         Transport::Stdio(stdio_config(&mut keys, &path, env, &mut secrets)?)
+    } else if sse {
+        Transport::Sse(http_config(&mut keys, &path, env, &mut secrets)?)
     } else {
         Transport::Http(http_config(&mut keys, &path, env, &mut secrets)?)
     };
@@ -925,7 +925,7 @@ fn server(name: &str, value: &Value, env: &dyn Fn(&str) -> Option<String>) -> Re
     Ok(ServerConfig { name: name.to_string(), transport, prefix, separator, tools, prompts, resources, secrets })
 }
 
-/// `url` and `headers`: a Streamable HTTP server.
+/// `url` and `headers`: a server reached over HTTP.
 fn http_config(
     keys: &mut Keys<'_>,
     path: &str,
@@ -1329,6 +1329,25 @@ mod tests {
     }
 
     #[test]
+    fn a_pasted_sse_server_is_the_old_http_sse_transport() {
+        let c = parse(
+            r#"{"mcpServers": {
+              "old": {"type": "sse", "url": "https://host.example/sse", "headers": {"Authorization": "Bearer ${TOKEN}"},
+                      "prefix": "o", "tools": {"deny": ["rm_*"]}},
+              "new": {"type": "streamableHttp", "url": "https://host.example/mcp"}
+            }}"#,
+        )
+        .unwrap();
+        let old = c.server("old").unwrap();
+        let Transport::Sse(http) = &old.transport else { panic!("old is HTTP+SSE: {:?}", old.transport) };
+        assert_eq!(http.url, "https://host.example/sse");
+        assert_eq!(http.headers, vec![("Authorization".into(), "Bearer s3cret".into())]);
+        assert_eq!((old.url(), old.prefix.as_str()), (Some("https://host.example/sse"), "o"));
+        assert!(old.secrets.iter().any(|s| s == "s3cret"), "an expanded header value is redacted");
+        assert!(matches!(c.server("new").unwrap().transport, Transport::Http(_)));
+        assert_eq!(c.thread_budget().iter().find(|b| b.group == "readers").map(|b| b.threads), Some(2 * 1024));
+    }
+    #[test]
     fn servers_keep_the_order_of_the_file() {
         let c = parse(r#"{"mcpServers": {"zeta": {"url": "http://z"}, "alpha": {"url": "http://a"}}}"#).unwrap();
         let names: Vec<&str> = c.servers.iter().map(|s| s.name.as_str()).collect();
@@ -1357,10 +1376,15 @@ mod tests {
             (r#"{"mcpServers": {"a": {"command": "x", "sharing": "all"}}}"#, "mcpServers.a.sharing", "`session` or"),
             (r#"{"mcpServers": {"a": {"command": "x", "max_processes": 0}}}"#, "mcpServers.a.max_processes", "1 to"),
             (r#"{"mcpServers": {"a": {"command": "x", "type": "http"}}}"#, "mcpServers.a.type", "`stdio` with"),
-            (r#"{"mcpServers": {"a": {"url": "http://x", "type": "stdio"}}}"#, "mcpServers.a.type", "`http` with"),
+            (
+                r#"{"mcpServers": {"a": {"url": "http://x", "type": "stdio"}}}"#,
+                "mcpServers.a.type",
+                "`http` or `sse` with",
+            ),
             (r#"{"mcpServers": {"a": {"command": "x", "headers": {}}}}"#, "mcpServers.a.headers", "unknown key"),
             (r#"{"mcpServers": {"a": {}}}"#, "mcpServers.a.url", "give `url` or `command`"),
-            (r#"{"mcpServers": {"a": {"url": "http://x", "type": "sse"}}}"#, "mcpServers.a.type", "HTTP+SSE"),
+            (r#"{"mcpServers": {"a": {"command": "x", "type": "sse"}}}"#, "mcpServers.a.type", "`stdio` with"),
+            (r#"{"mcpServers": {"a": {"url": "ftp://x/sse", "type": "sse"}}}"#, "mcpServers.a.url", "http://"),
             (r#"{"mcpServers": {"a": {"url": "http://x", "prefix": "a__b"}}}"#, "mcpServers.a.prefix", "without `__`"),
             (r#"{"mcpServers": {}}"#, "mcpServers", "empty"),
             (r#"{"listen": "localhost"}"#, "listen", "not an address"),

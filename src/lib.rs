@@ -14,8 +14,8 @@
 //!   their replay log, and the routing of calls and server requests in both
 //!   directions; `close_sessions`, the one way a session ends.
 //! - [`downstream`]: the client side of each server, behind one seam
-//!   (`Link`) for Streamable HTTP and stdio; `close_all`, the one way a
-//!   downstream session ends.
+//!   (`Link`) for Streamable HTTP, the old HTTP+SSE and stdio;
+//!   `close_all`, the one way a downstream session ends.
 //! - [`runtime`]: what every floor uses: the state file and its journal,
 //!   threads, memory accounting, rate-limited logs, OS calls.
 //! - [`service`]: what keeps it running, above the gateway: the reaper,

@@ -3,7 +3,7 @@
 //! Streamable HTTP to any server (a fixture directly, mcpgate, a peer
 //! gateway) and prints one JSON line of results per command.
 //!
-//!   mcp-load calls    --url URL|--stdio CMD --tool NAME --clients N --seconds S [--modern] [--args JSON]
+//!   mcp-load calls    --url URL|--stdio CMD|--sse URL --tool NAME --clients N --seconds S [--modern] [--args JSON]
 //!   mcp-load cold     --url URL|--stdio CMD --tool NAME --count N
 //!   mcp-load sessions --url URL --count N [--no-stream] [--list] [--hold-file PATH]
 //!   mcp-load churn    --url URL --tool NAME --cycles N [--sample-pid PID --samples CSV]
@@ -17,8 +17,11 @@
 //! answered (then DELETE, not timed). With `--stdio CMD` (split on spaces)
 //! the client is the server's stdio client instead: each session starts CMD
 //! and speaks newline-delimited JSON-RPC on its pipes, so `cold` includes
-//! the spawn. With `--modern` the clients speak protocol 2026-07-28: no
-//! session, each request with its `_meta` and routing headers.
+//! the spawn. With `--sse URL` it is a client of the old HTTP+SSE transport:
+//! each session is a `GET` of URL, whose `endpoint` event names where each
+//! request is `POST`ed; the response comes on the stream. With `--modern`
+//! the clients speak protocol 2026-07-28: no session, each request with its
+//! `_meta` and routing headers.
 //! `sessions`: opens N sessions
 //! that each hold a GET stream (unless --no-stream), and with --list each asks the first page
 //! of `tools/list`; prints `ready`, and holds them until PATH exists (or stdin closes). `churn`: N cycles of initialize, one call,
@@ -66,6 +69,8 @@ struct Args {
     list: bool,
     /// `calls`, `cold`: the stdio server's command and arguments, instead of a URL.
     stdio: Option<Vec<String>>,
+    /// `calls`, `cold`: the stream of a server of the old HTTP+SSE transport, instead of a URL.
+    sse: Option<String>,
     /// `churn`: every cycle ends with DELETE.
     all_delete: bool,
     /// `calls`, `cold`: clients of protocol 2026-07-28, without sessions.
@@ -97,6 +102,7 @@ fn args() -> Args {
         no_stream: false,
         list: false,
         stdio: None,
+        sse: None,
         all_delete: false,
         modern: false,
         arguments: json!({"text": "hello"}),
@@ -134,6 +140,7 @@ fn args() -> Args {
             "--sample-pid" => a.sample_pid = Some(value.parse().unwrap_or_else(|_| usage())),
             "--samples" => a.samples = Some(value),
             "--stdio" => a.stdio = Some(value.split_whitespace().map(str::to_string).collect()),
+            "--sse" => a.sse = Some(value),
             "--quiet-ms" => a.quiet = Duration::from_millis(value.parse().unwrap_or_else(|_| usage())),
             "--children-of" => a.children_of = Some(value.parse().unwrap_or_else(|_| usage())),
             "--pid" => a.pid = Some(value.parse().unwrap_or_else(|_| usage())),
@@ -141,7 +148,8 @@ fn args() -> Args {
         }
     }
     let needs_pid = matches!(a.command.as_str(), "procs" | "kill9");
-    if needs_pid && a.pid.is_none() || !needs_pid && a.url.is_empty() && a.stdio.as_ref().is_none_or(Vec::is_empty) {
+    let no_target = a.url.is_empty() && a.stdio.as_ref().is_none_or(Vec::is_empty) && a.sse.is_none();
+    if needs_pid && a.pid.is_none() || !needs_pid && no_target {
         usage();
     }
     a
@@ -319,10 +327,120 @@ impl Session for Client {
 /// A new session: over Streamable HTTP to `--url`, or with a stdio server
 /// this client starts (`--stdio`).
 fn open(a: &Args) -> Result<Box<dyn Session>, String> {
-    match &a.stdio {
-        Some(command) => Ok(Box::new(StdioClient::connect(command)?)),
-        None if a.modern => Ok(Box::new(Client::modern(&a.url))),
-        None => Ok(Box::new(Client::connect(&a.url)?)),
+    match (&a.stdio, &a.sse) {
+        (Some(command), _) => Ok(Box::new(StdioClient::connect(command)?)),
+        (None, Some(url)) => Ok(Box::new(SseClient::connect(url)?)),
+        (None, None) if a.modern => Ok(Box::new(Client::modern(&a.url))),
+        (None, None) => Ok(Box::new(Client::connect(&a.url)?)),
+    }
+}
+
+/// One MCP session over the old HTTP+SSE transport, as a client of its
+/// time speaks it: a `GET` stream read on a thread of its own, each request
+/// `POST`ed to the URL the stream's `endpoint` event named, its response
+/// taken from the stream. Ended by closing the stream.
+struct SseClient {
+    agent: ureq::Agent,
+    /// The stream's own agent: shut down to close it.
+    stream: ureq::Agent,
+    post_url: String,
+    /// The messages of the stream, but its `endpoint` event.
+    messages: std::sync::mpsc::Receiver<Value>,
+    reader: Option<std::thread::JoinHandle<()>>,
+    next_id: u64,
+}
+
+impl SseClient {
+    fn connect(url: &str) -> Result<SseClient, String> {
+        let stream: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).proxy(None).build().into();
+        let response =
+            stream.get(url).header("Accept", "text/event-stream").call().map_err(|e| format!("GET {url}: {e}"))?;
+        if response.status() != 200 {
+            return Err(format!("GET {url}: HTTP {}", response.status()));
+        }
+        let (endpoint_tx, endpoint) = std::sync::mpsc::channel::<String>();
+        let (messages_tx, messages) = std::sync::mpsc::channel::<Value>();
+        let mut body = std::io::BufReader::new(response.into_body().into_reader());
+        let reader = std::thread::Builder::new()
+            .stack_size(64 * 1024)
+            .spawn(move || {
+                let (mut event, mut data, mut line) = (String::new(), String::new(), String::new());
+                loop {
+                    line.clear();
+                    match body.read_line(&mut line) {
+                        Ok(0) | Err(_) => return,
+                        Ok(_) => {}
+                    }
+                    let line = line.trim_end_matches(['\r', '\n']);
+                    if let Some(name) = line.strip_prefix("event:") {
+                        event = name.trim().to_string();
+                    } else if let Some(value) = line.strip_prefix("data:") {
+                        data.push_str(value.trim());
+                    } else if line.is_empty() && !data.is_empty() {
+                        if event == "endpoint" {
+                            let _ = endpoint_tx.send(std::mem::take(&mut data));
+                        } else if let Ok(message) = serde_json::from_str(&data)
+                            && messages_tx.send(message).is_err()
+                        {
+                            return;
+                        }
+                        data.clear();
+                        event.clear();
+                    }
+                }
+            })
+            .map_err(|e| e.to_string())?;
+        let mut client =
+            SseClient { agent: agent(), stream, post_url: String::new(), messages, reader: Some(reader), next_id: 1 };
+        let path = endpoint.recv_timeout(Duration::from_secs(10)).map_err(|_| format!("{url}: no `endpoint` event"))?;
+        // The fixture's and the SDKs' endpoints are absolute paths on the stream's origin.
+        let origin =
+            url.find("://").and_then(|at| url[at + 3..].find('/').map(|end| &url[..at + 3 + end])).unwrap_or(url);
+        client.post_url = if path.starts_with('/') { format!("{origin}{path}") } else { path };
+        let params = json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "mcp-load", "version": "1"}});
+        client.request("initialize", params)?;
+        client.post(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))?;
+        Ok(client)
+    }
+
+    fn post(&self, message: &Value) -> Result<(), String> {
+        let response = self
+            .agent
+            .post(&self.post_url)
+            .header("Content-Type", "application/json")
+            .send(message.to_string().as_bytes())
+            .map_err(|e| e.to_string())?;
+        let status = response.status().as_u16();
+        let _ = response.into_body().read_to_vec();
+        if (200..300).contains(&status) { Ok(()) } else { Err(format!("POST: HTTP {status}")) }
+    }
+}
+
+impl Session for SseClient {
+    fn request(&mut self, method: &str, params: Value) -> Result<Value, String> {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.post(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let message =
+                self.messages.recv_timeout(left).map_err(|_| format!("{method}: no response on the stream"))?;
+            if message.get("id") == Some(&json!(id)) && message.get("method").is_none() {
+                if let Some(error) = message.get("error") {
+                    return Err(format!("{method}: {error}"));
+                }
+                return Ok(message["result"].clone());
+            }
+        }
+    }
+
+    fn end(mut self: Box<Self>) -> Result<(), String> {
+        self.stream.clone().shutdown();
+        match self.reader.take().map(std::thread::JoinHandle::join) {
+            Some(Err(_)) => Err("the stream's reader panicked".into()),
+            _ => Ok(()),
+        }
     }
 }
 

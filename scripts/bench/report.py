@@ -624,6 +624,13 @@ def main() -> int:
     for server, intro in (
         ("python-sdk", "A third-party downstream, a server written with the official Python SDK (`mcp` 2.3.0):"),
         (
+            "sse",
+            "The old HTTP+SSE transport (protocol 2024-11-05, `\"type\": \"sse\"`): `mcp-fixture --sse-transport` "
+            "reached directly over SSE (each client holds the `GET` stream and `POST`s to its endpoint, as the SDKs' "
+            "SSE clients do), and through mcpgate (clients speak Streamable HTTP to it; it holds one stream per "
+            "session):",
+        ),
+        (
             "sessionless",
             "Protocol 2026-07-28, without sessions: clients of that era calling `mcp-fixture --modern` directly, "
             "and through mcpgate (which speaks 2026-07-28 to it too; each call runs on a thread of its own, "
@@ -648,6 +655,16 @@ def main() -> int:
                 f"| {(g['p50'] - d['p50']) / 1000:.3f} ms | {g['tput'] / d['tput']:.2f} |"
             )
         say("")
+
+    for balance in (r for r in rows if r["part"] == "sse-balance"):
+        if balance["opened"] != balance["closed"] or balance["open"]:
+            failures.append(
+                f"HTTP+SSE: the fixture counted {balance['opened']} streams opened, {balance['closed']} closed, "
+                f"{balance['open']} open"
+            )
+        else:
+            say(f"Every HTTP+SSE stream was closed: the fixture counted {balance['opened']} opened, {balance['closed']} closed.")
+            say("")
 
     cpu_targets = cpu_section(rows, say, failures)
 

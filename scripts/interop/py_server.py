@@ -5,6 +5,12 @@ Streamable HTTP on 127.0.0.1.
 It binds port 0 itself and prints `listening on 127.0.0.1:PORT` first (like
 mcp-fixture), so the caller never races another process for a port.
 
+With `--sse` it serves the old HTTP+SSE transport instead (the SDK's
+`sse_app`: `GET /sse`, messages POSTed to `/messages/?session_id=...`), and
+counts its streams itself: `GET /stats` answers `{"sse_opened": N,
+"sse_closed": M}`, a stream counted closed once the SDK's handler of it
+returned (its client went away).
+
 Tools: echo, add, progress (progress notifications), add_tool (registers a
 tool, then sends notifications/tools/list_changed), sample (sampling),
 ask (elicitation), roots (roots/list), log (notifications/message), and
@@ -15,8 +21,10 @@ One prompt, one resource, one resource template.
 
 from __future__ import annotations
 
+import json
 import socket
 import sys
+from typing import Any
 
 import anyio
 import uvicorn
@@ -126,13 +134,37 @@ def item(item: str) -> str:
     return f"py item {item}"
 
 
+def counting_streams(app: Any) -> Any:
+    """The SSE app, with `GET /stats`: its streams opened, and closed (the handler returned)."""
+    counts = {"sse_opened": 0, "sse_closed": 0}
+
+    async def counted(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] == "/stats":
+            body = json.dumps(counts).encode()
+            await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+            await send({"type": "http.response.body", "body": body})
+            return
+        if scope["type"] != "http" or scope["path"] != "/sse":
+            return await app(scope, receive, send)
+        counts["sse_opened"] += 1
+        try:
+            await app(scope, receive, send)
+        finally:
+            counts["sse_closed"] += 1
+
+    return counted
+
+
 async def main() -> None:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     sock.listen(2048)  # listening before it says so (interop.sh checks the socket right after)
-    app = server.streamable_http_app(host="127.0.0.1")
+    if "--sse" in sys.argv[1:]:
+        app = counting_streams(server.sse_app(host="127.0.0.1"))
+    else:
+        app = server.streamable_http_app(host="127.0.0.1")
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
     print(f"listening on 127.0.0.1:{port}", flush=True)
     await uvicorn.Server(config).serve(sockets=[sock])

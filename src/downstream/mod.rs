@@ -4,8 +4,8 @@
 //!
 //! How a downstream session's messages reach its server is its [`Link`],
 //! the one seam between mcpgate and a transport: Streamable HTTP
-//! (`http.rs`, with the `GET` stream's `reader.rs`) or a child process
-//! spoken to over stdio (`stdio.rs`). Sessions, lists, routing, the status
+//! (`http/`, with the `GET` stream's `reader.rs`), the old HTTP+SSE
+//! (`sse/`), or a child process spoken to over stdio (`stdio.rs`). Sessions, lists, routing, the status
 //! page and the close path see only [`Downstream`]. [`close_all`] is the
 //! only way a downstream session ends.
 
@@ -30,6 +30,7 @@ pub mod flight;
 mod http;
 mod modern;
 mod resolver;
+mod sse;
 /// How mcpgate looks up servers' names (no thread per lookup); the
 /// benchmark's bare relay connects the same way.
 pub use resolver::Lookup;
@@ -150,7 +151,8 @@ pub trait Inbox: Send + Sync {
     /// A message the server sent on its `GET` stream.
     fn deliver(&self, server: &Arc<Server>, message: Message);
     /// The server answered 404 for the stream of downstream session
-    /// `session_id`: it no longer knows it (it restarted).
+    /// `session_id`: it no longer knows it (it restarted); or the stream of
+    /// an HTTP+SSE session, which is the session, ended.
     fn lost(&self, server: &Arc<Server>, session_id: Option<&str>);
 }
 
@@ -186,13 +188,20 @@ impl Limits {
 }
 
 /// What a downstream session does with its server, whatever carries it:
-/// the one seam both transports implement.
+/// the one seam every transport implements.
 pub(crate) trait Link: Send + Sync {
     /// The server's id for this session (HTTP's `Mcp-Session-Id`), if any.
     fn session_id(&self) -> Option<&str>;
     /// Whether the server holds a session for it: one to open and close,
     /// counted among the downstream sessions (not so in the 2026-07-28 era).
     fn holds_session(&self) -> bool {
+        true
+    }
+    /// Whether the session can outlive this process at its server, so that
+    /// the state file keeps it to resume or `DELETE` after a restart. An
+    /// HTTP+SSE session cannot: it is its stream, which ends with the
+    /// process (as a child process does).
+    fn survives_restart(&self) -> bool {
         true
     }
     /// Sends the request `method` with `params` (as id `id`) and returns
@@ -225,9 +234,11 @@ pub(crate) trait Link: Send + Sync {
 /// so the link is there to close it.
 pub(crate) type Opened = (Box<dyn Link>, Result<Message, DownstreamError>);
 
-/// How a server is reached: over HTTP (in either era), or as a child process.
+/// How a server is reached: over Streamable HTTP (in either era), over the
+/// old HTTP+SSE, or as a child process.
 pub(crate) enum Endpoint {
     Http(http::Endpoint, modern::Side),
+    Sse(sse::Endpoint),
     Stdio(stdio::Endpoint),
 }
 
@@ -277,6 +288,7 @@ impl Server {
             Transport::Http(http) => {
                 Endpoint::Http(http::Endpoint::new(http.clone(), limits, lanes), modern::Side::default())
             }
+            Transport::Sse(http) => Endpoint::Sse(sse::Endpoint::new(http.clone(), limits, lanes)),
             Transport::Stdio(stdio) => {
                 Endpoint::Stdio(stdio::Endpoint::new(&config.name, stdio.clone(), context.children.clone()))
             }
@@ -301,26 +313,27 @@ impl Server {
         &self.config.name
     }
 
-    /// `http` or `stdio`, for the status page.
+    /// `http`, `sse` or `stdio`, for the status page.
     pub fn transport(&self) -> &'static str {
         match self.endpoint {
             Endpoint::Http(..) => "http",
+            Endpoint::Sse(_) => "sse",
             Endpoint::Stdio(_) => "stdio",
         }
     }
 
-    /// Its HTTP endpoint, when it is reached over HTTP.
+    /// Its HTTP endpoint, when it is reached over Streamable HTTP.
     pub(crate) fn http(&self) -> Option<&http::Endpoint> {
         match &self.endpoint {
             Endpoint::Http(http, _) => Some(http),
-            Endpoint::Stdio(_) => None,
+            Endpoint::Sse(_) | Endpoint::Stdio(_) => None,
         }
     }
 
     /// The processes of a stdio server, for the status page.
     pub fn processes(&self) -> Option<stdio::Processes> {
         match &self.endpoint {
-            Endpoint::Http(..) => None,
+            Endpoint::Http(..) | Endpoint::Sse(_) => None,
             Endpoint::Stdio(stdio) => Some(stdio.processes()),
         }
     }
@@ -330,6 +343,7 @@ impl Server {
         match &self.endpoint {
             Endpoint::Stdio(stdio) => stdio.retire(),
             Endpoint::Http(_, modern) => modern.stop(),
+            Endpoint::Sse(_) => {}
         }
     }
 
@@ -337,7 +351,7 @@ impl Server {
     pub fn era(&self) -> Option<&'static str> {
         match &self.endpoint {
             Endpoint::Http(_, modern) => modern.era_name(),
-            Endpoint::Stdio(_) => Some("session"),
+            Endpoint::Sse(_) | Endpoint::Stdio(_) => Some("session"),
         }
     }
 
@@ -376,6 +390,7 @@ impl Server {
                 http.shutdown();
                 modern.stop();
             }
+            Endpoint::Sse(sse) => sse.shutdown(),
             Endpoint::Stdio(stdio) => stdio.shutdown(),
         }
     }
@@ -475,11 +490,13 @@ impl Server {
                 Some(opened) => opened,
                 None => http::open(self, http, &body)?,
             },
+            Endpoint::Sse(sse) => sse::open(self, sse, &body)?,
             Endpoint::Stdio(stdio) => stdio::open(self, stdio, &body)?,
         };
         // From here the server may hold a session: every failure must close it.
+        let old_transport = matches!(self.endpoint, Endpoint::Sse(_));
         let mut downstream = Downstream::new(self.clone(), link, client);
-        let init = match answer.and_then(|m| initialize_result(&m)) {
+        let init = match answer.and_then(|m| initialize_result(&m, old_transport)) {
             Ok(init) => init,
             Err(e) => {
                 close_all(&[Arc::new(downstream)], 1);
@@ -523,7 +540,9 @@ struct InitializeResult {
     instructions: Option<String>,
 }
 
-fn initialize_result(message: &Message) -> Result<InitializeResult, DownstreamError> {
+/// The server's answer to `initialize`; `old_transport`: of an HTTP+SSE
+/// server, which may answer that transport's version, 2024-11-05.
+fn initialize_result(message: &Message, old_transport: bool) -> Result<InitializeResult, DownstreamError> {
     if let Some(error) = &message.error {
         return Err(DownstreamError::Refused(error.get().to_string()));
     }
@@ -533,7 +552,7 @@ fn initialize_result(message: &Message) -> Result<InitializeResult, DownstreamEr
         .and_then(|r| serde_json::from_str(r.get()).ok())
         .ok_or_else(|| DownstreamError::Protocol("initialize result is not JSON".into()))?;
     let version = result["protocolVersion"].as_str().unwrap_or_default();
-    if !versions::supported(version) && version != crate::protocol::modern::VERSION {
+    if !versions::server_may_answer(version, old_transport) && version != crate::protocol::modern::VERSION {
         return Err(DownstreamError::Refused(format!("protocol version `{version}` is not one mcpgate speaks")));
     }
     Ok(InitializeResult {
@@ -600,9 +619,13 @@ impl Downstream {
 
     /// The key and record of this downstream session while it closes, for
     /// the state file; `None` when there is nothing to DELETE after a crash
-    /// (no session id, or a child process, which does not outlive mcpgate).
+    /// (no session id, or a session that does not outlive mcpgate: a child
+    /// process, an HTTP+SSE stream).
     pub fn closing_record(&self) -> Option<(usize, SavedDownstream)> {
         self.session_id()?;
+        if !self.link.survives_restart() {
+            return None;
+        }
         self.server.config.url()?;
         Some((self.owner(), self.record()))
     }
@@ -616,6 +639,7 @@ impl Downstream {
             capabilities: self.capabilities.clone(),
             instructions: self.instructions.clone(),
             client: (!self.client.is_empty()).then(|| self.client.clone()),
+            ends_with_process: !self.link.survives_restart(),
         }
     }
 
@@ -784,8 +808,9 @@ impl Drop for Downstream {
 /// listening, then (in parallel, `parallel` at a time) end it at the server
 /// (HTTP: join the reader, whose socket then closes, so a descriptor is free
 /// for the `DELETE` even when they ran out; then `DELETE`, bounded by
-/// `delete_timeout_secs`. stdio: let the child go, and reap it), and count
-/// it closed. A session given twice, or already closed, is closed once.
+/// `delete_timeout_secs`. HTTP+SSE: close the stream, which is the session,
+/// and join its reader within `delete_timeout_secs`. stdio: let the child
+/// go, and reap it), and count it closed. A session given twice, or already closed, is closed once.
 pub fn close_all(list: &[Arc<Downstream>], parallel: usize) {
     let claimed: Vec<&Arc<Downstream>> = list
         .iter()

@@ -285,7 +285,9 @@ impl Schemas {
 fn endpoint(server: &Server) -> (&Endpoint, &Side) {
     match &server.endpoint {
         super::Endpoint::Http(endpoint, side) => (endpoint, side),
-        super::Endpoint::Stdio(_) => unreachable!("a 2026-07-28 link belongs to an HTTP server"),
+        super::Endpoint::Sse(_) | super::Endpoint::Stdio(_) => {
+            unreachable!("a 2026-07-28 link belongs to a Streamable HTTP server")
+        }
     }
 }
 

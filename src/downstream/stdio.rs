@@ -494,7 +494,7 @@ impl Endpoint {
 fn endpoint(server: &Server) -> &Endpoint {
     match &server.endpoint {
         super::Endpoint::Stdio(endpoint) => endpoint,
-        super::Endpoint::Http(..) => unreachable!("a stdio link belongs to a stdio server"),
+        super::Endpoint::Http(..) | super::Endpoint::Sse(_) => unreachable!("a stdio link belongs to a stdio server"),
     }
 }
 
@@ -522,7 +522,7 @@ struct Waiting {
 /// whose call it is: not for what mcpgate sends for itself (`initialize`,
 /// `ping`, the lists it merges, `logging/setLevel`), whose messages reach
 /// no client.
-fn carries(method: &str) -> bool {
+pub(super) fn carries(method: &str) -> bool {
     !matches!(
         method,
         "initialize"
@@ -1023,7 +1023,7 @@ fn pick(calls: &Calls) -> Option<Target> {
 /// Keeps what a per-session child sent before its session listened, up to
 /// [`EARLY_MAX`] messages of [`EARLY_BYTES`] in all; gives back one that
 /// does not fit.
-fn keep_early(server: &Server, early: &mut Vec<Message>, message: Message) -> Option<Message> {
+pub(super) fn keep_early(server: &Server, early: &mut Vec<Message>, message: Message) -> Option<Message> {
     let size = |m: &Message| {
         [&m.params, &m.result, &m.error].iter().filter_map(|p| p.as_ref()).map(|p| p.get().len()).sum::<usize>()
     };
@@ -1060,7 +1060,7 @@ fn progress_target(child: &Child, message: &Message) -> Option<(Sender<Incoming>
     Some((waiting.tx.clone(), waiting.token.as_ref().map(|(_, theirs)| theirs.clone())))
 }
 
-fn token_key(token: &Value) -> String {
+pub(super) fn token_key(token: &Value) -> String {
     match token {
         Value::String(s) => s.clone(),
         other => other.to_string(),

@@ -7,6 +7,13 @@ pub const SUPPORTED: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26"];
 /// The newest: what mcpgate offers when a peer asks for one it does not speak.
 pub const NEWEST: &str = SUPPORTED[0];
 
+/// The version of the old HTTP+SSE transport. Its servers often speak
+/// nothing newer: mcpgate takes it in their answer to `initialize` (the
+/// client's newer version is what they were asked, and what crosses is the
+/// same JSON-RPC), but offers it to no client, who would need that
+/// transport to speak it.
+pub const HTTP_SSE: &str = "2024-11-05";
+
 /// Whether mcpgate speaks `version`.
 pub fn supported(version: &str) -> bool {
     SUPPORTED.contains(&version)
@@ -16,6 +23,13 @@ pub fn supported(version: &str) -> bool {
 /// same when mcpgate speaks it, else the newest (the peer then decides).
 pub fn negotiate(requested: &str) -> &'static str {
     SUPPORTED.iter().find(|v| **v == requested).copied().unwrap_or(NEWEST)
+}
+
+/// Whether mcpgate takes `version` from a server's `initialize` answer:
+/// one it speaks, or, from a server of the old HTTP+SSE transport
+/// (`old_transport`), that transport's own.
+pub fn server_may_answer(version: &str, old_transport: bool) -> bool {
+    supported(version) || (old_transport && version == HTTP_SSE)
 }
 
 /// JSON-RPC batches: in 2025-03-26 only (2025-06-18 removed them).
@@ -40,5 +54,8 @@ mod tests {
         assert!(has_batches("2025-03-26") && !has_batches("2025-06-18"));
         assert!(primes_streams("2025-11-25") && !primes_streams("2025-06-18"));
         assert!(SUPPORTED.iter().all(|v| supported(v)) && !supported("2026-07-28"));
+        assert!(!supported(HTTP_SSE), "offered to no client");
+        assert!(server_may_answer(HTTP_SSE, true) && !server_may_answer(HTTP_SSE, false));
+        assert!(server_may_answer(NEWEST, true) && !server_may_answer("2024-10-07", true));
     }
 }

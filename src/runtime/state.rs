@@ -98,6 +98,10 @@ pub struct SavedDownstream {
     /// The client session it belongs to (absent in files of format 1 and 2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client: Option<String>,
+    /// Of an HTTP+SSE server: the session was its stream, which ended with
+    /// the process that held it. A restart opens a new one, never resumes it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ends_with_process: bool,
 }
 
 /// What a state file holds, whatever its format.
@@ -814,6 +818,7 @@ mod tests {
             capabilities: serde_json::json!({}),
             instructions: None,
             client: None,
+            ends_with_process: false,
         }
     }
 

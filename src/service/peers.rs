@@ -189,6 +189,8 @@ fn take_over(gateway: &Gateway, peer: &str, state: &Path) -> Option<Vec<Arc<Down
         .closing
         .iter()
         .chain(saved.sessions.iter().flat_map(|s| &s.downstreams))
+        // An HTTP+SSE session was the peer's stream: it ended with the peer.
+        .filter(|d| !d.ends_with_process)
         .map(|d| server_for(gateway, d).saved_downstream(d))
         .collect();
     let records: Vec<_> = list.iter().filter_map(|d| d.closing_record()).collect();

@@ -68,8 +68,9 @@ pub fn start(gateway: Arc<Gateway>) -> std::io::Result<Reaper> {
 }
 
 /// Reopens downstream sessions whose server forgot them (its stream
-/// answered 404), so that a client that only listens gets that server's
-/// notifications again without sending anything.
+/// answered 404), or whose HTTP+SSE stream ended, so that a client that
+/// only listens gets that server's notifications again without sending
+/// anything.
 fn reopen_lost(gateway: &Gateway) {
     let current = gateway.current();
     let mut lost = Vec::new();

@@ -3,6 +3,10 @@
 //! what is to be closed (sessions expired meanwhile, downstream sessions
 //! that were closing, or named by a damaged file) is closed, and the
 //! readers of the rest start, once it listens.
+//!
+//! A downstream session of an HTTP+SSE server is never taken over: it was
+//! the old process's stream, which the kernel closed with it, so there is
+//! nothing to close either. A restored client session gets a new one.
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -25,6 +29,8 @@ pub struct Restored {
     readers: Vec<(Arc<Session>, Arc<Downstream>)>,
     /// Downstream sessions to close: expired, moved, or named by a damaged file.
     close: Vec<Arc<Downstream>>,
+    /// HTTP+SSE servers whose session a restored client session had: opened anew.
+    reopen: Vec<(Arc<Session>, Arc<Server>)>,
 }
 
 /// Brings back what the state file holds, without a word to any server:
@@ -57,23 +63,35 @@ pub fn restore(gateway: &Gateway, loaded: Loaded) -> Restored {
     let shift = now - stopped;
     let mut done = Restored::default();
     let to_close = |saved: &SavedDownstream| server_for(gateway, saved).saved_downstream(saved);
-    done.close.extend(saved.closing.iter().map(to_close));
+    // Ended with the old process: nothing to close, nothing to take over.
+    let resumable = |saved: &&SavedDownstream| !saved.ends_with_process;
+    done.close.extend(saved.closing.iter().filter(resumable).map(to_close));
     let (mut restored, mut expired) = (0, 0);
     for mut session in saved.sessions {
         if !trusted || stopped.saturating_sub(session.last_active) >= timeout {
             expired += 1;
             gateway.stats.sessions_expired_at_start.inc();
-            done.close.extend(session.downstreams.iter().map(to_close));
+            done.close.extend(session.downstreams.iter().filter(resumable).map(to_close));
             continue;
         }
         session.last_active = session.last_active.saturating_add(shift);
         let live = Session::restore(&session);
         live.hold_params();
         for saved in &session.downstreams {
-            match current.server(&saved.server).filter(|s| s.config.url() == Some(saved.url.as_str())) {
-                Some(server) => done.readers.push((live.clone(), live.adopt(server, saved))),
-                // Removed or moved since: close it where it was.
-                None => done.close.push(to_close(saved)),
+            let server = current.server(&saved.server).filter(|s| s.config.url() == Some(saved.url.as_str()));
+            match server {
+                Some(server) if saved.ends_with_process => {
+                    if server.transport() == "sse" {
+                        done.reopen.push((live.clone(), server.clone()));
+                    }
+                }
+                Some(server) if server.transport() == "http" => {
+                    done.readers.push((live.clone(), live.adopt(server, saved)));
+                }
+                // Ended with the old process, and its server removed or moved since.
+                None if saved.ends_with_process => {}
+                // Removed, moved, or of another transport since: closed where it was.
+                _ => done.close.push(to_close(saved)),
             }
         }
         if gateway.sessions.insert(live.clone(), current.config.max_sessions) {
@@ -82,15 +100,17 @@ pub fn restore(gateway: &Gateway, loaded: Loaded) -> Restored {
         } else {
             done.close.extend(live.take_downstreams());
             done.readers.retain(|(s, _)| !Arc::ptr_eq(s, &live));
+            done.reopen.retain(|(s, _)| !Arc::ptr_eq(s, &live));
         }
     }
     // Closing before the first write of this process: none of it may fall out of the file.
     gateway.journal.closing(done.close.iter().filter_map(|d| d.closing_record()));
-    if restored + expired + done.close.len() > 0 {
+    if restored + expired + done.close.len() + done.reopen.len() > 0 {
         log::info!(
             "state file: {restored} session(s) restored, {expired} expired or not trusted; {} downstream session(s) \
-             to close",
-            done.close.len()
+             to close, {} of HTTP+SSE servers to open anew (they ended with the old process)",
+            done.close.len(),
+            done.reopen.len()
         );
     }
     done
@@ -101,13 +121,23 @@ pub fn restore(gateway: &Gateway, loaded: Loaded) -> Restored {
 /// mcpgate already serves. A server that does not answer delays only its
 /// own sessions' notifications.
 pub fn finish_restore(restored: Restored) -> std::io::Result<Option<JoinHandle<()>>> {
-    if restored.readers.is_empty() && restored.close.is_empty() {
+    if restored.readers.is_empty() && restored.close.is_empty() && restored.reopen.is_empty() {
         return Ok(None);
     }
     threads::spawn("state", "restore", move || {
-        let Restored { readers, close } = restored;
+        let Restored { readers, close, reopen } = restored;
         threads::for_each_parallel("fanout", &readers, RESTORE_PARALLEL, |(session, d)| {
             session.start_reader(d);
+        });
+        threads::for_each_parallel("fanout", &reopen, RESTORE_PARALLEL, |(session, server)| {
+            if let Err(e) = session.downstream(server, Duration::ZERO) {
+                crate::limited!(
+                    warn,
+                    "server `{}`: opening a restored session anew failed: {}",
+                    server.name(),
+                    e.message
+                );
+            }
         });
         downstream::close_all(&close, RESTORE_PARALLEL);
     })
@@ -115,12 +145,14 @@ pub fn finish_restore(restored: Restored) -> std::io::Result<Option<JoinHandle<(
 }
 
 /// The configured server a saved downstream session belongs to, or, when
-/// it was removed or moved, one made up from what was saved to send its
+/// it was removed, moved or changed transport, one made up from what was saved to send its
 /// `DELETE`: without the configured headers, which belong to the server
 /// configured now (a bearer token for another host, say).
 pub(crate) fn server_for(gateway: &Gateway, saved: &SavedDownstream) -> Arc<Server> {
     let current = gateway.current();
-    if let Some(server) = current.server(&saved.server).filter(|s| s.config.url() == Some(saved.url.as_str())) {
+    // Only a Streamable HTTP server's own: an HTTP link on another transport has no endpoint to reach.
+    let same = |s: &&Arc<Server>| s.config.url() == Some(saved.url.as_str()) && s.transport() == "http";
+    if let Some(server) = current.server(&saved.server).filter(same) {
         return server.clone();
     }
     let config = ServerConfig {

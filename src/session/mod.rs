@@ -54,8 +54,8 @@ struct State {
     slots: HashMap<String, Slot>,
     /// The last `logging/setLevel` params, for servers opened later.
     log_level: Option<Box<RawValue>>,
-    /// Downstream sessions whose stream answered 404: the reaper reopens
-    /// them once their backoff has passed.
+    /// Downstream sessions whose stream answered 404 (or, HTTP+SSE, ended):
+    /// the reaper reopens them once their backoff has passed.
     lost: Vec<Lost>,
     /// Per server, how many times in a row its stream was lost, and when.
     lost_streak: HashMap<String, (u32, Instant)>,
@@ -401,7 +401,8 @@ impl Inbox for Session {
     }
 }
 
-/// A downstream session whose stream answered 404: the server forgot it.
+/// A downstream session whose stream answered 404 (the server forgot it),
+/// or whose HTTP+SSE stream ended (it cannot be resumed).
 struct Lost {
     server: String,
     session_id: Option<String>,

@@ -160,6 +160,11 @@ impl Fixture {
         format!("http://{}/mcp", self.addr)
     }
 
+    /// The stream of a fixture of the old HTTP+SSE transport (`--sse-transport`).
+    pub fn sse_url(&self) -> String {
+        format!("http://{}/sse", self.addr)
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }

@@ -137,6 +137,38 @@ impl Endpoint {
         self.headers(request, session, version).send(body).map_err(|e| self.transport_error(e))
     }
 
+    /// A `POST` of one JSON-RPC message to `url`, the endpoint an HTTP+SSE
+    /// server named, with the configured headers; the response head,
+    /// whatever its status.
+    pub(crate) fn post_to(
+        &self,
+        agent: &Agent,
+        url: &str,
+        version: Option<&str>,
+        body: &[u8],
+    ) -> Result<Response<ureq::Body>, DownstreamError> {
+        let request = agent.post(url).header("Content-Type", "application/json");
+        self.headers(request, None, version).send(body).map_err(|e| self.transport_error(e))
+    }
+
+    /// The `GET` that opens an HTTP+SSE server's stream, which is its
+    /// session: its head within `head_timeout`, then no timeout between
+    /// reads (a quiet stream is an idle session, not a dead one; the close
+    /// path ends it by shutting `agent` down).
+    pub(crate) fn open_sse(
+        &self,
+        agent: &Agent,
+        head_timeout: Duration,
+    ) -> Result<Response<ureq::Body>, DownstreamError> {
+        self.headers(agent.get(&self.config.url).header("Accept", "text/event-stream"), None, None)
+            .config()
+            .timeout_recv_response(Some(head_timeout))
+            .timeout_per_read(None)
+            .build()
+            .call()
+            .map_err(|e| self.transport_error(e))
+    }
+
     /// A `GET` of the session's stream, optionally resuming after `last_event_id`.
     pub(crate) fn get_stream(
         &self,

@@ -1,11 +1,13 @@
 //! The Streamable HTTP transport: the `endpoint` (agents, requests,
 //! answers), a session-era downstream session (`link`, with the `reader`
 //! of its `GET` stream). Servers of the 2026-07-28 era use the endpoint
-//! too, through `downstream::modern`.
+//! too, through `downstream::modern`, and so do those of the old HTTP+SSE
+//! transport, through `downstream::sse`.
 
 mod endpoint;
 mod link;
 mod reader;
 
-pub(crate) use endpoint::{Endpoint, Exchange, stream_agent};
+pub(crate) use endpoint::{Endpoint, Exchange, status_error, stream_agent};
 pub(crate) use link::{open, resumed, session_id_of};
+pub(crate) use reader::Reader;

@@ -1,6 +1,7 @@
 //! The reader of one downstream session's `GET` stream: a thread of its own
 //! with its own ureq Agent, so that the close path can stop it at once
-//! (`Agent::shutdown` unblocks its read) and join it.
+//! (`Agent::shutdown` unblocks its read) and join it. The HTTP+SSE
+//! transport's stream is read by such a [`Reader`] too.
 
 use std::io::BufReader;
 use std::sync::{Arc, Weak};
@@ -35,6 +36,25 @@ pub struct Reader {
 }
 
 impl Reader {
+    /// Starts `work` on a reader thread of `server`, which reads through
+    /// `agent` (its own: shutting it down touches nothing else). `work` is
+    /// given the receiver that disconnects when it must stop.
+    pub(crate) fn spawn(
+        server: &Arc<Server>,
+        agent: Agent,
+        work: impl FnOnce(Receiver<()>) + Send + 'static,
+    ) -> std::io::Result<Reader> {
+        let (stop, stop_rx) = bounded(0);
+        let (done_tx, done) = bounded::<()>(0);
+        let counted = server.clone();
+        let handle = threads::spawn("reader", server.name(), move || {
+            let _live = counted.stats.threads_readers.enter();
+            work(stop_rx);
+            drop(done_tx);
+        })?;
+        Ok(Reader { stop: Some(stop), agent, done, handle, server: server.clone() })
+    }
+
     /// Asks the thread to stop and unblocks any read it is in.
     pub fn signal(&mut self) {
         drop(self.stop.take());
@@ -97,22 +117,12 @@ pub(crate) fn start(
         log::debug!("server `{}` offers no GET stream (HTTP {})", server.name(), response.status().as_u16());
         return Ok(None);
     }
-    let (stop, stop_rx) = bounded(0);
-    let (done_tx, done) = bounded::<()>(0);
-    let stream = Stream {
-        server: server.clone(),
-        agent: agent.clone(),
-        session_id,
-        version: downstream.protocol_version.clone(),
-        inbox,
-        stop: stop_rx,
-    };
-    let handle = threads::spawn("reader", server.name(), move || {
-        let _live = stream.server.stats.threads_readers.enter();
+    let (reading, version, owner) = (agent.clone(), downstream.protocol_version.clone(), server.clone());
+    let reader = Reader::spawn(&server, agent, move |stop| {
+        let stream = Stream { server: owner, agent: reading, session_id, version, inbox, stop };
         stream.run(first);
-        drop(done_tx);
     })?;
-    Ok(Some(Reader { stop: Some(stop), agent, done, handle, server }))
+    Ok(Some(reader))
 }
 
 struct Stream {
