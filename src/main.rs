@@ -311,13 +311,12 @@ fn serve(config: Config, source: Source, signals: sys::Signals) -> Result<(), Er
     let notifier = Notifier::from_env().map(Arc::new);
     let mut watchdog = None;
     if let Some(notifier) = &notifier {
-        notifier.send(&format!("READY=1\nSTATUS={}", notify::status_line(&gateway)));
-        if let Some(interval) = notify::watchdog_interval() {
-            watchdog = Some(
-                notify::start_watchdog(notifier.clone(), gateway.clone(), addr, interval)
-                    .map_err(io("cannot start the watchdog thread"))?,
-            );
-        }
+        let status = notify::status_line(&gateway);
+        notifier.send(&format!("READY=1\nSTATUS={status}"));
+        watchdog = Some(
+            notify::start_watchdog(notifier.clone(), gateway.clone(), addr, notify::watchdog_interval(), status)
+                .map_err(io("cannot start the notify thread"))?,
+        );
     }
     log::info!(
         "listening on http://{addr}/mcp, status on http://{addr}/status, {} server(s)",
