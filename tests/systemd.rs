@@ -86,19 +86,7 @@ fn status_follows_the_session_count_within_two_seconds_and_at_most_once_a_second
     for client in &mut clients {
         client.initialize();
     }
-    let opened = Instant::now();
-    let mut seen = Vec::new();
-    while opened.elapsed() < Duration::from_secs(4) {
-        seen.extend(receive(&socket, Duration::from_millis(200)));
-        if seen.iter().any(|m| m.contains("STATUS=3 session(s), 3 downstream session(s) live")) {
-            break;
-        }
-    }
-    assert!(
-        seen.iter().any(|m| m.contains("STATUS=3 session(s), 3 downstream session(s) live")),
-        "no STATUS= with the 3 sessions within {:?}: {seen:?}",
-        opened.elapsed()
-    );
+    status_within(&socket, "STATUS=3 session(s), 3 downstream session(s) live", Duration::from_secs(4));
     // Churn for 2.5 s: the count changes many times a second, STATUS= goes
     // out at most once a second.
     let churn = Instant::now();
@@ -114,13 +102,18 @@ fn status_follows_the_session_count_within_two_seconds_and_at_most_once_a_second
     for client in &clients {
         assert_eq!(client.delete(), 200);
     }
-    let closed = Instant::now();
+    status_within(&socket, "STATUS=0 session(s), 0 downstream session(s) live", Duration::from_secs(4));
+}
+
+/// Waits for a datagram holding `status`; fails naming what came instead.
+fn status_within(socket: &UnixDatagram, status: &str, limit: Duration) {
+    let start = Instant::now();
     let mut seen = Vec::new();
-    while closed.elapsed() < Duration::from_secs(4) {
-        seen.extend(receive(&socket, Duration::from_millis(200)));
-        if seen.iter().any(|m| m.contains("STATUS=0 session(s), 0 downstream session(s) live")) {
-            break;
+    while start.elapsed() < limit {
+        seen.extend(receive(socket, Duration::from_millis(200)));
+        if seen.iter().any(|m| m.contains(status)) {
+            return;
         }
     }
-    assert!(seen.iter().any(|m| m.contains("STATUS=0 session(s)")), "no STATUS= after the DELETEs: {seen:?}");
+    panic!("no `{status}` within {limit:?}: {seen:?}");
 }

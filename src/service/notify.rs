@@ -94,7 +94,7 @@ pub const STATUS_EVERY: Duration = Duration::from_secs(1);
 
 /// The thread that refreshes `STATUS=` when the counts change and, with a
 /// watchdog, pings it.
-pub struct Watchdog {
+pub struct NotifyThread {
     stop: Sender<()>,
     handle: JoinHandle<()>,
 }
@@ -103,13 +103,13 @@ pub struct Watchdog {
 /// one sent (looked at every [`STATUS_EVERY`]), and with `watchdog` a
 /// `WATCHDOG=1` every that often, only after `/healthz` answered. `sent`
 /// is the line that went out with READY=1.
-pub fn start_watchdog(
+pub fn start(
     notifier: Arc<Notifier>,
     gateway: Arc<Gateway>,
     addr: SocketAddr,
     watchdog: Option<Duration>,
     sent: String,
-) -> std::io::Result<Watchdog> {
+) -> std::io::Result<NotifyThread> {
     let (stop, stopped) = bounded::<()>(0);
     let handle = threads::spawn("notify", "", move || {
         let mut sent = sent;
@@ -137,10 +137,10 @@ pub fn start_watchdog(
             }
         }
     })?;
-    Ok(Watchdog { stop, handle })
+    Ok(NotifyThread { stop, handle })
 }
 
-impl Watchdog {
+impl NotifyThread {
     pub fn stop(self) {
         drop(self.stop);
         let _ = self.handle.join();
