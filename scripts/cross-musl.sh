@@ -9,7 +9,8 @@
 # start files by default, which Debian's rustc does not have; zig's are used instead.
 #
 #   scripts/cross-musl.sh TARGET [--no-default-features]
-#       TARGET: aarch64-unknown-linux-musl or armv7-unknown-linux-musleabihf
+#       TARGET: aarch64-unknown-linux-musl or armv7-unknown-linux-musleabihf (or
+#       x86_64-unknown-linux-musl, to compare the allocators natively)
 #
 # The binary: target/cross/TARGET/release/mcpgate. Called by scripts/cross.sh --full.
 set -euo pipefail
@@ -26,7 +27,9 @@ shift || true
 case "$target" in
   aarch64-unknown-linux-musl) zig_target=aarch64-unknown-linux-musl ;;
   armv7-unknown-linux-musleabihf) zig_target=armv7-unknown-linux-musleabihf ;;
-  *) echo "usage: scripts/cross-musl.sh aarch64-unknown-linux-musl|armv7-unknown-linux-musleabihf" >&2; exit 2 ;;
+  # Not for a board: the same libc natively, to measure musl's allocator without qemu (cross.sh --full).
+  x86_64-unknown-linux-musl) zig_target=x86_64-unknown-linux-musl ;;
+  *) echo "usage: scripts/cross-musl.sh aarch64-unknown-linux-musl|armv7-unknown-linux-musleabihf|x86_64-unknown-linux-musl" >&2; exit 2 ;;
 esac
 
 if ! dpkg-query -W -f='${Status}\n' rust-web-src 2>/dev/null | grep -q 'install ok installed'; then
