@@ -3,8 +3,9 @@
 # ruff for the scripts, clippy), unit and integration tests, the crate as it
 # would be published, the demo end to end, the interoperability check with
 # the official SDK and conformance suite (it installs pinned versions into
-# .interop/), a short scale-out run behind HAProxy and nginx, and a short
-# smoke run of the benchmark.
+# .interop/), the ARM builds under qemu, the unit under a real systemd and
+# the init script (docs/BOARDS.md), a short scale-out run behind HAProxy
+# and nginx, and a short smoke run of the benchmark.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,7 +23,7 @@ if ! command -v shellcheck >/dev/null; then
   timeout 600 apt-get update -qq
   timeout 600 apt-get install -y -qq --no-install-recommends shellcheck >/dev/null
 fi
-shellcheck .ci/run scripts/*.sh scripts/interop/*.sh
+shellcheck .ci/run scripts/*.sh scripts/interop/*.sh config/mcpgate.init
 
 # ruff, pinned (scripts/lint-requirements.txt), in a venv of its own (.lint/), for the Python of
 # scripts/ (ruff.toml).
@@ -53,6 +54,18 @@ if [ -n "$stray" ]; then
   exit 1
 fi
 cargo publish --dry-run --locked --package mcpgate 2> >(not_tests)
+
+# Where mcpgate is meant to run. Both ARM builds (Debian's toolchain, installed when missing) and
+# their smoke test under qemu-user; the unit under a real systemd, PID 1 of private namespaces;
+# the init script under sysvinit's and BusyBox's start-stop-daemon. docs/BOARDS.md.
+step "ARM builds and their smoke test under qemu-user (scripts/cross.sh)"
+scripts/cross.sh
+
+step "the unit under a real systemd (scripts/systemd.sh)"
+scripts/systemd.sh
+
+step "the init script under sysvinit and BusyBox (scripts/initd.sh)"
+scripts/initd.sh
 
 step "metrics and the status page with promtool, Prometheus and Chromium (scripts/observe.sh)"
 scripts/observe.sh

@@ -309,15 +309,14 @@ fn serve(config: Config, source: Source, signals: sys::Signals) -> Result<(), Er
         );
     }
     let notifier = Notifier::from_env().map(Arc::new);
-    let mut watchdog = None;
+    let mut notify_thread = None;
     if let Some(notifier) = &notifier {
-        notifier.send(&format!("READY=1\nSTATUS={}", notify::status_line(&gateway)));
-        if let Some(interval) = notify::watchdog_interval() {
-            watchdog = Some(
-                notify::start_watchdog(notifier.clone(), gateway.clone(), addr, interval)
-                    .map_err(io("cannot start the watchdog thread"))?,
-            );
-        }
+        let status = notify::status_line(&gateway);
+        notifier.send(&format!("READY=1\nSTATUS={status}"));
+        notify_thread = Some(
+            notify::start(notifier.clone(), gateway.clone(), addr, notify::watchdog_interval(), status)
+                .map_err(io("cannot start the notify thread"))?,
+        );
     }
     log::info!(
         "listening on http://{addr}/mcp, status on http://{addr}/status, {} server(s)",
@@ -351,8 +350,8 @@ fn serve(config: Config, source: Source, signals: sys::Signals) -> Result<(), Er
     let started = Instant::now();
     let deadline = started + shutdown_timeout;
     // The pings end before STOPPING is sent: none may follow it.
-    if let Some(watchdog) = watchdog {
-        watchdog.stop();
+    if let Some(notify_thread) = notify_thread {
+        notify_thread.stop();
     }
     if let Some(notifier) = &notifier {
         notifier.send("STOPPING=1\nSTATUS=closing every session");

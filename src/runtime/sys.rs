@@ -71,8 +71,11 @@ pub fn terminate_self() {
 
 /// Gives memory that glibc's allocator holds free back to the kernel, so
 /// that RSS follows the sessions that are live after many have closed.
+/// musl has no `malloc_trim`: its allocator (mallocng) returns freed
+/// groups to the kernel by itself, so there it does nothing.
 pub fn release_free_memory() {
     // SAFETY: malloc_trim only walks glibc's own heap metadata.
+    #[cfg(target_env = "gnu")]
     unsafe {
         libc::malloc_trim(0);
     }
@@ -82,9 +85,11 @@ pub fn release_free_memory() {
 /// thread per downstream session, per-thread arenas kept freed memory that
 /// `malloc_trim` did not give back (17 MB after 20 sessions that had read
 /// long events were closed, against none with two arenas). Call before
-/// threads start.
+/// threads start. musl's allocator has one heap under one lock and no
+/// `mallopt`: nothing to limit there.
 pub fn limit_malloc_arenas() {
     // SAFETY: mallopt only sets an allocator parameter; M_ARENA_MAX takes a count.
+    #[cfg(target_env = "gnu")]
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 2);
     }

@@ -1,7 +1,10 @@
 //! systemd's notify protocol (`Type=notify`): READY, STATUS, RELOADING,
 //! STOPPING, and watchdog pings sent only after mcpgate has answered its
 //! own `/healthz`, so a wedged listener stops the pings and systemd
-//! restarts the service. Without `$NOTIFY_SOCKET` all of it is a no-op.
+//! restarts the service. `STATUS=` follows the counts within a second of
+//! a change, at most once a second: sent only with READY=1 and each ping,
+//! `systemctl status` said `0 session(s)` for up to 15 s after sessions
+//! opened. Without `$NOTIFY_SOCKET` all of it is a no-op.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -84,27 +87,49 @@ fn healthy(addr: SocketAddr, timeout: Duration) -> bool {
     stream.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/1.1 200")
 }
 
-/// The thread that pings the watchdog and refreshes `STATUS=`.
-pub struct Watchdog {
+/// How often the notify thread looks at the counts: `STATUS=` goes out
+/// within this of a change, and at most this often, however fast sessions
+/// come and go (systemd keeps only the last line anyway).
+pub const STATUS_EVERY: Duration = Duration::from_secs(1);
+
+/// The thread that refreshes `STATUS=` when the counts change and, with a
+/// watchdog, pings it.
+pub struct NotifyThread {
     stop: Sender<()>,
     handle: JoinHandle<()>,
 }
 
-pub fn start_watchdog(
+/// Starts the notify thread: `STATUS=` when the line differs from the last
+/// one sent (looked at every [`STATUS_EVERY`]), and with `watchdog` a
+/// `WATCHDOG=1` every that often, only after `/healthz` answered. `sent`
+/// is the line that went out with READY=1.
+pub fn start(
     notifier: Arc<Notifier>,
     gateway: Arc<Gateway>,
     addr: SocketAddr,
-    interval: Duration,
-) -> std::io::Result<Watchdog> {
+    watchdog: Option<Duration>,
+    sent: String,
+) -> std::io::Result<NotifyThread> {
     let (stop, stopped) = bounded::<()>(0);
     let handle = threads::spawn("notify", "", move || {
-        let ticks = tick(interval);
+        let mut sent = sent;
+        let status = tick(STATUS_EVERY);
+        let pings = watchdog.map(tick).unwrap_or_else(crossbeam_channel::never);
         loop {
             select! {
                 recv(stopped) -> _ => return,
-                recv(ticks) -> _ => {
+                recv(status) -> _ => {
+                    let line = status_line(&gateway);
+                    if line != sent {
+                        notifier.send(&format!("STATUS={line}"));
+                        sent = line;
+                    }
+                }
+                recv(pings) -> _ => {
+                    let interval = watchdog.unwrap_or(STATUS_EVERY);
                     if healthy(addr, interval.min(Duration::from_secs(2))) {
-                        notifier.send(&format!("WATCHDOG=1\nSTATUS={}", status_line(&gateway)));
+                        sent = status_line(&gateway);
+                        notifier.send(&format!("WATCHDOG=1\nSTATUS={sent}"));
                     } else {
                         log::error!("mcpgate did not answer its own /healthz: watchdog ping withheld");
                     }
@@ -112,10 +137,10 @@ pub fn start_watchdog(
             }
         }
     })?;
-    Ok(Watchdog { stop, handle })
+    Ok(NotifyThread { stop, handle })
 }
 
-impl Watchdog {
+impl NotifyThread {
     pub fn stop(self) {
         drop(self.stop);
         let _ = self.handle.join();

@@ -1,0 +1,328 @@
+#!/usr/bin/env bash
+# mcpgate for the boards it is meant for (aarch64: Raspberry Pi 3 and later and other 64-bit
+# boards; armv7 hard-float: 32-bit routers and gateways), built with Debian's toolchain alone, and
+# each binary tried under qemu-user against the x86 fixture on 127.0.0.1 (docs/BOARDS.md).
+#
+#   scripts/cross.sh            CI: both glibc targets, release builds (what a board gets), in
+#                               one cargo run, and the smoke test of each under qemu
+#   scripts/cross.sh --full     the release builds besides (with and without the `tls` feature),
+#                               the static musl builds (scripts/cross-musl.sh; x86_64's too, to
+#                               compare musl's allocator with glibc's natively), the smoke test of
+#                               each, and the figures for docs/BENCHMARKS.md: stripped size per
+#                               target and feature set, RSS and threads at rest and with 100
+#                               sessions under qemu next to the same on x86, and churn
+#   scripts/cross.sh --smoke TARGET BINARY
+#                               the smoke test alone, of a binary built before
+#
+# What it installs from Debian when missing (rustup cannot download targets here, and a build box
+# may be the same): rustc-web and cargo-web (bookworm-security), the standard libraries of both
+# targets through multiarch (libstd-rust-web-dev:arm64, :armhf), the cross linkers
+# (gcc-aarch64-linux-gnu, gcc-arm-linux-gnueabihf) and qemu-user-static. The builds go to
+# target/cross/ (Debian's rustc, not rustup's, so they never invalidate the host's); the x86
+# fixture and load generator to target/debug/ and target/release/.
+#
+# The smoke test, per binary, under qemu-user (no binfmt_misc needed: qemu-ARCH-static runs it):
+# `--check` on config/mcpgate.example.json; an mcpgate in front of the fixture over HTTP and the
+# fixture as a stdio server; initialize, tools/list, tools/call to each, client DELETE; then
+# sessions left open and SIGTERM: the fixture's /stats counts a DELETE for every downstream
+# session it opened, and mcpgate reaped every child it started.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+SCRIPT=cross.sh
+OUT=$ROOT/.cross
+LOG_DIR=$OUT/run
+mkdir -p "$LOG_DIR"
+# shellcheck source=lib.sh
+. scripts/lib.sh
+
+mode=ci
+case "${1:-}" in
+  "") ;;
+  --full) mode=full ;;
+  --smoke) mode=smoke; smoke_target=${2:?--smoke TARGET BINARY}; smoke_binary=${3:?--smoke TARGET BINARY} ;;
+  *) echo "usage: scripts/cross.sh [--full | --smoke TARGET BINARY]" >&2; exit 2 ;;
+esac
+
+# Where the builds go; CROSS_DIR=... measures a build from nothing without touching these.
+CROSS_DIR=${CROSS_DIR:-$ROOT/target/cross}
+GNU_TARGETS=(aarch64-unknown-linux-gnu armv7-unknown-linux-gnueabihf)
+DEBIAN_PACKAGES=(rustc-web cargo-web libstd-rust-web-dev:arm64 libstd-rust-web-dev:armhf
+  gcc-aarch64-linux-gnu gcc-arm-linux-gnueabihf qemu-user-static)
+step() { printf '\n== cross.sh: %s\n' "$*"; }
+began=$SECONDS
+
+# ------------------------------------------------------------------ the toolchain, from Debian
+missing_packages() {
+  local p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' || echo "$p"
+  done
+}
+
+install_debian() {
+  local missing
+  mapfile -t missing < <(missing_packages "$@")
+  ((${#missing[@]})) || return 0
+  echo "apt-get: installing ${missing[*]}"
+  local arch
+  for arch in arm64 armhf; do
+    dpkg --print-foreign-architectures | grep -qx "$arch" || dpkg --add-architecture "$arch"
+  done
+  export DEBIAN_FRONTEND=noninteractive
+  timeout 900 apt-get update -qq
+  timeout 1800 apt-get install -y -qq --no-install-recommends "${missing[@]}" >"$LOG_DIR/apt.log" ||
+    { tail -20 "$LOG_DIR/apt.log" >&2; fail "apt-get install ${missing[*]}"; }
+}
+
+# Debian's cargo and rustc, whatever rustup puts first on PATH.
+debian_cargo() {
+  env -u RUSTUP_TOOLCHAIN -u CARGO_BUILD_TARGET PATH=/usr/bin:/bin RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc \
+    CARGO_TARGET_DIR="$CROSS_DIR" \
+    CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
+    CARGO_TARGET_ARMV7_UNKNOWN_LINUX_GNUEABIHF_LINKER=arm-linux-gnueabihf-gcc \
+    nice -n 10 /usr/bin/cargo "$@"
+}
+
+# qemu_for TARGET: the qemu-user binary that runs it.
+qemu_for() {
+  case "$1" in
+    aarch64-*) echo qemu-aarch64-static ;;
+    armv7-*) echo qemu-arm-static ;;
+    # The x86 musl build (the allocators compared without qemu): natively.
+    x86_64-*) echo env ;;
+    *) fail "no qemu for $1" ;;
+  esac
+}
+
+# build PROFILE FEATURES TARGET...: builds mcpgate for each TARGET in one cargo run (the targets'
+# crates build side by side, the host's build scripts and proc macros once), and copies each binary
+# to $CROSS_DIR/TARGET/PROFILE/mcpgate-FEATURES. FEATURES: `tls` (the default set) or `none`
+# (--no-default-features).
+build() {
+  local profile=$1 features=$2 flags=() target t0=$SECONDS
+  shift 2
+  [[ $features == none ]] && flags=(--no-default-features)
+  for target in "$@"; do flags+=(--target "$target"); done
+  debian_cargo build --locked --quiet -p mcpgate --bin mcpgate --profile "$profile" "${flags[@]}" ||
+    fail "cargo build for $* ($profile, features: $features)"
+  echo "  built mcpgate for $* ($profile, features: $features) in $((SECONDS - t0)) s"
+  for target in "$@"; do
+    cp "$CROSS_DIR/$target/$profile/mcpgate" "$CROSS_DIR/$target/$profile/mcpgate-$features"
+  done
+}
+
+# --------------------------------------------------------------------------- the smoke test
+# fixture_stat PORT FIELD, gate_status PORT EXPR (a Python expression over d, /status.json)
+fixture_stat() { curl -fsS --max-time 10 "http://127.0.0.1:$1/stats" | python3 -c "import json,sys; print(json.load(sys.stdin)['$2'])"; }
+# shellcheck disable=SC2317 # called through wait_for
+reaped() { [[ $(gate_status "$1" "d['processes']['reaped']") == "$2" ]]; }
+gate_status() { curl -fsS --max-time 20 "http://127.0.0.1:$1/status.json" | python3 -c "import json,sys; d=json.load(sys.stdin); print($2)"; }
+
+# smoke TARGET BINARY: the checks above; every process it starts is stopped before it returns.
+smoke() {
+  local target=$1 bin=$2 qemu fix_port gate_port t0=$SECONDS
+  qemu=$(qemu_for "$target")
+  local name=${bin#"$CROSS_DIR"/}
+  name=${name//\//-}
+  echo "  smoke: $name under $qemu"
+  local said
+  said=$("$qemu" "$bin" --check --config config/mcpgate.example.json) ||
+    fail "$name --check config/mcpgate.example.json"
+  [[ $said == *"valid, 2 server(s)"* ]] || fail "$name --check said: $said"
+  echo "    --check: $said"
+  "$qemu" "$bin" --version >/dev/null || fail "$name --version"
+
+  start "fixture-$name" "$FIXTURE" --listen 127.0.0.1:0 --name web
+  local fix_pid=$PID
+  fix_port=$(wait_port "fixture-$name" "$fix_pid" "$LOG_DIR/fixture-$name.out") || fail "the fixture did not start"
+  local config=$LOG_DIR/gate-$name.json
+  cat >"$config" <<EOF
+{
+  "listen": "127.0.0.1:0",
+  "shutdown_timeout_secs": 30,
+  "mcpServers": {
+    "web": { "url": "http://127.0.0.1:$fix_port/mcp" },
+    "local": { "command": "$FIXTURE", "args": ["--stdio", "--name", "local"] }
+  }
+}
+EOF
+  MCPGATE_LOG=info start "gate-$name" "$qemu" "$bin" --config "$config"
+  local gate_pid=$PID
+  gate_port=$(wait_port "gate-$name" "$gate_pid" "$LOG_DIR/gate-$name.out") || fail "$name did not listen"
+  python3 scripts/board/smoke.py calls "http://127.0.0.1:$gate_port/mcp" --servers web,local | sed 's/^/    /' ||
+    fail "$name: the calls (above)"
+  local opened deleted
+  opened=$(fixture_stat "$fix_port" initialize)
+  deleted=$(fixture_stat "$fix_port" delete)
+  [[ $opened == 1 && $deleted == 1 ]] || fail "$name: after the client's DELETE the fixture counts $opened initialize, $deleted DELETE"
+  wait_for 20 "$name reaping the stdio child after the DELETE" reaped "$gate_port" 1 ||
+    fail "$name left its stdio child running"
+  echo "    client DELETE: the fixture counts 1 DELETE for 1 session; the stdio child reaped"
+
+  python3 scripts/board/smoke.py open "http://127.0.0.1:$gate_port/mcp" --count 3 | sed 's/^/    /' ||
+    fail "$name: opening sessions"
+  local spawned
+  spawned=$(gate_status "$gate_port" "d['processes']['spawned']")
+  kill -TERM "$gate_pid"
+  local code=0
+  wait_for 60 "$name exiting on SIGTERM" ended "$gate_pid" || fail "$name did not exit within 60 s of SIGTERM"
+  wait "$gate_pid" || code=$?
+  [[ $code == 0 ]] || fail "$name exited $code on SIGTERM; see $LOG_DIR/gate-$name.err"
+  opened=$(fixture_stat "$fix_port" initialize)
+  deleted=$(fixture_stat "$fix_port" delete)
+  [[ $opened == 4 && $deleted == 4 ]] ||
+    fail "$name: after SIGTERM the fixture counts $opened initialize and $deleted DELETE (4 and 4 expected)"
+  local last
+  last=$(grep -o 'processes spawned [0-9]*, reaped [0-9]*, live [0-9]*' "$LOG_DIR/gate-$name.err" | tail -1)
+  [[ $last == "processes spawned $spawned, reaped $spawned, live 0" ]] ||
+    fail "$name: at exit it said \"$last\", $spawned spawned"
+  echo "    SIGTERM: exit 0; the fixture counts $deleted DELETE for $opened sessions; $last"
+  stop "$fix_pid"
+  echo "  smoke: $name passed in $((SECONDS - t0)) s"
+}
+
+# ------------------------------------------------------------------------------- the figures
+rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
+threads_of() { awk '/^Threads:/ {print $2}' "/proc/$1/status"; }
+
+# footprint LABEL RUNNER...: RSS and threads of an mcpgate (RUNNER... is the binary, or qemu-user
+# and the binary) at rest and with 100 client sessions, each holding one downstream session (and
+# its reader thread) on the fixture: one line of $OUT/footprint.tsv.
+footprint() {
+  local label=$1
+  shift
+  local config=$LOG_DIR/footprint.json
+  printf '{"listen": "127.0.0.1:0", "max_sessions": 4096, "mcpServers": {"web": {"url": "http://127.0.0.1:%s/mcp"}}}\n' \
+    "$FOOTPRINT_FIXTURE" >"$config"
+  start "footprint-$label" "$@" --config "$config"
+  local pid=$PID port
+  port=$(wait_port "footprint-$label" "$pid" "$LOG_DIR/footprint-$label.out") || fail "$label did not listen"
+  sleep 2
+  local rest_rss rest_threads
+  rest_rss=$(rss_kib "$pid")
+  rest_threads=$(threads_of "$pid")
+  "$LOAD" sessions --url "http://127.0.0.1:$port/mcp" --count 100 --no-stream >"$LOG_DIR/footprint-$label.load" ||
+    fail "$label: 100 sessions"
+  sleep 2
+  local live
+  live=$(gate_status "$port" "d['sessions']['live']")
+  [[ $live == 100 ]] || fail "$label: $live sessions live, not 100"
+  printf '%s\t%s\t%s\t%s\t%s\n' "$label" "$rest_rss" "$rest_threads" "$(rss_kib "$pid")" "$(threads_of "$pid")" \
+    >>"$OUT/footprint.tsv"
+  stop "$pid" 60
+}
+
+# churn LABEL CYCLES RUNNER...: CYCLES cycles of initialize, one call and DELETE, 4 at a time; RSS
+# at the quiet point after the first tenth and at the end (mcp-load churn): a line of churn.tsv.
+churn() {
+  local label=$1 cycles=$2
+  shift 2
+  start "churn-$label" "$@" --config "$LOG_DIR/footprint.json"
+  local pid=$PID port line
+  port=$(wait_port "churn-$label" "$pid" "$LOG_DIR/churn-$label.out") || fail "$label did not listen"
+  line=$("$LOAD" churn --url "http://127.0.0.1:$port/mcp" --tool web__echo --cycles "$cycles" --all-delete \
+    --sample-pid "$pid") || fail "$label: churn"
+  python3 -c "import json,sys; d=json.loads(sys.argv[1]); print('\t'.join(str(x) for x in [sys.argv[2], d['cycles'], d['errors'], d['quiet_rss_after_first'], d['quiet_rss_at_end'], round(d['ms_per_cycle'], 2), d['threads_at_end']]))" \
+    "$line" "$label" >>"$OUT/churn.tsv"
+  stop "$pid" 60
+}
+
+# ------------------------------------------------------------------------------------ the run
+step "the toolchain (Debian: ${DEBIAN_PACKAGES[*]})"
+install_debian "${DEBIAN_PACKAGES[@]}"
+echo "$(/usr/bin/rustc --version), $(/usr/bin/cargo --version | cut -d' ' -f1-2); $(qemu-aarch64-static --version | head -1)"
+
+step "the x86 fixture (the servers the ARM binaries talk to)"
+cargo build --locked --quiet -p mcp-fixture
+FIXTURE=$ROOT/target/debug/mcp-fixture
+
+if [[ $mode == smoke ]]; then
+  smoke "$smoke_target" "$(realpath "$smoke_binary")"
+  exit 0
+fi
+
+if [[ $mode == ci ]]; then
+  step "the glibc release builds, and their smoke test under qemu"
+  build release tls "${GNU_TARGETS[@]}"
+  for target in "${GNU_TARGETS[@]}"; do
+    smoke "$target" "$CROSS_DIR/$target/release/mcpgate-tls"
+    echo "  stripped size: $(stat -c %s "$CROSS_DIR/$target/release/mcpgate-tls") bytes"
+  done
+  echo
+  echo "cross.sh: both ARM builds passed the smoke test under qemu in $((SECONDS - began)) s"
+  exit 0
+fi
+
+step "the release builds: each glibc target with and without tls"
+declare -A BIN
+for features in tls none; do
+  build release "$features" "${GNU_TARGETS[@]}"
+  for target in "${GNU_TARGETS[@]}"; do
+    BIN[$target/$features]=$CROSS_DIR/$target/release/mcpgate-$features
+  done
+done
+
+step "the static musl builds (scripts/cross-musl.sh)"
+musl_targets=()
+for target in aarch64-unknown-linux-musl armv7-unknown-linux-musleabihf x86_64-unknown-linux-musl; do
+  if scripts/cross-musl.sh "$target" >"$LOG_DIR/musl-$target.log" 2>&1; then
+    BIN[$target/tls]=$ROOT/target/cross/$target/release/mcpgate
+    musl_targets+=("$target")
+    echo "  built mcpgate for $target"
+  else
+    echo "  NOT BUILT: $target: $(tail -3 "$LOG_DIR/musl-$target.log" | paste -sd' ')"
+  fi
+done
+
+step "the smoke test of each release binary under qemu"
+for key in "${!BIN[@]}"; do
+  smoke "${key%/*}" "${BIN[$key]}"
+done
+
+step "figures: stripped sizes"
+cargo build --locked --quiet --release -p mcpgate -p mcp-load
+: >"$OUT/sizes.tsv"
+printf 'x86_64-unknown-linux-gnu\ttls\t%s\n' "$(stat -c %s target/release/mcpgate)" >>"$OUT/sizes.tsv"
+for key in "${!BIN[@]}"; do
+  printf '%s\t%s\t%s\n' "${key%/*}" "${key#*/}" "$(stat -c %s "${BIN[$key]}")" >>"$OUT/sizes.tsv"
+done
+
+step "figures: RSS and threads at rest and with 100 sessions, under qemu and on x86"
+LOAD=$ROOT/target/release/mcp-load
+start footprint-fixture "$FIXTURE" --listen 127.0.0.1:0 --name web
+FOOTPRINT_FIXTURE=$(wait_port footprint-fixture "$PID" "$LOG_DIR/footprint-fixture.out") || fail "the fixture did not start"
+: >"$OUT/footprint.tsv"
+footprint "x86_64-unknown-linux-gnu, native" "$ROOT/target/release/mcpgate"
+for target in "${GNU_TARGETS[@]}" "${musl_targets[@]}"; do
+  how="qemu-user"
+  [[ $target == x86_64-* ]] && how=native
+  footprint "$target, $how" "$(qemu_for "$target")" "${BIN[$target/tls]}"
+done
+
+# Under qemu-user 7.2, every guest thread that ends leaves about 280 KiB behind (a C program
+# starting and joining 1,000 threads: 40 MB to 292 MB), so churn there measures qemu: 1,000
+# cycles, to show it. Natively, glibc against musl: 10,000 cycles, as scripts/bench.sh.
+step "figures: churn, natively (glibc and musl) and under qemu"
+: >"$OUT/churn.tsv"
+churn "x86_64-unknown-linux-gnu, native" 10000 "$ROOT/target/release/mcpgate"
+for target in "${GNU_TARGETS[@]}" "${musl_targets[@]}"; do
+  if [[ $target == x86_64-* ]]; then
+    churn "$target, native" 10000 "${BIN[$target/tls]}"
+  else
+    churn "$target, qemu-user" 1000 "$(qemu_for "$target")" "${BIN[$target/tls]}"
+  fi
+done
+
+step "figures: what qemu-user keeps of 1,000 threads started and ended (scripts/board/threads.c)"
+gcc -O2 -pthread scripts/board/threads.c -o "$OUT/threads-x86_64"
+aarch64-linux-gnu-gcc -O2 -pthread scripts/board/threads.c -o "$OUT/threads-aarch64"
+qemu_threads="$("$OUT/threads-x86_64") $(qemu-aarch64-static "$OUT/threads-aarch64")"
+echo "  RSS KiB after 100 and 1,000 threads, natively and under qemu-aarch64: $qemu_threads"
+
+step "docs/BENCHMARKS.md: the boards' section"
+python3 scripts/board/figures.py --sizes "$OUT/sizes.tsv" --footprint "$OUT/footprint.tsv" --churn "$OUT/churn.tsv" \
+  --qemu-threads "$qemu_threads" \
+  --toolchain "$(/usr/bin/rustc --version), $(qemu-aarch64-static --version | head -1)" --write docs/BENCHMARKS.md
+echo
+echo "cross.sh --full: done in $((SECONDS - began)) s"
