@@ -812,14 +812,14 @@ fn read_stdout(server: &Arc<Server>, child: &Arc<Child>, stdout: std::process::C
         let _ = sys::signal_group(child.pid, ChildSignal::Kill);
         let status = process.wait().ok();
         endpoint.children.forget(child.pid);
-        // What it left holding its stdout goes with it (mcpgate is its subreaper).
-        if let Some(pipe) = &child.pipe {
-            endpoint.children.sweep(Sweep::Holding(pipe));
-        }
         endpoint.children.reaped.inc();
         endpoint.children.live.dec();
         endpoint.live.dec();
         endpoint.ended_on_its_own(child);
+        // What it left holding its stdout goes with it (mcpgate is its subreaper).
+        if let Some(pipe) = &child.pipe {
+            endpoint.children.sweep(Sweep::Holding(pipe));
+        }
         status
     });
     let status = describe(status.flatten());
