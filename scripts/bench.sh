@@ -33,6 +33,8 @@ RESULTS=$OUT/run/results.jsonl
 if [ $MODE = full ]; then
     SECONDS_PER_POINT=5; ROUNDS=3; CLIENT_COUNTS="1 16 64"; SESSIONS_BIG=1000; CHURN=10000; PY_SECONDS=5
     CPU_CLIENT_COUNTS="1 16 64"; CPU_SECONDS=3
+    # OAuth and TLS: client counts of the token rows, new connections per TLS row.
+    AUTH_COUNTS="1 16"; CONNECTS=500
     # stdio: client counts and seconds of the call rows, cold starts per path
     # and round, sessions each holding a child (footprint, then kill -9),
     # churn cycles, the pause at churn's quiet points and before a reading.
@@ -40,6 +42,7 @@ if [ $MODE = full ]; then
 else
     SECONDS_PER_POINT=1; ROUNDS=1; CLIENT_COUNTS="1 16"; SESSIONS_BIG=200; CHURN=600; PY_SECONDS=1
     CPU_CLIENT_COUNTS="1 16"; CPU_SECONDS=1
+    AUTH_COUNTS="1"; CONNECTS=50
     STDIO_COUNTS="1"; STDIO_SECONDS=0.5; COLD=20; STDIO_HOLD=10; STDIO_CHURN=50; QUIET_MS=300; SETTLE=0.3
 fi
 
@@ -101,6 +104,7 @@ try_start_server() {
     rm -f "$fifo"
     ADDR=${line#listening on }
     ADDR=${ADDR#http://}
+    ADDR=${ADDR#https://}
     ADDR=${ADDR%/mcp}
 }
 
@@ -290,6 +294,63 @@ sse_streams_closed() { [ "$(fixture_stat "$FIX_S" sse_streams_open)" = 0 ]; }
 wait_for 10 "the fixture's HTTP+SSE streams closed" sse_streams_closed || true
 record "{\"part\":\"sse-balance\",\"opened\":$(fixture_stat "$FIX_S" sse_streams_opened),\"closed\":$(fixture_stat "$FIX_S" sse_streams_closed),\"open\":$(fixture_stat "$FIX_S" sse_streams_open)}"
 stop "$FIX_S_PID"
+
+step "1f. OAuth and TLS: a static token and a JWT (RS256), each call's CPU; new connections over HTTP and HTTPS"
+# The bench's own issuer (scripts/bench/jwt_issuer.py): its JWKS, and one token for the resource.
+# The JWT is checked once (signature, claims) and then kept by its hash: the rows show what
+# each call costs after that, next to a static token.
+AUTH_RESOURCE=http://127.0.0.1:8780/mcp
+start_server "$OUT/run/jwt-issuer.log" "$PY" "$ROOT/scripts/bench/jwt_issuer.py" --resource "$AUTH_RESOURCE" \
+    --token-file "$OUT/run/jwt.token"
+ISSUER=http://$ADDR; ISSUER_PID=$PID
+JWT=$(cat "$OUT/run/jwt.token")
+STATIC=bench-static-token-0123456789
+printf '{"listen": "127.0.0.1:0", "calls_per_server": 8, "max_connections": 4096,\n "auth": {"tokens": [{"token": "%s"}], "oauth": {"issuer": "%s", "resource": "%s"}},\n "mcpServers": {"a": {"url": "http://%s/mcp", "prefix": ""}}}\n' \
+    "$STATIC" "$ISSUER" "$AUTH_RESOURCE" "$FIX_A" > "$OUT/run/auth.json"
+start_server "$OUT/run/gate-auth.log" "${MCPGATE[@]}" --config "$OUT/run/auth.json"
+GATE_AU=$ADDR; GATE_AU_PID=$PID
+for round in $(seq "$ROUNDS"); do
+    for clients in $AUTH_COUNTS; do
+        for token in static jwt; do
+            bearer=$STATIC; [ $token = jwt ] && bearer=$JWT
+            gate0=$(cpu_ticks "$GATE_AU_PID")
+            line=$("$LOAD" --bearer "$bearer" calls --url "http://$GATE_AU/mcp" --tool echo --clients "$clients" --seconds "$CPU_SECONDS")
+            gate1=$(cpu_ticks "$GATE_AU_PID")
+            record "{\"part\":\"auth\",\"token\":\"$token\",\"round\":$round,\"clk_tck\":$CLK_TCK,\"gateway_ticks\":$((gate1 - gate0)),\"result\":$line}"
+            echo "  round $round, $clients client(s), $token: $line" >&2
+        done
+    done
+done
+record "{\"part\":\"auth-checked\",\"oauth_checked\":$(status_field "$GATE_AU" "['auth']['oauth_checked']"),\"refused\":$(status_field "$GATE_AU" "['auth']['refused']")}"
+stop "$ISSUER_PID"
+# HTTPS: a CA and a certificate for localhost made for the run (scripts/interop/oauth_certs.py).
+"$PY" "$ROOT/scripts/interop/oauth_certs.py" "$OUT/run"
+# The same gate as above, static token included, but for HTTPS.
+printf '{"listen": "127.0.0.1:0", "calls_per_server": 8, "max_connections": 4096, "auth": {"tokens": [{"token": "%s"}]},\n "tls": {"cert_file": "%s", "key_file": "%s"},\n "mcpServers": {"a": {"url": "http://%s/mcp", "prefix": ""}}}\n' \
+    "$STATIC" "$OUT/run/gate.pem" "$OUT/run/gate.key" "$FIX_A" > "$OUT/run/tls.json"
+start_server "$OUT/run/gate-tls.log" "${MCPGATE[@]}" --config "$OUT/run/tls.json"
+GATE_TLS=$ADDR; GATE_TLS_PID=$PID
+for round in $(seq "$ROUNDS"); do
+    for scheme in http https; do
+        case $scheme in
+            http) base=http://$GATE_AU; pid=$GATE_AU_PID ;;
+            https) base=https://localhost:${GATE_TLS##*:}; pid=$GATE_TLS_PID ;;
+        esac
+        gate0=$(cpu_ticks "$pid")
+        line=$("$LOAD" --bearer "$STATIC" --ca "$OUT/run/ca.pem" connects --url "$base/healthz" --count "$CONNECTS")
+        gate1=$(cpu_ticks "$pid")
+        record "{\"part\":\"tls-connect\",\"scheme\":\"$scheme\",\"round\":$round,\"clk_tck\":$CLK_TCK,\"gateway_ticks\":$((gate1 - gate0)),\"result\":$line}"
+        echo "  round $round, $CONNECTS new connections, $scheme: $line" >&2
+        gate0=$(cpu_ticks "$pid")
+        line=$("$LOAD" --bearer "$STATIC" --ca "$OUT/run/ca.pem" calls --url "$base/mcp" --tool echo --clients 1 --seconds "$CPU_SECONDS")
+        gate1=$(cpu_ticks "$pid")
+        record "{\"part\":\"tls-calls\",\"scheme\":\"$scheme\",\"round\":$round,\"clk_tck\":$CLK_TCK,\"gateway_ticks\":$((gate1 - gate0)),\"result\":$line}"
+        echo "  round $round, calls on one kept-alive connection, $scheme: $line" >&2
+    done
+done
+record "{\"part\":\"tls-handshakes\",\"handshakes\":$(curl -fsS --cacert "$OUT/run/ca.pem" "https://localhost:${GATE_TLS##*:}/status.json" | python3 -c "import json,sys; t=json.load(sys.stdin)['tls']; print(json.dumps(t))")}"
+stop "$GATE_TLS_PID"
+stop "$GATE_AU_PID"
 
 # --------------------------------------------------------------- 2. footprint
 step "2. footprint: at rest, and with 100 and $SESSIONS_BIG sessions x 2 downstream sessions with GET streams"

@@ -40,6 +40,12 @@
 #      answer sampling, elicitation and roots, see a log message, a list change and a cancel
 #      through; every stream mcpgate opened is closed at the servers (their own counts) after a
 #      client DELETE, idle eviction, a reload and SIGTERM, with no reader left in /proc;
+#   4g. OAuth and HTTPS (scripts/interop/oauth.sh): oidc-provider as the authorization server,
+#      mcpgate serving HTTPS with a CA made for the run and reaching mcp-fixture through HAProxy
+#      over HTTPS (`ca_file`); the Python SDK's OAuthClientProvider, the TypeScript SDK's auth
+#      provider and mcp-remote each sign in by themselves (discovery from the 401, registration,
+#      code with PKCE, token) and call a tool; opaque tokens by introspection; no token reaches
+#      the fixture;
 #   5. the conformance suite's server scenarios against `mcp-fixture --conformance`, directly
 #      and behind mcpgate (`"prefix": ""`), side by side so a failure can be attributed;
 #   5b. the suite's pre-release with the 2026-07-28 scenarios (CONFORMANCE_NEXT_VERSION), run
@@ -374,6 +380,13 @@ step "4f. HTTP+SSE servers: server-everything (sse) and a Python SDK server, bes
 # shellcheck source=interop/sse.sh
 source "$HERE/sse.sh"
 sse_step
+
+# --- 4g. OAuth and HTTPS -----------------------------------------------------------------------
+
+step "4g. OAuth and HTTPS: oidc-provider, HAProxy over TLS, the Python and TypeScript SDKs and mcp-remote signing in"
+# shellcheck source=interop/oauth.sh
+source "$HERE/oauth.sh"
+oauth_step
 
 # --- 5. conformance server scenarios ---------------------------------------------------------
 

@@ -28,6 +28,10 @@
 #   install_npm SRC DIR       `npm ci` of SRC/package.json and SRC/package-lock.json into DIR,
 #                             done anew unless DIR/.pins says it was done from the same two
 #                             files by the same node and npm on this platform
+##   install_debian LOG CMD=PKG...
+#                             installs Debian's package PKG for each command CMD not on PATH
+#                             (root only; apt's output in LOG), and disables the services they
+#                             bring: only their binaries are used
 #
 # Sourcing it sets the traps: on EXIT stop_all, and INT and TERM exit (130, 143) through it.
 # A script that must do more on exit (remove its files) defines on_exit, which stop_all calls
@@ -209,6 +213,28 @@ install_npm() {
     cp "$src/package.json" "$src/package-lock.json" "$dir/"
     (cd "$dir" && timeout 600 npm ci --no-audit --no-fund --loglevel=error) || return 1
     echo "$want" >"$dir/.pins"
+}
+
+install_debian() {
+    local log=$1 missing=() commands=() pair
+    shift
+    for pair in "$@"; do
+        command -v "${pair%%=*}" >/dev/null || { missing+=("${pair#*=}"); commands+=("${pair%%=*}"); }
+    done
+    ((${#missing[@]})) || return 0
+    if [[ $(id -u) != 0 ]]; then
+        echo "error: ${missing[*]} missing; install them (apt-get install ${missing[*]}) or run as root" >&2
+        return 1
+    fi
+    echo "installing ${missing[*]} from Debian's packages"
+    export DEBIAN_FRONTEND=noninteractive
+    timeout 300 apt-get install -y -q --no-install-recommends "${missing[@]}" >"$log" 2>&1 || {
+        timeout 300 apt-get update -q >>"$log" 2>&1
+        timeout 300 apt-get install -y -q --no-install-recommends "${missing[@]}" >>"$log" 2>&1
+    } || { echo "error: apt-get failed; see $log" >&2; return 1; }
+    if command -v systemctl >/dev/null; then
+        timeout 20 systemctl disable --now "${commands[@]}" >/dev/null 2>&1 || true
+    fi
 }
 
 trap stop_all EXIT

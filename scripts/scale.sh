@@ -81,24 +81,7 @@ dead() { ! kill -0 "$1" 2>/dev/null; }
 # --- installs --------------------------------------------------------------------------------
 
 install_engines() {
-    local missing=()
-    command -v haproxy >/dev/null || missing+=(haproxy)
-    command -v nginx >/dev/null || missing+=(nginx-light)
-    ((${#missing[@]})) || return 0
-    if [[ $(id -u) != 0 ]]; then
-        echo "error: ${missing[*]} missing; install them (apt-get install ${missing[*]}) or run as root" >&2
-        return 1
-    fi
-    echo "installing ${missing[*]} from Debian's packages"
-    export DEBIAN_FRONTEND=noninteractive
-    timeout 300 apt-get install -y -q --no-install-recommends "${missing[@]}" >"$OUT/apt.log" 2>&1 || {
-        timeout 300 apt-get update -q >>"$OUT/apt.log" 2>&1
-        timeout 300 apt-get install -y -q --no-install-recommends "${missing[@]}" >>"$OUT/apt.log" 2>&1
-    } || { echo "error: apt-get failed; see $OUT/apt.log" >&2; return 1; }
-    # The packages' own services are not ours: only the binaries are used.
-    if command -v systemctl >/dev/null; then
-        timeout 20 systemctl disable --now haproxy nginx >/dev/null 2>&1 || true
-    fi
+    install_debian "$OUT/apt.log" haproxy=haproxy nginx=nginx-light
 }
 
 # --- one balancer ----------------------------------------------------------------------------

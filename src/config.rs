@@ -15,6 +15,12 @@ use serde_json::{Map, Value};
 
 use crate::catalog::Filter;
 
+mod oauth;
+mod trust;
+
+pub use oauth::{Introspection, OAuthConfig};
+pub use trust::{TlsFiles, Trust};
+
 /// One documented configuration key.
 pub struct Key {
     /// As written in the file; `<name>` stands for a server's name, `[]` for any item of a list.
@@ -237,7 +243,7 @@ pub const KEYS: &[Key] = &[
     Key {
         name: "auth",
         kind: Kind::Other("none"),
-        meaning: "Without it no token is needed. With it every `/mcp` request needs `Authorization: Bearer <token>` (401 otherwise).",
+        meaning: "Without it no token is needed. With it every `/mcp` request needs `Authorization: Bearer <token>`: one of `tokens`, or one `oauth` accepts (401 otherwise). The client's token never goes to a server.",
     },
     Key {
         name: "auth.tokens",
@@ -263,6 +269,96 @@ pub const KEYS: &[Key] = &[
         name: "auth.tokens_file",
         kind: Kind::Other("none"),
         meaning: "A JSON file holding more tokens in the same form as `auth.tokens`, to keep secrets out of the main file. Its `${VAR}`s expand too.",
+    },
+    Key {
+        name: "auth.oauth",
+        kind: Kind::Other("none"),
+        meaning: "mcpgate as an OAuth 2.1 resource server (see docs/OAUTH.md): `/mcp` also takes access tokens of this issuer, checked against its JWKS (or by introspection), and serves the protected-resource metadata (RFC 9728) clients discover it by. Static `tokens` still work beside it.",
+    },
+    Key {
+        name: "auth.oauth.issuer",
+        kind: Kind::Other("(required)"),
+        meaning: "The authorization server's issuer URL, exactly as its tokens' `iss` says it, e.g. `\"https://idp.example.com/realms/x\"`; `http://` only for a loopback address.",
+    },
+    Key {
+        name: "auth.oauth.jwks_uri",
+        kind: Kind::Other("from the issuer"),
+        meaning: "Where the issuer publishes its signing keys. Without it, the `jwks_uri` of the issuer's metadata (`/.well-known/oauth-authorization-server`, then `openid-configuration`). Fetched when first needed, again when a token names a key not in it (at most every 10 s), and every hour.",
+    },
+    Key {
+        name: "auth.oauth.resource",
+        kind: Kind::Other("(required)"),
+        meaning: "The public URL of `/mcp`, e.g. `\"https://gate.example.com/mcp\"`: the audience tokens must be for (RFC 8707), and what the metadata and every 401 name.",
+    },
+    Key {
+        name: "auth.oauth.audiences",
+        kind: Kind::Other("[resource]"),
+        meaning: "The `aud` values a token may carry, at least one of them; for an issuer that puts a client id there.",
+    },
+    Key {
+        name: "auth.oauth.scopes_supported",
+        kind: Kind::Other("required and server scopes"),
+        meaning: "The scopes the metadata offers clients; every scope named below must be one of them.",
+    },
+    Key {
+        name: "auth.oauth.required_scopes",
+        kind: Kind::Other("[]"),
+        meaning: "Scopes every token needs, e.g. `[\"mcp\"]`; a token without one gets 403 `insufficient_scope`, naming it.",
+    },
+    Key {
+        name: "auth.oauth.server_scopes",
+        kind: Kind::Other("{}"),
+        meaning: "Servers reachable only with a scope, e.g. `{\"files\": \"files\"}`: invisible in the lists of a token without it, and a call to one of its tools or prompts gets 403 `insufficient_scope` (clients can step up). A session keeps the servers of the token that opened it.",
+    },
+    Key {
+        name: "auth.oauth.leeway_secs",
+        kind: Kind::Number { default: Some(30), min: 0, max: 600 },
+        meaning: "Seconds of clock difference allowed when checking a token's `exp` and `nbf`.",
+    },
+    Key {
+        name: "auth.oauth.introspection",
+        kind: Kind::Other("none"),
+        meaning: "For tokens that are not JWTs: asked of the issuer's introspection endpoint (RFC 7662); an answer is kept for at most 60 s (never past the token's `exp`).",
+    },
+    Key {
+        name: "auth.oauth.introspection.url",
+        kind: Kind::Other("(required)"),
+        meaning: "The introspection endpoint; `http://` only for a loopback address.",
+    },
+    Key {
+        name: "auth.oauth.introspection.client_id",
+        kind: Kind::Other("(required)"),
+        meaning: "mcpgate's client id at the issuer (HTTP Basic authentication).",
+    },
+    Key {
+        name: "auth.oauth.introspection.client_secret",
+        kind: Kind::Other("(required)"),
+        meaning: "Its secret, e.g. `\"${MCPGATE_INTROSPECTION_SECRET}\"`; never logged or shown.",
+    },
+    Key {
+        name: "tls",
+        kind: Kind::Other("none"),
+        meaning: "Serve HTTPS on `listen` (TLS 1.2 and 1.3, ALPN `http/1.1`), e.g. `{\"cert_file\": \"/etc/mcpgate/cert.pem\", \"key_file\": \"/etc/mcpgate/key.pem\"}`. SIGHUP reads both files again: new connections get them, open ones keep theirs, and files that do not load leave the old ones in force. Plain HTTP on this port gets 400 saying to use `https://`.",
+    },
+    Key {
+        name: "tls.cert_file",
+        kind: Kind::Other("(required)"),
+        meaning: "PEM: the certificate, then the intermediates.",
+    },
+    Key {
+        name: "tls.key_file",
+        kind: Kind::Other("(required)"),
+        meaning: "PEM: its private key (PKCS#8, PKCS#1 or SEC1).",
+    },
+    Key {
+        name: "ca_file",
+        kind: Kind::Other("none"),
+        meaning: "PEM certificates trusted besides the roots of `trust_store`, for every `https://` server and the OAuth issuer: a private CA.",
+    },
+    Key {
+        name: "trust_store",
+        kind: Kind::Other("\"bundled\""),
+        meaning: "The roots `https://` servers and the OAuth issuer are checked against: `\"bundled\"`, the Mozilla roots built into mcpgate (webpki-roots); `\"system\"`, the system's store (`/etc/ssl/certs/ca-certificates.crt`, or the PEM files in `/etc/ssl/certs`), read at start and on reload.",
     },
     Key {
         name: "status_public",
@@ -314,6 +410,11 @@ pub const KEYS: &[Key] = &[
         name: "mcpServers.<name>.headers",
         kind: Kind::Other("{}"),
         meaning: "HTTP headers sent with every request to the server, e.g. `Authorization`.",
+    },
+    Key {
+        name: "mcpServers.<name>.ca_file",
+        kind: Kind::Other("none"),
+        meaning: "PEM certificates trusted for this server only, besides `ca_file` and `trust_store`.",
     },
     Key {
         name: "mcpServers.<name>.command",
@@ -421,8 +522,15 @@ pub struct Config {
     pub max_list_bytes: usize,
     pub allowed_origins: Vec<String>,
     pub allowed_hosts: Vec<String>,
-    /// `None` without an `auth` key: no token needed.
+    /// `None` without an `auth` key: no token needed. With it, its static
+    /// tokens (none, when only `oauth` is given).
     pub tokens: Option<Vec<Token>>,
+    /// `auth.oauth`: access tokens of an authorization server.
+    pub oauth: Option<std::sync::Arc<OAuthConfig>>,
+    /// `tls`: HTTPS on the front door.
+    pub tls: Option<TlsFiles>,
+    /// `ca_file` and `trust_store`: the roots of every `https://` server.
+    pub trust: Trust,
     pub status_public: bool,
     pub tool_search: ToolSearch,
     /// In the order of the file: the first server wins a name collision.
@@ -497,6 +605,8 @@ pub struct HttpConfig {
     pub url: String,
     /// Names and values after `${VAR}` expansion.
     pub headers: Vec<(String, String)>,
+    /// The roots its TLS certificate is checked against.
+    pub trust: Trust,
 }
 
 /// A stdio server: a program mcpgate starts and speaks to on its stdin and stdout.
@@ -613,6 +723,7 @@ impl Config {
             Some(workers) if !keys.present("calls_per_server") => workers as usize,
             _ => keys.count("calls_per_server")?,
         };
+        let trust = trust::trust(&mut keys)?;
         let mut config = Config {
             listen,
             calls_per_server,
@@ -651,9 +762,12 @@ impl Config {
             allowed_origins: keys.strings("allowed_origins")?,
             allowed_hosts: keys.strings("allowed_hosts")?,
             tokens: None,
+            oauth: None,
+            tls: keys.take("tls").map(trust::tls_files).transpose()?,
+            trust: trust.clone(),
             status_public: keys.flag("status_public")?,
             tool_search: tool_search(keys.take("tool_search"))?,
-            servers: servers(keys.take("mcpServers"), server_order(text)?, env)?,
+            servers: servers(keys.take("mcpServers"), server_order(text)?, env, &trust)?,
         };
         config.instance_id = keys.string("instance_id")?;
         if let Some(id) = &config.instance_id
@@ -672,8 +786,10 @@ impl Config {
             config.state_dir = Some(dir);
         }
         if let Some(auth) = keys.take("auth") {
-            // Tokens are never written anywhere: no redaction list to keep.
-            config.tokens = Some(tokens(auth, &config, env, &mut Vec::new())?);
+            // Tokens and the client secret are never written anywhere: no redaction list to keep.
+            let (tokens, oauth) = auth_keys(auth, &config, env, &mut Vec::new())?;
+            config.tokens = Some(tokens);
+            config.oauth = oauth.map(std::sync::Arc::new);
         }
         keys.refuse_unknown()?;
         Ok(config)
@@ -719,13 +835,13 @@ pub fn valid_instance_id(id: &str) -> bool {
     (1..=32).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
 }
 
-/// `auth`: its inline tokens and those of `tokens_file`.
-fn tokens(
+/// `auth`: its inline tokens, those of `tokens_file`, and `oauth`.
+fn auth_keys(
     auth: &Value,
     config: &Config,
     env: &dyn Fn(&str) -> Option<String>,
     secrets: &mut Vec<String>,
-) -> Result<Vec<Token>, Invalid> {
+) -> Result<(Vec<Token>, Option<OAuthConfig>), Invalid> {
     let Value::Object(map) = auth else {
         return Err(Invalid::new("auth", format!("expected an object, found {}", kind(auth))));
     };
@@ -742,11 +858,18 @@ fn tokens(
             .map_err(|e| Invalid::new(key.clone(), format!("`{path}` is not valid JSON: {e}")))?;
         out.extend(token_list(&list, &format!("{key} ({path})"), config, env, secrets)?);
     }
+    let oauth = match keys.take("oauth") {
+        Some(value) => Some(oauth::oauth(value, config, &config.trust, env, secrets)?),
+        None => None,
+    };
     keys.refuse_unknown()?;
-    if out.is_empty() {
-        return Err(Invalid::new("auth", "no tokens: give auth.tokens or auth.tokens_file, or remove `auth`"));
+    if out.is_empty() && oauth.is_none() {
+        return Err(Invalid::new(
+            "auth",
+            "no tokens: give auth.tokens, auth.tokens_file or auth.oauth, or remove `auth`",
+        ));
     }
-    Ok(out)
+    Ok((out, oauth))
 }
 
 fn token_list(
@@ -813,6 +936,7 @@ fn servers(
     value: Option<&Value>,
     order: Vec<String>,
     env: &dyn Fn(&str) -> Option<String>,
+    trust: &Trust,
 ) -> Result<Vec<ServerConfig>, Invalid> {
     let key = "mcpServers";
     let map = match value {
@@ -825,7 +949,7 @@ fn servers(
     }
     let mut out = Vec::with_capacity(map.len());
     for name in order {
-        out.push(server(&name, &map[&name], env)?);
+        out.push(server(&name, &map[&name], env, trust)?);
     }
     Ok(out)
 }
@@ -868,7 +992,12 @@ fn server_order(text: &str) -> Result<Vec<String>, Invalid> {
     Ok(root.servers.map(|n| n.0).unwrap_or_default())
 }
 
-fn server(name: &str, value: &Value, env: &dyn Fn(&str) -> Option<String>) -> Result<ServerConfig, Invalid> {
+fn server(
+    name: &str,
+    value: &Value,
+    env: &dyn Fn(&str) -> Option<String>,
+    trust: &Trust,
+) -> Result<ServerConfig, Invalid> {
     let path = format!("mcpServers.{name}");
     if !valid_name(name) {
         return Err(Invalid::new(path, "a server name is 1 to 64 of A-Z a-z 0-9 _ . -"));
@@ -903,9 +1032,9 @@ fn server(name: &str, value: &Value, env: &dyn Fn(&str) -> Option<String>) -> Re
     let transport = if stdio {
         Transport::Stdio(stdio_config(&mut keys, &path, env, &mut secrets)?)
     } else if sse {
-        Transport::Sse(http_config(&mut keys, &path, env, &mut secrets)?)
+        Transport::Sse(http_config(&mut keys, &path, env, &mut secrets, trust)?)
     } else {
-        Transport::Http(http_config(&mut keys, &path, env, &mut secrets)?)
+        Transport::Http(http_config(&mut keys, &path, env, &mut secrets, trust)?)
     };
     let prefix = keys.string("prefix")?.unwrap_or_else(|| name.to_string());
     if !prefix.is_empty() && (!valid_name(&prefix) || prefix.contains("__")) {
@@ -931,6 +1060,7 @@ fn http_config(
     path: &str,
     env: &dyn Fn(&str) -> Option<String>,
     secrets: &mut Vec<String>,
+    trust: &Trust,
 ) -> Result<HttpConfig, Invalid> {
     let url_key = format!("{path}.url");
     let url = keys.string("url")?.ok_or_else(|| Invalid::new(url_key.clone(), "missing: give `url` or `command`"))?;
@@ -956,7 +1086,11 @@ fn http_config(
             headers.push((header.clone(), value));
         }
     }
-    Ok(HttpConfig { url, headers })
+    let trust = match keys.string("ca_file")? {
+        Some(file) => trust.with_ca_file(&file, &format!("{path}.ca_file"))?,
+        None => trust.clone(),
+    };
+    Ok(HttpConfig { url, headers, trust })
 }
 
 /// `command`, `args`, `env`, `cwd`: a stdio server, as Claude Desktop,
@@ -1461,6 +1595,7 @@ mod tests {
     /// and the documented defaults must give the config an empty file gives.
     #[test]
     fn every_documented_key_is_read_and_its_default_is_the_parsers() {
+        let ca = test_ca_file();
         let samples: &[(&str, Value)] = &[
             ("listen", json!("127.0.0.1:8780")),
             ("allowed_origins", json!([])),
@@ -1491,6 +1626,24 @@ mod tests {
             ("mcpServers.<name>.prompts", json!({"allow": ["*"]})),
             ("mcpServers.<name>.resources", json!({"deny": ["x"]})),
             ("mcpServers.<name>.type", json!("http")),
+            ("mcpServers.<name>.ca_file", json!(ca)),
+            ("ca_file", json!(ca)),
+            ("trust_store", json!("bundled")),
+            ("tls", json!({})),
+            ("tls.cert_file", json!("/etc/mcpgate/cert.pem")),
+            ("tls.key_file", json!("/etc/mcpgate/key.pem")),
+            ("auth.oauth", json!({})),
+            ("auth.oauth.issuer", json!("https://idp.example.com/realms/x")),
+            ("auth.oauth.jwks_uri", json!("https://idp.example.com/realms/x/certs")),
+            ("auth.oauth.resource", json!("https://gate.example.com/mcp")),
+            ("auth.oauth.audiences", json!(["https://gate.example.com/mcp", "mcpgate"])),
+            ("auth.oauth.scopes_supported", json!(["mcp", "files"])),
+            ("auth.oauth.required_scopes", json!(["mcp"])),
+            ("auth.oauth.server_scopes", json!({"a": "files"})),
+            ("auth.oauth.introspection", json!({})),
+            ("auth.oauth.introspection.url", json!("https://idp.example.com/realms/x/introspect")),
+            ("auth.oauth.introspection.client_id", json!("mcpgate")),
+            ("auth.oauth.introspection.client_secret", json!("secret")),
         ];
         let mut root = json!({"mcpServers": {"a": {"url": "http://127.0.0.1:9/mcp"}, "b": {"command": "x"}}});
         let bare = parse(&root.to_string()).unwrap();
@@ -1512,8 +1665,9 @@ mod tests {
                 None => &mut root[key.name],
                 Some(("auth", "tokens[].token" | "tokens[].servers" | "tokens[].name"))
                 | Some(("auth", "tokens_file")) => continue,
-                Some(("auth", rest)) => &mut root["auth"][rest],
-                Some(("tool_search", rest)) => &mut root["tool_search"][rest],
+                Some((top @ ("auth" | "tls" | "tool_search"), rest)) => {
+                    rest.split('.').fold(&mut root[top], |at, part| &mut at[part])
+                }
                 Some(("mcpServers", rest)) => match rest.trim_start_matches("<name>.").split_once('.') {
                     _ if rest == "<name>" => continue,
                     None => {
@@ -1601,5 +1755,85 @@ mod tests {
         let Invalid { key, problem } = parse(&base(both)).unwrap_err();
         assert_eq!(key, "state_dir");
         assert!(problem.contains("state_file"), "{problem}");
+    }
+
+    /// A PEM file with one CA certificate, for the keys that read one.
+    fn test_ca_file() -> String {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let cert = params.self_signed(&key).unwrap();
+        let path = std::env::temp_dir().join(format!("mcpgate-config-test-ca-{}.pem", std::process::id()));
+        std::fs::write(&path, cert.pem()).unwrap();
+        path.to_string_lossy().into_owned()
+    }
+
+    #[test]
+    fn a_ca_file_is_read_and_a_bad_one_is_refused_with_its_key() {
+        let ca = test_ca_file();
+        let base = |extra: &str| format!(r#"{{"mcpServers": {{"a": {{"url": "https://127.0.0.1:9/mcp"{extra}}}}}}}"#);
+        let with = parse(&base(&format!(r#", "ca_file": "{ca}""#))).unwrap();
+        let Transport::Http(http) = &with.servers[0].transport else { panic!("HTTP") };
+        assert_eq!(http.trust.roots.len(), 1);
+        assert!(http.trust.describe().contains("mcpServers.a.ca_file"), "{}", http.trust.describe());
+        let Invalid { key, problem } = parse(&base(r#", "ca_file": "/nonexistent/ca.pem""#)).unwrap_err();
+        assert_eq!(key, "mcpServers.a.ca_file");
+        assert!(problem.contains("cannot read"), "{problem}");
+        let not_pem = std::env::temp_dir().join(format!("mcpgate-config-test-empty-{}.pem", std::process::id()));
+        std::fs::write(&not_pem, "no certificate here\n").unwrap();
+        let top =
+            format!(r#"{{"ca_file": "{}", "mcpServers": {{"a": {{"url": "https://x/mcp"}}}}}}"#, not_pem.display());
+        let Invalid { key, problem } = parse(&top).unwrap_err();
+        assert_eq!(key, "ca_file");
+        assert!(problem.contains("no `BEGIN CERTIFICATE`"), "{problem}");
+        let Invalid { key, .. } =
+            parse(r#"{"trust_store": "mine", "mcpServers": {"a": {"url": "https://x/mcp"}}}"#).unwrap_err();
+        assert_eq!(key, "trust_store");
+    }
+
+    #[test]
+    fn oauth_refusals_name_the_key() {
+        let base = |oauth: &str| {
+            format!(
+                r#"{{"auth": {{"oauth": {{{oauth}}}}}, "mcpServers": {{"a": {{"url": "http://127.0.0.1:9/mcp"}}}}}}"#
+            )
+        };
+        let good = r#""issuer": "https://idp.example.com", "resource": "https://gate.example.com/mcp""#;
+        let c = parse(&base(good)).unwrap();
+        let oauth = c.oauth.as_ref().unwrap();
+        assert_eq!(oauth.audiences, vec!["https://gate.example.com/mcp".to_string()], "the resource by default");
+        assert_eq!(c.tokens, Some(vec![]), "OAuth alone is auth");
+        let cases = [
+            (r#""resource": "https://gate.example.com/mcp""#.to_string(), "auth.oauth.issuer", "missing"),
+            (r#""issuer": "https://idp.example.com""#.to_string(), "auth.oauth.resource", "missing"),
+            (
+                r#""issuer": "http://idp.example.com", "resource": "https://g/mcp""#.to_string(),
+                "auth.oauth.issuer",
+                "loopback",
+            ),
+            (format!(r#"{good}, "server_scopes": {{"nope": "x"}}"#), "auth.oauth.server_scopes.nope", "no server"),
+            (
+                format!(r#"{good}, "scopes_supported": ["a"], "required_scopes": ["b"]"#),
+                "auth.oauth.required_scopes",
+                "not in",
+            ),
+            (format!(r#"{good}, "leeway_secs": 9999"#), "auth.oauth.leeway_secs", "out of range"),
+            (
+                format!(r#"{good}, "introspection": {{"url": "https://idp.example.com/i"}}"#),
+                "auth.oauth.introspection.client_id",
+                "missing",
+            ),
+            (format!(r#"{good}, "color": 1"#), "auth.oauth.color", "unknown key"),
+        ];
+        for (oauth, key, problem) in cases {
+            let Invalid { key: k, problem: p } = parse(&base(&oauth)).expect_err(&oauth);
+            assert_eq!(k, key, "{oauth}");
+            assert!(p.contains(problem), "{oauth}: {p}");
+        }
+        let loopback = parse(&base(r#""issuer": "http://127.0.0.1:9000", "resource": "http://127.0.0.1:8780/mcp""#));
+        assert!(loopback.is_ok(), "http:// on loopback: {loopback:?}");
+        let scoped =
+            parse(&base(&format!(r#"{good}, "required_scopes": ["mcp"], "server_scopes": {{"a": "files"}}"#))).unwrap();
+        assert_eq!(scoped.oauth.unwrap().scopes_supported, vec!["mcp".to_string(), "files".to_string()]);
     }
 }

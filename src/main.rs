@@ -154,6 +154,7 @@ fn run() -> Result<(), Error> {
     };
     let source = Source { path: args.config.expect("parse_args requires --config"), listen };
     let config = source.load().map_err(Error::Config)?;
+    let tls = tls_acceptor(&config, &source)?;
     if args.check {
         println!("{}: valid, {} server(s)", source.path.display(), config.servers.len());
         return Ok(());
@@ -169,7 +170,30 @@ fn run() -> Result<(), Error> {
         );
     }
     check_fd_limit(&config);
-    serve(config, source, signals)
+    serve(config, source, signals, tls)
+}
+
+/// The front door's HTTPS settings when `tls` is configured; a file that
+/// does not load stops mcpgate here, naming it.
+#[cfg(feature = "tls")]
+type Tls = Option<Arc<mcpgate::http::tls::Acceptor>>;
+#[cfg(not(feature = "tls"))]
+type Tls = ();
+
+#[cfg(feature = "tls")]
+fn tls_acceptor(config: &Config, source: &Source) -> Result<Tls, Error> {
+    let Some(files) = &config.tls else { return Ok(None) };
+    let invalid = |problem: String| {
+        let (key, problem) = problem.split_once(' ').unwrap_or(("tls", &problem));
+        let invalid = config::Invalid { key: key.trim_end_matches(':').to_string(), problem: problem.to_string() };
+        Error::Config(ConfigError { file: source.path.clone(), invalid })
+    };
+    mcpgate::http::tls::Acceptor::load(files).map(|a| Some(Arc::new(a))).map_err(invalid)
+}
+
+#[cfg(not(feature = "tls"))]
+fn tls_acceptor(_: &Config, _: &Source) -> Result<Tls, Error> {
+    Ok(())
 }
 
 /// `mcpgate status`: reads `/status.json` of the mcpgate at `url` and
@@ -246,7 +270,7 @@ fn init_logging() {
     builder.init();
 }
 
-fn serve(config: Config, source: Source, signals: sys::Signals) -> Result<(), Error> {
+fn serve(config: Config, source: Source, signals: sys::Signals, tls: Tls) -> Result<(), Error> {
     let options = http::Options {
         max_connections: config.max_connections,
         max_body_bytes: config.max_body_bytes,
@@ -273,9 +297,17 @@ fn serve(config: Config, source: Source, signals: sys::Signals) -> Result<(), Er
     // once it listens.
     let restored = loaded.map(|loaded| restore::restore(&gateway, loaded));
     let writer = state::start(gateway.journal.clone(), gateway.clone()).map_err(io("cannot start the state writer"))?;
-    let app = Arc::new(Routes { gateway: gateway.clone(), source: source.clone() });
-    let mut httpd =
-        Httpd::start(listen, app, options, gateway.stats.clone()).map_err(io(format!("cannot listen on {listen}")))?;
+    let routes = Routes::new(gateway.clone(), source.clone());
+    #[cfg(feature = "tls")]
+    let (routes, transport, scheme) = match &tls {
+        Some(acceptor) => (routes.with_tls(Some(acceptor.clone())), http::Transport::Tls(acceptor.clone()), "https"),
+        None => (routes, http::Transport::Plain, "http"),
+    };
+    #[cfg(not(feature = "tls"))]
+    let (transport, scheme, ()) = (http::Transport::Plain, "http", tls);
+    let app = Arc::new(routes);
+    let mut httpd = Httpd::start_with(listen, app.clone(), options, gateway.stats.clone(), transport)
+        .map_err(io(format!("cannot listen on {listen}")))?;
     let reaper = reaper::start(gateway.clone()).map_err(io("cannot start the reaper"))?;
     let watcher = peers::start(gateway.clone()).map_err(io("cannot start the peers' watcher"))?;
     let restorer = match restored {
@@ -301,7 +333,7 @@ fn serve(config: Config, source: Source, signals: sys::Signals) -> Result<(), Er
     })
     .map_err(io("cannot start the signal thread"))?;
     let addr = httpd.local_addr();
-    println!("listening on http://{addr}/mcp");
+    println!("listening on {scheme}://{addr}/mcp");
     if !addr.ip().is_loopback() && gateway.current().config.tokens.is_none() {
         log::warn!(
             "LISTENING ON {addr}, NOT LOOPBACK, WITHOUT TOKENS: anyone who can reach this address can use every \
@@ -314,12 +346,19 @@ fn serve(config: Config, source: Source, signals: sys::Signals) -> Result<(), Er
         let status = notify::status_line(&gateway);
         notifier.send(&format!("READY=1\nSTATUS={status}"));
         notify_thread = Some(
-            notify::start(notifier.clone(), gateway.clone(), addr, notify::watchdog_interval(), status)
-                .map_err(io("cannot start the notify thread"))?,
+            notify::start(
+                notifier.clone(),
+                gateway.clone(),
+                addr,
+                scheme == "https",
+                notify::watchdog_interval(),
+                status,
+            )
+            .map_err(io("cannot start the notify thread"))?,
         );
     }
     log::info!(
-        "listening on http://{addr}/mcp, status on http://{addr}/status, {} server(s)",
+        "listening on {scheme}://{addr}/mcp, status on {scheme}://{addr}/status, {} server(s)",
         gateway.current().servers.len()
     );
 
@@ -330,7 +369,7 @@ fn serve(config: Config, source: Source, signals: sys::Signals) -> Result<(), Er
                 if let Some(notifier) = &notifier {
                     notifier.send("RELOADING=1");
                 }
-                gateway.reload_from(&source);
+                app.reload_all();
                 if let Some(notifier) = &notifier {
                     notifier.send(&format!("READY=1\nSTATUS={}", notify::status_line(&gateway)));
                 }

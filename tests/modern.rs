@@ -3,7 +3,7 @@
 //! passes, discover, lists and calls with the fields the era requires, a
 //! server's sampling request carried as `input_required` and the call held
 //! until the retry, closing the stream as a cancel, `subscriptions/listen`,
-//! tokens, and the session mcpgate keeps for these clients going through
+//! tokens and OAuth subjects, and the session mcpgate keeps for these clients going through
 //! the one close path like any other.
 
 mod support;
@@ -13,7 +13,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::{Fixture, Gate, assert_balanced, http_agent, wait_until};
+use support::{Fixture, Gate, Issuer, Signer, assert_balanced, http_agent, wait_until};
 
 const VERSION: &str = "2026-07-28";
 
@@ -489,6 +489,37 @@ fn with_tokens_each_token_has_its_own_session_and_its_own_held_calls() {
     assert!(stolen.response()["error"]["message"].as_str().unwrap().contains("for this token"), "{stolen:?}");
     client.send(json!(5), "tools/list", json!({}), &[]);
     assert_eq!(gate.status()["sessions"]["live"], 2, "one per token: {}", gate.status());
+}
+
+#[test]
+fn with_oauth_each_subject_has_its_own_session_and_its_own_held_calls() {
+    let fx = Fixture::start("fx", &[]);
+    let key = Signer::ec("ec-1");
+    let issuer = Issuer::start(&[&key]);
+    let resource = "http://127.0.0.1:8780/mcp";
+    let gate = gate_with(&fx, json!({"auth": {"oauth": {"issuer": issuer.url(), "resource": resource}}}));
+    let mut client = Modern::new(&gate);
+    client.token = Some(key.token(&issuer.claims("alice", resource, "mcp")));
+    let list = client.send(json!(1), "tools/list", json!({}), &[]);
+    assert_eq!(list.result()["cacheScope"], "private", "what a subject sees is its own");
+    let held = client.call(2, "fx__sample", json!({"prompt": "x"}));
+    let state = held.result()["requestState"].as_str().unwrap().to_string();
+    let asked = held.result()["inputRequests"].as_object().unwrap().keys().next().unwrap().clone();
+    client.token = Some(key.token(&issuer.claims("bob", resource, "mcp")));
+    let stolen =
+        client.send(json!(3), "tools/call", json!({"name": "fx__sample", "arguments": {}, "requestState": state}), &[]);
+    assert_eq!(stolen.error_code(), -32602, "another subject's state: {stolen:?}");
+    // Alice's next token (a refresh) is the same subject: her state and her session.
+    client.token = Some(key.token(&issuer.claims("alice", resource, "mcp")));
+    let answer = json!({"role": "assistant", "content": {"type": "text", "text": "hers"}, "model": "m"});
+    let retried = client.send(
+        json!(4),
+        "tools/call",
+        json!({"name": "fx__sample", "arguments": {}, "requestState": state, "inputResponses": {asked: answer}}),
+        &[],
+    );
+    assert_eq!(retried.result()["content"][0]["text"], "sampled: hers", "her own state: {retried:?}");
+    assert_eq!(gate.status()["sessions"]["live"], 2, "one per subject: {}", gate.status());
 }
 
 #[test]

@@ -10,6 +10,11 @@
 //!                     [--all-delete] [--modern] [--args JSON] [--quiet-ms MS] [--children-of PID]
 //!   mcp-load procs    --pid PID
 //!   mcp-load kill9    --pid PID --seconds S
+//!   mcp-load connects --url URL --count N
+//!
+//! Before the command's own flags: `--bearer TOKEN` sends `Authorization:
+//! Bearer TOKEN` with every HTTP request, `--ca FILE` trusts the PEM
+//! certificates of FILE (only them) for `https://` URLs.
 //!
 //! `calls`: N clients, each with its own session, call NAME in a loop for S
 //! seconds; latency percentiles and throughput. `cold`: N times one after the
@@ -32,6 +37,9 @@
 //! `procs`: RSS and threads of PID (from /proc) and of its children.
 //! `kill9`: notes PID's children, sends PID SIGKILL (`kill -9`), and watches
 //! each child in /proc for S seconds (then up to 10 s more while any is left).
+//! `connects`: N times one after the other, a `GET` of URL on a connection
+//! of its own (a TCP connect, and a TLS handshake for `https://`), timed to
+//! its answer read.
 //!
 //! Every command ends within its own bound: a watchdog exits the process
 //! after 15 minutes whatever it waits for.
@@ -40,14 +48,14 @@ use std::collections::BTreeSet;
 use std::io::{BufRead, Read, Write};
 use std::process::{Child as Process, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 fn usage() -> ! {
     eprintln!(
-        "usage: mcp-load calls|cold|sessions|churn|procs|kill9 [--url URL | --stdio CMD] [--tool NAME] [--clients N] [--seconds S] [--count N] [--cycles N] [--hold-file PATH] [--sample-pid PID --samples CSV] [--all-delete] [--quiet-ms MS] [--children-of PID] [--pid PID]"
+        "usage: mcp-load [--bearer TOKEN] [--ca FILE] calls|cold|sessions|churn|procs|kill9|connects [--url URL | --stdio CMD] [--tool NAME] [--clients N] [--seconds S] [--count N] [--cycles N] [--hold-file PATH] [--sample-pid PID --samples CSV] [--all-delete] [--quiet-ms MS] [--children-of PID] [--pid PID]"
     );
     std::process::exit(2)
 }
@@ -85,8 +93,28 @@ struct Args {
     pid: Option<u32>,
 }
 
+/// `--bearer`: the token every HTTP request carries.
+static BEARER: OnceLock<String> = OnceLock::new();
+/// `--ca`: the only roots for `https://`.
+static CA: OnceLock<Vec<ureq::tls::Certificate<'static>>> = OnceLock::new();
+
 fn args() -> Args {
-    let mut it = std::env::args().skip(1);
+    let mut it = std::env::args().skip(1).peekable();
+    while let Some(flag) = it.next_if(|f| f == "--bearer" || f == "--ca") {
+        let value = it.next().unwrap_or_else(|| usage());
+        if flag == "--bearer" {
+            let _ = BEARER.set(value);
+        } else {
+            let pem = std::fs::read(&value).unwrap_or_else(|e| panic!("--ca {value}: {e}"));
+            let certs = ureq::tls::parse_pem(&pem)
+                .filter_map(|item| match item {
+                    Ok(ureq::tls::PemItem::Certificate(cert)) => Some(cert),
+                    _ => None,
+                })
+                .collect();
+            let _ = CA.set(certs);
+        }
+    }
     let command = it.next().unwrap_or_else(|| usage());
     let mut a = Args {
         command,
@@ -156,13 +184,24 @@ fn args() -> Args {
 }
 
 fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
+    let mut config = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .proxy(None)
         .timeout_global(Some(Duration::from_secs(60)))
-        .max_idle_connections_per_host(2)
-        .build()
-        .into()
+        .max_idle_connections_per_host(2);
+    if let Some(certs) = CA.get() {
+        let roots = ureq::tls::RootCerts::new_with_certs(certs);
+        config = config.tls_config(ureq::tls::TlsConfig::builder().root_certs(roots).build());
+    }
+    config.build().into()
+}
+
+/// `request` with the `--bearer` token, if one was given.
+fn with_bearer<B>(request: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B> {
+    match BEARER.get() {
+        Some(token) => request.header("Authorization", format!("Bearer {token}")),
+        None => request,
+    }
 }
 
 /// One MCP client session over its own keep-alive connection.
@@ -195,9 +234,7 @@ impl Client {
     }
 
     fn post(&mut self, body: &Value) -> Result<ureq::http::Response<ureq::Body>, String> {
-        let mut request = self
-            .agent
-            .post(&self.url)
+        let mut request = with_bearer(self.agent.post(&self.url))
             .header("Content-Type", "application/json")
             .header("Accept", "application/json, text/event-stream");
         if let Some(session) = &self.session {
@@ -270,17 +307,17 @@ impl Client {
 
     fn delete(&mut self) -> Result<(), String> {
         let Some(session) = &self.session else { return Ok(()) };
-        let response =
-            self.agent.delete(&self.url).header("Mcp-Session-Id", session).call().map_err(|e| e.to_string())?;
+        let response = with_bearer(self.agent.delete(&self.url))
+            .header("Mcp-Session-Id", session)
+            .call()
+            .map_err(|e| e.to_string())?;
         let _ = response.into_body().read_to_vec();
         Ok(())
     }
 
     /// Opens the GET stream on a connection of its own and reads it on a thread until it ends.
     fn hold_stream(&self, stop: Arc<AtomicBool>) -> Result<std::thread::JoinHandle<()>, String> {
-        let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).proxy(None).build().into();
-        let response = agent
-            .get(&self.url)
+        let response = with_bearer(agent().get(&self.url))
             .header("Accept", "text/event-stream")
             .header("Mcp-Session-Id", self.session.as_deref().unwrap_or(""))
             .header("MCP-Protocol-Version", "2025-11-25")
@@ -591,6 +628,37 @@ fn calls(a: &Args) {
         "errors": errors.load(Ordering::Relaxed),
     });
     println!("{out}");
+}
+
+/// `count` requests one after the other, each on a new connection (a new
+/// agent: no pool to reuse), timed from the connect to the answer read.
+fn connects(a: &Args) {
+    let mut all = Vec::with_capacity(a.count);
+    let mut errors = 0u64;
+    for i in 0..a.count {
+        let t = Instant::now();
+        let result = with_bearer(agent().get(&a.url)).call().map_err(|e| e.to_string()).and_then(|response| {
+            let status = response.status().as_u16();
+            let _ = response.into_body().read_to_vec();
+            if status == 200 { Ok(()) } else { Err(format!("HTTP {status}")) }
+        });
+        match result {
+            Ok(()) => all.push(t.elapsed().as_micros() as u32),
+            Err(e) => {
+                errors += 1;
+                if errors <= 3 {
+                    eprintln!("connection {i}: {e}");
+                }
+            }
+        }
+    }
+    let mean = if all.is_empty() { 0.0 } else { all.iter().map(|&v| f64::from(v)).sum::<f64>() / all.len() as f64 };
+    all.sort_unstable();
+    println!(
+        "{}",
+        json!({"count": a.count, "p50_us": percentile(&all, 0.50), "p99_us": percentile(&all, 0.99),
+            "mean_us": mean.round(), "errors": errors})
+    );
 }
 
 /// `count` new sessions one after the other, each timed from the start of
@@ -937,6 +1005,7 @@ fn main() {
         "churn" => churn(&a),
         "procs" => procs(&a),
         "kill9" => kill9(&a),
+        "connects" => connects(&a),
         _ => usage(),
     }
 }

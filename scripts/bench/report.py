@@ -210,6 +210,101 @@ def cpu_section(rows, say, failures):
     return targets
 
 
+def auth_tls_section(rows, say, failures):
+    """1f: what a JWT costs per call next to a static token (it is checked once, then kept by its
+    hash), and what TLS costs: a new connection's handshake, and a call on a kept-alive one.
+    Correctness (smoke too): no call failed, the JWT was checked once, every handshake worked."""
+    targets = []
+    auth = [r for r in rows if r["part"] == "auth"]
+    connect = [r for r in rows if r["part"] == "tls-connect"]
+    if not auth and not connect:
+        return targets
+
+    def per(r, count):
+        return r["gateway_ticks"] * 1e6 / r["clk_tck"] / max(count, 1)
+
+    say("## 1f. OAuth and TLS")
+    say("")
+    say(
+        "mcpgate in front of mcp-fixture with a static token and `auth.oauth` (the bench's own issuer, "
+        "scripts/bench/jwt_issuer.py: RS256). The JWT's signature and claims are checked on its first request; "
+        "after that it is found by its SHA-256, so the rows show what each call costs. CPU: mcpgate's user + sys "
+        "from `/proc` over the point, divided by the calls. Median of the rounds."
+    )
+    say("")
+    say("| clients | static token p50 / p99 | JWT p50 / p99 | added p50 | static CPU/call | JWT CPU/call | added CPU/call |")
+    say("|---|---|---|---|---|---|---|")
+    cells: dict = {}
+    for r in auth:
+        res = r["result"]
+        if res["errors"]:
+            failures.append(f"auth: {res['errors']} failed calls with the {r['token']} token ({res['clients']} clients)")
+        c = cells.setdefault((res["clients"], r["token"]), {"p50": [], "p99": [], "cpu": []})
+        c["p50"].append(res["p50_us"])
+        c["p99"].append(res["p99_us"])
+        c["cpu"].append(per(r, res["calls"]))
+    for clients in sorted({k[0] for k in cells}):
+        st, jw = cells.get((clients, "static")), cells.get((clients, "jwt"))
+        if not (st and jw):
+            continue
+        s50, j50, scpu, jcpu = median(st["p50"]), median(jw["p50"]), median(st["cpu"]), median(jw["cpu"])
+        say(
+            f"| {clients} | {fmt_us(s50)} / {fmt_us(median(st['p99']))} | {fmt_us(j50)} / {fmt_us(median(jw['p99']))} "
+            f"| {(j50 - s50) / 1000:.3f} ms | {scpu:.0f} µs | {jcpu:.0f} µs | {jcpu - scpu:.0f} µs |"
+        )
+        if clients == 1:
+            targets.append(("a JWT adds < 0.02 ms p50 to a call over a static token (1 client)", f"{(j50 - s50) / 1000:.3f} ms", j50 - s50 < 20, ""))
+            targets.append(("a JWT adds < 10 µs of mcpgate's CPU per call (1 client)", f"{jcpu - scpu:.0f} µs", jcpu - scpu < 10, ""))
+    checked = next((r for r in rows if r["part"] == "auth-checked"), None)
+    if checked:
+        say("")
+        say(f"Tokens checked by signature in the whole run: **{checked['oauth_checked']}** (one JWT, whatever the calls); refused: {checked['refused']}.")
+        if checked["oauth_checked"] != 1 or checked["refused"]:
+            failures.append(f"auth: the JWT was checked {checked['oauth_checked']} times (not once), {checked['refused']} requests refused")
+    say("")
+    if connect:
+        say(
+            "TLS on the front door (`tls`: ECDSA P-256 certificate, TLS 1.3, ring): new connections one after the other, "
+            "each a `GET /healthz` on a connection of its own (TCP connect, handshake, answer), and calls on one kept-alive "
+            "connection; the same gate config but for `tls`."
+        )
+        say("")
+        say("| measure | HTTP | HTTPS | added by TLS |")
+        say("|---|---|---|---|")
+        by: dict = {}
+        for r in connect + [r for r in rows if r["part"] == "tls-calls"]:
+            res = r["result"]
+            if res["errors"]:
+                failures.append(f"tls: {res['errors']} failed requests ({r['part']}, {r['scheme']})")
+            count = res.get("count", res.get("calls", 0))
+            c = by.setdefault((r["part"], r["scheme"]), {"p50": [], "mean": [], "cpu": []})
+            c["p50"].append(res["p50_us"])
+            c["mean"].append(res.get("mean_us"))
+            c["cpu"].append(per(r, count))
+        rows_shown = (
+            ("new connection, p50", "tls-connect", "p50", fmt_us),
+            ("new connection, mcpgate CPU", "tls-connect", "cpu", lambda v: f"{v:.0f} µs"),
+            ("call on a kept-alive connection, p50", "tls-calls", "p50", fmt_us),
+            ("call on a kept-alive connection, mcpgate CPU", "tls-calls", "cpu", lambda v: f"{v:.0f} µs"),
+        )
+        for label, part, key, show in rows_shown:
+            h, t = by.get((part, "http")), by.get((part, "https"))
+            if not (h and t):
+                continue
+            hv, tv = median(h[key]), median(t[key])
+            added = show(tv - hv) if key == "cpu" else f"{(tv - hv) / 1000:.3f} ms"
+            say(f"| {label} | {show(hv)} | {show(tv)} | {added} |")
+            if part == "tls-connect" and key == "cpu":
+                targets.append(("a TLS handshake costs mcpgate < 1 ms of CPU", f"{(tv - hv) / 1000:.3f} ms", tv - hv < 1000, ""))
+        hs = next((r for r in rows if r["part"] == "tls-handshakes"), None)
+        if hs:
+            expected = sum(r["result"]["count"] for r in connect if r["scheme"] == "https")
+            if hs["handshakes"]["handshake_failures"] or hs["handshakes"]["handshakes"] < expected:
+                failures.append(f"tls: {hs['handshakes']} for {expected} new connections")
+        say("")
+    return targets
+
+
 def stdio_section(rows, fixture, say, failures):
     """Section 5, stdio servers; returns its rows for the targets table:
     (name, measured, met, note)."""
@@ -669,6 +764,7 @@ def main() -> int:
             say("")
 
     cpu_targets = cpu_section(rows, say, failures)
+    cpu_targets += auth_tls_section(rows, say, failures)
 
     tool_search_section(rows, say, failures)
     list_cache_section(rows, say, failures)

@@ -27,9 +27,9 @@ pub use crate::runtime::state::SavedDownstream;
 use crate::status::stats::{Counter, Gauge, ServerStats, Stats};
 
 pub mod flight;
-mod http;
+pub(crate) mod http;
 mod modern;
-mod resolver;
+pub(crate) mod resolver;
 mod sse;
 /// How mcpgate looks up servers' names (no thread per lookup); the
 /// benchmark's bare relay connects the same way.
@@ -236,6 +236,8 @@ pub(crate) type Opened = (Box<dyn Link>, Result<Message, DownstreamError>);
 
 /// How a server is reached: over Streamable HTTP (in either era), over the
 /// old HTTP+SSE, or as a child process.
+// One per configured server, not per session: the sizes of the variants do not add up to anything.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Endpoint {
     Http(http::Endpoint, modern::Side),
     Sse(sse::Endpoint),

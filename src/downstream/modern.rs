@@ -29,7 +29,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use ureq::Agent;
 
-use super::http::{Endpoint, Exchange, stream_agent};
+use super::http::{Endpoint, Exchange};
 use super::{Arrival, Downstream, DownstreamError, Flight, Inbox, Link, Opened, Server};
 use crate::protocol::jsonrpc::{self, Kind, Message};
 use crate::protocol::modern::{self, META_CAPABILITIES, META_CLIENT_INFO, META_VERSION, VERSION};
@@ -406,7 +406,10 @@ impl Listen {
         let mut st = self.state.lock();
         st.inboxes.insert(key, inbox);
         if st.running.is_none() {
-            let agent = stream_agent(&server.limits);
+            let Some(http) = server.http() else {
+                return Err(DownstreamError::Protocol("subscriptions/listen needs an HTTP server".into()));
+            };
+            let agent = http.stream_agent();
             let stop = Arc::new(AtomicBool::new(false));
             let handle = {
                 let name = server.name().to_string();

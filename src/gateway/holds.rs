@@ -7,8 +7,9 @@
 //!
 //! The state is `mcpgate:<hold>.<expiry ms>.<HMAC-SHA-256 hex>`: the MAC, under a
 //! key drawn at start and never written anywhere, covers the hold's number,
-//! its expiry, and the hash of the token that made the call, so a state is
-//! good only for that hold, until then, and with that token. Holds are
+//! its expiry, and the principal that made the call (`Access::principal`: a
+//! token's hash, an OAuth subject's digest), so a state is good only for
+//! that hold, until then, and for that caller. Holds are
 //! bounded in number (`max_held_calls`) and in time
 //! (`held_call_timeout_secs`); the reaper cancels those that expire.
 
@@ -92,7 +93,7 @@ pub(super) struct Holds {
 /// Why a retry's `requestState` was not accepted.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Refused {
-    /// Not a state mcpgate made, or made for another token.
+    /// Not a state mcpgate made, or made for another caller (token or OAuth subject).
     Forged,
     Expired,
     /// Answered already, or cancelled when it expired.

@@ -89,7 +89,8 @@ pub struct Gateway {
     trimmed_at: std::sync::atomic::AtomicU64,
     /// Sessions closed since then: the reaper gives their memory back.
     trim_owed: std::sync::atomic::AtomicBool,
-    /// The session of the 2026-07-28 era's clients, per token (its hash; "" without tokens).
+    /// The session of the 2026-07-28 era's clients, per principal (a token's
+    /// or an OAuth subject's digest, hashed; "" without `auth`).
     pools: Mutex<std::collections::HashMap<String, Arc<Session>>>,
     /// Calls of that era waiting for their client's retry.
     holds: holds::Holds,

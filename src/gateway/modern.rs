@@ -190,7 +190,7 @@ impl Gateway {
     /// The session of this era's clients of `access`'s token, made when
     /// first needed (and again after it was evicted).
     fn pool(&self, access: &Access) -> Result<Arc<Session>, HttpReply> {
-        let key = access.bearer().map(|t| sha256::hex(t.as_bytes())).unwrap_or_default();
+        let key = access.principal().map(|p| sha256::hex(&p)).unwrap_or_default();
         let mut pools = self.pools.lock();
         if let Some(pool) = pools.get(&key).filter(|p| self.sessions.get(&p.id).is_some()) {
             return Ok(pool.clone());
@@ -232,7 +232,7 @@ impl Gateway {
             Ok(params) => params,
             Err(e) => return error_reply(&id, &e),
         };
-        let token = access.bearer().map(|t| sha256::digest(t.as_bytes()));
+        let token = access.principal();
         let held = match params.str("requestState").filter(|s| s.starts_with(holds::STATE_PREFIX)) {
             Some(state) => match self.holds.take(&state, token.as_ref()) {
                 Ok(held) => {

@@ -42,6 +42,8 @@ impl Gateway {
             ("state_file", old.config.state_file != new.state_file),
             ("instance_id", old.config.instance_id != new.instance_id),
             ("state_dir", old.config.state_dir != new.state_dir),
+            // The files of `tls` are read again on reload; HTTPS on or off is the listener's.
+            ("tls", old.config.tls.is_some() != new.tls.is_some()),
         ] {
             if differs {
                 outcome.restart_needed.push(key.to_string());

@@ -1,16 +1,23 @@
-//! Who may talk to mcpgate: the `Origin` check (DNS rebinding), bearer
-//! tokens for `/mcp`, and the rule for the status pages.
+//! Who may talk to mcpgate: the `Origin` check (DNS rebinding), the
+//! `Host` check, and what an admitted request may reach ([`Access`]; the
+//! tokens themselves are checked in `auth`).
+
+use std::sync::Arc;
 
 use crate::config::{Config, Token};
+use crate::http::auth::Grant;
 use crate::http::{HttpError, HttpRequest};
 
-/// What a request may reach once admitted.
+/// What a request may reach once admitted, and who it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Access {
     /// No `auth` configured: everything.
     Open,
-    /// A valid token: the servers it names (all when it names none).
+    /// A valid static token: the servers it names (all when it names none).
     Token(Token),
+    /// A valid OAuth access token: what it grants, and the servers its
+    /// scopes reach (`None`: all).
+    OAuth { grant: Arc<Grant>, servers: Option<Vec<String>> },
 }
 
 impl Access {
@@ -19,13 +26,19 @@ impl Access {
         match self {
             Access::Open => None,
             Access::Token(token) => token.servers.as_deref(),
+            Access::OAuth { servers, .. } => servers.as_deref(),
         }
     }
 
-    pub fn bearer(&self) -> Option<&str> {
+    /// Who is calling, as a digest sessions and held calls are bound to: a
+    /// static token's SHA-256; for OAuth the SHA-256 of its issuer, subject
+    /// and the servers its scopes leave out. `None` without `auth`. Never
+    /// the token itself: this is what the state file keeps.
+    pub fn principal(&self) -> Option<[u8; 32]> {
         match self {
             Access::Open => None,
-            Access::Token(token) => Some(&token.token),
+            Access::Token(token) => Some(crate::runtime::sha256::digest(token.token.as_bytes())),
+            Access::OAuth { grant, .. } => Some(grant.principal),
         }
     }
 }
@@ -95,37 +108,6 @@ fn is_loopback_origin(origin: &str) -> bool {
         && rest[host.len()..].chars().all(|c| c == ':' || c.is_ascii_digit())
 }
 
-/// The access of a `/mcp` request: with tokens configured it needs a valid
-/// `Authorization: Bearer`; 401 with `WWW-Authenticate: Bearer` otherwise.
-pub fn authenticate(req: &HttpRequest, config: &Config) -> Result<Access, HttpError> {
-    let Some(tokens) = &config.tokens else { return Ok(Access::Open) };
-    let presented = req.header("authorization").and_then(|v| {
-        let (scheme, token) = v.trim().split_once(' ')?;
-        scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-    });
-    let (challenge, message) = match presented {
-        None => ("Bearer", "this gateway needs Authorization: Bearer <token>"),
-        Some(presented) => match find(tokens, presented) {
-            Some(token) => return Ok(Access::Token(token.clone())),
-            None => ("Bearer error=\"invalid_token\"", "the bearer token is not valid"),
-        },
-    };
-    Err(HttpError::new(401, message).with_header("WWW-Authenticate", challenge))
-}
-
-/// The token equal to `presented`. Every configured token is compared in
-/// full, in time that depends only on the lengths, so the answer's timing
-/// tells nothing about how much of a token was right.
-fn find<'a>(tokens: &'a [Token], presented: &str) -> Option<&'a Token> {
-    let mut found = None;
-    for token in tokens {
-        if constant_time_eq(token.token.as_bytes(), presented.as_bytes()) {
-            found = Some(token);
-        }
-    }
-    found
-}
-
 pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     let mut diff = a.len() ^ b.len();
     for i in 0..a.len().max(b.len()) {
@@ -134,18 +116,6 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
         diff |= usize::from(x ^ y);
     }
     std::hint::black_box(diff) == 0
-}
-
-/// The status pages and `/reload`: loopback clients always; others with a
-/// valid token, or anyone when `status_public` is set.
-pub fn check_status(req: &HttpRequest, config: &Config) -> Result<(), HttpError> {
-    if config.status_public || req.peer.is_some_and(|p| p.ip().is_loopback()) {
-        return Ok(());
-    }
-    if config.tokens.is_some() {
-        return authenticate(req, config).map(|_| ());
-    }
-    Err(HttpError::new(403, "the status pages answer loopback clients and token holders only (status_public)"))
 }
 
 fn printable(text: &str) -> String {
@@ -184,6 +154,10 @@ mod tests {
             req.headers.push(("authorization", value.to_string()));
         }
         req
+    }
+
+    fn check_status(req: &HttpRequest, config: &Config) -> Result<(), HttpError> {
+        crate::http::auth::Auth::new().check_status(req, config, &crate::status::stats::Stats::default())
     }
 
     #[test]

@@ -6,7 +6,9 @@
 //!   `/healthz`), and the thread of each connection;
 //! - `request`: reading one request, head and body, with deadlines and
 //!   limits in bytes and counts, and the framing rules of RFC 9112;
-//! - `response`: writing replies and SSE streams, each write bounded in time.
+//! - `response`: writing replies and SSE streams, each write bounded in time;
+//! - `stream`: the connection beneath both, plain or TLS (`tls`);
+//! - `access` and `auth`: who may pass (Host, Origin, static tokens, OAuth).
 //!
 //! Handlers see only the plain [`HttpRequest`] and return an [`HttpReply`];
 //! nothing outside this folder knows a socket.
@@ -30,12 +32,17 @@ use crate::protocol::jsonrpc::{self, RpcError};
 use crate::runtime::memory::{Charge, Event};
 
 pub mod access;
+pub mod auth;
 mod request;
 mod response;
 pub mod routes;
 mod server;
+mod stream;
+#[cfg(feature = "tls")]
+pub mod tls;
 
-pub use server::{Httpd, RESERVED};
+pub(crate) use response::http_date;
+pub use server::{Httpd, RESERVED, Transport};
 
 /// Request headers the handlers may read; the others are not copied.
 const HEADERS: &[&str] = &[
@@ -69,13 +76,19 @@ pub struct HttpRequest {
 }
 
 /// The connection a request came on, as a handler may look at it.
-#[derive(Debug, Clone)]
-pub struct Client(std::sync::Arc<std::net::TcpStream>);
+#[derive(Clone)]
+pub struct Client(std::sync::Arc<stream::Stream>);
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_tls() { "Client(tls)" } else { "Client(plain)" })
+    }
+}
 
 impl Client {
     /// Whether the client closed the connection (its side of it).
     pub fn gone(&self) -> bool {
-        crate::runtime::sys::peer_closed(&*self.0)
+        self.0.peer_closed()
     }
 }
 

@@ -5,11 +5,11 @@
 //! refusal of the framing ends the connection, so no second request can be
 //! smuggled behind the first.
 
-use std::io::{self, Read};
-use std::net::TcpStream;
+use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::stream::Stream;
 use super::{HEADERS, Options};
 use crate::runtime::memory::Charge;
 
@@ -76,7 +76,7 @@ pub(super) struct Head {
 
 /// The reading side of a connection, with what was read ahead.
 pub(super) struct Reader {
-    stream: Arc<TcpStream>,
+    stream: Arc<Stream>,
     buf: Vec<u8>,
     /// Start of the bytes not consumed yet.
     pos: usize,
@@ -84,7 +84,7 @@ pub(super) struct Reader {
 }
 
 impl Reader {
-    pub fn new(stream: Arc<TcpStream>, options: Options) -> Reader {
+    pub fn new(stream: Arc<Stream>, options: Options) -> Reader {
         Reader { stream, buf: Vec::new(), pos: 0, options }
     }
 
@@ -111,14 +111,13 @@ impl Reader {
         if left.is_zero() {
             return Err(io::ErrorKind::TimedOut.into());
         }
-        self.stream.set_read_timeout(Some(left))?;
         if self.pos > 0 && self.pos >= self.buf.len() / 2 {
             self.buf.drain(..self.pos);
             self.pos = 0;
         }
         let start = self.buf.len();
         self.buf.resize(start + READ_SIZE, 0);
-        let read = (&*self.stream).read(&mut self.buf[start..]);
+        let read = self.stream.read_within(&mut self.buf[start..], left);
         self.buf.truncate(start + *read.as_ref().unwrap_or(&0));
         read
     }

@@ -3,17 +3,18 @@
 //! not per `write()`, so a client that reads a trickle cannot hold a
 //! thread by letting each partial write restart the clock.
 
-use std::io::{self, IoSlice, Write};
-use std::net::TcpStream;
+use std::io::{self, IoSlice};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
+
+use super::stream::Stream;
 
 /// Bytes a client must accept within one write timeout.
 const PIECE: usize = 64 * 1024;
 
 /// The writing side of a connection.
 pub(super) struct Writer {
-    stream: Arc<TcpStream>,
+    stream: Arc<Stream>,
     timeout: Duration,
     /// A write gave up: the client did not take its answer in time.
     timed_out: bool,
@@ -28,7 +29,7 @@ pub(super) enum Connection {
 }
 
 impl Writer {
-    pub fn new(stream: Arc<TcpStream>, timeout: Duration) -> Writer {
+    pub fn new(stream: Arc<Stream>, timeout: Duration) -> Writer {
         Writer { stream, timeout, timed_out: false }
     }
 
@@ -48,8 +49,7 @@ impl Writer {
                 self.timed_out = true;
                 return Err(io::Error::new(io::ErrorKind::TimedOut, "the client did not take its answer in time"));
             }
-            self.stream.set_write_timeout(Some(left))?;
-            let n = match (&*self.stream).write_vectored(slices) {
+            let n = match self.stream.write_within(slices, left) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -183,7 +183,7 @@ fn reason(status: u16) -> &'static str {
 }
 
 /// `Sun, 06 Nov 1994 08:49:37 GMT` (RFC 9110 §5.6.7).
-pub(super) fn http_date(at: SystemTime) -> String {
+pub(crate) fn http_date(at: SystemTime) -> String {
     let secs = at.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let (days, rest) = (secs / 86_400, secs % 86_400);
     let weekday = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"][(days % 7) as usize];

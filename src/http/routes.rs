@@ -1,5 +1,7 @@
 //! Which path goes where: `/mcp` to the gateway, the status pages and
-//! `/metrics` to `status`, after the checks every request passes (Host, Origin, access).
+//! `/metrics` to `status`, after the checks every request passes (Host, Origin, access);
+//! with `auth.oauth`, the protected-resource metadata too (before the `Origin`
+//! check: it is public, and browser-based clients read it).
 
 use std::sync::Arc;
 
@@ -8,6 +10,7 @@ use serde_json::json;
 use crate::config::Source;
 use crate::gateway::Gateway;
 use crate::http::access::{self, Access};
+use crate::http::auth::{self, Auth};
 use crate::http::{App, EventSink, HttpError, HttpReply, HttpRequest};
 use crate::status;
 
@@ -44,13 +47,24 @@ pub struct Routes {
     pub gateway: Arc<Gateway>,
     /// The configuration file, for `POST /reload`.
     pub source: Source,
+    /// Who may pass, with what it keeps between requests (checked tokens, keys).
+    auth: Auth,
+    /// The front door's HTTPS settings, read again on reload.
+    #[cfg(feature = "tls")]
+    tls: Option<Arc<crate::http::tls::Acceptor>>,
 }
 
 impl App for Routes {
     fn handle(&self, req: &HttpRequest, sink: &mut dyn EventSink) -> HttpReply {
         let gateway = &self.gateway;
         let config = &gateway.current().config;
-        if let Err(refused) = access::check_host(req, config).and_then(|()| access::check_origin(req, config)) {
+        if let Err(refused) = access::check_host(req, config) {
+            return refused.reply();
+        }
+        if let Some(metadata) = self.auth.metadata(req, config) {
+            return metadata;
+        }
+        if let Err(refused) = access::check_origin(req, config) {
             return refused.reply();
         }
         let Some(route) = ROUTES.iter().find(|r| r.path == req.path) else {
@@ -60,11 +74,11 @@ impl App for Routes {
         };
         let access = match route.guard {
             Guard::Anyone => Access::Open,
-            Guard::Token => match access::authenticate(req, config) {
+            Guard::Token => match self.auth.authenticate(req, config, &gateway.stats) {
                 Ok(access) => access,
                 Err(refused) => return refused.reply(),
             },
-            Guard::Status => match access::check_status(req, config) {
+            Guard::Status => match self.auth.check_status(req, config, &gateway.stats) {
                 Ok(()) => Access::Open,
                 Err(refused) => return refused.reply(),
             },
@@ -74,6 +88,9 @@ impl App for Routes {
             return HttpError::new(405, format!("use {} on {}", allowed.replace(", DELETE", " or DELETE"), route.path))
                 .with_header("Allow", allowed)
                 .reply();
+        }
+        if let Err(refused) = auth::step_up(req, &access, config) {
+            return refused.reply();
         }
         match (req.method.as_str(), route.path) {
             (_, "/mcp") => gateway.handle(req, sink, &access),
@@ -89,9 +106,50 @@ impl App for Routes {
 }
 
 impl Routes {
+    pub fn new(gateway: Arc<Gateway>, source: Source) -> Routes {
+        Routes {
+            gateway,
+            source,
+            auth: Auth::new(),
+            #[cfg(feature = "tls")]
+            tls: None,
+        }
+    }
+
+    /// Serving HTTPS with `acceptor`, whose files a reload reads again.
+    #[cfg(feature = "tls")]
+    pub fn with_tls(mut self, acceptor: Option<Arc<crate::http::tls::Acceptor>>) -> Routes {
+        self.tls = acceptor;
+        self
+    }
+
+    /// SIGHUP and `POST /reload`: the configuration, then the front door's
+    /// certificate and key (kept as they were when they do not load).
+    pub fn reload_all(&self) -> crate::gateway::ReloadOutcome {
+        #[allow(unused_mut)]
+        let mut outcome = self.gateway.reload_from(&self.source);
+        #[cfg(feature = "tls")]
+        if let (Some(acceptor), Some(files)) = (&self.tls, &self.gateway.current().config.tls) {
+            match acceptor.reload(files) {
+                Ok(()) => log::info!(
+                    "HTTPS: certificate {} and key {} read",
+                    files.cert_file.display(),
+                    files.key_file.display()
+                ),
+                Err(why) => {
+                    log::error!("HTTPS: {why}; the certificate and key in force stay");
+                    let error = outcome.error.take().map_or(why.clone(), |e| format!("{e}; {why}"));
+                    outcome.error = Some(error);
+                    self.gateway.last_reload.lock().error = outcome.error.clone();
+                }
+            }
+        }
+        outcome
+    }
+
     /// `POST /reload`: the same as SIGHUP, with the outcome as JSON.
     fn reload(&self) -> HttpReply {
-        let outcome = self.gateway.reload_from(&self.source);
+        let outcome = self.reload_all();
         let body = json!({
             "reloaded": outcome.error.is_none(),
             "error": outcome.error,
@@ -112,7 +170,7 @@ mod tests {
     fn routes(extra: &str) -> Routes {
         let text = format!(r#"{{ {extra} "mcpServers": {{"a": {{"url": "http://127.0.0.1:1/mcp"}}}} }}"#);
         let config = Config::parse(&text, &|_| None).unwrap();
-        Routes { gateway: Arc::new(Gateway::new(config)), source: Source { path: "/nonexistent".into(), listen: None } }
+        Routes::new(Arc::new(Gateway::new(config)), Source { path: "/nonexistent".into(), listen: None })
     }
 
     fn get(routes: &Routes, path: &str, peer: &str, token: Option<&str>) -> u16 {

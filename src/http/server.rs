@@ -25,6 +25,7 @@ use parking_lot::Mutex;
 
 use super::request::{Head, ReadError, Reader};
 use super::response::{Connection, Writer};
+use super::stream::Stream;
 use super::{App, EventSink, HttpReply, HttpRequest, Options, RESERVED_PATHS, ReplyBody, StreamReply};
 use crate::limited;
 use crate::runtime::threads;
@@ -54,7 +55,7 @@ impl Phase {
 
 /// One connection thread and what the accept thread needs to take its slot back.
 struct Slot {
-    stream: Arc<TcpStream>,
+    stream: Arc<Stream>,
     phase: Arc<Phase>,
     handle: JoinHandle<()>,
     reserved: bool,
@@ -69,6 +70,9 @@ struct Shared {
     stats: Arc<Stats>,
     stopping: AtomicBool,
     started: Instant,
+    /// HTTPS: every connection starts with a TLS handshake.
+    #[cfg(feature = "tls")]
+    tls: Option<Arc<super::tls::Acceptor>>,
 }
 
 /// The running listener: its accept thread and connection threads.
@@ -91,13 +95,46 @@ fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
     Ok(TcpListener::from(OwnedFd::from(socket)))
 }
 
+/// What the listener speaks: plain HTTP, or HTTPS with these settings.
+#[derive(Clone, Default)]
+pub enum Transport {
+    #[default]
+    Plain,
+    #[cfg(feature = "tls")]
+    Tls(Arc<super::tls::Acceptor>),
+}
+
 impl Httpd {
+    /// Listens on `addr` for plain HTTP.
     pub fn start(addr: SocketAddr, app: Arc<dyn App>, options: Options, stats: Arc<Stats>) -> io::Result<Httpd> {
+        Httpd::start_with(addr, app, options, stats, Transport::Plain)
+    }
+
+    /// Listens on `addr`, speaking `transport`.
+    pub fn start_with(
+        addr: SocketAddr,
+        app: Arc<dyn App>,
+        options: Options,
+        stats: Arc<Stats>,
+        transport: Transport,
+    ) -> io::Result<Httpd> {
         let listener = listen(addr)?;
         let addr = listener.local_addr()?;
         let waker = TcpStream::from(OwnedFd::from(listener.try_clone()?));
-        let shared =
-            Arc::new(Shared { app, options, stats, stopping: AtomicBool::new(false), started: Instant::now() });
+        let shared = Arc::new(Shared {
+            app,
+            options,
+            stats,
+            stopping: AtomicBool::new(false),
+            started: Instant::now(),
+            #[cfg(feature = "tls")]
+            tls: match transport {
+                Transport::Tls(acceptor) => Some(acceptor),
+                Transport::Plain => None,
+            },
+        });
+        #[cfg(not(feature = "tls"))]
+        let Transport::Plain = transport;
         let slots = Arc::new(Mutex::new(Vec::new()));
         let accept = {
             let (shared, slots) = (shared.clone(), slots.clone());
@@ -130,7 +167,7 @@ impl Httpd {
                 let mut slots = self.slots.lock();
                 reap(&mut slots);
                 for slot in slots.iter().filter(|s| s.phase.state.load(Ordering::Acquire) != BUSY) {
-                    let _ = slot.stream.shutdown(Shutdown::Both);
+                    let _ = slot.stream.tcp().shutdown(Shutdown::Both);
                 }
                 slots.len()
             };
@@ -170,6 +207,10 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>, slots: &Mutex<Vec<S
                 let out_of_fds = matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE));
                 if out_of_fds && spare.take().is_some() {
                     if let Ok((stream, _)) = listener.accept() {
+                        let stream = match wrap(stream, shared) {
+                            Ok(stream) => stream,
+                            Err((stream, _)) => Stream::Plain(stream),
+                        };
                         refuse(stream, shared, "out of file descriptors");
                     }
                     spare = File::open("/dev/null").ok();
@@ -195,6 +236,10 @@ fn admit(stream: TcpStream, peer: SocketAddr, shared: &Arc<Shared>, slots: &Mute
         true
     } else {
         drop(list);
+        let stream = match wrap(stream, shared) {
+            Ok(stream) => stream,
+            Err((stream, _)) => Stream::Plain(stream),
+        };
         refuse(
             stream,
             shared,
@@ -202,7 +247,14 @@ fn admit(stream: TcpStream, peer: SocketAddr, shared: &Arc<Shared>, slots: &Mute
         );
         return;
     };
-    let stream = Arc::new(stream);
+    let stream = match wrap(stream, shared) {
+        Ok(stream) => Arc::new(stream),
+        Err((stream, why)) => {
+            drop(list);
+            refuse(Stream::Plain(stream), shared, &why);
+            return;
+        }
+    };
     let phase = Arc::new(Phase { state: AtomicU8::new(WAITING), since: AtomicU64::new(0), started: shared.started });
     phase.set(WAITING);
     let spawned = {
@@ -216,7 +268,7 @@ fn admit(stream: TcpStream, peer: SocketAddr, shared: &Arc<Shared>, slots: &Mute
             match Arc::try_unwrap(stream) {
                 Ok(stream) => refuse(stream, shared, &format!("cannot start a thread: {e}")),
                 Err(stream) => {
-                    let _ = stream.shutdown(Shutdown::Both);
+                    let _ = stream.tcp().shutdown(Shutdown::Both);
                 }
             }
         }
@@ -231,16 +283,34 @@ fn evict_one(list: &mut [Slot]) -> bool {
         .filter(|s| !s.evicted && !s.reserved && s.phase.state.load(Ordering::Acquire) != BUSY)
         .min_by_key(|s| s.phase.since.load(Ordering::Relaxed));
     let Some(victim) = victim else { return false };
-    let _ = victim.stream.shutdown(Shutdown::Both);
+    let _ = victim.stream.tcp().shutdown(Shutdown::Both);
     victim.evicted = true;
     limited!(warn, "all connection slots taken: closed the connection idle for longest to make room (max_connections)");
     true
 }
 
-/// Answers `503` on a connection that gets no thread, and closes it.
-fn refuse(stream: TcpStream, shared: &Shared, why: &str) {
+/// The stream of a new connection: plain, or with its TLS state (no I/O
+/// yet: the handshake runs on the connection's thread).
+fn wrap(tcp: TcpStream, shared: &Shared) -> Result<Stream, (TcpStream, String)> {
+    #[cfg(feature = "tls")]
+    if let Some(acceptor) = &shared.tls {
+        return acceptor.stream(tcp).map_err(|(tcp, e)| (tcp, format!("cannot start TLS: {e}")));
+    }
+    let _ = shared;
+    Ok(Stream::Plain(tcp))
+}
+
+/// Answers `503` on a connection that gets no thread, and closes it. Over
+/// TLS it is closed unanswered: the handshake that an answer needs would
+/// hold the accept thread.
+fn refuse(stream: Stream, shared: &Shared, why: &str) {
     shared.stats.connections_refused.inc();
-    let _ = stream.set_write_timeout(Some(Duration::from_millis(200)));
+    if stream.is_tls() {
+        let _ = stream.tcp().shutdown(Shutdown::Both);
+        limited!(warn, "a client connection was closed unanswered (HTTPS): {why}");
+        return;
+    }
+    let _ = stream.tcp().set_write_timeout(Some(Duration::from_millis(200)));
     let mut writer = Writer::new(Arc::new(stream), Duration::from_millis(200));
     let body = format!("mcpgate cannot take this connection now: {why}; retry shortly\n");
     let headers = [("Retry-After", "1".to_string())];
@@ -248,9 +318,24 @@ fn refuse(stream: TcpStream, shared: &Shared, why: &str) {
     limited!(warn, "a client connection was refused with 503: {why}");
 }
 
-fn serve_connection(stream: &Arc<TcpStream>, phase: &Phase, reserved: bool, shared: &Shared) {
+fn serve_connection(stream: &Arc<Stream>, phase: &Phase, reserved: bool, shared: &Shared) {
     let _live = shared.stats.threads_connections.enter();
     let options = &shared.options;
+    #[cfg(feature = "tls")]
+    if let Stream::Tls(tls) = &**stream {
+        // Cut like a slow head, and evictable like one while it lasts.
+        phase.set(READING_HEAD);
+        match tls.handshake(Instant::now() + options.header_timeout) {
+            Ok(()) => shared.stats.tls_handshakes.inc(),
+            Err(e) => {
+                shared.stats.tls_handshake_failures.inc();
+                let peer = stream.tcp().peer_addr().map_or_else(|_| "a client".to_string(), |p| p.to_string());
+                limited!(info, "TLS handshake with {peer} failed: {e}; connection closed");
+                let _ = stream.tcp().shutdown(Shutdown::Both);
+                return;
+            }
+        }
+    }
     let mut reader = Reader::new(stream.clone(), *options);
     let mut writer = Writer::new(stream.clone(), options.write_timeout);
     let keep_alive = Connection::KeepAlive(options.idle_timeout.as_secs().saturating_sub(1).max(1));
@@ -298,19 +383,19 @@ fn serve_connection(stream: &Arc<TcpStream>, phase: &Phase, reserved: bool, shar
     if writer.timed_out() {
         // A client too slow to take its answer: drop what the kernel still
         // holds for it (a reset), instead of trickling it out after we left.
-        crate::runtime::sys::reset_on_close(stream);
+        crate::runtime::sys::reset_on_close(stream.tcp());
     }
-    let _ = stream.shutdown(Shutdown::Both);
+    let _ = stream.tcp().shutdown(Shutdown::Both);
 }
 
-fn request(head: Head, body: Vec<u8>, stream: &Arc<TcpStream>) -> HttpRequest {
+fn request(head: Head, body: Vec<u8>, stream: &Arc<Stream>) -> HttpRequest {
     HttpRequest {
         method: head.method,
         path: head.path,
         headers: head.headers,
         params: head.params,
         body,
-        peer: stream.peer_addr().ok(),
+        peer: stream.tcp().peer_addr().ok(),
         http11: head.http11,
         client: Some(super::Client(stream.clone())),
     }

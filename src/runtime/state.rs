@@ -78,9 +78,10 @@ pub struct SavedSession {
     /// The servers its token may reach; absent for all.
     #[serde(default)]
     pub scope: Option<Vec<String>>,
-    /// SHA-256 of the token that created it (hex), never the token.
-    #[serde(default)]
-    pub token_sha256: Option<String>,
+    /// The digest of who created it (hex: a token's SHA-256, an OAuth
+    /// subject's), never a token. Files before OAuth called it `token_sha256`.
+    #[serde(default, alias = "token_sha256")]
+    pub principal_sha256: Option<String>,
     #[serde(default)]
     pub downstreams: Vec<SavedDownstream>,
 }
@@ -830,13 +831,23 @@ mod tests {
             client_name: "t".into(),
             last_active: 1,
             scope: None,
-            token_sha256: None,
+            principal_sha256: None,
             downstreams: vec![downstream(n)],
         }
     }
 
     fn read(text: &[u8]) -> Saved {
         parse(std::str::from_utf8(text).unwrap()).expect("a state file")
+    }
+
+    #[test]
+    fn a_token_hash_of_a_file_from_before_oauth_is_its_principal() {
+        let mut line = serde_json::to_value(session(1)).unwrap();
+        let object = line.as_object_mut().unwrap();
+        object.remove("principal_sha256");
+        object.insert("token_sha256".into(), "ab".repeat(32).into());
+        let back: SavedSession = serde_json::from_value(line).unwrap();
+        assert_eq!(back.principal_sha256, Some("ab".repeat(32)));
     }
 
     #[test]

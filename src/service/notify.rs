@@ -69,15 +69,21 @@ pub fn status_line(gateway: &Gateway) -> String {
     )
 }
 
-/// Whether the listener answers `GET /healthz` within `timeout`: the
-/// accept thread, a connection thread and the app all work.
-fn healthy(addr: SocketAddr, timeout: Duration) -> bool {
+/// Whether the listener answers `GET /healthz` within `timeout` (over TLS
+/// when it serves HTTPS): the accept thread, a connection thread and the
+/// app all work.
+fn healthy(addr: SocketAddr, timeout: Duration, tls: bool) -> bool {
     let addr = match addr.ip() {
         ip if ip.is_unspecified() && addr.is_ipv4() => SocketAddr::from(([127, 0, 0, 1], addr.port())),
         ip if ip.is_unspecified() => SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, addr.port())),
         _ => addr,
     };
     let Ok(mut stream) = TcpStream::connect_timeout(&addr, timeout) else { return false };
+    #[cfg(feature = "tls")]
+    if tls {
+        return crate::http::tls::healthz_on_own_port(stream, timeout);
+    }
+    let _ = tls;
     let _ = stream.set_read_timeout(Some(timeout));
     let _ = stream.set_write_timeout(Some(timeout));
     if stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").is_err() {
@@ -107,6 +113,7 @@ pub fn start(
     notifier: Arc<Notifier>,
     gateway: Arc<Gateway>,
     addr: SocketAddr,
+    tls: bool,
     watchdog: Option<Duration>,
     sent: String,
 ) -> std::io::Result<NotifyThread> {
@@ -127,7 +134,7 @@ pub fn start(
                 }
                 recv(pings) -> _ => {
                     let interval = watchdog.unwrap_or(STATUS_EVERY);
-                    if healthy(addr, interval.min(Duration::from_secs(2))) {
+                    if healthy(addr, interval.min(Duration::from_secs(2)), tls) {
                         sent = status_line(&gateway);
                         notifier.send(&format!("WATCHDOG=1\nSTATUS={sent}"));
                     } else {

@@ -157,7 +157,11 @@ pub(crate) fn server_for(gateway: &Gateway, saved: &SavedDownstream) -> Arc<Serv
     }
     let config = ServerConfig {
         name: saved.server.clone(),
-        transport: Transport::Http(HttpConfig { url: saved.url.clone(), headers: Vec::new() }),
+        transport: Transport::Http(HttpConfig {
+            url: saved.url.clone(),
+            headers: Vec::new(),
+            trust: current.config.trust.clone(),
+        }),
         prefix: String::new(),
         separator: "__".into(),
         tools: Default::default(),

@@ -90,8 +90,9 @@ pub struct Session {
     pub client_name: String,
     /// The servers this session may reach (its token's); `None` for all.
     scope: Option<Vec<String>>,
-    /// SHA-256 of the token that created it: only that token reaches it.
-    token: Option<[u8; 32]>,
+    /// Who created it (`Access::principal`: a token's SHA-256, an OAuth
+    /// subject's digest): only the same principal reaches it.
+    principal: Option<[u8; 32]>,
     /// When it was created; for a restored session, its last activity
     /// before the restart (it is at least that old).
     created: Instant,
@@ -123,7 +124,7 @@ impl Session {
             init_params,
             client_name,
             access.servers().map(<[String]>::to_vec),
-            access.bearer().map(|token| crate::runtime::sha256::digest(token.as_bytes())),
+            access.principal(),
             Instant::now(),
         )
     }
@@ -139,7 +140,7 @@ impl Session {
             jsonrpc::raw(&saved.init_params),
             saved.client_name.clone(),
             saved.scope.clone(),
-            saved.token_sha256.as_deref().and_then(parse_digest),
+            saved.principal_sha256.as_deref().and_then(parse_digest),
             last_active,
         )
     }
@@ -150,7 +151,7 @@ impl Session {
         init_params: Box<RawValue>,
         client_name: String,
         scope: Option<Vec<String>>,
-        token: Option<[u8; 32]>,
+        principal: Option<[u8; 32]>,
         last_active: Instant,
     ) -> Arc<Session> {
         let capabilities = serde_json::from_str::<Value>(init_params.get())
@@ -164,7 +165,7 @@ impl Session {
             params_held: Mutex::new(None),
             view,
             client_name,
-            token,
+            principal,
             scope,
             created: last_active,
             state: Mutex::new(State {
@@ -205,16 +206,13 @@ impl Session {
         Some(RequestGuard(self, count))
     }
 
-    /// Whether a request with `access` may use this session: the token that
-    /// created it (restored sessions too: its hash is saved), or any when
-    /// no tokens are configured. A session created without a token answers
-    /// no token.
+    /// Whether a request with `access` may use this session: the principal
+    /// that created it (restored sessions too: its digest is saved), or any
+    /// when no `auth` is configured. A session created without one answers none.
     pub fn admits(&self, access: &Access) -> bool {
-        match (access.bearer(), &self.token) {
+        match (access.principal(), &self.principal) {
             (None, _) => true,
-            (Some(presented), Some(token)) => {
-                crate::http::access::constant_time_eq(&crate::runtime::sha256::digest(presented.as_bytes()), token)
-            }
+            (Some(presented), Some(own)) => crate::http::access::constant_time_eq(&presented, own),
             (Some(_), None) => false,
         }
     }
@@ -275,7 +273,7 @@ impl Session {
             client_name: self.client_name.clone(),
             last_active: unix_now().saturating_sub(idle.as_secs()),
             scope: self.scope.clone(),
-            token_sha256: self.token.map(|t| t.iter().map(|b| format!("{b:02x}")).collect()),
+            principal_sha256: self.principal.map(|t| t.iter().map(|b| format!("{b:02x}")).collect()),
             downstreams,
         })
     }

@@ -12,8 +12,8 @@ pub struct View {
     pub id: String,
     pub client_name: String,
     pub protocol_version: String,
-    /// SHA-256 of the token that created it, to name the token.
-    pub token_sha256: Option<[u8; 32]>,
+    /// The digest of who created it, to name its token (`Access::principal`).
+    pub principal_sha256: Option<[u8; 32]>,
     pub age: Duration,
     /// `None` while it is in use: a request running, or a `GET` stream open.
     pub idle: Option<Duration>,
@@ -54,7 +54,7 @@ impl Session {
             id: self.id.clone(),
             client_name: self.client_name.clone(),
             protocol_version: self.protocol_version.clone(),
-            token_sha256: self.token,
+            principal_sha256: self.principal,
             age: now.saturating_duration_since(self.created),
             idle: (!in_use).then(|| now.saturating_duration_since(st.last_active)),
             requests_in_flight: st.in_flight,

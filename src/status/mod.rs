@@ -277,9 +277,11 @@ fn sessions(g: &Gateway, current: &Current) -> (Vec<Value>, usize) {
     let list = views
         .iter()
         .map(|v| {
-            let token = v.token_sha256.map(|digest| {
-                tokens.iter().find(|(d, _)| *d == digest).map_or("a token no longer configured", |(_, n)| n.as_str())
-            });
+            // Not a static token's digest: an OAuth subject's (or a token since removed).
+            let other = if current.config.oauth.is_some() { "OAuth" } else { "a token no longer configured" };
+            let token = v
+                .principal_sha256
+                .map(|digest| tokens.iter().find(|(d, _)| *d == digest).map_or(other, |(_, n)| n.as_str()));
             let downstream: Map<String, Value> = v
                 .downstreams
                 .iter()

@@ -433,6 +433,22 @@ stats! {
         requests: Counter => "requests"."total" as "mcpgate_http_requests_total",
         /// HTTP requests answered with an error by the front door (bad head, framing, limits, timeouts).
         requests_refused: Counter => "requests"."refused" as "mcpgate_http_requests_refused_total",
+
+        /// TLS handshakes completed on the front door (`tls`).
+        tls_handshakes: Counter => "tls"."handshakes" as "mcpgate_tls_handshakes_total",
+        /// TLS handshakes that failed or timed out, plain HTTP on the HTTPS port included.
+        tls_handshake_failures: Counter => "tls"."handshake_failures" as "mcpgate_tls_handshake_failures_total",
+
+        /// Requests to `/mcp` or the status pages refused for their token: 401, 403, or 503 when the issuer cannot be asked.
+        auth_refused: Counter => "auth"."refused" as "mcpgate_auth_refused_total",
+        /// OAuth access tokens checked (a signature or an introspection; a token seen before is not checked again).
+        auth_oauth_checked: Counter => "auth"."oauth_checked" as "mcpgate_auth_oauth_checked_total",
+        /// Fetches of the issuer's JWKS (at start of use, hourly, and for unknown keys at most every 10 s).
+        auth_jwks_fetches: Counter => "auth"."jwks_fetches" as "mcpgate_auth_jwks_fetches_total",
+        /// Fetches of the issuer's JWKS that failed.
+        auth_jwks_failures: Counter => "auth"."jwks_failures" as "mcpgate_auth_jwks_failures_total",
+        /// Opaque tokens sent to the issuer's introspection endpoint.
+        auth_introspections: Counter => "auth"."introspections" as "mcpgate_auth_introspections_total",
     }
 }
 

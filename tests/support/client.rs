@@ -17,6 +17,19 @@ pub fn http_agent(timeout: Option<Duration>) -> ureq::Agent {
     ureq::Agent::config_builder().http_status_as_error(false).proxy(None).timeout_global(timeout).build().into()
 }
 
+/// [`http_agent`] for `https://` URLs, trusting only the CA of `ca_pem`.
+pub fn https_agent(ca_pem: &str) -> ureq::Agent {
+    let ca = ureq::tls::Certificate::from_pem(ca_pem.as_bytes()).expect("a PEM certificate");
+    let tls = ureq::tls::TlsConfig::builder().root_certs(ureq::tls::RootCerts::new_with_certs(&[ca])).build();
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .proxy(None)
+        .timeout_global(Some(Duration::from_secs(30)))
+        .tls_config(tls)
+        .build()
+        .into()
+}
+
 fn agent() -> ureq::Agent {
     http_agent(Some(Duration::from_secs(30)))
 }
@@ -76,6 +89,11 @@ pub struct Client {
 impl Client {
     pub fn new(url: &str) -> Client {
         Client { agent: agent(), url: url.to_string(), session: None, next_id: 1, headers: Vec::new() }
+    }
+
+    /// A client speaking through `agent` (one that trusts a test CA, say).
+    pub fn with_agent(url: &str, agent: ureq::Agent) -> Client {
+        Client { agent, url: url.to_string(), session: None, next_id: 1, headers: Vec::new() }
     }
 
     pub fn initialize(&mut self) -> Value {

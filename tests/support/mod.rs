@@ -15,6 +15,8 @@
 //! - Scripted servers ([`scripted`]): downstream servers the fixture cannot
 //!   be, one that answers garbage, hangs or streams for ever ([`Scripted`])
 //!   and one that never answers ([`Silent`]).
+//! - A token issuer ([`oauth`]): the tests' own signing keys, JWTs signed
+//!   with them, and a small server for their JWKS and introspection.
 //! - Assertions ([`assert`]): every downstream session closed exactly once
 //!   ([`assert_all_closed`]), mcpgate's count balanced ([`assert_balanced`],
 //!   [`assert_settled`]), and the one way to learn which downstream session
@@ -27,6 +29,7 @@
 
 mod assert;
 mod client;
+mod oauth;
 mod privileges;
 mod process;
 mod raw;
@@ -35,4 +38,4 @@ mod state;
 mod stdio;
 
 #[allow(unused_imports)]
-pub use self::{assert::*, client::*, privileges::*, process::*, raw::*, scripted::*, state::*, stdio::*};
+pub use self::{assert::*, client::*, oauth::*, privileges::*, process::*, raw::*, scripted::*, state::*, stdio::*};

@@ -98,9 +98,13 @@ fn listening_line(child: &mut Child) -> String {
     at
 }
 
-/// The socket address of mcpgate's endpoint URL (`http://<addr>/mcp`).
+/// The socket address of mcpgate's endpoint URL (`http(s)://<addr>/mcp`).
 pub fn addr_of_url(url: &str) -> SocketAddr {
-    url.trim_start_matches("http://").trim_end_matches("/mcp").parse().expect("a socket address")
+    url.trim_start_matches("http://")
+        .trim_start_matches("https://")
+        .trim_end_matches("/mcp")
+        .parse()
+        .expect("a socket address")
 }
 
 /// Sends a signal by name (`TERM`, `KILL`, `HUP`) to a PID.

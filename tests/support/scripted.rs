@@ -45,22 +45,7 @@ impl Scripted {
         listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();
         let shared = Arc::new(Shared { endless_get, ..Shared::default() });
-        let sh = shared.clone();
-        let accept = std::thread::spawn(move || {
-            let mut connections = Vec::new();
-            while !sh.stop.load(Ordering::Acquire) {
-                match listener.accept() {
-                    Ok((stream, _)) => {
-                        let sh = sh.clone();
-                        connections.push(std::thread::spawn(move || serve(stream, &sh)));
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
-                }
-            }
-            for c in connections {
-                let _ = c.join();
-            }
-        });
+        let accept = serve_connections(listener, shared.clone(), |sh| sh.stop.load(Ordering::Acquire), serve);
         Scripted { addr, shared, accept: Some(accept) }
     }
 
@@ -77,6 +62,32 @@ impl Scripted {
     pub fn gets(&self) -> usize {
         self.shared.gets.load(Ordering::Acquire)
     }
+}
+
+/// Serves each connection of `listener` (non-blocking) on a thread of its
+/// own with `serve` until `stopped` says so; the returned thread joins them
+/// all before it ends.
+pub fn serve_connections<S: Send + Sync + 'static>(
+    listener: TcpListener,
+    shared: Arc<S>,
+    stopped: fn(&S) -> bool,
+    serve: fn(TcpStream, &S),
+) -> JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut connections = Vec::new();
+        while !stopped(&shared) {
+            match listener.accept() {
+                Ok((stream, _)) => {
+                    let shared = shared.clone();
+                    connections.push(std::thread::spawn(move || serve(stream, &shared)));
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+        for c in connections {
+            let _ = c.join();
+        }
+    })
 }
 
 impl Drop for Scripted {

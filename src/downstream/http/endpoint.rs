@@ -28,22 +28,31 @@ pub(crate) struct Endpoint {
     /// Guards the idle agents; one is always here when a lane is free.
     lane_agents: Mutex<Vec<Agent>>,
     limits: Limits,
+    /// TLS for an `https://` URL, with the server's roots.
+    tls: Tls,
 }
+
+/// How an agent wraps its connections in TLS: the server's own settings.
+#[cfg(feature = "tls")]
+type Tls = super::tls::TlsConnector;
+#[cfg(not(feature = "tls"))]
+type Tls = ();
+
+#[cfg(feature = "tls")]
+fn tls_for(config: &HttpConfig) -> Tls {
+    super::tls::TlsConnector::new(&config.trust)
+}
+
+#[cfg(not(feature = "tls"))]
+fn tls_for(_: &HttpConfig) -> Tls {}
 
 /// An agent with small buffers, no proxy from the environment, and status
 /// codes returned as responses.
-fn agent(limits: &Limits, idle_per_host: usize) -> Agent {
-    agent_with_buffers(limits, idle_per_host, 16 * 1024, 16 * 1024)
+fn agent(limits: &Limits, idle_per_host: usize, tls: &Tls) -> Agent {
+    agent_with_buffers(limits, idle_per_host, 16 * 1024, 16 * 1024, tls)
 }
 
-/// The agent of one `GET` stream's reader: it only sends a small request and
-/// reads events, so it gets small buffers (the SSE decoder bounds events
-/// itself); there is one per downstream session, and this is most of its memory.
-pub(crate) fn stream_agent(limits: &Limits) -> Agent {
-    agent_with_buffers(limits, 1, 8 * 1024, 2 * 1024)
-}
-
-fn agent_with_buffers(limits: &Limits, idle_per_host: usize, input: usize, output: usize) -> Agent {
+fn agent_with_buffers(limits: &Limits, idle_per_host: usize, input: usize, output: usize, tls: &Tls) -> Agent {
     let config = Agent::config_builder()
         .http_status_as_error(false)
         .proxy(None)
@@ -57,21 +66,32 @@ fn agent_with_buffers(limits: &Limits, idle_per_host: usize, input: usize, outpu
         .max_redirects(0)
         .user_agent(concat!("mcpgate/", env!("CARGO_PKG_VERSION")))
         .build();
-    Agent::with_parts(
-        config,
-        ureq::unversioned::transport::DefaultConnector::new(),
-        crate::downstream::resolver::Lookup,
-    )
+    use ureq::unversioned::transport::{Connector, TcpConnector};
+    let connector = ().chain(TcpConnector::default());
+    #[cfg(feature = "tls")]
+    let connector = connector.chain(tls.clone());
+    #[cfg(not(feature = "tls"))]
+    let () = *tls;
+    Agent::with_parts(config, connector, crate::downstream::resolver::Lookup)
 }
 
 impl Endpoint {
     pub fn new(config: HttpConfig, limits: Limits, lanes: usize) -> Endpoint {
+        let tls = tls_for(&config);
         Endpoint {
+            agent: agent(&limits, lanes, &tls),
+            lane_agents: Mutex::new((0..lanes).map(|_| agent(&limits, 1, &tls)).collect()),
             config,
-            agent: agent(&limits, lanes),
-            lane_agents: Mutex::new((0..lanes).map(|_| agent(&limits, 1)).collect()),
             limits,
+            tls,
         }
+    }
+
+    /// The agent of one `GET` stream's reader: it only sends a small request and
+    /// reads events, so it gets small buffers (the SSE decoder bounds events
+    /// itself); there is one per downstream session, and this is most of its memory.
+    pub(crate) fn stream_agent(&self) -> Agent {
+        agent_with_buffers(&self.limits, 1, 8 * 1024, 2 * 1024, &self.tls)
     }
 
     /// Unblocks every short exchange in flight (requests stop with their flights).
@@ -402,7 +422,7 @@ impl Endpoint {
     /// The lane's agent for one request, back when dropped: replaced when
     /// the request was stopped, as stopping shut it down for good.
     pub(crate) fn lane_agent(&self) -> LaneAgent<'_> {
-        let agent = self.lane_agents.lock().pop().unwrap_or_else(|| agent(&self.limits, 1));
+        let agent = self.lane_agents.lock().pop().unwrap_or_else(|| agent(&self.limits, 1, &self.tls));
         LaneAgent { endpoint: self, agent: Some(agent), stopped: false }
     }
 }
@@ -422,7 +442,7 @@ impl LaneAgent<'_> {
 impl Drop for LaneAgent<'_> {
     fn drop(&mut self) {
         let Some(agent) = self.agent.take() else { return };
-        let agent = if self.stopped { self::agent(&self.endpoint.limits, 1) } else { agent };
+        let agent = if self.stopped { self::agent(&self.endpoint.limits, 1, &self.endpoint.tls) } else { agent };
         self.endpoint.lane_agents.lock().push(agent);
     }
 }

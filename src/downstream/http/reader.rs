@@ -12,7 +12,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded};
 use ureq::Agent;
 use ureq::http::Response;
 
-use super::endpoint::{Endpoint, stream_agent};
+use super::endpoint::Endpoint;
 use crate::downstream::{Downstream, DownstreamError, Inbox, Server};
 use crate::protocol::jsonrpc::Message;
 use crate::protocol::sse;
@@ -102,7 +102,7 @@ pub(crate) fn start(
 ) -> std::io::Result<Option<Reader>> {
     let server = downstream.server.clone();
     // Its own agent: shutting it down must not touch other requests.
-    let agent = stream_agent(&server.limits);
+    let agent = endpoint.stream_agent();
     let first = endpoint.get_stream(
         &agent,
         session_id.as_deref(),

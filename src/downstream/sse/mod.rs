@@ -34,7 +34,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use ureq::Agent;
 
-use super::http::{self, Reader, status_error, stream_agent};
+use super::http::{self, Reader, status_error};
 use super::{Arrival, Downstream, DownstreamError, Flight, Inbox, Limits, Link, Opened, Server};
 use crate::config::HttpConfig;
 use crate::limited;
@@ -68,7 +68,7 @@ impl Endpoint {
 pub(crate) fn open(server: &Arc<Server>, endpoint: &Endpoint, body: &[u8]) -> Result<Opened, DownstreamError> {
     let limits = server.limits;
     // Its own agent: shutting it down (the close path) must not touch other requests.
-    let agent = stream_agent(&limits);
+    let agent = endpoint.http.stream_agent();
     let response = endpoint.http.open_sse(&agent, limits.connect)?;
     let status = response.status().as_u16();
     let mime = response.body().mime_type().unwrap_or("").to_ascii_lowercase();
