@@ -159,6 +159,47 @@ impl Gateway {
         }
     }
 
+    /// Whether `server/discover` offers 2026-07-28 to the clients of
+    /// `access`: only when every server they may reach speaks it, alone or
+    /// beside the session era. A client that probes (`mode="auto"`) then
+    /// lands in the era it would land in with those servers directly: in
+    /// front of one that speaks only the session era it falls back to
+    /// `initialize`, where that server's `ping`, `logging/setLevel`,
+    /// `resources/subscribe` and tasks work as they do directly. A server
+    /// that cannot be asked now counts as the session era, which mcpgate
+    /// bridges to every server. A client pinned to 2026-07-28 sends no
+    /// discover and is served whatever its servers speak.
+    pub(super) fn offers_2026(&self, access: &Access) -> bool {
+        let cur = self.current();
+        let scope = access.servers();
+        let servers: Vec<&Arc<Server>> =
+            cur.servers.iter().filter(|s| scope.is_none_or(|names| names.iter().any(|n| n == s.name()))).collect();
+        // Those never asked are asked together; the others answer from what they said.
+        let unknown: Vec<&Arc<Server>> = servers.iter().copied().filter(|s| s.era().is_none()).collect();
+        let all = std::sync::atomic::AtomicBool::new(true);
+        threads::for_each_parallel("fanout", &unknown, unknown.len(), |server| {
+            if server.speaks_2026() != Some(true) {
+                all.store(false, std::sync::atomic::Ordering::Relaxed);
+            }
+        });
+        all.into_inner() && servers.iter().filter(|s| s.era().is_some()).all(|s| s.speaks_2026() == Some(true))
+    }
+
+    /// `server/discover` when it does not offer 2026-07-28 (see
+    /// [`Gateway::offers_2026`]): what a server of the session era answers a
+    /// request without a session, 400 with -32600 and the request's id.
+    /// Every SDK's `auto` mode reads it as "not of 2026-07-28" and sends
+    /// `initialize` (-32022 would not do: the Rust SDK's reads it as a
+    /// version to retry at, and gives up).
+    pub(super) fn discover_session_era(&self, message: &Message) -> HttpReply {
+        let e = RpcError::new(
+            jsonrpc::INVALID_REQUEST,
+            "server/discover: the servers behind mcpgate speak the session era, and so does mcpgate to clients that \
+             probe: send initialize (protocol 2025-11-25 or earlier)",
+        );
+        HttpReply::error(400, message.id.as_ref().unwrap_or(&Value::Null), &e)
+    }
+
     /// `server/discover`: the versions mcpgate speaks, and what its
     /// servers offer together.
     fn discover(&self, id: &Value, access: &Access) -> HttpReply {
@@ -168,9 +209,14 @@ impl Gateway {
         };
         let opened = self.open_all(&pool);
         let mut capabilities = self.capabilities(&pool, &opened);
-        // Tasks left the core protocol in this era.
+        // Offered only what this era's clients are served: tasks left the
+        // core protocol in this era, and resource subscriptions
+        // (`subscriptions/listen`'s `resourceSubscriptions`) are not bridged.
         if let Value::Object(caps) = &mut capabilities {
             caps.remove("tasks");
+            if let Some(Value::Object(resources)) = caps.get_mut("resources") {
+                resources.remove("subscribe");
+            }
         }
         let mut supported = vec![modern::VERSION];
         supported.extend_from_slice(versions::SUPPORTED);
