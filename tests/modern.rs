@@ -596,3 +596,39 @@ fn tool_search_answers_clients_of_the_era_and_call_tool_holds_a_call_as_a_direct
     );
     assert!(retry.result().to_string().contains("sampled"), "{retry:?}");
 }
+
+#[test]
+fn a_call_to_a_server_of_the_era_runs_where_it_was_read_and_closing_its_answer_cancels_it() {
+    // Its keep-alives let the fixture see the connection close.
+    let fx = Fixture::start("fx", &["--modern", "--keepalive-ms", "100"]);
+    let gate = gate_with(&fx, json!({}));
+    let client = Modern::new(&gate);
+    assert_eq!(client.call(1, "fx__echo", json!({"text": "warm"})).result()["resultType"], "complete");
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"name": "fx__cancellable", "arguments": {"every_ms": 50}, "_meta": meta(json!({}))}})
+    .to_string();
+    let mut stream = TcpStream::connect(gate.addr).unwrap();
+    write!(
+        stream,
+        "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nAccept: application/json, \
+         text/event-stream\r\nMCP-Protocol-Version: {VERSION}\r\nMcp-Method: tools/call\r\nMcp-Name: fx__cancellable\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        gate.addr,
+        body.len()
+    )
+    .unwrap();
+    assert!(wait_until(Duration::from_secs(3), || fx.count("requests_running") == 1), "{}", fx.stats());
+    // No thread of its own: the connection thread that read it waits on the server.
+    let roles = gate.status()["process"]["threads_by_role"].clone();
+    assert_eq!(roles["hold"].as_u64().unwrap_or(0), 0, "{roles}");
+    let closed = Instant::now();
+    drop(stream);
+    let cancelled = || fx.stats()["modern_cancelled_by_disconnect"].as_u64().unwrap_or(0);
+    assert!(wait_until(Duration::from_secs(3), || cancelled() == 1), "no cancel reached the server: {}", fx.stats());
+    eprintln!("the cancel reached the server {:?} after the client closed", closed.elapsed());
+    assert!(closed.elapsed() < Duration::from_secs(2), "{:?}", closed.elapsed());
+    assert!(wait_until(Duration::from_secs(2), || gate.status()["calls"]["in_flight"] == 0), "{}", gate.status());
+    // The watcher ends once nothing is left to watch.
+    let watchers = || gate.status()["process"]["threads_by_role"]["watch"].as_u64().unwrap_or(0);
+    assert!(wait_until(Duration::from_secs(5), || watchers() == 0), "{}", gate.status());
+}
