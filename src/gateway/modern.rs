@@ -4,15 +4,21 @@
 //! downstream sessions reach the session-era servers; idle, it is evicted
 //! like any session, through the one close path.
 //!
-//! - `server/discover` is answered before any version check.
+//! - `server/discover` is answered before any version check, and offers
+//!   2026-07-28 only when every server behind speaks it (`offers_2026`):
+//!   a client that negotiates lands in the era it would land in directly.
 //! - The lists and calls go through the pool; results get `resultType`,
 //!   and lists `ttlMs` and `cacheScope` (`private` when tokens decide what
 //!   a client sees).
-//! - A call runs on a thread of its own. What its server sends goes to the
-//!   answer, as SSE; a request of the server's (sampling, elicitation,
-//!   roots) becomes an `input_required` answer, and the call is held until
-//!   the client retries with its answers (see `holds`).
-//! - Closing the answer's stream cancels the call.
+//! - A call to a server of 2026-07-28 runs on the connection thread that
+//!   read it: such a server asks only through its result, passed on as it
+//!   is. A call to a session-era server runs on a thread of its own: what
+//!   its server sends goes to the answer, as SSE; a request of the
+//!   server's (sampling, elicitation, roots) becomes an `input_required`
+//!   answer, and the call is held until the client retries with its
+//!   answers (see `holds`).
+//! - Closing the answer's stream cancels the call (for a call that runs
+//!   where it was read, the watcher sees it: see `watch`).
 //! - `subscriptions/listen` gets the list changes of every server.
 
 use std::sync::Arc;
@@ -139,14 +145,18 @@ impl Gateway {
         if let Some(kind) = ListKind::from_method(method) {
             return self.finish(&id, method, self.list_page(&pool, kind, message), None);
         }
-        if method == "tools/call"
-            && let Some(outcome) = Params::of(message).ok().and_then(|params| self.own_tool(&pool, &params))
-        {
-            return self.finish(&id, method, outcome, None);
-        }
         match method {
             "tools/call" | "prompts/get" | "resources/read" | "completion/complete" => {
-                self.modern_call(req, &pool, message, &envelope, sink, access)
+                let params = match Params::of(message) {
+                    Ok(params) => params,
+                    Err(e) => return error_reply(&id, &e),
+                };
+                if method == "tools/call"
+                    && let Some(outcome) = self.own_tool(&pool, &params)
+                {
+                    return self.finish(&id, method, outcome, None);
+                }
+                self.modern_call(req, &pool, message, params, &envelope, sink, access)
             }
             "subscriptions/listen" => self.listen(req, &pool, message),
             _ => {
@@ -269,15 +279,12 @@ impl Gateway {
         req: &HttpRequest,
         pool: &Arc<Session>,
         message: &Message,
+        params: Params,
         envelope: &Envelope,
         sink: &mut dyn EventSink,
         access: &Access,
     ) -> HttpReply {
         let id = message.id.clone().unwrap_or(Value::Null);
-        let params = match Params::of(message) {
-            Ok(params) => params,
-            Err(e) => return error_reply(&id, &e),
-        };
         let token = access.bearer().map(|t| sha256::digest(t.as_bytes()));
         let held = match params.str("requestState").filter(|s| s.starts_with(holds::STATE_PREFIX)) {
             Some(state) => match self.holds.take(&state, token.as_ref()) {
@@ -558,6 +565,10 @@ impl Gateway {
             }
             Outcome::Result(other) => (jsonrpc::result(id, &jsonrpc::raw(&other)), 200),
             Outcome::Forwarded(answer) => match (&answer.result, &answer.error) {
+                // Complete as it came (a server of this era's call result): passed on unparsed.
+                (Some(result), _) if !modern::is_cacheable(method) && modern::has_result_type(result) => {
+                    (jsonrpc::result(id, result), 200)
+                }
                 (Some(result), _) => match serde_json::from_str::<Value>(result.get()) {
                     Ok(Value::Object(mut result)) => {
                         modern::complete_result(method, &mut result, ttl, scope);
