@@ -9,7 +9,6 @@ then `initialize` where the server is not of 2026-07-28.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import queue
@@ -32,8 +31,9 @@ class Rmcp(flow.Adapter):
         super().__init__(url)
         self.proc: subprocess.Popen[str] | None = None
         self.answers: queue.Queue[dict[str, Any]] = queue.Queue()
-        self.tokens = itertools.count(1)
-        self.progress: dict[str, Any] = {}  # progress token -> callback
+        # The progress callback of the call running now: rmcp puts a progressToken of its own
+        # in every request, and the flow runs one call at a time.
+        self.on_progress: Any = None
 
     def pump(self) -> None:
         """Reads the program's stdout: answers to the queue, events to notes and callbacks."""
@@ -51,7 +51,7 @@ class Rmcp(flow.Adapter):
             elif "notification" in event:
                 params = event.get("params") or {}
                 self.notes.append((event["notification"], params))
-                on = self.progress.get(str(params.get("progressToken")))
+                on = self.on_progress
                 if event["notification"] == "notifications/progress" and on is not None:
                     on(params.get("progress"))
         self.answers.put({"error": "the rmcp client ended"})
@@ -81,14 +81,11 @@ class Rmcp(flow.Adapter):
         return [str(i) for i in reply["items"]], reply.get("next")
 
     async def call(self, name: str, args: dict[str, Any], on_progress: Any = None) -> str:
-        token = None
-        if on_progress is not None:
-            token = f"rmcp-progress-{next(self.tokens)}"
-            self.progress[token] = on_progress
+        self.on_progress = on_progress
         try:
-            reply = await self.ask({"op": "call", "name": name, "args": args, "progress_token": token})
+            reply = await self.ask({"op": "call", "name": name, "args": args})
         finally:
-            self.progress.pop(token or "", None)
+            self.on_progress = None
         if reply["is_error"]:
             raise RuntimeError(f"isError: {reply['text']}")
         return reply["text"]

@@ -147,16 +147,7 @@ impl Gateway {
         }
         match method {
             "tools/call" | "prompts/get" | "resources/read" | "completion/complete" => {
-                let params = match Params::of(message) {
-                    Ok(params) => params,
-                    Err(e) => return error_reply(&id, &e),
-                };
-                if method == "tools/call"
-                    && let Some(outcome) = self.own_tool(&pool, &params)
-                {
-                    return self.finish(&id, method, outcome, None);
-                }
-                self.modern_call(req, &pool, message, params, &envelope, sink, access)
+                self.modern_call(req, &pool, message, &envelope, sink, access)
             }
             "subscriptions/listen" => self.listen(req, &pool, message),
             _ => {
@@ -279,12 +270,21 @@ impl Gateway {
         req: &HttpRequest,
         pool: &Arc<Session>,
         message: &Message,
-        params: Params,
         envelope: &Envelope,
         sink: &mut dyn EventSink,
         access: &Access,
     ) -> HttpReply {
         let id = message.id.clone().unwrap_or(Value::Null);
+        // Read once: mcpgate's own tools, and the call.
+        let params = match Params::of(message) {
+            Ok(params) => params,
+            Err(e) => return error_reply(&id, &e),
+        };
+        if message.method() == "tools/call"
+            && let Some(outcome) = self.own_tool(pool, &params)
+        {
+            return self.finish(&id, message.method(), outcome, None);
+        }
         let token = access.bearer().map(|t| sha256::digest(t.as_bytes()));
         let held = match params.str("requestState").filter(|s| s.starts_with(holds::STATE_PREFIX)) {
             Some(state) => match self.holds.take(&state, token.as_ref()) {

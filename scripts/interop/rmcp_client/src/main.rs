@@ -91,8 +91,10 @@ impl ClientHandler for Matrix {
         _context: RequestContext<RoleClient>,
     ) -> Result<CreateMessageResult, ErrorData> {
         self.event(json!({ "callback": "sampling" }));
-        serde_json::from_value(json!({"role": "assistant", "content": {"type": "text", "text": SAMPLED}, "model": "interop",
-            "stopReason": "endTurn"}))
+        serde_json::from_value(
+            json!({"role": "assistant", "content": {"type": "text", "text": SAMPLED}, "model": "interop",
+            "stopReason": "endTurn"}),
+        )
         .map_err(internal)
     }
 
@@ -174,8 +176,11 @@ async fn run(client: &Option<Running>, handler: &Matrix, command: &Value) -> Res
     let args = command["args"].as_object().cloned();
     match command["op"].as_str().unwrap_or_default() {
         "list" => {
-            let params: Option<PaginatedRequestParams> =
-                command["cursor"].as_str().map(|c| serde_json::from_value(json!({ "cursor": c }))).transpose().map_err(failed)?;
+            let params: Option<PaginatedRequestParams> = command["cursor"]
+                .as_str()
+                .map(|c| serde_json::from_value(json!({ "cursor": c })))
+                .transpose()
+                .map_err(failed)?;
             let peer = peer()?;
             let (page, field, key) = match command["kind"].as_str().unwrap_or_default() {
                 "tools" => (serde_json::to_value(peer.list_tools(params).await.map_err(failed)?), "tools", "name"),
@@ -196,10 +201,8 @@ async fn run(client: &Option<Running>, handler: &Matrix, command: &Value) -> Res
             Ok(json!({ "items": items, "next": page["nextCursor"] }))
         }
         "call" => {
-            let mut params = json!({ "name": command["name"], "arguments": args });
-            if let Some(token) = command["progress_token"].as_str() {
-                params["_meta"] = json!({ "progressToken": token });
-            }
+            // rmcp puts a progressToken of its own in each request.
+            let params = json!({ "name": command["name"], "arguments": args });
             let params: CallToolRequestParams = serde_json::from_value(params).map_err(failed)?;
             let result = serde_json::to_value(peer()?.call_tool(params).await.map_err(failed)?).map_err(failed)?;
             Ok(json!({ "text": text_of(&result, "content"), "is_error": result["isError"] == true }))
@@ -226,22 +229,26 @@ async fn run(client: &Option<Running>, handler: &Matrix, command: &Value) -> Res
             Ok(json!({ "text": texts.join(" ") }))
         }
         "read" => {
-            let params: ReadResourceRequestParams = serde_json::from_value(json!({ "uri": command["uri"] })).map_err(failed)?;
+            let params: ReadResourceRequestParams =
+                serde_json::from_value(json!({ "uri": command["uri"] })).map_err(failed)?;
             let result = serde_json::to_value(peer()?.read_resource(params).await.map_err(failed)?).map_err(failed)?;
             Ok(json!({ "text": text_of(&result, "contents") }))
         }
         "set_level" => {
-            let params: SetLevelRequestParams = serde_json::from_value(json!({ "level": command["level"] })).map_err(failed)?;
+            let params: SetLevelRequestParams =
+                serde_json::from_value(json!({ "level": command["level"] })).map_err(failed)?;
             peer()?.set_level(params).await.map_err(failed)?;
             Ok(json!({}))
         }
         "subscribe" => {
             let peer = peer()?;
             if command["on"] == true {
-                let params: SubscribeRequestParams = serde_json::from_value(json!({ "uri": command["uri"] })).map_err(failed)?;
+                let params: SubscribeRequestParams =
+                    serde_json::from_value(json!({ "uri": command["uri"] })).map_err(failed)?;
                 peer.subscribe(params).await.map_err(failed)?;
             } else {
-                let params: UnsubscribeRequestParams = serde_json::from_value(json!({ "uri": command["uri"] })).map_err(failed)?;
+                let params: UnsubscribeRequestParams =
+                    serde_json::from_value(json!({ "uri": command["uri"] })).map_err(failed)?;
                 peer.unsubscribe(params).await.map_err(failed)?;
             }
             Ok(json!({}))
