@@ -44,8 +44,9 @@
 #   5. the conformance suite's server scenarios against `mcp-fixture --conformance`, directly
 #      and behind mcpgate (`"prefix": ""`), side by side so a failure can be attributed;
 #   5b. the suite's pre-release with the 2026-07-28 scenarios (CONFORMANCE_NEXT_VERSION), run
-#      with `--requirements 2026-07-28` against mcpgate in front of `mcp-fixture --conformance`
-#      and `py_modern_server.py --conformance` (the input-required-result-* tools): every
+#      with `--requirements 2026-07-28` against mcpgate in front of `mcp-fixture --conformance
+#      --both-eras` and `py_modern_server.py --conformance` (the input-required-result-* tools;
+#      both servers speak 2026-07-28, so mcpgate's server/discover offers it): every
 #      scenario the suite scores for that revision must pass;
 #   6. the conformance suite's client scenarios with mcpgate as the client judged
 #      (scripts/interop/conformance_client.py);

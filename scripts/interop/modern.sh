@@ -17,7 +17,7 @@
 # it (the 2026-07-28 clients' pool session too) was DELETEd once mcpgate stopped.
 #
 # modern_conformance_step (5b): the conformance suite's pre-release with the 2026-07-28 scenarios,
-# `--requirements 2026-07-28`, against mcpgate in front of mcp-fixture --conformance and
+# `--requirements 2026-07-28`, against mcpgate in front of mcp-fixture --conformance --both-eras and
 # py_modern_server.py --conformance (the tools of input-required-result-*), both "prefix": "".
 # The suite exits 0 when every scenario it scores for that revision passes; the ones it lists as
 # not scored (the tasks extension, pending scenarios) are printed, not judged.
@@ -104,7 +104,9 @@ EOF
 modern_conformance_step() {
     local section="conformance 2026-07-28: through mcpgate" rc=0 out=$RUN/server-2026
     local suite=$IO/conformance-next/node_modules/@modelcontextprotocol/conformance/dist/index.js
-    start conformance-fixture-2026 "$FIXTURE" --conformance --name conformance
+    # Of both eras (mcpgate speaks the session era to it, as to --conformance alone): with every
+    # server behind speaking 2026-07-28, server/discover offers it, as the suite expects.
+    start conformance-fixture-2026 "$FIXTURE" --conformance --both-eras --name conformance
     local cf_pid=$PID
     start py-modern-conformance "$VPY" "$HERE/py_modern_server.py" --conformance
     local pm_pid=$PID
