@@ -213,12 +213,14 @@ FIX_M=$ADDR; FIX_M_PID=$PID
 gate_config "$OUT/run/overhead-modern.json" 300 "m=$FIX_M"
 start_server "$OUT/run/gate-modern.log" "${MCPGATE[@]}" --config "$OUT/run/overhead-modern.json"
 GATE_M=$ADDR; GATE_M_PID=$PID
-for clients in 1 16; do
-    for target in direct mcpgate; do
-        url=http://$FIX_M/mcp; [ $target = mcpgate ] && url=http://$GATE_M/mcp
-        line=$("$LOAD" calls --modern --url "$url" --tool echo --clients "$clients" --seconds "$SECONDS_PER_POINT")
-        record "{\"part\":\"overhead\",\"server\":\"sessionless\",\"target\":\"$target\",\"round\":1,\"result\":$line}"
-        echo "  sessionless, $clients client(s), $target: $line" >&2
+for round in $(seq "$ROUNDS"); do
+    for clients in 1 16; do
+        for target in direct mcpgate; do
+            url=http://$FIX_M/mcp; [ $target = mcpgate ] && url=http://$GATE_M/mcp
+            line=$("$LOAD" calls --modern --url "$url" --tool echo --clients "$clients" --seconds "$SECONDS_PER_POINT")
+            record "{\"part\":\"overhead\",\"server\":\"sessionless\",\"target\":\"$target\",\"round\":$round,\"result\":$line}"
+            echo "  round $round, sessionless, $clients client(s), $target: $line" >&2
+        done
     done
 done
 stop "$GATE_M_PID"

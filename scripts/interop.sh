@@ -9,14 +9,15 @@
 #      -server-memory, and @modelcontextprotocol/conformance (scripts/interop/tools/), its
 #      pre-release (conformance-next/), and the clients of the matrix (scripts/interop/clients/:
 #      the TypeScript SDK 1.32.2, the MCP Inspector 2.12.0, mcp-remote 0.15.1);
-#   2. builds mcpgate and mcp-fixture (`cargo build --bins`, into $CARGO_TARGET_DIR if set);
+#   2. builds mcpgate and mcp-fixture (`cargo build --bins`, into $CARGO_TARGET_DIR if set), and
+#      the matrix's rmcp client (scripts/interop/rmcp_client/, --locked, into .interop/rmcp-client/);
 #   3. runs everything on 127.0.0.1, on ports the processes pick themselves (port 0), and
 #      stops every process it started, by PID, on exit (also on failure or Ctrl-C);
 #   4. the official Python client through mcpgate, in front of server-everything, a Python
 #      SDK server (scripts/interop/py_server.py) and mcp-fixture: tools, progress, sampling,
 #      elicitation, roots, list_changed, logging, cancellation, resources, prompts,
 #      completion, resumption and a 2025-03-26 batch;
-#   4b. the client matrix (scripts/interop/matrix.sh): six clients, each directly against
+#   4b. the client matrix (scripts/interop/matrix.sh): nine clients, each directly against
 #      server-everything, the Python SDK server and a FastMCP server (fm_server.py), and through
 #      mcpgate in front of the three; a table of features with direct / through results
 #      (.interop/run/matrix.md), a schema check of every message mcpgate sent (the TypeScript
@@ -49,8 +50,9 @@
 #   5. the conformance suite's server scenarios against `mcp-fixture --conformance`, directly
 #      and behind mcpgate (`"prefix": ""`), side by side so a failure can be attributed;
 #   5b. the suite's pre-release with the 2026-07-28 scenarios (CONFORMANCE_NEXT_VERSION), run
-#      with `--requirements 2026-07-28` against mcpgate in front of `mcp-fixture --conformance`
-#      and `py_modern_server.py --conformance` (the input-required-result-* tools): every
+#      with `--requirements 2026-07-28` against mcpgate in front of `mcp-fixture --conformance
+#      --both-eras` and `py_modern_server.py --conformance` (the input-required-result-* tools;
+#      both servers speak 2026-07-28, so mcpgate's server/discover offers it): every
 #      scenario the suite scores for that revision must pass;
 #   6. the conformance suite's client scenarios with mcpgate as the client judged
 #      (scripts/interop/conformance_client.py);
@@ -109,6 +111,8 @@ TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 [[ $TARGET_DIR == /* ]] || TARGET_DIR=$PWD/$TARGET_DIR
 MCPGATE=$TARGET_DIR/debug/mcpgate
 FIXTURE=$TARGET_DIR/debug/mcp-fixture
+RMCP_TARGET=$IO/rmcp-client
+RMCP_CLIENT=$RMCP_TARGET/release/interop-rmcp-client
 
 # Nothing of ours goes through a proxy.
 export NO_PROXY=127.0.0.1,localhost no_proxy=127.0.0.1,localhost
@@ -227,8 +231,27 @@ if [ "${1:-}" = "--install-only" ]; then
     exit 0
 fi
 
-step "2. build mcpgate and mcp-fixture"
+step "2. build mcpgate and mcp-fixture, and the matrix's rmcp client"
 run timeout 900 cargo build --bins --manifest-path "$ROOT/Cargo.toml"
+# The rmcp client (scripts/interop/rmcp_client/, rmcp 3.11.0 from crates.io): its own project
+# and lock, built with --locked into .interop/rmcp-client/, and again only when its sources, its
+# lock or the compiler changed (a stamp beside it). From nothing: 3 min 14 s on this 2-core machine
+# while other builds ran (187 s of CPU, 130 crates), then seconds.
+build_rmcp_client() {
+    local dir=$HERE/rmcp_client stamp=$RMCP_TARGET/stamp want
+    want=$(cat "$dir/Cargo.toml" "$dir/Cargo.lock" "$dir/src/main.rs" <(rustc --version) | sha256sum | cut -d' ' -f1)
+    if [[ -x $RMCP_CLIENT && -f $stamp && $(cat "$stamp") == "$want" ]]; then
+        echo "rmcp client: built already ($RMCP_CLIENT)"
+        return 0
+    fi
+    local t0=$SECONDS
+    run timeout 1200 cargo build --release --locked --quiet --manifest-path "$dir/Cargo.toml" --target-dir "$RMCP_TARGET" ||
+        return 1
+    echo "$want" >"$stamp"
+    echo "rmcp client: built in $((SECONDS - t0)) s"
+}
+build_rmcp_client || echo "rmcp client: the build failed; its matrix runs fail"
+export RMCP_CLIENT
 
 rm -rf "$RUN"
 mkdir -p "$RUN"
@@ -302,7 +325,7 @@ stop "$EV_PID"
 
 # --- 4b. the client matrix ---------------------------------------------------------------------
 
-step "4b. client matrix: 6 clients, directly and through mcpgate, in front of server-everything, py-server and fm-server"
+step "4b. client matrix: 9 clients, directly and through mcpgate, in front of server-everything, py-server and fm-server"
 # shellcheck source=interop/matrix.sh
 source "$HERE/matrix.sh"
 matrix_step

@@ -816,7 +816,7 @@ impl Config {
             line("fanout", &["fanout"], "calls_per_server x servers", self.calls_per_server * servers),
             line(
                 "hold",
-                &["hold"],
+                &["hold", "watch"],
                 "calls of 2026-07-28 clients: max_connections + max_held_calls",
                 self.max_connections + self.max_held_calls,
             ),

@@ -124,9 +124,54 @@ fn gate_with(fx: &Fixture, keys: Value) -> Gate {
     Gate::start_checked(&c)
 }
 
+/// The gateway in front of `servers` (name, fixture).
+fn gate_of(servers: &[(&str, &Fixture)]) -> Gate {
+    let servers: serde_json::Map<String, Value> =
+        servers.iter().map(|(name, fx)| (name.to_string(), json!({"url": fx.url()}))).collect();
+    Gate::start_checked(&json!({"listen": "127.0.0.1:0", "mcpServers": servers}))
+}
+
+#[test]
+fn discover_offers_2026_only_when_every_server_speaks_it() {
+    let session = Fixture::start("old", &[]);
+    let modern = Fixture::start("new", &["--modern"]);
+    let both = Fixture::start("both", &["--both-eras"]);
+    // As an `auto` client probes: the era's `_meta` and version header.
+    let probe = |gate: &Gate| Modern::new(gate).send(json!(7), "server/discover", json!({}), &[]);
+    for (servers, offered) in [
+        (vec![("old", &session)], false),
+        (vec![("new", &modern), ("old", &session)], false),
+        (vec![("new", &modern)], true),
+        (vec![("both", &both)], true),
+        (vec![("new", &modern), ("both", &both)], true),
+    ] {
+        let names: Vec<&str> = servers.iter().map(|(n, _)| *n).collect();
+        let gate = gate_of(&servers);
+        let answer = probe(&gate);
+        if offered {
+            assert_eq!(answer.status, 200, "{names:?}: {answer:?}");
+            assert_eq!(answer.result()["supportedVersions"][0], VERSION, "{names:?}: {answer:?}");
+        } else {
+            // What a session-era server answers: every SDK's auto mode falls
+            // back to initialize on it (not -32022, which the Rust SDK's
+            // reads as a version to retry at).
+            assert_eq!((answer.status, answer.error_code()), (400, -32600), "{names:?}: {answer:?}");
+            assert_eq!(answer.response()["id"], 7, "{names:?}: correlated");
+            let message = answer.response()["error"]["message"].as_str().unwrap_or_default().to_string();
+            assert!(message.contains("initialize"), "{message}");
+            let mut fallback = gate.open_session();
+            assert!(fallback.tool_text(&format!("{}__echo", names[0]), json!({"text": "back"})).ends_with("back"));
+            // A client pinned to 2026-07-28 (it sends no discover) is served and bridged still.
+            let pinned = Modern::new(&gate).call(8, &format!("{}__echo", names.last().unwrap()), json!({"text": "x"}));
+            assert_eq!(pinned.status, 200, "{names:?}: {pinned:?}");
+            assert_eq!(pinned.result()["resultType"], "complete");
+        }
+    }
+}
+
 #[test]
 fn discover_names_both_eras_and_passes_the_checks_of_any_request() {
-    let fx = Fixture::start("fx", &[]);
+    let fx = Fixture::start("fx", &["--modern"]);
     let gate = gate_with(&fx, json!({}));
     let client = Modern::new(&gate);
     let answer = client.send(json!(1), "server/discover", json!({}), &[]);
@@ -169,6 +214,19 @@ fn discover_names_both_eras_and_passes_the_checks_of_any_request() {
     // A session-era client on the same /mcp, at the same time.
     let mut session = gate.open_session();
     assert_eq!(session.tool_text("fx__echo", json!({"text": "old"})), "old");
+}
+
+#[test]
+fn discover_offers_only_what_the_era_serves() {
+    // A server of both eras, spoken to in the session era: it offers
+    // resource subscriptions and tasks there, which this era's clients
+    // are not served through mcpgate; logging they are (by `_meta`).
+    let fx = Fixture::start("fx", &["--both-eras"]);
+    let gate = gate_with(&fx, json!({}));
+    let answer = Modern::new(&gate).send(json!(1), "server/discover", json!({}), &[]);
+    let caps = &answer.result()["capabilities"];
+    assert!(caps["resources"].is_object() && caps["resources"].get("subscribe").is_none(), "{caps}");
+    assert!(caps.get("tasks").is_none(), "{caps}");
 }
 
 #[test]
@@ -568,4 +626,40 @@ fn tool_search_answers_clients_of_the_era_and_call_tool_holds_a_call_as_a_direct
         &[],
     );
     assert!(retry.result().to_string().contains("sampled"), "{retry:?}");
+}
+
+#[test]
+fn a_call_to_a_server_of_the_era_runs_where_it_was_read_and_closing_its_answer_cancels_it() {
+    // Its keep-alives let the fixture see the connection close.
+    let fx = Fixture::start("fx", &["--modern", "--keepalive-ms", "100"]);
+    let gate = gate_with(&fx, json!({}));
+    let client = Modern::new(&gate);
+    assert_eq!(client.call(1, "fx__echo", json!({"text": "warm"})).result()["resultType"], "complete");
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"name": "fx__cancellable", "arguments": {"every_ms": 50}, "_meta": meta(json!({}))}})
+    .to_string();
+    let mut stream = TcpStream::connect(gate.addr).unwrap();
+    write!(
+        stream,
+        "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nAccept: application/json, \
+         text/event-stream\r\nMCP-Protocol-Version: {VERSION}\r\nMcp-Method: tools/call\r\nMcp-Name: fx__cancellable\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        gate.addr,
+        body.len()
+    )
+    .unwrap();
+    assert!(wait_until(Duration::from_secs(3), || fx.count("requests_running") == 1), "{}", fx.stats());
+    // No thread of its own: the connection thread that read it waits on the server.
+    let roles = gate.status()["process"]["threads_by_role"].clone();
+    assert_eq!(roles["hold"].as_u64().unwrap_or(0), 0, "{roles}");
+    let closed = Instant::now();
+    drop(stream);
+    let cancelled = || fx.stats()["modern_cancelled_by_disconnect"].as_u64().unwrap_or(0);
+    assert!(wait_until(Duration::from_secs(3), || cancelled() == 1), "no cancel reached the server: {}", fx.stats());
+    eprintln!("the cancel reached the server {:?} after the client closed", closed.elapsed());
+    assert!(closed.elapsed() < Duration::from_secs(2), "{:?}", closed.elapsed());
+    assert!(wait_until(Duration::from_secs(2), || gate.status()["calls"]["in_flight"] == 0), "{}", gate.status());
+    // The watcher ends once nothing is left to watch.
+    let watchers = || gate.status()["process"]["threads_by_role"]["watch"].as_u64().unwrap_or(0);
+    assert!(wait_until(Duration::from_secs(5), || watchers() == 0), "{}", gate.status());
 }

@@ -730,8 +730,8 @@ def main() -> int:
         (
             "sessionless",
             "Protocol 2026-07-28, without sessions: clients of that era calling `mcp-fixture --modern` directly, "
-            "and through mcpgate (which speaks 2026-07-28 to it too; each call runs on a thread of its own, "
-            "so that it can be held for `input_required`):",
+            "and through mcpgate (which speaks 2026-07-28 to it too; each call runs on the connection thread "
+            "that read it, as a session's does), median of the rounds, interleaved like the rows above:",
         ),
     ):
         table = overhead(rows, server)
@@ -866,6 +866,15 @@ def main() -> int:
     def target(name, value, ok, note=""):
         say(f"| {name} | {value} | {'yes' if ok else 'no'}{note} |")
 
+    sessionless = overhead(rows, "sessionless")
+    for clients in (1, 16):
+        t = sessionless.get(clients, {})
+        d, g = t.get("direct"), t.get("mcpgate")
+        if d and g and d["tput"] and d["p99"]:
+            r = g["tput"] / d["tput"]
+            target(f"sessionless (2026-07-28): throughput through mcpgate >= 0.8 of direct ({clients} client{'s' if clients > 1 else ''})", f"{r:.2f}", r >= 0.8)
+            r = g["p99"] / d["p99"]
+            target(f"sessionless (2026-07-28): p99 through mcpgate <= 1.2 x direct ({clients} client{'s' if clients > 1 else ''})", f"{r:.2f} x", r <= 1.2)
     t16 = fixture.get(16, {})
     if t16.get("direct") and t16.get("mcpgate"):
         r = t16["mcpgate"]["tput"] / t16["direct"]["tput"]

@@ -1,7 +1,7 @@
 """The client matrix's fastmcp client (`fastmcp` 4.2.3, .interop/venv): flow.py
-with `fastmcp.Client` in the handshake era (`mode="legacy"`; its default, "auto",
-is looked at in the opening sequences), with sampling, elicitation and roots
-handlers. It has no resources/subscribe of its own: that is n/a.
+with `fastmcp.Client` in its default `mode="auto"` (server/discover, then
+`initialize` where the server is not of 2026-07-28), with sampling, elicitation
+and roots handlers. It has no resources/subscribe of its own: that is n/a.
 
     python client_fastmcp.py --url URL --target direct:py|mcpgate --out FILE
 """
@@ -56,7 +56,7 @@ class FastMCPClient(flow.Adapter):
     async def connect(self) -> str:
         self.client = Client(
             self.url,
-            mode=os.environ.get("MATRIX_MODE", "legacy"),  # "auto" for the opening sequences
+            mode=os.environ.get("MATRIX_MODE", "auto"),
             roots=self.on_roots,
             sampling_handler=self.on_sampling,
             elicitation_handler=self.on_elicitation,

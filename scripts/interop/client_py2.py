@@ -1,6 +1,8 @@
 """The client matrix's Python SDK 2.x client (`mcp` 2.3.0, .interop/venv): flow.py
-with `mcp.Client`, in the handshake era (`mode="legacy"`; its default, "auto",
-is looked at in the opening sequences), declaring sampling, elicitation and roots.
+with `mcp.Client` in its default `mode="auto"` (server/discover, then `initialize`
+where the server is not of 2026-07-28), declaring sampling, elicitation and roots.
+With MATRIX_MODE=2026-07-28 it is pinned to that era instead (no discover at all):
+the matrix's `python-sdk-2.x-pinned`.
 
     python client_py2.py --url URL --target direct:py|mcpgate --out FILE
 """
@@ -26,8 +28,11 @@ def text_of(result: Any) -> str:
     return "\n".join(getattr(c, "text", "") for c in getattr(result, "content", []) if getattr(c, "type", "") == "text")
 
 
+MODE = os.environ.get("MATRIX_MODE", "auto")
+
+
 class Py2(flow.Adapter):
-    name = "python-sdk-2.x"
+    name = "python-sdk-2.x-pinned" if MODE == "2026-07-28" else "python-sdk-2.x"
 
     def __init__(self, url: str) -> None:
         super().__init__(url)
@@ -65,7 +70,7 @@ class Py2(flow.Adapter):
     async def connect(self) -> str:
         self.client = Client(
             self.url,
-            mode=os.environ.get("MATRIX_MODE", "legacy"),  # "auto" for the opening sequences
+            mode=MODE,
             read_timeout_seconds=flow.STEP_TIMEOUT,
             sampling_callback=self.on_sampling,
             elicitation_callback=self.on_elicitation,

@@ -25,6 +25,7 @@ import argparse
 import glob
 import json
 import os
+import re
 import sys
 from typing import Any
 
@@ -32,8 +33,69 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from flow import FEATURES, SERVERS
 from report import append, load_xfails
 
-CLIENTS = ["typescript-sdk", "inspector-cli", "mcp-remote", "python-sdk-1.x", "python-sdk-2.x", "fastmcp"]
+CLIENTS = [
+    "typescript-sdk", "typescript-sdk-2", "inspector-cli", "mcp-remote", "python-sdk-1.x", "python-sdk-2.x",
+    "python-sdk-2.x-pinned", "fastmcp", "rmcp",
+]  # fmt: skip
+# Clients pinned to 2026-07-28: they do not negotiate, so their era through mcpgate may differ.
+PINNED = {"python-sdk-2.x-pinned"}
 MCP_PATH = "/mcp"
+MODERN = "2026-07-28"
+
+
+def era_of(features: dict[str, Any], server: str) -> str | None:
+    """The protocol version a run negotiated with `server`, from its initialize cell ("protocol X, ...")."""
+    cell = features.get("initialize", {}).get(server)
+    if not cell or cell.get("ok") is not True:
+        return None
+    match = re.search(r"protocol (\S+?)[,;]", cell.get("detail", "") + ",")
+    return match.group(1) if match else None
+
+
+def era_from_tap(rows: list[dict[str, Any]]) -> str | None:
+    """The protocol version a client's run spoke, from what its tap saw (for clients that do not
+    say it): the version of the first request sent with MCP-Protocol-Version after its opening."""
+    for r in rows:
+        if r["type"] == "request" and isinstance(r.get("body"), dict) and r["body"].get("method") != "server/discover":
+            version = r["headers"].get("mcp-protocol-version")
+            if version:
+                return version
+    return None
+
+
+def family(version: str | None) -> str | None:
+    """2026-07-28, or `session` for a version of the session era (2025-11-25 and before)."""
+    return None if version is None else (MODERN if version == MODERN else "session")
+
+
+def era_verdict(client: str, runs: dict[str, dict[str, Any]], taps: str) -> tuple[bool | None, str, str]:
+    """Whether `client` negotiated through mcpgate the era it negotiated directly: 2026-07-28 when it did
+    so with every server, else the session era (mcpgate's rule for servers of mixed eras). Returns the
+    verdict (None: nothing to compare), the cell for the table, and the detail."""
+
+    def tapped(target: str) -> str | None:
+        return era_from_tap(load_tap(os.path.join(taps, f"{client}--{target.replace(':', '-')}.jsonl")))
+
+    direct = {
+        t.split(":", 1)[1]: era_of(f, t.split(":", 1)[1]) or tapped(t) for t, f in runs.items() if t.startswith("direct:")
+    }
+    through = {era_of(runs.get("mcpgate", {}), s) for s in SERVERS} - {None}
+    through_version = next(iter(through), None) or (tapped("mcpgate") if "mcpgate" in runs else None)
+    cell = ",".join(direct.get(s) or "-" for s in SERVERS if s in direct) + f" / {through_version or '-'}"
+    known = {s: v for s, v in direct.items() if v}
+    if not known:
+        return None, cell, f"no version seen directly: {direct}"
+    if through_version is None:
+        return (None if client in PINNED else False), cell, f"direct {known}; no version seen through mcpgate"
+    expected = MODERN if all(v == MODERN for v in known.values()) else "session"
+    detail = (
+        f"direct: {', '.join(f'{s} {v}' for s, v in known.items())}; through mcpgate: {through_version} "
+        f"(as directly: {expected}{'' if expected == MODERN else ', as not every server spoke 2026-07-28'})"
+    )
+    ok = family(through_version) == expected
+    if not ok and client in PINNED:
+        return None, cell, detail + "; pinned, not negotiated"
+    return ok, cell, detail
 
 
 def load_tap(path: str) -> list[dict[str, Any]]:
@@ -184,13 +246,29 @@ def main() -> int:
                f"{client}: {len(same)} of {len(same) + compared} features as good through mcpgate as directly",
                len(same), len(same) + compared, "PASS", ", ".join(same))  # fmt: skip
 
+    # The era each client negotiated, directly with each server and through mcpgate.
+    eras: dict[str, str] = {}
+    for client in clients:
+        ok, cell, detail = era_verdict(client, runs[client], args.taps)
+        eras[client] = cell
+        name = f"{client}: negotiates through mcpgate the era it negotiates directly"
+        if ok is None:
+            append(args.out, "client matrix: protocol era", name, 0, 0, "SKIP", detail)
+        else:
+            append(args.out, "client matrix: protocol era", name, int(ok), 1, "PASS" if ok else "FAIL", detail)
+            if not ok:
+                failures.append(f"FAIL {client} era: {detail}")
+
     # The markdown.
     rows.append("| feature | " + " | ".join(clients) + " |")
     rows.append("|---|" + "---|" * len(clients))
+    rows.append("| era | " + " | ".join(eras.get(c, "-") for c in clients) + " |")
     for feature in FEATURES:
         rows.append(f"| {feature} | " + " | ".join(table[feature].get(c, "-") for c in clients) + " |")
     notes = [
         "",
+        "era: the protocol version negotiated directly with everything, py, fm / through mcpgate; through mcpgate it",
+        "must be 2026-07-28 when it was so with every server, else the session era (a pinned client is not judged).",
         "Each cell: direct / through mcpgate. direct: the client against each server on its own; through: the same",
         "client through one mcpgate in front of server-everything (`everything`), the Python SDK server (`py`) and",
         "the FastMCP server (`fm`). ok, FAIL(servers), n/a (the client cannot), - (no server has it).",

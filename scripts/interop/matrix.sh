@@ -3,9 +3,11 @@
 # wait_for and wait_port of scripts/lib.sh, interop.sh's check_loopback, stop_mcpgate and row, and
 # its variables).
 #
-# Six clients, each run directly against server-everything, the Python SDK server
+# Nine clients, each run directly against server-everything, the Python SDK server
 # (py_server.py) and the FastMCP server (fm_server.py), then through one mcpgate in front of
-# the three. Each client talks through a tap of its own (tap.py), which writes down what it
+# the three. Those that negotiate an era (the Python SDK 2.x, fastmcp, the TypeScript SDK v2
+# client and rmcp, in their `auto` modes) must land through mcpgate in the era they land in
+# directly; the Python SDK 2.x pinned to 2026-07-28 is served whatever its servers speak. Each client talks through a tap of its own (tap.py), which writes down what it
 # sent and what it got: DELETE and the opening sequences are judged from there, and every
 # message mcpgate sent is validated against the TypeScript SDK's schemas (validate.cjs).
 # Then each client's opening sequence, against server-everything and mcpgate, and against an
@@ -16,9 +18,9 @@
 
 MATRIX_TOKEN=interop-matrix-token-0123456789ab # 32 characters; given to no client on purpose
 MATRIX_LANES=(
-    "inspector-cli python-sdk-2.x"
-    "typescript-sdk python-sdk-1.x"
-    "mcp-remote fastmcp"
+    "inspector-cli python-sdk-2.x rmcp"
+    "typescript-sdk python-sdk-1.x typescript-sdk-2"
+    "mcp-remote fastmcp python-sdk-2.x-pinned"
 )
 read -ra MATRIX_CLIENTS <<<"${MATRIX_LANES[*]}"
 
@@ -30,7 +32,10 @@ matrix_command() {
     mcp-remote) echo "$VPY $HERE/client_mcp_remote.py" ;;
     python-sdk-1.x) echo "$VPY1 $HERE/client_py1.py" ;;
     python-sdk-2.x) echo "$VPY $HERE/client_py2.py" ;;
+    python-sdk-2.x-pinned) echo "env MATRIX_MODE=2026-07-28 $VPY $HERE/client_py2.py" ;;
+    typescript-sdk-2) echo "env MATRIX_TS_SDK=2 node $HERE/ts_client.cjs" ;;
     fastmcp) echo "$VPY $HERE/client_fastmcp.py" ;;
+    rmcp) echo "$VPY $HERE/client_rmcp.py" ;;
     esac
 }
 

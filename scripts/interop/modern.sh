@@ -8,13 +8,16 @@
 # mcp-fixture (session era only, counting its sessions). The official Python client
 # (modern_checks.py) runs in mode="legacy", mode="2026-07-28" and mode="auto": call, progress,
 # sampling, elicitation, roots, list_changed and cancel against each Python server, and prints
-# the table client era x server x feature. The TypeScript SDK's 2026-07-28 client
-# (@modelcontextprotocol/client, ts_modern_client.cjs) does the same, pinned to 2026-07-28 and in
-# 'auto' mode. Then the fixture's own count: every session opened on
+# the table client era x server x feature; in mode="auto" it must land in the session era there
+# (the fixture speaks only that) and in 2026-07-28 through a second mcpgate in front of the two
+# Python servers alone, both of which speak it. The TypeScript SDK's 2026-07-28 client
+# (@modelcontextprotocol/client, ts_modern_client.cjs) does the same through that second
+# mcpgate, pinned to 2026-07-28 and in 'auto' mode (pinned, it still probes server/discover, and
+# fails where it is not offered, as it does in front of a session-era server directly). Then the fixture's own count: every session opened on
 # it (the 2026-07-28 clients' pool session too) was DELETEd once mcpgate stopped.
 #
 # modern_conformance_step (5b): the conformance suite's pre-release with the 2026-07-28 scenarios,
-# `--requirements 2026-07-28`, against mcpgate in front of mcp-fixture --conformance and
+# `--requirements 2026-07-28`, against mcpgate in front of mcp-fixture --conformance --both-eras and
 # py_modern_server.py --conformance (the tools of input-required-result-*), both "prefix": "".
 # The suite exits 0 when every scenario it scores for that revision passes; the ones it lists as
 # not scored (the tasks extension, pending scenarios) are printed, not judged.
@@ -41,14 +44,27 @@ modern_step() {
   }
 }
 EOF
+    cat >"$RUN/mcpgate-eras-2026.json" <<EOF
+{
+  "listen": "127.0.0.1:0",
+  "mcpServers": {
+    "py": { "url": "http://127.0.0.1:$both_port/mcp" },
+    "pym": { "url": "http://127.0.0.1:$modern_port/mcp" }
+  }
+}
+EOF
     start mcpgate-eras "$MCPGATE" --config "$RUN/mcpgate-eras.json"
     local gw_pid=$PID gw_port
+    start mcpgate-eras-2026 "$MCPGATE" --config "$RUN/mcpgate-eras-2026.json"
+    local gw2_pid=$PID gw2_port
     gw_port=$(wait_port mcpgate-eras "$gw_pid" "$RUN/mcpgate-eras.out")
-    echo "py (both eras) :$both_port, pym (2026-07-28 only) :$modern_port, mcp-fixture :$fx_port, mcpgate :$gw_port"
+    gw2_port=$(wait_port mcpgate-eras-2026 "$gw2_pid" "$RUN/mcpgate-eras-2026.out")
+    echo "py (both eras) :$both_port, pym (2026-07-28 only) :$modern_port, mcp-fixture :$fx_port, mcpgate :$gw_port" \
+        "(py and pym alone: :$gw2_port)"
     check_loopback py-modern "$modern_pid" "$modern_port"
 
     run timeout 300 "$VPY" "$HERE/modern_checks.py" --url "http://127.0.0.1:$gw_port/mcp" \
-        --json "$RUN/modern_checks.json" || rc=$?
+        --url-2026 "http://127.0.0.1:$gw2_port/mcp" --json "$RUN/modern_checks.json" || rc=$?
     if [[ -f $RUN/modern_checks.json ]]; then
         timeout 60 "$VPY" "$HERE/report.py" checks --json "$RUN/modern_checks.json" --section "$section" --out "$RESULTS"
     fi
@@ -56,7 +72,7 @@ EOF
         row "$section" "modern_checks.py ran to its end" 0 "exit status $rc (124: timed out)"
     fi
     rc=0
-    CLIENTS_DIR=$CLIENTS run timeout 300 node "$HERE/ts_modern_client.cjs" --url "http://127.0.0.1:$gw_port/mcp" \
+    CLIENTS_DIR=$CLIENTS run timeout 300 node "$HERE/ts_modern_client.cjs" --url "http://127.0.0.1:$gw2_port/mcp" \
         --out "$RUN/ts_modern.json" || rc=$?
     if [[ -f $RUN/ts_modern.json ]]; then
         timeout 60 "$VPY" "$HERE/report.py" checks --json "$RUN/ts_modern.json" --section "$section" --out "$RESULTS"
@@ -66,6 +82,7 @@ EOF
     fi
     grep -E "server \`[a-z]+\` (speaks|is spoken)" "$RUN/mcpgate-eras.err" | sed 's/^/  mcpgate: /' || true
     stop_mcpgate mcpgate-eras "$gw_pid" "$section"
+    stop_mcpgate mcpgate-eras-2026 "$gw2_pid" "$section"
     stats=$(curl -fsS -m 5 "http://127.0.0.1:$fx_port/stats" || true)
     stats=$(timeout 10 "$VPY" - "${stats:-null}" <<'EOF' 2>&1 || true
 import json, sys
@@ -87,7 +104,9 @@ EOF
 modern_conformance_step() {
     local section="conformance 2026-07-28: through mcpgate" rc=0 out=$RUN/server-2026
     local suite=$IO/conformance-next/node_modules/@modelcontextprotocol/conformance/dist/index.js
-    start conformance-fixture-2026 "$FIXTURE" --conformance --name conformance
+    # Of both eras (mcpgate speaks the session era to it, as to --conformance alone): with every
+    # server behind speaking 2026-07-28, server/discover offers it, as the suite expects.
+    start conformance-fixture-2026 "$FIXTURE" --conformance --both-eras --name conformance
     local cf_pid=$PID
     start py-modern-conformance "$VPY" "$HERE/py_modern_server.py" --conformance
     local pm_pid=$PID

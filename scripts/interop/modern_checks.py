@@ -2,16 +2,18 @@
 
 mcpgate fronts two Python SDK servers: py_server.py (prefix `py`), which serves both eras and
 which mcpgate speaks to in the session era, and py_modern_server.py (prefix `pym`), which
-serves 2026-07-28 alone. The same client runs three times: `mode="legacy"` (initialize and a
-session), `mode="2026-07-28"` (sessionless) and `mode="auto"` (which must settle on 2026-07-28,
-as mcpgate's server/discover offers it). For each client era and server, each feature: call,
+serves 2026-07-28 alone; that mcpgate also fronts mcp-fixture, of the session era only. The
+same client runs three times: `mode="legacy"` (initialize and a session), `mode="2026-07-28"`
+(sessionless, pinned: no discover) and `mode="auto"`, which must settle on the session era there
+(not every server speaks 2026-07-28, and server/discover says so as a session-era server would),
+and on 2026-07-28 through a second mcpgate (--url-2026) in front of the two Python servers only. For each client era and server, each feature: call,
 progress, sampling, elicitation, roots, list_changed (the session's notification, or
 `subscriptions/listen`), cancel (notifications/cancelled, or closing the call's stream).
 
 Prints one PASS/FAIL line per check, then the table client era x server x feature; writes the
 results as JSON (--json) for interop.sh's table; exits 1 if any check failed.
 
-    modern_checks.py --url http://127.0.0.1:PORT/mcp [--json FILE]
+    modern_checks.py --url http://127.0.0.1:PORT/mcp --url-2026 http://127.0.0.1:PORT2/mcp [--json FILE]
 """
 
 from __future__ import annotations
@@ -139,7 +141,7 @@ async def features(client: Client, era: str, server: str) -> None:
         await feature(era, server, name, body)
 
 
-def discover_probe(url: str, meta: bool) -> tuple[bool, str]:
+def discover_probe(url: str, meta: bool, offered: bool) -> tuple[bool, str]:
     """server/discover by hand: as a 2026-07-28 client sends it (its `_meta` and version header),
     or bare (neither), as a client that does not know the era yet may."""
     params: dict[str, Any] = {}
@@ -160,17 +162,21 @@ def discover_probe(url: str, meta: bool) -> tuple[bool, str]:
         status, answer = e.code, json.loads(e.read() or b"{}")
     result = answer.get("result", {})
     versions = result.get("supportedVersions", [])
-    ok = status == 200 and MODERN in versions and "2025-11-25" in versions
-    return ok, f"HTTP {status}, supportedVersions {versions}, ttlMs {result.get('ttlMs')} {answer.get('error', '')}"
+    detail = f"HTTP {status}, supportedVersions {versions}, ttlMs {result.get('ttlMs')} {answer.get('error', '')}"
+    if not offered:
+        # What a session-era server answers a request without a session: every SDK's auto mode initializes then.
+        return status == 400 and answer.get("error", {}).get("code") == -32600, detail
+    return status == 200 and MODERN in versions and "2025-11-25" in versions, detail
 
 
-async def run(url: str) -> None:
-    for meta, how in [(True, "with the era's _meta and headers"), (False, "bare (no _meta, no version header)")]:
-        try:
-            ok, detail = discover_probe(url, meta)
-        except Exception as e:  # a failed check, whatever the cause
-            ok, detail = False, f"{type(e).__name__}: {e}"
-        record(f"server/discover {how}: both eras offered", ok, detail)
+async def run(url: str, url_2026: str) -> None:
+    for gate, offered, what in [(url, False, "session era only (a server of it behind)"), (url_2026, True, "both eras")]:
+        for meta, how in [(True, "with the era's _meta and headers"), (False, "bare (no _meta, no version header)")]:
+            try:
+                ok, detail = discover_probe(gate, meta, offered)
+            except Exception as e:  # a failed check, whatever the cause
+                ok, detail = False, f"{type(e).__name__}: {e}"
+            record(f"server/discover {how}: {what} offered", ok, detail)
     for mode, era in [("legacy", "legacy"), (MODERN, MODERN)]:
         try:
             async with new_client(url, mode=mode) as client:
@@ -182,15 +188,19 @@ async def run(url: str) -> None:
         except Exception as e:  # the client itself failed: count it
             record(f'Client(mode="{mode}") through mcpgate', False, f"{type(e).__name__}: {e}")
 
-    async def auto() -> tuple[bool, str]:
-        async with new_client(url, mode="auto") as client:
-            version = client.protocol_version
-            await client.list_tools()
-            texts = [await call_text(client, f"{s}__echo", {"text": "auto"}) for s in SERVERS]
-            ok = version == MODERN and all(t.endswith("echo: auto") for t in texts)
-            return ok, f"negotiated {version}; {texts}"
+    def auto(gate: str, want_modern: bool) -> Any:
+        async def body() -> tuple[bool, str]:
+            async with new_client(gate, mode="auto") as client:
+                version = client.protocol_version
+                await client.list_tools()
+                texts = [await call_text(client, f"{s}__echo", {"text": "auto"}) for s in SERVERS]
+                ok = (version == MODERN) == want_modern and all(t.endswith("echo: auto") for t in texts)
+                return ok, f"negotiated {version}; {texts}"
 
-    await check('Client(mode="auto") settles on 2026-07-28 (server/discover offers it), and calls both servers', auto)
+        return body
+
+    await check('Client(mode="auto") settles on the session era where a server speaks only that', auto(url, False))
+    await check('Client(mode="auto") settles on 2026-07-28 where every server speaks it', auto(url_2026, True))
 
 
 def print_table() -> None:
@@ -207,11 +217,12 @@ def print_table() -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--url", required=True, help="mcpgate's /mcp endpoint")
+    parser.add_argument("--url", required=True, help="mcpgate's /mcp endpoint, in front of py, pym and the fixture")
+    parser.add_argument("--url-2026", required=True, help="an mcpgate in front of py and pym only")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
     try:
-        anyio.run(run, args.url)
+        anyio.run(run, args.url, args.url_2026)
     except Exception as e:  # the run itself failed: count it
         record("modern_checks.py ran to its end", False, f"{type(e).__name__}: {e}")
     print_table()

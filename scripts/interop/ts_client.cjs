@@ -2,6 +2,9 @@
 // from .interop/clients): the flow of flow.py, feature for feature, with the SDK's Client and
 // StreamableHTTPClientTransport, declaring sampling, elicitation and roots. Same spec
 // (matrix_spec.json), same JSON output, so matrix.py can put it beside the others.
+// With MATRIX_TS_SDK=2, the same flow with the SDK's v2 client (@modelcontextprotocol/client
+// 2.3.1) in `versionNegotiation: {mode: 'auto'}`: server/discover, then initialize where the
+// server is not of 2026-07-28 (the matrix's `typescript-sdk-2`).
 //
 //   node ts_client.cjs --url URL --target direct:py|mcpgate --out FILE   (CLIENTS_DIR: .interop/clients)
 //
@@ -15,9 +18,17 @@ const path = require("node:path");
 const { createRequire } = require("node:module");
 
 const sdk = createRequire(path.join(process.env.CLIENTS_DIR, "package.json"));
-const { Client } = sdk("@modelcontextprotocol/sdk/client/index.js");
-const { StreamableHTTPClientTransport } = sdk("@modelcontextprotocol/sdk/client/streamableHttp.js");
-const types = sdk("@modelcontextprotocol/sdk/types.js");
+const V2 = process.env.MATRIX_TS_SDK === "2";
+const CLIENT_NAME = V2 ? "typescript-sdk-2" : "typescript-sdk";
+const { Client, StreamableHTTPClientTransport } = V2
+  ? sdk("@modelcontextprotocol/client")
+  : {
+      Client: sdk("@modelcontextprotocol/sdk/client/index.js").Client,
+      StreamableHTTPClientTransport: sdk("@modelcontextprotocol/sdk/client/streamableHttp.js").StreamableHTTPClientTransport,
+    };
+const types = V2 ? {} : sdk("@modelcontextprotocol/sdk/types.js");
+// v1 names a handler by its zod schema, v2 by its method.
+const handlerKey = (schema, method) => (V2 ? method : types[schema]);
 
 const SPEC = JSON.parse(fs.readFileSync(path.join(__dirname, "matrix_spec.json"), "utf8"));
 const FEATURES = ["initialize", "tools/list", "prompts/list", "resources/list", "templates/list", "tools/call",
@@ -141,26 +152,32 @@ async function step(feature, server, body) {
 
 const client = new Client(
   { name: "interop-matrix-ts", version: "1.0" },
-  { capabilities: { sampling: {}, elicitation: { form: {} }, roots: { listChanged: true } } },
+  {
+    capabilities: { sampling: {}, elicitation: { form: {} }, roots: { listChanged: true } },
+    ...(V2 ? { versionNegotiation: { mode: "auto" } } : {}),
+  },
 );
-client.setRequestHandler(types.CreateMessageRequestSchema, async () => {
+client.setRequestHandler(handlerKey("CreateMessageRequestSchema", "sampling/createMessage"), async () => {
   callbacks.sampling++;
   return { role: "assistant", content: { type: "text", text: SPEC.sampled }, model: "interop", stopReason: "endTurn" };
 });
-client.setRequestHandler(types.ElicitRequestSchema, async (request) => {
+client.setRequestHandler(handlerKey("ElicitRequestSchema", "elicitation/create"), async (request) => {
   callbacks.elicitation++;
   const schema = request.params.requestedSchema;
   return schema ? { action: "accept", content: fillForm(schema) } : { action: "decline" };
 });
-client.setRequestHandler(types.ListRootsRequestSchema, async () => {
+client.setRequestHandler(handlerKey("ListRootsRequestSchema", "roots/list"), async () => {
   callbacks.roots++;
   return { roots: [{ uri: SPEC.root_uri, name: "interop-root" }] };
 });
 client.fallbackNotificationHandler = async (n) => {
   notes.push([n.method, n.params || {}]);
 };
-for (const schema of [types.LoggingMessageNotificationSchema, types.ResourceUpdatedNotificationSchema]) {
-  client.setNotificationHandler(schema, async (n) => notes.push([n.method, n.params || {}]));
+for (const [schema, method] of [
+  ["LoggingMessageNotificationSchema", "notifications/message"],
+  ["ResourceUpdatedNotificationSchema", "notifications/resources/updated"],
+]) {
+  client.setNotificationHandler(handlerKey(schema, method), async (n) => notes.push([n.method, n.params || {}]));
 }
 const transport = new StreamableHTTPClientTransport(new URL(url), { fetch: cuttingFetch });
 
@@ -172,7 +189,10 @@ const args = (a) => Object.fromEntries(Object.entries(a).map(([k, v]) => [k, fre
 const textOf = (result) => (result.content || []).filter((c) => c.type === "text").map((c) => c.text).join("\n");
 
 async function call(tool, a, options = {}) {
-  const result = await client.callTool({ name: tool, arguments: a }, undefined, { timeout: STEP_TIMEOUT, ...options });
+  const callOptions = { timeout: STEP_TIMEOUT, ...options };
+  const result = V2
+    ? await client.callTool({ name: tool, arguments: a }, callOptions)
+    : await client.callTool({ name: tool, arguments: a }, undefined, callOptions);
   if (result.isError) throw new Error(`isError: ${textOf(result)}`);
   return textOf(result);
 }
@@ -301,7 +321,8 @@ async function main() {
     await client.connect(transport);
     const info = client.getServerVersion();
     for (const server of servers) {
-      record("initialize", server, true, `protocol ${transport.protocolVersion}, server ${info && info.name}`);
+      const version = V2 ? client.getNegotiatedProtocolVersion() : transport.protocolVersion;
+      record("initialize", server, true, `protocol ${version}, server ${info && info.name}`);
     }
   } catch (e) {
     for (const server of servers) record("initialize", server, false, `${e.name}: ${e.message}`);
@@ -361,6 +382,6 @@ main()
       console.log(`  close: ${e.name}: ${e.message}`);
       (results._error = results._error || {}).close = { ok: false, detail: `${e.name}: ${e.message}` };
     }
-    fs.writeFileSync(out, JSON.stringify({ client: "typescript-sdk", target, features: results }, null, 1));
+    fs.writeFileSync(out, JSON.stringify({ client: CLIENT_NAME, target, features: results }, null, 1));
     process.exit(0);
   });

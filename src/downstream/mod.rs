@@ -357,6 +357,17 @@ impl Server {
         }
     }
 
+    /// Whether the server speaks 2026-07-28 (alone or beside the session
+    /// era), asking it once if nobody did yet; `None` when it cannot be
+    /// asked now. stdio servers and those of the old SSE transport speak
+    /// the session era.
+    pub fn speaks_2026(&self) -> Option<bool> {
+        match &self.endpoint {
+            Endpoint::Http(http, modern) => modern.speaks_2026(self, http),
+            Endpoint::Sse(_) | Endpoint::Stdio(_) => Some(false),
+        }
+    }
+
     pub fn is_retired(&self) -> bool {
         self.retired.load(Ordering::Acquire)
     }

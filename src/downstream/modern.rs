@@ -65,8 +65,20 @@ impl Side {
     pub(crate) fn era_name(&self) -> Option<&'static str> {
         match &*self.era.lock() {
             Probe::Known(Era::Modern { .. }) => Some(VERSION),
-            Probe::Known(Era::Session) => Some("session"),
+            Probe::Known(Era::Session { .. }) => Some("session"),
             Probe::Unknown | Probe::Running => None,
+        }
+    }
+
+    /// Whether the server speaks 2026-07-28 (alone, or beside the session
+    /// era), asking it first if no session did yet; `None` when it cannot
+    /// be asked now. What a client of that era would land in, directly.
+    pub(crate) fn speaks_2026(&self, server: &Server, endpoint: &Endpoint) -> Option<bool> {
+        let wait = server.limits.connect + server.limits.request;
+        match self.era(wait, || ask_era(server, endpoint)) {
+            Ok(Era::Modern { .. }) => Some(true),
+            Ok(Era::Session { also_2026 }) => Some(also_2026),
+            Err(_) => None,
         }
     }
 
@@ -110,8 +122,9 @@ impl Side {
 /// What a server speaks, learned by asking it.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Era {
-    /// The session era: `initialize`, sessions, `DELETE`.
-    Session,
+    /// The session era: `initialize`, sessions, `DELETE`; `also_2026` when
+    /// its discover offered 2026-07-28 too (a server of both eras).
+    Session { also_2026: bool },
     /// 2026-07-28, with what `server/discover` said.
     Modern { capabilities: Value, instructions: Option<String> },
 }
@@ -151,13 +164,7 @@ pub(crate) fn open(
     body: &[u8],
 ) -> Result<Option<Opened>, DownstreamError> {
     let wait = server.limits.connect + server.limits.request;
-    let era = side.era(wait, || {
-        let era = probe(server, endpoint)?;
-        if matches!(era, Era::Modern { .. }) {
-            log::info!("server `{}` speaks protocol {VERSION}: no sessions with it", server.name());
-        }
-        Ok(era)
-    })?;
+    let era = side.era(wait, || ask_era(server, endpoint))?;
     let Era::Modern { capabilities, instructions } = era else { return Ok(None) };
     let client = Message::parse(body).ok().and_then(|m| m.params_object().ok()).unwrap_or_default();
     let mut meta = Map::new();
@@ -176,6 +183,15 @@ pub(crate) fn open(
     Ok(Some((Box::new(link), Ok(answer))))
 }
 
+/// Asks the server its era, and says so when it is 2026-07-28 alone.
+fn ask_era(server: &Server, endpoint: &Endpoint) -> Result<Era, DownstreamError> {
+    let era = probe(server, endpoint)?;
+    if matches!(era, Era::Modern { .. }) {
+        log::info!("server `{}` speaks protocol {VERSION}: no sessions with it", server.name());
+    }
+    Ok(era)
+}
+
 /// Asks the server `server/discover`. A transport failure is an error (the
 /// server is down; it is asked again); any answer that is not a result
 /// offering 2026-07-28 means the session era.
@@ -187,7 +203,7 @@ fn probe(server: &Server, endpoint: &Endpoint) -> Result<Era, DownstreamError> {
     let flight = server.lanes.flight(0);
     let exchange = Exchange { session_id: None, version: VERSION, agent: endpoint.short_agent(), flight: &flight };
     let Ok(answer) = endpoint.read_answer(server, response, &id, &mut |_| {}, &exchange) else {
-        return Ok(Era::Session);
+        return Ok(Era::Session { also_2026: false });
     };
     let result: Value = answer.result.as_ref().and_then(|r| serde_json::from_str(r.get()).ok()).unwrap_or_default();
     let offered = result["supportedVersions"].as_array().cloned().unwrap_or_default();
@@ -203,7 +219,7 @@ fn probe(server: &Server, endpoint: &Endpoint) -> Result<Era, DownstreamError> {
             instructions: result["instructions"].as_str().map(str::to_string),
         }
     } else {
-        Era::Session
+        Era::Session { also_2026: modern }
     })
 }
 

@@ -129,6 +129,28 @@ pub(super) fn call(
     }
 }
 
+/// A client's `notifications/cancelled` (its `params`): sent on to the
+/// server of the request it names, with the server's id for it.
+pub(super) fn cancel(session: &Session, mut params: Map<String, Value>) {
+    let Some(request_id) = params.get("requestId") else { return };
+    let Some((downstream, id)) = session.cancel(request_id) else {
+        log::debug!("session {}: cancel of a request not in flight ignored", session::short(&session.id));
+        return;
+    };
+    params.insert("requestId".into(), id);
+    if let Err(e) = downstream.notify("notifications/cancelled", Some(&jsonrpc::raw(&Value::Object(params)))) {
+        crate::limited!(warn, "server `{}`: forwarding a cancel failed: {e}", downstream.server.name());
+    }
+}
+
+/// Cancels the call `call_id` of `session`, as a client's cancel would.
+pub(super) fn cancel_call(session: &Session, call_id: &Value, reason: &str) {
+    let mut params = Map::new();
+    params.insert("requestId".into(), call_id.clone());
+    params.insert("reason".into(), Value::from(reason));
+    cancel(session, params);
+}
+
 /// Runs `work` on the session's downstream session with `server`, opening
 /// it if needed. If the server no longer knows that session (HTTP 404: it
 /// restarted; or its process had ended before the request was sent), the
@@ -559,18 +581,8 @@ impl Gateway {
     pub(super) fn client_notification(&self, session: &Arc<Session>, message: &Message) {
         match message.method() {
             "notifications/cancelled" => {
-                let Ok(params) = message.params_object() else { return };
-                let Some(request_id) = params.get("requestId") else { return };
-                let Some((downstream, id)) = session.cancel(request_id) else {
-                    log::debug!("session {}: cancel of a request not in flight ignored", session::short(&session.id));
-                    return;
-                };
-                let mut params = params.clone();
-                params.insert("requestId".into(), id);
-                if let Err(e) =
-                    downstream.notify("notifications/cancelled", Some(&jsonrpc::raw(&Value::Object(params))))
-                {
-                    crate::limited!(warn, "server `{}`: forwarding a cancel failed: {e}", downstream.server.name());
+                if let Ok(params) = message.params_object() {
+                    cancel(session, params);
                 }
             }
             "notifications/roots/list_changed" => {

@@ -255,7 +255,12 @@ impl Gateway {
             Ok(m) => m,
             Err(e) => return HttpReply::error(400, &Value::Null, &e),
         };
-        if super::modern::is_modern(req, &message) {
+        // A discover that finds only the session era is answered as that era would answer it.
+        let discover_refused = message.method() == "server/discover" && !self.offers_2026(access);
+        if discover_refused && req.header(SESSION_HEADER).is_none() {
+            return self.discover_session_era(&message);
+        }
+        if !discover_refused && super::modern::is_modern(req, &message) {
             return self.modern(req, &message, sink, access);
         }
         if message.method() == "initialize" && message.kind() == Ok(Kind::Request) {

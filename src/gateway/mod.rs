@@ -27,6 +27,7 @@ mod lists;
 mod modern;
 mod reload;
 pub mod search;
+mod watch;
 
 pub use reload::ReloadOutcome;
 
@@ -94,6 +95,8 @@ pub struct Gateway {
     pools: Mutex<std::collections::HashMap<String, Arc<Session>>>,
     /// Calls of that era waiting for their client's retry.
     holds: holds::Holds,
+    /// Calls of that era running on their connection thread, watched for their client leaving.
+    watch: watch::Watch,
     /// `instance_id` as at start (a reload does not change it): starts every session id.
     pub instance_id: Option<String>,
     pub started: Instant,
@@ -126,6 +129,7 @@ impl Gateway {
             trim_owed: std::sync::atomic::AtomicBool::new(false),
             pools: Mutex::new(std::collections::HashMap::new()),
             holds: holds::Holds::new(),
+            watch: watch::Watch::default(),
             instance_id,
             started: Instant::now(),
         }
@@ -152,6 +156,7 @@ impl Gateway {
     pub fn shutdown(&self) {
         self.stopping.store(true, std::sync::atomic::Ordering::Release);
         self.draining.store(true, std::sync::atomic::Ordering::Release);
+        self.watch.stop();
         for held in self.holds.take_all() {
             self.cancel(&held.pool, &held.call_id, "mcpgate is shutting down");
         }

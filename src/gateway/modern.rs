@@ -4,15 +4,21 @@
 //! downstream sessions reach the session-era servers; idle, it is evicted
 //! like any session, through the one close path.
 //!
-//! - `server/discover` is answered before any version check.
+//! - `server/discover` is answered before any version check, and offers
+//!   2026-07-28 only when every server behind speaks it (`offers_2026`):
+//!   a client that negotiates lands in the era it would land in directly.
 //! - The lists and calls go through the pool; results get `resultType`,
 //!   and lists `ttlMs` and `cacheScope` (`private` when tokens decide what
 //!   a client sees).
-//! - A call runs on a thread of its own. What its server sends goes to the
-//!   answer, as SSE; a request of the server's (sampling, elicitation,
-//!   roots) becomes an `input_required` answer, and the call is held until
-//!   the client retries with its answers (see `holds`).
-//! - Closing the answer's stream cancels the call.
+//! - A call to a server of 2026-07-28 runs on the connection thread that
+//!   read it: such a server asks only through its result, passed on as it
+//!   is. A call to a session-era server runs on a thread of its own: what
+//!   its server sends goes to the answer, as SSE; a request of the
+//!   server's (sampling, elicitation, roots) becomes an `input_required`
+//!   answer, and the call is held until the client retries with its
+//!   answers (see `holds`).
+//! - Closing the answer's stream cancels the call (for a call that runs
+//!   where it was read, the watcher sees it: see `watch`).
 //! - `subscriptions/listen` gets the list changes of every server.
 
 use std::sync::Arc;
@@ -139,11 +145,6 @@ impl Gateway {
         if let Some(kind) = ListKind::from_method(method) {
             return self.finish(&id, method, self.list_page(&pool, kind, message), None);
         }
-        if method == "tools/call"
-            && let Some(outcome) = Params::of(message).ok().and_then(|params| self.own_tool(&pool, &params))
-        {
-            return self.finish(&id, method, outcome, None);
-        }
         match method {
             "tools/call" | "prompts/get" | "resources/read" | "completion/complete" => {
                 self.modern_call(req, &pool, message, &envelope, sink, access)
@@ -159,6 +160,47 @@ impl Gateway {
         }
     }
 
+    /// Whether `server/discover` offers 2026-07-28 to the clients of
+    /// `access`: only when every server they may reach speaks it, alone or
+    /// beside the session era. A client that probes (`mode="auto"`) then
+    /// lands in the era it would land in with those servers directly: in
+    /// front of one that speaks only the session era it falls back to
+    /// `initialize`, where that server's `ping`, `logging/setLevel`,
+    /// `resources/subscribe` and tasks work as they do directly. A server
+    /// that cannot be asked now counts as the session era, which mcpgate
+    /// bridges to every server. A client pinned to 2026-07-28 sends no
+    /// discover and is served whatever its servers speak.
+    pub(super) fn offers_2026(&self, access: &Access) -> bool {
+        let cur = self.current();
+        let scope = access.servers();
+        let servers: Vec<&Arc<Server>> =
+            cur.servers.iter().filter(|s| scope.is_none_or(|names| names.iter().any(|n| n == s.name()))).collect();
+        // Those never asked are asked together; the others answer from what they said.
+        let unknown: Vec<&Arc<Server>> = servers.iter().copied().filter(|s| s.era().is_none()).collect();
+        let all = std::sync::atomic::AtomicBool::new(true);
+        threads::for_each_parallel("fanout", &unknown, unknown.len(), |server| {
+            if server.speaks_2026() != Some(true) {
+                all.store(false, std::sync::atomic::Ordering::Relaxed);
+            }
+        });
+        all.into_inner() && servers.iter().filter(|s| s.era().is_some()).all(|s| s.speaks_2026() == Some(true))
+    }
+
+    /// `server/discover` when it does not offer 2026-07-28 (see
+    /// [`Gateway::offers_2026`]): what a server of the session era answers a
+    /// request without a session, 400 with -32600 and the request's id.
+    /// Every SDK's `auto` mode reads it as "not of 2026-07-28" and sends
+    /// `initialize` (-32022 would not do: the Rust SDK's reads it as a
+    /// version to retry at, and gives up).
+    pub(super) fn discover_session_era(&self, message: &Message) -> HttpReply {
+        let e = RpcError::new(
+            jsonrpc::INVALID_REQUEST,
+            "server/discover: the servers behind mcpgate speak the session era, and so does mcpgate to clients that \
+             probe: send initialize (protocol 2025-11-25 or earlier)",
+        );
+        HttpReply::error(400, message.id.as_ref().unwrap_or(&Value::Null), &e)
+    }
+
     /// `server/discover`: the versions mcpgate speaks, and what its
     /// servers offer together.
     fn discover(&self, id: &Value, access: &Access) -> HttpReply {
@@ -168,9 +210,14 @@ impl Gateway {
         };
         let opened = self.open_all(&pool);
         let mut capabilities = self.capabilities(&pool, &opened);
-        // Tasks left the core protocol in this era.
+        // Offered only what this era's clients are served: tasks left the
+        // core protocol in this era, and resource subscriptions
+        // (`subscriptions/listen`'s `resourceSubscriptions`) are not bridged.
         if let Value::Object(caps) = &mut capabilities {
             caps.remove("tasks");
+            if let Some(Value::Object(resources)) = caps.get_mut("resources") {
+                resources.remove("subscribe");
+            }
         }
         let mut supported = vec![modern::VERSION];
         supported.extend_from_slice(versions::SUPPORTED);
@@ -228,10 +275,16 @@ impl Gateway {
         access: &Access,
     ) -> HttpReply {
         let id = message.id.clone().unwrap_or(Value::Null);
+        // Read once: mcpgate's own tools, and the call.
         let params = match Params::of(message) {
             Ok(params) => params,
             Err(e) => return error_reply(&id, &e),
         };
+        if message.method() == "tools/call"
+            && let Some(outcome) = self.own_tool(pool, &params)
+        {
+            return self.finish(&id, message.method(), outcome, None);
+        }
         let token = access.principal();
         let held = match params.str("requestState").filter(|s| s.starts_with(holds::STATE_PREFIX)) {
             Some(state) => match self.holds.take(&state, token.as_ref()) {
@@ -242,23 +295,27 @@ impl Gateway {
                 }
                 Err(e) => return error_reply(&id, &holds::refused(&e)),
             },
-            None => match self.start_call(pool, message, params, token) {
-                Ok(held) => held,
-                Err(e) => return error_reply(&id, &e),
-            },
+            None => {
+                let new = match self.new_call(pool, message, params) {
+                    Ok(new) => new,
+                    Err(e) => return error_reply(&id, &e),
+                };
+                if new.server.era() == Some(modern::VERSION) {
+                    return self.call_here(req, pool, new, envelope, sink, &id);
+                }
+                match self.start_call(pool, new, token) {
+                    Ok(held) => held,
+                    Err(e) => return error_reply(&id, &e),
+                }
+            }
         };
         self.wait_for(req, held, envelope, sink, &id)
     }
 
-    /// Starts a new call on a thread of its own, on the pool's downstream
-    /// session with the server that owns its tool, prompt or resource.
-    fn start_call(
-        &self,
-        pool: &Arc<Session>,
-        message: &Message,
-        params: Params,
-        token: Option<[u8; 32]>,
-    ) -> Result<HeldParts, RpcError> {
+    /// A new call, on the pool's downstream session with the server that
+    /// owns its tool, prompt or resource: its number and id in the pool,
+    /// the request as the pool sends it, its server and params.
+    fn new_call(&self, pool: &Arc<Session>, message: &Message, params: Params) -> Result<NewCall, RpcError> {
         // The call's own id in the pool: clients of this era may all use id 1.
         let number = self.holds.next();
         let call_id = Value::String(format!("mcpgate-call-{number}"));
@@ -285,6 +342,42 @@ impl Gateway {
                 }
             }
         }
+        Ok(NewCall { number, call_id, call, server, params })
+    }
+
+    /// A call to a server of this era runs here, on the connection thread
+    /// that read it: such a server asks for input only through its result
+    /// (`input_required`, passed on as it is, with the server's own
+    /// `requestState`), never mid-call, so there is nothing to hold. What
+    /// the server sends first goes straight to the answer. A thread and two
+    /// wake-ups per call less: 0.34 of direct throughput at 1 client became
+    /// what docs/BENCHMARKS.md shows. The watcher cancels the call when the
+    /// client closes its stream; no `: ping` comment is added to a quiet
+    /// answer (the server's own keep-alives are not relayed either).
+    fn call_here(
+        &self,
+        req: &HttpRequest,
+        pool: &Arc<Session>,
+        new: NewCall,
+        envelope: &Envelope,
+        sink: &mut dyn EventSink,
+        id: &Value,
+    ) -> HttpReply {
+        let _watching = self.watch.add(new.number, req.client.as_ref(), pool, &new.call_id, dispatch::cancel_call);
+        let mut events = HereEvents { sink, envelope, streaming: false };
+        let open_retry = self.current().config.open_retry;
+        let outcome = dispatch::call(pool, &new.server, &new.call, &new.params, &mut events, open_retry);
+        let streaming = events.streaming.then_some(());
+        self.finish(id, new.call.method(), outcome, streaming)
+    }
+
+    /// Starts a new call to a session-era server on a thread of its own:
+    /// such a server may ask the client mid-call, on the call's stream or
+    /// on its `GET` stream (read by another thread), and the call must then
+    /// wait for the client's retry while its client is answered.
+    fn start_call(&self, pool: &Arc<Session>, new: NewCall, token: Option<[u8; 32]>) -> Result<HeldParts, RpcError> {
+        let NewCall { number, call_id, call, server, params } = new;
+        let method = call.method().to_string();
         let (tx, rx) = bounded(64);
         let open_retry = self.current().config.open_retry;
         let asks = tx.clone();
@@ -312,7 +405,7 @@ impl Gateway {
             call_id,
             asks: Vec::new(),
             thread: HoldThread::new(thread),
-            method: message.method().to_string(),
+            method,
             token,
         })
     }
@@ -449,11 +542,7 @@ impl Gateway {
 
     /// Cancels the call `call_id` of `pool`, as a client's cancel would.
     pub(super) fn cancel(&self, pool: &Arc<Session>, call_id: &Value, reason: &str) {
-        let body = json!({ "jsonrpc": "2.0", "method": "notifications/cancelled",
-            "params": { "requestId": call_id, "reason": reason } });
-        if let Ok(cancel) = Message::parse(body.to_string().as_bytes()) {
-            self.client_notification(pool, &cancel);
-        }
+        dispatch::cancel_call(pool, call_id, reason);
     }
 
     /// Cancels the held calls past `held_call_timeout_secs`; the reaper's job.
@@ -476,6 +565,10 @@ impl Gateway {
             }
             Outcome::Result(other) => (jsonrpc::result(id, &jsonrpc::raw(&other)), 200),
             Outcome::Forwarded(answer) => match (&answer.result, &answer.error) {
+                // Complete as it came (a server of this era's call result): passed on unparsed.
+                (Some(result), _) if !modern::is_cacheable(method) && modern::has_result_type(result) => {
+                    (jsonrpc::result(id, result), 200)
+                }
                 (Some(result), _) => match serde_json::from_str::<Value>(result.get()) {
                     Ok(Value::Object(mut result)) => {
                         modern::complete_result(method, &mut result, ttl, scope);
@@ -529,6 +622,47 @@ impl Gateway {
                 }
             }),
         })
+    }
+}
+
+/// A call about to run: see [`Gateway::new_call`].
+struct NewCall {
+    number: u64,
+    call_id: Value,
+    call: Message,
+    server: Arc<Server>,
+    params: Params,
+}
+
+/// What a server of this era sends during a call that runs where it was
+/// read: straight to the answer, as SSE.
+struct HereEvents<'a> {
+    sink: &'a mut dyn EventSink,
+    envelope: &'a Envelope,
+    streaming: bool,
+}
+
+impl CallEvents for HereEvents<'_> {
+    fn streaming(&mut self) {}
+
+    fn message(&mut self, session: &Session, server: &Server, message: Message) {
+        if message.kind() == Ok(Kind::Request) {
+            // This era has no server requests on a stream: it asks through its result.
+            log::debug!("server `{}` sent a request mid-call (protocol {}); ignored", server.name(), modern::VERSION);
+            return;
+        }
+        if log_level_of(&message).is_some_and(|level| !self.envelope.wants_log(&level)) {
+            return;
+        }
+        let Some(bytes) = session.to_client(server, message) else { return };
+        if self.sink.can_stream() && self.sink.event(&sse::encode(None, &bytes)).is_ok() {
+            self.streaming = true;
+        }
+    }
+
+    /// The client is of the 2026-07-28 era too: it asks and retries itself.
+    fn input(&mut self, _: &Session, _: &Map<String, Value>) -> Option<Result<Map<String, Value>, String>> {
+        None
     }
 }
 

@@ -6,7 +6,7 @@
 
 use serde_json::{Map, Value};
 
-use super::jsonrpc::{INVALID_PARAMS, Message, RpcError};
+use super::jsonrpc::{INVALID_PARAMS, Message, Params, RpcError};
 
 /// The one protocol version of this era.
 pub const VERSION: &str = "2026-07-28";
@@ -111,11 +111,9 @@ pub trait Headers {
 /// version and the client's capabilities (-32602), the routing headers
 /// against the body (-32020), the version (-32022).
 pub fn check(message: &Message, headers: &dyn Headers) -> Result<Envelope, RpcError> {
-    let meta = message
-        .params_object()
-        .ok()
-        .and_then(|mut p| p.remove("_meta"))
-        .and_then(|m| if let Value::Object(m) = m { Some(m) } else { None });
+    // The members as written: only `_meta` and the name are read whole.
+    let params = Params::of(message).unwrap_or_default();
+    let meta = params.value("_meta").and_then(|m| if let Value::Object(m) = m { Some(m) } else { None });
     let Some(meta) = meta else {
         return Err(RpcError::new(
             INVALID_PARAMS,
@@ -137,7 +135,7 @@ pub fn check(message: &Message, headers: &dyn Headers) -> Result<Envelope, RpcEr
         return Err(mismatch("Mcp-Method header does not match the request's method"));
     }
     if let Some(member) = name_member(message.method())
-        && let Some(Value::String(named)) = message.params_object().ok().and_then(|mut p| p.remove(member))
+        && let Some(named) = params.str(member)
         && headers.get(HEADER_NAME).and_then(decode_header_value).as_deref() != Some(named.as_str())
     {
         return Err(mismatch(&format!("Mcp-Name header does not match the request's `{member}`")));
@@ -291,6 +289,17 @@ fn base64_decode(text: &str) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// Whether a result already says its `resultType` (a server of this era's
+/// does): read from its top level alone, without building it.
+pub fn has_result_type(result: &serde_json::value::RawValue) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Typed<'a> {
+        #[serde(rename = "resultType", borrow)]
+        result_type: Option<std::borrow::Cow<'a, str>>,
+    }
+    serde_json::from_str::<Typed>(result.get()).is_ok_and(|t| t.result_type.is_some())
+}
+
 /// Fills in what a result of this era must carry: `resultType` (complete,
 /// unless the server set it), and for `method`s with cache hints `ttlMs`
 /// and `cacheScope` when absent.
@@ -374,6 +383,16 @@ mod tests {
             ]
         );
         assert!(param_headers(&schema, &json!({})).is_empty());
+    }
+
+    #[test]
+    fn a_result_that_names_its_type_is_seen_without_building_it() {
+        let raw = |v: Value| serde_json::value::to_raw_value(&v).unwrap();
+        assert!(has_result_type(&raw(
+            json!({"content": [{"type": "text", "text": "resultType"}], "resultType": "complete"})
+        )));
+        assert!(!has_result_type(&raw(json!({"content": [{"type": "text", "text": "\"resultType\": \"complete\""}]}))));
+        assert!(!has_result_type(&raw(json!({"nested": {"resultType": "complete"}}))));
     }
 
     #[test]
