@@ -19,6 +19,8 @@ mod oauth;
 mod trust;
 
 pub use oauth::{Introspection, OAuthConfig};
+#[cfg(feature = "tls")]
+pub use trust::read_certs;
 pub use trust::{TlsFiles, Trust};
 
 /// One documented configuration key.

@@ -10,8 +10,8 @@ use std::time::Instant;
 
 use mcpgate::config::{self, Config, ConfigError, Source};
 use mcpgate::gateway::Gateway;
-use mcpgate::http::routes::Routes;
 use mcpgate::http::{self, Httpd};
+use mcpgate::routes::Routes;
 use mcpgate::runtime::state::{self, StateFile};
 use mcpgate::runtime::sys::{self, Signal};
 use mcpgate::runtime::threads;

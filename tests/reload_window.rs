@@ -13,7 +13,7 @@ use std::time::Duration;
 use mcpgate::config::Config;
 use mcpgate::downstream::{self, Limits, Server};
 use mcpgate::gateway::Gateway;
-use mcpgate::http::access::Access;
+use mcpgate::http::auth::Access;
 use mcpgate::protocol::jsonrpc;
 use mcpgate::session::Session;
 use serde_json::json;

@@ -300,7 +300,7 @@ fn every_entry_of_the_table_is_in_the_json_the_page_and_the_metrics() {
     let status = gate.status();
     let page = get(&gate, "/status").body;
     let rows = page_rows(&page);
-    for entry in mcpgate::status::stats::table() {
+    for entry in mcpgate::stats::table() {
         let name = entry.name;
         assert!(metrics.contains(&format!("\n# TYPE {name} {}\n", entry.kind.prometheus())), "{name} in /metrics");
         assert!(metrics.contains(&format!("# HELP {name} ")), "{name}'s help");
@@ -310,7 +310,7 @@ fn every_entry_of_the_table_is_in_the_json_the_page_and_the_metrics() {
         assert!(!value.is_null(), "{name}: nothing at `{place}` in /status.json");
     }
     // And nothing else: each family of /metrics is an entry of the table.
-    let entries: Vec<&str> = mcpgate::status::stats::table().map(|e| e.name).collect();
+    let entries: Vec<&str> = mcpgate::stats::table().map(|e| e.name).collect();
     for line in metrics.lines().filter(|l| l.starts_with("# TYPE ")) {
         let name = line.split(' ').nth(2).unwrap();
         assert!(entries.contains(&name), "{name} is not in the table");
@@ -429,7 +429,7 @@ fn mcpgate_status_prints_the_summary_and_says_healthy_or_not_in_its_exit_code() 
 
 #[test]
 fn the_readme_lists_every_entry_of_the_table() {
-    let table = mcpgate::status::stats::reference_markdown();
+    let table = mcpgate::stats::reference_markdown();
     let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
     assert!(
         readme.contains(&table),

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use mcpgate::downstream::Lookup;
 use mcpgate::http::{App, EventSink, HttpReply, HttpRequest, Httpd, Options, ReplyBody};
-use mcpgate::status::stats::Stats;
+use mcpgate::stats::Stats;
 
 /// The request headers the relay passes on.
 const FORWARDED: &[&str] =

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::status::stats::Gauge;
+use crate::stats::Gauge;
 
 /// Why a flight was ended early.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

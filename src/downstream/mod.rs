@@ -24,7 +24,7 @@ use crate::protocol::jsonrpc::{self, Message};
 use crate::protocol::versions;
 use crate::runtime::state::Journal;
 pub use crate::runtime::state::SavedDownstream;
-use crate::status::stats::{Counter, Gauge, ServerStats, Stats};
+use crate::stats::{Counter, Gauge, ServerStats, Stats};
 
 pub mod flight;
 pub(crate) mod http;

@@ -60,7 +60,7 @@ use crate::runtime::memory::Charge;
 use crate::runtime::ratelog::RateLimit;
 use crate::runtime::sys::{self, ChildSignal};
 use crate::runtime::threads;
-use crate::status::stats::{Counter, Gauge};
+use crate::stats::{Counter, Gauge};
 
 /// Lines of a child's stderr logged before they are rate-limited.
 const STDERR_BURST: u64 = 50;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
-use crate::http::access::Access;
+use crate::http::auth::Access;
 use crate::http::{EventSink, HttpError, HttpReply, HttpRequest, NoStream, StreamReply};
 use crate::protocol::jsonrpc::{self, Kind, Message, RpcError};
 use crate::protocol::versions::{self, SUPPORTED};

@@ -24,8 +24,8 @@ use parking_lot::Mutex;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::http::access::constant_time_eq;
 use crate::protocol::jsonrpc::RpcError;
+use crate::runtime::secret::constant_time_eq;
 use crate::runtime::sha256;
 use crate::session::Session;
 

@@ -18,7 +18,7 @@ use crate::http::HttpReply;
 use crate::protocol::jsonrpc::{self, Message, RpcError};
 use crate::runtime::state::Journal;
 use crate::session::{self, CloseReason, Session, Sessions};
-use crate::status::stats::Stats;
+use crate::stats::Stats;
 
 mod dispatch;
 mod endpoint;

@@ -28,7 +28,7 @@ use crossbeam_channel::{RecvTimeoutError, Sender, bounded};
 use serde_json::{Map, Value, json};
 
 use crate::downstream::Server;
-use crate::http::access::Access;
+use crate::http::auth::Access;
 use crate::http::{EventSink, HttpReply, HttpRequest, StreamReply};
 use crate::protocol::jsonrpc::{self, Kind, Message, Params, RpcError};
 use crate::protocol::modern::{self, Envelope};

@@ -1,47 +1,9 @@
-//! Who may talk to mcpgate: the `Origin` check (DNS rebinding), the
-//! `Host` check, and what an admitted request may reach ([`Access`]; the
-//! tokens themselves are checked in `auth`).
+//! Who may talk to mcpgate before any token is looked at: the `Origin`
+//! check and the `Host` check, both against DNS rebinding. What a token
+//! lets through is `auth`'s.
 
-use std::sync::Arc;
-
-use crate::config::{Config, Token};
-use crate::http::auth::Grant;
+use crate::config::Config;
 use crate::http::{HttpError, HttpRequest};
-
-/// What a request may reach once admitted, and who it is.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Access {
-    /// No `auth` configured: everything.
-    Open,
-    /// A valid static token: the servers it names (all when it names none).
-    Token(Token),
-    /// A valid OAuth access token: what it grants, and the servers its
-    /// scopes reach (`None`: all).
-    OAuth { grant: Arc<Grant>, servers: Option<Vec<String>> },
-}
-
-impl Access {
-    /// The servers this access is limited to; `None` for all of them.
-    pub fn servers(&self) -> Option<&[String]> {
-        match self {
-            Access::Open => None,
-            Access::Token(token) => token.servers.as_deref(),
-            Access::OAuth { servers, .. } => servers.as_deref(),
-        }
-    }
-
-    /// Who is calling, as a digest sessions and held calls are bound to: a
-    /// static token's SHA-256; for OAuth the SHA-256 of its issuer, subject
-    /// and the servers its scopes leave out. `None` without `auth`. Never
-    /// the token itself: this is what the state file keeps.
-    pub fn principal(&self) -> Option<[u8; 32]> {
-        match self {
-            Access::Open => None,
-            Access::Token(token) => Some(crate::runtime::sha256::digest(token.token.as_bytes())),
-            Access::OAuth { grant, .. } => Some(grant.principal),
-        }
-    }
-}
 
 /// A browser page from another site must not reach mcpgate: a request with
 /// an `Origin` that is not loopback and not in `allowed_origins` gets 403.
@@ -108,16 +70,6 @@ fn is_loopback_origin(origin: &str) -> bool {
         && rest[host.len()..].chars().all(|c| c == ':' || c.is_ascii_digit())
 }
 
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    let mut diff = a.len() ^ b.len();
-    for i in 0..a.len().max(b.len()) {
-        let x = a.get(i).copied().unwrap_or(0);
-        let y = b.get(i).copied().unwrap_or(0);
-        diff |= usize::from(x ^ y);
-    }
-    std::hint::black_box(diff) == 0
-}
-
 fn printable(text: &str) -> String {
     text.chars().take(100).map(|c| if c.is_control() { '?' } else { c }).collect()
 }
@@ -157,7 +109,7 @@ mod tests {
     }
 
     fn check_status(req: &HttpRequest, config: &Config) -> Result<(), HttpError> {
-        crate::http::auth::Auth::new().check_status(req, config, &crate::status::stats::Stats::default())
+        crate::http::auth::Auth::new().check_status(req, config, &crate::stats::Stats::default())
     }
 
     #[test]
@@ -200,13 +152,5 @@ mod tests {
         assert!(check_host(&with_host("evil.example.com", "/healthz"), &local).is_ok());
         let wide = config(r#""listen": "0.0.0.0:8780","#);
         assert!(check_host(&with_host("gate.internal", "/mcp"), &wide).is_ok());
-    }
-
-    #[test]
-    fn constant_time_eq_is_equality() {
-        assert!(constant_time_eq(b"abcdefghijklmnop", b"abcdefghijklmnop"));
-        assert!(!constant_time_eq(b"abcdefghijklmnop", b"abcdefghijklmnoq"));
-        assert!(!constant_time_eq(b"abcdefghijklmnop", b"abcdefghijklmno"));
-        assert!(!constant_time_eq(b"", b"x"));
     }
 }

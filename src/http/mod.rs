@@ -35,13 +35,11 @@ pub mod access;
 pub mod auth;
 mod request;
 mod response;
-pub mod routes;
 mod server;
 mod stream;
 #[cfg(feature = "tls")]
 pub mod tls;
 
-pub(crate) use response::http_date;
 pub use server::{Httpd, RESERVED, Transport};
 
 /// Request headers the handlers may read; the others are not copied.

@@ -29,7 +29,7 @@ use super::stream::Stream;
 use super::{App, EventSink, HttpReply, HttpRequest, Options, RESERVED_PATHS, ReplyBody, StreamReply};
 use crate::limited;
 use crate::runtime::threads;
-use crate::status::stats::Stats;
+use crate::stats::Stats;
 
 /// Extra slots for loopback peers when all `max_connections` are busy.
 pub const RESERVED: usize = 4;
@@ -294,7 +294,7 @@ fn evict_one(list: &mut [Slot]) -> bool {
 fn wrap(tcp: TcpStream, shared: &Shared) -> Result<Stream, (TcpStream, String)> {
     #[cfg(feature = "tls")]
     if let Some(acceptor) = &shared.tls {
-        return acceptor.stream(tcp).map_err(|(tcp, e)| (tcp, format!("cannot start TLS: {e}")));
+        return acceptor.stream(tcp).map(Stream::Tls).map_err(|(tcp, e)| (tcp, format!("cannot start TLS: {e}")));
     }
     let _ = shared;
     Ok(Stream::Plain(tcp))

@@ -29,8 +29,7 @@ use rustls::server::ServerConnection;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
-use super::stream::Stream;
-use crate::config::TlsFiles;
+use crate::config::{TlsFiles, read_certs};
 
 /// The first byte of every TLS record that opens a handshake.
 const HANDSHAKE_RECORD: u8 = 0x16;
@@ -60,10 +59,10 @@ impl Acceptor {
     }
 
     /// A new connection's TLS state, with the settings in force now.
-    pub(super) fn stream(&self, tcp: TcpStream) -> Result<Stream, (TcpStream, rustls::Error)> {
+    pub(super) fn stream(&self, tcp: TcpStream) -> Result<Box<TlsStream>, (TcpStream, rustls::Error)> {
         let config = self.current.read().clone();
         match ServerConnection::new(config) {
-            Ok(conn) => Ok(Stream::Tls(Box::new(TlsStream { tcp, conn: Mutex::new(conn) }))),
+            Ok(conn) => Ok(Box::new(TlsStream { tcp, conn: Mutex::new(conn) })),
             Err(e) => Err((tcp, e)),
         }
     }
@@ -87,18 +86,6 @@ fn server_config(files: &TlsFiles) -> Result<ServerConfig, String> {
         })?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(config)
-}
-
-/// The certificates of a PEM file, in order; `key` names it in errors.
-pub fn read_certs(path: &Path, key: &str) -> Result<Vec<CertificateDer<'static>>, String> {
-    let pem = std::fs::read(path).map_err(|e| format!("{key} `{}`: cannot read: {e}", path.display()))?;
-    let certs = CertificateDer::pem_slice_iter(&pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("{key} `{}`: not valid PEM: {e}", path.display()))?;
-    if certs.is_empty() {
-        return Err(format!("{key} `{}`: no `BEGIN CERTIFICATE` block in it", path.display()));
-    }
-    Ok(certs)
 }
 
 fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {

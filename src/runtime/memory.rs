@@ -35,10 +35,6 @@ static BUDGET: Budget = Budget {
     sessions: AtomicUsize::new(0),
 };
 
-fn unix_now() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
-}
-
 /// Sets the limit (from `max_memory_mb`, at start and on reload).
 pub fn set_limit(bytes: usize) {
     BUDGET.limit.store(bytes, Ordering::Relaxed);
@@ -62,7 +58,7 @@ pub fn refused() -> u64 {
 pub fn secs_since_refused() -> Option<u64> {
     match BUDGET.last_refused.load(Ordering::Relaxed) {
         0 => None,
-        at => Some(unix_now().saturating_sub(at)),
+        at => Some(super::clock::unix_now().saturating_sub(at)),
     }
 }
 
@@ -109,7 +105,7 @@ impl Charge {
         });
         if taken.is_err() {
             BUDGET.refused.fetch_add(1, Ordering::Relaxed);
-            BUDGET.last_refused.store(unix_now(), Ordering::Relaxed);
+            BUDGET.last_refused.store(super::clock::unix_now(), Ordering::Relaxed);
             return false;
         }
         self.bytes += more;

@@ -1,9 +1,12 @@
 //! What every floor uses: the state file and its journal, the threads and
-//! their roles, the memory budget, rate-limited logging, SHA-256, and the
-//! OS calls (`sys`, the only `unsafe` code).
+//! their roles, the memory budget, rate-limited logging, the clock, SHA-256
+//! and the comparison of secrets, and the OS calls (`sys`, the only
+//! `unsafe` code).
 
+pub mod clock;
 pub mod memory;
 pub mod ratelog;
+pub mod secret;
 pub mod sha256;
 pub mod state;
 pub mod sys;

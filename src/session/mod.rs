@@ -13,12 +13,13 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::downstream::{self, Downstream, Inbox, Server, Stop};
-use crate::http::access::Access;
+use crate::http::auth::Access;
 use crate::protocol::jsonrpc::{self, Message};
 use crate::runtime::memory::{self};
 use crate::runtime::state::Journal;
 pub use crate::runtime::state::SavedSession;
-use crate::status::stats::Stats;
+use crate::runtime::{clock, secret};
+use crate::stats::Stats;
 
 mod routing;
 mod slots;
@@ -106,10 +107,6 @@ pub struct Session {
     me: Weak<Session>,
 }
 
-fn unix_now() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
-}
-
 impl Session {
     pub fn new(
         id: String,
@@ -132,7 +129,7 @@ impl Session {
     /// Rebuilds a session saved by an earlier process; its downstream
     /// sessions are added with [`Session::adopt`].
     pub fn restore(saved: &SavedSession) -> Arc<Session> {
-        let idle = Duration::from_secs(unix_now().saturating_sub(saved.last_active));
+        let idle = Duration::from_secs(clock::unix_now().saturating_sub(saved.last_active));
         let last_active = Instant::now().checked_sub(idle).unwrap_or_else(Instant::now);
         Session::with_last_active(
             saved.id.clone(),
@@ -212,7 +209,7 @@ impl Session {
     pub fn admits(&self, access: &Access) -> bool {
         match (access.principal(), &self.principal) {
             (None, _) => true,
-            (Some(presented), Some(own)) => crate::http::access::constant_time_eq(&presented, own),
+            (Some(presented), Some(own)) => secret::constant_time_eq(&presented, own),
             (Some(_), None) => false,
         }
     }
@@ -271,7 +268,7 @@ impl Session {
             protocol_version: self.protocol_version.clone(),
             init_params: serde_json::from_str(self.init_params.get()).unwrap_or(Value::Null),
             client_name: self.client_name.clone(),
-            last_active: unix_now().saturating_sub(idle.as_secs()),
+            last_active: clock::unix_now().saturating_sub(idle.as_secs()),
             scope: self.scope.clone(),
             principal_sha256: self.principal.map(|t| t.iter().map(|b| format!("{b:02x}")).collect()),
             downstreams,
@@ -286,7 +283,7 @@ impl Session {
             return None;
         }
         let idle = if st.in_flight > 0 || !st.streams.is_empty() { Duration::ZERO } else { st.last_active.elapsed() };
-        Some(unix_now().saturating_sub(idle.as_secs()))
+        Some(clock::unix_now().saturating_sub(idle.as_secs()))
     }
 
     /// Makes this the session of the 2026-07-28 era's clients of one token.

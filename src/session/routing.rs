@@ -273,9 +273,9 @@ mod tests {
     use crate::config::Config;
     use crate::downstream::stdio::Children;
     use crate::downstream::{Context, Limits};
-    use crate::http::access::Access;
+    use crate::http::auth::Access;
     use crate::runtime::state::Journal;
-    use crate::status::stats::Stats;
+    use crate::stats::Stats;
     use std::time::Duration;
 
     fn server() -> Arc<Server> {

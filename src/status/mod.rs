@@ -1,5 +1,5 @@
 //! What mcpgate shows of itself, all drawn from one table of counters and
-//! gauges ([`stats`]): `/status.json`, the status page for people
+//! gauges ([`crate::stats`]): `/status.json`, the status page for people
 //! (`/status`, [`page`]), Prometheus metrics (`/metrics`, [`prometheus`]),
 //! and the summary `mcpgate status` prints ([`summary`]).
 //!
@@ -12,7 +12,6 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 pub mod page;
 pub mod prometheus;
-pub mod stats;
 pub mod summary;
 
 use serde_json::{Map, Value, json};
@@ -20,7 +19,7 @@ use serde_json::{Map, Value, json};
 use crate::gateway::{Current, Gateway};
 use crate::runtime::threads;
 use crate::session::{SlotView, View};
-use stats::{Family, Info, Now, Reading, Sample, ServerNow, StdioNow};
+use crate::stats::{Family, Info, Now, Reading, Sample, ServerNow, StdioNow};
 
 /// Sessions listed on the status page and in `/status.json`; the rest are counted.
 pub const SESSIONS_LISTED: usize = 50;
@@ -121,7 +120,7 @@ fn settled(g: &Gateway) -> (Vec<Reading>, (u64, u64, u64)) {
     let c = &g.children;
     let mut attempt = 1;
     loop {
-        let mut stats = Vec::with_capacity(stats::Stats::TABLE.len());
+        let mut stats = Vec::with_capacity(crate::stats::Stats::TABLE.len());
         g.stats.read(None, &mut stats);
         let children = (c.spawned.get(), c.reaped.get(), c.live.get());
         let at = |section: &str, key: &str| number(&stats, section, key);

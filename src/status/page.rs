@@ -8,8 +8,8 @@ use std::fmt::Write;
 
 use serde_json::Value;
 
-use super::stats::{Reading, Sample};
 use super::summary::{self, bytes, duration};
+use crate::stats::{Reading, Sample};
 
 /// Seconds between refreshes.
 pub const REFRESH_SECS: u64 = 5;

@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use super::stats::{Reading, Sample};
+use crate::stats::{Reading, Sample};
 
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -90,8 +90,8 @@ fn escape_help(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::stats::{Family, Info, Now, ServerStats, Stats};
     use super::*;
+    use crate::stats::{Family, Info, Now, ServerStats, Stats};
     use std::time::Duration;
 
     fn rendered() -> String {

@@ -129,7 +129,7 @@ pub fn certificate_problem(e: &CertificateError, trust: &str) -> String {
         CertificateError::ExpiredContext { time, not_after } => {
             let until = std::time::UNIX_EPOCH + std::time::Duration::from_secs(not_after.as_secs());
             let days = time.as_secs().saturating_sub(not_after.as_secs()) / 86_400;
-            format!("expired {days} day(s) ago: it was valid until {}", crate::http::http_date(until))
+            format!("expired {days} day(s) ago: it was valid until {}", crate::runtime::clock::http_date(until))
         }
         CertificateError::NotValidYet | CertificateError::NotValidYetContext { .. } => {
             "is not valid yet (is this host's clock right?)".into()

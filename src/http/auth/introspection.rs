@@ -11,11 +11,11 @@ use base64::Engine;
 use serde_json::Value;
 use ureq::Agent;
 
+use super::claims::{Claims, Rejection};
 use super::idp;
 use super::jwt;
-use super::oauth::{Claims, Rejection};
 use crate::config::{Introspection, OAuthConfig};
-use crate::status::stats::Stats;
+use crate::stats::Stats;
 
 /// The longest an introspection answer is used.
 pub const KEEP: Duration = Duration::from_secs(60);

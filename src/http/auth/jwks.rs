@@ -20,7 +20,7 @@ use serde_json::Value;
 use ureq::Agent;
 
 use super::idp;
-use crate::status::stats::Stats;
+use crate::stats::Stats;
 
 /// The least time between two fetches caused by unknown keys.
 pub const REFETCH_EVERY: Duration = Duration::from_secs(10);

@@ -11,10 +11,10 @@ use base64::Engine;
 use jsonwebtoken::{Algorithm, Validation};
 use serde_json::{Map, Value};
 
+use super::claims::{Claims, Rejection};
 use super::jwks::{Jwks, KeyError};
-use super::oauth::{Claims, Rejection};
 use crate::config::OAuthConfig;
-use crate::status::stats::Stats;
+use crate::stats::Stats;
 
 /// Whether `token` has the shape of a JWT (three base64url parts, the first
 /// a JSON object): the others are opaque tokens, for introspection.

@@ -22,10 +22,11 @@ use parking_lot::RwLock;
 use serde_json::Value;
 
 use crate::config::{Config, OAuthConfig, Token};
-use crate::http::access::{Access, constant_time_eq};
 use crate::http::{HttpError, HttpReply, HttpRequest};
-use crate::status::stats::Stats;
+use crate::runtime::secret::constant_time_eq;
+use crate::stats::Stats;
 
+mod claims;
 mod crypto;
 mod idp;
 mod introspection;
@@ -34,9 +35,44 @@ mod jwt;
 pub mod metadata;
 mod oauth;
 
+pub use claims::{Grant, Rejection};
 pub use jwks::REFETCH_EVERY;
 use oauth::OAuth;
-pub use oauth::{Grant, Rejection};
+
+/// What a request may reach once admitted, and who it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Access {
+    /// No `auth` configured: everything.
+    Open,
+    /// A valid static token: the servers it names (all when it names none).
+    Token(Token),
+    /// A valid OAuth access token: what it grants, and the servers its
+    /// scopes reach (`None`: all).
+    OAuth { grant: Arc<Grant>, servers: Option<Vec<String>> },
+}
+
+impl Access {
+    /// The servers this access is limited to; `None` for all of them.
+    pub fn servers(&self) -> Option<&[String]> {
+        match self {
+            Access::Open => None,
+            Access::Token(token) => token.servers.as_deref(),
+            Access::OAuth { servers, .. } => servers.as_deref(),
+        }
+    }
+
+    /// Who is calling, as a digest sessions and held calls are bound to: a
+    /// static token's SHA-256; for OAuth the SHA-256 of its issuer, subject
+    /// and the servers its scopes leave out. `None` without `auth`. Never
+    /// the token itself: this is what the state file keeps.
+    pub fn principal(&self) -> Option<[u8; 32]> {
+        match self {
+            Access::Open => None,
+            Access::Token(token) => Some(crate::runtime::sha256::digest(token.token.as_bytes())),
+            Access::OAuth { grant, .. } => Some(grant.principal),
+        }
+    }
+}
 
 /// The checker of the OAuth configuration in force, kept across requests
 /// (its caches: keys, checked tokens) and across reloads that leave

@@ -9,112 +9,19 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 
+use super::claims::{Claims, Grant, Rejection};
 use super::introspection::Introspector;
 use super::jwks::Jwks;
 use super::{idp, jwt};
 use crate::config::OAuthConfig;
-use crate::runtime::ratelog::RateLimit;
-use crate::runtime::sha256;
-use crate::status::stats::Stats;
+use crate::runtime::{clock, sha256};
+use crate::stats::Stats;
 
 /// Tokens kept as checked; past it, the expired go first, then half the rest.
 const MAX_CACHED: usize = 4096;
-
-/// What a checked token says.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Claims {
-    pub issuer: String,
-    pub subject: String,
-    pub scopes: Vec<String>,
-    /// Unix seconds.
-    pub expires: u64,
-}
-
-/// What a valid token grants.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Grant {
-    pub subject: String,
-    pub scopes: Vec<String>,
-    /// The servers of `server_scopes` whose scope the token lacks.
-    pub hidden: Vec<String>,
-    /// SHA-256 of issuer, subject and `hidden`: what its sessions are bound to.
-    pub principal: [u8; 32],
-    /// Unix seconds.
-    pub expires: u64,
-}
-
-/// Why a token was refused; each says so in words.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Rejection {
-    /// Not a token mcpgate can read.
-    Malformed(String),
-    /// `alg: none`, HMAC, an unknown algorithm, or one that does not fit its key.
-    Algorithm(String),
-    UnknownKey(String),
-    Signature(String),
-    Expired(String),
-    NotYet(String),
-    Issuer(String),
-    Audience(String),
-    /// Introspection said `active: false`, or the token is opaque and there is none.
-    Inactive(String),
-    /// The issuer could not be asked (JWKS, introspection): the token may be good.
-    Unavailable(String),
-}
-
-impl Rejection {
-    fn index(&self) -> usize {
-        match self {
-            Rejection::Malformed(_) => 0,
-            Rejection::Algorithm(_) => 1,
-            Rejection::UnknownKey(_) => 2,
-            Rejection::Signature(_) => 3,
-            Rejection::Expired(_) => 4,
-            Rejection::NotYet(_) => 5,
-            Rejection::Issuer(_) => 6,
-            Rejection::Audience(_) => 7,
-            Rejection::Inactive(_) => 8,
-            Rejection::Unavailable(_) => 9,
-        }
-    }
-
-    /// Logs it, at most once per 10 s for each kind of reason.
-    pub fn log(&self) {
-        static LIMITS: [RateLimit; 10] = [const { RateLimit::new(Duration::from_secs(10)) }; 10];
-        let limit = &LIMITS[self.index()];
-        if let Some(suppressed) = limit.allow() {
-            let more = crate::runtime::ratelog::more(suppressed, limit);
-            match self {
-                // Said where the issuer failed (jwks, introspection), at warn or error.
-                Rejection::Unavailable(_) => log::debug!("OAuth: a token could not be checked: {self}{more}"),
-                _ => log::info!("OAuth: a token was refused: {self}{more}"),
-            }
-        }
-    }
-}
-
-impl std::fmt::Display for Rejection {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Rejection::Malformed(why) => write!(f, "the token is malformed: {why}"),
-            Rejection::Algorithm(why) => write!(f, "{why}"),
-            Rejection::UnknownKey(why) => write!(f, "unknown signing key: {why}"),
-            Rejection::Signature(why)
-            | Rejection::Expired(why)
-            | Rejection::NotYet(why)
-            | Rejection::Issuer(why)
-            | Rejection::Audience(why)
-            | Rejection::Inactive(why) => write!(f, "{why}"),
-            Rejection::Unavailable(why) => write!(f, "mcpgate cannot check tokens now: {why}"),
-        }
-    }
-}
-
-impl std::error::Error for Rejection {}
 
 /// The key a checked token is kept under: its SHA-256, by ring (several
 /// times faster than `runtime::sha256` on a token of a kilobyte, and it
@@ -123,10 +30,6 @@ fn token_digest(token: &str) -> [u8; 32] {
     let mut out = [0u8; 32];
     out.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, token.as_bytes()).as_ref());
     out
-}
-
-pub fn unix_now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 /// The checker of one `auth.oauth` configuration, with its caches.
@@ -154,7 +57,7 @@ impl OAuth {
     /// What `token` grants, from the cache or checked now.
     pub fn check(&self, token: &str, stats: &Stats) -> Result<Arc<Grant>, Rejection> {
         let digest = token_digest(token);
-        let now = unix_now();
+        let now = clock::unix_now();
         let leeway = self.config.leeway.as_secs();
         if let Some(grant) = self.checked.lock().get(&digest).cloned()
             && now <= grant.expires.saturating_add(leeway)

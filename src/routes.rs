@@ -9,8 +9,8 @@ use serde_json::json;
 
 use crate::config::Source;
 use crate::gateway::Gateway;
-use crate::http::access::{self, Access};
-use crate::http::auth::{self, Auth};
+use crate::http::access;
+use crate::http::auth::{self, Access, Auth};
 use crate::http::{App, EventSink, HttpError, HttpReply, HttpRequest};
 use crate::status;
 
