@@ -1,28 +1,36 @@
 //! mcpgate: one Streamable HTTP endpoint in front of many MCP servers, with a
 //! session lifecycle that never leaks.
 //!
-//! The request path, room by room:
-//! - [`http`]: the front door: sockets, connection threads, request heads
-//!   and bodies with their limits, replies and SSE framing; the route table
-//!   and who may pass (tokens, `Origin`, `Host`).
-//! - [`protocol`]: JSON-RPC messages, SSE events, and the protocol versions
-//!   mcpgate speaks.
+//! The floors, from the top down. Each imports only from the floors below
+//! it (`tests/layers.rs` holds the code to this list), and a request goes
+//! down them from `routes` to `downstream`, its answer back up:
+//! - [`service`]: what keeps it running: the reaper, systemd, peers, the
+//!   restore at start.
+//! - [`routes`]: the application: which path goes where, after the checks
+//!   every request passes.
+//! - [`status`]: `/status.json`, the status page and `/metrics`, drawn from
+//!   the gateway, its sessions and the counters.
 //! - [`gateway`]: MCP on `/mcp`: the HTTP side of each request
-//!   (`endpoint`), what each method does (`dispatch`), the merged lists
-//!   (`lists`, `catalog`), tasks, and reloads.
+//!   (`endpoint`), what each method does (`dispatch`), the merged lists,
+//!   tool search, the 2026-07-28 clients, and reloads.
 //! - [`session`]: a client session: its downstream slots, its streams and
 //!   their replay log, and the routing of calls and server requests in both
 //!   directions; `close_sessions`, the one way a session ends.
+//! - [`http`]: the front door: sockets, connection threads, request heads
+//!   and bodies with their limits, replies and SSE framing, TLS; who may
+//!   pass (`Origin`, `Host`, tokens, OAuth).
 //! - [`downstream`]: the client side of each server, behind one seam
 //!   (`Link`) for Streamable HTTP, the old HTTP+SSE and stdio;
 //!   `close_all`, the one way a downstream session ends.
+//! - [`config`]: the configuration file, its keys in one table.
+//! - [`catalog`]: merging what several servers offer into one list per
+//!   kind, and the tool search index.
+//! - [`protocol`]: JSON-RPC messages, SSE events, and the protocol versions
+//!   mcpgate speaks.
+//! - [`tasks`]: task ids and states (protocol 2025-11-25).
+//! - [`stats`]: the one table of counters and gauges every floor counts into.
 //! - [`runtime`]: what every floor uses: the state file and its journal,
-//!   threads, memory accounting, rate-limited logs, OS calls.
-//! - [`service`]: what keeps it running, above the gateway: the reaper,
-//!   systemd, the restore at start.
-//! - [`status`]: the counters, and the status page drawn from them.
-//!
-//! [`config`] is read by all of them.
+//!   threads, memory accounting, the clock, rate-limited logs, OS calls.
 // No unsafe code, but in one place: `runtime::sys`, the OS calls, which
 // allows it for itself and documents each block.
 #![deny(unsafe_code)]
