@@ -1,14 +1,64 @@
-//! The README's configuration table is what the binary documents.
+//! The documentation says what the code does: the configuration reference
+//! and the metrics table of `docs/CONFIGURATION.md` are the ones the code
+//! prints.
+//!
+//! `UPDATE_DOCS=1 cargo test --test docs` rewrites the two generated tables
+//! in place, for after a change to `config::KEYS` or the stats table.
 
+use std::path::Path;
 use std::process::Command;
 
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+/// Where the generated tables live (the README links to it).
+const REFERENCE: &str = "docs/CONFIGURATION.md";
+
+/// Checks that `file` holds `table` (a Markdown table, ending in a newline)
+/// whose first line is `header`; with `UPDATE_DOCS` set, puts it there in
+/// place of the table that starts with that header.
+fn holds_generated_table(file: &str, header: &str, table: &str, what: &str) {
+    let path = Path::new(ROOT).join(file);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {file}: {e}"));
+    if text.contains(table) {
+        return;
+    }
+    assert!(table.starts_with(header), "the {what} no longer starts with `{header}`: update this test");
+    if std::env::var_os("UPDATE_DOCS").is_some() {
+        let lines: Vec<&str> = text.split('\n').collect();
+        let start = lines.iter().position(|l| *l == header).unwrap_or_else(|| panic!("{file} has no line `{header}`"));
+        let end = (start..lines.len()).find(|&i| !lines[i].starts_with('|')).unwrap_or(lines.len());
+        let mut new: Vec<&str> = lines[..start].to_vec();
+        new.extend(table.trim_end_matches('\n').split('\n'));
+        new.extend(&lines[end..]);
+        std::fs::write(&path, new.join("\n")).unwrap();
+        return;
+    }
+    panic!(
+        "{file} is out of date: its {what} is not the code's. Run `UPDATE_DOCS=1 cargo test --test docs`, or paste this in:\n{table}"
+    );
+}
+
 #[test]
-fn readme_holds_the_configuration_reference_the_binary_prints() {
+fn the_configuration_reference_is_the_one_the_binary_prints() {
     let out = Command::new(env!("CARGO_BIN_EXE_mcpgate")).arg("--config-reference").output().expect("run mcpgate");
     assert!(out.status.success());
     let table = String::from_utf8(out.stdout).unwrap();
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    assert!(readme.contains(&table), "README.md is out of date: paste `mcpgate --config-reference` into it:\n{table}");
+    holds_generated_table(
+        REFERENCE,
+        "| key | default | range | meaning |",
+        &table,
+        "configuration reference (`mcpgate --config-reference`)",
+    );
+}
+
+#[test]
+fn the_metrics_table_lists_every_entry_of_the_stats_table() {
+    let table = mcpgate::stats::reference_markdown();
+    holds_generated_table(
+        REFERENCE,
+        "| metric | type | labels | in `/status.json` | meaning |",
+        &table,
+        "metrics table (`stats::reference_markdown`)",
+    );
 }
 
 #[test]
