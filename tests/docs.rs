@@ -1,11 +1,11 @@
 //! The documentation says what the code does: the configuration reference
 //! and the metrics table of `docs/CONFIGURATION.md` are the ones the code
-//! prints.
+//! prints, and every relative link of the Markdown files leads somewhere.
 //!
 //! `UPDATE_DOCS=1 cargo test --test docs` rewrites the two generated tables
 //! in place, for after a change to `config::KEYS` or the stats table.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -58,6 +58,127 @@ fn the_metrics_table_lists_every_entry_of_the_stats_table() {
         "| metric | type | labels | in `/status.json` | meaning |",
         &table,
         "metrics table (`stats::reference_markdown`)",
+    );
+}
+
+/// The Markdown files of the repository: the README, `docs/`, and any
+/// other outside build and tool directories.
+fn markdown_files() -> Vec<PathBuf> {
+    fn walk(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if path.is_dir() {
+                if depth < 6 && !name.starts_with('.') && name != "target" && name != "node_modules" {
+                    walk(&path, depth + 1, out);
+                }
+            } else if name.ends_with(".md") {
+                out.push(path);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(Path::new(ROOT), 0, &mut files);
+    files.sort();
+    assert!(files.iter().any(|f| f.ends_with("README.md")) && files.iter().any(|f| f.ends_with(REFERENCE)));
+    files
+}
+
+/// The lines of a Markdown file outside fenced code blocks, with their numbers.
+fn prose_lines(text: &str) -> Vec<(usize, &str)> {
+    let mut fenced = false;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+        } else if !fenced {
+            out.push((i + 1, line));
+        }
+    }
+    out
+}
+
+/// The anchors GitHub gives a file's headings: lower case, punctuation
+/// dropped, spaces as hyphens, `-1`, `-2` after repeats.
+fn anchors(text: &str) -> Vec<String> {
+    let mut bases: Vec<String> = Vec::new();
+    let mut seen: Vec<String> = Vec::new();
+    for (_, line) in prose_lines(text) {
+        let Some(title) = line.strip_prefix('#').map(|t| t.trim_start_matches('#')) else { continue };
+        if !title.starts_with(' ') {
+            continue;
+        }
+        let slug: String = title
+            .trim()
+            .to_lowercase()
+            .chars()
+            .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
+            .map(|c| if c == ' ' { '-' } else { c })
+            .collect();
+        let repeats = bases.iter().filter(|b| **b == slug).count();
+        seen.push(if repeats == 0 { slug.clone() } else { format!("{slug}-{repeats}") });
+        bases.push(slug);
+    }
+    seen
+}
+
+/// `(line, target)` of every inline link and image of a file's prose.
+fn links(text: &str) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    for (number, line) in prose_lines(text) {
+        let mut rest = line;
+        while let Some(at) = rest.find("](") {
+            rest = &rest[at + 2..];
+            let end = rest.find(')').unwrap_or(rest.len());
+            let target = rest[..end].split_whitespace().next().unwrap_or("").to_string();
+            out.push((number, target));
+            rest = &rest[end..];
+        }
+    }
+    out
+}
+
+#[test]
+fn every_relative_link_of_the_markdown_files_resolves() {
+    let mut broken = Vec::new();
+    let mut checked = 0;
+    for file in markdown_files() {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let shown = file.strip_prefix(ROOT).unwrap().display().to_string();
+        for (line, target) in links(&text) {
+            if target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            checked += 1;
+            let (path, anchor) = target.split_once('#').unwrap_or((&target, ""));
+            let resolved = if path.is_empty() { file.clone() } else { file.parent().unwrap().join(path) };
+            if !resolved.exists() {
+                broken.push(format!("{shown}:{line}: `{target}`: no such file"));
+                continue;
+            }
+            if !anchor.is_empty() && resolved.extension().is_some_and(|e| e == "md") {
+                let there = std::fs::read_to_string(&resolved).unwrap();
+                if !anchors(&there).iter().any(|a| a == anchor) {
+                    broken.push(format!("{shown}:{line}: `{target}`: no heading with that anchor"));
+                }
+            }
+        }
+    }
+    assert!(checked > 20, "only {checked} relative links found: the link finder is broken");
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+#[test]
+fn the_link_checker_sees_anchors_as_github_makes_them() {
+    let text = "# A title\n## Mixed eras, measured\n```\n# not a heading\n```\n## One tools/call, socket to server\n## Mixed eras, measured\n";
+    assert_eq!(
+        anchors(text),
+        ["a-title", "mixed-eras-measured", "one-toolscall-socket-to-server", "mixed-eras-measured-1"]
+    );
+    assert_eq!(
+        links("see [x](a.md#b) and ![y](c.png)\n```\n[z](d.md)\n```\n"),
+        [(1, "a.md#b".to_string()), (1, "c.png".to_string())]
     );
 }
 
