@@ -1,6 +1,7 @@
 //! The documentation says what the code does: the configuration reference
 //! and the metrics table of `docs/CONFIGURATION.md` are the ones the code
-//! prints, and every relative link of the Markdown files leads somewhere.
+//! prints, every JSON block that claims to be a configuration loads, and
+//! every relative link of the Markdown files leads somewhere.
 //!
 //! `UPDATE_DOCS=1 cargo test --test docs` rewrites the two generated tables
 //! in place, for after a change to `config::KEYS` or the stats table.
@@ -180,6 +181,113 @@ fn the_link_checker_sees_anchors_as_github_makes_them() {
         links("see [x](a.md#b) and ![y](c.png)\n```\n[z](d.md)\n```\n"),
         [(1, "a.md#b".to_string()), (1, "c.png".to_string())]
     );
+}
+
+/// How a ```json block of the documentation is marked, on the line before it.
+const FULL: &str = "<!-- config -->";
+const FRAGMENT: &str = "<!-- config fragment -->";
+const NOT_CONFIG: &str = "<!-- not mcpgate config";
+const CLIENT_CONFIG: &str = "<!-- client config";
+
+/// Files a documented config names that this machine does not have
+/// (`/etc/mcpgate/cert.pem`): a certificate and key made for the test, so
+/// `--check` reads real PEM where the example names one.
+struct ExampleFiles {
+    cert: String,
+    key: String,
+}
+
+impl ExampleFiles {
+    fn new(dir: &Path) -> ExampleFiles {
+        let made = rcgen::generate_simple_self_signed(vec!["gate.example.com".to_string()]).unwrap();
+        let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+        std::fs::write(&cert, made.cert.pem()).unwrap();
+        std::fs::write(&key, made.signing_key.serialize_pem()).unwrap();
+        ExampleFiles { cert: cert.display().to_string(), key: key.display().to_string() }
+    }
+}
+
+/// Points every `cert_file`, `ca_file` and `key_file` of `value` at the test's own.
+fn point_files_at(value: &mut serde_json::Value, files: &ExampleFiles) {
+    match value {
+        serde_json::Value::Object(map) => {
+            for (key, item) in map.iter_mut() {
+                match key.as_str() {
+                    "cert_file" | "ca_file" if item.is_string() => *item = files.cert.clone().into(),
+                    "key_file" if item.is_string() => *item = files.key.clone().into(),
+                    _ => point_files_at(item, files),
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(|item| point_files_at(item, files)),
+        _ => {}
+    }
+}
+
+#[test]
+fn every_json_block_that_claims_to_be_a_config_loads() {
+    let dir = std::env::temp_dir().join(format!("mcpgate-docs-blocks-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let files = ExampleFiles::new(&dir);
+    let mut failures = Vec::new();
+    let mut loaded = 0;
+    for file in markdown_files() {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let shown = file.strip_prefix(ROOT).unwrap().display().to_string();
+        let lines: Vec<&str> = text.lines().collect();
+        let mut i = 0;
+        while i < lines.len() {
+            if lines[i].trim() != "```json" {
+                i += 1;
+                continue;
+            }
+            let start = i + 1;
+            let end = (start..lines.len()).find(|&j| lines[j].trim() == "```").expect("an unclosed ```json block");
+            let block = lines[start..end].join("\n");
+            let marker = if i > 0 { lines[i - 1].trim() } else { "" };
+            i = end + 1;
+            let config = if marker == FULL {
+                block
+            } else if marker == FRAGMENT {
+                format!("{{{block}, \"mcpServers\": {{\"files\": {{\"url\": \"http://127.0.0.1:9001/mcp\"}}}}}}")
+            } else if marker.starts_with(NOT_CONFIG) || marker.starts_with(CLIENT_CONFIG) {
+                continue;
+            } else {
+                failures.push(format!(
+                    "{shown}:{start}: a ```json block without a marker on the line before: `{FULL}`, `{FRAGMENT}`, `{CLIENT_CONFIG}: NAME -->` or `{NOT_CONFIG}: WHY -->`"
+                ));
+                continue;
+            };
+            let mut value: serde_json::Value = match serde_json::from_str(&config) {
+                Ok(value) => value,
+                Err(e) => {
+                    failures.push(format!("{shown}:{start}: not JSON: {e}"));
+                    continue;
+                }
+            };
+            point_files_at(&mut value, &files);
+            let config = value.to_string();
+            let path = dir.join(format!("block-{loaded}.json"));
+            std::fs::write(&path, &config).unwrap();
+            let mut check = Command::new(env!("CARGO_BIN_EXE_mcpgate"));
+            check.args(["--check", "--config"]).arg(&path);
+            // Each `${VAR}` the block names gets a value, as the environment would give it.
+            for var in config.split("${").skip(1).filter_map(|s| s.split_once('}')).map(|(name, _)| name) {
+                check.env(var, "a-value-of-the-environment-0123");
+            }
+            let out = check.output().expect("run mcpgate --check");
+            if !out.status.success() {
+                failures.push(format!(
+                    "{shown}:{start}: `mcpgate --check` refuses it: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ));
+            }
+            loaded += 1;
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(loaded >= 4, "only {loaded} config blocks checked: the block finder is broken");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 #[test]
