@@ -2,8 +2,9 @@
 //! Cursor and VS Code use, plus mcpgate's own top-level keys.
 //!
 //! Parsing is by hand so that every refusal names the file, the key and the
-//! problem. [`KEYS`] documents every key; the README's table is printed
-//! from it (`mcpgate --config-reference`) and a test keeps the two equal.
+//! problem. [`KEYS`] documents every key; the table of
+//! docs/CONFIGURATION.md is printed from it (`mcpgate --config-reference`)
+//! and a test keeps the two equal.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -155,7 +156,7 @@ pub const KEYS: &[Key] = &[
     Key {
         name: "max_header_bytes",
         kind: Kind::Number { default: Some(16384), min: 1024, max: 1048576 },
-        meaning: "Bytes of request headers allowed in one request; more get 431 (see README: Security for what this cannot prevent).",
+        meaning: "Bytes of request headers allowed in one request; more get 431 (see docs/SECURITY.md for what this cannot prevent).",
     },
     Key {
         name: "max_message_bytes",
@@ -370,7 +371,7 @@ pub const KEYS: &[Key] = &[
     Key {
         name: "state_file",
         kind: Kind::Other("none"),
-        meaning: "Path of the file that keeps live sessions across restarts (see README: Restarts). Without it a restart ends every session.",
+        meaning: "Path of the file that keeps live sessions across restarts (see docs/OPERATIONS.md: Restarts). Without it a restart ends every session.",
     },
     Key {
         name: "instance_id",
@@ -1378,7 +1379,7 @@ impl Source {
     }
 }
 
-/// The README's configuration table.
+/// The configuration table of docs/CONFIGURATION.md.
 pub fn reference_markdown() -> String {
     let mut out = String::from("| key | default | range | meaning |\n|---|---|---|---|\n");
     for key in KEYS {

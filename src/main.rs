@@ -25,7 +25,7 @@ usage: mcpgate --config FILE [--listen ADDR]
        mcpgate --config-reference
        mcpgate status [--url URL]
 
-  --config FILE       the JSON configuration (see README: Configuration)
+  --config FILE       the JSON configuration (see docs/CONFIGURATION.md)
   --listen ADDR       listen on ADDR instead of the file's `listen`, e.g. 127.0.0.1:0
   --check             validate the configuration and exit (0: valid, 2: not)
   --config-reference  print the table of configuration keys as Markdown
