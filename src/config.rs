@@ -669,7 +669,7 @@ pub struct Invalid {
 }
 
 impl Invalid {
-    fn new(key: impl Into<String>, problem: impl Into<String>) -> Invalid {
+    pub fn new(key: impl Into<String>, problem: impl Into<String>) -> Invalid {
         Invalid { key: key.into(), problem: problem.into() }
     }
 }
@@ -1193,7 +1193,7 @@ fn filter(value: Option<&Value>, path: &str) -> Result<Filter, Invalid> {
 }
 
 /// Expands `${NAME}` from the environment; the values are recorded as secrets.
-pub fn expand(text: &str, env: &dyn Fn(&str) -> Option<String>, secrets: &mut Vec<String>) -> Result<String, String> {
+fn expand(text: &str, env: &dyn Fn(&str) -> Option<String>, secrets: &mut Vec<String>) -> Result<String, String> {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(start) = rest.find("${") {

@@ -47,6 +47,8 @@ enum Error {
         context: String,
         error: std::io::Error,
     },
+    /// This instance's lock in `state_dir`: another mcpgate holds it, or it cannot be made.
+    Lock(peers::LockError),
     /// `mcpgate status`: the status was read, and it is not healthy.
     Unhealthy,
     /// `mcpgate status`: no status could be read.
@@ -59,6 +61,7 @@ impl fmt::Display for Error {
             Error::Usage(problem) => write!(f, "{problem}\n\n{USAGE}"),
             Error::Config(e) => write!(f, "{e}"),
             Error::Io { context, error } => write!(f, "{context}: {error}"),
+            Error::Lock(e) => write!(f, "not starting: {e}"),
             Error::Unhealthy => write!(f, "not healthy"),
             Error::NoStatus(why) => write!(f, "{why}"),
         }
@@ -69,7 +72,7 @@ impl Error {
     fn exit_code(&self) -> ExitCode {
         match self {
             Error::Usage(_) | Error::Config(_) => ExitCode::from(2),
-            Error::Io { .. } | Error::Unhealthy => ExitCode::from(1),
+            Error::Io { .. } | Error::Lock(_) | Error::Unhealthy => ExitCode::from(1),
             Error::NoStatus(_) => ExitCode::from(3),
         }
     }
@@ -183,12 +186,8 @@ type Tls = ();
 #[cfg(feature = "tls")]
 fn tls_acceptor(config: &Config, source: &Source) -> Result<Tls, Error> {
     let Some(files) = &config.tls else { return Ok(None) };
-    let invalid = |problem: String| {
-        let (key, problem) = problem.split_once(' ').unwrap_or(("tls", &problem));
-        let invalid = config::Invalid { key: key.trim_end_matches(':').to_string(), problem: problem.to_string() };
-        Error::Config(ConfigError { file: source.path.clone(), invalid })
-    };
-    mcpgate::http::tls::Acceptor::load(files).map(|a| Some(Arc::new(a))).map_err(invalid)
+    let refused = |invalid| Error::Config(ConfigError { file: source.path.clone(), invalid });
+    mcpgate::http::tls::Acceptor::load(files).map(|a| Some(Arc::new(a))).map_err(refused)
 }
 
 #[cfg(not(feature = "tls"))]
@@ -284,10 +283,7 @@ fn serve(config: Config, source: Source, signals: sys::Signals, tls: Tls) -> Res
     let shutdown_timeout = config.shutdown_timeout;
     // Held until mcpgate exits: peers in the same state_dir see it running.
     let _instance_lock = match (&config.state_dir, &config.instance_id) {
-        (Some(dir), Some(id)) => Some(
-            peers::lock_instance(dir, id)
-                .map_err(|why| Error::Io { context: why, error: std::io::Error::other("not starting") })?,
-        ),
+        (Some(dir), Some(id)) => Some(peers::lock_instance(dir, id).map_err(Error::Lock)?),
         _ => None,
     };
     let loaded = config.state_file.as_deref().map(|path| StateFile::new(path).load());

@@ -138,7 +138,7 @@ impl Routes {
                 ),
                 Err(why) => {
                     log::error!("HTTPS: {why}; the certificate and key in force stay");
-                    let error = outcome.error.take().map_or(why.clone(), |e| format!("{e}; {why}"));
+                    let error = outcome.error.take().map_or(why.to_string(), |e| format!("{e}; {why}"));
                     outcome.error = Some(error);
                     self.gateway.last_reload.lock().error = outcome.error.clone();
                 }

@@ -225,11 +225,24 @@ pub struct ServerList {
 /// allocations, and its place in the vector.
 const ITEM_OVERHEAD: usize = 96;
 
+/// What did not fit in what `max_memory_mb` leaves: a server's list, the
+/// merged list, or the search index, named with its size so far.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OverBudget(pub String);
+
+impl std::fmt::Display for OverBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} does not fit in what max_memory_mb leaves", self.0)
+    }
+}
+
+impl std::error::Error for OverBudget {}
+
 impl ServerList {
     /// The items of `kind` in `pages` (each the array the server sent), or
     /// why they do not fit in `max_memory_mb`. An item without its key is
     /// left out (no client could name it).
-    pub fn new(kind: ListKind, items: Vec<Box<RawValue>>) -> Result<ServerList, String> {
+    pub fn new(kind: ListKind, items: Vec<Box<RawValue>>) -> Result<ServerList, OverBudget> {
         #[derive(serde::Deserialize)]
         struct Keys<'a> {
             #[serde(borrow, default)]
@@ -250,12 +263,12 @@ impl ServerList {
             };
             let Some(key) = key.map(|k| k.into_owned()) else { continue };
             if !charge.grow(json.get().len() + key.len() + ITEM_OVERHEAD) {
-                return Err(format!(
-                    "its {} ({} items so far) do not fit in what max_memory_mb leaves ({} bytes held now)",
+                return Err(OverBudget(format!(
+                    "its {} ({} items so far; {} bytes held now)",
                     kind.method(),
                     kept.len(),
                     crate::runtime::memory::used()
-                ));
+                )));
             }
             kept.push(RawItem { key, json });
         }
@@ -444,7 +457,7 @@ impl List {
     /// that become one only when made to fit: the later gets a hash suffix.
     /// Returns the list, one line per collision, and the renamed items; or
     /// why the merge does not fit in `max_memory_mb`.
-    pub fn merge(kind: ListKind, servers: Vec<ServerItems>) -> Result<(List, Vec<String>, Vec<Renamed>), String> {
+    pub fn merge(kind: ListKind, servers: Vec<ServerItems>) -> Result<(List, Vec<String>, Vec<Renamed>), OverBudget> {
         let mut list = List {
             kind,
             sources: Vec::new(),
@@ -497,11 +510,11 @@ impl List {
                     });
                 }
                 if !list._charge.grow(2 * exposed.len() + ENTRY_OVERHEAD) {
-                    return Err(format!(
-                        "the merged {} ({} items so far) does not fit in what max_memory_mb leaves",
+                    return Err(OverBudget(format!(
+                        "the merged {} ({} items so far)",
                         kind.method(),
                         list.entries.len()
-                    ));
+                    )));
                 }
                 let exposed: Arc<str> = exposed.into();
                 raw_of.insert(exposed.clone(), raw);
@@ -561,7 +574,7 @@ impl List {
     /// The search index of its items, built on the first call and charged
     /// to `max_memory_mb` for as long as the list lives; and whether this
     /// call built it. An index that does not fit is not kept: why.
-    pub fn tool_index(&self) -> Result<(&ToolIndex, bool), String> {
+    pub fn tool_index(&self) -> Result<(&ToolIndex, bool), OverBudget> {
         if let Some((index, _)) = self.tool_index.get() {
             return Ok((index, false));
         }
@@ -569,16 +582,15 @@ impl List {
             self.items().map(|found| (found.original, serde_json::from_str(found.json.get()).unwrap_or(Value::Null))),
         );
         let Some(charge) = Charge::new(index.bytes()) else {
-            return Err(format!(
-                "the search index of {} tools ({} bytes) does not fit in what max_memory_mb leaves",
-                self.len(),
-                index.bytes()
-            ));
+            return Err(OverBudget(format!("the search index of {} tools ({} bytes)", self.len(), index.bytes())));
         };
         // Two searches may build it at once: the first one kept is the index.
-        let _ = self.tool_index.set((index, charge));
-        let built = self.tool_index.get().map(|(index, _)| index);
-        built.map(|index| (index, true)).ok_or_else(|| "bug: the search index was not kept".to_string())
+        let mut built = false;
+        let (kept, _) = self.tool_index.get_or_init(|| {
+            built = true;
+            (index, charge)
+        });
+        Ok((kept, built))
     }
 
     /// Bytes of the search index, if it was built: what the list holds

@@ -127,16 +127,20 @@ fn system_roots() -> Result<(Vec<Vec<u8>>, String), Invalid> {
 
 /// The certificates of a PEM file, in order; `key` names it in errors.
 #[cfg(feature = "tls")]
-pub fn read_certs(path: &std::path::Path, key: &str) -> Result<Vec<rustls_pki_types::CertificateDer<'static>>, String> {
+pub fn read_certs(
+    path: &std::path::Path,
+    key: &str,
+) -> Result<Vec<rustls_pki_types::CertificateDer<'static>>, Invalid> {
     use rustls_pki_types::CertificateDer;
     use rustls_pki_types::pem::PemObject;
 
-    let pem = std::fs::read(path).map_err(|e| format!("{key} `{}`: cannot read: {e}", path.display()))?;
+    let file = path.display();
+    let pem = std::fs::read(path).map_err(|e| Invalid::new(key, format!("`{file}`: cannot read: {e}")))?;
     let certs = CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("{key} `{}`: not valid PEM: {e}", path.display()))?;
+        .map_err(|e| Invalid::new(key, format!("`{file}`: not valid PEM: {e}")))?;
     if certs.is_empty() {
-        return Err(format!("{key} `{}`: no `BEGIN CERTIFICATE` block in it", path.display()));
+        return Err(Invalid::new(key, format!("`{file}`: no `BEGIN CERTIFICATE` block in it")));
     }
     Ok(certs)
 }
@@ -144,8 +148,7 @@ pub fn read_certs(path: &std::path::Path, key: &str) -> Result<Vec<rustls_pki_ty
 /// The certificates (DER) of a PEM file; `key` names it in errors.
 #[cfg(feature = "tls")]
 fn pem_certs(path: &str, key: &str) -> Result<Vec<Vec<u8>>, Invalid> {
-    let certs = read_certs(std::path::Path::new(path), key)
-        .map_err(|problem| Invalid::new(key, problem.trim_start_matches(key).trim_start()))?;
+    let certs = read_certs(std::path::Path::new(path), key)?;
     Ok(certs.into_iter().map(|c| c.as_ref().to_vec()).collect())
 }
 

@@ -29,7 +29,7 @@ use rustls::server::ServerConnection;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
-use crate::config::{TlsFiles, read_certs};
+use crate::config::{Invalid, TlsFiles, read_certs};
 
 /// The first byte of every TLS record that opens a handshake.
 const HANDSHAKE_RECORD: u8 = 0x16;
@@ -44,14 +44,14 @@ pub struct Acceptor {
 
 impl Acceptor {
     /// Loads the certificate chain and key; the error names the file and what is wrong.
-    pub fn load(files: &TlsFiles) -> Result<Acceptor, String> {
+    pub fn load(files: &TlsFiles) -> Result<Acceptor, Invalid> {
         let config = server_config(files)?;
         Ok(Acceptor { current: RwLock::new(Arc::new(config)), files: Mutex::new(files.clone()) })
     }
 
     /// Loads `files` again (their paths may have changed): new handshakes
     /// use them. On an error the settings in force stay, and it is returned.
-    pub fn reload(&self, files: &TlsFiles) -> Result<(), String> {
+    pub fn reload(&self, files: &TlsFiles) -> Result<(), Invalid> {
         let config = server_config(files)?;
         *self.current.write() = Arc::new(config);
         *self.files.lock() = files.clone();
@@ -68,30 +68,28 @@ impl Acceptor {
     }
 }
 
-fn server_config(files: &TlsFiles) -> Result<ServerConfig, String> {
+fn server_config(files: &TlsFiles) -> Result<ServerConfig, Invalid> {
     let certs = read_certs(&files.cert_file, "tls.cert_file")?;
     let key = read_key(&files.key_file)?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-        .map_err(|e| format!("tls: {e}"))?
+        .map_err(|e| Invalid::new("tls", e.to_string()))?
         .with_no_client_auth()
         .with_single_cert(certs, key)
         .map_err(|e| {
-            format!(
-                "tls.key_file `{}` does not fit tls.cert_file `{}`: {e}",
-                files.key_file.display(),
-                files.cert_file.display()
-            )
+            let (key, cert) = (files.key_file.display(), files.cert_file.display());
+            Invalid::new("tls.key_file", format!("`{key}` does not fit tls.cert_file `{cert}`: {e}"))
         })?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(config)
 }
 
-fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
-    let pem = std::fs::read(path).map_err(|e| format!("tls.key_file `{}`: cannot read: {e}", path.display()))?;
+fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, Invalid> {
+    let file = path.display();
+    let pem = std::fs::read(path).map_err(|e| Invalid::new("tls.key_file", format!("`{file}`: cannot read: {e}")))?;
     PrivateKeyDer::from_pem_slice(&pem).map_err(|e| {
-        format!("tls.key_file `{}`: no private key in it (PKCS#8, PKCS#1 or SEC1 PEM): {e}", path.display())
+        Invalid::new("tls.key_file", format!("`{file}`: no private key in it (PKCS#8, PKCS#1 or SEC1 PEM): {e}"))
     })
 }
 

@@ -55,14 +55,45 @@ fn open_lock(path: &Path) -> std::io::Result<File> {
         .open(path)
 }
 
+/// Why this instance's lock could not be taken; each says what to do.
+#[derive(Debug)]
+pub enum LockError {
+    /// `state_dir` could not be created.
+    Dir { dir: PathBuf, error: std::io::Error },
+    /// The lock file could not be opened or locked.
+    File { id: String, path: PathBuf, error: std::io::Error },
+    /// Another process holds it: another mcpgate with this `instance_id`.
+    Held { id: String, path: PathBuf },
+}
+
+impl std::fmt::Display for LockError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LockError::Dir { dir, error } => write!(f, "state_dir {}: cannot create it: {error}", dir.display()),
+            LockError::File { id, path, error } => {
+                write!(f, "instance `{id}`: cannot open or lock {}: {error}", path.display())
+            }
+            LockError::Held { id, path } => write!(
+                f,
+                "instance `{id}`: its lock {} is held by another process for more than {} s: another mcpgate runs \
+                 with this instance_id and state_dir",
+                path.display(),
+                LOCK_WAIT.as_secs()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for LockError {}
+
 /// Takes this instance's lock in `dir` (created if missing), waiting at
 /// most [`LOCK_WAIT`]; held until the returned file is dropped (or the
-/// process ends). An error says why, for the log.
-pub fn lock_instance(dir: &Path, id: &str) -> Result<File, String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("state_dir {}: cannot create it: {e}", dir.display()))?;
+/// process ends).
+pub fn lock_instance(dir: &Path, id: &str) -> Result<File, LockError> {
+    std::fs::create_dir_all(dir).map_err(|error| LockError::Dir { dir: dir.to_path_buf(), error })?;
     let path = lock_path(dir, id);
-    let file =
-        open_lock(&path).map_err(|e| format!("instance `{id}`: cannot open its lock {}: {e}", path.display()))?;
+    let failed = |error| LockError::File { id: id.to_string(), path: path.clone(), error };
+    let file = open_lock(&path).map_err(failed)?;
     let deadline = Instant::now() + LOCK_WAIT;
     loop {
         match file.try_lock() {
@@ -70,17 +101,8 @@ pub fn lock_instance(dir: &Path, id: &str) -> Result<File, String> {
             Err(TryLockError::WouldBlock) if Instant::now() < deadline => {
                 std::thread::sleep(Duration::from_millis(100));
             }
-            Err(TryLockError::WouldBlock) => {
-                return Err(format!(
-                    "instance `{id}`: its lock {} is held by another process for more than {} s: another mcpgate \
-                     runs with this instance_id and state_dir",
-                    path.display(),
-                    LOCK_WAIT.as_secs()
-                ));
-            }
-            Err(TryLockError::Error(e)) => {
-                return Err(format!("instance `{id}`: cannot lock {}: {e}", path.display()));
-            }
+            Err(TryLockError::WouldBlock) => return Err(LockError::Held { id: id.to_string(), path }),
+            Err(TryLockError::Error(error)) => return Err(failed(error)),
         }
     }
 }
