@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use support::{
     Ending, Fixture, Gate, NOBODY, RawReply, as_nobody_with_thread_limit, config, healthz_within, http_request,
-    initialize_params, is_root, mcp_post, parse_reply, read_until_closed, shown, threads_of_uid, wait_until,
+    initialize_params, mcp_post, parse_reply, read_until_closed, require_root, shown, threads_of_uid, wait_until,
 };
 
 /// How long a request may go without any answer before it counts as left hanging.
@@ -247,11 +247,10 @@ fn have(tool: &str) -> bool {
 /// after each refusal one idle connection goes, so that the next initialize
 /// is accepted and meets the shortage inside mcpgate, not at accept().
 #[test]
+#[ignore = "needs root"]
 fn running_out_of_file_descriptors_refuses_new_work_and_closes_every_session_exactly_once() {
-    if !is_root() || !have("prlimit") {
-        println!("skipped: this check needs root and prlimit");
-        return;
-    }
+    require_root("it sets mcpgate's descriptor limit with prlimit");
+    assert!(have("prlimit"), "this test needs prlimit (util-linux)");
     const FDS: u32 = 300;
     const IDLE_MAX: usize = 300;
     const SPARE: usize = 40;
@@ -374,13 +373,10 @@ fn running_out_of_file_descriptors_refuses_new_work_and_closes_every_session_exa
 /// of 600 downstream sessions never DELETEd. Here there is room for 20
 /// threads more than at rest; each session keeps a reader, a few end.
 #[test]
+#[ignore = "needs root"]
 fn threads_that_cannot_be_started_refuse_new_work_and_close_every_session_exactly_once() {
-    if !is_root() || !have("prlimit") || !have("setpriv") {
-        println!(
-            "skipped: this check needs root, prlimit and setpriv (it runs mcpgate as nobody under a thread limit)"
-        );
-        return;
-    }
+    require_root("it runs mcpgate as nobody under a thread limit");
+    assert!(have("prlimit") && have("setpriv"), "this test needs prlimit and setpriv (util-linux)");
     const ROOM: usize = 20;
     let fixture = Fixture::start("alpha", &[]);
     let mut c = config(&[("alpha", fixture.url())]);
