@@ -74,6 +74,11 @@ impl Reply {
     pub fn error_message(&self) -> String {
         self.body["error"]["message"].as_str().unwrap_or_default().to_string()
     }
+
+    /// Whether it came as an SSE stream (`events` may hold messages) rather than JSON.
+    pub fn is_sse(&self) -> bool {
+        self.content_type == "text/event-stream"
+    }
 }
 
 /// A small MCP client speaking Streamable HTTP.
@@ -276,7 +281,8 @@ impl Stream {
     }
 }
 
-fn reply_of(response: ureq::http::Response<ureq::Body>) -> Reply {
+/// Reads a response to a POST: all of its body, its SSE messages parsed.
+pub(super) fn reply_of(response: ureq::http::Response<ureq::Body>) -> Reply {
     let status = response.status().as_u16();
     let session = response.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_string);
     let content_type = response.body().mime_type().unwrap_or("").to_string();
