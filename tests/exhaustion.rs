@@ -9,7 +9,6 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -18,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::{
-    Ending, Fixture, Gate, NOBODY, RawReply, as_nobody_with_thread_limit, config, healthz_within, http_request,
-    initialize_params, is_root, mcp_post, parse_reply, read_until_closed, shown, threads_of_uid, wait_until,
+    Answer, Fixture, Gate, NOBODY, RawReply, as_nobody_with_thread_limit, config, exchange, healthz_within,
+    http_request, initialize_params, mcp_post, require_root, shown, threads_of_uid, wait_until,
 };
 
 /// How long a request may go without any answer before it counts as left hanging.
@@ -31,48 +30,24 @@ const ANSWER_WITHIN: Duration = Duration::from_secs(5);
 // or die, and each of those is a finding.
 // ---------------------------------------------------------------------------
 
-#[derive(Debug)]
-enum Answer {
-    /// An HTTP response.
-    Reply(RawReply),
-    /// Closed or reset before a response head: the bytes received.
-    Closed(String),
-    /// No whole response within the time allowed: the bytes received.
-    Hung(String),
-    /// The connection could not be made at all.
-    NoConnection(String),
-}
-
-fn exchange(addr: SocketAddr, request: &[u8], wait: Duration) -> Answer {
-    let mut stream = match TcpStream::connect_timeout(&addr, Duration::from_secs(2)) {
-        Ok(stream) => stream,
-        Err(e) => return Answer::NoConnection(e.to_string()),
-    };
-    // A refusal may come (and the connection close) before the request is written.
-    let _ = stream.write_all(request);
-    let (text, ending) = read_until_closed(&mut stream, wait);
-    match (parse_reply(&text), ending) {
-        (Some(reply), Ending::Closed | Ending::Reset) => Answer::Reply(reply),
-        (Some(reply), Ending::TimedOut) => {
-            let length = reply.header("content-length").and_then(|v| v.parse::<usize>().ok());
-            match length {
-                Some(n) if reply.body.len() >= n => Answer::Reply(reply),
-                _ => Answer::Hung(text),
-            }
-        }
-        (None, Ending::TimedOut) => Answer::Hung(text),
-        (None, _) => Answer::Closed(text),
-    }
-}
-
-fn post(addr: SocketAddr, session: Option<&str>, message: &Value) -> Answer {
+fn post(addr: SocketAddr, session: Option<&str>, message: &Value) -> Result<Answer, String> {
     exchange(addr, &mcp_post(addr, session, &message.to_string(), true), ANSWER_WITHIN)
 }
 
-fn delete(addr: SocketAddr, session: &str) -> Answer {
+fn delete(addr: SocketAddr, session: &str) -> Result<Answer, String> {
     let host = addr.to_string();
     let headers = [("Host", host.as_str()), ("Connection", "close"), ("Mcp-Session-Id", session)];
     exchange(addr, &http_request("DELETE", "/mcp", &headers, b""), ANSWER_WITHIN)
+}
+
+/// What a connection that ended without a response head shows.
+fn unanswered(answer: &Answer) -> String {
+    format!("connection closed unanswered {}", shown(&answer.bytes))
+}
+
+/// What a connection still open without a whole response shows.
+fn hung(answer: &Answer) -> String {
+    format!("no answer within {ANSWER_WITHIN:?}: {}", shown(&answer.bytes))
 }
 
 /// The JSON-RPC message of a reply: the JSON body, or the last message of an SSE body; else the body as text.
@@ -100,25 +75,28 @@ enum Init {
 
 fn initialize(addr: SocketAddr, allowed_refusal: impl Fn(&RawReply) -> bool) -> Init {
     let message = json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": initialize_params() });
-    match post(addr, None, &message) {
-        Answer::Reply(reply) if reply.status == 200 && message_of(&reply).get("result").is_some() => {
+    let answer = match post(addr, None, &message) {
+        Ok(answer) => answer,
+        Err(e) => return Init::Wrong(format!("cannot connect: {e}")),
+    };
+    match answer.reply_once_ended() {
+        Some(reply) if reply.status == 200 && message_of(&reply).get("result").is_some() => {
             match reply.header("mcp-session-id") {
                 Some(session) => Init::Created(session.to_string()),
                 None => Init::Wrong(format!("200 without Mcp-Session-Id: {}", shown(&reply.body))),
             }
         }
-        Answer::Reply(reply) if allowed_refusal(&reply) => {
+        Some(reply) if allowed_refusal(&reply) => {
             Init::Refused(format!("{} {}", reply.status, shown(error_text(&reply))))
         }
-        Answer::Reply(reply) => Init::Wrong(format!(
+        Some(reply) => Init::Wrong(format!(
             "{} (Retry-After {:?}): {}",
             reply.status,
             reply.header("retry-after"),
             shown(error_text(&reply))
         )),
-        Answer::Closed(text) => Init::Refused(format!("connection closed unanswered {}", shown(&text))),
-        Answer::Hung(text) => Init::Wrong(format!("no answer within {ANSWER_WITHIN:?}: {}", shown(&text))),
-        Answer::NoConnection(e) => Init::Wrong(format!("cannot connect: {e}")),
+        None if answer.ended() => Init::Refused(unanswered(&answer)),
+        None => Init::Wrong(hung(&answer)),
     }
 }
 
@@ -146,28 +124,30 @@ fn echo(addr: SocketAddr, session: &str, text: &str) -> Work {
         "jsonrpc": "2.0", "id": 2, "method": "tools/call",
         "params": { "name": "alpha__echo", "arguments": { "text": text } },
     });
-    match post(addr, Some(session), &message) {
-        Answer::Reply(reply) if reply.status == 200 && message_of(&reply)["result"]["content"][0]["text"] == text => {
-            Work::Done
-        }
-        Answer::Reply(reply) if refuses_work(&reply) => {
-            Work::Refused(format!("{} {}", reply.status, shown(error_text(&reply))))
-        }
-        Answer::Reply(reply) => Work::Wrong(format!("{}: {}", reply.status, shown(&reply.body))),
-        Answer::Closed(text) => Work::Unanswered(format!("connection closed unanswered {}", shown(&text))),
-        Answer::Hung(text) => Work::Wrong(format!("no answer within {ANSWER_WITHIN:?}: {}", shown(&text))),
-        Answer::NoConnection(e) => Work::Wrong(format!("cannot connect: {e}")),
+    let answer = match post(addr, Some(session), &message) {
+        Ok(answer) => answer,
+        Err(e) => return Work::Wrong(format!("cannot connect: {e}")),
+    };
+    match answer.reply_once_ended() {
+        Some(reply) if reply.status == 200 && message_of(&reply)["result"]["content"][0]["text"] == text => Work::Done,
+        Some(reply) if refuses_work(&reply) => Work::Refused(format!("{} {}", reply.status, shown(error_text(&reply)))),
+        Some(reply) => Work::Wrong(format!("{}: {}", reply.status, shown(&reply.body))),
+        None if answer.ended() => Work::Unanswered(unanswered(&answer)),
+        None => Work::Wrong(hung(&answer)),
     }
 }
 
 fn end_session(addr: SocketAddr, session: &str) -> Work {
-    match delete(addr, session) {
-        Answer::Reply(reply) if matches!(reply.status, 200 | 204) => Work::Done,
-        Answer::Reply(reply) if reply.status == 503 => Work::Refused(format!("503 {}", shown(error_text(&reply)))),
-        Answer::Reply(reply) => Work::Wrong(format!("{}: {}", reply.status, shown(&reply.body))),
-        Answer::Closed(text) => Work::Unanswered(format!("connection closed unanswered {}", shown(&text))),
-        Answer::Hung(text) => Work::Wrong(format!("no answer within {ANSWER_WITHIN:?}: {}", shown(&text))),
-        Answer::NoConnection(e) => Work::Wrong(format!("cannot connect: {e}")),
+    let answer = match delete(addr, session) {
+        Ok(answer) => answer,
+        Err(e) => return Work::Wrong(format!("cannot connect: {e}")),
+    };
+    match answer.reply_once_ended() {
+        Some(reply) if matches!(reply.status, 200 | 204) => Work::Done,
+        Some(reply) if reply.status == 503 => Work::Refused(format!("503 {}", shown(error_text(&reply)))),
+        Some(reply) => Work::Wrong(format!("{}: {}", reply.status, shown(&reply.body))),
+        None if answer.ended() => Work::Unanswered(unanswered(&answer)),
+        None => Work::Wrong(hung(&answer)),
     }
 }
 
@@ -247,11 +227,10 @@ fn have(tool: &str) -> bool {
 /// after each refusal one idle connection goes, so that the next initialize
 /// is accepted and meets the shortage inside mcpgate, not at accept().
 #[test]
+#[ignore = "needs root"]
 fn running_out_of_file_descriptors_refuses_new_work_and_closes_every_session_exactly_once() {
-    if !is_root() || !have("prlimit") {
-        println!("skipped: this check needs root and prlimit");
-        return;
-    }
+    require_root("it sets mcpgate's descriptor limit with prlimit");
+    assert!(have("prlimit"), "this test needs prlimit (util-linux)");
     const FDS: u32 = 300;
     const IDLE_MAX: usize = 300;
     const SPARE: usize = 40;
@@ -374,13 +353,10 @@ fn running_out_of_file_descriptors_refuses_new_work_and_closes_every_session_exa
 /// of 600 downstream sessions never DELETEd. Here there is room for 20
 /// threads more than at rest; each session keeps a reader, a few end.
 #[test]
+#[ignore = "needs root"]
 fn threads_that_cannot_be_started_refuse_new_work_and_close_every_session_exactly_once() {
-    if !is_root() || !have("prlimit") || !have("setpriv") {
-        println!(
-            "skipped: this check needs root, prlimit and setpriv (it runs mcpgate as nobody under a thread limit)"
-        );
-        return;
-    }
+    require_root("it runs mcpgate as nobody under a thread limit");
+    assert!(have("prlimit") && have("setpriv"), "this test needs prlimit and setpriv (util-linux)");
     const ROOM: usize = 20;
     let fixture = Fixture::start("alpha", &[]);
     let mut c = config(&[("alpha", fixture.url())]);

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use support::{
     Ending, Fixture, Gate, NOBODY, as_nobody_with_thread_limit, ask, config, exchange, healthz_within, http_request,
-    is_root, parse_reply, raw_request, read_reply, read_until_closed, send, threads_of_uid, wait_until,
+    parse_reply, raw_request, read_reply, read_until_closed, require_root, send, threads_of_uid, wait_until,
 };
 
 const HUGE: &str = "200000000000";
@@ -119,11 +119,9 @@ fn a_burst_of_40_keep_alive_connections_is_answered_at_once() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn a_thread_that_cannot_be_spawned_costs_one_connection_and_the_gateway_recovers() {
-    if !is_root() {
-        println!("skipped: this check needs root (it runs mcpgate as nobody under a thread limit)");
-        return;
-    }
+    require_root("it runs mcpgate as nobody under a thread limit");
     let fixture = Fixture::start("alpha", &[]);
     let mut c = config(&[("alpha", fixture.url())]);
     c["calls_per_server"] = json!(2);

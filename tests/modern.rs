@@ -8,113 +8,11 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader, Read};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::{Fixture, Gate, Issuer, Signer, assert_balanced, http_agent, wait_until};
-
-const VERSION: &str = "2026-07-28";
-
-/// What came back for one request: the HTTP status, and the messages
-/// (the JSON body, or the SSE events' data, in order).
-#[derive(Debug)]
-struct Answer {
-    status: u16,
-    sse: bool,
-    messages: Vec<Value>,
-}
-
-impl Answer {
-    /// The response (the last message).
-    fn response(&self) -> &Value {
-        self.messages.last().unwrap_or_else(|| panic!("no message in {self:?}"))
-    }
-
-    fn result(&self) -> &Value {
-        let r = self.response();
-        assert!(r.get("error").is_none(), "expected a result, got {r}");
-        &r["result"]
-    }
-
-    fn error_code(&self) -> i64 {
-        self.response()["error"]["code"].as_i64().unwrap_or_else(|| panic!("expected an error: {self:?}"))
-    }
-}
-
-fn meta(capabilities: Value) -> Value {
-    json!({
-        "io.modelcontextprotocol/protocolVersion": VERSION,
-        "io.modelcontextprotocol/clientCapabilities": capabilities,
-        "io.modelcontextprotocol/clientInfo": {"name": "modern-test", "version": "1"},
-    })
-}
-
-/// A client of the era, speaking straight HTTP.
-struct Modern {
-    url: String,
-    token: Option<String>,
-    capabilities: Value,
-}
-
-impl Modern {
-    fn new(gate: &Gate) -> Modern {
-        Modern { url: gate.url(), token: None, capabilities: json!({"sampling": {}, "elicitation": {}}) }
-    }
-
-    /// `method` with `params` (its `_meta` added), with the routing headers
-    /// the era asks for, and `extra` after them (to break them).
-    fn send(&self, id: Value, method: &str, mut params: Value, extra: &[(&str, &str)]) -> Answer {
-        if params.get("_meta").is_none() {
-            params["_meta"] = meta(self.capabilities.clone());
-        }
-        let mut request = http_agent(Some(Duration::from_secs(20)))
-            .post(&self.url)
-            .header("Content-Type", "application/json")
-            .header("Accept", "application/json, text/event-stream");
-        let name = params.get("name").or(params.get("uri")).and_then(Value::as_str).map(str::to_string);
-        let mut headers: Vec<(String, String)> =
-            vec![("MCP-Protocol-Version".into(), VERSION.into()), ("Mcp-Method".into(), method.into())];
-        if let Some(name) = name {
-            headers.push(("Mcp-Name".into(), name));
-        }
-        for (k, v) in extra {
-            headers.retain(|(n, _)| !n.eq_ignore_ascii_case(k));
-            if !v.is_empty() {
-                headers.push((k.to_string(), v.to_string()));
-            }
-        }
-        for (k, v) in &headers {
-            request = request.header(k, v);
-        }
-        if let Some(token) = &self.token {
-            request = request.header("Authorization", &format!("Bearer {token}"));
-        }
-        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        let response = request.send(body.to_string().as_bytes()).unwrap_or_else(|e| panic!("POST {method}: {e}"));
-        let status = response.status().as_u16();
-        let sse = response.body().mime_type() == Some("text/event-stream");
-        let text = response.into_body().read_to_string().unwrap_or_default();
-        let messages = if sse {
-            let mut decoder = mcpgate::protocol::sse::Decoder::new(text.as_bytes(), 16 << 20);
-            let mut out = Vec::new();
-            while let Ok(Some(event)) = decoder.next_event() {
-                if let Ok(message) = serde_json::from_str::<Value>(&event.data) {
-                    out.push(message);
-                }
-            }
-            out
-        } else {
-            serde_json::from_str(&text).map(|m| vec![m]).unwrap_or_default()
-        };
-        Answer { status, sse, messages }
-    }
-
-    fn call(&self, id: u64, tool: &str, arguments: Value) -> Answer {
-        self.send(json!(id), "tools/call", json!({"name": tool, "arguments": arguments}), &[])
-    }
-}
+use support::{ERA, Fixture, Gate, Issuer, Modern, Reply, Signer, assert_balanced, era_meta, http_agent, wait_until};
 
 fn gate_with(fx: &Fixture, keys: Value) -> Gate {
     let mut c = json!({"listen": "127.0.0.1:0", "mcpServers": {"fx": {"url": fx.url()}}});
@@ -137,7 +35,7 @@ fn discover_offers_2026_only_when_every_server_speaks_it() {
     let modern = Fixture::start("new", &["--modern"]);
     let both = Fixture::start("both", &["--both-eras"]);
     // As an `auto` client probes: the era's `_meta` and version header.
-    let probe = |gate: &Gate| Modern::new(gate).send(json!(7), "server/discover", json!({}), &[]);
+    let probe = |gate: &Gate| Modern::new(&gate.url()).send(json!(7), "server/discover", json!({}), &[]);
     for (servers, offered) in [
         (vec![("old", &session)], false),
         (vec![("new", &modern), ("old", &session)], false),
@@ -150,19 +48,20 @@ fn discover_offers_2026_only_when_every_server_speaks_it() {
         let answer = probe(&gate);
         if offered {
             assert_eq!(answer.status, 200, "{names:?}: {answer:?}");
-            assert_eq!(answer.result()["supportedVersions"][0], VERSION, "{names:?}: {answer:?}");
+            assert_eq!(answer.result()["supportedVersions"][0], ERA, "{names:?}: {answer:?}");
         } else {
             // What a session-era server answers: every SDK's auto mode falls
             // back to initialize on it (not -32022, which the Rust SDK's
             // reads as a version to retry at).
             assert_eq!((answer.status, answer.error_code()), (400, -32600), "{names:?}: {answer:?}");
-            assert_eq!(answer.response()["id"], 7, "{names:?}: correlated");
-            let message = answer.response()["error"]["message"].as_str().unwrap_or_default().to_string();
+            assert_eq!(answer.body["id"], 7, "{names:?}: correlated");
+            let message = answer.body["error"]["message"].as_str().unwrap_or_default().to_string();
             assert!(message.contains("initialize"), "{message}");
             let mut fallback = gate.open_session();
             assert!(fallback.tool_text(&format!("{}__echo", names[0]), json!({"text": "back"})).ends_with("back"));
             // A client pinned to 2026-07-28 (it sends no discover) is served and bridged still.
-            let pinned = Modern::new(&gate).call(8, &format!("{}__echo", names.last().unwrap()), json!({"text": "x"}));
+            let pinned =
+                Modern::new(&gate.url()).call(8, &format!("{}__echo", names.last().unwrap()), json!({"text": "x"}));
             assert_eq!(pinned.status, 200, "{names:?}: {pinned:?}");
             assert_eq!(pinned.result()["resultType"], "complete");
         }
@@ -173,11 +72,11 @@ fn discover_offers_2026_only_when_every_server_speaks_it() {
 fn discover_names_both_eras_and_passes_the_checks_of_any_request() {
     let fx = Fixture::start("fx", &["--modern"]);
     let gate = gate_with(&fx, json!({}));
-    let client = Modern::new(&gate);
+    let client = Modern::new(&gate.url());
     let answer = client.send(json!(1), "server/discover", json!({}), &[]);
     assert_eq!(answer.status, 200, "{answer:?}");
     let result = answer.result();
-    assert_eq!(result["supportedVersions"], json!([VERSION, "2025-11-25", "2025-06-18", "2025-03-26"]), "{result}");
+    assert_eq!(result["supportedVersions"], json!([ERA, "2025-11-25", "2025-06-18", "2025-03-26"]), "{result}");
     assert!(result["capabilities"]["tools"].is_object(), "{result}");
     assert_eq!(result["resultType"], "complete");
     assert_eq!(result["cacheScope"], "public");
@@ -185,21 +84,21 @@ fn discover_names_both_eras_and_passes_the_checks_of_any_request() {
     assert_eq!(result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "mcpgate");
     // It carries the era's `_meta` like any request, and is checked like one
     // (the spec's server/discover; the conformance suite's server-stateless).
-    for params in [json!({"_meta": {}}), json!({"_meta": {"io.modelcontextprotocol/protocolVersion": VERSION}})] {
+    for params in [json!({"_meta": {}}), json!({"_meta": {"io.modelcontextprotocol/protocolVersion": ERA}})] {
         let bad = client.send(json!(2), "server/discover", params, &[("MCP-Protocol-Version", "2025-06-18")]);
         assert_eq!((bad.status, bad.error_code()), (400, -32602), "{bad:?}");
     }
-    let mut other = meta(json!({}));
+    let mut other = era_meta(json!({}));
     other["io.modelcontextprotocol/protocolVersion"] = json!("v999.0.0");
     let version =
         client.send(json!(3), "server/discover", json!({"_meta": other}), &[("MCP-Protocol-Version", "v999.0.0")]);
     assert_eq!((version.status, version.error_code()), (400, -32022), "{version:?}");
-    let data = &version.response()["error"]["data"];
+    let data = &version.body["error"]["data"];
     assert_eq!(data["requested"], "v999.0.0", "{data}");
-    assert!(data["supported"].as_array().is_some_and(|s| s.contains(&json!(VERSION))), "{data}");
+    assert!(data["supported"].as_array().is_some_and(|s| s.contains(&json!(ERA))), "{data}");
     let mismatch = client.send(json!(4), "server/discover", json!({"_meta": other}), &[]);
     assert_eq!((mismatch.status, mismatch.error_code()), (400, -32020), "{mismatch:?}");
-    assert_eq!(mismatch.response()["id"], 4);
+    assert_eq!(mismatch.body["id"], 4);
     // A bare probe (no `_meta`, no version header), as a client that does
     // not know the era yet may send it, is answered all the same.
     let bare = http_agent(Some(Duration::from_secs(20)))
@@ -210,7 +109,7 @@ fn discover_names_both_eras_and_passes_the_checks_of_any_request() {
         .expect("bare probe");
     assert_eq!(bare.status().as_u16(), 200);
     let bare: Value = serde_json::from_str(&bare.into_body().read_to_string().unwrap()).unwrap();
-    assert_eq!(bare["result"]["supportedVersions"][0], VERSION, "{bare}");
+    assert_eq!(bare["result"]["supportedVersions"][0], ERA, "{bare}");
     // A session-era client on the same /mcp, at the same time.
     let mut session = gate.open_session();
     assert_eq!(session.tool_text("fx__echo", json!({"text": "old"})), "old");
@@ -223,7 +122,7 @@ fn discover_offers_only_what_the_era_serves() {
     // are not served through mcpgate; logging they are (by `_meta`).
     let fx = Fixture::start("fx", &["--both-eras"]);
     let gate = gate_with(&fx, json!({}));
-    let answer = Modern::new(&gate).send(json!(1), "server/discover", json!({}), &[]);
+    let answer = Modern::new(&gate.url()).send(json!(1), "server/discover", json!({}), &[]);
     let caps = &answer.result()["capabilities"];
     assert!(caps["resources"].is_object() && caps["resources"].get("subscribe").is_none(), "{caps}");
     assert!(caps.get("tasks").is_none(), "{caps}");
@@ -233,7 +132,7 @@ fn discover_offers_only_what_the_era_serves() {
 fn each_rung_of_the_checks_answers_with_its_code_and_status() {
     let fx = Fixture::start("fx", &[]);
     let gate = gate_with(&fx, json!({}));
-    let client = Modern::new(&gate);
+    let client = Modern::new(&gate.url());
     // The name in its base64 form: `fx__echo`.
     let b64 = client.send(
         json!(4),
@@ -250,18 +149,18 @@ fn each_rung_of_the_checks_answers_with_its_code_and_status() {
     let name =
         client.send(json!(3), "tools/call", json!({"name": "fx__echo", "arguments": {}}), &[("Mcp-Name", "fx__add")]);
     assert_eq!((name.status, name.error_code()), (400, -32020), "{name:?}");
-    let mut old = meta(json!({}));
+    let mut old = era_meta(json!({}));
     old["io.modelcontextprotocol/protocolVersion"] = json!("2099-01-01");
     let version = client.send(json!(5), "tools/list", json!({"_meta": old}), &[("MCP-Protocol-Version", "2099-01-01")]);
     assert_eq!((version.status, version.error_code()), (400, -32022), "{version:?}");
-    assert!(version.response()["error"]["data"]["supported"].as_array().is_some_and(|s| s.contains(&json!(VERSION))));
+    assert!(version.body["error"]["data"]["supported"].as_array().is_some_and(|s| s.contains(&json!(ERA))));
     let unknown = client.send(json!(6), "ping", json!({}), &[]);
     assert_eq!((unknown.status, unknown.error_code()), (404, -32601), "{unknown:?}");
     assert_eq!(fx.count("requests"), reached, "a refused request reached the server: {}", fx.stats());
     // The session era's GET and DELETE are not of this era.
     let agent = http_agent(Some(Duration::from_secs(5)));
-    let get = agent.get(&gate.url()).header("MCP-Protocol-Version", VERSION).header("Accept", "text/event-stream");
-    let delete = agent.delete(&gate.url()).header("MCP-Protocol-Version", VERSION);
+    let get = agent.get(&gate.url()).header("MCP-Protocol-Version", ERA).header("Accept", "text/event-stream");
+    let delete = agent.delete(&gate.url()).header("MCP-Protocol-Version", ERA);
     for (method, r) in [("GET", get.call().unwrap()), ("DELETE", delete.call().unwrap())] {
         assert_eq!(r.status(), 405, "{method}");
         assert_eq!(r.headers().get("allow").and_then(|v| v.to_str().ok()), Some("POST"), "{method}");
@@ -272,7 +171,7 @@ fn each_rung_of_the_checks_answers_with_its_code_and_status() {
 fn lists_and_calls_carry_the_eras_fields_and_progress_comes_as_sse() {
     let fx = Fixture::start("fx", &[]);
     let gate = gate_with(&fx, json!({}));
-    let client = Modern::new(&gate);
+    let client = Modern::new(&gate.url());
     let tools = client.send(json!(1), "tools/list", json!({}), &[]);
     let result = tools.result();
     assert!(result["tools"].as_array().is_some_and(|t| t.iter().any(|t| t["name"] == "fx__echo")), "{result}");
@@ -282,11 +181,11 @@ fn lists_and_calls_carry_the_eras_fields_and_progress_comes_as_sse() {
     assert_eq!(echo.result()["content"][0]["text"], "hi");
     assert_eq!(echo.result()["resultType"], "complete");
     let mut params = json!({"name": "fx__slow", "arguments": {"ms": 150, "steps": 3}});
-    params["_meta"] = meta(json!({}));
+    params["_meta"] = era_meta(json!({}));
     params["_meta"]["progressToken"] = json!("p1");
     let slow = client.send(json!(3), "tools/call", params, &[]);
-    assert!(slow.sse, "{slow:?}");
-    let progress: Vec<&Value> = slow.messages.iter().filter(|m| m["method"] == "notifications/progress").collect();
+    assert!(slow.is_sse(), "{slow:?}");
+    let progress: Vec<&Value> = slow.events.iter().filter(|m| m["method"] == "notifications/progress").collect();
     assert_eq!(progress.len(), 3, "{slow:?}");
     assert!(progress.iter().all(|p| p["params"]["progressToken"] == "p1"), "{progress:?}");
     assert_eq!(slow.result()["content"][0]["text"], "done");
@@ -298,7 +197,7 @@ fn lists_and_calls_carry_the_eras_fields_and_progress_comes_as_sse() {
 fn a_servers_sampling_request_comes_as_input_required_and_the_call_is_held_until_the_retry() {
     let fx = Fixture::start("fx", &[]);
     let gate = gate_with(&fx, json!({}));
-    let client = Modern::new(&gate);
+    let client = Modern::new(&gate.url());
     let first = client.call(1, "fx__sample", json!({"prompt": "hello"}));
     assert_eq!(first.status, 200, "{first:?}");
     let result = first.result();
@@ -351,7 +250,7 @@ fn a_servers_sampling_request_comes_as_input_required_and_the_call_is_held_until
 fn a_servers_request_outside_its_call_goes_to_the_one_call_running_there() {
     let fx = Fixture::start("fx", &[]);
     let gate = gate_with(&fx, json!({}));
-    let mut client = Modern::new(&gate);
+    let mut client = Modern::new(&gate.url());
     client.capabilities = json!({"roots": {}});
     // The pool's downstream session and its GET stream, before the call.
     assert_eq!(client.call(1, "fx__echo", json!({"text": "warm"})).result()["content"][0]["text"], "warm");
@@ -383,11 +282,11 @@ fn a_servers_request_outside_its_call_goes_to_the_one_call_running_there() {
 fn a_client_that_cannot_sample_gets_missing_capability_and_the_call_ends_at_its_server() {
     let fx = Fixture::start("fx", &[]);
     let gate = gate_with(&fx, json!({}));
-    let mut client = Modern::new(&gate);
+    let mut client = Modern::new(&gate.url());
     client.capabilities = json!({});
     let answer = client.call(1, "fx__sample", json!({"prompt": "x"}));
     assert_eq!((answer.status, answer.error_code()), (400, -32021), "{answer:?}");
-    let error = &answer.response()["error"];
+    let error = &answer.body["error"];
     assert_eq!(error["data"]["requiredCapabilities"], json!({"sampling": {}}), "{error}");
     assert!(error["message"].as_str().unwrap_or_default().contains("sampling"), "{error}");
     assert!(wait_until(Duration::from_secs(3), || fx.count("requests_running") == 0), "{}", fx.stats());
@@ -403,17 +302,17 @@ fn a_client_that_cannot_sample_gets_missing_capability_and_the_call_ends_at_its_
 fn log_messages_reach_a_client_only_at_the_level_its_request_asks() {
     let fx = Fixture::start("fx", &[]);
     let gate = gate_with(&fx, json!({}));
-    let client = Modern::new(&gate);
-    let logs = |answer: &Answer| -> Vec<String> {
+    let client = Modern::new(&gate.url());
+    let logs = |answer: &Reply| -> Vec<String> {
         answer
-            .messages
+            .events
             .iter()
             .filter(|m| m["method"] == "notifications/message")
             .map(|m| m["params"]["level"].as_str().unwrap_or_default().to_string())
             .collect()
     };
     let call = |id: u64, level: &str, log_level: Option<&str>| {
-        let mut meta = meta(client.capabilities.clone());
+        let mut meta = era_meta(client.capabilities.clone());
         if let Some(l) = log_level {
             meta["io.modelcontextprotocol/logLevel"] = json!(l);
         }
@@ -433,21 +332,18 @@ fn log_messages_reach_a_client_only_at_the_level_its_request_asks() {
 fn a_held_call_that_is_not_retried_in_time_is_cancelled_at_its_server() {
     let fx = Fixture::start("fx", &[]);
     let gate = gate_with(&fx, json!({"held_call_timeout_secs": 1, "max_held_calls": 1}));
-    let client = Modern::new(&gate);
+    let client = Modern::new(&gate.url());
     let held = client.call(1, "fx__sample", json!({"prompt": "x"}));
     assert_eq!(held.result()["resultType"], "input_required");
     // Only one is held at a time.
     let second = client.call(2, "fx__sample", json!({"prompt": "x"}));
-    assert!(
-        second.response()["error"]["message"].as_str().unwrap_or_default().contains("max_held_calls"),
-        "{second:?}"
-    );
+    assert!(second.body["error"]["message"].as_str().unwrap_or_default().contains("max_held_calls"), "{second:?}");
     let cancelled = || fx.stats()["cancelled"].as_array().map_or(0, Vec::len);
     assert!(wait_until(Duration::from_secs(4), || cancelled() == 2), "{}", fx.stats());
     let state = held.result()["requestState"].as_str().unwrap().to_string();
     let late =
         client.send(json!(3), "tools/call", json!({"name": "fx__sample", "arguments": {}, "requestState": state}), &[]);
-    assert!(late.response()["error"]["message"].as_str().unwrap_or_default().contains("expired"), "{late:?}");
+    assert!(late.body["error"]["message"].as_str().unwrap_or_default().contains("expired"), "{late:?}");
     assert!(wait_until(Duration::from_secs(2), || gate.status()["calls"]["held_for_2026_clients"] == 0));
 }
 
@@ -455,21 +351,13 @@ fn a_held_call_that_is_not_retried_in_time_is_cancelled_at_its_server() {
 fn closing_the_answer_cancels_the_call() {
     let fx = Fixture::start("fx", &[]);
     let gate = gate_with(&fx, json!({}));
-    let client = Modern::new(&gate);
+    let client = Modern::new(&gate.url());
     client.call(1, "fx__echo", json!({"text": "warm"}));
-    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
-        "params": {"name": "fx__slow", "arguments": {"ms": 10000}, "_meta": meta(json!({}))}})
-    .to_string();
-    let mut stream = TcpStream::connect(gate.addr).unwrap();
-    write!(
-        stream,
-        "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nAccept: application/json, \
-         text/event-stream\r\nMCP-Protocol-Version: {VERSION}\r\nMcp-Method: tools/call\r\nMcp-Name: fx__slow\r\n\
-         Content-Length: {}\r\n\r\n{body}",
-        gate.addr,
-        body.len()
-    )
-    .unwrap();
+    let stream = client.open(
+        json!(7),
+        "tools/call",
+        json!({"name": "fx__slow", "arguments": {"ms": 10000}, "_meta": era_meta(json!({}))}),
+    );
     assert!(wait_until(Duration::from_secs(3), || fx.count("requests_running") == 1), "{}", fx.stats());
     let closed = Instant::now();
     drop(stream);
@@ -484,20 +372,8 @@ fn closing_the_answer_cancels_the_call() {
 fn listen_streams_the_list_changes_asked_for() {
     let fx = Fixture::start("fx", &[]);
     let gate = gate_with(&fx, json!({}));
-    let client = Modern::new(&gate);
-    let body = json!({"jsonrpc": "2.0", "id": "L", "method": "subscriptions/listen",
-        "params": {"notifications": {"toolsListChanged": true, "resourceSubscriptions": ["x://y"]}, "_meta": meta(json!({}))}})
-    .to_string();
-    let mut stream = TcpStream::connect(gate.addr).unwrap();
-    write!(
-        stream,
-        "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nAccept: application/json, \
-         text/event-stream\r\nMCP-Protocol-Version: {VERSION}\r\nMcp-Method: subscriptions/listen\r\n\
-         Content-Length: {}\r\n\r\n{body}",
-        gate.addr,
-        body.len()
-    )
-    .unwrap();
+    let client = Modern::new(&gate.url());
+    let mut stream = client.open(json!("L"), "subscriptions/listen", json!({"notifications": {"toolsListChanged": true, "resourceSubscriptions": ["x://y"]}, "_meta": era_meta(json!({}))}));
     stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let mut reader = BufReader::new(stream.try_clone().unwrap());
     let mut next_data = || -> Value {
@@ -532,7 +408,7 @@ fn with_tokens_each_token_has_its_own_session_and_its_own_held_calls() {
     let a = "token-a-0123456789abcdef";
     let b = "token-b-0123456789abcdef";
     let gate = gate_with(&fx, json!({"auth": {"tokens": [{"token": a}, {"token": b}]}}));
-    let mut client = Modern::new(&gate);
+    let mut client = Modern::new(&gate.url());
     let refused = client.send(json!(1), "tools/list", json!({}), &[]);
     assert_eq!(refused.status, 401, "{refused:?}");
     client.token = Some(a.into());
@@ -544,7 +420,7 @@ fn with_tokens_each_token_has_its_own_session_and_its_own_held_calls() {
     let stolen =
         client.send(json!(4), "tools/call", json!({"name": "fx__sample", "arguments": {}, "requestState": state}), &[]);
     assert_eq!(stolen.error_code(), -32602, "another token's state: {stolen:?}");
-    assert!(stolen.response()["error"]["message"].as_str().unwrap().contains("for this token"), "{stolen:?}");
+    assert!(stolen.body["error"]["message"].as_str().unwrap().contains("for this token"), "{stolen:?}");
     client.send(json!(5), "tools/list", json!({}), &[]);
     assert_eq!(gate.status()["sessions"]["live"], 2, "one per token: {}", gate.status());
 }
@@ -556,7 +432,7 @@ fn with_oauth_each_subject_has_its_own_session_and_its_own_held_calls() {
     let issuer = Issuer::start(&[&key]);
     let resource = "http://127.0.0.1:8780/mcp";
     let gate = gate_with(&fx, json!({"auth": {"oauth": {"issuer": issuer.url(), "resource": resource}}}));
-    let mut client = Modern::new(&gate);
+    let mut client = Modern::new(&gate.url());
     client.token = Some(key.token(&issuer.claims("alice", resource, "mcp")));
     let list = client.send(json!(1), "tools/list", json!({}), &[]);
     assert_eq!(list.result()["cacheScope"], "private", "what a subject sees is its own");
@@ -584,7 +460,7 @@ fn with_oauth_each_subject_has_its_own_session_and_its_own_held_calls() {
 fn the_session_kept_for_these_clients_is_evicted_and_closed_like_any_other() {
     let fx = Fixture::start("fx", &[]);
     let gate = gate_with(&fx, json!({"session_idle_timeout_secs": 1}));
-    let client = Modern::new(&gate);
+    let client = Modern::new(&gate.url());
     assert_eq!(client.call(1, "fx__echo", json!({"text": "x"})).result()["content"][0]["text"], "x");
     assert_eq!(fx.count("initialize"), 1);
     assert!(wait_until(Duration::from_secs(5), || fx.count("delete") == 1), "{}", fx.stats());
@@ -600,7 +476,7 @@ fn the_session_kept_for_these_clients_is_evicted_and_closed_like_any_other() {
 fn tool_search_answers_clients_of_the_era_and_call_tool_holds_a_call_as_a_direct_one() {
     let fx = Fixture::start("fx", &[]);
     let gate = gate_with(&fx, json!({"tool_search": {"enabled": true}}));
-    let client = Modern::new(&gate);
+    let client = Modern::new(&gate.url());
     let tools = client.send(json!(1), "tools/list", json!({}), &[]);
     let names: Vec<&str> =
         tools.result()["tools"].as_array().unwrap().iter().filter_map(|t| t["name"].as_str()).collect();
@@ -633,21 +509,13 @@ fn a_call_to_a_server_of_the_era_runs_where_it_was_read_and_closing_its_answer_c
     // Its keep-alives let the fixture see the connection close.
     let fx = Fixture::start("fx", &["--modern", "--keepalive-ms", "100"]);
     let gate = gate_with(&fx, json!({}));
-    let client = Modern::new(&gate);
+    let client = Modern::new(&gate.url());
     assert_eq!(client.call(1, "fx__echo", json!({"text": "warm"})).result()["resultType"], "complete");
-    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
-        "params": {"name": "fx__cancellable", "arguments": {"every_ms": 50}, "_meta": meta(json!({}))}})
-    .to_string();
-    let mut stream = TcpStream::connect(gate.addr).unwrap();
-    write!(
-        stream,
-        "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nAccept: application/json, \
-         text/event-stream\r\nMCP-Protocol-Version: {VERSION}\r\nMcp-Method: tools/call\r\nMcp-Name: fx__cancellable\r\n\
-         Content-Length: {}\r\n\r\n{body}",
-        gate.addr,
-        body.len()
-    )
-    .unwrap();
+    let stream = client.open(
+        json!(7),
+        "tools/call",
+        json!({"name": "fx__cancellable", "arguments": {"every_ms": 50}, "_meta": era_meta(json!({}))}),
+    );
     assert!(wait_until(Duration::from_secs(3), || fx.count("requests_running") == 1), "{}", fx.stats());
     // No thread of its own: the connection thread that read it waits on the server.
     let roles = gate.status()["process"]["threads_by_role"].clone();

@@ -11,8 +11,8 @@ mod support;
 
 use std::time::Duration;
 
-use serde_json::{Value, json};
-use support::{Fixture, Gate, assert_balanced, http_agent, wait_until};
+use serde_json::json;
+use support::{Fixture, Gate, Modern, assert_balanced, wait_until};
 
 fn gate_for(fx: &Fixture) -> Gate {
     Gate::start_checked(&json!({"listen": "127.0.0.1:0", "mcpServers": {"fx": {"url": fx.url()}}}))
@@ -128,40 +128,22 @@ fn a_cancel_closes_the_calls_connection_which_is_the_new_eras_cancel() {
 fn a_client_of_the_new_era_gets_the_servers_questions_as_they_are() {
     let fx = Fixture::start("fx", &["--modern"]);
     let gate = gate_for(&fx);
-    let agent = http_agent(Some(Duration::from_secs(10)));
-    let meta = json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {"sampling": {}},
-    });
-    let post = |id: u64, params: Value| -> Value {
-        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
-        let text = agent
-            .post(&gate.url())
-            .header("Content-Type", "application/json")
-            .header("Accept", "application/json, text/event-stream")
-            .header("MCP-Protocol-Version", "2026-07-28")
-            .header("Mcp-Method", "tools/call")
-            .header("Mcp-Name", "fx__sample")
-            .send(body.to_string().as_bytes())
-            .unwrap()
-            .into_body()
-            .read_to_string()
-            .unwrap();
-        serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON: {text}"))
-    };
-    let first = post(1, json!({"name": "fx__sample", "arguments": {"prompt": "x"}, "_meta": meta}));
-    let result = &first["result"];
-    assert_eq!(result["resultType"], "input_required", "{first}");
+    let mut client = Modern::new(&gate.url());
+    client.capabilities = json!({"sampling": {}});
+    let first = client.call(1, "fx__sample", json!({"prompt": "x"}));
+    let result = first.result();
+    assert_eq!(result["resultType"], "input_required", "{first:?}");
     let state = result["requestState"].as_str().unwrap();
     assert!(!state.starts_with("mcpgate:"), "the server's own state, passed on: {state}");
     let key = result["inputRequests"].as_object().unwrap().keys().next().unwrap().clone();
     let answer = json!({"role": "assistant", "content": {"type": "text", "text": "modern"}, "model": "m"});
-    let second = post(
-        2,
-        json!({"name": "fx__sample", "arguments": {"prompt": "x"}, "_meta": meta,
-               "inputResponses": {key: answer}, "requestState": state}),
+    let second = client.send(
+        json!(2),
+        "tools/call",
+        json!({"name": "fx__sample", "arguments": {"prompt": "x"}, "inputResponses": {key: answer}, "requestState": state}),
+        &[],
     );
-    assert_eq!(second["result"]["content"][0]["text"], "sampled: modern", "{second}");
+    assert_eq!(second.result()["content"][0]["text"], "sampled: modern", "{second:?}");
     assert_eq!(fx.stats()["modern_last_client_capabilities"], json!({"sampling": {}}), "the client's own _meta");
     assert_eq!(modern_count(&fx, "tools/call"), 2);
 }

@@ -74,6 +74,11 @@ impl Reply {
     pub fn error_message(&self) -> String {
         self.body["error"]["message"].as_str().unwrap_or_default().to_string()
     }
+
+    /// Whether it came as an SSE stream (`events` may hold messages) rather than JSON.
+    pub fn is_sse(&self) -> bool {
+        self.content_type == "text/event-stream"
+    }
 }
 
 /// A small MCP client speaking Streamable HTTP.
@@ -112,8 +117,12 @@ impl Client {
 
     /// A POST to the endpoint with the JSON headers, the session and `self.headers`.
     fn post_request(&self) -> ureq::RequestBuilder<ureq::typestate::WithBody> {
-        let mut request = self
-            .agent
+        self.post_request_on(&self.agent)
+    }
+
+    /// [`Client::post_request`] through `agent`.
+    fn post_request_on(&self, agent: &ureq::Agent) -> ureq::RequestBuilder<ureq::typestate::WithBody> {
+        let mut request = agent
             .post(&self.url)
             .header("Content-Type", "application/json")
             .header("Accept", "application/json, text/event-stream");
@@ -276,7 +285,8 @@ impl Stream {
     }
 }
 
-fn reply_of(response: ureq::http::Response<ureq::Body>) -> Reply {
+/// Reads a response to a POST: all of its body, its SSE messages parsed.
+pub(super) fn reply_of(response: ureq::http::Response<ureq::Body>) -> Reply {
     let status = response.status().as_u16();
     let session = response.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_string);
     let content_type = response.body().mime_type().unwrap_or("").to_string();
@@ -326,17 +336,12 @@ impl Client {
     /// POSTs a response `{"id": id, "result": result}` to a request a server
     /// made, on a connection of its own; the HTTP status.
     pub fn respond(&self, id: &Value, result: Value) -> u16 {
-        let mut request = agent()
-            .post(&self.url)
-            .header("Content-Type", "application/json")
-            .header("Accept", "application/json, text/event-stream")
-            .header("Mcp-Session-Id", self.session.as_deref().expect("initialized"))
-            .header("MCP-Protocol-Version", PROTOCOL);
-        for (name, value) in &self.headers {
-            request = request.header(name, value);
-        }
+        assert!(self.session.is_some(), "respond: the client is not initialized");
         let body = json!({ "jsonrpc": "2.0", "id": id, "result": result });
-        let response = request.send(body.to_string().as_bytes()).unwrap_or_else(|e| panic!("POST answer: {e}"));
+        let response = self
+            .post_request_on(&agent())
+            .send(body.to_string().as_bytes())
+            .unwrap_or_else(|e| panic!("POST answer: {e}"));
         response.status().as_u16()
     }
 

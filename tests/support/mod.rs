@@ -6,9 +6,10 @@
 //!   configs, signals, threads and memory of a process; mcpgate run as
 //!   nobody under a thread limit ([`privileges`]); stdio servers and their
 //!   children in /proc ([`stdio`]); the state file ([`state`]).
-//! - A client ([`client`]): a small MCP client speaking Streamable HTTP over
-//!   real sockets ([`Client`]), and plain GETs of what mcpgate and the
-//!   fixture show.
+//! - Clients: a small MCP client speaking Streamable HTTP over real
+//!   sockets ([`Client`], [`client`]), and plain GETs of what mcpgate and
+//!   the fixture show; a client of the 2026-07-28 era ([`Modern`],
+//!   [`modern`]). Both hand back a [`Reply`].
 //! - Raw HTTP ([`raw`]): for what a client never sends or never waits for,
 //!   the one request writer, reader with a deadline, response parser and
 //!   SSE body parser; bytes no client would write are sent as they are.
@@ -29,6 +30,7 @@
 
 mod assert;
 mod client;
+mod modern;
 mod oauth;
 mod privileges;
 mod process;
@@ -38,4 +40,6 @@ mod state;
 mod stdio;
 
 #[allow(unused_imports)]
-pub use self::{assert::*, client::*, oauth::*, privileges::*, process::*, raw::*, scripted::*, state::*, stdio::*};
+pub use self::{
+    assert::*, client::*, modern::*, oauth::*, privileges::*, process::*, raw::*, scripted::*, state::*, stdio::*,
+};

@@ -11,6 +11,14 @@ pub fn is_root() -> bool {
     status.lines().find_map(|l| l.strip_prefix("Uid:")).and_then(|ids| ids.split_whitespace().nth(1)) == Some("0")
 }
 
+/// Fails a root-only test run without root, saying `why` it needs it. Such
+/// a test is `#[ignore = "needs root"]`, so a plain `cargo test` leaves it
+/// out (listed as ignored, not passed); CI runs as root and includes it
+/// (`--include-ignored`, scripts/test.sh).
+pub fn require_root(why: &str) {
+    assert!(is_root(), "this test needs root ({why}): run it as root with `cargo test -- --include-ignored`");
+}
+
 /// Threads (tasks) whose real uid is `uid`, machine-wide: what RLIMIT_NPROC counts.
 pub fn threads_of_uid(uid: u32) -> usize {
     let Ok(procs) = std::fs::read_dir("/proc") else { return 0 };

@@ -245,6 +245,13 @@ impl Answer {
         parse_reply(&self.bytes)
     }
 
+    /// The response as far as it came, once the peer ended it: whole, or
+    /// closed after its head (cut short, perhaps); `None` while it was still
+    /// coming when the time was up, or when it ended before a head.
+    pub fn reply_once_ended(&self) -> Option<RawReply> {
+        if self.ended() { self.reply() } else { None }
+    }
+
     /// Whether it ended before the time was up: whole, or closed by the peer.
     pub fn ended(&self) -> bool {
         self.ending != Some(Ending::TimedOut)
@@ -314,6 +321,20 @@ pub struct RawReply {
 }
 
 impl RawReply {
+    /// A response read through ureq, for a test that needs it as bytes came:
+    /// its head, and its whole body as text; an error if the body broke off.
+    pub fn read(response: ureq::http::Response<ureq::Body>) -> Result<RawReply, ureq::Error> {
+        let version = format!("{:?}", response.version());
+        let status = response.status().as_u16();
+        let headers = response
+            .headers()
+            .iter()
+            .map(|(n, v)| (n.as_str().to_ascii_lowercase(), String::from_utf8_lossy(v.as_bytes()).trim().to_string()))
+            .collect();
+        let body = response.into_body().read_to_string()?;
+        Ok(RawReply { version, status, headers, body })
+    }
+
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
     }
