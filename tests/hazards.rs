@@ -11,7 +11,7 @@ use std::net::TcpStream;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use serde_json::json;
+use serde_json::{Value, json};
 use support::{
     Ending, Fixture, Gate, NOBODY, as_nobody_with_thread_limit, ask, config, exchange, healthz_within, http_request,
     parse_reply, raw_request, read_reply, read_until_closed, require_root, send, threads_of_uid, wait_until,
@@ -169,8 +169,17 @@ fn a_thread_that_cannot_be_spawned_costs_one_connection_and_the_gateway_recovers
     // Once the clients are gone, everything works again.
     assert!(gate.settles_to(at_rest), "threads {} != {at_rest} after the clients left", gate.threads());
     healthz_within(addr, HEALTHZ_WITHIN).expect("/healthz after the burst");
-    let status = gate.status();
-    let counted = status["connections"]["refused"].as_u64().unwrap();
+    // The status answer needs a connection thread too: until the one of
+    // /healthz has ended it may itself be refused (503, no counters).
+    let mut status = Value::Null;
+    assert!(
+        wait_until(Duration::from_secs(30), || {
+            status = gate.status();
+            status["connections"]["refused"].is_u64()
+        }),
+        "/status.json answers once the threads are back: {status}"
+    );
+    let counted = status["connections"]["refused"].as_u64().unwrap_or(0);
     assert!(counted >= refused, "refusals counted: {}", status["connections"]);
     assert!(gate.stderr().contains("cannot start a thread"), "the refusal is logged:\n{}", gate.stderr());
     // A session would take the last threads, which the sessions that are

@@ -152,9 +152,11 @@ fn a_client_that_stops_reading_loses_its_answer_and_frees_its_thread() {
     ];
     let stream = send(gate.addr, &http_request("POST", "/mcp", &headers, body.as_bytes()));
     // Never read: the answer (32 MB) cannot fit the socket buffers, the write
-    // blocks, and times out after client_write_timeout_secs.
+    // blocks, and times out after client_write_timeout_secs. The deadline is
+    // for a loaded host, where the fixture's debug build takes seconds to
+    // make 32 MB: what is asserted is that the thread is freed at all.
     assert!(
-        wait_until(Duration::from_secs(10), || gate.status()["calls"]["in_flight"] == 0
+        wait_until(Duration::from_secs(60), || gate.status()["calls"]["in_flight"] == 0
             && fixture.count("requests") >= 2),
         "the thread that wrote the answer was freed: {}",
         gate.status()["threads"]
