@@ -562,21 +562,23 @@ stop "$GATE_SC_PID"
 step "6. tool search: find_tools at 300 and 3,000 tools, and the bytes of tools/list with and without it"
 # The corpus of tests/tool_search.rs (3 servers of 100 real tools), and the
 # same with every tool 10 times; each behind mcpgate with the mode on and off.
+# tool_search.py imports scripts/interop/checks.py.
+TOOL_SEARCH=(env PYTHONPATH="$ROOT/scripts/interop" PYTHONDONTWRITEBYTECODE=1 python3 "$ROOT/scripts/bench/tool_search.py")
 for copies in 1 10; do
-    python3 "$ROOT/scripts/bench/tool_search.py" corpus "$ROOT/fixture/corpus" "$OUT/run/corpus-$copies" "$copies"
+    "${TOOL_SEARCH[@]}" corpus "$ROOT/fixture/corpus" "$OUT/run/corpus-$copies" "$copies"
     servers=() fixture_pids=()
     for name in dev web work; do
         serve fixture-$name-$copies "$BIN/mcp-fixture" --name "$name" \
             --tools-from "$OUT/run/corpus-$copies/$name.json"
         servers+=("$name=$ADDR"); fixture_pids+=("$PID")
     done
-    python3 "$ROOT/scripts/bench/tool_search.py" config "$OUT/run/search-on-$copies.json" true "${servers[@]}"
-    python3 "$ROOT/scripts/bench/tool_search.py" config "$OUT/run/search-off-$copies.json" false "${servers[@]}"
+    "${TOOL_SEARCH[@]}" config "$OUT/run/search-on-$copies.json" true "${servers[@]}"
+    "${TOOL_SEARCH[@]}" config "$OUT/run/search-off-$copies.json" false "${servers[@]}"
     serve gate-search-on-$copies "${MCPGATE[@]}" --config "$OUT/run/search-on-$copies.json"
     GATE_ON=$ADDR; GATE_ON_PID=$PID
     serve gate-search-off-$copies "${MCPGATE[@]}" --config "$OUT/run/search-off-$copies.json"
     GATE_OFF=$ADDR; GATE_OFF_PID=$PID
-    sizes=$(python3 "$ROOT/scripts/bench/tool_search.py" sizes "http://$GATE_OFF/mcp" "http://$GATE_ON/mcp")
+    sizes=$("${TOOL_SEARCH[@]}" sizes "http://$GATE_OFF/mcp" "http://$GATE_ON/mcp")
     line=$("$LOAD" calls --url "http://$GATE_ON/mcp" --tool find_tools --args '{"query": "create a pull request"}' \
         --clients 1 --seconds "$SECONDS_PER_POINT")
     index=$(curl -fsS "http://$GATE_ON/status.json" | python3 -c "import json,sys; print(json.dumps(json.load(sys.stdin)['tool_search']))")
