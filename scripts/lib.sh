@@ -10,9 +10,13 @@
 #                             runs CMD every 0.1 s (WAIT_EVERY) until it succeeds; returns 1,
 #                             saying that WHAT did not happen, after SECONDS (or 10 tries a
 #                             second)
-#   wait_port NAME PID FILE   prints the port of the first `listening on ...127.0.0.1:PORT`
-#                             line of FILE, written by NAME (PID); returns 1 if PID ends first
-#                             or after 30 s
+#   wait_port NAME PID FILE...
+#                             prints the port of the first `listening on ...127.0.0.1:PORT`
+#                             line of the first FILE that has one, written by NAME (PID);
+#                             returns 1 if PID ends first or after 30 s
+#   serve NAME CMD...         start NAME CMD..., then wait_port on its .out and .err: sets PID
+#                             and ADDR (127.0.0.1:PORT); returns 1, having stopped it, when it
+#                             exits or stays silent instead
 #   ended PID                 whether PID, started by this shell, has ended (for wait_for)
 #   stop PID [SECONDS]        SIGTERM, then SIGKILL (to its process group, if it leads one)
 #                             if it still runs after SECONDS (10)
@@ -42,6 +46,7 @@ SCRIPT=${SCRIPT:-${0##*/}}
 LOG_DIR=${LOG_DIR:-${TMPDIR:-/tmp}}
 PIDS=()
 PID=
+ADDR=
 
 fail() {
     printf '%s: FAILED: %s\n' "$SCRIPT" "$*" >&2
@@ -79,20 +84,32 @@ wait_for() {
 
 LISTENING='listening on [^ ]*127\.0\.0\.1:[0-9]+'
 
-# announced FILE PID: FILE has a `listening on` line, or PID ended (and never will write one).
+# announced PID FILE...: a FILE has a `listening on` line, or PID ended (and never will write one).
 # shellcheck disable=SC2317 # called through wait_for
-announced() { grep -qE "$LISTENING" "$1" 2>/dev/null || ended "$2"; }
+announced() { grep -qsE "$LISTENING" "${@:2}" || ended "$1"; }
 
 wait_port() {
-    local name=$1 pid=$2 file=$3 line
-    wait_for 30 "$name announcing a port; see $LOG_DIR/$name.*" announced "$file" "$pid" || return 1
-    line=$(grep -m1 -oE "$LISTENING" "$file" 2>/dev/null || true)
+    local name=$1 pid=$2 file line=
+    shift 2
+    wait_for 30 "$name announcing a port; see $LOG_DIR/$name.*" announced "$pid" "$@" || return 1
+    for file in "$@"; do
+        line=$(grep -m1 -oE "$LISTENING" "$file" 2>/dev/null || true)
+        [[ -n $line ]] && break
+    done
     if [[ -z $line ]]; then
         echo "$SCRIPT: $name exited before it listened; see $LOG_DIR/$name.err" >&2
         tail -5 "$LOG_DIR/$name.err" >&2 || true
         return 1
     fi
     echo "${line##*:}"
+}
+
+serve() {
+    local name=$1 port
+    start "$@"
+    port=$(wait_port "$name" "$PID" "$LOG_DIR/$name.out" "$LOG_DIR/$name.err") || { stop "$PID"; return 1; }
+    # shellcheck disable=SC2034 # read by the scripts that source this
+    ADDR=127.0.0.1:$port
 }
 
 # ours PID: PID is still there, started by this script (or by the subshell calling).

@@ -20,7 +20,7 @@
 #   scripts/scale.sh --only haproxy|nginx
 #
 # Installs haproxy and nginx-light from Debian's packages when missing (root,
-# apt-get, bounded), and the Python venv of scripts/interop.sh when missing
+# apt-get, bounded), and the Python SDK's venv of scripts/pinned.sh when missing
 # (.interop/venv; SCALE_VENV names another). Everything listens on 127.0.0.1;
 # every process started here is stopped by its PID.
 set -euo pipefail
@@ -50,9 +50,11 @@ TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 [[ $TARGET_DIR == /* ]] || TARGET_DIR=$ROOT/$TARGET_DIR
 MCPGATE=$TARGET_DIR/debug/mcpgate
 FIXTURE=$TARGET_DIR/debug/mcp-fixture
-VENV=${SCALE_VENV:-$ROOT/.interop/venv}
+# The Python SDK's venv and its pins (VENV, PY_PINS), as interop.sh's: scripts/pinned.sh.
+# shellcheck source=pinned.sh
+. "$ROOT/scripts/pinned.sh"
+VENV=${SCALE_VENV:-$VENV}
 VPY=$VENV/bin/python
-PY_PINS=$ROOT/scripts/interop/requirements.txt
 OUT=$ROOT/.scale
 export NO_PROXY=127.0.0.1,localhost no_proxy=127.0.0.1,localhost
 export MCPGATE_LOG=${MCPGATE_LOG:-info}

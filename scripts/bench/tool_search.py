@@ -9,14 +9,15 @@
                                           through the gateway at PLAIN (mode off) and at SEARCH
                                           (mode on), the tools each lists, and the first result of
                                           one find_tools at SEARCH
+
+It imports scripts/interop/checks.py (bench.sh puts scripts/interop on PYTHONPATH).
 """
 
 import json
 import os
 import sys
-import urllib.request
 
-PROTOCOL = "2025-11-25"
+from checks import PROTOCOL, post
 
 
 def corpus(src: str, dest: str, copies: int) -> None:
@@ -39,25 +40,16 @@ def config(path: str, on: str, servers: list[str]) -> None:
         json.dump(doc, f)
 
 
-def post(url: str, body: dict, session: str | None) -> tuple[dict, str | None, int]:
-    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
-    if session:
-        headers["Mcp-Session-Id"] = session
-        headers["MCP-Protocol-Version"] = PROTOCOL
-    request = urllib.request.Request(url, json.dumps(body).encode(), headers)
-    with urllib.request.urlopen(request, timeout=30) as response:
-        raw = response.read()
-        session = response.headers.get("Mcp-Session-Id", session)
-        if response.headers.get("Content-Type", "").startswith("text/event-stream"):
-            datas = [line[5:].strip() for line in raw.decode().splitlines() if line.startswith("data:")]
-            raw = next((d for d in reversed(datas) if d), "{}").encode()
+def rpc(url: str, body: dict, session: str | None) -> tuple[dict, str | None, int]:
+    """The answer to `body`, the session, and the answer's size in bytes."""
+    _, session, raw = post(url, body, session)
     return (json.loads(raw) if raw else {}), session, len(raw)
 
 
 def open_session(url: str) -> str | None:
     params = {"protocolVersion": PROTOCOL, "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}
-    _, session, _ = post(url, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": params}, None)
-    post(url, {"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
+    _, session, _ = rpc(url, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": params}, None)
+    rpc(url, {"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
     return session
 
 
@@ -67,7 +59,7 @@ def list_tools(url: str) -> tuple[int, int]:
     size, count, cursor = 0, 0, None
     for n in range(1000):
         params = {"cursor": cursor} if cursor else {}
-        answer, _, length = post(url, {"jsonrpc": "2.0", "id": n + 2, "method": "tools/list", "params": params}, session)
+        answer, _, length = rpc(url, {"jsonrpc": "2.0", "id": n + 2, "method": "tools/list", "params": params}, session)
         size += length
         count += len(answer["result"]["tools"])
         cursor = answer["result"].get("nextCursor")
@@ -81,7 +73,7 @@ def sizes(plain: str, search: str) -> None:
     search_bytes, search_tools = list_tools(search)
     session = open_session(search)
     call = {"name": "find_tools", "arguments": {"query": "create a pull request"}}
-    answer, _, _ = post(search, {"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": call}, session)
+    answer, _, _ = rpc(search, {"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": call}, session)
     found = answer.get("result", {}).get("structuredContent", {}).get("tools", [])
     print(json.dumps({
         "list_bytes_plain": plain_bytes,

@@ -35,6 +35,7 @@ from mcp import Client, MCPDeprecationWarning, MCPError
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 import flow
+from checks import check, finish, record, short, text_of
 
 # logging/setLevel, resources/subscribe and roots are deprecated in 2026-07-28, and exercised here on purpose.
 warnings.filterwarnings("ignore", category=MCPDeprecationWarning)
@@ -63,34 +64,6 @@ NOT_CALLED = {
     f"{EV}__trigger-sampling-request-async": "task-augmented (experimental tasks API)",
     f"{EV}__trigger-elicitation-request-async": "task-augmented (experimental tasks API)",
 }
-
-RESULTS: list[dict[str, Any]] = []
-
-
-def record(name: str, ok: bool, detail: str = "") -> None:
-    RESULTS.append({"name": name, "ok": bool(ok), "detail": detail})
-    line = f"{'PASS' if ok else 'FAIL'}  {name}"
-    if detail:
-        line += f" -- {detail}"
-    print(line, flush=True)
-
-
-async def check(name: str, body: Callable[[], Awaitable[tuple[bool, str]]], timeout: float = CALL_TIMEOUT) -> None:
-    try:
-        with anyio.fail_after(timeout):
-            ok, detail = await body()
-    except Exception as e:  # a failed check, whatever the cause
-        ok, detail = False, f"{type(e).__name__}: {e}"
-    record(name, ok, detail)
-
-
-def text_of(result: Any) -> str:
-    return "\n".join(getattr(c, "text", "") for c in getattr(result, "content", []) if getattr(c, "type", "") == "text")
-
-
-def short(text: str, n: int = 90) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= n else text[: n - 3] + "..."
 
 
 class Recorder:
@@ -803,16 +776,6 @@ def main() -> int:
     except Exception as e:  # the session itself failed: count it
         record("client session through mcpgate", False, f"{type(e).__name__}: {e}")
     return finish("Python client checks", args.json)
-
-
-def finish(title: str, json_path: str | None) -> int:
-    """Prints the count of RESULTS, writes them to `json_path`; the exit status."""
-    failed = [r for r in RESULTS if not r["ok"]]
-    print(f"\n{title}: {len(RESULTS) - len(failed)} passed, {len(failed)} failed")
-    if json_path:
-        with open(json_path, "w") as out:
-            json.dump(RESULTS, out, indent=1)
-    return 1 if failed else 0
 
 
 if __name__ == "__main__":

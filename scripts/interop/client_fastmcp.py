@@ -17,10 +17,7 @@ import mcp_types
 from fastmcp import Client
 
 import flow
-
-
-def text_of(result: Any) -> str:
-    return "\n".join(getattr(c, "text", "") for c in getattr(result, "content", []) if getattr(c, "type", "") == "text")
+from checks import text_of
 
 
 class FastMCPClient(flow.Adapter):

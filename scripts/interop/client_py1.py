@@ -20,10 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 from pydantic import AnyUrl
 
 import flow
-
-
-def text_of(result: Any) -> str:
-    return "\n".join(getattr(c, "text", "") for c in getattr(result, "content", []) if getattr(c, "type", "") == "text")
+from checks import text_of
 
 
 class Py1(flow.Adapter):

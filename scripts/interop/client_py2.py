@@ -19,13 +19,10 @@ import mcp.types as types
 from mcp import Client, MCPDeprecationWarning
 
 import flow
+from checks import text_of
 
 # logging/setLevel, resources/subscribe and roots are deprecated in 2026-07-28, used here on purpose.
 warnings.filterwarnings("ignore", category=MCPDeprecationWarning)
-
-
-def text_of(result: Any) -> str:
-    return "\n".join(getattr(c, "text", "") for c in getattr(result, "content", []) if getattr(c, "type", "") == "text")
 
 
 MODE = os.environ.get("MATRIX_MODE", "auto")

@@ -35,6 +35,8 @@ import anyio
 import mcp.types as types
 from mcp import Client
 
+from checks import text_of
+
 
 def log(message: str) -> None:
     print(f"[conformance_client] {message}", flush=True)
@@ -58,10 +60,6 @@ async def on_sampling(context: Any, params: Any) -> types.CreateMessageResult:
     return types.CreateMessageResult(
         role="assistant", content=types.TextContent(type="text", text="ok"), model="interop", stop_reason="endTurn"
     )
-
-
-def text_of(result: Any) -> str:
-    return "\n".join(getattr(c, "text", "") for c in result.content if getattr(c, "type", "") == "text")
 
 
 async def drive(url: str, scenario: str) -> bool:

@@ -27,6 +27,8 @@ from typing import Any
 
 import anyio
 
+from checks import short
+
 # The flow uses deprecated parts of the protocol on purpose (logging/setLevel, resources/subscribe,
 # roots are deprecated in 2026-07-28); the SDKs' warnings about them say nothing here.
 warnings.simplefilter("ignore", DeprecationWarning)
@@ -144,11 +146,6 @@ def fill_form(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 # --- the flow ---------------------------------------------------------------------------------
-
-
-def short(text: str, n: int = 100) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= n else text[: n - 3] + "..."
 
 
 class Flow:

@@ -31,18 +31,8 @@ from typing import Any
 import anyio
 from mcp import Client, MCPDeprecationWarning
 
-from client_checks import (
-    REC,
-    RESULTS,
-    ROOT_URI,
-    SAMPLED,
-    check,
-    finish,
-    new_client,
-    record,
-    short,
-    text_of,
-)
+from checks import RESULTS, check, finish, record, short, text_of
+from client_checks import REC, ROOT_URI, SAMPLED, new_client
 
 warnings.filterwarnings("ignore", category=MCPDeprecationWarning)
 

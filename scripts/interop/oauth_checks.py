@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import functools
 import json
 import ssl
 import sys
@@ -30,14 +31,10 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 
 import oauth_browser
+from checks import record, write
 
-RESULTS: list[dict[str, Any]] = []
-
-
-def check(name: str, ok: bool, detail: str = "") -> bool:
-    RESULTS.append({"name": name, "ok": bool(ok), "detail": detail[:400]})
-    print(f"{'PASS' if ok else 'FAIL'}  {name}  {detail[:200]}", flush=True)
-    return ok
+# A check's detail may be a response body or a trace: 400 characters of it are kept, 200 printed.
+check = functools.partial(record, clip=400)
 
 
 class Memory:
@@ -181,9 +178,7 @@ def main() -> int:
     except Exception as e:  # any failure is a failed check, with its trace
         check("the Python SDK's OAuth flow ran to its end", False, f"{type(e).__name__}: {e}")
         traceback.print_exc()
-    with open(args.json, "w") as out:
-        json.dump(RESULTS, out, indent=1)
-    return 0 if all(r["ok"] for r in RESULTS) else 1
+    return 1 if write(args.json) else 0
 
 
 if __name__ == "__main__":

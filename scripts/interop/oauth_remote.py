@@ -13,22 +13,18 @@ client_mcp_remote.py's JSON-RPC on mcp-remote's stdio: initialize, tools/list an
 from __future__ import annotations
 
 import argparse
-import json
+import functools
 import os
 import sys
 import tempfile
-from typing import Any
 
 import anyio
 
 import client_mcp_remote
+from checks import record, write
 
-RESULTS: list[dict[str, Any]] = []
-
-
-def check(name: str, ok: bool, detail: str = "") -> None:
-    RESULTS.append({"name": name, "ok": bool(ok), "detail": detail[:400]})
-    print(f"{'PASS' if ok else 'FAIL'}  {name}  {detail[:200]}", flush=True)
+# A check's detail may be a response body or a trace: 400 characters of it are kept, 200 printed.
+check = functools.partial(record, clip=400)
 
 
 async def run(url: str) -> None:
@@ -58,9 +54,7 @@ def main() -> int:
         anyio.run(run, args.url)
     except Exception as e:  # any failure is a failed check
         check("mcp-remote's OAuth flow ran to its end", False, f"{type(e).__name__}: {e}")
-    with open(args.out, "w") as out:
-        json.dump(RESULTS, out, indent=1)
-    return 0 if all(r["ok"] for r in RESULTS) else 1
+    return 1 if write(args.out) else 0
 
 
 if __name__ == "__main__":

@@ -17,10 +17,8 @@ Prints one PASS/FAIL line per check; writes the rows for report.py (--json); exi
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
-import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -28,7 +26,8 @@ import anyio
 import mcp.types as types
 from mcp import Client
 
-from client_checks import CALL_TIMEOUT, check, finish, record, short, text_of
+from checks import check, finish, post, record, short, text_of
+from client_checks import CALL_TIMEOUT
 
 SAMPLED = "sampled through mcpgate over HTTP+SSE"
 ROOT = "file:///srv/interop-sse"
@@ -185,21 +184,10 @@ async def checks(url: str) -> None:
     print(f"INFO  asked of the client {seen.asked}", flush=True)
 
 
-def post(url: str, body: dict[str, Any], session: str | None) -> tuple[int, str | None]:
-    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
-    if session:
-        headers["Mcp-Session-Id"] = session
-        headers["MCP-Protocol-Version"] = "2025-11-25"
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers, method="POST")
-    with urllib.request.urlopen(request, timeout=CALL_TIMEOUT) as response:
-        response.read()
-        return response.status, response.headers.get("Mcp-Session-Id")
-
-
 def hold(url: str, sessions: int) -> None:
     params = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "hold", "version": "1"}}
     for _ in range(sessions):
-        status, session = post(url, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": params}, None)
+        status, session, _ = post(url, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": params}, None)
         post(url, {"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
         print(f"{status} {session}", flush=True)
 

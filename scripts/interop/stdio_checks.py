@@ -31,7 +31,6 @@ import sys
 import time
 import urllib.request
 import warnings
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -40,36 +39,13 @@ from mcp import Client, MCPDeprecationWarning
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 import stdio_procs
+from checks import RESULTS, check, record, short, text_of, write
 
 # resources/subscribe and roots are deprecated in 2026-07-28, and used here on purpose.
 warnings.filterwarnings("ignore", category=MCPDeprecationWarning)
 
 CALL_TIMEOUT = 20
 NONCE = f"py{os.getpid()}x{int(time.time()) % 100000}"
-RESULTS: list[dict[str, Any]] = []
-
-
-def record(name: str, ok: bool, detail: str = "") -> None:
-    RESULTS.append({"name": name, "ok": bool(ok), "detail": detail})
-    print(f"{'PASS' if ok else 'FAIL'}  {name}" + (f" -- {detail}" if detail else ""), flush=True)
-
-
-async def check(name: str, body: Callable[[], Awaitable[tuple[bool, str]]], timeout: float = CALL_TIMEOUT) -> None:
-    try:
-        with anyio.fail_after(timeout):
-            ok, detail = await body()
-    except Exception as e:  # a failed check, whatever the cause
-        ok, detail = False, f"{type(e).__name__}: {e}"
-    record(name, ok, detail)
-
-
-def text_of(result: Any) -> str:
-    return "\n".join(getattr(c, "text", "") for c in getattr(result, "content", []) if getattr(c, "type", "") == "text")
-
-
-def short(text: str, n: int = 110) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= n else text[: n - 3] + "..."
 
 
 def fill_form(schema: dict[str, Any], name: str) -> dict[str, Any]:
@@ -208,6 +184,7 @@ async def session_checks(s: Session, spec: dict[str, Any], fs_dir: str) -> None:
     await check(
         "filesystem: its roots/list request at start reached the client; it serves the client's root",
         lambda: allowed_dirs(s, s.root),
+        CALL_TIMEOUT,
     )
 
     async def write_read() -> tuple[bool, str]:
@@ -215,7 +192,7 @@ async def session_checks(s: Session, spec: dict[str, Any], fs_dir: str) -> None:
         content = f"written by the Python SDK through mcpgate, {NONCE}\nsecond line\n"
         wrote = await s.call("filesystem__write_file", {"path": path, "content": content})
         if wrote.is_error:
-            return False, f"write_file: {short(text_of(wrote))}"
+            return False, f"write_file: {short(text_of(wrote), 110)}"
         read = await s.call("filesystem__read_text_file", {"path": path})
         with open(path) as f:
             on_disk = f.read()
@@ -225,13 +202,13 @@ async def session_checks(s: Session, spec: dict[str, Any], fs_dir: str) -> None:
             f"write_file: {short(text_of(wrote), 50)}; read back {len(text_of(read))} chars, on disk {len(on_disk)}",
         )
 
-    await check("filesystem: write_file, then read_text_file gives it back (and it is on disk)", write_read)
+    await check("filesystem: write_file, then read_text_file gives it back (and it is on disk)", write_read, CALL_TIMEOUT)
 
     async def outside() -> tuple[bool, str]:
         r = await s.call("filesystem__read_text_file", {"path": os.path.join(fs_dir, "outside.txt")})
         return r.is_error and "denied" in text_of(r).lower(), f"isError {r.is_error}: {short(text_of(r), 80)}"
 
-    await check("filesystem: a file outside the client's root (in its args' directory) is refused", outside)
+    await check("filesystem: a file outside the client's root (in its args' directory) is refused", outside, CALL_TIMEOUT)
 
     entity = f"interop-{s.label}-{NONCE}"
 
@@ -250,13 +227,13 @@ async def session_checks(s: Session, spec: dict[str, Any], fs_dir: str) -> None:
         )
         return ok, f"create_entities isError {made.is_error}; read_graph: {found or short(text_of(graph), 60)}"
 
-    await check("memory: create_entities, then read_graph has the entity", memory)
+    await check("memory: create_entities, then read_graph has the entity", memory, CALL_TIMEOUT)
 
     async def echo() -> tuple[bool, str]:
         r = await s.call("everything__echo", {"message": f"hello {NONCE}"})
-        return text_of(r) == f"Echo: hello {NONCE}", short(text_of(r))
+        return text_of(r) == f"Echo: hello {NONCE}", short(text_of(r), 110)
 
-    await check("everything: echo", echo)
+    await check("everything: echo", echo, CALL_TIMEOUT)
 
     async def environment() -> tuple[bool, str]:
         r = await s.call("everything__get-env", {})
@@ -266,7 +243,7 @@ async def session_checks(s: Session, spec: dict[str, Any], fs_dir: str) -> None:
         own = all(env.get(k) == v for k, v in spec["everything_env"].items())
         return own and not extra and "PATH" in env, f"{sorted(env)}" + (f"; not expected: {extra}" if extra else "")
 
-    await check("everything: its environment is its own `env` and mcpgate's base variables only (get-env)", environment)
+    await check("everything: its environment is its own `env` and mcpgate's base variables only (get-env)", environment, CALL_TIMEOUT)
 
     async def now_in_tokyo() -> tuple[bool, str]:
         r = await s.call("time__get_current_time", {"timezone": "Asia/Tokyo"})
@@ -282,7 +259,7 @@ async def session_checks(s: Session, spec: dict[str, Any], fs_dir: str) -> None:
         )
         return ok, f"{got.get('timezone')} {got.get('datetime')} ({got.get('day_of_week')}), {skew:.0f} s from now"
 
-    await check("time: get_current_time in Asia/Tokyo is now, at +09:00", now_in_tokyo)
+    await check("time: get_current_time in Asia/Tokyo is now, at +09:00", now_in_tokyo, CALL_TIMEOUT)
 
     async def progress() -> tuple[bool, str]:
         want = spec["progress"]
@@ -305,7 +282,7 @@ async def session_checks(s: Session, spec: dict[str, Any], fs_dir: str) -> None:
             + short(text_of(r), 60),
         )
 
-    await check("everything: progress of trigger-long-running-operation (progressToken)", progress)
+    await check("everything: progress of trigger-long-running-operation (progressToken)", progress, CALL_TIMEOUT)
 
     async def sampling() -> tuple[bool, str]:
         before = s.asked["sampling"]
@@ -313,7 +290,7 @@ async def session_checks(s: Session, spec: dict[str, Any], fs_dir: str) -> None:
         asked = s.asked["sampling"] - before
         return asked == 1 and s.sampled in text_of(r), f"sampling callback ran {asked}x; {short(text_of(r), 80)}"
 
-    await check("everything: sampling/createMessage answered by the client", sampling)
+    await check("everything: sampling/createMessage answered by the client", sampling, CALL_TIMEOUT)
 
     async def elicitation() -> tuple[bool, str]:
         before = s.asked["elicitation"]
@@ -325,13 +302,13 @@ async def session_checks(s: Session, spec: dict[str, Any], fs_dir: str) -> None:
             f"elicitation callback ran {asked}x; {short(text, 80)}",
         )
 
-    await check("everything: elicitation/create answered by the client", elicitation)
+    await check("everything: elicitation/create answered by the client", elicitation, CALL_TIMEOUT)
 
     async def roots() -> tuple[bool, str]:
         r = await s.call("everything__get-roots-list", {})
         return f"file://{s.root}" in text_of(r), short(text_of(r), 100)
 
-    await check("everything: roots (get-roots-list has the client's root)", roots)
+    await check("everything: roots (get-roots-list has the client's root)", roots, CALL_TIMEOUT)
 
 
 def status(url: str) -> dict[str, Any]:
@@ -349,7 +326,7 @@ async def shared_checks(a: Session, b: Session, spec: dict[str, Any], gateway_pi
         names = [e.get("name") for e in (graph.structured_content or {}).get("entities", [])]
         return entity in names, f"session B's read_graph: {names}"
 
-    await check("memory shared: session B sees the entity session A made", sees)
+    await check("memory shared: session B sees the entity session A made", sees, CALL_TIMEOUT)
 
     async def subscription() -> tuple[bool, str]:
         # The subscription is kept in the server's process: an update of what B writes reaches A
@@ -370,12 +347,12 @@ async def shared_checks(a: Session, b: Session, spec: dict[str, Any], gateway_pi
             f"B (not subscribed) got one too: {'yes' if b_got else 'no'}"
         )
 
-    await check("memory shared: A's subscription sees B's write (one process behind both sessions)", subscription)
+    await check("memory shared: A's subscription sees B's write (one process behind both sessions)", subscription, CALL_TIMEOUT)
 
     async def own_roots() -> tuple[bool, str]:
         return await allowed_dirs(b, b.root)
 
-    await check("filesystem per session: session B's process serves session B's root", own_roots)
+    await check("filesystem per session: session B's process serves session B's root", own_roots, CALL_TIMEOUT)
 
     async def counted() -> tuple[bool, str]:
         servers = status(url)["servers"]
@@ -383,7 +360,7 @@ async def shared_checks(a: Session, b: Session, spec: dict[str, Any], gateway_pi
         ok = got["memory"] == (1, 1) and all(got[n][0] == 2 for n in spec["tools"] if n != "memory")
         return ok, "live/spawned: " + ", ".join(f"{n} {live}/{spawned}" for n, (live, spawned) in got.items())
 
-    await check("status.json, two sessions open: 1 memory process (shared), 2 of each other server", counted)
+    await check("status.json, two sessions open: 1 memory process (shared), 2 of each other server", counted, CALL_TIMEOUT)
 
     async def proc() -> tuple[bool, str]:
         children = stdio_procs.descendants(gateway_pid)
@@ -394,7 +371,7 @@ async def shared_checks(a: Session, b: Session, spec: dict[str, Any], gateway_pi
         ok = {k: len(v) for k, v in kinds.items()} == want and all(p["ppid"] == gateway_pid for p in children)
         return ok, "mcpgate's children: " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items()))
 
-    await check("/proc, two sessions open: mcpgate's children are 1 memory process and 2 of each other server", proc)
+    await check("/proc, two sessions open: mcpgate's children are 1 memory process and 2 of each other server", proc, CALL_TIMEOUT)
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -428,9 +405,7 @@ def main() -> int:
         anyio.run(run, args)
     except Exception as e:  # the client itself failed: a row says so
         record("the Python client ran to its end", False, f"{type(e).__name__}: {e}")
-    with open(args.json, "w") as f:
-        json.dump(RESULTS, f, indent=1)
-    failed = [r for r in RESULTS if not r["ok"]]
+    failed = write(args.json)
     print(f"python client: {len(RESULTS)} checks, {len(failed)} failed")
     return 1 if failed else 0
 
