@@ -163,10 +163,16 @@ free_port() {
     free_ports 1
 }
 
+# Ports are drawn below the kernel's ephemeral range (32768 and up here):
+# a port in it can be taken, between this check and the bind, by any
+# outgoing connection on the host, which a busy build makes by the
+# thousand (scale.sh once failed so: "Address already in use").
 free_ports() {
-    local count=$1 ports=() port tries
+    local count=$1 ports=() port tries low=32768
+    read -r low _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || true
+    ((low > 12000)) || low=32768
     for ((tries = 100 * count; tries > 0 && ${#ports[@]} < count; tries--)); do
-        port=$((20000 + RANDOM % 40000))
+        port=$((10000 + RANDOM % (low - 10000)))
         if [[ " ${ports[*]} " != *" $port "* ]] && ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
             ports+=("$port")
         fi
