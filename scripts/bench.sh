@@ -180,10 +180,18 @@ FIX_M=$ADDR; FIX_M_PID=$PID
 gate_config "$OUT/run/overhead-modern.json" 300 "m=$FIX_M"
 serve gate-modern "${MCPGATE[@]}" --config "$OUT/run/overhead-modern.json"
 GATE_M=$ADDR; GATE_M_PID=$PID
+# The bare relay (section 1d) in front of the same server: the floor of what any relay on this
+# front door and HTTP client reaches, against which the era's targets can be read.
+serve relay-modern "$BIN/mcp-relay" --listen 127.0.0.1:0 --to "http://$FIX_M/mcp"
+RELAY_M=$ADDR; RELAY_M_PID=$PID
 for round in $(seq "$ROUNDS"); do
     for clients in 1 16; do
-        for target in direct mcpgate; do
-            url=http://$FIX_M/mcp; [ $target = mcpgate ] && url=http://$GATE_M/mcp
+        for target in direct relay mcpgate; do
+            case $target in
+                direct) url=http://$FIX_M/mcp ;;
+                relay) url=http://$RELAY_M/mcp ;;
+                mcpgate) url=http://$GATE_M/mcp ;;
+            esac
             line=$("$LOAD" calls --modern --url "$url" --tool echo --clients "$clients" --seconds "$SECONDS_PER_POINT")
             record "{\"part\":\"overhead\",\"server\":\"sessionless\",\"target\":\"$target\",\"round\":$round,\"result\":$line}"
             echo "  round $round, sessionless, $clients client(s), $target: $line" >&2
@@ -191,6 +199,7 @@ for round in $(seq "$ROUNDS"); do
     done
 done
 stop "$GATE_M_PID"
+stop "$RELAY_M_PID"
 stop "$FIX_M_PID"
 
 step "1d. CPU per call: direct, a bare relay, mcpgate and the FastMCP proxy; results of 100 B, 100 KB and 1 MB"
