@@ -381,7 +381,7 @@ impl Gateway {
         let (tx, rx) = bounded(64);
         let open_retry = self.current().config.open_retry;
         let asks = tx.clone();
-        pool.enter_call(
+        pool.add_caller(
             number,
             server.name(),
             Arc::new(move |session, server, message| HoldEvents(asks.clone()).message(session, server, message)),
@@ -391,12 +391,12 @@ impl Gateway {
             let done = tx.clone();
             threads::spawn("hold", "", move || {
                 let outcome = dispatch::call(&pool, &server, &call, &params, &mut HoldEvents(tx), open_retry);
-                pool.leave_call(number);
+                pool.remove_caller(number);
                 let _ = done.send(HoldEvent::Done(outcome));
             })
         };
         let thread = spawned.map_err(|e| {
-            pool.leave_call(number);
+            pool.remove_caller(number);
             RpcError::internal(format!("mcpgate cannot start a thread now ({e}); retry later"))
         })?;
         Ok(HeldParts {
