@@ -15,8 +15,8 @@ use crate::protocol::jsonrpc::{self, Message, Params, RpcError};
 use crate::runtime::threads;
 use crate::session::{self, Session};
 
-use super::Outcome;
 use super::lists::{Paging, fetch_pages, filter_for, naming};
+use super::outcome::Outcome;
 use super::{Gateway, visible};
 use crate::catalog::ListKind;
 
@@ -78,7 +78,7 @@ pub(super) fn call(
     let mut params = params.clone();
     let mut cancelled = false;
     // Only a server of the 2026-07-28 era answers `input_required`.
-    let asks_in_results = server.era() == Some(crate::protocol::modern::VERSION);
+    let asks_in_results = server.era() == Some(crate::protocol::stateless::VERSION);
     let result = on_downstream(session, server, open_retry, |downstream| {
         let mut round = 0;
         loop {

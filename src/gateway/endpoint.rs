@@ -17,8 +17,9 @@ use crate::session::{self, CloseReason, Session};
 
 use super::dispatch::CallEvents;
 use super::dispatch::instructions;
+use super::outcome::Outcome;
 use super::{Gateway, SESSION_HEADER, UNSUPPORTED_PROTOCOL_VERSION, VERSION_HEADER};
-use super::{Outcome, accepts, new_session_id, too_busy};
+use super::{accepts, new_session_id, too_busy};
 use crate::downstream::Server;
 
 /// The answer to one `POST`: JSON, unless a message for the client comes
@@ -215,7 +216,7 @@ fn kept_params(params: &Map<String, Value>) -> Result<(Value, Value), RpcError> 
 /// Whether an `Accept` header admits `mime` (directly or by a wildcard).
 /// `GET` and `DELETE` of the session era, asked in the 2026-07-28 era: 405.
 fn no_stream_in_2026(req: &HttpRequest) -> Option<HttpReply> {
-    (req.header(VERSION_HEADER) == Some(crate::protocol::modern::VERSION)).then(|| {
+    (req.header(VERSION_HEADER) == Some(crate::protocol::stateless::VERSION)).then(|| {
         HttpError::new(405, format!("protocol 2026-07-28 has no sessions: use POST, not {}", req.method))
             .with_header("Allow", "POST")
             .reply()
@@ -244,9 +245,9 @@ impl Gateway {
             return HttpReply::bad(415, "Content-Type must be application/json");
         }
         let body = req.body.trim_ascii_start();
-        let modern_header = req.header(VERSION_HEADER) == Some(crate::protocol::modern::VERSION);
+        let stateless_header = req.header(VERSION_HEADER) == Some(crate::protocol::stateless::VERSION);
         if body.first() == Some(&b'[') {
-            if modern_header {
+            if stateless_header {
                 return HttpReply::bad(400, "protocol 2026-07-28 takes a single JSON-RPC request, not a batch");
             }
             return self.batch(req, body, access);
@@ -260,8 +261,8 @@ impl Gateway {
         if discover_refused && req.header(SESSION_HEADER).is_none() {
             return self.discover_session_era(&message);
         }
-        if !discover_refused && super::modern::is_modern(req, &message) {
-            return self.modern(req, &message, sink, access);
+        if !discover_refused && super::stateless::is_stateless(req, &message) {
+            return self.stateless(req, &message, sink, access);
         }
         if message.method() == "initialize" && message.kind() == Ok(Kind::Request) {
             return self.initialize(&message, access);

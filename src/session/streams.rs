@@ -247,7 +247,7 @@ impl ReplayLog {
 
 /// One message of a listen stream as SSE: `params._meta` names the listen request.
 fn listener_event(subscription: &serde_json::Value, method: &str, mut params: serde_json::Value) -> Vec<u8> {
-    params["_meta"] = serde_json::json!({ crate::protocol::modern::META_SUBSCRIPTION: subscription });
+    params["_meta"] = serde_json::json!({ crate::protocol::stateless::META_SUBSCRIPTION: subscription });
     sse::encode(None, &jsonrpc::notification(method, Some(&jsonrpc::raw(&params))))
 }
 
