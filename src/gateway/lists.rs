@@ -200,7 +200,7 @@ impl Gateway {
                         return Ok(ServerList::empty(kind));
                     }
                     let items =
-                        self.on_downstream(session, server, |d| fetch_pages(d, kind.method(), kind.field(), paging))?;
+                        self.run_on_server(session, server, |d| fetch_pages(d, kind.method(), kind.field(), paging))?;
                     ServerList::new(kind, items).map_err(|why| {
                         RpcError::server(server.name(), format!("{why}: raise max_memory_mb, or lower max_list_items"))
                     })

@@ -302,6 +302,18 @@ impl Session {
     }
 }
 
+/// What a client is told of a downstream error of `server`: the one place a
+/// [`downstream::DownstreamError`] becomes JSON-RPC, for an open that failed
+/// and a request alike. The text is the error's, without the server's secrets.
+pub fn rpc_error(server: &Server, e: &downstream::DownstreamError) -> RpcError {
+    RpcError::server(server.name(), described(server, e))
+}
+
+/// A downstream error as a person reads it, without the server's secrets.
+fn described(server: &Server, e: &downstream::DownstreamError) -> String {
+    server.redact(&e.to_string())
+}
+
 /// 64 hex digits back into a digest.
 fn parse_digest(hex: &str) -> Option<[u8; 32]> {
     let mut out = [0u8; 32];
@@ -562,15 +574,14 @@ impl Session {
                 if let Some(level) = level {
                     let id = d.next_id();
                     if let Err(e) = d.request(&id, "logging/setLevel", Some(&level), &mut |_| {}) {
-                        crate::limited!(warn, "server `{name}`: logging/setLevel: {}", server.redact(&e.to_string()));
+                        crate::limited!(warn, "server `{name}`: logging/setLevel: {}", described(server, &e));
                     }
                 }
                 return Ok(Ok(d));
             }
             Err(e) => {
-                let error = server.redact(&e.to_string());
-                st.slots.failed(name, error.clone(), &e);
-                Err(RpcError::server(name, error))
+                st.slots.failed(name, described(server, &e), &e);
+                Err(rpc_error(server, &e))
             }
         };
         drop(st);
