@@ -1,27 +1,27 @@
 //! MCP on `/mcp`: the gateway holds the configuration in force with its
-//! servers, and the client sessions. A request comes in at `endpoint`
-//! (HTTP), is answered or forwarded by `dispatch`, whose lists come from
-//! `lists` and `catalog`; `tasks` maps task ids, `reload` swaps the
-//! configuration; `search` is the `tool_search` mode's two tools.
+//! servers, and the client sessions. A request comes in at
+//! `streamable_http` (HTTP; the 2026-07-28 era's requests go on to
+//! `stateless/`, with its pools, held and watched calls), is answered or
+//! forwarded by `dispatch`, whose lists come from `lists` (cached in
+//! `merged`) and `catalog`; every handler answers with an `outcome`.
+//! `reload` swaps the configuration; `search` is the `tool_search` mode's
+//! two tools, and `searches` what it has seen.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use parking_lot::Mutex;
 
-use serde_json::Value;
-
 use crate::config::Config;
 use crate::downstream::stdio::Children;
 use crate::downstream::{Context, Limits, Server};
-use crate::http::HttpReply;
+use crate::http::{HttpError, HttpReply};
 use crate::protocol::jsonrpc::{self, RpcError};
 use crate::runtime::state::Journal;
 use crate::session::{self, CloseReason, Session, Sessions};
 use crate::stats::Stats;
 
 mod dispatch;
-mod endpoint;
 mod lists;
 mod merged;
 mod outcome;
@@ -29,6 +29,7 @@ mod reload;
 mod search;
 pub mod searches;
 mod stateless;
+mod streamable_http;
 
 pub use crate::protocol::stateless::UNSUPPORTED_PROTOCOL_VERSION;
 pub use crate::protocol::{SESSION_HEADER, VERSION_HEADER};
@@ -229,9 +230,10 @@ pub(super) fn too_busy(session: &Session) -> HttpReply {
         jsonrpc::INVALID_REQUEST,
         "this session has too many requests in flight (max_requests_per_session); retry later",
     );
-    HttpReply::error(429, &Value::Null, &e).header("Retry-After", "1")
+    HttpError::too_busy(e).reply()
 }
 
+/// Whether an `Accept` header admits `mime` (directly or by a wildcard).
 pub(super) fn accepts(accept: &str, mime: &str) -> bool {
     let major = mime.split('/').next().unwrap_or("");
     accept.split(',').any(|part| {

@@ -1,5 +1,5 @@
 //! What answers one JSON-RPC request, whichever era asked: every method
-//! handler returns it, and each era's endpoint turns it into bytes.
+//! handler returns it, and each era's HTTP side (`streamable_http`, `stateless`) turns it into bytes.
 
 use serde_json::Value;
 

@@ -1,4 +1,6 @@
-//! `/mcp` over HTTP: everything that touches a request or a reply. The
+//! `/mcp` over Streamable HTTP, the MCP transport: everything that touches
+//! a request or a reply. A `POST` of the 2026-07-28 era goes on to
+//! `stateless`; the rest is the session era's. The
 //! checks a `POST`, `GET` or `DELETE` must pass (Accept, content type,
 //! protocol version, session, token scope), `initialize`, batches, and the
 //! answer of a `POST` (JSON, or an SSE stream that can be resumed).
@@ -213,7 +215,6 @@ fn kept_params(params: &Map<String, Value>) -> Result<(Value, Value), RpcError> 
     Ok((capabilities, Value::Object(kept)))
 }
 
-/// Whether an `Accept` header admits `mime` (directly or by a wildcard).
 /// `GET` and `DELETE` of the session era, asked in the 2026-07-28 era: 405.
 fn no_stream_in_2026(req: &HttpRequest) -> Option<HttpReply> {
     (req.header(VERSION_HEADER) == Some(crate::protocol::stateless::VERSION)).then(|| {
@@ -462,7 +463,7 @@ impl Gateway {
         if let Some(why) = self.resources_short() {
             self.stats.sessions_refused.inc();
             crate::limited!(warn, "an initialize was refused with 503: {why}");
-            return HttpReply::error(503, &id, &RpcError::internal(why)).header("Retry-After", "5");
+            return HttpError::unavailable(RpcError::internal(why)).reply_to(&id);
         }
         let session =
             Session::new(session_id.clone(), version.to_string(), jsonrpc::raw(&init_params), client_name, access);
@@ -472,14 +473,14 @@ impl Gateway {
         if !session.hold_params() {
             self.stats.sessions_refused.inc();
             let e = RpcError::internal("mcpgate holds its limit of max_memory_mb; a new session cannot be kept now");
-            return HttpReply::error(503, &id, &e).header("Retry-After", "5");
+            return HttpError::unavailable(e).reply_to(&id);
         }
         let max_sessions = self.current().config.max_sessions;
         if !self.sessions.insert(session.clone(), max_sessions) {
             self.stats.sessions_refused.inc();
             let e =
                 RpcError::internal(format!("mcpgate holds its limit of {} sessions; try again later", max_sessions));
-            return HttpReply::error(503, &id, &e).header("Retry-After", "5");
+            return HttpError::unavailable(e).reply_to(&id);
         }
         self.stats.sessions_created.inc();
         log::debug!("session {} created for `{}` ({version})", session::short(&session_id), session.client_name);
@@ -492,7 +493,7 @@ impl Gateway {
             self.close(vec![session], CloseReason::Refused);
             self.stats.sessions_refused.inc();
             let e = RpcError::internal(format!("{e}; a session that would not survive a restart is refused"));
-            return HttpReply::error(503, &id, &e).header("Retry-After", "5");
+            return HttpError::unavailable(e).reply_to(&id);
         }
         if opened.is_empty()
             && let Some(why) = session.exhausted()
@@ -502,7 +503,7 @@ impl Gateway {
             self.close(vec![session], CloseReason::Refused);
             self.stats.sessions_refused.inc();
             let e = RpcError::internal(format!("{why}; try again later"));
-            return HttpReply::error(503, &id, &e).header("Retry-After", "5");
+            return HttpError::unavailable(e).reply_to(&id);
         }
         let mut result = json!({
             "protocolVersion": version,

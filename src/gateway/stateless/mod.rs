@@ -29,7 +29,7 @@ use serde_json::{Map, Value, json};
 
 use crate::downstream::Server;
 use crate::http::auth::Access;
-use crate::http::{EventSink, HttpReply, HttpRequest, StreamReply};
+use crate::http::{EventSink, HttpError, HttpReply, HttpRequest, StreamReply};
 use crate::protocol::jsonrpc::{self, Kind, Message, Params, RpcError};
 use crate::protocol::stateless::{self, Envelope};
 use crate::protocol::{VERSION_HEADER, sse, versions};
@@ -200,7 +200,7 @@ impl Gateway {
             "server/discover: the servers behind mcpgate speak the session era, and so does mcpgate to clients that \
              probe: send initialize (protocol 2025-11-25 or earlier)",
         );
-        HttpReply::error(400, message.id.as_ref().unwrap_or(&Value::Null), &e)
+        error_reply(message.id.as_ref().unwrap_or(&Value::Null), &e)
     }
 
     /// `server/discover`: the versions mcpgate speaks, and what its
@@ -258,7 +258,7 @@ impl Gateway {
         if !self.sessions.insert(pool.clone(), self.current().config.max_sessions) {
             self.stats.sessions_refused.inc();
             let e = RpcError::internal("mcpgate holds its limit of sessions (max_sessions); retry later");
-            return Err(HttpReply::error(503, &Value::Null, &e).header("Retry-After", "5"));
+            return Err(HttpError::unavailable(e).reply());
         }
         self.stats.sessions_created.inc();
         pools.insert(key, pool.clone());
