@@ -305,7 +305,7 @@ impl Gateway {
                 if new.server.era() == Some(stateless::VERSION) {
                     return self.call_here(req, pool, new, envelope, sink, &id);
                 }
-                match self.start_call(pool, new, token) {
+                match self.start_holdable_call(pool, new, token) {
                     Ok(held) => held,
                     Err(e) => return error_reply(&id, &e),
                 }
@@ -377,7 +377,12 @@ impl Gateway {
     /// such a server may ask the client mid-call, on the call's stream or
     /// on its `GET` stream (read by another thread), and the call must then
     /// wait for the client's retry while its client is answered.
-    fn start_call(&self, pool: &Arc<Session>, new: NewCall, token: Option<[u8; 32]>) -> Result<HeldParts, RpcError> {
+    fn start_holdable_call(
+        &self,
+        pool: &Arc<Session>,
+        new: NewCall,
+        token: Option<[u8; 32]>,
+    ) -> Result<HeldParts, RpcError> {
         let NewCall { number, call_id, call, server, params } = new;
         let method = call.method().to_string();
         let (tx, rx) = bounded(64);
