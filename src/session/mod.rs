@@ -24,11 +24,13 @@ use crate::runtime::{clock, secret};
 use crate::stats::Stats;
 use crate::tasks;
 
+mod lost;
 mod routing;
 mod slots;
 mod streams;
 mod view;
 
+use lost::Lost;
 use routing::{Callers, Routing, id_key, stale_lists};
 use slots::{Found, Slots};
 use streams::Streams;
@@ -59,9 +61,7 @@ struct State {
     log_level: Option<Box<RawValue>>,
     /// Downstream sessions whose stream answered 404 (or, HTTP+SSE, ended):
     /// the reaper reopens them once their backoff has passed.
-    lost: Vec<Lost>,
-    /// Per server, how many times in a row its stream was lost, and when.
-    lost_streak: HashMap<String, (u32, Instant)>,
+    lost: Lost,
     /// What goes to the client: its streams and their replay log.
     streams: Streams,
     /// Requests in flight in both directions, and task ids.
@@ -166,8 +166,7 @@ impl Session {
                 in_flight: 0,
                 slots: Slots::default(),
                 log_level: None,
-                lost: Vec::new(),
-                lost_streak: HashMap::new(),
+                lost: Lost::default(),
                 streams,
                 routing: Routing::new(),
                 callers: Callers::new(),
@@ -595,10 +594,8 @@ impl Session {
     pub fn take_lost(&self) -> Vec<Arc<Downstream>> {
         let now = Instant::now();
         let mut st = self.state.lock();
-        let (due, later): (Vec<Lost>, Vec<Lost>) =
-            std::mem::take(&mut st.lost).into_iter().partition(|lost| lost.after <= now);
-        st.lost = later;
-        due.iter().filter_map(|lost| st.slots.still_open(&lost.server, lost.session_id.as_deref())).collect()
+        let due = st.lost.take_due(now);
+        due.iter().filter_map(|(server, session_id)| st.slots.still_open(server, session_id.as_deref())).collect()
     }
 
     /// Takes over a downstream session saved by an earlier process; its
@@ -806,37 +803,8 @@ impl Inbox for Session {
     }
 
     fn lost(&self, server: &Arc<Server>, session_id: Option<&str>) {
-        let now = Instant::now();
-        let mut st = self.state.lock();
-        let streak = st.lost_streak.entry(server.name().to_string()).or_insert((0, now));
-        *streak = (lost_again(*streak, now), now);
-        let after = now + reopen_delay(streak.0);
-        st.lost.push(Lost { server: server.name().to_string(), session_id: session_id.map(str::to_string), after });
+        self.state.lock().lost.record(server.name(), session_id, Instant::now());
     }
-}
-
-/// A downstream session whose stream answered 404 (the server forgot it),
-/// or whose HTTP+SSE stream ended (it cannot be resumed).
-struct Lost {
-    server: String,
-    session_id: Option<String>,
-    /// Reopened not before then.
-    after: Instant,
-}
-
-/// Losses of one server's stream closer than this apart count as a streak.
-const LOST_STREAK: Duration = Duration::from_secs(60);
-
-/// The streak after a loss at `now`, given the last one's count and time.
-fn lost_again((count, at): (u32, Instant), now: Instant) -> u32 {
-    if count > 0 && now.saturating_duration_since(at) < LOST_STREAK { count.saturating_add(1) } else { 1 }
-}
-
-/// How long the `n`th loss in a row waits before its session is reopened,
-/// as the reader's own reconnects do: 0.5 s, doubling, up to 30 s.
-fn reopen_delay(n: u32) -> Duration {
-    let half_seconds = 1u64 << n.saturating_sub(1).min(6);
-    Duration::from_millis(500 * half_seconds).min(Duration::from_secs(30))
 }
 
 /// Keeps a session busy while a request runs.
@@ -964,27 +932,4 @@ pub fn close_sessions(sessions: Vec<Arc<Session>>, reason: CloseReason, parallel
         log::debug!("session {} closed ({reason:?})", short(&session.id));
     }
     downstream::close_all(&downstreams, parallel);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_lost_stream_is_reopened_with_backoff_that_resets_after_a_quiet_minute() {
-        let start = Instant::now();
-        let mut streak = (0, start);
-        let mut delays = Vec::new();
-        for i in 0..10 {
-            let now = start + Duration::from_secs(i);
-            streak = (lost_again(streak, now), now);
-            delays.push(reopen_delay(streak.0));
-        }
-        assert_eq!(delays[0], Duration::from_millis(500));
-        assert_eq!(delays[1], Duration::from_secs(1));
-        assert!(delays.windows(2).all(|w| w[0] <= w[1]), "{delays:?}");
-        assert_eq!(*delays.last().unwrap(), Duration::from_secs(30));
-        let quiet = streak.1 + LOST_STREAK + Duration::from_secs(1);
-        assert_eq!(reopen_delay(lost_again(streak, quiet)), Duration::from_millis(500));
-    }
 }
