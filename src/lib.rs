@@ -11,8 +11,8 @@
 //! - [`status`]: `/status.json`, the status page and `/metrics`, drawn from
 //!   the gateway, its sessions and the counters.
 //! - [`gateway`]: MCP on `/mcp`: the HTTP side of each request
-//!   (`endpoint`), what each method does (`dispatch`), the merged lists,
-//!   tool search, the 2026-07-28 clients, and reloads.
+//!   (`streamable_http`), what each method does (`dispatch`), the merged
+//!   lists, tool search, the 2026-07-28 clients (`stateless/`), and reloads.
 //! - [`session`]: a client session: its downstream slots, its streams and
 //!   their replay log, and the routing of calls and server requests in both
 //!   directions; `close_sessions`, the one way a session ends.

@@ -15,8 +15,8 @@ use crate::protocol::jsonrpc::{self, Message, Params, RpcError};
 use crate::runtime::threads;
 use crate::session::{self, Session};
 
-use super::Outcome;
 use super::lists::{Paging, fetch_pages, filter_for, naming};
+use super::outcome::Outcome;
 use super::{Gateway, visible};
 use crate::catalog::ListKind;
 
@@ -78,8 +78,8 @@ pub(super) fn call(
     let mut params = params.clone();
     let mut cancelled = false;
     // Only a server of the 2026-07-28 era answers `input_required`.
-    let asks_in_results = server.era() == Some(crate::protocol::modern::VERSION);
-    let result = on_downstream(session, server, open_retry, |downstream| {
+    let asks_in_results = server.era() == Some(crate::protocol::stateless::VERSION);
+    let result = run_with_reopen(session, server, open_retry, |downstream| {
         let mut round = 0;
         loop {
             let id = downstream.next_id();
@@ -152,11 +152,11 @@ pub(super) fn cancel_call(session: &Session, call_id: &Value, reason: &str) {
 }
 
 /// Runs `work` on the session's downstream session with `server`, opening
-/// it if needed. If the server no longer knows that session (HTTP 404: it
+/// it if needed (needs no gateway: a held call's thread runs it). If the server no longer knows that session (HTTP 404: it
 /// restarted; or its process had ended before the request was sent), the
 /// downstream session is closed, opened anew, and `work` runs once more:
 /// the client never sees a half-alive session.
-pub(super) fn on_downstream<T>(
+pub(super) fn run_with_reopen<T>(
     session: &Session,
     server: &Arc<Server>,
     open_retry: Duration,
@@ -179,7 +179,7 @@ pub(super) fn on_downstream<T>(
         }
         other => other,
     };
-    result.map_err(|e| RpcError::server(server.name(), server.redact(&e.to_string())))
+    result.map_err(|e| session::rpc_error(server, &e))
 }
 
 /// A server's answer with its task ids rewritten to the client's.
@@ -365,7 +365,7 @@ impl Gateway {
         let found: Mutex<Vec<(usize, Vec<Value>)>> = Mutex::new(Vec::new());
         threads::for_each_parallel("fanout", &servers, servers.len(), |server| {
             match self
-                .on_downstream(session, server, |d| fetch_pages(d, "tasks/list", "tasks", Paging::of(&cur.config)))
+                .run_on_server(session, server, |d| fetch_pages(d, "tasks/list", "tasks", Paging::of(&cur.config)))
             {
                 Ok(raw) => {
                     let mut tasks: Vec<Value> =
@@ -529,29 +529,31 @@ impl Gateway {
         params: &Params,
         events: &mut dyn CallEvents,
     ) -> Outcome {
-        let outcome = call(session, server, message, params, events, self.current().config.open_retry);
-        match outcome {
-            Outcome::Error(_) if self.stopping.load(std::sync::atomic::Ordering::Acquire) => {
-                RpcError::server(server.name(), "mcpgate is shutting down; the request was cut short").into()
-            }
+        match call(session, server, message, params, events, self.current().config.open_retry) {
+            Outcome::Error(e) => self.cut_short_by_shutdown(server, e).into(),
             outcome => outcome,
         }
     }
 
-    /// [`on_downstream`], saying so when the error comes of a shutdown.
-    pub(super) fn on_downstream<T>(
+    /// [`run_with_reopen`] with the gateway's `open_retry`, its error
+    /// saying so when it comes of a shutdown.
+    pub(super) fn run_on_server<T>(
         &self,
         session: &Session,
         server: &Arc<Server>,
         work: impl FnMut(&Downstream) -> Result<T, DownstreamError>,
     ) -> Result<T, RpcError> {
-        on_downstream(session, server, self.current().config.open_retry, work).map_err(|e| {
-            if self.stopping.load(std::sync::atomic::Ordering::Acquire) {
-                RpcError::server(server.name(), "mcpgate is shutting down; the request was cut short")
-            } else {
-                e
-            }
-        })
+        run_with_reopen(session, server, self.current().config.open_retry, work)
+            .map_err(|e| self.cut_short_by_shutdown(server, e))
+    }
+
+    /// A request's error while mcpgate shuts down names the shutdown, not what it did to the request.
+    fn cut_short_by_shutdown(&self, server: &Server, e: RpcError) -> RpcError {
+        if self.stopping.load(std::sync::atomic::Ordering::Acquire) {
+            RpcError::server(server.name(), "mcpgate is shutting down; the request was cut short")
+        } else {
+            e
+        }
     }
 
     fn set_level(&self, session: &Arc<Session>, message: &Message) -> Outcome {

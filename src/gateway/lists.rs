@@ -19,10 +19,9 @@ use crate::protocol::jsonrpc::{self, Message, RpcError};
 use crate::runtime::threads;
 use crate::session::Session;
 
-use super::Outcome;
+use super::outcome::Outcome;
 use super::{Gateway, MAX_COLLISIONS, MAX_PAGES, MAX_RENAMED, visible};
 use crate::catalog::{List, ListKind, Renamed, ServerItems, ServerList};
-use crate::downstream::Server;
 
 /// What bounds the pages mcpgate reads of one server's list.
 #[derive(Debug, Clone, Copy)]
@@ -201,7 +200,7 @@ impl Gateway {
                         return Ok(ServerList::empty(kind));
                     }
                     let items =
-                        self.on_downstream(session, server, |d| fetch_pages(d, kind.method(), kind.field(), paging))?;
+                        self.run_on_server(session, server, |d| fetch_pages(d, kind.method(), kind.field(), paging))?;
                     ServerList::new(kind, items).map_err(|why| {
                         RpcError::server(server.name(), format!("{why}: raise max_memory_mb, or lower max_list_items"))
                     })
@@ -284,59 +283,5 @@ impl Gateway {
             }
         }
         self.lists.prune(&current.servers);
-    }
-}
-
-/// The merged lists, one per kind and view (the client capabilities and the
-/// servers a session sees), shared by every session with that view.
-#[derive(Default)]
-pub(super) struct MergedLists {
-    /// Guards the lists, newest first; at most [`MAX_MERGED`].
-    lists: Mutex<Vec<(u64, Arc<List>)>>,
-}
-
-/// Merged lists kept at once: kinds × views; the oldest go first.
-const MAX_MERGED: usize = 64;
-
-impl MergedLists {
-    /// The list of `kind` for `view` over `servers`, if one is kept whose
-    /// every source is still the list its server holds.
-    fn find(&self, kind: ListKind, view: u64, servers: &[Arc<Server>]) -> Option<Arc<List>> {
-        let lists = self.lists.lock();
-        lists
-            .iter()
-            .find(|(v, list)| {
-                *v == view && list.kind == kind && {
-                    let sources: Vec<(&str, &Arc<crate::catalog::ServerList>)> = list.sources().collect();
-                    sources.len() == servers.len()
-                        && sources.iter().zip(servers).all(|((name, source), server)| {
-                            *name == server.name()
-                                && server.lists.current(kind, view).is_some_and(|held| Arc::ptr_eq(&held, source))
-                        })
-                }
-            })
-            .map(|(_, list)| list.clone())
-    }
-
-    fn keep(&self, kind: ListKind, view: u64, list: Arc<List>) {
-        let mut lists = self.lists.lock();
-        lists.retain(|(v, l)| {
-            !(*v == view && l.kind == kind && l.sources().map(|(n, _)| n).eq(list.sources().map(|(n, _)| n)))
-        });
-        lists.insert(0, (view, list));
-        lists.truncate(MAX_MERGED);
-    }
-
-    /// Drops the lists whose sources some server of `servers` no longer holds.
-    fn prune(&self, servers: &[Arc<Server>]) {
-        self.lists.lock().retain(|(view, list)| {
-            list.sources().all(|(name, source)| {
-                servers
-                    .iter()
-                    .find(|s| s.name() == name)
-                    .and_then(|s| s.lists.current(list.kind, *view))
-                    .is_some_and(|held| Arc::ptr_eq(&held, source))
-            })
-        });
     }
 }

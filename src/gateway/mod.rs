@@ -1,37 +1,37 @@
 //! MCP on `/mcp`: the gateway holds the configuration in force with its
-//! servers, and the client sessions. A request comes in at `endpoint`
-//! (HTTP), is answered or forwarded by `dispatch`, whose lists come from
-//! `lists` and `catalog`; `tasks` maps task ids, `reload` swaps the
-//! configuration; `search` is the `tool_search` mode's two tools.
+//! servers, and the client sessions. A request comes in at
+//! `streamable_http` (HTTP; the 2026-07-28 era's requests go on to
+//! `stateless/`, with its pools, held and watched calls), is answered or
+//! forwarded by `dispatch`, whose lists come from `lists` (cached in
+//! `merged`) and `catalog`; every handler answers with an `outcome`.
+//! `reload` swaps the configuration; `search` is the `tool_search` mode's
+//! two tools, and `searches` what it has seen.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use parking_lot::Mutex;
 
-use serde_json::Value;
-
 use crate::config::Config;
 use crate::downstream::stdio::Children;
 use crate::downstream::{Context, Limits, Server};
-use crate::http::HttpReply;
-use crate::protocol::jsonrpc::{self, Message, RpcError};
+use crate::http::{HttpError, HttpReply};
+use crate::protocol::jsonrpc::{self, RpcError};
 use crate::runtime::state::Journal;
 use crate::session::{self, CloseReason, Session, Sessions};
 use crate::stats::Stats;
 
 mod dispatch;
-mod endpoint;
-mod holds;
 mod lists;
-mod modern;
+mod merged;
+mod outcome;
 mod reload;
-pub mod search;
-mod watch;
+mod search;
+pub mod searches;
+mod stateless;
+mod streamable_http;
 
-pub use reload::ReloadOutcome;
-
-pub use crate::protocol::modern::UNSUPPORTED_PROTOCOL_VERSION;
+pub use crate::protocol::stateless::UNSUPPORTED_PROTOCOL_VERSION;
 pub use crate::protocol::{SESSION_HEADER, VERSION_HEADER};
 
 /// Pages of one server's list mcpgate follows before it stops.
@@ -59,6 +59,15 @@ impl Current {
     }
 }
 
+/// What the last reload did, for the status page.
+#[derive(Debug, Clone, Default)]
+pub struct ReloadOutcome {
+    pub at: Option<std::time::SystemTime>,
+    pub error: Option<String>,
+    pub changed: Vec<String>,
+    pub restart_needed: Vec<String>,
+}
+
 /// The gateway: configuration, servers, sessions and counters.
 pub struct Gateway {
     /// Guards only the swap of the whole `Current`; readers clone the Arc.
@@ -74,9 +83,9 @@ pub struct Gateway {
     /// Tools and prompts exposed under another name than `<prefix>__<name>`.
     pub renamed: Mutex<Vec<crate::catalog::Renamed>>,
     /// The merged lists, one per kind and view, shared by the sessions.
-    lists: lists::MergedLists,
+    lists: merged::MergedLists,
     /// What the `tool_search` mode has seen: its queries and its index.
-    pub searches: search::Searches,
+    pub searches: searches::Searches,
     /// Guards the outcome of the last reload; `reloading` serializes reloads.
     pub last_reload: Mutex<ReloadOutcome>,
     reloading: Mutex<()>,
@@ -94,9 +103,9 @@ pub struct Gateway {
     /// or an OAuth subject's digest, hashed; "" without `auth`).
     pools: Mutex<std::collections::HashMap<String, Arc<Session>>>,
     /// Calls of that era waiting for their client's retry.
-    holds: holds::Holds,
+    holds: stateless::holds::Holds,
     /// Calls of that era running on their connection thread, watched for their client leaving.
-    watch: watch::Watch,
+    watch: stateless::watch::Watch,
     /// `instance_id` as at start (a reload does not change it): starts every session id.
     pub instance_id: Option<String>,
     pub started: Instant,
@@ -119,8 +128,8 @@ impl Gateway {
             children,
             collisions: Mutex::new(Vec::new()),
             renamed: Mutex::new(Vec::new()),
-            lists: lists::MergedLists::default(),
-            searches: search::Searches::default(),
+            lists: merged::MergedLists::default(),
+            searches: searches::Searches::default(),
             last_reload: Mutex::new(ReloadOutcome::default()),
             reloading: Mutex::new(()),
             stopping: std::sync::atomic::AtomicBool::new(false),
@@ -128,8 +137,8 @@ impl Gateway {
             trimmed_at: std::sync::atomic::AtomicU64::new(0),
             trim_owed: std::sync::atomic::AtomicBool::new(false),
             pools: Mutex::new(std::collections::HashMap::new()),
-            holds: holds::Holds::new(),
-            watch: watch::Watch::default(),
+            holds: stateless::holds::Holds::new(),
+            watch: stateless::watch::Watch::default(),
             instance_id,
             started: Instant::now(),
         }
@@ -214,22 +223,6 @@ fn new_server(config: &crate::config::ServerConfig, all: &Config, context: &Cont
     Arc::new(Server::new(config.clone(), Limits::from_config(all), all.calls_per_server, context))
 }
 
-/// What answers a JSON-RPC request: a result built here, an error, a
-/// server's response passed on as it came, or nothing (the client
-/// cancelled it: the spec says no response follows).
-pub(super) enum Outcome {
-    Result(Value),
-    Error(RpcError),
-    Forwarded(Message),
-    Cancelled,
-}
-
-impl From<RpcError> for Outcome {
-    fn from(e: RpcError) -> Outcome {
-        Outcome::Error(e)
-    }
-}
-
 /// 429 for a session with `max_requests_per_session` requests in flight.
 pub(super) fn too_busy(session: &Session) -> HttpReply {
     crate::limited!(warn, "session {}: too many requests in flight; one refused with 429", session::short(&session.id));
@@ -237,9 +230,10 @@ pub(super) fn too_busy(session: &Session) -> HttpReply {
         jsonrpc::INVALID_REQUEST,
         "this session has too many requests in flight (max_requests_per_session); retry later",
     );
-    HttpReply::error(429, &Value::Null, &e).header("Retry-After", "1")
+    HttpError::too_busy(e).reply()
 }
 
+/// Whether an `Accept` header admits `mime` (directly or by a wildcard).
 pub(super) fn accepts(accept: &str, mime: &str) -> bool {
     let major = mime.split('/').next().unwrap_or("");
     accept.split(',').any(|part| {

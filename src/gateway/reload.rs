@@ -8,16 +8,7 @@ use std::time::Duration;
 use crate::config::Config;
 use crate::downstream::{self, Limits, Server};
 
-use super::{Current, Gateway, new_server};
-
-/// What the last reload did, for the status page.
-#[derive(Debug, Clone, Default)]
-pub struct ReloadOutcome {
-    pub at: Option<std::time::SystemTime>,
-    pub error: Option<String>,
-    pub changed: Vec<String>,
-    pub restart_needed: Vec<String>,
-}
+use super::{Current, Gateway, ReloadOutcome, new_server};
 
 impl Gateway {
     /// Applies a new configuration. Servers removed or changed (URL, headers,

@@ -1,11 +1,15 @@
 //! What travels on the wire, whoever carries it: JSON-RPC messages, SSE
 //! events, the protocol versions mcpgate speaks, and the rules of the
-//! 2026-07-28 era (`modern`).
+//! 2026-07-28 era (`stateless`: no `initialize`, no session).
 
 pub mod jsonrpc;
-pub mod modern;
 pub mod sse;
+pub mod stateless;
 pub mod versions;
+
+/// The old name of [`stateless`], for `src/downstream/` until it moves to
+/// the new one (another branch restructures that folder).
+pub use stateless as modern;
 
 /// The session id header (session era).
 pub const SESSION_HEADER: &str = "mcp-session-id";

@@ -4,31 +4,35 @@
 //! merged lists. [`close_sessions`] is the one way a session ends.
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
+use crossbeam_channel::Receiver;
 use parking_lot::{Condvar, Mutex};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use crate::catalog::ListKind;
 use crate::downstream::{self, Downstream, Inbox, Server, Stop};
 use crate::http::auth::Access;
-use crate::protocol::jsonrpc::{self, Message};
+use crate::protocol::jsonrpc::{self, Kind, Message, RpcError};
+use crate::protocol::versions;
 use crate::runtime::memory::{self};
 use crate::runtime::state::Journal;
 pub use crate::runtime::state::SavedSession;
 use crate::runtime::{clock, secret};
 use crate::stats::Stats;
+use crate::tasks;
 
+mod lost;
 mod routing;
 mod slots;
 mod streams;
 mod view;
 
-pub use routing::IdClaim;
-use routing::Routes;
-use slots::Slot;
+use lost::Lost;
+use routing::{Callers, Routing, id_key, stale_lists};
+use slots::{Found, Slots};
 use streams::Streams;
 pub use streams::{Attached, ListenFilter};
 pub use view::{SlotView, View};
@@ -52,32 +56,23 @@ struct State {
     last_active: Instant,
     in_flight: usize,
     /// One per server: its downstream session, or how opening it went.
-    slots: HashMap<String, Slot>,
+    slots: Slots,
     /// The last `logging/setLevel` params, for servers opened later.
     log_level: Option<Box<RawValue>>,
     /// Downstream sessions whose stream answered 404 (or, HTTP+SSE, ended):
     /// the reaper reopens them once their backoff has passed.
-    lost: Vec<Lost>,
-    /// Per server, how many times in a row its stream was lost, and when.
-    lost_streak: HashMap<String, (u32, Instant)>,
+    lost: Lost,
     /// What goes to the client: its streams and their replay log.
     streams: Streams,
     /// Requests in flight in both directions, and task ids.
-    routes: Routes,
+    routing: Routing,
     /// The calls of the 2026-07-28 clients' session running now, by server.
-    callers: Vec<Caller>,
+    callers: Callers<Asker>,
 }
 
 /// Takes a server's request to the client of one call of the 2026-07-28
 /// clients' session (as `input_required`).
 pub type Asker = Arc<dyn Fn(&Session, &Server, Message) + Send + Sync>;
-
-/// A call of the 2026-07-28 clients' session, running on `server`.
-struct Caller {
-    key: u64,
-    server: String,
-    ask: Asker,
-}
 
 pub struct Session {
     pub id: String,
@@ -99,8 +94,6 @@ pub struct Session {
     created: Instant,
     state: Mutex<State>,
     slot_changed: Condvar,
-    /// Bytes of events this session holds (queued, kept, waiting).
-    tally: Arc<AtomicUsize>,
     /// The session mcpgate keeps for clients of the 2026-07-28 era (one per
     /// token): no client holds its id, nothing waits for a `GET` stream.
     sessionless: std::sync::atomic::AtomicBool,
@@ -155,6 +148,7 @@ impl Session {
             .ok()
             .and_then(|mut p| p.get_mut("capabilities").map(Value::take));
         let view = crate::catalog::list_view_of(&capabilities.unwrap_or(Value::Null));
+        let streams = Streams::new(short(&id));
         Arc::new_cyclic(|me| Session {
             id,
             protocol_version,
@@ -170,16 +164,14 @@ impl Session {
                 deleted_by_client: false,
                 last_active,
                 in_flight: 0,
-                slots: HashMap::new(),
+                slots: Slots::default(),
                 log_level: None,
-                lost: Vec::new(),
-                lost_streak: HashMap::new(),
-                streams: Streams::new(),
-                routes: Routes::new(),
-                callers: Vec::new(),
+                lost: Lost::default(),
+                streams,
+                routing: Routing::new(),
+                callers: Callers::new(),
             }),
             slot_changed: Condvar::new(),
-            tally: Arc::new(AtomicUsize::new(0)),
             sessionless: std::sync::atomic::AtomicBool::new(false),
             me: me.clone(),
         })
@@ -250,17 +242,7 @@ impl Session {
             return None;
         }
         // Copied under the lock; parsed once it is released.
-        let downstreams = if with_downstreams {
-            st.slots
-                .values()
-                .filter_map(|slot| match slot {
-                    Slot::Open(d) => d.saved(),
-                    _ => None,
-                })
-                .collect()
-        } else {
-            Vec::new()
-        };
+        let downstreams = if with_downstreams { st.slots.saved() } else { Vec::new() };
         let idle = if st.in_flight > 0 || !st.streams.is_empty() { Duration::ZERO } else { st.last_active.elapsed() };
         drop(st);
         Some(SavedSession {
@@ -308,21 +290,27 @@ impl Session {
         st.closed = true;
         st.deleted_by_client = reason == CloseReason::ClientDelete;
         st.streams.clear();
-        let calls = st.routes.clear();
-        let slots = std::mem::take(&mut st.slots);
+        let flights = st.routing.clear();
+        let open = st.slots.take_open();
         drop(st);
         self.slot_changed.notify_all();
-        for call in calls {
-            call.flight.stop(Stop::Closing);
+        for flight in flights {
+            flight.stop(Stop::Closing);
         }
-        slots
-            .into_values()
-            .filter_map(|slot| match slot {
-                Slot::Open(d) => Some(d),
-                _ => None,
-            })
-            .collect()
+        open
     }
+}
+
+/// What a client is told of a downstream error of `server`: the one place a
+/// [`downstream::DownstreamError`] becomes JSON-RPC, for an open that failed
+/// and a request alike. The text is the error's, without the server's secrets.
+pub fn rpc_error(server: &Server, e: &downstream::DownstreamError) -> RpcError {
+    RpcError::server(server.name(), described(server, e))
+}
+
+/// A downstream error as a person reads it, without the server's secrets.
+fn described(server: &Server, e: &downstream::DownstreamError) -> String {
+    server.redact(&e.to_string())
 }
 
 /// 64 hex digits back into a digest.
@@ -337,26 +325,453 @@ fn parse_digest(hex: &str) -> Option<[u8; 32]> {
     Some(out)
 }
 
+/// A reload retired the server while a session opened on it.
+struct Retired;
+
+/// The calls of the 2026-07-28 clients' session, and their client's requests.
 impl Session {
     /// A call of the 2026-07-28 clients' session starts on `server`: what
     /// the server asks outside any call may be for it (see `deliver`).
-    pub fn enter_call(&self, key: u64, server: &str, ask: Asker) {
-        self.state.lock().callers.push(Caller { key, server: server.to_string(), ask });
+    pub fn add_caller(&self, key: u64, server: &str, ask: Asker) {
+        self.state.lock().callers.add(key, server, ask);
     }
 
     /// The call numbered `key` ended.
-    pub fn leave_call(&self, key: u64) {
-        self.state.lock().callers.retain(|c| c.key != key);
+    pub fn remove_caller(&self, key: u64) {
+        self.state.lock().callers.remove(key);
     }
 
-    /// The one call running on `server`, if there is exactly one.
-    fn lone_caller(&self, server: &str) -> Option<Asker> {
-        let st = self.state.lock();
-        let mut on_server = st.callers.iter().filter(|c| c.server == server);
-        match (on_server.next(), on_server.next()) {
-            (Some(caller), None) => Some(caller.ask.clone()),
-            _ => None,
+    /// Takes the client's request id `id` for as long as its request runs,
+    /// or refuses it when a request of this session with that id is
+    /// outstanding: a cancel of the id must name one request.
+    pub fn claim_request_id(&self, id: &Value) -> Result<IdClaim<'_>, RpcError> {
+        let key = id_key(id);
+        if !self.state.lock().routing.claim(&key) {
+            return Err(RpcError::new(
+                jsonrpc::INVALID_REQUEST,
+                format!(
+                    "request id {key} is already in flight in this session: ids of outstanding requests must be unique"
+                ),
+            ));
         }
+        Ok(IdClaim { session: self, key })
+    }
+
+    /// Remembers which server works on the client's request `client_id`,
+    /// and its flight, which the client's cancel or the session's close stops.
+    pub fn start_call(&self, client_id: &Value, server: &str, downstream_id: &Value, flight: Arc<downstream::Flight>) {
+        self.state.lock().routing.start_call(client_id, server, downstream_id, flight);
+    }
+
+    pub fn end_call(&self, client_id: &Value) {
+        self.state.lock().routing.end_call(client_id);
+    }
+
+    /// Ends the client's request `client_id` at once (its answer will
+    /// carry no response) and says where its cancel goes: the downstream
+    /// session and the server's id for the request.
+    pub fn cancel(&self, client_id: &Value) -> Option<(Arc<Downstream>, Value)> {
+        let (flight, target) = {
+            let st = self.state.lock();
+            let (server, downstream_id, flight) = st.routing.call(client_id)?;
+            let target = st.slots.if_open(server).map(|d| (d, downstream_id.clone()));
+            (flight.clone(), target)
+        };
+        flight.stop(Stop::Cancelled);
+        target
+    }
+
+    /// Turns a message from `server` into what the client receives, or
+    /// `None` when the client must not see it. Requests get an id of
+    /// mcpgate's, remembered so the answer can go back; `list_changed`
+    /// makes the merged list stale.
+    pub fn to_client(&self, server: &Server, message: Message) -> Option<Vec<u8>> {
+        match message.kind().ok()? {
+            Kind::Request => {
+                let params = self.task_params(server, &message);
+                let n = self.state.lock().routing.ask(server.name(), message.id.clone()?, None);
+                Some(jsonrpc::request(&Value::from(n), message.method(), params.as_deref()))
+            }
+            Kind::Notification => {
+                let method = message.method();
+                if let Some(kinds) = stale_lists(method) {
+                    server.lists.invalidate(kinds);
+                }
+                if method == "notifications/cancelled" {
+                    return self.server_cancelled(server, &message);
+                }
+                Some(jsonrpc::notification(method, self.task_params(server, &message).as_deref()))
+            }
+            Kind::Response => None,
+        }
+    }
+
+    /// A message's params with the server's task ids as the client knows
+    /// them; untouched (and not parsed) when they name no task.
+    fn task_params(&self, server: &Server, message: &Message) -> Option<Box<RawValue>> {
+        let raw = message.params.as_deref()?;
+        if !(raw.get().contains(tasks::RELATED) || message.method() == "notifications/tasks/status") {
+            return Some(raw.to_owned());
+        }
+        let Ok(mut params) = serde_json::from_str::<Value>(raw.get()) else { return Some(raw.to_owned()) };
+        self.tasks_from(server.name(), &mut params);
+        Some(jsonrpc::raw(&params))
+    }
+
+    /// Rewrites the task ids `server` wrote in `value` to the client's.
+    pub fn tasks_from(&self, server: &str, value: &mut Value) {
+        self.state.lock().routing.tasks_from(server, value);
+    }
+
+    /// The server and its own id behind the client's task id.
+    pub fn task_target(&self, exposed: &str) -> Option<(String, String)> {
+        self.state.lock().routing.task_target(exposed)
+    }
+
+    /// A server withdrew a request it sent the client: rewrite its id to ours.
+    fn server_cancelled(&self, server: &Server, message: &Message) -> Option<Vec<u8>> {
+        let mut params = message.params_object().ok()?;
+        let theirs = params.get("requestId")?.clone();
+        let ours = self.state.lock().routing.withdrawn(server.name(), &theirs)?;
+        params.insert("requestId".into(), Value::from(ours));
+        Some(jsonrpc::notification("notifications/cancelled", Some(&jsonrpc::raw(&Value::Object(params)))))
+    }
+
+    /// The client's answer to a server's request: the downstream session it
+    /// goes to and the message with the server's own id. `None` for an id
+    /// mcpgate never issued (or already answered).
+    pub fn answer_from_client(&self, message: &Message) -> Option<(Arc<Downstream>, Vec<u8>)> {
+        let n = message.id.as_ref()?.as_u64()?;
+        let (ask, d) = {
+            let mut st = self.state.lock();
+            let ask = st.routing.answered(n)?;
+            let d = st.slots.if_open(&ask.server);
+            (ask, d)
+        };
+        if let Some(reply) = ask.reply {
+            let _ = reply.try_send(message.clone());
+            return None;
+        }
+        let body = match (&message.result, &message.error) {
+            (Some(result), _) => jsonrpc::result(&ask.id, result),
+            (None, Some(error)) => jsonrpc::raw_error(&ask.id, error),
+            (None, None) => return None,
+        };
+        Some((d?, body))
+    }
+
+    /// A request of mcpgate's own to the client (`method` with `params`):
+    /// what to send it, and where its answer will come.
+    pub fn ask_client(&self, method: &str, params: Option<&RawValue>) -> (Vec<u8>, Receiver<Message>) {
+        let (n, rx) = self.state.lock().routing.ask_for_mcpgate();
+        (jsonrpc::request(&Value::from(n), method, params), rx)
+    }
+
+    /// Whether the client declared what a request of `method` needs.
+    pub fn client_can(&self, method: &str) -> bool {
+        let capability = match method {
+            "sampling/createMessage" => "sampling",
+            "elicitation/create" => "elicitation",
+            "roots/list" => "roots",
+            _ => return false,
+        };
+        serde_json::from_str::<Value>(self.init_params.get())
+            .ok()
+            .is_some_and(|p| p["capabilities"].get(capability).is_some_and(|c| !c.is_null()))
+    }
+
+    /// Remembers `logging/setLevel` for servers this session opens later.
+    pub fn remember_log_level(&self, params: Option<&RawValue>) {
+        self.state.lock().log_level = params.map(|p| p.to_owned());
+    }
+}
+
+/// Its downstream sessions, one slot per server.
+impl Session {
+    /// The open downstream session with `server`, opening it if needed. A
+    /// server that failed is tried again only after `retry`.
+    pub fn downstream(&self, server: &Arc<Server>, retry: Duration) -> Result<Arc<Downstream>, RpcError> {
+        // A request that found its server before a reload replaced it goes
+        // to the one in force: a retired server takes no new session.
+        let mut server = server.in_force();
+        // Reloads that keep coming while sessions open: each open is tried
+        // again on the newest server, within the time one open may take.
+        let deadline = Instant::now() + server.limits.connect + server.limits.request;
+        loop {
+            match self.downstream_on(&server, retry) {
+                Ok(result) => return result,
+                Err(Retired) if Instant::now() < deadline && !server.in_force().is_retired() => {
+                    server = server.in_force()
+                }
+                Err(Retired) => {
+                    return Err(RpcError::server(
+                        server.name(),
+                        "closed while it opened (the configuration was reloaded)",
+                    ));
+                }
+            }
+        }
+    }
+
+    /// [`Session::downstream`] on one server; `Retired` when a reload retired
+    /// it while its session opened (the session opened is closed).
+    fn downstream_on(
+        &self,
+        server: &Arc<Server>,
+        retry: Duration,
+    ) -> Result<Result<Arc<Downstream>, RpcError>, Retired> {
+        let name = server.name();
+        let wait = server.limits.connect + server.limits.request;
+        let stale = {
+            let mut st = self.state.lock();
+            loop {
+                if st.closed {
+                    return Ok(Err(RpcError::internal("the session is closing")));
+                }
+                match st.slots.find(server, retry) {
+                    Found::Open(d) => return Ok(Ok(d)),
+                    Found::Opening => {
+                        if self.slot_changed.wait_for(&mut st, wait).timed_out() {
+                            return Ok(Err(RpcError::server(name, "still opening its session")));
+                        }
+                    }
+                    Found::Failed(error) => return Ok(Err(RpcError::server(name, error))),
+                    Found::ToOpen(stale) => break stale,
+                }
+            }
+        };
+        if let Some(d) = stale {
+            downstream::close_all(&[d], 1);
+        }
+        let inbox: Weak<dyn Inbox> = self.me.clone();
+        let result = server.open(&self.id, &self.init_params, inbox);
+        let mut st = self.state.lock();
+        let outcome = match result {
+            Ok(d) if st.closed || server.is_retired() => {
+                let closed = st.closed;
+                st.slots.remove(name);
+                drop(st);
+                downstream::close_all(&[d], 1);
+                self.slot_changed.notify_all();
+                if closed {
+                    return Ok(Err(RpcError::server(name, "closed while it opened (the session ended)")));
+                }
+                return Err(Retired);
+            }
+            Ok(d) => {
+                st.slots.set_open(name, d.clone());
+                if let Some(saved) = d.saved() {
+                    server.journal.opened_downstream(&self.id, saved);
+                }
+                let level = st.log_level.clone().filter(|_| d.offers("logging"));
+                drop(st);
+                self.slot_changed.notify_all();
+                // In the state file before anything uses it: a crash from
+                // here on cannot orphan it.
+                // A failed write is logged by the writer (initialize refuses the session).
+                let _ = server.journal.commit();
+                if let Some(level) = level {
+                    let id = d.next_id();
+                    if let Err(e) = d.request(&id, "logging/setLevel", Some(&level), &mut |_| {}) {
+                        crate::limited!(warn, "server `{name}`: logging/setLevel: {}", described(server, &e));
+                    }
+                }
+                return Ok(Ok(d));
+            }
+            Err(e) => {
+                st.slots.failed(name, described(server, &e), &e);
+                Err(rpc_error(server, &e))
+            }
+        };
+        drop(st);
+        self.slot_changed.notify_all();
+        Ok(outcome)
+    }
+
+    /// The downstream sessions whose server forgot them, to reopen; each is
+    /// handed out once, and only while it is still the one in its slot (a
+    /// request may have replaced it already).
+    pub fn take_lost(&self) -> Vec<Arc<Downstream>> {
+        let now = Instant::now();
+        let mut st = self.state.lock();
+        let due = st.lost.take_due(now);
+        due.iter().filter_map(|(server, session_id)| st.slots.still_open(server, session_id.as_deref())).collect()
+    }
+
+    /// Takes over a downstream session saved by an earlier process; its
+    /// reader starts later ([`Session::start_reader`]).
+    pub fn adopt(&self, server: &Arc<Server>, saved: &downstream::SavedDownstream) -> Arc<Downstream> {
+        let d = server.saved_downstream(saved);
+        self.state.lock().slots.set_open(server.name(), d.clone());
+        d
+    }
+
+    /// Starts the reader of a downstream session taken over at a restart.
+    /// Without one it still serves requests; the error is logged.
+    pub fn start_reader(&self, d: &Arc<Downstream>) {
+        let inbox: Weak<dyn Inbox> = self.me.clone();
+        let _ = d.start_reader(inbox);
+    }
+
+    /// The state file's closing records of its open downstream sessions.
+    pub fn closing_records(&self) -> Vec<(usize, downstream::SavedDownstream)> {
+        self.state.lock().slots.closing_records()
+    }
+
+    /// Marks the session closed and takes its open downstream sessions,
+    /// for a session that was never put in the table.
+    pub fn take_downstreams(&self) -> Vec<Arc<Downstream>> {
+        self.take_for_close(CloseReason::Refused)
+    }
+
+    /// Replaces a downstream session the server no longer knows: the old one
+    /// goes through the close path, a new one opens. When another request
+    /// already replaced it, that one is used.
+    pub fn reopen(&self, server: &Arc<Server>, old: &Arc<Downstream>) -> Result<Arc<Downstream>, RpcError> {
+        self.state.lock().slots.take_if_current(server, old);
+        downstream::close_all(std::slice::from_ref(old), 1);
+        // A server that forgot a session restarted: what it lists may have changed too.
+        server.lists.clear();
+        self.downstream(server, Duration::ZERO)
+    }
+
+    /// Takes the downstream sessions of `servers` (retired by a reload) for
+    /// the caller to close; they reopen lazily with the new settings.
+    pub fn take_servers(&self, servers: &[Arc<Server>]) -> Vec<Arc<Downstream>> {
+        self.state.lock().slots.take_servers(servers)
+    }
+
+    /// The merged lists may have changed (a reload): tell the client.
+    pub fn lists_changed(&self) {
+        for kind in [ListKind::Tools, ListKind::Prompts, ListKind::Resources] {
+            self.push_to_stream(jsonrpc::notification(kind.changed_notification(), None));
+        }
+    }
+
+    /// The downstream session with `server` if it is open now; never opens one.
+    pub fn downstream_if_open(&self, server: &str) -> Option<Arc<Downstream>> {
+        self.state.lock().slots.if_open(server)
+    }
+
+    /// Why opening failed where mcpgate itself was short of a resource.
+    pub fn exhausted(&self) -> Option<String> {
+        self.state.lock().slots.exhausted()
+    }
+
+    /// The error of each server whose downstream session failed to open.
+    pub fn failed_servers(&self) -> Vec<(String, String)> {
+        self.state.lock().slots.failures()
+    }
+
+    /// Every open downstream session.
+    pub fn open_downstreams(&self) -> Vec<Arc<Downstream>> {
+        self.state.lock().slots.open_downstreams()
+    }
+}
+
+/// What it sends its client.
+impl Session {
+    /// Sends a message to the client's `GET` stream, or keeps it until one
+    /// opens (see [`Streams::push`]).
+    pub fn push_to_stream(&self, message: Vec<u8>) {
+        let mut st = self.state.lock();
+        if self.is_sessionless() {
+            // No GET stream will come: what a listen stream asked for goes there, the rest nowhere.
+            st.streams.notify_listeners(&message);
+        } else {
+            st.streams.push(message);
+        }
+    }
+
+    /// Opens a `subscriptions/listen` stream (2026-07-28): its first event
+    /// acknowledges what of `filter` mcpgate honors; then the list changes
+    /// it asked for, each carrying the listen request's id.
+    pub fn listen(&self, subscription: &Value, filter: ListenFilter) -> Attached {
+        self.state.lock().streams.listen(subscription, filter)
+    }
+
+    /// A listen stream ended.
+    pub fn unlisten(&self, id: u64) {
+        let mut st = self.state.lock();
+        if st.streams.unlisten(id) {
+            st.last_active = st.last_active.max(Instant::now());
+        }
+    }
+
+    /// The priming event that opens a stream for a 2025-11-25 client: an id
+    /// to resume from and how long to wait before reconnecting.
+    pub fn priming(&self, stream: u64) -> Option<Vec<u8>> {
+        versions::primes_streams(&self.protocol_version).then(|| streams::priming(stream))
+    }
+
+    /// Starts the SSE answer of a `POST`: its stream number.
+    pub fn open_post_stream(&self) -> u64 {
+        self.state.lock().streams.open_post()
+    }
+
+    /// One event of a `POST` stream as SSE bytes, kept for replay (when
+    /// the session has room) and passed to a `GET` that resumed the stream.
+    /// `last` (the response) ends it.
+    pub fn post_event(&self, stream: u64, message: &[u8], last: bool) -> Vec<u8> {
+        self.state.lock().streams.post_event(stream, message, last)
+    }
+
+    /// Ends a `POST` stream without a response (its request was
+    /// cancelled): a `GET` that resumed it ends, and one that resumes it
+    /// later gets what was sent and nothing more.
+    pub fn end_post_stream(&self, stream: u64) {
+        self.state.lock().streams.end_post(stream);
+    }
+
+    /// Attaches a `GET` stream. With `last_event_id` of an earlier stream,
+    /// the events of that stream after it are replayed first, and only
+    /// those; resuming a `POST` stream follows it to its response.
+    pub fn attach_stream(&self, last_event_id: Option<&str>, max_streams: usize) -> Result<Attached, RpcError> {
+        let mut st = self.state.lock();
+        if st.closed {
+            return Err(RpcError::internal("the session is closing"));
+        }
+        Ok(st.streams.attach(last_event_id, max_streams, versions::primes_streams(&self.protocol_version)))
+    }
+
+    /// A `GET` stream ended (client gone, or the session closed).
+    pub fn detach_stream(&self, attach: u64) {
+        let mut st = self.state.lock();
+        if st.streams.detach(attach) {
+            st.last_active = st.last_active.max(Instant::now());
+        }
+    }
+
+    /// What the status page shows of this session at `now`.
+    pub fn view(&self, now: Instant) -> View {
+        let st = self.state.lock();
+        let in_use = st.in_flight > 0 || !st.streams.is_empty();
+        let mut view = View {
+            id: self.id.clone(),
+            client_name: self.client_name.clone(),
+            protocol_version: self.protocol_version.clone(),
+            principal_sha256: self.principal,
+            age: now.saturating_duration_since(self.created),
+            idle: (!in_use).then(|| now.saturating_duration_since(st.last_active)),
+            requests_in_flight: st.in_flight,
+            streams: st.streams.open_count(),
+            downstreams: st.slots.views(),
+        };
+        drop(st);
+        view.downstreams.sort_by(|a, b| a.0.cmp(&b.0));
+        view
+    }
+}
+
+/// A client request id in use while its request is answered; freed when dropped.
+pub struct IdClaim<'a> {
+    session: &'a Session,
+    key: String,
+}
+
+impl Drop for IdClaim<'_> {
+    fn drop(&mut self) {
+        self.session.state.lock().routing.release(&self.key);
     }
 }
 
@@ -367,7 +782,8 @@ impl Inbox for Session {
             // SDK's `ctx.session.list_roots()` sends it) is for the one call
             // running on that server; with none or several, no client of this
             // era can be told which it is.
-            if let Some(ask) = self.lone_caller(server.name()) {
+            let lone = self.state.lock().callers.lone(server.name());
+            if let Some(ask) = lone {
                 return ask(self, server, message);
             }
             let (Some(d), Some(id)) = (self.downstream_if_open(server.name()), &message.id) else { return };
@@ -387,37 +803,8 @@ impl Inbox for Session {
     }
 
     fn lost(&self, server: &Arc<Server>, session_id: Option<&str>) {
-        let now = Instant::now();
-        let mut st = self.state.lock();
-        let streak = st.lost_streak.entry(server.name().to_string()).or_insert((0, now));
-        *streak = (lost_again(*streak, now), now);
-        let after = now + reopen_delay(streak.0);
-        st.lost.push(Lost { server: server.name().to_string(), session_id: session_id.map(str::to_string), after });
+        self.state.lock().lost.record(server.name(), session_id, Instant::now());
     }
-}
-
-/// A downstream session whose stream answered 404 (the server forgot it),
-/// or whose HTTP+SSE stream ended (it cannot be resumed).
-struct Lost {
-    server: String,
-    session_id: Option<String>,
-    /// Reopened not before then.
-    after: Instant,
-}
-
-/// Losses of one server's stream closer than this apart count as a streak.
-const LOST_STREAK: Duration = Duration::from_secs(60);
-
-/// The streak after a loss at `now`, given the last one's count and time.
-fn lost_again((count, at): (u32, Instant), now: Instant) -> u32 {
-    if count > 0 && now.saturating_duration_since(at) < LOST_STREAK { count.saturating_add(1) } else { 1 }
-}
-
-/// How long the `n`th loss in a row waits before its session is reopened,
-/// as the reader's own reconnects do: 0.5 s, doubling, up to 30 s.
-fn reopen_delay(n: u32) -> Duration {
-    let half_seconds = 1u64 << n.saturating_sub(1).min(6);
-    Duration::from_millis(500 * half_seconds).min(Duration::from_secs(30))
 }
 
 /// Keeps a session busy while a request runs.
@@ -545,27 +932,4 @@ pub fn close_sessions(sessions: Vec<Arc<Session>>, reason: CloseReason, parallel
         log::debug!("session {} closed ({reason:?})", short(&session.id));
     }
     downstream::close_all(&downstreams, parallel);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_lost_stream_is_reopened_with_backoff_that_resets_after_a_quiet_minute() {
-        let start = Instant::now();
-        let mut streak = (0, start);
-        let mut delays = Vec::new();
-        for i in 0..10 {
-            let now = start + Duration::from_secs(i);
-            streak = (lost_again(streak, now), now);
-            delays.push(reopen_delay(streak.0));
-        }
-        assert_eq!(delays[0], Duration::from_millis(500));
-        assert_eq!(delays[1], Duration::from_secs(1));
-        assert!(delays.windows(2).all(|w| w[0] <= w[1]), "{delays:?}");
-        assert_eq!(*delays.last().unwrap(), Duration::from_secs(30));
-        let quiet = streak.1 + LOST_STREAK + Duration::from_secs(1);
-        assert_eq!(reopen_delay(lost_again(streak, quiet)), Duration::from_millis(500));
-    }
 }

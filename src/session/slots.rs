@@ -2,19 +2,20 @@
 //! how opening it failed). Opening happens once per slot, outside the lock;
 //! a slot serves only the server it was opened on.
 
-use std::sync::{Arc, Weak};
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::catalog::ListKind;
-use crate::downstream::{self, Downstream, Inbox, Server};
-use crate::protocol::jsonrpc::{self, RpcError};
+use crate::downstream::Downstream;
+use crate::downstream::{DownstreamError, SavedDownstream, Server};
 
-use super::{CloseReason, Session};
+use super::view::SlotView;
 
-/// A reload retired the server while a session opened on it.
-struct Retired;
+/// The slots of one session, by server name.
+#[derive(Default)]
+pub(super) struct Slots(HashMap<String, Slot>);
 
-pub(super) enum Slot {
+enum Slot {
     /// A thread is opening it; others wait on `slot_changed`.
     Opening,
     Open(Arc<Downstream>),
@@ -26,211 +27,133 @@ pub(super) enum Slot {
     },
 }
 
-impl Session {
-    /// The open downstream session with `server`, opening it if needed. A
-    /// server that failed is tried again only after `retry`.
-    pub fn downstream(&self, server: &Arc<Server>, retry: Duration) -> Result<Arc<Downstream>, RpcError> {
-        // A request that found its server before a reload replaced it goes
-        // to the one in force: a retired server takes no new session.
-        let mut server = server.in_force();
-        // Reloads that keep coming while sessions open: each open is tried
-        // again on the newest server, within the time one open may take.
-        let deadline = Instant::now() + server.limits.connect + server.limits.request;
-        loop {
-            match self.downstream_on(&server, retry) {
-                Ok(result) => return result,
-                Err(Retired) if Instant::now() < deadline && !server.in_force().is_retired() => {
-                    server = server.in_force()
-                }
-                Err(Retired) => {
-                    return Err(RpcError::server(
-                        server.name(),
-                        "closed while it opened (the configuration was reloaded)",
-                    ));
-                }
-            }
-        }
-    }
+/// What a slot holds for a request that wants its server's session.
+pub(super) enum Found {
+    Open(Arc<Downstream>),
+    /// Another thread opens it: wait for the slot to change.
+    Opening,
+    /// It failed less than `retry` ago: why.
+    Failed(String),
+    /// The slot is this thread's to open (now marked opening), and the
+    /// session a reload retired that held it, to close.
+    ToOpen(Option<Arc<Downstream>>),
+}
 
-    /// [`Session::downstream`] on one server; `Retired` when a reload retired
-    /// it while its session opened (the session opened is closed).
-    fn downstream_on(
-        &self,
-        server: &Arc<Server>,
-        retry: Duration,
-    ) -> Result<Result<Arc<Downstream>, RpcError>, Retired> {
+impl Slots {
+    /// What the slot of `server` holds for a request: an open session on
+    /// this very server, or the slot marked for the caller to open.
+    pub(super) fn find(&mut self, server: &Arc<Server>, retry: Duration) -> Found {
         let name = server.name();
-        let wait = server.limits.connect + server.limits.request;
-        let mut stale = None;
+        match self.0.get(name) {
+            Some(Slot::Open(d)) if Arc::ptr_eq(&d.server, server) => Found::Open(d.clone()),
+            Some(Slot::Open(_)) => {
+                // Of a server a reload retired, which this request no longer sees:
+                // taken from the slot, it is this thread's to close.
+                let stale = match self.0.insert(name.to_string(), Slot::Opening) {
+                    Some(Slot::Open(d)) => {
+                        server.journal.closing(d.closing_record());
+                        Some(d)
+                    }
+                    _ => None,
+                };
+                Found::ToOpen(stale)
+            }
+            Some(Slot::Opening) => Found::Opening,
+            Some(Slot::Failed { error, at, .. }) if at.elapsed() < retry => Found::Failed(error.clone()),
+            _ => {
+                self.0.insert(name.to_string(), Slot::Opening);
+                Found::ToOpen(None)
+            }
+        }
+    }
+
+    /// Opening `name` failed: remembered, with whether mcpgate was short of a resource.
+    pub(super) fn failed(&mut self, name: &str, error: String, e: &DownstreamError) {
+        let exhausted = matches!(e, DownstreamError::Exhausted(_));
+        self.0.insert(name.to_string(), Slot::Failed { error, at: Instant::now(), exhausted });
+    }
+
+    pub(super) fn set_open(&mut self, name: &str, d: Arc<Downstream>) {
+        self.0.insert(name.to_string(), Slot::Open(d));
+    }
+
+    pub(super) fn remove(&mut self, name: &str) {
+        self.0.remove(name);
+    }
+
+    /// Takes `old` out of its slot if it is still the one there, marked
+    /// closing first: no write of the state file misses it.
+    pub(super) fn take_if_current(&mut self, server: &Server, old: &Arc<Downstream>) {
+        if let Some(Slot::Open(d)) = self.0.get(server.name())
+            && Arc::ptr_eq(d, old)
         {
-            let mut st = self.state.lock();
-            loop {
-                if st.closed {
-                    return Ok(Err(RpcError::internal("the session is closing")));
-                }
-                match st.slots.get(name) {
-                    Some(Slot::Open(d)) if Arc::ptr_eq(&d.server, server) => return Ok(Ok(d.clone())),
-                    Some(Slot::Open(_)) => {
-                        // Of a server a reload retired, which this request no longer sees:
-                        // closed here (taken from the slot, it is this thread's to close).
-                        if let Some(Slot::Open(d)) = st.slots.insert(name.to_string(), Slot::Opening) {
-                            server.journal.closing(d.closing_record());
-                            stale = Some(d);
-                        }
-                        break;
-                    }
-                    Some(Slot::Opening) => {
-                        if self.slot_changed.wait_for(&mut st, wait).timed_out() {
-                            return Ok(Err(RpcError::server(name, "still opening its session")));
-                        }
-                    }
-                    Some(Slot::Failed { error, at, .. }) if at.elapsed() < retry => {
-                        return Ok(Err(RpcError::server(name, error)));
-                    }
-                    _ => {
-                        st.slots.insert(name.to_string(), Slot::Opening);
-                        break;
-                    }
-                }
-            }
+            server.journal.closing(old.closing_record());
+            self.0.remove(server.name());
         }
-        if let Some(d) = stale {
-            downstream::close_all(&[d], 1);
+    }
+
+    /// The downstream session with `server` if it is open now.
+    pub(super) fn if_open(&self, server: &str) -> Option<Arc<Downstream>> {
+        match self.0.get(server) {
+            Some(Slot::Open(d)) => Some(d.clone()),
+            _ => None,
         }
-        let inbox: Weak<dyn Inbox> = self.me.clone();
-        let result = server.open(&self.id, &self.init_params, inbox);
-        let mut st = self.state.lock();
-        let outcome = match result {
-            Ok(d) if st.closed || server.is_retired() => {
-                let closed = st.closed;
-                st.slots.remove(name);
-                drop(st);
-                downstream::close_all(&[d], 1);
-                self.slot_changed.notify_all();
-                if closed {
-                    return Ok(Err(RpcError::server(name, "closed while it opened (the session ended)")));
-                }
-                return Err(Retired);
-            }
-            Ok(d) => {
-                st.slots.insert(name.to_string(), Slot::Open(d.clone()));
-                if let Some(saved) = d.saved() {
-                    server.journal.opened_downstream(&self.id, saved);
-                }
-                let level = st.log_level.clone().filter(|_| d.offers("logging"));
-                drop(st);
-                self.slot_changed.notify_all();
-                // In the state file before anything uses it: a crash from
-                // here on cannot orphan it.
-                // A failed write is logged by the writer (initialize refuses the session).
-                let _ = server.journal.commit();
-                if let Some(level) = level {
-                    let id = d.next_id();
-                    if let Err(e) = d.request(&id, "logging/setLevel", Some(&level), &mut |_| {}) {
-                        crate::limited!(warn, "server `{name}`: logging/setLevel: {}", server.redact(&e.to_string()));
-                    }
-                }
-                return Ok(Ok(d));
-            }
-            Err(e) => {
-                let error = server.redact(&e.to_string());
-                let exhausted = matches!(e, downstream::DownstreamError::Exhausted(_));
-                st.slots.insert(name.to_string(), Slot::Failed { error: error.clone(), at: Instant::now(), exhausted });
-                Err(RpcError::server(name, error))
-            }
-        };
-        drop(st);
-        self.slot_changed.notify_all();
-        Ok(outcome)
     }
 
-    /// The downstream sessions whose server forgot them, to reopen; each is
-    /// handed out once, and only while it is still the one in its slot (a
-    /// request may have replaced it already).
-    pub fn take_lost(&self) -> Vec<Arc<Downstream>> {
-        let now = Instant::now();
-        let mut st = self.state.lock();
-        let (due, later) = std::mem::take(&mut st.lost).into_iter().partition(|lost| lost.after <= now);
-        st.lost = later;
-        due.iter()
-            .filter_map(|lost| match st.slots.get(&lost.server) {
-                Some(Slot::Open(d)) if d.session_id() == lost.session_id.as_deref() => Some(d.clone()),
-                _ => None,
-            })
-            .collect()
+    /// The one open with `server` if it is still the session `session_id` names.
+    pub(super) fn still_open(&self, server: &str, session_id: Option<&str>) -> Option<Arc<Downstream>> {
+        self.if_open(server).filter(|d| d.session_id() == session_id)
     }
 
-    /// Takes over a downstream session saved by an earlier process; its
-    /// reader starts later ([`Session::start_reader`]).
-    pub fn adopt(&self, server: &Arc<Server>, saved: &downstream::SavedDownstream) -> Arc<Downstream> {
-        let d = server.saved_downstream(saved);
-        self.state.lock().slots.insert(server.name().to_string(), Slot::Open(d.clone()));
-        d
+    fn open(&self) -> impl Iterator<Item = &Arc<Downstream>> {
+        self.0.values().filter_map(|slot| match slot {
+            Slot::Open(d) => Some(d),
+            _ => None,
+        })
     }
 
-    /// Starts the reader of a downstream session taken over at a restart.
-    /// Without one it still serves requests; the error is logged.
-    pub fn start_reader(&self, d: &Arc<Downstream>) {
-        let inbox: Weak<dyn Inbox> = self.me.clone();
-        let _ = d.start_reader(inbox);
+    /// Every open downstream session.
+    pub(super) fn open_downstreams(&self) -> Vec<Arc<Downstream>> {
+        self.open().cloned().collect()
     }
 
-    /// The state file's closing records of its open downstream sessions.
-    pub fn closing_records(&self) -> Vec<(usize, downstream::SavedDownstream)> {
-        let st = self.state.lock();
-        st.slots
-            .values()
+    /// What the state file keeps of the open ones.
+    pub(super) fn saved(&self) -> Vec<SavedDownstream> {
+        self.open().filter_map(|d| d.saved()).collect()
+    }
+
+    /// The state file's closing records of the open ones.
+    pub(super) fn closing_records(&self) -> Vec<(usize, SavedDownstream)> {
+        self.open().filter_map(|d| d.closing_record()).collect()
+    }
+
+    /// Empties every slot; the open sessions, to close.
+    pub(super) fn take_open(&mut self) -> Vec<Arc<Downstream>> {
+        std::mem::take(&mut self.0)
+            .into_values()
             .filter_map(|slot| match slot {
-                Slot::Open(d) => d.closing_record(),
+                Slot::Open(d) => Some(d),
                 _ => None,
             })
             .collect()
     }
 
-    /// Marks the session closed and takes its open downstream sessions,
-    /// for a session that was never put in the table.
-    pub fn take_downstreams(&self) -> Vec<Arc<Downstream>> {
-        self.take_for_close(CloseReason::Refused)
-    }
-
-    /// Replaces a downstream session the server no longer knows: the old one
-    /// goes through the close path, a new one opens. When another request
-    /// already replaced it, that one is used.
-    pub fn reopen(&self, server: &Arc<Server>, old: &Arc<Downstream>) -> Result<Arc<Downstream>, RpcError> {
-        {
-            let mut st = self.state.lock();
-            if let Some(Slot::Open(d)) = st.slots.get(server.name())
-                && Arc::ptr_eq(d, old)
-            {
-                // Marked closing before it leaves the slot: no write of the state file misses it.
-                server.journal.closing(old.closing_record());
-                st.slots.remove(server.name());
-            }
-        }
-        downstream::close_all(std::slice::from_ref(old), 1);
-        // A server that forgot a session restarted: what it lists may have changed too.
-        server.lists.clear();
-        self.downstream(server, Duration::ZERO)
-    }
-
-    /// Takes the downstream sessions of `servers` (retired by a reload) for
-    /// the caller to close; they reopen lazily with the new settings.
-    pub fn take_servers(&self, servers: &[Arc<Server>]) -> Vec<Arc<Downstream>> {
-        let mut st = self.state.lock();
+    /// Takes the downstream sessions of `servers` (retired by a reload), marked closing.
+    pub(super) fn take_servers(&mut self, servers: &[Arc<Server>]) -> Vec<Arc<Downstream>> {
         let mut taken = Vec::new();
         for server in servers {
-            match st.slots.get(server.name()) {
+            match self.0.get(server.name()) {
                 // Only the retired server's own: the slot may already hold one
                 // opened on the server that replaced it.
                 Some(Slot::Open(d)) if Arc::ptr_eq(&d.server, server) => {
-                    if let Some(Slot::Open(d)) = st.slots.remove(server.name()) {
+                    if let Some(Slot::Open(d)) = self.0.remove(server.name()) {
                         server.journal.closing(d.closing_record());
                         taken.push(d);
                     }
                 }
                 // A failure of the old server says nothing of the new one.
                 Some(Slot::Failed { .. }) => {
-                    st.slots.remove(server.name());
+                    self.0.remove(server.name());
                 }
                 // An opener sees its server retired and closes what it opened.
                 Some(Slot::Open(_) | Slot::Opening) | None => {}
@@ -239,34 +162,18 @@ impl Session {
         taken
     }
 
-    /// The merged lists may have changed (a reload): tell the client.
-    pub fn lists_changed(&self) {
-        for kind in [ListKind::Tools, ListKind::Prompts, ListKind::Resources] {
-            self.push_to_stream(jsonrpc::notification(kind.changed_notification(), None));
-        }
-    }
-
-    /// The downstream session with `server` if it is open now; never opens one.
-    pub fn downstream_if_open(&self, server: &str) -> Option<Arc<Downstream>> {
-        match self.state.lock().slots.get(server) {
-            Some(Slot::Open(d)) => Some(d.clone()),
-            _ => None,
-        }
-    }
-
     /// Why opening failed where mcpgate itself was short of a resource.
-    pub fn exhausted(&self) -> Option<String> {
-        self.state.lock().slots.values().find_map(|slot| match slot {
+    pub(super) fn exhausted(&self) -> Option<String> {
+        self.0.values().find_map(|slot| match slot {
             Slot::Failed { error, exhausted: true, .. } => Some(error.clone()),
             _ => None,
         })
     }
 
-    /// The error of each server whose downstream session failed to open.
-    pub fn failed_servers(&self) -> Vec<(String, String)> {
-        let st = self.state.lock();
-        let mut failed: Vec<(String, String)> = st
-            .slots
+    /// The error of each server whose downstream session failed to open, by name.
+    pub(super) fn failures(&self) -> Vec<(String, String)> {
+        let mut failed: Vec<(String, String)> = self
+            .0
             .iter()
             .filter_map(|(name, slot)| match slot {
                 Slot::Failed { error, .. } => Some((name.clone(), error.clone())),
@@ -277,14 +184,17 @@ impl Session {
         failed
     }
 
-    /// Every open downstream session.
-    pub fn open_downstreams(&self) -> Vec<Arc<Downstream>> {
-        let st = self.state.lock();
-        st.slots
-            .values()
-            .filter_map(|slot| match slot {
-                Slot::Open(d) => Some(d.clone()),
-                _ => None,
+    /// What the status page shows of each slot.
+    pub(super) fn views(&self) -> Vec<(String, SlotView)> {
+        self.0
+            .iter()
+            .map(|(name, slot)| {
+                let view = match slot {
+                    Slot::Open(d) => SlotView::Open(d.session_id().map(str::to_string)),
+                    Slot::Opening => SlotView::Opening,
+                    Slot::Failed { error, .. } => SlotView::Failed(error.clone()),
+                };
+                (name.clone(), view)
             })
             .collect()
     }

@@ -5,16 +5,12 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
 
-use crate::protocol::jsonrpc::{self, RpcError};
+use crate::protocol::jsonrpc;
 use crate::protocol::sse;
-use crate::protocol::versions;
 use crate::runtime::memory::{self, Event, Held};
-
-use super::{Session, short};
 
 /// Messages kept for a client that has no `GET` stream open yet; in bytes,
 /// what the session holds stays within its share of `max_memory_mb`.
@@ -49,6 +45,10 @@ pub(super) struct Streams {
     /// `subscriptions/listen` streams (2026-07-28), each with what it asked for.
     listeners: Vec<Listener>,
     next_listener: u64,
+    /// Bytes of events this session holds (queued, kept, waiting).
+    tally: Arc<AtomicUsize>,
+    /// The session's short id, for the log.
+    label: String,
 }
 
 /// What a `subscriptions/listen` stream asked to hear.
@@ -96,8 +96,10 @@ struct Listener {
 }
 
 impl Streams {
-    pub(super) fn new() -> Streams {
+    pub(super) fn new(label: &str) -> Streams {
         Streams {
+            tally: Arc::new(AtomicUsize::new(0)),
+            label: label.to_string(),
             open: Vec::new(),
             next: 0,
             next_attach: 0,
@@ -245,8 +247,14 @@ impl ReplayLog {
 
 /// One message of a listen stream as SSE: `params._meta` names the listen request.
 fn listener_event(subscription: &serde_json::Value, method: &str, mut params: serde_json::Value) -> Vec<u8> {
-    params["_meta"] = serde_json::json!({ crate::protocol::modern::META_SUBSCRIPTION: subscription });
+    params["_meta"] = serde_json::json!({ crate::protocol::stateless::META_SUBSCRIPTION: subscription });
     sse::encode(None, &jsonrpc::notification(method, Some(&jsonrpc::raw(&params))))
+}
+
+/// The priming event that opens `stream` for a 2025-11-25 client: an id
+/// to resume from and how long to wait before reconnecting.
+pub(super) fn priming(stream: u64) -> Vec<u8> {
+    sse::priming(&format!("{stream}-0"), Some(RETRY_MS))
 }
 
 /// `<stream>-<seq>` back into numbers.
@@ -255,80 +263,74 @@ fn parse_event_id(id: &str) -> Option<(u64, u64)> {
     Some((stream.parse().ok()?, seq.parse().ok()?))
 }
 
-impl Session {
+impl Streams {
     /// Sends a message to the client's `GET` stream, or keeps it until one
     /// opens. A stream that falls behind (a client that does not read) by
     /// more than the session's share of `max_memory_mb`, or by
     /// [`STREAM_QUEUE`] messages, is ended: the client resumes it with
     /// `Last-Event-ID` and gets what the replay log still holds.
-    pub fn push_to_stream(&self, message: Vec<u8>) {
-        if self.is_sessionless() {
-            // No GET stream will come: what a listen stream asked for goes there, the rest nowhere.
-            self.to_listeners(&message);
-            return;
-        }
-        let mut st = self.state.lock();
-        while let Some(stream) = st.streams.open.last() {
+    pub(super) fn push(&mut self, message: Vec<u8>) {
+        while let Some(stream) = self.open.last() {
             let (id, tx) = (stream.id, stream.tx.clone());
-            let Some(event) = st.streams.replay.record(id, &message, false, &self.tally) else {
+            let Some(event) = self.replay.record(id, &message, false, &self.tally) else {
                 crate::limited!(
                     warn,
                     "session {}: mcpgate holds its limit of max_memory_mb; a message for it was dropped",
-                    short(&self.id)
+                    self.label
                 );
                 return;
             };
             if self.tally.load(Ordering::Relaxed) > memory::share() {
-                let behind = st.streams.open.iter().filter(|s| !s.tx.is_empty()).count();
-                st.streams.open.retain(|s| s.tx.is_empty());
+                let behind = self.open.iter().filter(|s| !s.tx.is_empty()).count();
+                self.open.retain(|s| s.tx.is_empty());
                 if behind > 0 {
                     crate::limited!(
                         warn,
                         "session {}: {behind} GET stream(s) fell more than its share of max_memory_mb ({} bytes) \
                          behind; ended (the client resumes with Last-Event-ID)",
-                        short(&self.id),
+                        self.label,
                         memory::share()
                     );
                 }
             }
-            if st.streams.open.last().is_some_and(|s| s.id == id && s.tx.same_channel(&tx)) {
+            if self.open.last().is_some_and(|s| s.id == id && s.tx.same_channel(&tx)) {
                 match tx.try_send(event) {
                     Ok(()) => return,
                     Err(TrySendError::Full(_)) => {
                         crate::limited!(
                             warn,
                             "session {}: a GET stream fell {STREAM_QUEUE} messages behind; ended",
-                            short(&self.id)
+                            self.label
                         );
-                        st.streams.open.pop();
+                        self.open.pop();
                     }
                     // Its writer ended (the client left) and has not detached yet.
                     Err(TrySendError::Disconnected(_)) => {
-                        st.streams.open.pop();
+                        self.open.pop();
                     }
                 }
             }
         }
         // No stream: keep it, within the count and the session's share.
         let share = memory::share();
-        while !st.streams.backlog.is_empty()
-            && (st.streams.backlog.len() >= BACKLOG || self.tally.load(Ordering::Relaxed) + message.len() > share)
+        while !self.backlog.is_empty()
+            && (self.backlog.len() >= BACKLOG || self.tally.load(Ordering::Relaxed) + message.len() > share)
         {
-            st.streams.backlog.pop_front();
+            self.backlog.pop_front();
             crate::limited!(
                 warn,
                 "session {}: no GET stream open and its backlog is full ({BACKLOG} messages or {share} bytes); \
                  the oldest is dropped",
-                short(&self.id)
+                self.label
             );
         }
-        st.streams.replay.make_room(message.len(), share, &self.tally);
+        self.replay.make_room(message.len(), share, &self.tally);
         match Held::new(message, &self.tally) {
-            Ok(message) => st.streams.backlog.push_back(message),
+            Ok(message) => self.backlog.push_back(message),
             Err(_) => crate::limited!(
                 warn,
                 "session {}: mcpgate holds its limit of max_memory_mb; a message for it was dropped",
-                short(&self.id)
+                self.label
             ),
         }
     }
@@ -336,33 +338,28 @@ impl Session {
     /// Opens a `subscriptions/listen` stream (2026-07-28): its first event
     /// acknowledges what of `filter` mcpgate honors; then the list changes
     /// it asked for, each carrying the listen request's id.
-    pub fn listen(&self, subscription: &serde_json::Value, filter: ListenFilter) -> Attached {
+    pub(super) fn listen(&mut self, subscription: &serde_json::Value, filter: ListenFilter) -> Attached {
         let (tx, rx) = bounded(STREAM_QUEUE);
         let params = serde_json::json!({ "notifications": filter.honored() });
         let ack = listener_event(subscription, "notifications/subscriptions/acknowledged", params);
-        let mut st = self.state.lock();
-        st.streams.next_listener += 1;
-        let id = st.streams.next_listener;
-        st.streams.listeners.push(Listener { id, subscription: subscription.clone(), filter, tx });
+        self.next_listener += 1;
+        let id = self.next_listener;
+        self.listeners.push(Listener { id, subscription: subscription.clone(), filter, tx });
         let first = Held::new(ack, &self.tally).ok().into_iter().collect();
         Attached { id: Some(id), first, rx }
     }
 
-    /// A listen stream ended.
-    pub fn unlisten(&self, id: u64) {
-        let mut st = self.state.lock();
-        st.streams.listeners.retain(|l| l.id != id);
-        if st.streams.is_empty() {
-            st.last_active = st.last_active.max(Instant::now());
-        }
+    /// A listen stream ended; true when no stream is left.
+    pub(super) fn unlisten(&mut self, id: u64) -> bool {
+        self.listeners.retain(|l| l.id != id);
+        self.is_empty()
     }
 
     /// A notification for the listen streams that asked for its kind.
-    fn to_listeners(&self, message: &[u8]) {
+    pub(super) fn notify_listeners(&mut self, message: &[u8]) {
         let Ok(parsed) = jsonrpc::Message::parse(message) else { return };
         let method = parsed.method().to_string();
-        let mut st = self.state.lock();
-        st.streams.listeners.retain(|listener| {
+        self.listeners.retain(|listener| {
             if !listener.filter.wants(&method) {
                 return true;
             }
@@ -378,32 +375,21 @@ impl Session {
         });
     }
 
-    /// The priming event that opens a stream for a 2025-11-25 client: an id
-    /// to resume from and how long to wait before reconnecting.
-    pub fn priming(&self, stream: u64) -> Option<Vec<u8>> {
-        versions::primes_streams(&self.protocol_version).then(|| sse::priming(&format!("{stream}-0"), Some(RETRY_MS)))
-    }
-
     /// Starts the SSE answer of a `POST`: its stream number.
-    pub fn open_post_stream(&self) -> u64 {
-        let mut st = self.state.lock();
-        st.streams.next += 1;
-        let id = st.streams.next;
-        st.streams.posts.insert(id, None);
+    pub(super) fn open_post(&mut self) -> u64 {
+        self.next += 1;
+        let id = self.next;
+        self.posts.insert(id, None);
         id
     }
 
     /// One event of a `POST` stream as SSE bytes, kept for replay (when
     /// the session has room) and passed to a `GET` that resumed the stream.
     /// `last` (the response) ends it.
-    pub fn post_event(&self, stream: u64, message: &[u8], last: bool) -> Vec<u8> {
-        let mut st = self.state.lock();
-        let resumer = if last {
-            st.streams.posts.remove(&stream).flatten()
-        } else {
-            st.streams.posts.get(&stream).cloned().flatten()
-        };
-        match st.streams.replay.record(stream, message, last, &self.tally) {
+    pub(super) fn post_event(&mut self, stream: u64, message: &[u8], last: bool) -> Vec<u8> {
+        let resumer =
+            if last { self.posts.remove(&stream).flatten() } else { self.posts.get(&stream).cloned().flatten() };
+        match self.replay.record(stream, message, last, &self.tally) {
             Some(event) => {
                 let bytes = event.to_vec();
                 if let Some(tx) = resumer {
@@ -412,100 +398,94 @@ impl Session {
                 bytes
             }
             // Not kept: this answer goes out, but cannot be resumed.
-            None => st.streams.replay.encode(stream, message),
+            None => self.replay.encode(stream, message),
         }
     }
 
     /// Ends a `POST` stream without a response (its request was
     /// cancelled): a `GET` that resumed it ends, and one that resumes it
     /// later gets what was sent and nothing more.
-    pub fn end_post_stream(&self, stream: u64) {
-        let mut st = self.state.lock();
-        st.streams.posts.remove(&stream);
-        st.streams.replay.record(stream, b"", true, &self.tally);
+    pub(super) fn end_post(&mut self, stream: u64) {
+        self.posts.remove(&stream);
+        self.replay.record(stream, b"", true, &self.tally);
     }
 
     /// Attaches a `GET` stream. With `last_event_id` of an earlier stream,
     /// the events of that stream after it are replayed first, and only
     /// those; resuming a `POST` stream follows it to its response.
-    pub fn attach_stream(&self, last_event_id: Option<&str>, max_streams: usize) -> Result<Attached, RpcError> {
-        let mut st = self.state.lock();
-        if st.closed {
-            return Err(RpcError::internal("the session is closing"));
-        }
+    /// `primes` when the session's protocol version wants a priming event.
+    pub(super) fn attach(&mut self, last_event_id: Option<&str>, max_streams: usize, primes: bool) -> Attached {
         let resume = last_event_id.and_then(parse_event_id);
         let replay: Vec<Event> = match resume {
-            Some((stream, seq)) => st.streams.replay.after(stream, seq),
+            Some((stream, seq)) => self.replay.after(stream, seq),
             None => Vec::new(),
         };
         if let Some((stream, _)) = resume {
-            let finished = st.streams.replay.finished(stream);
+            let finished = self.replay.finished(stream);
             if finished {
                 let (_, rx) = bounded(0);
-                return Ok(Attached { id: None, first: replay, rx });
+                return Attached { id: None, first: replay, rx };
             }
-            if let Some(resumer) = st.streams.posts.get_mut(&stream) {
+            if let Some(resumer) = self.posts.get_mut(&stream) {
                 let (tx, rx) = bounded(STREAM_QUEUE);
                 *resumer = Some(tx);
-                return Ok(Attached { id: None, first: replay, rx });
+                return Attached { id: None, first: replay, rx };
             }
         }
         // Resuming a GET stream continues it: same stream number, so the ids
         // the client sees keep naming one stream. The connection it replaces
         // is taken as dead.
-        let resumed = resume.map(|(stream, _)| stream).filter(|&stream| stream <= st.streams.next);
+        let resumed = resume.map(|(stream, _)| stream).filter(|&stream| stream <= self.next);
         if let Some(stream) = resumed {
-            st.streams.open.retain(|s| s.id != stream);
+            self.open.retain(|s| s.id != stream);
         }
         // A client that reconnects after a network drop is the common case,
         // and the streams it lost may linger without a FIN until a write to
         // them fails: the oldest gives way (its writer ends the connection).
-        while st.streams.open.len() >= max_streams.max(1) {
-            st.streams.open.remove(0);
+        while self.open.len() >= max_streams.max(1) {
+            self.open.remove(0);
             crate::limited!(
                 info,
                 "session {}: a GET stream beyond max_streams_per_session ({max_streams}) ended its oldest one",
-                short(&self.id)
+                self.label
             );
         }
         let id = match resumed {
             Some(stream) => stream,
             None => {
-                st.streams.next += 1;
-                st.streams.next
+                self.next += 1;
+                self.next
             }
         };
         // Replay first, then the priming event: its id must not be one a
         // client could resume from while replayed events are still unseen.
         let mut first = replay;
-        if versions::primes_streams(&self.protocol_version) {
-            first.extend(st.streams.replay.record(id, b"", false, &self.tally));
+        if primes {
+            first.extend(self.replay.record(id, b"", false, &self.tally));
         }
-        let waiting: Vec<Event> = st.streams.backlog.drain(..).collect();
+        let waiting: Vec<Event> = self.backlog.drain(..).collect();
         for message in waiting {
             // The message leaves the backlog as it enters the log: room for it is there.
             let len = message.len();
             let message = Arc::try_unwrap(message).map_or_else(|shared| shared.to_vec(), |held| held.to_vec());
-            match st.streams.replay.record(id, &message, false, &self.tally) {
+            match self.replay.record(id, &message, false, &self.tally) {
                 Some(event) => first.push(event),
                 None => {
-                    crate::limited!(warn, "session {}: a waiting message of {len} bytes was dropped", short(&self.id))
+                    crate::limited!(warn, "session {}: a waiting message of {len} bytes was dropped", self.label)
                 }
             }
         }
         let (tx, rx) = bounded(STREAM_QUEUE);
-        st.streams.next_attach += 1;
-        let attach = st.streams.next_attach;
-        st.streams.open.push(ClientStream { id, attach, tx, rx: rx.clone() });
-        Ok(Attached { id: Some(attach), first, rx })
+        self.next_attach += 1;
+        let attach = self.next_attach;
+        self.open.push(ClientStream { id, attach, tx, rx: rx.clone() });
+        Attached { id: Some(attach), first, rx }
     }
 
-    /// A `GET` stream ended (client gone, or the session closed).
-    pub fn detach_stream(&self, attach: u64) {
-        let mut st = self.state.lock();
-        st.streams.open.retain(|s| s.attach != attach);
-        if st.streams.open.is_empty() {
-            st.last_active = st.last_active.max(Instant::now());
-        }
+    /// A `GET` stream ended (client gone, or the session closed); true
+    /// when no `GET` stream is left.
+    pub(super) fn detach(&mut self, attach: u64) -> bool {
+        self.open.retain(|s| s.attach != attach);
+        self.open.is_empty()
     }
 }

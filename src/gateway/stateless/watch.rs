@@ -42,14 +42,14 @@ struct State {
 
 /// The calls running on their connection thread, and their watcher.
 #[derive(Default)]
-pub(super) struct Watch {
+pub(in crate::gateway) struct Watch {
     /// Guards the table and the watcher's handle; held to add, remove or
     /// list, never across a look at a socket or a cancel.
     state: Arc<Mutex<State>>,
 }
 
 /// A call watched until this is dropped.
-pub(super) struct Watching {
+pub(in crate::gateway) struct Watching {
     state: Arc<Mutex<State>>,
     number: u64,
 }

@@ -29,14 +29,14 @@ use crate::runtime::secret::constant_time_eq;
 use crate::runtime::sha256;
 use crate::session::Session;
 
-use super::Outcome;
+use crate::gateway::outcome::Outcome;
 
 /// What begins every `requestState` mcpgate issues; any other is a
 /// server's own (of the 2026-07-28 era), passed to it untouched.
-pub(super) const STATE_PREFIX: &str = "mcpgate:";
+pub(in crate::gateway) const STATE_PREFIX: &str = "mcpgate:";
 
 /// What a held call's thread reports to whoever answers its client.
-pub(super) enum HoldEvent {
+pub(in crate::gateway) enum HoldEvent {
     /// The server's answer became a stream: the client's may start.
     Streaming,
     /// A notification for the client (progress, a log message), as JSON;
@@ -50,7 +50,7 @@ pub(super) enum HoldEvent {
 }
 
 /// A call whose client was answered `input_required`, waiting for its retry.
-pub(super) struct Held {
+pub(in crate::gateway) struct Held {
     pub events: Receiver<HoldEvent>,
     /// The session the call runs on, and its id there (to cancel it).
     pub pool: Arc<Session>,
@@ -67,7 +67,7 @@ pub(super) struct Held {
 
 /// The thread a call runs on: handed to the reaper to join when whoever
 /// holds it lets go (the call ended, or was cancelled).
-pub(super) struct HoldThread(Option<JoinHandle<()>>);
+pub(in crate::gateway) struct HoldThread(Option<JoinHandle<()>>);
 
 impl HoldThread {
     pub fn new(handle: JoinHandle<()>) -> HoldThread {
@@ -83,7 +83,7 @@ impl Drop for HoldThread {
     }
 }
 
-pub(super) struct Holds {
+pub(in crate::gateway) struct Holds {
     key: [u8; 32],
     /// Guards the held calls by number.
     held: Mutex<HashMap<u64, Held>>,
@@ -92,7 +92,7 @@ pub(super) struct Holds {
 
 /// Why a retry's `requestState` was not accepted.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) enum Refused {
+pub(in crate::gateway) enum Refused {
     /// Not a state mcpgate made, or made for another caller (token or OAuth subject).
     Forged,
     Expired,
@@ -187,7 +187,7 @@ impl Holds {
 }
 
 /// A call about to be held: what [`Holds::hold`] keeps.
-pub(super) struct HeldParts {
+pub(in crate::gateway) struct HeldParts {
     pub events: Receiver<HoldEvent>,
     pub pool: Arc<Session>,
     pub call_id: Value,
@@ -216,6 +216,6 @@ fn now_ms() -> u64 {
 }
 
 /// Refusals of a retry, as the client sees them.
-pub(super) fn refused(e: &Refused) -> RpcError {
+pub(in crate::gateway) fn refused(e: &Refused) -> RpcError {
     RpcError::invalid_params(e.to_string())
 }

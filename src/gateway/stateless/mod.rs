@@ -29,18 +29,20 @@ use serde_json::{Map, Value, json};
 
 use crate::downstream::Server;
 use crate::http::auth::Access;
-use crate::http::{EventSink, HttpReply, HttpRequest, StreamReply};
+use crate::http::{EventSink, HttpError, HttpReply, HttpRequest, StreamReply};
 use crate::protocol::jsonrpc::{self, Kind, Message, Params, RpcError};
-use crate::protocol::modern::{self, Envelope};
+use crate::protocol::stateless::{self, Envelope};
 use crate::protocol::{VERSION_HEADER, sse, versions};
 use crate::runtime::{sha256, threads};
 use crate::session::{ListenFilter, Session};
 
-use super::Outcome;
-use super::dispatch::{self, CallEvents};
-use super::holds::{self, HeldParts, HoldEvent, HoldThread};
-use super::{Gateway, dispatch::instructions};
-use super::{accepts, new_session_id, too_busy};
+use super::dispatch::{self, CallEvents, instructions};
+use super::{Gateway, accepts, new_session_id, too_busy};
+use crate::gateway::outcome::Outcome;
+use holds::{HeldParts, HoldEvent, HoldThread};
+
+pub(super) mod holds;
+pub(super) mod watch;
 use crate::catalog::ListKind;
 
 /// Quiet this long, a call's answer becomes a stream, and then carries a
@@ -55,7 +57,7 @@ const DISCOVER_TTL_MS: u64 = 60_000;
 /// The request headers the era's checks read.
 struct RequestHeaders<'a>(&'a HttpRequest);
 
-impl modern::Headers for RequestHeaders<'_> {
+impl stateless::Headers for RequestHeaders<'_> {
     fn get(&self, name: &str) -> Option<&str> {
         self.0.header(name)
     }
@@ -64,11 +66,11 @@ impl modern::Headers for RequestHeaders<'_> {
 /// Whether a request belongs to the 2026-07-28 era: it says so in
 /// `MCP-Protocol-Version` or in `params._meta` (with no session), or it is
 /// `server/discover`.
-pub(super) fn is_modern(req: &HttpRequest, message: &Message) -> bool {
-    req.header(VERSION_HEADER) == Some(modern::VERSION)
+pub(super) fn is_stateless(req: &HttpRequest, message: &Message) -> bool {
+    req.header(VERSION_HEADER) == Some(stateless::VERSION)
         || message.method() == "server/discover"
         || (req.header(crate::protocol::SESSION_HEADER).is_none()
-            && message.params.as_deref().is_some_and(|p| p.get().contains(modern::META_VERSION)))
+            && message.params.as_deref().is_some_and(|p| p.get().contains(stateless::META_VERSION)))
 }
 
 /// A `server/discover` that claims nothing: no `_meta`, and no version
@@ -102,12 +104,12 @@ fn log_level_of(message: &Message) -> Option<String> {
 
 /// An error answer of this era: its HTTP status follows its code.
 fn error_reply(id: &Value, e: &RpcError) -> HttpReply {
-    HttpReply::error(modern::http_status(e.code), id, e)
+    HttpReply::error(stateless::http_status(e.code), id, e)
 }
 
 impl Gateway {
     /// A `POST` of the 2026-07-28 era.
-    pub(super) fn modern(
+    pub(super) fn stateless(
         &self,
         req: &HttpRequest,
         message: &Message,
@@ -127,7 +129,7 @@ impl Gateway {
         if message.method() == "server/discover" && is_bare_probe(req, message) {
             return self.discover(&id, access);
         }
-        let envelope = match modern::check(message, &RequestHeaders(req)) {
+        let envelope = match stateless::check(message, &RequestHeaders(req)) {
             Ok(envelope) => envelope,
             Err(e) => return error_reply(&id, &e),
         };
@@ -147,13 +149,13 @@ impl Gateway {
         }
         match method {
             "tools/call" | "prompts/get" | "resources/read" | "completion/complete" => {
-                self.modern_call(req, &pool, message, &envelope, sink, access)
+                self.stateless_call(req, &pool, message, &envelope, sink, access)
             }
             "subscriptions/listen" => self.listen(req, &pool, message),
             _ => {
                 let e = RpcError::new(
                     jsonrpc::METHOD_NOT_FOUND,
-                    format!("method not found: `{method}` (protocol {})", modern::VERSION),
+                    format!("method not found: `{method}` (protocol {})", stateless::VERSION),
                 );
                 error_reply(&id, &e)
             }
@@ -198,7 +200,7 @@ impl Gateway {
             "server/discover: the servers behind mcpgate speak the session era, and so does mcpgate to clients that \
              probe: send initialize (protocol 2025-11-25 or earlier)",
         );
-        HttpReply::error(400, message.id.as_ref().unwrap_or(&Value::Null), &e)
+        error_reply(message.id.as_ref().unwrap_or(&Value::Null), &e)
     }
 
     /// `server/discover`: the versions mcpgate speaks, and what its
@@ -219,7 +221,7 @@ impl Gateway {
                 resources.remove("subscribe");
             }
         }
-        let mut supported = vec![modern::VERSION];
+        let mut supported = vec![stateless::VERSION];
         supported.extend_from_slice(versions::SUPPORTED);
         let mut result = json!({
             "supportedVersions": supported,
@@ -256,7 +258,7 @@ impl Gateway {
         if !self.sessions.insert(pool.clone(), self.current().config.max_sessions) {
             self.stats.sessions_refused.inc();
             let e = RpcError::internal("mcpgate holds its limit of sessions (max_sessions); retry later");
-            return Err(HttpReply::error(503, &Value::Null, &e).header("Retry-After", "5"));
+            return Err(HttpError::unavailable(e).reply());
         }
         self.stats.sessions_created.inc();
         pools.insert(key, pool.clone());
@@ -265,7 +267,7 @@ impl Gateway {
 
     /// A call (`tools/call`, `prompts/get`, `resources/read`,
     /// `completion/complete`): new, or a retry carrying `requestState`.
-    fn modern_call(
+    fn stateless_call(
         &self,
         req: &HttpRequest,
         pool: &Arc<Session>,
@@ -300,10 +302,10 @@ impl Gateway {
                     Ok(new) => new,
                     Err(e) => return error_reply(&id, &e),
                 };
-                if new.server.era() == Some(modern::VERSION) {
+                if new.server.era() == Some(stateless::VERSION) {
                     return self.call_here(req, pool, new, envelope, sink, &id);
                 }
-                match self.start_call(pool, new, token) {
+                match self.start_holdable_call(pool, new, token) {
                     Ok(held) => held,
                     Err(e) => return error_reply(&id, &e),
                 }
@@ -328,7 +330,7 @@ impl Gateway {
             error: None,
         };
         let (server, mut params) = self.target(pool, &call, params)?;
-        if server.era() != Some(modern::VERSION) {
+        if server.era() != Some(stateless::VERSION) {
             // A session-era server: what describes the hop from the client to
             // mcpgate (its _meta, a retry's answers and state) stays here.
             params.remove("inputResponses");
@@ -375,13 +377,18 @@ impl Gateway {
     /// such a server may ask the client mid-call, on the call's stream or
     /// on its `GET` stream (read by another thread), and the call must then
     /// wait for the client's retry while its client is answered.
-    fn start_call(&self, pool: &Arc<Session>, new: NewCall, token: Option<[u8; 32]>) -> Result<HeldParts, RpcError> {
+    fn start_holdable_call(
+        &self,
+        pool: &Arc<Session>,
+        new: NewCall,
+        token: Option<[u8; 32]>,
+    ) -> Result<HeldParts, RpcError> {
         let NewCall { number, call_id, call, server, params } = new;
         let method = call.method().to_string();
         let (tx, rx) = bounded(64);
         let open_retry = self.current().config.open_retry;
         let asks = tx.clone();
-        pool.enter_call(
+        pool.add_caller(
             number,
             server.name(),
             Arc::new(move |session, server, message| HoldEvents(asks.clone()).message(session, server, message)),
@@ -391,12 +398,12 @@ impl Gateway {
             let done = tx.clone();
             threads::spawn("hold", "", move || {
                 let outcome = dispatch::call(&pool, &server, &call, &params, &mut HoldEvents(tx), open_retry);
-                pool.leave_call(number);
+                pool.remove_caller(number);
                 let _ = done.send(HoldEvent::Done(outcome));
             })
         };
         let thread = spawned.map_err(|e| {
-            pool.leave_call(number);
+            pool.remove_caller(number);
             RpcError::internal(format!("mcpgate cannot start a thread now ({e}); retry later"))
         })?;
         Ok(HeldParts {
@@ -472,11 +479,11 @@ impl Gateway {
                     if !envelope.can_answer(&asked) {
                         // The server is refused, not left waiting.
                         self.refuse_ask(&held.pool, ask, &asked);
-                        if let Some(capability) = modern::capability_of(&asked) {
+                        if let Some(capability) = stateless::capability_of(&asked) {
                             // The era's answer: the call needs what the client
                             // did not declare, and ends there.
                             self.cancel(&held.pool, &held.call_id, "the client lacks a capability the call needs");
-                            let e = modern::missing_capability(capability, &asked);
+                            let e = stateless::missing_capability(capability, &asked);
                             return self.finish(id, &method, Outcome::Error(e), streaming.then_some(()));
                         }
                         continue;
@@ -560,32 +567,32 @@ impl Gateway {
         let ttl = if method == "server/discover" { DISCOVER_TTL_MS } else { LIST_TTL_MS };
         let (bytes, status) = match outcome {
             Outcome::Result(Value::Object(mut result)) => {
-                modern::complete_result(method, &mut result, ttl, scope);
+                stateless::complete_result(method, &mut result, ttl, scope);
                 (jsonrpc::result(id, &jsonrpc::raw(&Value::Object(result))), 200)
             }
             Outcome::Result(other) => (jsonrpc::result(id, &jsonrpc::raw(&other)), 200),
             Outcome::Forwarded(answer) => match (&answer.result, &answer.error) {
                 // Complete as it came (a server of this era's call result): passed on unparsed.
-                (Some(result), _) if !modern::is_cacheable(method) && modern::has_result_type(result) => {
+                (Some(result), _) if !stateless::is_cacheable(method) && stateless::has_result_type(result) => {
                     (jsonrpc::result(id, result), 200)
                 }
                 (Some(result), _) => match serde_json::from_str::<Value>(result.get()) {
                     Ok(Value::Object(mut result)) => {
-                        modern::complete_result(method, &mut result, ttl, scope);
+                        stateless::complete_result(method, &mut result, ttl, scope);
                         (jsonrpc::result(id, &jsonrpc::raw(&Value::Object(result))), 200)
                     }
                     _ => (jsonrpc::result(id, result), 200),
                 },
                 (None, Some(error)) => {
                     let code = serde_json::from_str::<Value>(error.get()).ok().and_then(|e| e["code"].as_i64());
-                    (jsonrpc::raw_error(id, error), code.map_or(200, modern::http_status))
+                    (jsonrpc::raw_error(id, error), code.map_or(200, stateless::http_status))
                 }
                 (None, None) => {
                     let e = RpcError::internal("the server's response had neither result nor error");
                     (jsonrpc::error(id, &e), 200)
                 }
             },
-            Outcome::Error(e) => (jsonrpc::error(id, &e), modern::http_status(e.code)),
+            Outcome::Error(e) => (jsonrpc::error(id, &e), stateless::http_status(e.code)),
             // Cancelled: its client is gone.
             Outcome::Cancelled => return HttpReply::empty(200),
         };
@@ -648,7 +655,11 @@ impl CallEvents for HereEvents<'_> {
     fn message(&mut self, session: &Session, server: &Server, message: Message) {
         if message.kind() == Ok(Kind::Request) {
             // This era has no server requests on a stream: it asks through its result.
-            log::debug!("server `{}` sent a request mid-call (protocol {}); ignored", server.name(), modern::VERSION);
+            log::debug!(
+                "server `{}` sent a request mid-call (protocol {}); ignored",
+                server.name(),
+                stateless::VERSION
+            );
             return;
         }
         if log_level_of(&message).is_some_and(|level| !self.envelope.wants_log(&level)) {

@@ -1,4 +1,6 @@
-//! `/mcp` over HTTP: everything that touches a request or a reply. The
+//! `/mcp` over Streamable HTTP, the MCP transport: everything that touches
+//! a request or a reply. A `POST` of the 2026-07-28 era goes on to
+//! `stateless`; the rest is the session era's. The
 //! checks a `POST`, `GET` or `DELETE` must pass (Accept, content type,
 //! protocol version, session, token scope), `initialize`, batches, and the
 //! answer of a `POST` (JSON, or an SSE stream that can be resumed).
@@ -17,8 +19,9 @@ use crate::session::{self, CloseReason, Session};
 
 use super::dispatch::CallEvents;
 use super::dispatch::instructions;
+use super::outcome::Outcome;
 use super::{Gateway, SESSION_HEADER, UNSUPPORTED_PROTOCOL_VERSION, VERSION_HEADER};
-use super::{Outcome, accepts, new_session_id, too_busy};
+use super::{accepts, new_session_id, too_busy};
 use crate::downstream::Server;
 
 /// The answer to one `POST`: JSON, unless a message for the client comes
@@ -212,10 +215,9 @@ fn kept_params(params: &Map<String, Value>) -> Result<(Value, Value), RpcError> 
     Ok((capabilities, Value::Object(kept)))
 }
 
-/// Whether an `Accept` header admits `mime` (directly or by a wildcard).
 /// `GET` and `DELETE` of the session era, asked in the 2026-07-28 era: 405.
 fn no_stream_in_2026(req: &HttpRequest) -> Option<HttpReply> {
-    (req.header(VERSION_HEADER) == Some(crate::protocol::modern::VERSION)).then(|| {
+    (req.header(VERSION_HEADER) == Some(crate::protocol::stateless::VERSION)).then(|| {
         HttpError::new(405, format!("protocol 2026-07-28 has no sessions: use POST, not {}", req.method))
             .with_header("Allow", "POST")
             .reply()
@@ -244,9 +246,9 @@ impl Gateway {
             return HttpReply::bad(415, "Content-Type must be application/json");
         }
         let body = req.body.trim_ascii_start();
-        let modern_header = req.header(VERSION_HEADER) == Some(crate::protocol::modern::VERSION);
+        let stateless_header = req.header(VERSION_HEADER) == Some(crate::protocol::stateless::VERSION);
         if body.first() == Some(&b'[') {
-            if modern_header {
+            if stateless_header {
                 return HttpReply::bad(400, "protocol 2026-07-28 takes a single JSON-RPC request, not a batch");
             }
             return self.batch(req, body, access);
@@ -260,8 +262,8 @@ impl Gateway {
         if discover_refused && req.header(SESSION_HEADER).is_none() {
             return self.discover_session_era(&message);
         }
-        if !discover_refused && super::modern::is_modern(req, &message) {
-            return self.modern(req, &message, sink, access);
+        if !discover_refused && super::stateless::is_stateless(req, &message) {
+            return self.stateless(req, &message, sink, access);
         }
         if message.method() == "initialize" && message.kind() == Ok(Kind::Request) {
             return self.initialize(&message, access);
@@ -461,7 +463,7 @@ impl Gateway {
         if let Some(why) = self.resources_short() {
             self.stats.sessions_refused.inc();
             crate::limited!(warn, "an initialize was refused with 503: {why}");
-            return HttpReply::error(503, &id, &RpcError::internal(why)).header("Retry-After", "5");
+            return HttpError::unavailable(RpcError::internal(why)).reply_to(&id);
         }
         let session =
             Session::new(session_id.clone(), version.to_string(), jsonrpc::raw(&init_params), client_name, access);
@@ -471,14 +473,14 @@ impl Gateway {
         if !session.hold_params() {
             self.stats.sessions_refused.inc();
             let e = RpcError::internal("mcpgate holds its limit of max_memory_mb; a new session cannot be kept now");
-            return HttpReply::error(503, &id, &e).header("Retry-After", "5");
+            return HttpError::unavailable(e).reply_to(&id);
         }
         let max_sessions = self.current().config.max_sessions;
         if !self.sessions.insert(session.clone(), max_sessions) {
             self.stats.sessions_refused.inc();
             let e =
                 RpcError::internal(format!("mcpgate holds its limit of {} sessions; try again later", max_sessions));
-            return HttpReply::error(503, &id, &e).header("Retry-After", "5");
+            return HttpError::unavailable(e).reply_to(&id);
         }
         self.stats.sessions_created.inc();
         log::debug!("session {} created for `{}` ({version})", session::short(&session_id), session.client_name);
@@ -491,7 +493,7 @@ impl Gateway {
             self.close(vec![session], CloseReason::Refused);
             self.stats.sessions_refused.inc();
             let e = RpcError::internal(format!("{e}; a session that would not survive a restart is refused"));
-            return HttpReply::error(503, &id, &e).header("Retry-After", "5");
+            return HttpError::unavailable(e).reply_to(&id);
         }
         if opened.is_empty()
             && let Some(why) = session.exhausted()
@@ -501,7 +503,7 @@ impl Gateway {
             self.close(vec![session], CloseReason::Refused);
             self.stats.sessions_refused.inc();
             let e = RpcError::internal(format!("{why}; try again later"));
-            return HttpReply::error(503, &id, &e).header("Retry-After", "5");
+            return HttpError::unavailable(e).reply_to(&id);
         }
         let mut result = json!({
             "protocolVersion": version,

@@ -1,0 +1,64 @@
+//! The merged lists kept for reuse: one per kind and view, shared by every
+//! session with that view, and found again only while each of its sources
+//! is still the list its server holds.
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::catalog::{List, ListKind};
+use crate::downstream::Server;
+
+/// The merged lists, one per kind and view (the client capabilities and the
+/// servers a session sees), shared by every session with that view.
+#[derive(Default)]
+pub(super) struct MergedLists {
+    /// Guards the lists, newest first; at most [`MAX_MERGED`].
+    lists: Mutex<Vec<(u64, Arc<List>)>>,
+}
+
+/// Merged lists kept at once: kinds × views; the oldest go first.
+const MAX_MERGED: usize = 64;
+
+impl MergedLists {
+    /// The list of `kind` for `view` over `servers`, if one is kept whose
+    /// every source is still the list its server holds.
+    pub(super) fn find(&self, kind: ListKind, view: u64, servers: &[Arc<Server>]) -> Option<Arc<List>> {
+        let lists = self.lists.lock();
+        lists
+            .iter()
+            .find(|(v, list)| {
+                *v == view && list.kind == kind && {
+                    let sources: Vec<(&str, &Arc<crate::catalog::ServerList>)> = list.sources().collect();
+                    sources.len() == servers.len()
+                        && sources.iter().zip(servers).all(|((name, source), server)| {
+                            *name == server.name()
+                                && server.lists.current(kind, view).is_some_and(|held| Arc::ptr_eq(&held, source))
+                        })
+                }
+            })
+            .map(|(_, list)| list.clone())
+    }
+
+    pub(super) fn keep(&self, kind: ListKind, view: u64, list: Arc<List>) {
+        let mut lists = self.lists.lock();
+        lists.retain(|(v, l)| {
+            !(*v == view && l.kind == kind && l.sources().map(|(n, _)| n).eq(list.sources().map(|(n, _)| n)))
+        });
+        lists.insert(0, (view, list));
+        lists.truncate(MAX_MERGED);
+    }
+
+    /// Drops the lists whose sources some server of `servers` no longer holds.
+    pub(super) fn prune(&self, servers: &[Arc<Server>]) {
+        self.lists.lock().retain(|(view, list)| {
+            list.sources().all(|(name, source)| {
+                servers
+                    .iter()
+                    .find(|s| s.name() == name)
+                    .and_then(|s| s.lists.current(list.kind, *view))
+                    .is_some_and(|held| Arc::ptr_eq(&held, source))
+            })
+        });
+    }
+}
