@@ -249,7 +249,7 @@ pub(crate) enum Endpoint {
 pub struct Context {
     pub stats: Arc<Stats>,
     pub journal: Arc<Journal>,
-    pub children: Arc<stdio::Children>,
+    pub children: Arc<crate::runtime::children::Children>,
 }
 
 /// One configured server, shared by every client session.

@@ -3,6 +3,7 @@
 //! and the comparison of secrets, and the OS calls (`sys`, the only
 //! `unsafe` code).
 
+pub mod children;
 pub mod clock;
 pub mod memory;
 pub mod ratelog;
