@@ -28,7 +28,7 @@ use crate::stats::{Counter, Gauge, ServerStats, Stats};
 
 pub mod flight;
 pub(crate) mod http;
-mod modern;
+
 pub(crate) mod resolver;
 mod sse;
 /// How mcpgate looks up servers' names (no thread per lookup); the
@@ -239,7 +239,7 @@ pub(crate) type Opened = (Box<dyn Link>, Result<Message, DownstreamError>);
 // One per configured server, not per session: the sizes of the variants do not add up to anything.
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum Endpoint {
-    Http(http::Endpoint, modern::Side),
+    Http(http::Endpoint, http::stateless::Side),
     Sse(sse::Endpoint),
     Stdio(stdio::Endpoint),
 }
@@ -288,7 +288,7 @@ impl Server {
     pub fn new(config: ServerConfig, limits: Limits, lanes: usize, context: &Context) -> Server {
         let endpoint = match &config.transport {
             Transport::Http(http) => {
-                Endpoint::Http(http::Endpoint::new(http.clone(), limits, lanes), modern::Side::default())
+                Endpoint::Http(http::Endpoint::new(http.clone(), limits, lanes), http::stateless::Side::default())
             }
             Transport::Sse(http) => Endpoint::Sse(sse::Endpoint::new(http.clone(), limits, lanes)),
             Transport::Stdio(stdio) => {
@@ -499,7 +499,7 @@ impl Server {
     ) -> Result<Arc<Downstream>, DownstreamError> {
         let body = jsonrpc::request(&Value::from(0), "initialize", Some(init_params));
         let (link, answer) = match &self.endpoint {
-            Endpoint::Http(http, modern) => match modern::open(self, http, modern, &body)? {
+            Endpoint::Http(http, modern) => match http::stateless::open(self, http, modern, &body)? {
                 Some(opened) => opened,
                 None => http::open(self, http, &body)?,
             },
