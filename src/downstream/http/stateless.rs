@@ -160,8 +160,8 @@ fn headers(method: &str, params: &Value) -> Vec<(&'static str, String)> {
 /// will say of it; the answer given back stands for `initialize`'s.
 pub(crate) fn open(
     server: &Server,
-    endpoint: &Endpoint,
-    side: &Side,
+    endpoint: &Arc<Endpoint>,
+    side: &Arc<Side>,
     body: &[u8],
 ) -> Result<Option<Opened>, DownstreamError> {
     let wait = server.limits.connect + server.limits.request;
@@ -180,7 +180,8 @@ pub(crate) fn open(
     }
     let answer = Message::parse(jsonrpc::result(&Value::from(0), &jsonrpc::raw(&result)).as_slice())
         .map_err(|e| DownstreamError::Protocol(e.message))?;
-    let link = StatelessLink { meta, key: KEYS.fetch_add(1, Ordering::Relaxed) };
+    let key = KEYS.fetch_add(1, Ordering::Relaxed);
+    let link = StatelessLink { meta, key, endpoint: endpoint.clone(), side: side.clone() };
     Ok(Some((Box::new(link), Ok(answer))))
 }
 
@@ -266,6 +267,9 @@ static KEYS: AtomicUsize = AtomicUsize::new(1);
 struct StatelessLink {
     meta: Map<String, Value>,
     key: usize,
+    /// Its server's agents and URL, and what the era keeps per server.
+    endpoint: Arc<Endpoint>,
+    side: Arc<Side>,
 }
 
 /// The `inputSchema` of the tools a server listed, by name: a call mirrors
@@ -299,15 +303,6 @@ impl Schemas {
     }
 }
 
-fn endpoint(server: &Server) -> (&Endpoint, &Side) {
-    match &server.endpoint {
-        crate::downstream::Endpoint::Http(endpoint, side) => (endpoint, side),
-        crate::downstream::Endpoint::Sse(_) | crate::downstream::Endpoint::Stdio(_) => {
-            unreachable!("a 2026-07-28 link belongs to a Streamable HTTP server")
-        }
-    }
-}
-
 impl Link for StatelessLink {
     fn session_id(&self) -> Option<&str> {
         None
@@ -335,7 +330,7 @@ impl Link for StatelessLink {
             }
         }
         let body = jsonrpc::request(id, method, Some(&jsonrpc::raw(&params)));
-        let (endpoint, side) = endpoint(&d.server);
+        let (endpoint, side) = (&self.endpoint, &self.side);
         let mut lane = endpoint.lane_agent();
         let agent = lane.agent().clone();
         // Stopping closes the connection: this era's cancel.
@@ -377,11 +372,11 @@ impl Link for StatelessLink {
     }
 
     fn listen(&self, d: &Arc<Downstream>, inbox: Weak<dyn Inbox>) -> Result<(), DownstreamError> {
-        endpoint(&d.server).1.listen.add(self.key, inbox, &d.server)
+        Side::listen(&self.side, self.key, inbox, &d.server, &self.endpoint)
     }
 
-    fn stop(&self, d: &Downstream) {
-        endpoint(&d.server).1.listen.remove(self.key);
+    fn stop(&self, _: &Downstream) {
+        self.side.listen.remove(self.key);
     }
 
     fn end(&self, _: &Downstream) -> Result<(), DownstreamError> {
@@ -418,27 +413,35 @@ impl Running {
     }
 }
 
-impl Listen {
-    fn add(&self, key: usize, inbox: Weak<dyn Inbox>, server: &Arc<Server>) -> Result<(), DownstreamError> {
-        let mut st = self.state.lock();
+impl Side {
+    /// Delivers the server's list changes to `inbox` (as `key`), starting
+    /// the standing listen if no session runs it yet.
+    fn listen(
+        side: &Arc<Side>,
+        key: usize,
+        inbox: Weak<dyn Inbox>,
+        server: &Arc<Server>,
+        endpoint: &Arc<Endpoint>,
+    ) -> Result<(), DownstreamError> {
+        let mut st = side.listen.state.lock();
         st.inboxes.insert(key, inbox);
         if st.running.is_none() {
-            let Some(http) = server.http() else {
-                return Err(DownstreamError::Protocol("subscriptions/listen needs an HTTP server".into()));
-            };
-            let agent = http.stream_agent();
+            let agent = endpoint.stream_agent();
             let stop = Arc::new(AtomicBool::new(false));
             let handle = {
                 let name = server.name().to_string();
-                let (server, agent, stop) = (server.clone(), agent.clone(), stop.clone());
-                threads::spawn("reader", &name, move || run(&server, &agent, &stop))
+                let (server, endpoint, side, agent, stop) =
+                    (server.clone(), endpoint.clone(), side.clone(), agent.clone(), stop.clone());
+                threads::spawn("reader", &name, move || run(&server, &endpoint, &side, &agent, &stop))
                     .map_err(|e| DownstreamError::Exhausted(format!("mcpgate cannot start a thread now ({e})")))?
             };
             st.running = Some(Running { stop, agent, handle });
         }
         Ok(())
     }
+}
 
+impl Listen {
     fn remove(&self, key: usize) {
         let running = {
             let mut st = self.state.lock();
@@ -470,8 +473,7 @@ impl Listen {
 
 /// The standing listen's thread: listens, delivers, and listens again
 /// after a drop (with backoff) until stopped.
-fn run(server: &Arc<Server>, agent: &Agent, stop: &AtomicBool) {
-    let crate::downstream::Endpoint::Http(endpoint, side) = &server.endpoint else { return };
+fn run(server: &Arc<Server>, endpoint: &Endpoint, side: &Side, agent: &Agent, stop: &AtomicBool) {
     let _live = server.stats.threads_readers.enter();
     let mut backoff = LISTEN_BACKOFF_MIN;
     while !stop.load(Ordering::Acquire) {

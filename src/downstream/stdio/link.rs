@@ -10,9 +10,9 @@ use crossbeam_channel::bounded;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::child::Child;
-use super::endpoint;
-use super::routing::{Incoming, Waiting, carries};
+use super::Program;
+use super::child::{Child, Incoming, Waiting};
+use super::routing::carries;
 use crate::downstream::{Arrival, Downstream, DownstreamError, Flight, Inbox, Link, Server};
 use crate::protocol::jsonrpc::{self, Kind, Message};
 
@@ -21,6 +21,8 @@ pub(super) static VIEWS: AtomicUsize = AtomicUsize::new(1);
 
 /// One downstream session on a child: the child itself, or a view of the shared one.
 pub(super) struct StdioLink {
+    /// Its server's program: what ends the child, and counts it.
+    pub(super) program: Arc<Program>,
     pub(super) child: Arc<Child>,
     pub(super) view: usize,
     pub(super) shared: bool,
@@ -164,8 +166,8 @@ impl Link for StdioLink {
         calls.inboxes.remove(&self.view);
     }
 
-    fn end(&self, d: &Downstream) -> Result<(), DownstreamError> {
-        let endpoint = endpoint(&d.server);
+    fn end(&self, _: &Downstream) -> Result<(), DownstreamError> {
+        let program = &self.program;
         let others = self.child.views.fetch_sub(1, Ordering::AcqRel) - 1;
         *self.child.used.lock() = Instant::now();
         if self.shared && others > 0 {
@@ -178,16 +180,16 @@ impl Link for StdioLink {
         // can use it, and it stops now. A session initializing it holds the
         // lock, and keeps it.
         let unusable = || {
-            endpoint.retired.load(Ordering::Acquire)
+            program.retired.load(Ordering::Acquire)
                 || self.child.initialize.try_lock().is_some_and(|answer| answer.is_none())
         };
         if self.shared && !unusable() {
             return Ok(());
         }
         if self.shared {
-            endpoint.forget_shared(&self.child);
+            program.forget_shared(&self.child);
         }
-        endpoint.stop_child(&self.child);
+        program.stop_child(&self.child);
         Ok(())
     }
 }

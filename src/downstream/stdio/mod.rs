@@ -48,7 +48,7 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 
 use crate::config::{BASE_ENV, Sharing, StdioConfig};
-use crate::downstream::{DownstreamError, Opened, Server};
+use crate::downstream::{Connector, DownstreamError, Opened, Processes, Server};
 use crate::protocol::jsonrpc;
 use crate::runtime::children::{Children, pipe_of};
 use crate::runtime::sys;
@@ -57,11 +57,12 @@ use crate::stats::{Counter, Gauge};
 
 mod child;
 mod link;
+mod reader;
 mod routing;
 
-use child::{Child, Signalled, log_stderr, read_stdout};
+use child::{Calls, Child, Signalled};
 use link::{StdioLink, VIEWS};
-use routing::Calls;
+use reader::{log_stderr, read_stdout};
 pub(crate) use routing::{carries, keep_early, token_key};
 
 /// A child that ran this long before it failed resets its server's backoff.
@@ -70,25 +71,53 @@ const STABLE_AFTER: Duration = Duration::from_secs(30);
 const BACKOFF_MIN: Duration = Duration::from_secs(1);
 const BACKOFF_MAX: Duration = Duration::from_secs(60);
 
-/// The processes of one stdio server, for the status page.
-#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
-pub struct Processes {
-    pub live: u64,
-    pub spawned: u64,
-    /// Ended on their own (a crash, or an exit mcpgate did not ask for).
-    pub exited: u64,
-    /// Needed SIGTERM or SIGKILL to end when mcpgate stopped them.
-    pub killed: u64,
-    /// Started again after one of them ended on its own.
-    pub restarts: u64,
+/// A stdio server: the program it is. Its links and its children's
+/// readers hold it, to count and stop what they end.
+pub(crate) struct StdioConnector {
+    program: Arc<Program>,
 }
 
-/// What a stdio server keeps: its command, and its shared child.
-pub(crate) struct Endpoint {
+impl StdioConnector {
+    pub(crate) fn new(name: &str, config: StdioConfig, children: Arc<Children>) -> StdioConnector {
+        StdioConnector { program: Arc::new(Program::new(name, config, children)) }
+    }
+}
+
+/// Its sessions are its children, which end with mcpgate: nothing is saved
+/// to resume, and `saved_url` is none.
+impl Connector for StdioConnector {
+    fn kind(&self) -> &'static str {
+        "stdio"
+    }
+
+    fn open(&self, server: &Arc<Server>, body: &[u8]) -> Result<Opened, DownstreamError> {
+        open(server, &self.program, body)
+    }
+
+    fn processes(&self) -> Option<Processes> {
+        Some(self.program.processes())
+    }
+
+    fn retire(&self) {
+        self.program.retire();
+    }
+
+    fn shutdown(&self) {
+        self.program.shutdown();
+    }
+
+    fn stop_idle(&self, idle: Duration) {
+        self.program.stop_idle(idle);
+    }
+}
+
+/// What a stdio server keeps: its command, its counts, its backoff, and
+/// its shared child.
+pub(super) struct Program {
     name: String,
     config: StdioConfig,
-    children: Arc<Children>,
-    live: Gauge,
+    pub(super) children: Arc<Children>,
+    pub(super) live: Gauge,
     spawned: Counter,
     exited: Counter,
     killed: Counter,
@@ -97,7 +126,7 @@ pub(crate) struct Endpoint {
     backoff: Mutex<Backoff>,
     /// Guards the shared child (with `"sharing": "shared"`).
     shared: Mutex<Option<Arc<Child>>>,
-    retired: AtomicBool,
+    pub(super) retired: AtomicBool,
 }
 
 #[derive(Default)]
@@ -109,9 +138,9 @@ struct Backoff {
     restart: bool,
 }
 
-impl Endpoint {
-    pub fn new(name: &str, config: StdioConfig, children: Arc<Children>) -> Endpoint {
-        Endpoint {
+impl Program {
+    fn new(name: &str, config: StdioConfig, children: Arc<Children>) -> Program {
+        Program {
             name: name.to_string(),
             config,
             children,
@@ -126,7 +155,7 @@ impl Endpoint {
         }
     }
 
-    pub fn processes(&self) -> Processes {
+    fn processes(&self) -> Processes {
         Processes {
             live: self.live.get(),
             spawned: self.spawned.get(),
@@ -137,7 +166,7 @@ impl Endpoint {
     }
 
     /// Stops `child` (the close path's end for a child), and counts it.
-    fn stop_child(&self, child: &Child) {
+    pub(super) fn stop_child(&self, child: &Child) {
         if let Some(Signalled(signalled)) = child.stop(&self.children) {
             self.live.dec();
             if signalled {
@@ -147,12 +176,12 @@ impl Endpoint {
     }
 
     /// A reload removed or changed this server: its shared child stops once unused.
-    pub fn retire(&self) {
+    fn retire(&self) {
         self.retired.store(true, Ordering::Release);
     }
 
     /// Stops the shared child, whoever uses it (mcpgate is stopping).
-    pub fn shutdown(&self) {
+    fn shutdown(&self) {
         let shared = self.shared.lock().take();
         if let Some(child) = shared {
             self.stop_child(&child);
@@ -161,7 +190,7 @@ impl Endpoint {
 
     /// Takes `child` out of the shared slot, if it is there: the next
     /// session starts another.
-    fn forget_shared(&self, child: &Arc<Child>) {
+    pub(super) fn forget_shared(&self, child: &Arc<Child>) {
         let mut shared = self.shared.lock();
         if shared.as_ref().is_some_and(|c| Arc::ptr_eq(c, child)) {
             shared.take();
@@ -170,7 +199,7 @@ impl Endpoint {
 
     /// Stops the shared child when no session has used it for `idle` (or
     /// at once, retired).
-    pub fn stop_idle(&self, idle: Duration) {
+    fn stop_idle(&self, idle: Duration) {
         let retired = self.retired.load(Ordering::Acquire);
         let unused = {
             let mut shared = self.shared.lock();
@@ -187,7 +216,7 @@ impl Endpoint {
     }
 
     /// Starts a child, unless a limit or the backoff says no.
-    fn spawn(&self, server: &Arc<Server>) -> Result<Arc<Child>, DownstreamError> {
+    fn spawn(self: &Arc<Self>, server: &Arc<Server>) -> Result<Arc<Child>, DownstreamError> {
         // Children are forked one at a time on the spawner thread anyway.
         let starting = self.children.starting.lock();
         {
@@ -263,6 +292,7 @@ impl Endpoint {
             initialize: Mutex::new(None),
             initialized: AtomicBool::new(false),
             pipe,
+            shared: self.config.sharing == Sharing::Shared,
         });
         if let Some(stdin) = child.stdin.lock().as_ref()
             && let Err(e) = sys::set_nonblocking(stdin)
@@ -282,15 +312,15 @@ impl Endpoint {
     }
 
     fn start_threads(
-        &self,
+        self: &Arc<Self>,
         server: &Arc<Server>,
         child: &Arc<Child>,
         stdout: std::process::ChildStdout,
         stderr: std::process::ChildStderr,
     ) -> io::Result<()> {
         let reader = {
-            let (server, child) = (server.clone(), child.clone());
-            threads::spawn("stdio", &self.name, move || read_stdout(&server, &child, stdout))?
+            let (server, program, child) = (server.clone(), self.clone(), child.clone());
+            threads::spawn("stdio", &self.name, move || read_stdout(&server, &program, &child, stdout))?
         };
         child.threads.lock().push(reader);
         let name = self.name.clone();
@@ -301,7 +331,7 @@ impl Endpoint {
     }
 
     /// A child ended on its own: counted, and its server backs off.
-    fn ended_on_its_own(&self, child: &Child) {
+    pub(super) fn ended_on_its_own(&self, child: &Child) {
         self.exited.inc();
         let mut backoff = self.backoff.lock();
         backoff.restart = true;
@@ -319,20 +349,13 @@ impl Endpoint {
     }
 }
 
-pub(super) fn endpoint(server: &Server) -> &Endpoint {
-    match &server.endpoint {
-        super::Endpoint::Stdio(endpoint) => endpoint,
-        super::Endpoint::Http(..) | super::Endpoint::Sse(_) => unreachable!("a stdio link belongs to a stdio server"),
-    }
-}
-
 /// Opens a session on a stdio server: its own child (`"sharing":
 /// "session"`) or a view of the shared one. Sends `initialize` unless the
 /// shared child has answered it already.
-pub(crate) fn open(server: &Arc<Server>, endpoint: &Endpoint, body: &[u8]) -> Result<Opened, DownstreamError> {
-    let shared = endpoint.config.sharing == Sharing::Shared;
+fn open(server: &Arc<Server>, program: &Arc<Program>, body: &[u8]) -> Result<Opened, DownstreamError> {
+    let shared = program.config.sharing == Sharing::Shared;
     let child = if shared {
-        let mut slot = endpoint.shared.lock();
+        let mut slot = program.shared.lock();
         // Ends: a turn either takes a child or takes a gone one out of the slot.
         loop {
             match slot.as_ref() {
@@ -343,23 +366,24 @@ pub(crate) fn open(server: &Arc<Server>, endpoint: &Endpoint, body: &[u8]) -> Re
                     let old = slot.take();
                     drop(slot);
                     if let Some(old) = old {
-                        endpoint.stop_child(&old);
+                        program.stop_child(&old);
                     }
-                    slot = endpoint.shared.lock();
+                    slot = program.shared.lock();
                 }
                 None => {
-                    let child = endpoint.spawn(server)?;
+                    let child = program.spawn(server)?;
                     *slot = Some(child.clone());
                     break child;
                 }
             }
         }
     } else {
-        endpoint.spawn(server)?
+        program.spawn(server)?
     };
     child.views.fetch_add(1, Ordering::AcqRel);
     *child.used.lock() = Instant::now();
-    let link = StdioLink { child: child.clone(), view: VIEWS.fetch_add(1, Ordering::Relaxed), shared };
+    let view = VIEWS.fetch_add(1, Ordering::Relaxed);
+    let link = StdioLink { program: program.clone(), child: child.clone(), view, shared };
     if shared {
         // The first session initializes the shared child, as mcpgate, able to
         // sample, elicit and list roots (each session's client is asked).

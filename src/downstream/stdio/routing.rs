@@ -1,19 +1,17 @@
-//! Routing over a child: the calls waiting for its answers (by the wire
-//! id mcpgate gave each), the progress tokens rewritten so sessions sharing
-//! a child cannot collide, and where what the child sends unasked goes: a
+//! Routing over a child: its answers to the calls waiting for them (by the
+//! wire id mcpgate gave each), the progress tokens rewritten so sessions
+//! sharing a child cannot collide, and where what the child sends unasked
+//! goes: a
 //! response to its request, progress to the call that asked for it, a
 //! request of a client to the one session with a call running, list
 //! changes to every session using it.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
 use crossbeam_channel::Sender;
 use serde_json::{Value, json};
 
-use super::child::Child;
-use super::endpoint;
-use crate::config::Sharing;
+use super::child::{Calls, Child, Incoming, Waiting};
 use crate::downstream::{Inbox, Server};
 use crate::limited;
 use crate::protocol::jsonrpc::{self, Kind, Message};
@@ -22,26 +20,6 @@ use crate::protocol::jsonrpc::{self, Kind, Message};
 /// session listens (see [`Calls::early`]); more are dropped.
 const EARLY_MAX: usize = 64;
 const EARLY_BYTES: usize = 1 << 20;
-
-/// What arrives for a call waiting on a child.
-pub(super) enum Incoming {
-    Message(Message),
-    /// The child is gone (or the call was stopped): why.
-    Ended(String),
-}
-
-/// A request of mcpgate's waiting for the child's answer.
-pub(super) struct Waiting {
-    pub(super) tx: Sender<Incoming>,
-    pub(super) view: usize,
-    /// The id the caller gave the request; the wire id is the child's own.
-    pub(super) id: Value,
-    /// The caller's progress token, when it was rewritten on the wire.
-    pub(super) token: Option<(String, Value)>,
-    /// Whether the caller's answer carries what the child sends meanwhile to
-    /// a client (see [`carries`]).
-    pub(super) carries: bool,
-}
 
 /// Whether a request's answer can carry the child's requests to the client
 /// whose call it is: not for what mcpgate sends for itself (`initialize`,
@@ -59,22 +37,6 @@ pub(crate) fn carries(method: &str) -> bool {
             | "tasks/list"
             | "logging/setLevel"
     )
-}
-
-#[derive(Default)]
-pub(super) struct Calls {
-    /// By wire id.
-    pub(super) waiting: HashMap<u64, Waiting>,
-    /// Wire progress token to wire id.
-    pub(super) tokens: HashMap<String, u64>,
-    /// Where each view's unasked messages go. (A client's answer to the
-    /// child's request needs no entry: it carries the child's own id.)
-    pub(super) inboxes: HashMap<usize, Weak<dyn Inbox>>,
-    /// What a per-session child sent unasked before its session listened
-    /// (a request right after `notifications/initialized`, as
-    /// server-filesystem's for the roots), delivered in order when it does;
-    /// `None` for a shared child, and once its session listens or closes.
-    pub(super) early: Option<Vec<Message>>,
 }
 
 /// Sends a message from the child where it belongs.
@@ -160,8 +122,7 @@ fn ask_a_client(server: &Arc<Server>, child: &Arc<Child>, message: Message) {
         }
         None => {
             let Some(id) = &message.id else { return };
-            let shared = endpoint(server).config.sharing == Sharing::Shared;
-            let why = if shared {
+            let why = if child.shared {
                 "this server is shared and no single client session has a request running on it"
             } else {
                 "its client session is closing, or sent too much before it listened"
