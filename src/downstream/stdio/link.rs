@@ -10,8 +10,8 @@ use crossbeam_channel::bounded;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::Program;
 use super::child::{Child, Incoming, Waiting};
+use super::program::Program;
 use super::routing::carries;
 use crate::downstream::{Arrival, Downstream, DownstreamError, Flight, Inbox, Link, Server};
 use crate::protocol::jsonrpc::{self, Kind, Message};

@@ -8,39 +8,34 @@
 use std::io::{self, BufRead, BufReader, Read};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::Program;
-use super::child::{Child, describe};
+use super::child::Child;
 use super::routing::route;
 use crate::downstream::Server;
 use crate::limited;
 use crate::protocol::jsonrpc::Message;
-use crate::runtime::children::{Sweep, exits_within};
 use crate::runtime::memory::Charge;
 use crate::runtime::ratelog::RateLimit;
-use crate::runtime::sys::{self, ChildSignal};
+use crate::runtime::sys;
 
 /// Lines of a child's stderr logged before they are rate-limited.
 const STDERR_BURST: u64 = 50;
 /// The longest stderr line logged; the rest of it is cut.
 const STDERR_LINE: usize = 2048;
 
-/// The reader of a child's stdout: a JSON-RPC message per line, each sent
-/// where it belongs. At its end the child is gone: its calls get an error
-/// naming its exit status, and it is reaped.
+/// The reader of a child's stdout: a JSON-RPC message per line (at most
+/// `max` bytes), each sent where it belongs. Returns why it ended: then the
+/// child is gone ([`Program::ended`](super::program::Program::ended)).
 pub(super) fn read_stdout(
     server: &Arc<Server>,
-    program: &Program,
     child: &Arc<Child>,
     stdout: std::process::ChildStdout,
-) {
-    let _live = server.stats.threads_readers.enter();
-    let max = program.children.max_message.load(Ordering::Relaxed);
+    max: usize,
+) -> String {
     let mut reader = BufReader::with_capacity(8 * 1024, stdout);
     let mut line = Vec::new();
-    let why = loop {
+    loop {
         line.clear();
         match read_line(&mut reader, &mut line, max, child.pid) {
             Ok(Got::Eof) => break "it closed its stdout".to_string(),
@@ -57,37 +52,7 @@ pub(super) fn read_stdout(
                 limited!(warn, "server `{}`: a line on stdout is not JSON-RPC ({}); ignored", server.name(), e.message)
             }
         }
-    };
-    child.gone.store(true, Ordering::Release);
-    if child.stopping.load(Ordering::Acquire) {
-        return;
     }
-    // It ended on its own: reap it now (no zombie), and tell its calls.
-    let status = child.process.lock().take().map(|mut process| {
-        // The grace to exit, if it has not; then its group goes with it, as
-        // on the close path, before it is reaped.
-        exits_within(child.pid, program.children.grace());
-        let _ = sys::signal_group(child.pid, ChildSignal::Kill);
-        let status = process.wait().ok();
-        program.children.forget(child.pid);
-        program.children.reaped.inc();
-        program.children.live.dec();
-        program.live.dec();
-        program.ended_on_its_own(child);
-        // What it left holding its stdout goes with it (mcpgate is its subreaper).
-        if let Some(pipe) = &child.pipe {
-            program.children.sweep(Sweep::Holding(pipe));
-        }
-        status
-    });
-    let status = describe(status.flatten());
-    limited!(
-        warn,
-        "server `{}`: its process {} ended ({why}, {status}); it is started again when next needed",
-        server.name(),
-        child.pid
-    );
-    child.end_calls(&format!("its process ended ({status})"));
 }
 
 /// What [`read_line`] got.
