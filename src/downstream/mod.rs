@@ -34,6 +34,7 @@ use crate::runtime::state::Journal;
 pub use crate::runtime::state::SavedDownstream;
 use crate::stats::{Gauge, ServerStats, Stats};
 
+pub mod children;
 mod connect;
 mod error;
 pub mod flight;
@@ -45,6 +46,7 @@ mod stdio;
 /// benchmark's bare relay connects the same way.
 pub use resolver::Lookup;
 
+pub use children::Children;
 pub use error::DownstreamError;
 pub use flight::{Flight, LaneError, Lanes, Stop};
 
@@ -212,7 +214,7 @@ pub struct Processes {
 pub struct Context {
     pub stats: Arc<Stats>,
     pub journal: Arc<Journal>,
-    pub children: Arc<crate::runtime::children::Children>,
+    pub children: Arc<Children>,
 }
 
 /// One configured server, shared by every client session.

@@ -13,10 +13,10 @@ use std::time::Instant;
 use parking_lot::Mutex;
 
 use crate::config::Config;
+use crate::downstream::children::Children;
 use crate::downstream::{Context, Limits, Server};
 use crate::http::{HttpError, HttpReply};
 use crate::protocol::jsonrpc::{self, RpcError};
-use crate::runtime::children::Children;
 use crate::runtime::state::Journal;
 use crate::session::{self, CloseReason, Session, Sessions};
 use crate::stats::Stats;

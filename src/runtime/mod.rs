@@ -1,9 +1,8 @@
 //! What every floor uses: the state file and its journal, the threads and
-//! their roles, the child processes and what they leave behind, the
-//! memory budget, rate-limited logging, the clock, SHA-256 and the
-//! comparison of secrets, and the OS calls (`sys`, the only `unsafe` code).
+//! their roles, the memory budget, rate-limited logging, the clock, SHA-256
+//! and the comparison of secrets, and the OS calls (`sys`, the only
+//! `unsafe` code).
 
-pub mod children;
 pub mod clock;
 pub mod memory;
 pub mod ratelog;

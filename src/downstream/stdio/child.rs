@@ -16,9 +16,9 @@ use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 use serde_json::Value;
 
+use crate::downstream::children::{Children, Sweep, descendants, exits_within, reap_all};
 use crate::downstream::{DownstreamError, Inbox};
 use crate::protocol::jsonrpc::Message;
-use crate::runtime::children::{Children, Sweep, descendants, exits_within, reap_all};
 use crate::runtime::sys::{self, ChildSignal};
 use crate::runtime::threads;
 

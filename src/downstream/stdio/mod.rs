@@ -43,7 +43,7 @@
 //! stdout and stderr threads), `program.rs` (a server's children: start,
 //! backoff, shared child, end), `link.rs` (a downstream session on one);
 //! here, [`StdioConnector`] and `open`. What every server's children share
-//! (the spawner thread, `max_processes`, the sweep) is `runtime::children`.
+//! (the spawner thread, `max_processes`, the sweep) is `downstream/children.rs`.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -52,9 +52,9 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::config::{Sharing, StdioConfig};
+use crate::downstream::children::Children;
 use crate::downstream::{Connector, DownstreamError, Opened, Processes, Server};
 use crate::protocol::jsonrpc;
-use crate::runtime::children::Children;
 
 mod child;
 mod link;

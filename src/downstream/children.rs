@@ -3,7 +3,9 @@
 //! the forking *thread*), their count against `max_processes`, and what
 //! they leave behind (mcpgate is their subreaper: [`Children::sweep`]). The
 //! stdio transport starts its children here, and the reaper sweeps here;
-//! like `threads.rs` for threads, the one place processes are started.
+//! as `runtime/threads.rs` is for threads, the one place processes are
+//! started. Below every transport: the gateway owns it, and hands it to
+//! the stdio servers through the `Context`.
 
 use std::io;
 use std::os::fd::AsRawFd;
