@@ -19,9 +19,10 @@
 //! - [`http`]: the front door: sockets, connection threads, request heads
 //!   and bodies with their limits, replies and SSE framing, TLS; who may
 //!   pass (`Origin`, `Host`, tokens, OAuth).
-//! - [`downstream`]: the client side of each server, behind one seam
-//!   (`Link`) for Streamable HTTP, the old HTTP+SSE and stdio;
-//!   `close_all`, the one way a downstream session ends.
+//! - [`downstream`]: the client side of each server; a transport is one
+//!   folder behind two traits (`Connector` per server, `Link` per session):
+//!   Streamable HTTP, the old HTTP+SSE and stdio; `close_all`, the one way
+//!   a downstream session ends.
 //! - [`config`]: the configuration file, its keys in one table.
 //! - [`catalog`]: merging what several servers offer into one list per
 //!   kind, and the tool search index.

@@ -2,12 +2,20 @@
 //! lanes and health), and the [`Downstream`] sessions opened on it, one per
 //! client session (or one shared by all, for a shared stdio server).
 //!
-//! How a downstream session's messages reach its server is its [`Link`],
-//! the one seam between mcpgate and a transport: Streamable HTTP
-//! (`http/`, with the `GET` stream's `reader.rs`), the old HTTP+SSE
-//! (`sse/`), or a child process spoken to over stdio (`stdio.rs`). Sessions, lists, routing, the status
-//! page and the close path see only [`Downstream`]. [`close_all`] is the
-//! only way a downstream session ends.
+//! A transport is one folder behind two traits: [`Connector`] for what it
+//! keeps per server, [`Link`] per downstream session. Streamable HTTP, in
+//! either era (`http/`: the session era's `link.rs` with its `GET` stream's
+//! `reader.rs`, the stateless 2026-07-28 era's `stateless.rs`), the old
+//! HTTP+SSE (`sse/`), or a child process spoken to over stdio (`stdio/`).
+//! This module names none of them: `connect.rs`, above them, picks one for
+//! a configured server ([`Server::new`]). Sessions, lists, routing, the
+//! status page and the close path see only [`Server`] and [`Downstream`].
+//! [`close_all`] is the only way a downstream session ends.
+//!
+//! The servers, their sessions and the two traits stay in this one file:
+//! each names the others (a server opens sessions through its connector,
+//! a session reaches its server through its link), so split they would
+//! import each other.
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -18,123 +26,29 @@ use parking_lot::Mutex;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::config::{Config, ServerConfig, Transport};
+use crate::config::{Config, ServerConfig};
 use crate::limited;
 use crate::protocol::jsonrpc::{self, Message};
 use crate::protocol::versions;
 use crate::runtime::state::Journal;
 pub use crate::runtime::state::SavedDownstream;
-use crate::stats::{Counter, Gauge, ServerStats, Stats};
+use crate::stats::{Gauge, ServerStats, Stats};
 
+pub mod children;
+mod connect;
+mod error;
 pub mod flight;
 pub(crate) mod http;
-mod modern;
 pub(crate) mod resolver;
 mod sse;
+mod stdio;
 /// How mcpgate looks up servers' names (no thread per lookup); the
 /// benchmark's bare relay connects the same way.
 pub use resolver::Lookup;
-pub mod stdio;
 
+pub use children::Children;
+pub use error::DownstreamError;
 pub use flight::{Flight, LaneError, Lanes, Stop};
-
-/// Why a downstream exchange failed, in words a person can act on.
-#[derive(Debug, Clone, PartialEq)]
-pub enum DownstreamError {
-    /// The server could not be reached.
-    Connect(String),
-    /// The server sent no message for longer than the request timeout.
-    Timeout(Duration),
-    /// Every lane to the server stayed taken while the request waited.
-    Busy(usize),
-    /// An HTTP status other than the ones MCP defines for the exchange.
-    Status { status: u16, detail: String },
-    /// The server answered 404 for our session id: it no longer knows it.
-    SessionGone,
-    /// The answer broke the protocol: bad JSON, wrong content type, a stream without a response.
-    Protocol(String),
-    /// The server refused `initialize` or offered no usable protocol version.
-    Refused(String),
-    /// mcpgate is closing this downstream session.
-    Closed,
-    /// The downstream session was closed before this request was sent (a
-    /// reload retired its server): it may be sent on another.
-    Gone,
-    /// mcpgate is out of a resource it needs (threads, descriptors, memory).
-    Exhausted(String),
-    /// The client cancelled the request.
-    Cancelled,
-    /// A stdio server's process ended while the request ran: how.
-    Exited(String),
-}
-
-impl fmt::Display for DownstreamError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            DownstreamError::Connect(e) => write!(f, "unreachable: {e}"),
-            DownstreamError::Timeout(d) => {
-                write!(f, "sent no message within {} s (request_timeout_secs)", d.as_secs_f64())
-            }
-            DownstreamError::Busy(n) => {
-                write!(f, "busy: {n} requests to it are in flight (calls_per_server); try again later")
-            }
-            DownstreamError::Status { status, detail } if detail.is_empty() => write!(f, "answered HTTP {status}"),
-            DownstreamError::Status { status, detail } => write!(f, "answered HTTP {status}: {detail}"),
-            DownstreamError::SessionGone => {
-                write!(f, "the server no longer knows this session (HTTP 404, or its process ended)")
-            }
-            DownstreamError::Protocol(e) => write!(f, "protocol error: {e}"),
-            DownstreamError::Refused(e) => write!(f, "initialize refused: {e}"),
-            DownstreamError::Closed => write!(f, "the session is closing"),
-            DownstreamError::Gone => write!(f, "the session was closed before the request was sent"),
-            DownstreamError::Exhausted(e) => write!(f, "{e}"),
-            DownstreamError::Cancelled => write!(f, "the request was cancelled"),
-            DownstreamError::Exited(how) => write!(f, "{how}"),
-        }
-    }
-}
-
-impl std::error::Error for DownstreamError {}
-
-impl DownstreamError {
-    /// Whether this failure says the server is down, not merely slow or
-    /// busy: it cannot be reached, refused, answered an error status, broke
-    /// the protocol, or its process ended; while a session opens, any
-    /// failure of the server's (a server that never answers `initialize`).
-    fn says_down(&self, opening: bool) -> bool {
-        match self {
-            DownstreamError::Connect(_)
-            | DownstreamError::Refused(_)
-            | DownstreamError::Status { .. }
-            | DownstreamError::Protocol(_)
-            | DownstreamError::Exited(_) => true,
-            DownstreamError::Timeout(_) => opening,
-            DownstreamError::Busy(_)
-            | DownstreamError::SessionGone
-            | DownstreamError::Closed
-            | DownstreamError::Gone
-            | DownstreamError::Exhausted(_)
-            | DownstreamError::Cancelled => false,
-        }
-    }
-
-    /// The counter of its kind among a server's errors.
-    fn counter<'a>(&self, stats: &'a ServerStats) -> &'a Counter {
-        match self {
-            DownstreamError::Connect(_) => &stats.errors_connect,
-            DownstreamError::Timeout(_) => &stats.errors_timeout,
-            DownstreamError::Busy(_) => &stats.errors_busy,
-            DownstreamError::Status { .. } => &stats.errors_status,
-            DownstreamError::SessionGone => &stats.errors_session_gone,
-            DownstreamError::Protocol(_) => &stats.errors_protocol,
-            DownstreamError::Refused(_) => &stats.errors_refused,
-            DownstreamError::Closed | DownstreamError::Gone => &stats.errors_closed,
-            DownstreamError::Exhausted(_) => &stats.errors_exhausted,
-            DownstreamError::Cancelled => &stats.errors_cancelled,
-            DownstreamError::Exited(_) => &stats.errors_exited,
-        }
-    }
-}
 
 /// What a server sends while it answers a request, before the response.
 pub enum Arrival {
@@ -234,14 +148,65 @@ pub(crate) trait Link: Send + Sync {
 /// so the link is there to close it.
 pub(crate) type Opened = (Box<dyn Link>, Result<Message, DownstreamError>);
 
-/// How a server is reached: over Streamable HTTP (in either era), over the
-/// old HTTP+SSE, or as a child process.
-// One per configured server, not per session: the sizes of the variants do not add up to anything.
-#[allow(clippy::large_enum_variant)]
-pub(crate) enum Endpoint {
-    Http(http::Endpoint, modern::Side),
-    Sse(sse::Endpoint),
-    Stdio(stdio::Endpoint),
+/// What a server's transport does for it, whatever carries it: the seam
+/// per server, as [`Link`] is per session. Each transport's folder
+/// implements it (`http/`, `sse/`, `stdio/`); [`Server::new`], in
+/// `connect.rs`, is the one place that picks one from the configuration.
+pub(crate) trait Connector: Send + Sync {
+    /// `http`, `sse` or `stdio`, for the status page and the restore.
+    fn kind(&self) -> &'static str;
+    /// Opens a downstream session: sends `initialize` (`body`, the client's
+    /// params) and gives back the link with the server's answer.
+    fn open(&self, server: &Arc<Server>, body: &[u8]) -> Result<Opened, DownstreamError>;
+    /// The link of a downstream session an earlier process opened, by the
+    /// session id the state file kept; `None` when this transport's sessions
+    /// end with the process that opened them (a child, an HTTP+SSE stream).
+    fn resume(&self, _session_id: Option<String>) -> Option<Box<dyn Link>> {
+        None
+    }
+    /// Where the state file finds the server again after a restart: its
+    /// URL; `None` for a child process, which ends with mcpgate.
+    fn saved_url(&self) -> Option<&str> {
+        None
+    }
+    /// Whether its servers may answer `initialize` with 2024-11-05, the old
+    /// HTTP+SSE transport's version.
+    fn answers_2024_11_05(&self) -> bool {
+        false
+    }
+    /// The server's protocol era, once known: `session` or `2026-07-28`.
+    fn era(&self) -> Option<&'static str> {
+        Some("session")
+    }
+    /// Whether the server speaks 2026-07-28, asking it once if nobody did
+    /// yet; `None` when it cannot be asked now.
+    fn speaks_2026(&self, _server: &Server) -> Option<bool> {
+        Some(false)
+    }
+    /// Its processes, for the status page, when it is a program mcpgate starts.
+    fn processes(&self) -> Option<Processes> {
+        None
+    }
+    /// A reload removed or changed the server: what it holds for all its
+    /// sessions stops once unused (a shared child, a standing listen).
+    fn retire(&self) {}
+    /// mcpgate is stopping: unblock what is in flight, stop what it holds.
+    fn shutdown(&self);
+    /// Stops what nobody has used for `idle` (a shared child); the reaper's job.
+    fn stop_idle(&self, _idle: Duration) {}
+}
+
+/// The processes of one stdio server, for the status page.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct Processes {
+    pub live: u64,
+    pub spawned: u64,
+    /// Ended on their own (a crash, or an exit mcpgate did not ask for).
+    pub exited: u64,
+    /// Needed SIGTERM or SIGKILL to end when mcpgate stopped them.
+    pub killed: u64,
+    /// Started again after one of them ended on its own.
+    pub restarts: u64,
 }
 
 /// What every server shares: the counters, the state file, the children.
@@ -249,7 +214,7 @@ pub(crate) enum Endpoint {
 pub struct Context {
     pub stats: Arc<Stats>,
     pub journal: Arc<Journal>,
-    pub children: Arc<stdio::Children>,
+    pub children: Arc<Children>,
 }
 
 /// One configured server, shared by every client session.
@@ -259,7 +224,8 @@ pub struct Server {
     /// Set when a reload removed or changed this server: sessions opened on
     /// it after that close themselves.
     retired: AtomicBool,
-    endpoint: Endpoint,
+    /// How it is reached: the transport's side of it.
+    connector: Box<dyn Connector>,
     /// Requests hold one of `calls_per_server` lanes while they run.
     pub lanes: Lanes,
     pub live_sessions: Gauge,
@@ -285,19 +251,17 @@ impl fmt::Debug for Server {
 }
 
 impl Server {
-    pub fn new(config: ServerConfig, limits: Limits, lanes: usize, context: &Context) -> Server {
-        let endpoint = match &config.transport {
-            Transport::Http(http) => {
-                Endpoint::Http(http::Endpoint::new(http.clone(), limits, lanes), modern::Side::default())
-            }
-            Transport::Sse(http) => Endpoint::Sse(sse::Endpoint::new(http.clone(), limits, lanes)),
-            Transport::Stdio(stdio) => {
-                Endpoint::Stdio(stdio::Endpoint::new(&config.name, stdio.clone(), context.children.clone()))
-            }
-        };
+    /// A server reached through `connector` (see [`Server::new`], which picks it).
+    pub(crate) fn assemble(
+        config: ServerConfig,
+        limits: Limits,
+        lanes: usize,
+        context: &Context,
+        connector: Box<dyn Connector>,
+    ) -> Server {
         Server {
             journal: context.journal.clone(),
-            endpoint,
+            connector,
             lanes: Lanes::new(lanes),
             config,
             limits,
@@ -317,44 +281,22 @@ impl Server {
 
     /// `http`, `sse` or `stdio`, for the status page.
     pub fn transport(&self) -> &'static str {
-        match self.endpoint {
-            Endpoint::Http(..) => "http",
-            Endpoint::Sse(_) => "sse",
-            Endpoint::Stdio(_) => "stdio",
-        }
-    }
-
-    /// Its HTTP endpoint, when it is reached over Streamable HTTP.
-    pub(crate) fn http(&self) -> Option<&http::Endpoint> {
-        match &self.endpoint {
-            Endpoint::Http(http, _) => Some(http),
-            Endpoint::Sse(_) | Endpoint::Stdio(_) => None,
-        }
+        self.connector.kind()
     }
 
     /// The processes of a stdio server, for the status page.
-    pub fn processes(&self) -> Option<stdio::Processes> {
-        match &self.endpoint {
-            Endpoint::Http(..) | Endpoint::Sse(_) => None,
-            Endpoint::Stdio(stdio) => Some(stdio.processes()),
-        }
+    pub fn processes(&self) -> Option<Processes> {
+        self.connector.processes()
     }
 
     pub fn retire(&self) {
         self.retired.store(true, Ordering::Release);
-        match &self.endpoint {
-            Endpoint::Stdio(stdio) => stdio.retire(),
-            Endpoint::Http(_, modern) => modern.stop(),
-            Endpoint::Sse(_) => {}
-        }
+        self.connector.retire();
     }
 
     /// The protocol era of an HTTP server, once known: `session` or `2026-07-28`.
     pub fn era(&self) -> Option<&'static str> {
-        match &self.endpoint {
-            Endpoint::Http(_, modern) => modern.era_name(),
-            Endpoint::Sse(_) | Endpoint::Stdio(_) => Some("session"),
-        }
+        self.connector.era()
     }
 
     /// Whether the server speaks 2026-07-28 (alone or beside the session
@@ -362,10 +304,7 @@ impl Server {
     /// asked now. stdio servers and those of the old SSE transport speak
     /// the session era.
     pub fn speaks_2026(&self) -> Option<bool> {
-        match &self.endpoint {
-            Endpoint::Http(http, modern) => modern.speaks_2026(self, http),
-            Endpoint::Sse(_) | Endpoint::Stdio(_) => Some(false),
-        }
+        self.connector.speaks_2026(self)
     }
 
     pub fn is_retired(&self) -> bool {
@@ -398,21 +337,12 @@ impl Server {
     /// shared child, if it has one.
     pub fn shutdown(&self) {
         self.lanes.stop_all();
-        match &self.endpoint {
-            Endpoint::Http(http, modern) => {
-                http.shutdown();
-                modern.stop();
-            }
-            Endpoint::Sse(sse) => sse.shutdown(),
-            Endpoint::Stdio(stdio) => stdio.shutdown(),
-        }
+        self.connector.shutdown();
     }
 
     /// Stops a shared child nobody has used for `idle`; the reaper's job.
     pub fn stop_idle(&self, idle: Duration) {
-        if let Endpoint::Stdio(stdio) = &self.endpoint {
-            stdio.stop_idle(idle);
-        }
+        self.connector.stop_idle(idle);
     }
 
     pub fn health(&self) -> Health {
@@ -498,16 +428,9 @@ impl Server {
         inbox: Weak<dyn Inbox>,
     ) -> Result<Arc<Downstream>, DownstreamError> {
         let body = jsonrpc::request(&Value::from(0), "initialize", Some(init_params));
-        let (link, answer) = match &self.endpoint {
-            Endpoint::Http(http, modern) => match modern::open(self, http, modern, &body)? {
-                Some(opened) => opened,
-                None => http::open(self, http, &body)?,
-            },
-            Endpoint::Sse(sse) => sse::open(self, sse, &body)?,
-            Endpoint::Stdio(stdio) => stdio::open(self, stdio, &body)?,
-        };
+        let (link, answer) = self.connector.open(self, &body)?;
         // From here the server may hold a session: every failure must close it.
-        let old_transport = matches!(self.endpoint, Endpoint::Sse(_));
+        let old_transport = self.connector.answers_2024_11_05();
         let mut downstream = Downstream::new(self.clone(), link, client);
         let init = match answer.and_then(|m| initialize_result(&m, old_transport)) {
             Ok(init) => init,
@@ -535,15 +458,18 @@ impl Server {
     /// state file), taken over without a word to the server: to resume (its
     /// reader starts with [`Downstream::start_reader`]; if the server forgot
     /// it, the first request gets 404 and it is opened anew), or to close.
-    /// It counts as opened by this process.
-    pub fn saved_downstream(self: &Arc<Self>, saved: &SavedDownstream) -> Arc<Downstream> {
+    /// It counts as opened by this process. `None` on a server whose
+    /// sessions end with the process that opened them (a child, an HTTP+SSE
+    /// stream): there is nothing to take over.
+    pub fn saved_downstream(self: &Arc<Self>, saved: &SavedDownstream) -> Option<Arc<Downstream>> {
         let client = saved.client.as_deref().unwrap_or_default();
-        let mut downstream = Downstream::new(self.clone(), http::resumed(saved.session_id.clone()), client);
+        let link = self.connector.resume(saved.session_id.clone())?;
+        let mut downstream = Downstream::new(self.clone(), link, client);
         downstream.protocol_version = saved.protocol_version.clone();
         downstream.capabilities = saved.capabilities.clone();
         downstream.instructions = saved.instructions.clone();
         self.stats.downstream_resumed.inc();
-        Arc::new(downstream)
+        Some(Arc::new(downstream))
     }
 }
 
@@ -639,14 +565,14 @@ impl Downstream {
         if !self.link.survives_restart() {
             return None;
         }
-        self.server.config.url()?;
+        self.server.connector.saved_url()?;
         Some((self.owner(), self.record()))
     }
 
     fn record(&self) -> SavedDownstream {
         SavedDownstream {
             server: self.server.name().to_string(),
-            url: self.server.config.url().unwrap_or_default().to_string(),
+            url: self.server.connector.saved_url().unwrap_or_default().to_string(),
             session_id: self.session_id().map(str::to_string),
             protocol_version: self.protocol_version.clone(),
             capabilities: self.capabilities.clone(),
@@ -659,7 +585,7 @@ impl Downstream {
     /// What the state file keeps of this downstream session while it is
     /// open; nothing for a child process.
     pub fn saved(&self) -> Option<SavedDownstream> {
-        (!self.is_closing() && self.server.config.url().is_some()).then(|| self.record())
+        (!self.is_closing() && self.server.connector.saved_url().is_some()).then(|| self.record())
     }
 
     pub fn is_closing(&self) -> bool {

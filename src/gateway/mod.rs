@@ -13,7 +13,7 @@ use std::time::Instant;
 use parking_lot::Mutex;
 
 use crate::config::Config;
-use crate::downstream::stdio::Children;
+use crate::downstream::children::Children;
 use crate::downstream::{Context, Limits, Server};
 use crate::http::{HttpError, HttpReply};
 use crate::protocol::jsonrpc::{self, RpcError};

@@ -214,7 +214,7 @@ fn cgroup_pids_left() -> Option<u64> {
 /// Has the program `command` starts killed with SIGKILL when mcpgate dies,
 /// even by `kill -9` (`PR_SET_PDEATHSIG`). The signal follows the thread
 /// that forked the child, so children are started from one long-lived
-/// thread (see `downstream::stdio`). A child whose parent died before the
+/// thread (see `downstream::children`). A child whose parent died before the
 /// setting took is refused at once.
 pub fn die_with_parent(command: &mut std::process::Command) {
     use std::os::unix::process::CommandExt;

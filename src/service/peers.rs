@@ -213,7 +213,7 @@ fn take_over(gateway: &Gateway, peer: &str, state: &Path) -> Option<Vec<Arc<Down
         .chain(saved.sessions.iter().flat_map(|s| &s.downstreams))
         // An HTTP+SSE session was the peer's stream: it ended with the peer.
         .filter(|d| !d.ends_with_process)
-        .map(|d| server_for(gateway, d).saved_downstream(d))
+        .filter_map(|d| server_for(gateway, d).saved_downstream(d))
         .collect();
     let records: Vec<_> = list.iter().filter_map(|d| d.closing_record()).collect();
     let keys: Vec<usize> = records.iter().map(|(key, _)| *key).collect();

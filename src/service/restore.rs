@@ -65,13 +65,13 @@ pub fn restore(gateway: &Gateway, loaded: Loaded) -> Restored {
     let to_close = |saved: &SavedDownstream| server_for(gateway, saved).saved_downstream(saved);
     // Ended with the old process: nothing to close, nothing to take over.
     let resumable = |saved: &&SavedDownstream| !saved.ends_with_process;
-    done.close.extend(saved.closing.iter().filter(resumable).map(to_close));
+    done.close.extend(saved.closing.iter().filter(resumable).filter_map(to_close));
     let (mut restored, mut expired) = (0, 0);
     for mut session in saved.sessions {
         if !trusted || stopped.saturating_sub(session.last_active) >= timeout {
             expired += 1;
             gateway.stats.sessions_expired_at_start.inc();
-            done.close.extend(session.downstreams.iter().filter(resumable).map(to_close));
+            done.close.extend(session.downstreams.iter().filter(resumable).filter_map(to_close));
             continue;
         }
         session.last_active = session.last_active.saturating_add(shift);
@@ -86,12 +86,12 @@ pub fn restore(gateway: &Gateway, loaded: Loaded) -> Restored {
                     }
                 }
                 Some(server) if server.transport() == "http" => {
-                    done.readers.push((live.clone(), live.adopt(server, saved)));
+                    done.readers.extend(live.adopt(server, saved).map(|d| (live.clone(), d)));
                 }
                 // Ended with the old process, and its server removed or moved since.
                 None if saved.ends_with_process => {}
                 // Removed, moved, or of another transport since: closed where it was.
-                _ => done.close.push(to_close(saved)),
+                _ => done.close.extend(to_close(saved)),
             }
         }
         if gateway.sessions.insert(live.clone(), current.config.max_sessions) {

@@ -599,11 +599,12 @@ impl Session {
     }
 
     /// Takes over a downstream session saved by an earlier process; its
-    /// reader starts later ([`Session::start_reader`]).
-    pub fn adopt(&self, server: &Arc<Server>, saved: &downstream::SavedDownstream) -> Arc<Downstream> {
-        let d = server.saved_downstream(saved);
+    /// reader starts later ([`Session::start_reader`]). `None` when the
+    /// server's sessions cannot be taken over (see [`Server::saved_downstream`]).
+    pub fn adopt(&self, server: &Arc<Server>, saved: &downstream::SavedDownstream) -> Option<Arc<Downstream>> {
+        let d = server.saved_downstream(saved)?;
         self.state.lock().slots.set_open(server.name(), d.clone());
-        d
+        Some(d)
     }
 
     /// Starts the reader of a downstream session taken over at a restart.

@@ -27,7 +27,7 @@ pub(crate) fn session_id_of(response: &ureq::http::Response<ureq::Body>) -> Resu
 
 /// Sends `initialize` (id 0, the client's params) and reads the answer; the
 /// link carries the session id the server gave, if any.
-pub(crate) fn open(server: &Server, endpoint: &Endpoint, body: &[u8]) -> Result<Opened, DownstreamError> {
+pub(crate) fn open(server: &Server, endpoint: &Arc<Endpoint>, body: &[u8]) -> Result<Opened, DownstreamError> {
     let id = Value::from(0);
     let response = endpoint.post(&endpoint.agent, None, None, body)?;
     let session_id = session_id_of(&response)?;
@@ -43,16 +43,19 @@ pub(crate) fn open(server: &Server, endpoint: &Endpoint, body: &[u8]) -> Result<
         // Without a session id there is nothing to close if the answer is bad.
         answer.as_ref().map_err(Clone::clone)?;
     }
-    Ok((Box::new(HttpLink { session_id, resumed: false, reader: Mutex::new(None) }), answer))
+    let link = HttpLink { endpoint: endpoint.clone(), session_id, resumed: false, reader: Mutex::new(None) };
+    Ok((Box::new(link), answer))
 }
 
 /// A downstream session taken over from the state file.
-pub(crate) fn resumed(session_id: Option<String>) -> Box<dyn Link> {
-    Box::new(HttpLink { session_id, resumed: true, reader: Mutex::new(None) })
+pub(crate) fn resumed(endpoint: &Arc<Endpoint>, session_id: Option<String>) -> Box<dyn Link> {
+    Box::new(HttpLink { endpoint: endpoint.clone(), session_id, resumed: true, reader: Mutex::new(None) })
 }
 
 /// One downstream session over HTTP.
 struct HttpLink {
+    /// Its server's agents and URL.
+    endpoint: Arc<Endpoint>,
     /// The server's `Mcp-Session-Id`, when it issued one.
     session_id: Option<String>,
     /// Taken over from an earlier process: a 404 on its first `GET` means
@@ -60,13 +63,6 @@ struct HttpLink {
     resumed: bool,
     /// The `GET` stream's reader thread; taken by the close path.
     reader: Mutex<Option<Reader>>,
-}
-
-fn endpoint(d: &Downstream) -> &Endpoint {
-    match d.server.http() {
-        Some(endpoint) => endpoint,
-        None => unreachable!("an HTTP link belongs to an HTTP server"),
-    }
 }
 
 impl Link for HttpLink {
@@ -84,7 +80,7 @@ impl Link for HttpLink {
         flight: &Arc<Flight>,
     ) -> Result<Message, DownstreamError> {
         let body = jsonrpc::request(id, method, params);
-        let endpoint = endpoint(d);
+        let endpoint = &self.endpoint;
         let mut lane = endpoint.lane_agent();
         let agent = lane.agent().clone();
         if let Err(why) = flight.arm(Box::new(move || agent.clone().shutdown())) {
@@ -104,7 +100,7 @@ impl Link for HttpLink {
     }
 
     fn send(&self, d: &Downstream, body: &[u8]) -> Result<(), DownstreamError> {
-        let endpoint = endpoint(d);
+        let endpoint = &self.endpoint;
         let response = endpoint.post(&endpoint.agent, self.session_id.as_deref(), Some(&d.protocol_version), body)?;
         let status = response.status().as_u16();
         match status {
@@ -118,7 +114,7 @@ impl Link for HttpLink {
     }
 
     fn listen(&self, d: &Arc<Downstream>, inbox: Weak<dyn Inbox>) -> Result<(), DownstreamError> {
-        match reader::start(d, endpoint(d), self.session_id.clone(), self.resumed, inbox) {
+        match reader::start(d, &self.endpoint, self.session_id.clone(), self.resumed, inbox) {
             Ok(reader) => {
                 let mut slot = self.reader.lock();
                 if d.is_closing() {
@@ -153,7 +149,7 @@ impl Link for HttpLink {
             reader.join(d.server.limits.delete);
         }
         match &self.session_id {
-            Some(session) => endpoint(d).delete(session, &d.protocol_version),
+            Some(session) => self.endpoint.delete(session, &d.protocol_version),
             None => Ok(()),
         }
     }

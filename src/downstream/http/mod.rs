@@ -1,16 +1,78 @@
 //! The Streamable HTTP transport: the `endpoint` (agents, requests,
 //! answers), a session-era downstream session (`link`, with the `reader`
-//! of its `GET` stream). Servers of the 2026-07-28 era use the endpoint
-//! too, through `downstream::modern`, and so do those of the old HTTP+SSE
-//! transport, through `downstream::sse`. `tls`: the TLS of `https://`
-//! servers, with their roots.
+//! of its `GET` stream), and one of the stateless era, 2026-07-28, which
+//! has no sessions (`stateless`, with its standing listen). Servers of the
+//! old HTTP+SSE transport use the endpoint too, through `downstream::sse`.
+//! `tls`: the TLS of `https://` servers, with their roots.
+//! [`HttpConnector`] is the transport's side of a server, in either era.
+
+use std::sync::Arc;
+
+use crate::config::HttpConfig;
+use crate::downstream::{Connector, DownstreamError, Limits, Link, Opened, Server};
 
 mod endpoint;
 mod link;
 mod reader;
+pub(crate) mod stateless;
 #[cfg(feature = "tls")]
 pub mod tls;
 
-pub(crate) use endpoint::{Endpoint, Exchange, status_error};
-pub(crate) use link::{open, resumed, session_id_of};
+pub(crate) use endpoint::{Endpoint, status_error};
 pub(crate) use reader::Reader;
+
+/// A Streamable HTTP server, in whichever era it speaks: its endpoint, and
+/// what the stateless era needs beside it (its era, asked once; its
+/// standing listen). Its links share both.
+pub(crate) struct HttpConnector {
+    endpoint: Arc<Endpoint>,
+    stateless: Arc<stateless::Side>,
+}
+
+impl HttpConnector {
+    pub(crate) fn new(config: HttpConfig, limits: Limits, lanes: usize) -> HttpConnector {
+        HttpConnector {
+            endpoint: Arc::new(Endpoint::new(config, limits, lanes)),
+            stateless: Arc::new(stateless::Side::default()),
+        }
+    }
+}
+
+impl Connector for HttpConnector {
+    fn kind(&self) -> &'static str {
+        "http"
+    }
+
+    /// A server of the stateless era gets a view; any other, `initialize`.
+    fn open(&self, server: &Arc<Server>, body: &[u8]) -> Result<Opened, DownstreamError> {
+        match stateless::open(server, &self.endpoint, &self.stateless, body)? {
+            Some(opened) => Ok(opened),
+            None => link::open(server, &self.endpoint, body),
+        }
+    }
+
+    fn resume(&self, session_id: Option<String>) -> Option<Box<dyn Link>> {
+        Some(link::resumed(&self.endpoint, session_id))
+    }
+
+    fn saved_url(&self) -> Option<&str> {
+        Some(&self.endpoint.config.url)
+    }
+
+    fn era(&self) -> Option<&'static str> {
+        self.stateless.era_name()
+    }
+
+    fn speaks_2026(&self, server: &Server) -> Option<bool> {
+        self.stateless.speaks_2026(server, &self.endpoint)
+    }
+
+    fn retire(&self) {
+        self.stateless.stop();
+    }
+
+    fn shutdown(&self) {
+        self.endpoint.shutdown();
+        self.stateless.stop();
+    }
+}

@@ -95,7 +95,7 @@ impl Reader {
 /// timeout; otherwise the reader tries again on its own.
 pub(crate) fn start(
     downstream: &Arc<Downstream>,
-    endpoint: &Endpoint,
+    endpoint: &Arc<Endpoint>,
     session_id: Option<String>,
     resumed: bool,
     inbox: Weak<dyn Inbox>,
@@ -117,9 +117,10 @@ pub(crate) fn start(
         log::debug!("server `{}` offers no GET stream (HTTP {})", server.name(), response.status().as_u16());
         return Ok(None);
     }
-    let (reading, version, owner) = (agent.clone(), downstream.protocol_version.clone(), server.clone());
+    let (reading, version, owner, endpoint) =
+        (agent.clone(), downstream.protocol_version.clone(), server.clone(), endpoint.clone());
     let reader = Reader::spawn(&server, agent, move |stop| {
-        let stream = Stream { server: owner, agent: reading, session_id, version, inbox, stop };
+        let stream = Stream { server: owner, endpoint, agent: reading, session_id, version, inbox, stop };
         stream.run(first);
     })?;
     Ok(Some(reader))
@@ -127,6 +128,8 @@ pub(crate) fn start(
 
 struct Stream {
     server: Arc<Server>,
+    /// Where the stream is opened again when it drops.
+    endpoint: Arc<Endpoint>,
     agent: Agent,
     session_id: Option<String>,
     version: String,
@@ -152,7 +155,7 @@ impl Stream {
                 return;
             }
             let opened = first.take().unwrap_or_else(|| {
-                self.endpoint().get_stream(
+                self.endpoint.get_stream(
                     &self.agent,
                     self.session_id.as_deref(),
                     &self.version,
@@ -172,13 +175,6 @@ impl Stream {
             if let Err(RecvTimeoutError::Disconnected) = self.stop.recv_timeout(delay) {
                 return;
             }
-        }
-    }
-
-    fn endpoint(&self) -> &Endpoint {
-        match self.server.http() {
-            Some(endpoint) => endpoint,
-            None => unreachable!("a GET stream belongs to an HTTP server"),
         }
     }
 

@@ -35,7 +35,7 @@ use serde_json::value::RawValue;
 use ureq::Agent;
 
 use super::http::{self, Reader, status_error};
-use super::{Arrival, Downstream, DownstreamError, Flight, Inbox, Limits, Link, Opened, Server};
+use super::{Arrival, Connector, Downstream, DownstreamError, Flight, Inbox, Limits, Link, Opened, Server};
 use crate::config::HttpConfig;
 use crate::limited;
 use crate::protocol::jsonrpc::{self, Kind, Message};
@@ -47,25 +47,45 @@ use stream::{Incoming, Shared};
 
 /// What a server of the HTTP+SSE transport keeps: the agents its `POST`s
 /// go through (each session's stream has its own).
-pub(crate) struct Endpoint {
+pub(crate) struct SseConnector {
     /// Shared with its sessions and their readers.
     http: Arc<http::Endpoint>,
 }
 
-impl Endpoint {
-    pub fn new(config: HttpConfig, limits: Limits, lanes: usize) -> Endpoint {
-        Endpoint { http: Arc::new(http::Endpoint::new(config, limits, lanes)) }
+impl SseConnector {
+    pub fn new(config: HttpConfig, limits: Limits, lanes: usize) -> SseConnector {
+        SseConnector { http: Arc::new(http::Endpoint::new(config, limits, lanes)) }
+    }
+}
+
+/// Its sessions end with their streams, and so with mcpgate: none is resumed.
+impl Connector for SseConnector {
+    fn kind(&self) -> &'static str {
+        "sse"
+    }
+
+    fn open(&self, server: &Arc<Server>, body: &[u8]) -> Result<Opened, DownstreamError> {
+        open(server, self, body)
+    }
+
+    /// Kept, so that a restart opens its sessions anew on the same server.
+    fn saved_url(&self) -> Option<&str> {
+        Some(&self.http.config.url)
+    }
+
+    fn answers_2024_11_05(&self) -> bool {
+        true
     }
 
     /// Unblocks every short exchange in flight (requests stop with their flights).
-    pub fn shutdown(&self) {
+    fn shutdown(&self) {
         self.http.shutdown();
     }
 }
 
 /// Opens the stream, waits (`connect_timeout_secs`) for its `endpoint`
 /// event, and sends `initialize` (id 0, the client's params) there.
-pub(crate) fn open(server: &Arc<Server>, endpoint: &Endpoint, body: &[u8]) -> Result<Opened, DownstreamError> {
+fn open(server: &Arc<Server>, endpoint: &SseConnector, body: &[u8]) -> Result<Opened, DownstreamError> {
     let limits = server.limits;
     // Its own agent: shutting it down (the close path) must not touch other requests.
     let agent = endpoint.http.stream_agent();

@@ -1,4 +1,5 @@
-//! Servers of the 2026-07-28 era, over HTTP: mcpgate asks every HTTP server
+//! Servers of the stateless era (2026-07-28, which has no sessions), over
+//! HTTP: mcpgate asks every HTTP server
 //! `server/discover` once (again after a reload made its endpoint anew),
 //! and one that speaks only 2026-07-28 is spoken to in that era. A server
 //! that speaks both eras is spoken to in the session era, as its clients
@@ -10,7 +11,7 @@
 //! era, and `initialize`.
 //!
 //! Such a server has no session: a downstream session on it is a view
-//! ([`ModernLink`]) with nothing to open or close, not counted among the
+//! ([`StatelessLink`]) with nothing to open or close, not counted among the
 //! downstream sessions. Each request carries `params._meta` (the version,
 //! the client's capabilities and info) and the routing headers; stopping
 //! a request closes its connection, which is the era's cancel. What the
@@ -29,8 +30,8 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use ureq::Agent;
 
-use super::http::{Endpoint, Exchange};
-use super::{Arrival, Downstream, DownstreamError, Flight, Inbox, Link, Opened, Server};
+use super::endpoint::{Endpoint, Exchange};
+use crate::downstream::{Arrival, Downstream, DownstreamError, Flight, Inbox, Link, Opened, Server};
 use crate::protocol::jsonrpc::{self, Kind, Message};
 use crate::protocol::modern::{self, META_CAPABILITIES, META_CLIENT_INFO, META_VERSION, VERSION};
 use crate::protocol::{sse, versions};
@@ -64,7 +65,7 @@ impl Side {
     /// `session` or `2026-07-28`, once known, for the status page.
     pub(crate) fn era_name(&self) -> Option<&'static str> {
         match &*self.era.lock() {
-            Probe::Known(Era::Modern { .. }) => Some(VERSION),
+            Probe::Known(Era::Stateless { .. }) => Some(VERSION),
             Probe::Known(Era::Session { .. }) => Some("session"),
             Probe::Unknown | Probe::Running => None,
         }
@@ -76,7 +77,7 @@ impl Side {
     pub(crate) fn speaks_2026(&self, server: &Server, endpoint: &Endpoint) -> Option<bool> {
         let wait = server.limits.connect + server.limits.request;
         match self.era(wait, || ask_era(server, endpoint)) {
-            Ok(Era::Modern { .. }) => Some(true),
+            Ok(Era::Stateless { .. }) => Some(true),
             Ok(Era::Session { also_2026 }) => Some(also_2026),
             Err(_) => None,
         }
@@ -126,7 +127,7 @@ pub(crate) enum Era {
     /// its discover offered 2026-07-28 too (a server of both eras).
     Session { also_2026: bool },
     /// 2026-07-28, with what `server/discover` said.
-    Modern { capabilities: Value, instructions: Option<String> },
+    Stateless { capabilities: Value, instructions: Option<String> },
 }
 
 /// Reconnects of a dropped standing listen: 1 s, doubling up to 30 s.
@@ -159,13 +160,13 @@ fn headers(method: &str, params: &Value) -> Vec<(&'static str, String)> {
 /// will say of it; the answer given back stands for `initialize`'s.
 pub(crate) fn open(
     server: &Server,
-    endpoint: &Endpoint,
-    side: &Side,
+    endpoint: &Arc<Endpoint>,
+    side: &Arc<Side>,
     body: &[u8],
 ) -> Result<Option<Opened>, DownstreamError> {
     let wait = server.limits.connect + server.limits.request;
     let era = side.era(wait, || ask_era(server, endpoint))?;
-    let Era::Modern { capabilities, instructions } = era else { return Ok(None) };
+    let Era::Stateless { capabilities, instructions } = era else { return Ok(None) };
     let client = Message::parse(body).ok().and_then(|m| m.params_object().ok()).unwrap_or_default();
     let mut meta = Map::new();
     meta.insert(META_VERSION.into(), Value::from(VERSION));
@@ -179,14 +180,15 @@ pub(crate) fn open(
     }
     let answer = Message::parse(jsonrpc::result(&Value::from(0), &jsonrpc::raw(&result)).as_slice())
         .map_err(|e| DownstreamError::Protocol(e.message))?;
-    let link = ModernLink { meta, key: KEYS.fetch_add(1, Ordering::Relaxed) };
+    let key = KEYS.fetch_add(1, Ordering::Relaxed);
+    let link = StatelessLink { meta, key, endpoint: endpoint.clone(), side: side.clone() };
     Ok(Some((Box::new(link), Ok(answer))))
 }
 
 /// Asks the server its era, and says so when it is 2026-07-28 alone.
 fn ask_era(server: &Server, endpoint: &Endpoint) -> Result<Era, DownstreamError> {
     let era = probe(server, endpoint)?;
-    if matches!(era, Era::Modern { .. }) {
+    if matches!(era, Era::Stateless { .. }) {
         log::info!("server `{}` speaks protocol {VERSION}: no sessions with it", server.name());
     }
     Ok(era)
@@ -207,19 +209,19 @@ fn probe(server: &Server, endpoint: &Endpoint) -> Result<Era, DownstreamError> {
     };
     let result: Value = answer.result.as_ref().and_then(|r| serde_json::from_str(r.get()).ok()).unwrap_or_default();
     let offered = result["supportedVersions"].as_array().cloned().unwrap_or_default();
-    let modern = offered.iter().any(|v| v == VERSION);
+    let stateless = offered.iter().any(|v| v == VERSION);
     let session = offered.iter().any(|v| v.as_str().is_some_and(versions::supported))
-        || (modern && answers_initialize(server, endpoint)?);
-    if modern && session {
+        || (stateless && answers_initialize(server, endpoint)?);
+    if stateless && session {
         log::info!("server `{}` speaks both eras: spoken to in the session era", server.name());
     }
-    Ok(if modern && !session {
-        Era::Modern {
+    Ok(if stateless && !session {
+        Era::Stateless {
             capabilities: result.get("capabilities").cloned().unwrap_or(json!({})),
             instructions: result["instructions"].as_str().map(str::to_string),
         }
     } else {
-        Era::Session { also_2026: modern }
+        Era::Session { also_2026: stateless }
     })
 }
 
@@ -237,7 +239,7 @@ fn answers_initialize(server: &Server, endpoint: &Endpoint) -> Result<bool, Down
     });
     let body = jsonrpc::request(&id, "initialize", Some(&jsonrpc::raw(&params)));
     let response = endpoint.post_with(endpoint.short_agent(), &[], &body)?;
-    let session_id = super::http::session_id_of(&response).ok().flatten();
+    let session_id = super::link::session_id_of(&response).ok().flatten();
     let flight = server.lanes.flight(0);
     let exchange = Exchange {
         session_id: session_id.as_deref(),
@@ -262,9 +264,12 @@ static KEYS: AtomicUsize = AtomicUsize::new(1);
 
 /// A downstream session on a server of the 2026-07-28 era: what its
 /// requests say of the client, and its place on the standing listen.
-struct ModernLink {
+struct StatelessLink {
     meta: Map<String, Value>,
     key: usize,
+    /// Its server's agents and URL, and what the era keeps per server.
+    endpoint: Arc<Endpoint>,
+    side: Arc<Side>,
 }
 
 /// The `inputSchema` of the tools a server listed, by name: a call mirrors
@@ -298,16 +303,7 @@ impl Schemas {
     }
 }
 
-fn endpoint(server: &Server) -> (&Endpoint, &Side) {
-    match &server.endpoint {
-        super::Endpoint::Http(endpoint, side) => (endpoint, side),
-        super::Endpoint::Sse(_) | super::Endpoint::Stdio(_) => {
-            unreachable!("a 2026-07-28 link belongs to a Streamable HTTP server")
-        }
-    }
-}
-
-impl Link for ModernLink {
+impl Link for StatelessLink {
     fn session_id(&self) -> Option<&str> {
         None
     }
@@ -334,7 +330,7 @@ impl Link for ModernLink {
             }
         }
         let body = jsonrpc::request(id, method, Some(&jsonrpc::raw(&params)));
-        let (endpoint, side) = endpoint(&d.server);
+        let (endpoint, side) = (&self.endpoint, &self.side);
         let mut lane = endpoint.lane_agent();
         let agent = lane.agent().clone();
         // Stopping closes the connection: this era's cancel.
@@ -376,11 +372,11 @@ impl Link for ModernLink {
     }
 
     fn listen(&self, d: &Arc<Downstream>, inbox: Weak<dyn Inbox>) -> Result<(), DownstreamError> {
-        endpoint(&d.server).1.listen.add(self.key, inbox, &d.server)
+        Side::listen(&self.side, self.key, inbox, &d.server, &self.endpoint)
     }
 
-    fn stop(&self, d: &Downstream) {
-        endpoint(&d.server).1.listen.remove(self.key);
+    fn stop(&self, _: &Downstream) {
+        self.side.listen.remove(self.key);
     }
 
     fn end(&self, _: &Downstream) -> Result<(), DownstreamError> {
@@ -417,27 +413,35 @@ impl Running {
     }
 }
 
-impl Listen {
-    fn add(&self, key: usize, inbox: Weak<dyn Inbox>, server: &Arc<Server>) -> Result<(), DownstreamError> {
-        let mut st = self.state.lock();
+impl Side {
+    /// Delivers the server's list changes to `inbox` (as `key`), starting
+    /// the standing listen if no session runs it yet.
+    fn listen(
+        side: &Arc<Side>,
+        key: usize,
+        inbox: Weak<dyn Inbox>,
+        server: &Arc<Server>,
+        endpoint: &Arc<Endpoint>,
+    ) -> Result<(), DownstreamError> {
+        let mut st = side.listen.state.lock();
         st.inboxes.insert(key, inbox);
         if st.running.is_none() {
-            let Some(http) = server.http() else {
-                return Err(DownstreamError::Protocol("subscriptions/listen needs an HTTP server".into()));
-            };
-            let agent = http.stream_agent();
+            let agent = endpoint.stream_agent();
             let stop = Arc::new(AtomicBool::new(false));
             let handle = {
                 let name = server.name().to_string();
-                let (server, agent, stop) = (server.clone(), agent.clone(), stop.clone());
-                threads::spawn("reader", &name, move || run(&server, &agent, &stop))
+                let (server, endpoint, side, agent, stop) =
+                    (server.clone(), endpoint.clone(), side.clone(), agent.clone(), stop.clone());
+                threads::spawn("reader", &name, move || run(&server, &endpoint, &side, &agent, &stop))
                     .map_err(|e| DownstreamError::Exhausted(format!("mcpgate cannot start a thread now ({e})")))?
             };
             st.running = Some(Running { stop, agent, handle });
         }
         Ok(())
     }
+}
 
+impl Listen {
     fn remove(&self, key: usize) {
         let running = {
             let mut st = self.state.lock();
@@ -469,8 +473,7 @@ impl Listen {
 
 /// The standing listen's thread: listens, delivers, and listens again
 /// after a drop (with backoff) until stopped.
-fn run(server: &Arc<Server>, agent: &Agent, stop: &AtomicBool) {
-    let super::Endpoint::Http(endpoint, side) = &server.endpoint else { return };
+fn run(server: &Arc<Server>, endpoint: &Endpoint, side: &Side, agent: &Agent, stop: &AtomicBool) {
     let _live = server.stats.threads_readers.enter();
     let mut backoff = LISTEN_BACKOFF_MIN;
     while !stop.load(Ordering::Acquire) {

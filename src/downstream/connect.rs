@@ -1,0 +1,22 @@
+//! The one place that knows every transport: a configured server's
+//! `transport` picks its [`Connector`]. Above the transports, so that the
+//! rest of `downstream/` (the servers, their sessions, the close path)
+//! names none of them, and a new transport is a folder and one arm here.
+
+use super::{Connector, Context, Limits, Server, http, sse, stdio};
+use crate::config::{ServerConfig, Transport};
+
+impl Server {
+    /// A configured server, reached as its `transport` says, with `lanes`
+    /// requests to it at once.
+    pub fn new(config: ServerConfig, limits: Limits, lanes: usize, context: &Context) -> Server {
+        let connector: Box<dyn Connector> = match &config.transport {
+            Transport::Http(http) => Box::new(http::HttpConnector::new(http.clone(), limits, lanes)),
+            Transport::Sse(http) => Box::new(sse::SseConnector::new(http.clone(), limits, lanes)),
+            Transport::Stdio(stdio) => {
+                Box::new(stdio::StdioConnector::new(&config.name, stdio.clone(), context.children.clone()))
+            }
+        };
+        Server::assemble(config, limits, lanes, context, connector)
+    }
+}

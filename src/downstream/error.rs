@@ -1,0 +1,106 @@
+//! How a downstream exchange fails: one error for every transport, in
+//! words a person can act on, with what the server's health and counters
+//! make of each kind. It becomes JSON-RPC above, in the session.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::stats::{Counter, ServerStats};
+
+/// Why a downstream exchange failed, in words a person can act on.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DownstreamError {
+    /// The server could not be reached.
+    Connect(String),
+    /// The server sent no message for longer than the request timeout.
+    Timeout(Duration),
+    /// Every lane to the server stayed taken while the request waited.
+    Busy(usize),
+    /// An HTTP status other than the ones MCP defines for the exchange.
+    Status { status: u16, detail: String },
+    /// The server answered 404 for our session id: it no longer knows it.
+    SessionGone,
+    /// The answer broke the protocol: bad JSON, wrong content type, a stream without a response.
+    Protocol(String),
+    /// The server refused `initialize` or offered no usable protocol version.
+    Refused(String),
+    /// mcpgate is closing this downstream session.
+    Closed,
+    /// The downstream session was closed before this request was sent (a
+    /// reload retired its server): it may be sent on another.
+    Gone,
+    /// mcpgate is out of a resource it needs (threads, descriptors, memory).
+    Exhausted(String),
+    /// The client cancelled the request.
+    Cancelled,
+    /// A stdio server's process ended while the request ran: how.
+    Exited(String),
+}
+
+impl fmt::Display for DownstreamError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DownstreamError::Connect(e) => write!(f, "unreachable: {e}"),
+            DownstreamError::Timeout(d) => {
+                write!(f, "sent no message within {} s (request_timeout_secs)", d.as_secs_f64())
+            }
+            DownstreamError::Busy(n) => {
+                write!(f, "busy: {n} requests to it are in flight (calls_per_server); try again later")
+            }
+            DownstreamError::Status { status, detail } if detail.is_empty() => write!(f, "answered HTTP {status}"),
+            DownstreamError::Status { status, detail } => write!(f, "answered HTTP {status}: {detail}"),
+            DownstreamError::SessionGone => {
+                write!(f, "the server no longer knows this session (HTTP 404, or its process ended)")
+            }
+            DownstreamError::Protocol(e) => write!(f, "protocol error: {e}"),
+            DownstreamError::Refused(e) => write!(f, "initialize refused: {e}"),
+            DownstreamError::Closed => write!(f, "the session is closing"),
+            DownstreamError::Gone => write!(f, "the session was closed before the request was sent"),
+            DownstreamError::Exhausted(e) => write!(f, "{e}"),
+            DownstreamError::Cancelled => write!(f, "the request was cancelled"),
+            DownstreamError::Exited(how) => write!(f, "{how}"),
+        }
+    }
+}
+
+impl std::error::Error for DownstreamError {}
+
+impl DownstreamError {
+    /// Whether this failure says the server is down, not merely slow or
+    /// busy: it cannot be reached, refused, answered an error status, broke
+    /// the protocol, or its process ended; while a session opens, any
+    /// failure of the server's (a server that never answers `initialize`).
+    pub(super) fn says_down(&self, opening: bool) -> bool {
+        match self {
+            DownstreamError::Connect(_)
+            | DownstreamError::Refused(_)
+            | DownstreamError::Status { .. }
+            | DownstreamError::Protocol(_)
+            | DownstreamError::Exited(_) => true,
+            DownstreamError::Timeout(_) => opening,
+            DownstreamError::Busy(_)
+            | DownstreamError::SessionGone
+            | DownstreamError::Closed
+            | DownstreamError::Gone
+            | DownstreamError::Exhausted(_)
+            | DownstreamError::Cancelled => false,
+        }
+    }
+
+    /// The counter of its kind among a server's errors.
+    pub(super) fn counter<'a>(&self, stats: &'a ServerStats) -> &'a Counter {
+        match self {
+            DownstreamError::Connect(_) => &stats.errors_connect,
+            DownstreamError::Timeout(_) => &stats.errors_timeout,
+            DownstreamError::Busy(_) => &stats.errors_busy,
+            DownstreamError::Status { .. } => &stats.errors_status,
+            DownstreamError::SessionGone => &stats.errors_session_gone,
+            DownstreamError::Protocol(_) => &stats.errors_protocol,
+            DownstreamError::Refused(_) => &stats.errors_refused,
+            DownstreamError::Closed | DownstreamError::Gone => &stats.errors_closed,
+            DownstreamError::Exhausted(_) => &stats.errors_exhausted,
+            DownstreamError::Cancelled => &stats.errors_cancelled,
+            DownstreamError::Exited(_) => &stats.errors_exited,
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! One child process: its stdin (written within the request timeout,
+//! never blocking longer), the table of the calls waiting on it, and its
+//! end: the close path's stdin closed, grace, SIGTERM to its group, grace,
+//! SIGKILL; or its exit on its own, reaped at once by its reader
+//! (`reader.rs`). Either way its group is killed before it is reaped.
+
+use std::collections::HashMap;
+use std::io::{self, Write};
+use std::process::{Child as Process, ChildStdin, ExitStatus};
+use std::sync::Weak;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Sender;
+use parking_lot::Mutex;
+use serde_json::Value;
+
+use crate::downstream::children::{Children, Sweep, descendants, exits_within, reap_all};
+use crate::downstream::{DownstreamError, Inbox};
+use crate::protocol::jsonrpc::Message;
+use crate::runtime::sys::{self, ChildSignal};
+use crate::runtime::threads;
+
+/// One running child process.
+pub(crate) struct Child {
+    pub(super) pid: u32,
+    pub(super) started: Instant,
+    /// Guards the process handle; taken by whoever reaps it.
+    pub(super) process: Mutex<Option<Process>>,
+    /// Guards its stdin (non-blocking); `None` once closed.
+    pub(super) stdin: Mutex<Option<ChildStdin>>,
+    /// Guards the calls waiting, and where unasked messages go.
+    pub(super) calls: Mutex<Calls>,
+    /// Downstream sessions using it (1 unless shared).
+    pub(super) views: AtomicUsize,
+    pub(super) next_wire: AtomicU64,
+    /// Guards when a session last used it (a shared child stops when idle).
+    pub(super) used: Mutex<Instant>,
+    pub(super) gone: AtomicBool,
+    /// Set by the close path: its end is not a crash.
+    pub(super) stopping: AtomicBool,
+    /// Guards its reader and stderr threads, joined when it is stopped.
+    pub(super) threads: Mutex<Vec<JoinHandle<()>>>,
+    /// A shared child's `initialize` answer, for the views after the first.
+    pub(super) initialize: Mutex<Option<Message>>,
+    pub(super) initialized: AtomicBool,
+    /// Its stdout as `/proc` names it (`pipe:[inode]`): a process it left
+    /// behind that still holds it is found by it.
+    pub(super) pipe: Option<String>,
+    /// Serves every session of its server (`"sharing": "shared"`).
+    pub(super) shared: bool,
+}
+
+impl Child {
+    pub(super) fn idle_for(&self) -> Duration {
+        self.used.lock().elapsed()
+    }
+
+    /// Writes one message as a line, within `timeout`: a child that does not
+    /// read its stdin does not hold the writer longer.
+    pub(super) fn write_line(&self, body: &[u8], timeout: Duration) -> Result<(), DownstreamError> {
+        let deadline = Instant::now() + timeout;
+        let mut line = Vec::with_capacity(body.len() + 1);
+        line.extend_from_slice(body);
+        line.push(b'\n');
+        let mut stdin = self.stdin.lock();
+        let Some(pipe) = stdin.as_mut() else { return Err(DownstreamError::Closed) };
+        let mut rest = &line[..];
+        while !rest.is_empty() {
+            match pipe.write(rest) {
+                Ok(0) => return Err(DownstreamError::Protocol("its stdin is closed".into())),
+                Ok(n) => rest = &rest[n..],
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() || !sys::wait_writable(pipe, left).unwrap_or(false) {
+                        return Err(DownstreamError::Timeout(timeout));
+                    }
+                }
+                Err(e) => return Err(DownstreamError::Protocol(format!("writing to its stdin failed: {e}"))),
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends the child: stdin closed, then the grace to exit, SIGTERM to its
+    /// group, the grace again, SIGKILL; reaped in any case, and its threads
+    /// joined. Once only: whoever comes second (or after it ended on its
+    /// own) gets `None`; the first, whether it needed a signal.
+    pub(super) fn stop(&self, children: &Children) -> Option<Signalled> {
+        self.stopping.store(true, Ordering::Release);
+        drop(self.stdin.lock().take());
+        let Some(mut process) = self.process.lock().take() else {
+            self.join_threads();
+            return None;
+        };
+        // What it started, wherever in its tree: a grandchild that left its
+        // group (setsid) is out of reach of the signals to the group.
+        let tree = descendants(self.pid);
+        let grace = children.grace();
+        let mut signalled = false;
+        if !exits_within(self.pid, grace) {
+            signalled = true;
+            let _ = sys::signal_group(self.pid, ChildSignal::Terminate);
+            // Past this grace, the SIGKILL below ends it.
+            exits_within(self.pid, grace);
+        }
+        // What the child started is in its group: nothing of it outlives it.
+        // Sent before the child is reaped, while its pid (the group's id)
+        // cannot have been reused.
+        let _ = sys::signal_group(self.pid, ChildSignal::Kill);
+        let status = process.wait().ok();
+        children.forget(self.pid);
+        children.reaped.inc();
+        children.live.dec();
+        // Its tree is mcpgate's now (its subreaper): killed, and reaped.
+        let left: Vec<u32> = tree.into_iter().filter(|&pid| sys::kill(pid).is_ok()).collect();
+        reap_all(&left);
+        if let Some(pipe) = &self.pipe {
+            children.sweep(Sweep::Holding(pipe));
+        }
+        self.end_calls(&format!("its process was stopped ({})", describe(status)));
+        self.join_threads();
+        if signalled {
+            log::debug!("process {} needed a signal to stop", self.pid);
+        }
+        Some(Signalled(signalled))
+    }
+
+    /// Wakes every call waiting on the child with `why`.
+    pub(super) fn end_calls(&self, why: &str) {
+        let waiting: Vec<Sender<Incoming>> = self.calls.lock().waiting.drain().map(|(_, w)| w.tx).collect();
+        for tx in waiting {
+            let _ = tx.send(Incoming::Ended(why.to_string()));
+        }
+    }
+
+    fn join_threads(&self) {
+        let handles: Vec<JoinHandle<()>> = std::mem::take(&mut *self.threads.lock());
+        for handle in handles {
+            // The reader is this thread when the child ended on its own.
+            if handle.thread().id() == std::thread::current().id() {
+                threads::join_later(handle);
+            } else {
+                let _ = handle.join();
+            }
+        }
+    }
+}
+
+/// Whether a child stopped by mcpgate needed SIGTERM or SIGKILL.
+pub(super) struct Signalled(pub(super) bool);
+
+/// What arrives for a call waiting on a child.
+pub(super) enum Incoming {
+    Message(Message),
+    /// The child is gone (or the call was stopped): why.
+    Ended(String),
+}
+
+/// A request of mcpgate's waiting for the child's answer.
+pub(super) struct Waiting {
+    pub(super) tx: Sender<Incoming>,
+    pub(super) view: usize,
+    /// The id the caller gave the request; the wire id is the child's own.
+    pub(super) id: Value,
+    /// The caller's progress token, when it was rewritten on the wire.
+    pub(super) token: Option<(String, Value)>,
+    /// Whether the caller's answer carries what the child sends meanwhile to
+    /// a client (see [`carries`](super::routing::carries)).
+    pub(super) carries: bool,
+}
+
+#[derive(Default)]
+pub(super) struct Calls {
+    /// By wire id.
+    pub(super) waiting: HashMap<u64, Waiting>,
+    /// Wire progress token to wire id.
+    pub(super) tokens: HashMap<String, u64>,
+    /// Where each view's unasked messages go. (A client's answer to the
+    /// child's request needs no entry: it carries the child's own id.)
+    pub(super) inboxes: HashMap<usize, Weak<dyn Inbox>>,
+    /// What a per-session child sent unasked before its session listened
+    /// (a request right after `notifications/initialized`, as
+    /// server-filesystem's for the roots), delivered in order when it does;
+    /// `None` for a shared child, and once its session listens or closes.
+    pub(super) early: Option<Vec<Message>>,
+}
+
+/// `exit status 3`, `killed by signal 9`, or why it is not known.
+pub(super) fn describe(status: Option<ExitStatus>) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match status {
+        Some(s) if s.code().is_some() => format!("exit status {}", s.code().unwrap_or_default()),
+        Some(s) => format!("killed by signal {}", s.signal().unwrap_or_default()),
+        None => "exit status unknown".into(),
+    }
+}

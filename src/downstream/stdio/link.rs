@@ -1,0 +1,214 @@
+//! One downstream session on a stdio server: the child itself
+//! (`"sharing": "session"`), or a view of the shared one, whose request ids
+//! and progress tokens are the child's own on the wire.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Instant;
+
+use crossbeam_channel::bounded;
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use super::child::{Child, Incoming, Waiting};
+use super::program::Program;
+use super::routing::carries;
+use crate::downstream::{Arrival, Downstream, DownstreamError, Flight, Inbox, Link, Server};
+use crate::protocol::jsonrpc::{self, Kind, Message};
+
+/// Numbers the views of children, so a shared child tells sessions apart.
+pub(super) static VIEWS: AtomicUsize = AtomicUsize::new(1);
+
+/// One downstream session on a child: the child itself, or a view of the shared one.
+pub(super) struct StdioLink {
+    /// Its server's program: what ends the child, and counts it.
+    pub(super) program: Arc<Program>,
+    pub(super) child: Arc<Child>,
+    pub(super) view: usize,
+    pub(super) shared: bool,
+}
+
+impl StdioLink {
+    /// Sends `initialize` and waits (connect and request timeouts) for the
+    /// answer; a child that gives none is stopped by the close path.
+    pub(super) fn initialize(&self, server: &Server, body: &[u8]) -> Result<Message, DownstreamError> {
+        let (tx, rx) = bounded(16);
+        let wire = 0;
+        self.child
+            .calls
+            .lock()
+            .waiting
+            .insert(wire, Waiting { tx, view: self.view, id: Value::from(0), token: None, carries: false });
+        let wait = server.limits.connect + server.limits.request;
+        if let Err(e) = self.child.write_line(body, wait) {
+            self.child.calls.lock().waiting.remove(&wire);
+            return Err(e);
+        }
+        let deadline = Instant::now() + wait;
+        loop {
+            match rx.recv_deadline(deadline) {
+                Ok(Incoming::Message(m)) if m.kind() == Ok(Kind::Response) => return Ok(m),
+                Ok(Incoming::Message(_)) => {}
+                Ok(Incoming::Ended(why)) => return Err(DownstreamError::Refused(why)),
+                Err(_) => {
+                    self.child.calls.lock().waiting.remove(&wire);
+                    return Err(DownstreamError::Refused(format!(
+                        "no answer to initialize within {} s; its process is stopped",
+                        wait.as_secs()
+                    )));
+                }
+            }
+        }
+    }
+}
+
+impl Link for StdioLink {
+    fn session_id(&self) -> Option<&str> {
+        None
+    }
+
+    fn request(
+        &self,
+        d: &Downstream,
+        id: &Value,
+        method: &str,
+        params: Option<&RawValue>,
+        on_message: &mut dyn FnMut(Arrival),
+        flight: &Arc<Flight>,
+    ) -> Result<Message, DownstreamError> {
+        if self.child.gone.load(Ordering::Acquire) {
+            return Err(DownstreamError::SessionGone);
+        }
+        *self.child.used.lock() = Instant::now();
+        let wire = self.child.next_wire.fetch_add(1, Ordering::Relaxed);
+        // A progress token the caller chose may be another session's too.
+        let (params, token) = wire_token(params, wire);
+        let (tx, rx) = bounded(64);
+        let stop = tx.clone();
+        if let Err(why) = flight.arm(Box::new(move || {
+            let _ = stop.try_send(Incoming::Ended("stopped".into()));
+        })) {
+            return Err(d.server.stopped(why));
+        }
+        {
+            let mut calls = self.child.calls.lock();
+            if let Some((wire_token, _)) = &token {
+                calls.tokens.insert(wire_token.clone(), wire);
+            }
+            calls
+                .waiting
+                .insert(wire, Waiting { tx, view: self.view, id: id.clone(), token, carries: carries(method) });
+        }
+        let body = jsonrpc::request(&Value::from(wire), method, params.as_deref());
+        let result = self.child.write_line(&body, d.server.limits.request).and_then(|()| {
+            loop {
+                match rx.recv() {
+                    Ok(Incoming::Message(m)) if m.kind() == Ok(Kind::Response) => {
+                        flight.heard();
+                        break Ok(m);
+                    }
+                    Ok(Incoming::Message(m)) => {
+                        flight.heard();
+                        on_message(Arrival::Message(m));
+                    }
+                    Ok(Incoming::Ended(why)) if why == "stopped" => break Err(DownstreamError::Closed),
+                    Ok(Incoming::Ended(why)) => break Err(DownstreamError::Exited(why)),
+                    Err(_) => break Err(DownstreamError::Closed),
+                }
+            }
+        });
+        let mut calls = self.child.calls.lock();
+        if let Some(waiting) = calls.waiting.remove(&wire)
+            && let Some((wire_token, _)) = waiting.token
+        {
+            calls.tokens.remove(&wire_token);
+        }
+        result
+    }
+
+    fn send(&self, d: &Downstream, body: &[u8]) -> Result<(), DownstreamError> {
+        if self.child.gone.load(Ordering::Acquire) {
+            return Err(DownstreamError::SessionGone);
+        }
+        if self.shared && is_initialized(body) && self.child.initialized.swap(true, Ordering::AcqRel) {
+            // A shared child is initialized once, by its first session.
+            return Ok(());
+        }
+        self.child.write_line(body, d.server.limits.request)
+    }
+
+    fn listen(&self, d: &Arc<Downstream>, inbox: Weak<dyn Inbox>) -> Result<(), DownstreamError> {
+        // What the child sent before goes first; what it sends meanwhile is kept
+        // too, until nothing is left and the inbox takes the rest, in order.
+        loop {
+            let early = {
+                let mut calls = self.child.calls.lock();
+                match calls.early.as_mut() {
+                    Some(early) if !early.is_empty() => std::mem::take(early),
+                    _ => {
+                        calls.early = None;
+                        calls.inboxes.insert(self.view, inbox);
+                        return Ok(());
+                    }
+                }
+            };
+            if let Some(inbox) = inbox.upgrade() {
+                for message in early {
+                    inbox.deliver(&d.server, message);
+                }
+            }
+        }
+    }
+
+    fn stop(&self, _: &Downstream) {
+        let mut calls = self.child.calls.lock();
+        calls.early = None;
+        calls.inboxes.remove(&self.view);
+    }
+
+    fn end(&self, _: &Downstream) -> Result<(), DownstreamError> {
+        let program = &self.program;
+        let others = self.child.views.fetch_sub(1, Ordering::AcqRel) - 1;
+        *self.child.used.lock() = Instant::now();
+        if self.shared && others > 0 {
+            return Ok(());
+        }
+        // The last session left a shared child: the reaper stops it after
+        // shared_idle_secs, unless it never answered initialize (it hung, or
+        // refused), or its server was removed or changed by a reload (the
+        // reaper looks only at the servers configured now): then no session
+        // can use it, and it stops now. A session initializing it holds the
+        // lock, and keeps it.
+        let unusable = || {
+            program.retired.load(Ordering::Acquire)
+                || self.child.initialize.try_lock().is_some_and(|answer| answer.is_none())
+        };
+        if self.shared && !unusable() {
+            return Ok(());
+        }
+        if self.shared {
+            program.forget_shared(&self.child);
+        }
+        program.stop_child(&self.child);
+        Ok(())
+    }
+}
+
+fn is_initialized(body: &[u8]) -> bool {
+    Message::parse(body).is_ok_and(|m| m.method() == "notifications/initialized")
+}
+
+/// The params with a progress token of the child's own (the caller's kept
+/// to put back), when they carry one; untouched (and not parsed) otherwise.
+fn wire_token(params: Option<&RawValue>, wire: u64) -> (Option<Box<RawValue>>, Option<(String, Value)>) {
+    let Some(raw) = params else { return (None, None) };
+    if !raw.get().contains("progressToken") {
+        return (Some(raw.to_owned()), None);
+    }
+    let Ok(mut value) = serde_json::from_str::<Value>(raw.get()) else { return (Some(raw.to_owned()), None) };
+    let Some(token) = value.pointer_mut("/_meta/progressToken") else { return (Some(raw.to_owned()), None) };
+    let theirs = token.take();
+    let ours = format!("mcpgate-{wire}");
+    *token = Value::String(ours.clone());
+    (Some(jsonrpc::raw(&value)), Some((ours, theirs)))
+}

@@ -1,0 +1,166 @@
+//! The stdio transport: a server that is a program mcpgate starts and
+//! speaks to in newline-delimited JSON-RPC on its stdin and stdout, as
+//! Claude Desktop's `command`/`args`/`env` entries describe.
+//!
+//! Processes:
+//! - every child is started by one long-lived thread ([`Children`]), in a
+//!   process group of its own, with `PR_SET_PDEATHSIG`: if mcpgate dies,
+//!   even by `kill -9`, the kernel kills it (what it started in turn is in
+//!   its group, which systemd's `KillMode=control-group` takes too);
+//! - it gets a small base environment ([`BASE_ENV`]) and its own `env`,
+//!   not mcpgate's, which may hold other servers' secrets, and no signal
+//!   blocked (mcpgate blocks SIGTERM, SIGINT and SIGHUP in every thread,
+//!   and a signal mask outlives exec);
+//! - one thread reads its stdout (a message per line, at most
+//!   `max_message_bytes`), one its stderr (to the log, prefixed with the
+//!   server's name, bounded and rate-limited); writes to its stdin never
+//!   block longer than the request timeout;
+//! - it ends through the close path only: stdin closed, `stdio_grace_ms`
+//!   to exit, then SIGTERM to its group, the same again, then SIGKILL, and
+//!   it is always reaped. A child that exits by itself is reaped by its
+//!   reader at once: no zombies. Either way its group is killed before it
+//!   is reaped (while its pid cannot be reused), and the readers notice its
+//!   exit even when a process that escaped the group holds its pipes.
+//!
+//! Sharing: with `"sharing": "session"` (the default) each client session
+//! has a child of its own. With `"shared"` one child serves every session:
+//! each session's downstream session is a view of it, request ids and
+//! progress tokens are rewritten so sessions cannot collide, and what the
+//! child sends goes to the session it concerns: a response to its request,
+//! progress to the call that asked for it, a request (sampling,
+//! elicitation, roots) to the one session with a call running, refused
+//! when that is not one session; list changes to every session.
+//!
+//! A request of a child goes on the answer stream of the one call of a
+//! client running on it, else on the session's `GET` stream: never with one
+//! of mcpgate's own requests (the lists it merges, `logging/setLevel`),
+//! whose answers reach no client. What a per-session child sends before its
+//! session listens (server-filesystem asks for the roots as soon as it is
+//! initialized) is kept for that session.
+//!
+//! The files, from the ground up: `child.rs` (one process and the calls
+//! waiting on it), `routing.rs` (where what it sends goes), `reader.rs` (its
+//! stdout and stderr threads), `program.rs` (a server's children: start,
+//! backoff, shared child, end), `link.rs` (a downstream session on one);
+//! here, [`StdioConnector`] and `open`. What every server's children share
+//! (the spawner thread, `max_processes`, the sweep) is `downstream/children.rs`.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::config::{Sharing, StdioConfig};
+use crate::downstream::children::Children;
+use crate::downstream::{Connector, DownstreamError, Opened, Processes, Server};
+use crate::protocol::jsonrpc;
+
+mod child;
+mod link;
+mod program;
+mod reader;
+mod routing;
+
+use link::{StdioLink, VIEWS};
+use program::Program;
+pub(crate) use routing::{carries, keep_early, token_key};
+
+/// A stdio server: the program it is. Its links and its children's
+/// readers hold it, to count and stop what they end.
+pub(crate) struct StdioConnector {
+    program: Arc<Program>,
+}
+
+impl StdioConnector {
+    pub(crate) fn new(name: &str, config: StdioConfig, children: Arc<Children>) -> StdioConnector {
+        StdioConnector { program: Arc::new(Program::new(name, config, children)) }
+    }
+}
+
+/// Its sessions are its children, which end with mcpgate: nothing is saved
+/// to resume, and `saved_url` is none.
+impl Connector for StdioConnector {
+    fn kind(&self) -> &'static str {
+        "stdio"
+    }
+
+    fn open(&self, server: &Arc<Server>, body: &[u8]) -> Result<Opened, DownstreamError> {
+        open(server, &self.program, body)
+    }
+
+    fn processes(&self) -> Option<Processes> {
+        Some(self.program.processes())
+    }
+
+    fn retire(&self) {
+        self.program.retire();
+    }
+
+    fn shutdown(&self) {
+        self.program.shutdown();
+    }
+
+    fn stop_idle(&self, idle: Duration) {
+        self.program.stop_idle(idle);
+    }
+}
+
+/// Opens a session on a stdio server: its own child (`"sharing":
+/// "session"`) or a view of the shared one. Sends `initialize` unless the
+/// shared child has answered it already.
+fn open(server: &Arc<Server>, program: &Arc<Program>, body: &[u8]) -> Result<Opened, DownstreamError> {
+    let shared = program.config.sharing == Sharing::Shared;
+    let child = if shared {
+        let mut slot = program.shared.lock();
+        // Ends: a turn either takes a child or takes a gone one out of the slot.
+        loop {
+            match slot.as_ref() {
+                Some(child) if !child.gone.load(Ordering::Acquire) => break child.clone(),
+                Some(_) => {
+                    // Stopped without the lock held; meanwhile another session
+                    // may start the next child, which this one then uses.
+                    let old = slot.take();
+                    drop(slot);
+                    if let Some(old) = old {
+                        program.stop_child(&old);
+                    }
+                    slot = program.shared.lock();
+                }
+                None => {
+                    let child = program.spawn(server)?;
+                    *slot = Some(child.clone());
+                    break child;
+                }
+            }
+        }
+    } else {
+        program.spawn(server)?
+    };
+    child.views.fetch_add(1, Ordering::AcqRel);
+    *child.used.lock() = Instant::now();
+    let view = VIEWS.fetch_add(1, Ordering::Relaxed);
+    let link = StdioLink { program: program.clone(), child: child.clone(), view, shared };
+    if shared {
+        // The first session initializes the shared child, as mcpgate, able to
+        // sample, elicit and list roots (each session's client is asked).
+        let mut first = child.initialize.lock();
+        if let Some(answer) = first.as_ref() {
+            return Ok((Box::new(link), Ok(answer.clone())));
+        }
+        let params = json!({
+            "protocolVersion": crate::protocol::versions::NEWEST,
+            "capabilities": {"sampling": {}, "elicitation": {}, "roots": {"listChanged": true}},
+            "clientInfo": {"name": "mcpgate", "version": env!("CARGO_PKG_VERSION")},
+        });
+        let body = jsonrpc::request(&Value::from(0), "initialize", Some(&jsonrpc::raw(&params)));
+        let answer = link.initialize(server, &body);
+        if let Ok(answer) = &answer {
+            *first = Some(answer.clone());
+        }
+        drop(first);
+        return Ok((Box::new(link), answer));
+    }
+    let answer = link.initialize(server, body);
+    Ok((Box::new(link), answer))
+}

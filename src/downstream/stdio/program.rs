@@ -1,0 +1,307 @@
+//! What a stdio server keeps, whichever session uses it: the program it
+//! runs (command, args, env), its children's counts, the backoff after
+//! children that failed on their own, and its shared child. Every child
+//! of a server starts here, within `max_processes`, and ends here: on the
+//! close path ([`Program::stop_child`]) or on its own ([`Program::ended`]).
+
+use std::io;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use super::child::{Calls, Child, Signalled, describe};
+use super::reader::{log_stderr, read_stdout};
+use crate::config::{BASE_ENV, Sharing, StdioConfig};
+use crate::downstream::children::{Children, Sweep, exits_within, pipe_of};
+use crate::downstream::{DownstreamError, Processes, Server};
+use crate::limited;
+use crate::runtime::sys::{self, ChildSignal};
+use crate::runtime::threads;
+use crate::stats::{Counter, Gauge};
+
+/// A child that ran this long before it failed resets its server's backoff.
+const STABLE_AFTER: Duration = Duration::from_secs(30);
+/// Backoff between starts of a server whose children keep failing.
+const BACKOFF_MIN: Duration = Duration::from_secs(1);
+const BACKOFF_MAX: Duration = Duration::from_secs(60);
+
+/// What a stdio server keeps: its command, its counts, its backoff, and
+/// its shared child.
+pub(super) struct Program {
+    name: String,
+    pub(super) config: StdioConfig,
+    children: Arc<Children>,
+    live: Gauge,
+    spawned: Counter,
+    exited: Counter,
+    killed: Counter,
+    restarts: Counter,
+    /// Guards the backoff after children that failed on their own.
+    backoff: Mutex<Backoff>,
+    /// Guards the shared child (with `"sharing": "shared"`).
+    pub(super) shared: Mutex<Option<Arc<Child>>>,
+    pub(super) retired: AtomicBool,
+}
+
+#[derive(Default)]
+struct Backoff {
+    /// Children in a row that ended on their own within [`STABLE_AFTER`].
+    failures: u32,
+    until: Option<Instant>,
+    /// One ended on its own: the next start is a restart.
+    restart: bool,
+}
+
+impl Program {
+    pub(super) fn new(name: &str, config: StdioConfig, children: Arc<Children>) -> Program {
+        Program {
+            name: name.to_string(),
+            config,
+            children,
+            live: Gauge::default(),
+            spawned: Counter::default(),
+            exited: Counter::default(),
+            killed: Counter::default(),
+            restarts: Counter::default(),
+            backoff: Mutex::new(Backoff::default()),
+            shared: Mutex::new(None),
+            retired: AtomicBool::new(false),
+        }
+    }
+
+    pub(super) fn processes(&self) -> Processes {
+        Processes {
+            live: self.live.get(),
+            spawned: self.spawned.get(),
+            exited: self.exited.get(),
+            killed: self.killed.get(),
+            restarts: self.restarts.get(),
+        }
+    }
+
+    /// Stops `child` (the close path's end for a child), and counts it.
+    pub(super) fn stop_child(&self, child: &Child) {
+        if let Some(Signalled(signalled)) = child.stop(&self.children) {
+            self.live.dec();
+            if signalled {
+                self.killed.inc();
+            }
+        }
+    }
+
+    /// A reload removed or changed this server: its shared child stops once unused.
+    pub(super) fn retire(&self) {
+        self.retired.store(true, Ordering::Release);
+    }
+
+    /// Stops the shared child, whoever uses it (mcpgate is stopping).
+    pub(super) fn shutdown(&self) {
+        let shared = self.shared.lock().take();
+        if let Some(child) = shared {
+            self.stop_child(&child);
+        }
+    }
+
+    /// Takes `child` out of the shared slot, if it is there: the next
+    /// session starts another.
+    pub(super) fn forget_shared(&self, child: &Arc<Child>) {
+        let mut shared = self.shared.lock();
+        if shared.as_ref().is_some_and(|c| Arc::ptr_eq(c, child)) {
+            shared.take();
+        }
+    }
+
+    /// Stops the shared child when no session has used it for `idle` (or
+    /// at once, retired).
+    pub(super) fn stop_idle(&self, idle: Duration) {
+        let retired = self.retired.load(Ordering::Acquire);
+        let unused = {
+            let mut shared = self.shared.lock();
+            let stale = shared.as_ref().is_some_and(|child| {
+                child.views.load(Ordering::Acquire) == 0 && (retired || child.idle_for() >= idle)
+                    || child.gone.load(Ordering::Acquire)
+            });
+            if stale { shared.take() } else { None }
+        };
+        if let Some(child) = unused {
+            log::info!("server `{}`: its shared process is stopped (no session used it)", self.name);
+            self.stop_child(&child);
+        }
+    }
+
+    /// Starts a child, unless a limit or the backoff says no.
+    pub(super) fn spawn(self: &Arc<Self>, server: &Arc<Server>) -> Result<Arc<Child>, DownstreamError> {
+        // Children are forked one at a time on the spawner thread anyway.
+        let starting = self.children.starting.lock();
+        {
+            let backoff = self.backoff.lock();
+            if let Some(until) = backoff.until
+                && Instant::now() < until
+            {
+                let wait = until.saturating_duration_since(Instant::now()).as_secs_f64().ceil();
+                return Err(DownstreamError::Exhausted(format!(
+                    "its process ended {} times in a row; it is started again in {wait} s",
+                    backoff.failures
+                )));
+            }
+        }
+        let total = self.children.limit.load(Ordering::Relaxed);
+        if self.children.live.get() as usize >= total {
+            return Err(DownstreamError::Exhausted(format!(
+                "mcpgate runs its limit of {total} processes (max_processes)"
+            )));
+        }
+        if let Some(max) = self.config.max_processes
+            && self.live.get() as usize >= max
+        {
+            return Err(DownstreamError::Exhausted(format!(
+                "this server runs its limit of {max} processes (mcpServers.{}.max_processes)",
+                self.name
+            )));
+        }
+        let mut command = Command::new(&self.config.command);
+        command.args(&self.config.args).env_clear().stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        for name in BASE_ENV {
+            if let Some(value) = std::env::var_os(name) {
+                command.env(name, value);
+            }
+        }
+        command.envs(self.config.env.iter().map(|(k, v)| (k, v)));
+        if let Some(cwd) = &self.config.cwd {
+            command.current_dir(cwd);
+        }
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
+        sys::die_with_parent(&mut command);
+        sys::unblock_signals(&mut command);
+        let mut process = self
+            .children
+            .spawn(command)
+            .map_err(|e| DownstreamError::Connect(format!("cannot start `{}`: {e}", self.config.command)))?;
+        self.children.spawned.inc();
+        self.children.live.inc();
+        self.spawned.inc();
+        self.live.inc();
+        if std::mem::take(&mut self.backoff.lock().restart) {
+            self.restarts.inc();
+        }
+        drop(starting);
+        let pid = process.id();
+        let (stdin, stdout, stderr) = (process.stdin.take(), process.stdout.take(), process.stderr.take());
+        let pipe = stdout.as_ref().and_then(pipe_of);
+        let child = Arc::new(Child {
+            pid,
+            started: Instant::now(),
+            process: Mutex::new(Some(process)),
+            stdin: Mutex::new(stdin),
+            calls: Mutex::new(Calls {
+                early: (self.config.sharing != Sharing::Shared).then(Vec::new),
+                ..Calls::default()
+            }),
+            views: AtomicUsize::new(0),
+            next_wire: AtomicU64::new(1),
+            used: Mutex::new(Instant::now()),
+            gone: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
+            threads: Mutex::new(Vec::new()),
+            initialize: Mutex::new(None),
+            initialized: AtomicBool::new(false),
+            pipe,
+            shared: self.config.sharing == Sharing::Shared,
+        });
+        if let Some(stdin) = child.stdin.lock().as_ref()
+            && let Err(e) = sys::set_nonblocking(stdin)
+        {
+            log::warn!("server `{}`: its stdin cannot be made non-blocking: {e}", self.name);
+        }
+        let started = stdout
+            .zip(stderr)
+            .ok_or_else(|| io::Error::other("no pipes"))
+            .and_then(|(stdout, stderr)| self.start_threads(server, &child, stdout, stderr));
+        if let Err(e) = started {
+            self.stop_child(&child);
+            return Err(DownstreamError::Exhausted(format!("mcpgate cannot start a thread now ({e})")));
+        }
+        log::debug!("server `{}`: process {pid} started", self.name);
+        Ok(child)
+    }
+
+    fn start_threads(
+        self: &Arc<Self>,
+        server: &Arc<Server>,
+        child: &Arc<Child>,
+        stdout: std::process::ChildStdout,
+        stderr: std::process::ChildStderr,
+    ) -> io::Result<()> {
+        let max = self.children.max_message.load(Ordering::Relaxed);
+        let reader = {
+            let (server, program, child) = (server.clone(), self.clone(), child.clone());
+            threads::spawn("stdio", &self.name, move || {
+                let _live = server.stats.threads_readers.enter();
+                let why = read_stdout(&server, &child, stdout, max);
+                program.ended(&server, &child, &why);
+            })?
+        };
+        child.threads.lock().push(reader);
+        let name = self.name.clone();
+        let pid = child.pid;
+        let logger = threads::spawn("stderr", &self.name, move || log_stderr(&name, stderr, pid))?;
+        child.threads.lock().push(logger);
+        Ok(())
+    }
+
+    /// The reader of `child`'s stdout ended, `why`: the child is gone. If
+    /// the close path did not stop it, it ended on its own: it is reaped now
+    /// (no zombie), and its calls are told.
+    fn ended(&self, server: &Server, child: &Child, why: &str) {
+        child.gone.store(true, Ordering::Release);
+        if child.stopping.load(Ordering::Acquire) {
+            return;
+        }
+        let status = child.process.lock().take().map(|mut process| {
+            // The grace to exit, if it has not; then its group goes with it, as
+            // on the close path, before it is reaped.
+            exits_within(child.pid, self.children.grace());
+            let _ = sys::signal_group(child.pid, ChildSignal::Kill);
+            let status = process.wait().ok();
+            self.children.forget(child.pid);
+            self.children.reaped.inc();
+            self.children.live.dec();
+            self.live.dec();
+            self.ended_on_its_own(child);
+            // What it left holding its stdout goes with it (mcpgate is its subreaper).
+            if let Some(pipe) = &child.pipe {
+                self.children.sweep(Sweep::Holding(pipe));
+            }
+            status
+        });
+        let status = describe(status.flatten());
+        limited!(
+            warn,
+            "server `{}`: its process {} ended ({why}, {status}); it is started again when next needed",
+            server.name(),
+            child.pid
+        );
+        child.end_calls(&format!("its process ended ({status})"));
+    }
+
+    /// A child ended on its own: counted, and its server backs off.
+    fn ended_on_its_own(&self, child: &Child) {
+        self.exited.inc();
+        let mut backoff = self.backoff.lock();
+        backoff.restart = true;
+        if child.started.elapsed() >= STABLE_AFTER {
+            backoff.failures = 0;
+            backoff.until = None;
+        } else {
+            // The first failure restarts at once; then 1 s, 2 s, 4 s, ... 60 s.
+            backoff.failures += 1;
+            backoff.until = (backoff.failures > 1).then(|| {
+                let step = BACKOFF_MIN.saturating_mul(1 << (backoff.failures - 2).min(6)).min(BACKOFF_MAX);
+                Instant::now() + step
+            });
+        }
+    }
+}
