@@ -491,7 +491,7 @@ fn initialize_result(message: &Message, old_transport: bool) -> Result<Initializ
         .and_then(|r| serde_json::from_str(r.get()).ok())
         .ok_or_else(|| DownstreamError::Protocol("initialize result is not JSON".into()))?;
     let version = result["protocolVersion"].as_str().unwrap_or_default();
-    if !versions::server_may_answer(version, old_transport) && version != crate::protocol::modern::VERSION {
+    if !versions::server_may_answer(version, old_transport) && version != crate::protocol::stateless::VERSION {
         return Err(DownstreamError::Refused(format!("protocol version `{version}` is not one mcpgate speaks")));
     }
     Ok(InitializeResult {

@@ -7,10 +7,6 @@ pub mod sse;
 pub mod stateless;
 pub mod versions;
 
-/// The old name of [`stateless`], for `src/downstream/` until it moves to
-/// the new one (another branch restructures that folder).
-pub use stateless as modern;
-
 /// The session id header (session era).
 pub const SESSION_HEADER: &str = "mcp-session-id";
 /// The protocol version header (both eras).

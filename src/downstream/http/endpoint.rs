@@ -289,7 +289,7 @@ impl Endpoint {
             ))),
             404 if exchange.session_id.is_some() => Err(DownstreamError::SessionGone),
             // The 2026-07-28 era answers errors with 400 or 404 and the JSON-RPC error in the body.
-            400..=499 if exchange.version == crate::protocol::modern::VERSION && mime == "application/json" => {
+            400..=499 if exchange.version == crate::protocol::stateless::VERSION && mime == "application/json" => {
                 let (bytes, _held) = self.read_message(response)?;
                 match Message::parse(&bytes) {
                     Ok(message) if message.kind() == Ok(Kind::Response) && message.id.as_ref() == Some(id) => {

@@ -33,7 +33,7 @@ use ureq::Agent;
 use super::endpoint::{Endpoint, Exchange};
 use crate::downstream::{Arrival, Downstream, DownstreamError, Flight, Inbox, Link, Opened, Server};
 use crate::protocol::jsonrpc::{self, Kind, Message};
-use crate::protocol::modern::{self, META_CAPABILITIES, META_CLIENT_INFO, META_VERSION, VERSION};
+use crate::protocol::stateless::{self as era, META_CAPABILITIES, META_CLIENT_INFO, META_VERSION, VERSION};
 use crate::protocol::{sse, versions};
 use crate::runtime::threads;
 
@@ -146,10 +146,10 @@ fn own_meta() -> Value {
 /// The routing headers of a request of this era.
 fn headers(method: &str, params: &Value) -> Vec<(&'static str, String)> {
     let mut headers = vec![("MCP-Protocol-Version", VERSION.to_string()), ("Mcp-Method", method.to_string())];
-    if let Some(member) = modern::name_member(method)
+    if let Some(member) = era::name_member(method)
         && let Some(name) = params.get(member).and_then(Value::as_str)
     {
-        headers.push(("Mcp-Name", modern::encode_header_value(name)));
+        headers.push(("Mcp-Name", era::encode_header_value(name)));
     }
     headers
 }
@@ -299,7 +299,7 @@ impl Schemas {
     fn headers(&self, params: &Value) -> Vec<(String, String)> {
         let Some(name) = params["name"].as_str() else { return Vec::new() };
         let schemas = self.0.lock();
-        schemas.get(name).map(|schema| modern::param_headers(schema, &params["arguments"])).unwrap_or_default()
+        schemas.get(name).map(|schema| era::param_headers(schema, &params["arguments"])).unwrap_or_default()
     }
 }
 

@@ -22,7 +22,7 @@ use ureq::unversioned::transport::{
 use crate::config::Trust;
 
 /// The client TLS settings checking servers against `trust`.
-pub fn client_config(trust: &Trust) -> Result<Arc<ClientConfig>, String> {
+fn client_config(trust: &Trust) -> Result<Arc<ClientConfig>, String> {
     let mut roots = RootCertStore::empty();
     if !trust.system {
         roots.roots = webpki_roots::TLS_SERVER_ROOTS.to_vec();
