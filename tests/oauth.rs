@@ -46,6 +46,18 @@ fn lines_with(log: &str, text: &str) -> usize {
     log.lines().filter(|l| !l.starts_with("[DEBUG") && l.contains(text)).count()
 }
 
+/// mcpgate's log once a line with each of `texts` is in it: the test reads
+/// the log on a thread of its own, which on a loaded host lags the answer
+/// that followed the line (a fresh clone's CI with two CPU hogs saw the
+/// 503 before its log line).
+fn log_once_it_has(gate: &Gate, texts: &[&str]) -> String {
+    wait_until(Duration::from_secs(10), || {
+        let log = gate.stderr();
+        texts.iter().all(|text| lines_with(&log, text) > 0)
+    });
+    gate.stderr()
+}
+
 #[test]
 fn a_401_names_the_metadata_which_names_the_issuer_and_the_scopes() {
     let key = Signer::rsa("rsa-1", "RS256");
@@ -168,8 +180,9 @@ fn each_refused_token_gets_401_invalid_token_saying_why_and_the_reason_is_logged
         assert!(message.contains(reason.as_str()), "{what}: {message}");
     }
     assert_eq!(alpha.count("initialize") + beta.count("initialize"), 0, "no refused token reached a server");
-    let log = gate.stderr();
-    for reason in ["it expired", "not in [", "issuer `https://evil", "no key `not-published`", "alg `none`"] {
+    let reasons = ["it expired", "not in [", "issuer `https://evil", "no key `not-published`", "alg `none`"];
+    let log = log_once_it_has(&gate, &reasons);
+    for reason in reasons {
         assert_eq!(lines_with(&log, reason), 1, "one log line for `{reason}`:\n{log}");
     }
     assert_eq!(gate.status()["auth"]["refused"], cases.len(), "{}", gate.status());
@@ -355,8 +368,9 @@ fn an_unreachable_jwks_gets_503_and_one_log_line_with_the_reason() {
         assert_eq!(reply.header("retry-after"), Some("5"));
         assert!(reply.body.contains("cannot check tokens now"), "{reply:?}");
     }
-    let log = gate.stderr();
-    assert_eq!(lines_with(&log, "cannot fetch the issuer's signing keys: http://127.0.0.1:9/jwks"), 1, "{log}");
+    let unreachable = "cannot fetch the issuer's signing keys: http://127.0.0.1:9/jwks";
+    let log = log_once_it_has(&gate, &[unreachable]);
+    assert_eq!(lines_with(&log, unreachable), 1, "{log}");
     assert_eq!(gate.status()["auth"]["jwks_fetches"], 1, "retried at most every 10 s: {}", gate.status());
 }
 
@@ -369,8 +383,8 @@ fn an_issuer_whose_metadata_has_no_jwks_uri_is_named_in_the_log() {
     let gate = gate_for(&issuer, &alpha, &beta, json!({}));
     let reply = init(&gate, Some(&key.token(&issuer.claims("alice", RESOURCE, "mcp"))));
     assert_eq!(reply.status, 503, "{reply:?}");
-    let log = gate.stderr();
     let line = format!("{}/.well-known/openid-configuration has no `jwks_uri`: set auth.oauth.jwks_uri", issuer.url());
+    let log = log_once_it_has(&gate, &[&line]);
     assert_eq!(lines_with(&log, &line), 1, "{log}");
 }
 

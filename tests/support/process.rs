@@ -373,6 +373,13 @@ impl Gate {
         self.stderr.lock().unwrap().clone()
     }
 
+    /// The log once `ready` holds for it (at most 20 s): a thread of the
+    /// test reads it, and on a loaded host it lags what mcpgate did.
+    pub fn stderr_once(&self, ready: impl Fn(&str) -> bool) -> String {
+        wait_until(Duration::from_secs(20), || ready(&self.stderr()));
+        self.stderr()
+    }
+
     /// SIGTERM, then the exit status (None if it did not exit within `timeout`).
     pub fn terminate(&mut self, timeout: Duration) -> Option<ExitStatus> {
         signal(self.pid(), "TERM");
