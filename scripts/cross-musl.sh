@@ -45,7 +45,7 @@ t0=$SECONDS
 env -u RUSTUP_TOOLCHAIN PATH="$ROOT/.cross/zig/bin:/usr/bin:/bin" RUSTC=/usr/bin/rustc \
   CARGO_TARGET_DIR="$ROOT/target/cross" RUSTC_BOOTSTRAP=1 \
   RUSTFLAGS="-C link-self-contained=no" \
-  nice -n 10 cargo-zigbuild build --locked --quiet -p mcpgate --bin mcpgate --release \
+  cargo-zigbuild build --locked --quiet -p mcpgate --bin mcpgate --release \
   --target "$zig_target" -Zbuild-std=std,panic_abort "$@"
 bin=$ROOT/target/cross/$target/release/mcpgate
 file "$bin" 2>/dev/null || true

@@ -81,7 +81,7 @@ debian_cargo() {
     CARGO_TARGET_DIR="$CROSS_DIR" \
     CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
     CARGO_TARGET_ARMV7_UNKNOWN_LINUX_GNUEABIHF_LINKER=arm-linux-gnueabihf-gcc \
-    nice -n 10 /usr/bin/cargo "$@"
+    /usr/bin/cargo "$@"
 }
 
 # qemu_for TARGET: the qemu-user binary that runs it.
