@@ -16,8 +16,11 @@
 #
 # What it installs from Debian when missing (rustup cannot download targets here, and a build box
 # may be the same): rustc-web and cargo-web (bookworm-security), the standard libraries of both
-# targets through multiarch (libstd-rust-web-dev:arm64, :armhf), the cross linkers
-# (gcc-aarch64-linux-gnu, gcc-arm-linux-gnueabihf) and qemu-user-static. The builds go to
+# targets through multiarch (libstd-rust-web-dev:arm64, :armhf), the cross compilers
+# (gcc-aarch64-linux-gnu, gcc-arm-linux-gnueabihf) with their C library headers
+# (libc6-dev-arm64-cross, libc6-dev-armhf-cross: the compilers only recommend them, and
+# --no-install-recommends leaves them out, so ring's C sources did not build on a new machine)
+# and qemu-user-static. The builds go to
 # target/cross/ (Debian's rustc, not rustup's, so they never invalidate the host's); the x86
 # fixture and load generator to target/debug/ and target/release/.
 #
@@ -48,7 +51,7 @@ esac
 CROSS_DIR=${CROSS_DIR:-$ROOT/target/cross}
 GNU_TARGETS=(aarch64-unknown-linux-gnu armv7-unknown-linux-gnueabihf)
 DEBIAN_PACKAGES=(rustc-web cargo-web libstd-rust-web-dev:arm64 libstd-rust-web-dev:armhf
-  gcc-aarch64-linux-gnu gcc-arm-linux-gnueabihf qemu-user-static)
+  gcc-aarch64-linux-gnu gcc-arm-linux-gnueabihf libc6-dev-arm64-cross libc6-dev-armhf-cross qemu-user-static)
 step() { printf '\n== cross.sh: %s\n' "$*"; }
 began=$SECONDS
 
@@ -231,6 +234,11 @@ churn() {
 # ------------------------------------------------------------------------------------ the run
 step "the toolchain (Debian: ${DEBIAN_PACKAGES[*]})"
 install_debian "${DEBIAN_PACKAGES[@]}"
+# Each C compiler builds a file with the C library's headers, or the run stops here and says why.
+for cc in aarch64-linux-gnu-gcc arm-linux-gnueabihf-gcc; do
+  printf '#include <stdint.h>\nint main(void) { return 0; }\n' | "$cc" -x c -c -o /dev/null - 2>"$LOG_DIR/$cc.log" ||
+    { cat "$LOG_DIR/$cc.log" >&2; fail "$cc cannot build C with its C library's headers"; }
+done
 echo "$(/usr/bin/rustc --version), $(/usr/bin/cargo --version | cut -d' ' -f1-2); $(qemu-aarch64-static --version | head -1)"
 
 step "the x86 fixture (the servers the ARM binaries talk to)"
