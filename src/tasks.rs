@@ -5,6 +5,15 @@
 //! `task.taskId` in a `CreateTaskResult`, `taskId` in a task, in
 //! `tasks/list` and in `notifications/tasks/status`, and the related-task
 //! `_meta` of a task's messages and results.
+//!
+//! In 2026-07-28 tasks are an extension (SEP-2663, [`EXTENSION`]): a task
+//! is written flat, with `ttlMs` and `pollIntervalMs`, and its result or
+//! error inlined once it ends. [`to_extension`] writes a task of
+//! 2025-11-25 that way, for the clients of that era.
+//!
+//! The ids mcpgate mints carry 128 random bits: in 2026-07-28 a task id is
+//! the only key to its task (there is no `tasks/list`), so it must not be
+//! guessable.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -12,6 +21,8 @@ use serde_json::{Map, Value};
 
 /// The `_meta` key that ties a message to its task.
 pub const RELATED: &str = "io.modelcontextprotocol/related-task";
+/// The tasks extension of 2026-07-28 (SEP-2663), as capabilities name it.
+pub const EXTENSION: &str = "io.modelcontextprotocol/tasks";
 /// Task ids one session remembers; the oldest are forgotten first.
 const MAX_TASKS: usize = 1024;
 
@@ -33,7 +44,7 @@ impl TaskIds {
             return id.clone();
         }
         self.next += 1;
-        let id = format!("mcpgate-task-{}", self.next);
+        let id = format!("mcpgate-task-{}-{}", self.next, unguessable(self.next));
         if self.order.len() == MAX_TASKS
             && let Some(old) = self.order.pop_front()
             && let Some(key) = self.targets.remove(&old)
@@ -50,6 +61,70 @@ impl TaskIds {
     pub fn target(&self, exposed: &str) -> Option<(String, String)> {
         self.targets.get(exposed).cloned()
     }
+}
+
+/// 128 bits from the kernel, in hex. Should it fail (it does not on any
+/// kernel mcpgate runs on), a digest of the clock and `n`: unique still,
+/// and logged, since it is then guessable with effort.
+fn unguessable(n: u64) -> String {
+    let mut bytes = [0u8; 16];
+    if let Err(e) = crate::runtime::sys::random(&mut bytes) {
+        crate::limited!(warn, "no randomness for a task id ({e}): it is made from the clock");
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+        let digest = crate::runtime::sha256::digest(format!("{nanos}.{n}.{}", std::process::id()).as_bytes());
+        bytes.copy_from_slice(&digest[..16]);
+    }
+    crate::runtime::sha256::hex(&bytes)
+}
+
+/// How a tool takes a task (`execution.taskSupport` of its definition);
+/// absent is `Forbidden`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Support {
+    Forbidden,
+    Optional,
+    Required,
+}
+
+impl Support {
+    /// Read from a tool's definition as its server listed it.
+    pub fn of(tool: &Value) -> Support {
+        match tool["execution"]["taskSupport"].as_str() {
+            Some("optional") => Support::Optional,
+            Some("required") => Support::Required,
+            _ => Support::Forbidden,
+        }
+    }
+}
+
+/// Whether `capabilities` (a client's, or a server's of 2026-07-28) declare
+/// the tasks extension.
+pub fn declares_extension(capabilities: &Value) -> bool {
+    capabilities["extensions"][EXTENSION].is_object()
+}
+
+/// A task of 2025-11-25 (a `Task`, flat as `tasks/get` answers it, or the
+/// `task` of a `CreateTaskResult`) as the extension writes it: the same
+/// id, status, message and times, `ttl` as `ttlMs` (null: unlimited) and
+/// `pollInterval` as `pollIntervalMs`. Members the extension does not
+/// know are left out.
+pub fn to_extension(task: &Map<String, Value>) -> Map<String, Value> {
+    let mut out = Map::new();
+    for key in ["taskId", "status", "statusMessage", "createdAt", "lastUpdatedAt"] {
+        if let Some(value) = task.get(key).filter(|v| !v.is_null()) {
+            out.insert(key.into(), value.clone());
+        }
+    }
+    out.insert("ttlMs".into(), task.get("ttl").filter(|t| t.is_u64()).cloned().unwrap_or(Value::Null));
+    if let Some(poll) = task.get("pollInterval").filter(|p| p.is_u64()) {
+        out.insert("pollIntervalMs".into(), poll.clone());
+    }
+    out
+}
+
+/// Whether a task's status is final.
+pub fn is_terminal(status: &str) -> bool {
+    matches!(status, "completed" | "failed" | "cancelled")
 }
 
 /// Replaces every task id in `value` (a result or params object) with what
@@ -151,6 +226,38 @@ mod tests {
         let mut list = json!({"tasks": [{"taskId": "4"}, {"taskId": "5"}]});
         rewrite_ids(&mut list, &mut map);
         assert_eq!(list["tasks"][1]["taskId"], "x-5");
+    }
+
+    #[test]
+    fn ids_are_unguessable() {
+        let mut ids = TaskIds::default();
+        let (a, b) = (ids.expose("s", "1"), ids.expose("s", "2"));
+        let random = |id: &str| id.rsplit('-').next().map(str::len);
+        assert_eq!((random(&a), random(&b)), (Some(32), Some(32)), "{a} {b}");
+        assert_ne!(a.rsplit('-').next(), b.rsplit('-').next());
+    }
+
+    #[test]
+    fn a_task_of_2025_11_25_is_written_as_the_extension_writes_it() {
+        let task = json!({"taskId": "t", "status": "working", "createdAt": "c", "lastUpdatedAt": "u",
+            "ttl": 60000, "pollInterval": 100, "statusMessage": null, "other": 1});
+        let Value::Object(task) = task else { unreachable!() };
+        assert_eq!(
+            Value::Object(to_extension(&task)),
+            json!({"taskId": "t", "status": "working", "createdAt": "c", "lastUpdatedAt": "u",
+                "ttlMs": 60000, "pollIntervalMs": 100})
+        );
+        let Value::Object(unlimited) = json!({"taskId": "t", "status": "working", "ttl": null}) else { unreachable!() };
+        assert_eq!(to_extension(&unlimited)["ttlMs"], Value::Null);
+    }
+
+    #[test]
+    fn task_support_is_read_from_the_definition() {
+        assert_eq!(Support::of(&json!({"execution": {"taskSupport": "required"}})), Support::Required);
+        assert_eq!(Support::of(&json!({"execution": {"taskSupport": "optional"}})), Support::Optional);
+        assert_eq!(Support::of(&json!({"name": "t"})), Support::Forbidden);
+        assert!(declares_extension(&json!({"extensions": {EXTENSION: {}}})));
+        assert!(!declares_extension(&json!({"extensions": {}})) && !declares_extension(&Value::Null));
     }
 
     #[test]

@@ -10,7 +10,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::{Client, Fixture, Gate, config};
+use support::{Client, Fixture, Gate, Modern, Reply, config};
 
 const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
 
@@ -107,4 +107,138 @@ fn task_status_notifications_reach_the_get_stream_with_the_clients_id() {
         .expect("a status notification on the GET stream");
     assert_eq!(status["params"]["taskId"], id.as_str(), "{status}");
     assert_eq!(status["params"]["status"], "completed", "{status}");
+}
+
+// Clients of 2026-07-28: tasks are the extension `io.modelcontextprotocol/tasks` (SEP-2663),
+// bridged to the session-era servers' tasks of 2025-11-25.
+
+const EXTENSION: &str = "io.modelcontextprotocol/tasks";
+
+/// A client of 2026-07-28 that declares the tasks extension.
+fn tasks_client(gate: &Gate) -> Modern {
+    let mut client = Modern::new(&gate.url());
+    client.capabilities = json!({"extensions": {EXTENSION: {}}});
+    client
+}
+
+fn era_gate() -> (Fixture, Fixture, Gate) {
+    let (a, b) = (Fixture::start("a", &["--tasks"]), Fixture::start("b", &["--tasks"]));
+    let gate = Gate::start(&config(&[("a", a.url()), ("b", b.url())]));
+    (a, b, gate)
+}
+
+/// `tasks/get` until the task is no longer `working`.
+fn poll_ended(client: &Modern, id: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let task = client.send(json!(9), "tasks/get", json!({"taskId": id}), &[]).result().clone();
+        if task["status"] != "working" {
+            return task;
+        }
+        assert!(Instant::now() < deadline, "task {id} still working: {task}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn created(reply: &Reply) -> String {
+    let result = reply.result();
+    assert_eq!(result["resultType"], "task", "{result}");
+    result["taskId"].as_str().unwrap_or_else(|| panic!("no task: {result}")).to_string()
+}
+
+#[test]
+fn a_client_of_2026_gets_the_tasks_extension_over_session_era_tasks() {
+    let (a, b, gate) = era_gate();
+    let client = tasks_client(&gate);
+    let first = client.call(2, "a__research", json!({"ms": 100}));
+    let task = first.result().clone();
+    assert_eq!(task["status"], "working", "{task}");
+    assert!(task["createdAt"].is_string() && task["lastUpdatedAt"].is_string(), "{task}");
+    assert!(task["ttlMs"].is_u64() && task["pollIntervalMs"].is_u64(), "as the extension writes them: {task}");
+    assert!(task.get("task").is_none() && task.get("ttl").is_none(), "flat, not 2025-11-25's shape: {task}");
+    let (ta, tb) = (created(&first), created(&client.call(3, "b__research", json!({"ms": 100}))));
+    assert_ne!(ta, tb, "the servers minted the same id; the client must see two");
+    for (id, server) in [(&ta, &a), (&tb, &b)] {
+        assert!(!id.starts_with("task-"), "mcpgate's id, not the server's: {id}");
+        let ended = poll_ended(&client, id);
+        assert_eq!((ended["taskId"].as_str(), ended["status"].as_str()), (Some(id.as_str()), Some("completed")));
+        assert_eq!(ended["resultType"], "complete", "{ended}");
+        assert_eq!(ended["result"]["content"][0]["text"], "research done", "{ended}");
+        assert_eq!(ended["result"]["resultType"], "complete", "the inlined result is of the era too: {ended}");
+        let received = ids_received(server);
+        assert!(!received.is_empty() && received.iter().all(|r| r.starts_with("task-")), "{received:?}");
+    }
+}
+
+#[test]
+fn a_tools_error_result_is_a_completed_task_and_a_cancelled_task_says_so() {
+    let (a, _b, gate) = era_gate();
+    let client = tasks_client(&gate);
+    let failed = created(&client.call(1, "a__research", json!({"ms": 10, "fail": true})));
+    let ended = poll_ended(&client, &failed);
+    assert_eq!(ended["status"], "completed", "an isError result is completed in the extension: {ended}");
+    assert_eq!(ended["result"]["isError"], true, "{ended}");
+
+    let long = created(&client.call(2, "a__research", json!({"ms": 20_000})));
+    let before = ids_received(&a).len();
+    let ack = client.send(json!(3), "tasks/cancel", json!({"taskId": long}), &[]);
+    assert_eq!(ack.result(), &json!({"resultType": "complete"}), "an empty acknowledgement");
+    assert!(ids_received(&a).len() > before, "the cancel reached the server");
+    assert_eq!(poll_ended(&client, &long)["status"], "cancelled");
+}
+
+#[test]
+fn unknown_task_ids_are_refused_by_get_and_acknowledged_by_update_and_cancel() {
+    let (a, _b, gate) = era_gate();
+    let client = tasks_client(&gate);
+    let unknown = client.send(json!(1), "tasks/get", json!({"taskId": "task-a-1"}), &[]);
+    assert_eq!(unknown.error_code(), -32602, "{unknown:?}");
+    assert!(unknown.error_message().contains("unknown task"), "{unknown:?}");
+    for method in ["tasks/update", "tasks/cancel"] {
+        let params = json!({"taskId": "mcpgate-task-1-0", "inputResponses": {}});
+        let ack = client.send(json!(2), method, params, &[]);
+        assert_eq!(ack.result()["resultType"], "complete", "{method}: {ack:?}");
+    }
+    assert!(ids_received(&a).is_empty(), "nothing reached the server");
+    // The routing header must name the task, as for any request of the era.
+    let id = created(&client.call(3, "a__research", json!({"ms": 10})));
+    let mismatch = client.send(json!(4), "tasks/get", json!({"taskId": id}), &[("Mcp-Name", "another")]);
+    assert_eq!(mismatch.error_code(), -32020, "{mismatch:?}");
+}
+
+#[test]
+fn a_tool_that_requires_a_task_needs_the_extension_and_an_optional_one_runs_at_once_without() {
+    let (a, _b, gate) = era_gate();
+    let plain = Modern::new(&gate.url());
+    let refused = plain.call(1, "a__research_required", json!({"ms": 10}));
+    assert_eq!(refused.error_code(), -32021, "{refused:?}");
+    assert!(refused.body["error"]["data"]["requiredCapabilities"]["extensions"][EXTENSION].is_object(), "{refused:?}");
+    assert_eq!(a.stats()["methods"]["tools/call"], Value::Null, "not sent: {}", a.stats());
+    let at_once = plain.call(2, "a__research", json!({"ms": 10}));
+    assert_eq!(at_once.result()["content"][0]["text"], "research done", "{at_once:?}");
+    assert_eq!(at_once.result()["resultType"], "complete");
+    assert_eq!(a.stats()["tasks_created"], 0, "no task without the extension");
+
+    let client = tasks_client(&gate);
+    let id = created(&client.call(3, "a__research_required", json!({"ms": 10})));
+    assert_eq!(poll_ended(&client, &id)["status"], "completed");
+    // Tools that take no task run as before, with or without the extension.
+    let echo = client.call(4, "a__echo", json!({"text": "hi"}));
+    assert_eq!(echo.result()["resultType"], "complete", "{echo:?}");
+}
+
+#[test]
+fn with_tokens_a_task_belongs_to_its_token() {
+    let a = Fixture::start("a", &["--tasks"]);
+    let (ka, kb) = ("token-a-0123456789abcdef", "token-b-0123456789abcdef");
+    let mut c = config(&[("a", a.url())]);
+    c["auth"] = json!({"tokens": [{"token": ka}, {"token": kb}]});
+    let gate = Gate::start(&c);
+    let mut client = tasks_client(&gate);
+    client.token = Some(ka.into());
+    let id = created(&client.call(1, "a__research", json!({"ms": 10})));
+    client.token = Some(kb.into());
+    assert_eq!(client.send(json!(2), "tasks/get", json!({"taskId": id}), &[]).error_code(), -32602);
+    client.token = Some(ka.into());
+    assert_eq!(poll_ended(&client, &id)["status"], "completed");
 }

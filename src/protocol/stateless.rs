@@ -54,6 +54,8 @@ pub fn name_member(method: &str) -> Option<&'static str> {
     match method {
         "tools/call" | "prompts/get" => Some("name"),
         "resources/read" => Some("uri"),
+        // The tasks extension (SEP-2663): an intermediary routes a task's requests by its id.
+        "tasks/get" | "tasks/update" | "tasks/cancel" => Some("taskId"),
         _ => None,
     }
 }
@@ -179,6 +181,17 @@ pub fn missing_capability(capability: &str, method: &str) -> RpcError {
     e
 }
 
+/// -32021: the call can only be run as a task, and the request does not
+/// declare the extension `extension` (`data.requiredCapabilities` names it).
+pub fn missing_extension(extension: &str, why: &str) -> RpcError {
+    let mut e = RpcError::new(
+        MISSING_CAPABILITY,
+        format!("{why}: the request's _meta must declare the client capability extensions.`{extension}`"),
+    );
+    e.data = Some(serde_json::json!({ "requiredCapabilities": { "extensions": { extension: {} } } }));
+    e
+}
+
 /// -32022 naming every version mcpgate speaks, of both eras.
 pub fn unsupported(requested: &str) -> RpcError {
     let mut supported = vec![VERSION];
@@ -292,12 +305,23 @@ fn base64_decode(text: &str) -> Option<Vec<u8>> {
 /// Whether a result already says its `resultType` (a server of this era's
 /// does): read from its top level alone, without building it.
 pub fn has_result_type(result: &serde_json::value::RawValue) -> bool {
+    result_type(result).is_some_and(|t| t.is_some())
+}
+
+/// Whether a result is a task (`resultType: "task"`, the tasks extension):
+/// read from its top level alone.
+pub fn is_task(result: &serde_json::value::RawValue) -> bool {
+    result.get().contains("\"task\"") && result_type(result).is_some_and(|t| t.as_deref() == Some("task"))
+}
+
+/// The `resultType` of a result object (`None` when it is not one).
+fn result_type(result: &serde_json::value::RawValue) -> Option<Option<std::borrow::Cow<'_, str>>> {
     #[derive(serde::Deserialize)]
     struct Typed<'a> {
         #[serde(rename = "resultType", borrow)]
         result_type: Option<std::borrow::Cow<'a, str>>,
     }
-    serde_json::from_str::<Typed>(result.get()).is_ok_and(|t| t.result_type.is_some())
+    serde_json::from_str::<Typed>(result.get()).ok().map(|t| t.result_type)
 }
 
 /// Fills in what a result of this era must carry: `resultType` (complete,

@@ -82,7 +82,9 @@ impl Modern {
         if params.get("_meta").is_none() {
             params["_meta"] = era_meta(self.capabilities.clone());
         }
-        let name = params.get("name").or(params.get("uri")).and_then(Value::as_str).map(str::to_string);
+        let named =
+            if method.starts_with("tasks/") { params.get("taskId") } else { params.get("name").or(params.get("uri")) };
+        let name = named.and_then(Value::as_str).map(str::to_string);
         let mut headers: Vec<(String, String)> =
             vec![("MCP-Protocol-Version".into(), ERA.into()), ("Mcp-Method".into(), method.into())];
         if let Some(name) = name {

@@ -42,6 +42,7 @@ use crate::gateway::outcome::Outcome;
 use holds::{HeldParts, HoldEvent, HoldThread};
 
 pub(super) mod holds;
+mod tasks;
 pub(super) mod watch;
 use crate::catalog::ListKind;
 
@@ -152,6 +153,7 @@ impl Gateway {
                 self.stateless_call(req, &pool, message, &envelope, sink, access)
             }
             "subscriptions/listen" => self.listen(req, &pool, message),
+            "tasks/get" | "tasks/update" | "tasks/cancel" => self.task_request(&pool, message),
             _ => {
                 let e = RpcError::new(
                     jsonrpc::METHOD_NOT_FOUND,
@@ -213,10 +215,15 @@ impl Gateway {
         let opened = self.open_all(&pool);
         let mut capabilities = self.capabilities(&pool, &opened);
         // Offered only what this era's clients are served: tasks left the
-        // core protocol in this era, and resource subscriptions
-        // (`subscriptions/listen`'s `resourceSubscriptions`) are not bridged.
+        // core protocol in this era for an extension (see `tasks`), and
+        // resource subscriptions (`subscriptions/listen`'s
+        // `resourceSubscriptions`) are not bridged.
+        let offers_tasks = self.offers_tasks(&capabilities, &opened);
         if let Value::Object(caps) = &mut capabilities {
             caps.remove("tasks");
+            if offers_tasks {
+                caps.insert("extensions".into(), json!({ crate::tasks::EXTENSION: {} }));
+            }
             if let Some(Value::Object(resources)) = caps.get_mut("resources") {
                 resources.remove("subscribe");
             }
@@ -305,6 +312,11 @@ impl Gateway {
                 if new.server.era() == Some(stateless::VERSION) {
                     return self.call_here(req, pool, new, envelope, sink, &id);
                 }
+                match self.as_task(pool, &new, envelope) {
+                    Ok(true) => return self.create_task(req, pool, new, envelope, sink, &id),
+                    Ok(false) => {}
+                    Err(e) => return error_reply(&id, &e),
+                }
                 match self.start_holdable_call(pool, new, token) {
                     Ok(held) => held,
                     Err(e) => return error_reply(&id, &e),
@@ -370,6 +382,13 @@ impl Gateway {
         let open_retry = self.current().config.open_retry;
         let outcome = dispatch::call(pool, &new.server, &new.call, &new.params, &mut events, open_retry);
         let streaming = events.streaming.then_some(());
+        let outcome = match outcome {
+            // A task of the server's (the tasks extension): the client gets one of mcpgate's ids.
+            Outcome::Forwarded(answer) if answer.result.as_deref().is_some_and(stateless::is_task) => {
+                Outcome::Forwarded(dispatch::tasks_from(pool, &new.server, answer))
+            }
+            outcome => outcome,
+        };
         self.finish(id, new.call.method(), outcome, streaming)
     }
 
