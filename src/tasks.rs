@@ -74,7 +74,7 @@ fn unguessable(n: u64) -> String {
         let digest = crate::runtime::sha256::digest(format!("{nanos}.{n}.{}", std::process::id()).as_bytes());
         bytes.copy_from_slice(&digest[..16]);
     }
-    crate::runtime::sha256::hex(&bytes)
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// How a tool takes a task (`execution.taskSupport` of its definition);

@@ -417,6 +417,27 @@ mod tests {
         )));
         assert!(!has_result_type(&raw(json!({"content": [{"type": "text", "text": "\"resultType\": \"complete\""}]}))));
         assert!(!has_result_type(&raw(json!({"nested": {"resultType": "complete"}}))));
+        assert!(is_task(&raw(json!({"resultType": "task", "taskId": "t", "status": "working"}))));
+        assert!(!is_task(&raw(json!({"resultType": "complete", "content": [{"type": "text", "text": "task"}]}))));
+        assert!(!is_task(&raw(json!({"task": {"taskId": "t"}}))), "2025-11-25's CreateTaskResult is not one");
+    }
+
+    #[test]
+    fn a_missing_extension_is_named_in_the_error() {
+        let e = missing_extension("io.modelcontextprotocol/tasks", "tool `t` runs only as a task");
+        assert_eq!(e.code, MISSING_CAPABILITY);
+        assert_eq!(
+            e.data,
+            Some(json!({"requiredCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}}}))
+        );
+        assert!(e.message.starts_with("tool `t` runs only as a task"), "{}", e.message);
+    }
+
+    #[test]
+    fn tasks_requests_name_their_task_in_mcp_name() {
+        for method in ["tasks/get", "tasks/update", "tasks/cancel"] {
+            assert_eq!(name_member(method), Some("taskId"), "{method}");
+        }
     }
 
     #[test]
