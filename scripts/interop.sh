@@ -308,6 +308,17 @@ else
     row "python client via mcpgate" "status.json after the clients closed: balanced, nothing live or leaked" 0 \
         "no usable answer from /status.json: ${status:-nothing}"
 fi
+# The official Tasks client, before mcpgate stops (its clean stop checks these sessions too).
+step "4a. tasks: @modelcontextprotocol/ext-tasks in front of server-everything, directly and through mcpgate"
+rc=0
+CLIENTS_DIR=$CLIENTS run timeout 180 node "$HERE/tasks_client.mjs" --direct "http://127.0.0.1:$EV_PORT/mcp" \
+    --gateway "http://127.0.0.1:$GW_PORT/mcp" --out "$RUN/tasks_client.json" || rc=$?
+if [[ -f $RUN/tasks_client.json ]]; then
+    timeout 60 "$VPY" "$HERE/report.py" checks --json "$RUN/tasks_client.json" --section "tasks client" --out "$RESULTS"
+fi
+if [[ $rc -ne 0 && $rc -ne 1 ]]; then
+    row "tasks client" "tasks_client.mjs ran to its end" 0 "exit status $rc (124: timed out)"
+fi
 stop_mcpgate mcpgate-clients "$GW_PID" "python client via mcpgate"
 stop "$FX_PID"
 stop "$PYS_PID"
