@@ -10,6 +10,7 @@
 import fs from "node:fs";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
+import shared from "./checks.cjs";
 
 const modules = path.join(process.env.CLIENTS_DIR, "node_modules");
 // The SDK as ext-tasks imports it (ESM), so both see one module.
@@ -19,35 +20,8 @@ const { Client, StreamableHTTPClientTransport } = await import(
 const tasks = await import(pathToFileURL(path.join(modules, "@modelcontextprotocol/ext-tasks/dist/client/index.js")).href);
 
 const STEP_TIMEOUT = 30000;
-const RESULTS = [];
-
-function arg(name) {
-  const i = process.argv.indexOf(name);
-  if (i < 0 || i + 1 >= process.argv.length) throw new Error(`missing ${name}`);
-  return process.argv[i + 1];
-}
-
-function record(name, ok, detail) {
-  RESULTS.push({ name, ok: !!ok, detail: String(detail ?? "") });
-  console.log(`${ok ? "PASS" : "FAIL"}  ${name}${detail ? ` -- ${detail}` : ""}`);
-}
-
-function within(ms, promise, what) {
-  let timer;
-  const timeout = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what}: no answer in ${ms} ms`)), ms);
-  });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
-}
-
-async function check(name, body) {
-  try {
-    const [ok, detail] = await within(STEP_TIMEOUT, body(), name);
-    record(name, ok, detail);
-  } catch (e) {
-    record(name, false, `${e?.name ?? "Error"}: ${e?.message ?? e}`);
-  }
-}
+const check = (name, body) => shared.check(STEP_TIMEOUT, name, body);
+const { RESULTS, arg, record, within } = shared;
 
 const textOf = (result) =>
   (result?.content ?? []).filter((c) => c.type === "text").map((c) => c.text).join("\n");
@@ -89,8 +63,18 @@ async function run(label, url, prefix) {
   return { era, generation };
 }
 
-const direct = await run("direct", arg("--direct"), "");
-const through = await run("through mcpgate", arg("--gateway"), "everything__");
+/** `run`, or a failed row naming why it could not (a client that cannot connect, say). */
+async function attempt(label, url, prefix) {
+  try {
+    return await run(label, url, prefix);
+  } catch (e) {
+    record(`Tasks client (${label}): connects and runs its checks`, false, `${e?.name ?? "Error"}: ${e?.message ?? e}`);
+    return { era: "none", generation: "none" };
+  }
+}
+
+const direct = await attempt("direct", arg("--direct"), "");
+const through = await attempt("through mcpgate", arg("--gateway"), "everything__");
 record(
   "Tasks client: the same era and task capabilities directly and through mcpgate",
   direct.era === through.era && direct.generation === through.generation,

@@ -20,37 +20,8 @@ const SERVERS = ["py", "pym"];
 const SAMPLED = "interop-sampled-text";
 const ROOT_URI = "file:///tmp/interop-root";
 const STEP_TIMEOUT = 20000;
-const RESULTS = [];
-const counts = { sampling: 0, elicitation: 0, roots: 0, listChanged: 0 };
-
-function arg(name) {
-  const i = process.argv.indexOf(name);
-  if (i < 0 || i + 1 >= process.argv.length) throw new Error(`missing ${name}`);
-  return process.argv[i + 1];
-}
-
-function record(name, ok, detail) {
-  RESULTS.push({ name, ok: !!ok, detail: String(detail ?? "") });
-  console.log(`${ok ? "PASS" : "FAIL"}  ${name}${detail ? ` -- ${detail}` : ""}`);
-}
-
-function within(ms, promise, what) {
-  let timer;
-  const timeout = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what}: no answer in ${ms} ms`)), ms);
-  });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
-}
-
-async function check(name, body) {
-  try {
-    const [ok, detail] = await within(STEP_TIMEOUT, body(), name);
-    record(name, ok, detail);
-  } catch (e) {
-    record(name, false, `${e?.name ?? "Error"}: ${e?.message ?? e}`);
-  }
-}
-
+const { RESULTS, arg, record, within, check: checkWithin } = require("./checks.cjs");
+const check = (name, body) => checkWithin(STEP_TIMEOUT, name, body);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const textOf = (result) =>
   (result?.content ?? []).filter((c) => c.type === "text").map((c) => c.text).join("\n");
