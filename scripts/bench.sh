@@ -184,12 +184,52 @@ GATE_M=$ADDR; GATE_M_PID=$PID
 # front door and HTTP client reaches, against which the era's targets can be read.
 serve relay-modern "$BIN/mcp-relay" --listen 127.0.0.1:0 --to "http://$FIX_M/mcp"
 RELAY_M=$ADDR; RELAY_M_PID=$PID
+# nginx, the reference C proxy (keep-alive to the server, unbuffered), in front of the same server:
+# what a relay of another stack reaches on this host. Installed from Debian when missing.
+SESSIONLESS_TARGETS="direct relay mcpgate"
+if install_debian "$OUT/run/apt.log" nginx=nginx-light >/dev/null; then
+    read -r NGINX_PORT < <(free_ports 1)
+    mkdir -p "$OUT/run/nginx-tmp"
+    cat >"$OUT/run/nginx-modern.conf" <<NGINX
+worker_processes auto;
+daemon off;
+pid $OUT/run/nginx.pid;
+error_log $OUT/run/nginx.log warn;
+events { worker_connections 1024; }
+http {
+    access_log off;
+    client_body_temp_path $OUT/run/nginx-tmp/body;
+    proxy_temp_path $OUT/run/nginx-tmp/proxy;
+    fastcgi_temp_path $OUT/run/nginx-tmp/fastcgi;
+    uwsgi_temp_path $OUT/run/nginx-tmp/uwsgi;
+    scgi_temp_path $OUT/run/nginx-tmp/scgi;
+    upstream fixture { server $FIX_M; keepalive 64; }
+    server {
+        listen 127.0.0.1:$NGINX_PORT;
+        location / {
+            proxy_pass http://fixture;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+        }
+    }
+}
+NGINX
+    start nginx-modern nginx -c "$OUT/run/nginx-modern.conf"
+    NGINX_M_PID=$PID
+    if wait_for 10 "nginx listening on 127.0.0.1:$NGINX_PORT" bash -c "exec 3<>/dev/tcp/127.0.0.1/$NGINX_PORT" 2>/dev/null; then
+        SESSIONLESS_TARGETS="direct relay nginx mcpgate"
+    fi
+else
+    echo "  nginx: not installed (not root?); its row is left out" >&2
+fi
 for round in $(seq "$ROUNDS"); do
     for clients in 1 16; do
-        for target in direct relay mcpgate; do
+        for target in $SESSIONLESS_TARGETS; do
             case $target in
                 direct) url=http://$FIX_M/mcp ;;
                 relay) url=http://$RELAY_M/mcp ;;
+                nginx) url=http://127.0.0.1:$NGINX_PORT/mcp ;;
                 mcpgate) url=http://$GATE_M/mcp ;;
             esac
             line=$("$LOAD" calls --modern --url "$url" --tool echo --clients "$clients" --seconds "$SECONDS_PER_POINT")
@@ -200,6 +240,7 @@ for round in $(seq "$ROUNDS"); do
 done
 stop "$GATE_M_PID"
 stop "$RELAY_M_PID"
+if [ -n "${NGINX_M_PID:-}" ]; then stop "$NGINX_M_PID"; fi
 stop "$FIX_M_PID"
 
 step "1d. CPU per call: direct, a bare relay, mcpgate and the FastMCP proxy; results of 100 B, 100 KB and 1 MB"
