@@ -242,3 +242,62 @@ fn with_tokens_a_task_belongs_to_its_token() {
     client.token = Some(ka.into());
     assert_eq!(poll_ended(&client, &id)["status"], "completed");
 }
+
+#[test]
+fn discover_offers_the_extension_when_a_server_runs_calls_as_tasks() {
+    // Of both eras (spoken to in the session era, whose tasks it has): discover offers 2026-07-28.
+    let both = Fixture::start("both", &["--both-eras", "--tasks"]);
+    let gate = Gate::start(&config(&[("both", both.url())]));
+    let client = tasks_client(&gate);
+    let caps = client.send(json!(1), "server/discover", json!({}), &[]).result()["capabilities"].clone();
+    assert!(caps["extensions"][EXTENSION].is_object(), "{caps}");
+    assert!(caps.get("tasks").is_none(), "the era has no core tasks: {caps}");
+    let id = created(&client.call(2, "both__research", json!({"ms": 10})));
+    assert_eq!(poll_ended(&client, &id)["status"], "completed");
+    // Without tasks behind it, no extension is offered.
+    let plain = Fixture::start("plain", &["--both-eras"]);
+    let gate = Gate::start(&config(&[("plain", plain.url())]));
+    let caps = tasks_client(&gate).send(json!(3), "server/discover", json!({}), &[]).result()["capabilities"].clone();
+    assert!(caps.get("extensions").is_none(), "{caps}");
+}
+
+/// What a fixture of 2026-07-28 received in its `tasks/*` requests: (method, taskId).
+fn modern_task_requests(f: &Fixture) -> Vec<(String, String)> {
+    let requests = f.stats()["modern_task_requests"].as_array().cloned().unwrap_or_default();
+    requests
+        .iter()
+        .map(|r| (r["method"].as_str().unwrap_or("").into(), r["taskId"].as_str().unwrap_or("").into()))
+        .collect()
+}
+
+#[test]
+fn a_2026_servers_own_tasks_pass_through_with_mcpgates_ids() {
+    let m = Fixture::start("m", &["--modern", "--tasks"]);
+    let gate = Gate::start(&config(&[("m", m.url())]));
+    let client = tasks_client(&gate);
+    let caps = client.send(json!(1), "server/discover", json!({}), &[]).result()["capabilities"].clone();
+    assert!(caps["extensions"][EXTENSION].is_object(), "the server's extension is offered: {caps}");
+
+    let id = created(&client.call(2, "m__research", json!({"ms": 100})));
+    assert!(id.starts_with("mcpgate-task-"), "mcpgate's id, not the server's: {id}");
+    let calls = m.stats()["modern_tool_calls"].clone();
+    assert_eq!(calls[0]["declared"], true, "the client's declaration reached the server: {calls}");
+    let ended = poll_ended(&client, &id);
+    assert_eq!((ended["taskId"].as_str(), ended["status"].as_str()), (Some(id.as_str()), Some("completed")), "{ended}");
+    assert_eq!(ended["result"]["content"][0]["text"], "research done", "{ended}");
+
+    let long = created(&client.call(3, "m__research", json!({"ms": 20_000})));
+    let update = client.send(json!(4), "tasks/update", json!({"taskId": long, "inputResponses": {}}), &[]);
+    assert_eq!(update.result()["resultType"], "complete", "{update:?}");
+    let cancel = client.send(json!(5), "tasks/cancel", json!({"taskId": long}), &[]);
+    assert_eq!(cancel.result()["resultType"], "complete", "{cancel:?}");
+    assert_eq!(poll_ended(&client, &long)["status"], "cancelled");
+    let received = modern_task_requests(&m);
+    let methods: std::collections::BTreeSet<&str> = received.iter().map(|(method, _)| method.as_str()).collect();
+    assert_eq!(methods, ["tasks/cancel", "tasks/get", "tasks/update"].into_iter().collect(), "{received:?}");
+    assert!(received.iter().all(|(_, theirs)| !theirs.is_empty() && !theirs.starts_with("mcpgate-")), "{received:?}");
+
+    // The server's refusal of a client without the extension comes through as it is.
+    let refused = Modern::new(&gate.url()).call(6, "m__research_required", json!({"ms": 10}));
+    assert_eq!((refused.status, refused.error_code()), (400, -32021), "{refused:?}");
+}
