@@ -22,6 +22,7 @@ const ROOT_URI = "file:///tmp/interop-root";
 const STEP_TIMEOUT = 20000;
 const { RESULTS, arg, record, within, check: checkWithin } = require("./checks.cjs");
 const check = (name, body) => checkWithin(STEP_TIMEOUT, name, body);
+const counts = { sampling: 0, elicitation: 0, roots: 0, listChanged: 0 };
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const textOf = (result) =>
   (result?.content ?? []).filter((c) => c.type === "text").map((c) => c.text).join("\n");
