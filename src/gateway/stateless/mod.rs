@@ -20,6 +20,8 @@
 //! - Closing the answer's stream cancels the call (for a call that runs
 //!   where it was read, the watcher sees it: see `watch`).
 //! - `subscriptions/listen` gets the list changes of every server.
+//! - Tasks are the extension `io.modelcontextprotocol/tasks`, over either
+//!   era's tasks behind (see `tasks`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -221,8 +223,8 @@ impl Gateway {
         let offers_tasks = self.offers_tasks(&capabilities, &opened);
         if let Value::Object(caps) = &mut capabilities {
             caps.remove("tasks");
-            if offers_tasks {
-                caps.insert("extensions".into(), json!({ crate::tasks::EXTENSION: {} }));
+            if offers_tasks && let Value::Object(extensions) = caps.entry("extensions").or_insert_with(|| json!({})) {
+                extensions.insert(crate::tasks::EXTENSION.into(), json!({}));
             }
             if let Some(Value::Object(resources)) = caps.get_mut("resources") {
                 resources.remove("subscribe");
