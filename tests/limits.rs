@@ -63,9 +63,21 @@ fn a_get_stream_beyond_max_streams_per_session_ends_the_oldest_not_the_new_one()
         &[("Host", "127.0.0.1"), ("Accept", "text/event-stream"), ("Mcp-Session-Id", &session)],
         b"",
     );
-    // Five streams whose clients vanished: open, never read, never closed.
-    let vanished: Vec<_> = (0..5).map(|_| send(gate.addr, &get)).collect();
-    std::thread::sleep(Duration::from_millis(300));
+    // Five streams whose clients vanished: opened one after the other (each
+    // answered before the next is sent, so mcpgate's order is theirs: sent
+    // together, the first could be registered last and be the one kept),
+    // then never read again and never closed.
+    let vanished: Vec<_> = (0..5)
+        .map(|n| {
+            let mut stream = send(gate.addr, &get);
+            let mut head = Vec::new();
+            support::read_until(&mut stream, &mut head, Duration::from_secs(10), |t| {
+                t.windows(4).any(|w| w == b"\r\n\r\n")
+            });
+            assert!(head.starts_with(b"HTTP/1.1 200"), "vanished stream {n}: {}", support::shown(&head));
+            stream
+        })
+        .collect();
     let mut fresh = send(gate.addr, &get);
     let mut head = Vec::new();
     support::read_until(&mut fresh, &mut head, Duration::from_secs(10), |t| t.windows(4).any(|w| w == b"\r\n\r\n"));
