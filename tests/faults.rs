@@ -225,9 +225,13 @@ fn sessions_of_a_moved_server_are_deleted_without_the_new_servers_credentials() 
 /// downtime passed their idle timeout).
 #[test]
 fn kill_9_of_mcpgate_with_a_state_file_keeps_sessions_across_a_long_downtime() {
+    const IDLE_SECS: u64 = 4;
     let (a, b) = Fixture::alpha_and_beta();
     let (_state, path, mut c) = with_state_file(config_for(&[&a, &b]));
-    c["session_idle_timeout_secs"] = json!(1);
+    // Idle for this long after the restart, a session is evicted: the three
+    // clients' calls must all come within it, on a loaded host too (at 1 s,
+    // beside two busy loops, the third client found its session evicted).
+    c["session_idle_timeout_secs"] = json!(IDLE_SECS);
     let mut first = Gate::start(&c);
     let mut clients = three_clients(&first);
     // Open streams keep the sessions from idle eviction until the kill.
@@ -237,8 +241,8 @@ fn kill_9_of_mcpgate_with_a_state_file_keeps_sessions_across_a_long_downtime() {
     for s in streams {
         s.close();
     }
-    // Down for twice the idle timeout.
-    std::thread::sleep(Duration::from_secs(2));
+    // Down for longer than the idle timeout.
+    std::thread::sleep(Duration::from_secs(IDLE_SECS + 2));
 
     let gate = Gate::start(&c);
     for (client, a_id, _) in &mut clients {
