@@ -295,6 +295,29 @@ fn a_client_that_cannot_sample_gets_missing_capability_and_the_call_ends_at_its_
     assert_eq!(client.call(2, "fx__echo", json!({"text": "ok"})).result()["content"][0]["text"], "ok");
 }
 
+/// The cancel that ends a refused call races the call's own end at its
+/// server. A cancel that lands after the call's answer was read must not
+/// shut down the connection pool its lane hands to the next call: it once
+/// did, and every later call to that server failed with "the session is
+/// closing" (1 run in 11 of the conformance suite beside two CPU hogs).
+#[test]
+fn a_cancel_that_lands_after_its_call_ended_leaves_the_next_calls_working() {
+    let fx = Fixture::start("fx", &[]);
+    let gate = gate_with(&fx, json!({}));
+    let mut client = Modern::new(&gate.url());
+    client.capabilities = json!({});
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut rounds = 0;
+    while rounds < 150 && Instant::now() < deadline {
+        let refused = client.call(2 * rounds, "fx__sample", json!({"prompt": "x"}));
+        assert_eq!(refused.error_code(), -32021, "round {rounds}: {refused:?}");
+        let echo = client.call(2 * rounds + 1, "fx__echo", json!({"text": "ok"}));
+        assert_eq!(echo.result()["content"][0]["text"], "ok", "round {rounds}: {echo:?}");
+        rounds += 1;
+    }
+    assert!(rounds >= 20, "only {rounds} rounds in 90 s");
+}
+
 /// A client of this era gets log messages only when its request asks, in
 /// `_meta`, and at the level it asks: a session-era server logs to mcpgate
 /// whatever it likes.

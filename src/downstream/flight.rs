@@ -85,6 +85,15 @@ impl Flight {
         now.saturating_duration_since(self.epoch + heard)
     }
 
+    /// The request is over: its stopper is dropped, so a stop that comes
+    /// later (a cancel racing the answer) touches nothing the next request
+    /// uses. Whether it was stopped before: its transport is then spent.
+    pub fn disarm(&self) -> bool {
+        let mut st = self.state.lock();
+        st.stopper = None;
+        st.stopped.is_some()
+    }
+
     /// Gives the flight what ends its request; refused if it stopped already.
     pub fn arm(&self, stopper: Stopper) -> Result<(), Stop> {
         let mut st = self.state.lock();
@@ -258,6 +267,22 @@ mod tests {
         stopped.stop(Stop::Cancelled);
         assert_eq!(lanes.take(&stopped, Duration::ZERO).err(), Some(LaneError::Stopped(Stop::Cancelled)));
         assert_eq!(lanes.in_flight.get(), 0);
+    }
+
+    #[test]
+    fn a_stop_after_the_request_ended_runs_no_stopper() {
+        let lanes = lanes(1);
+        let woken = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let seen = woken.clone();
+        let flight = lanes.flight(1);
+        flight.arm(Box::new(move || seen.store(true, Ordering::Relaxed))).unwrap();
+        assert!(!flight.disarm(), "not stopped while it ran");
+        flight.stop(Stop::Cancelled);
+        assert!(!woken.load(Ordering::Relaxed), "the late cancel shut nothing down");
+        let stopped = lanes.flight(1);
+        stopped.arm(Box::new(|| {})).unwrap();
+        stopped.stop(Stop::Cancelled);
+        assert!(stopped.disarm(), "stopped while it ran: its transport is spent");
     }
 
     #[test]

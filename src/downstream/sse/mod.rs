@@ -262,7 +262,7 @@ impl Link for SseLink {
                 .post(lane.agent(), Some(&d.protocol_version), &jsonrpc::request(id, method, params))
                 .and_then(|()| wait_for_response(&rx, &stopped, on_message, Some(flight), None)),
         };
-        lane.stopped = flight.stopped().is_some();
+        lane.stopped = flight.disarm();
         self.shared.forget(id);
         result
     }
