@@ -151,6 +151,18 @@ pub(super) fn cancel_call(session: &Session, call_id: &Value, reason: &str) {
     cancel(session, params);
 }
 
+/// Answers a request `server` sent mid-call that nobody will take with an
+/// error, at once, so the server is not left waiting for it.
+pub(super) fn refuse_request(session: &Session, server: &Server, request: &Message, why: &str) {
+    let Some(id) = &request.id else { return };
+    log::debug!("server `{}`: `{}` mid-call refused: {why}", server.name(), request.method());
+    let Some(downstream) = session.downstream_if_open(server.name()) else { return };
+    let answer = jsonrpc::error(id, &RpcError::internal(why));
+    if let Err(e) = downstream.send(&answer) {
+        crate::limited!(warn, "server `{}`: refusing its `{}`: {e}", server.name(), request.method());
+    }
+}
+
 /// Runs `work` on the session's downstream session with `server`, opening
 /// it if needed (needs no gateway: a held call's thread runs it). If the server no longer knows that session (HTTP 404: it
 /// restarted; or its process had ended before the request was sent), the

@@ -379,19 +379,35 @@ impl Gateway {
         sink: &mut dyn EventSink,
         id: &Value,
     ) -> HttpReply {
+        let method = new.call.method().to_string();
+        let server = new.server.clone();
+        let (outcome, streaming) = self.run_here(req, pool, &new, envelope, sink);
+        let outcome = match outcome {
+            // A task of the server's (the tasks extension): the client gets one of mcpgate's ids.
+            Outcome::Forwarded(answer) if answer.result.as_deref().is_some_and(stateless::is_task) => {
+                Outcome::Forwarded(dispatch::tasks_from(pool, &server, answer))
+            }
+            outcome => outcome,
+        };
+        self.finish(id, &method, outcome, streaming)
+    }
+
+    /// Runs a new call on this connection's thread, its client watched (it
+    /// cancels by closing its stream); what the server sends on the way goes
+    /// to `sink` as SSE. The outcome, and whether a stream was started.
+    fn run_here(
+        &self,
+        req: &HttpRequest,
+        pool: &Arc<Session>,
+        new: &NewCall,
+        envelope: &Envelope,
+        sink: &mut dyn EventSink,
+    ) -> (Outcome, Option<()>) {
         let _watching = self.watch.add(new.number, req.client.as_ref(), pool, &new.call_id, dispatch::cancel_call);
         let mut events = HereEvents { sink, envelope, streaming: false };
         let open_retry = self.current().config.open_retry;
         let outcome = dispatch::call(pool, &new.server, &new.call, &new.params, &mut events, open_retry);
-        let streaming = events.streaming.then_some(());
-        let outcome = match outcome {
-            // A task of the server's (the tasks extension): the client gets one of mcpgate's ids.
-            Outcome::Forwarded(answer) if answer.result.as_deref().is_some_and(stateless::is_task) => {
-                Outcome::Forwarded(dispatch::tasks_from(pool, &new.server, answer))
-            }
-            outcome => outcome,
-        };
-        self.finish(id, new.call.method(), outcome, streaming)
+        (outcome, events.streaming.then_some(()))
     }
 
     /// Starts a new call to a session-era server on a thread of its own:
@@ -675,12 +691,22 @@ impl CallEvents for HereEvents<'_> {
 
     fn message(&mut self, session: &Session, server: &Server, message: Message) {
         if message.kind() == Ok(Kind::Request) {
-            // This era has no server requests on a stream: it asks through its result.
-            log::debug!(
-                "server `{}` sent a request mid-call (protocol {}); ignored",
-                server.name(),
-                stateless::VERSION
-            );
+            if server.era() == Some(stateless::VERSION) {
+                // This era has no server requests on a stream: it asks through its result.
+                log::debug!(
+                    "server `{}` sent a request mid-call (protocol {}); ignored",
+                    server.name(),
+                    stateless::VERSION
+                );
+            } else {
+                // A session-era server's task call: its client is never asked mid-call.
+                dispatch::refuse_request(
+                    session,
+                    server,
+                    &message,
+                    "a task's call takes no requests (protocol 2026-07-28)",
+                );
+            }
             return;
         }
         if log_level_of(&message).is_some_and(|level| !self.envelope.wants_log(&level)) {

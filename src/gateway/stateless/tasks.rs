@@ -35,12 +35,12 @@ use serde_json::{Map, Value, json};
 
 use crate::downstream::Server;
 use crate::http::{EventSink, HttpReply, HttpRequest};
-use crate::protocol::jsonrpc::{Message, Params, RpcError};
+use crate::protocol::jsonrpc::{Kind, Message, Params, RpcError};
 use crate::protocol::stateless::{self, Envelope};
 use crate::session::Session;
 use crate::tasks::{self, Support};
 
-use super::{HereEvents, NewCall, error_reply};
+use super::{NewCall, error_reply};
 use crate::catalog::ListKind;
 use crate::gateway::Gateway;
 use crate::gateway::dispatch::{self, CallEvents};
@@ -114,11 +114,7 @@ impl Gateway {
     ) -> HttpReply {
         new.params.set("task", &json!({}));
         let server = new.server.clone();
-        let _watching = self.watch.add(new.number, req.client.as_ref(), pool, &new.call_id, dispatch::cancel_call);
-        let mut events = HereEvents { sink, envelope, streaming: false };
-        let open_retry = self.current().config.open_retry;
-        let outcome = dispatch::call(pool, &server, &new.call, &new.params, &mut events, open_retry);
-        let streaming = events.streaming.then_some(());
+        let (outcome, streaming) = self.run_here(req, pool, &new, envelope, sink);
         let outcome = match outcome {
             Outcome::Forwarded(answer) => match result_of(&answer) {
                 Some(mut result) => {
@@ -257,13 +253,17 @@ fn error_of(answer: &Message) -> Option<Value> {
 }
 
 /// What mcpgate's own requests of a task hear from the server on the way:
-/// nothing goes anywhere.
+/// notifications go nowhere, and a request is refused, not left waiting.
 struct Quiet;
 
 impl CallEvents for Quiet {
     fn streaming(&mut self) {}
 
-    fn message(&mut self, _: &Session, server: &Server, message: Message) {
+    fn message(&mut self, session: &Session, server: &Server, message: Message) {
+        if message.kind() == Ok(Kind::Request) {
+            dispatch::refuse_request(session, server, &message, "mcpgate's own request of a task takes no requests");
+            return;
+        }
         log::debug!("server `{}`: `{}` during a task's request; dropped", server.name(), message.method());
     }
 
