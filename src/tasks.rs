@@ -74,7 +74,7 @@ fn unguessable(n: u64) -> String {
         let digest = crate::runtime::sha256::digest(format!("{nanos}.{n}.{}", std::process::id()).as_bytes());
         bytes.copy_from_slice(&digest[..16]);
     }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    crate::runtime::sha256::to_hex(&bytes)
 }
 
 /// How a tool takes a task (`execution.taskSupport` of its definition);

@@ -140,6 +140,11 @@ fn poll_ended(client: &Modern, id: &str) -> Value {
     }
 }
 
+/// The capabilities `server/discover` offers the client.
+fn discovered(client: &Modern) -> Value {
+    client.send(json!(1), "server/discover", json!({}), &[]).result()["capabilities"].clone()
+}
+
 fn created(reply: &Reply) -> String {
     let result = reply.result();
     assert_eq!(result["resultType"], "task", "{result}");
@@ -249,7 +254,7 @@ fn discover_offers_the_extension_when_a_server_runs_calls_as_tasks() {
     let both = Fixture::start("both", &["--both-eras", "--tasks"]);
     let gate = Gate::start(&config(&[("both", both.url())]));
     let client = tasks_client(&gate);
-    let caps = client.send(json!(1), "server/discover", json!({}), &[]).result()["capabilities"].clone();
+    let caps = discovered(&client);
     assert!(caps["extensions"][EXTENSION].is_object(), "{caps}");
     assert!(caps.get("tasks").is_none(), "the era has no core tasks: {caps}");
     let id = created(&client.call(2, "both__research", json!({"ms": 10})));
@@ -257,7 +262,7 @@ fn discover_offers_the_extension_when_a_server_runs_calls_as_tasks() {
     // Without tasks behind it, no extension is offered.
     let plain = Fixture::start("plain", &["--both-eras"]);
     let gate = Gate::start(&config(&[("plain", plain.url())]));
-    let caps = tasks_client(&gate).send(json!(3), "server/discover", json!({}), &[]).result()["capabilities"].clone();
+    let caps = discovered(&tasks_client(&gate));
     assert!(caps.get("extensions").is_none(), "{caps}");
 }
 
@@ -275,7 +280,7 @@ fn a_2026_servers_own_tasks_pass_through_with_mcpgates_ids() {
     let m = Fixture::start("m", &["--modern", "--tasks"]);
     let gate = Gate::start(&config(&[("m", m.url())]));
     let client = tasks_client(&gate);
-    let caps = client.send(json!(1), "server/discover", json!({}), &[]).result()["capabilities"].clone();
+    let caps = discovered(&client);
     assert!(caps["extensions"][EXTENSION].is_object(), "the server's extension is offered: {caps}");
 
     let id = created(&client.call(2, "m__research", json!({"ms": 100})));

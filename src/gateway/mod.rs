@@ -249,7 +249,7 @@ pub(super) fn accepts(accept: &str, mime: &str) -> bool {
 pub(super) fn new_session_id(instance: Option<&str>) -> std::io::Result<String> {
     let mut bytes = [0u8; 16];
     crate::runtime::sys::random(&mut bytes)?;
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let hex = crate::runtime::sha256::to_hex(&bytes);
     Ok(match instance {
         Some(instance) => format!("{instance}.{hex}"),
         None => hex,

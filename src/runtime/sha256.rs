@@ -73,7 +73,12 @@ pub fn hmac(key: &[u8], message: &[u8]) -> [u8; 32] {
 
 /// The digest as 64 lower-case hex digits.
 pub fn hex(data: &[u8]) -> String {
-    digest(data).iter().map(|b| format!("{b:02x}")).collect()
+    to_hex(&digest(data))
+}
+
+/// `bytes` as lower-case hex digits, two per byte.
+pub fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]
@@ -89,9 +94,9 @@ mod tests {
             "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"
         );
         // RFC 4231, test cases 1 and 2.
-        let mac: String = hmac(&[0x0b; 20], b"Hi There").iter().map(|b| format!("{b:02x}")).collect();
+        let mac: String = to_hex(&hmac(&[0x0b; 20], b"Hi There"));
         assert_eq!(mac, "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
-        let mac: String = hmac(b"Jefe", b"what do ya want for nothing?").iter().map(|b| format!("{b:02x}")).collect();
+        let mac: String = to_hex(&hmac(b"Jefe", b"what do ya want for nothing?"));
         assert_eq!(mac, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
         let million = vec![b'a'; 1_000_000];
         assert_eq!(hex(&million), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");

@@ -252,7 +252,7 @@ impl Session {
             client_name: self.client_name.clone(),
             last_active: clock::unix_now().saturating_sub(idle.as_secs()),
             scope: self.scope.clone(),
-            principal_sha256: self.principal.map(|t| t.iter().map(|b| format!("{b:02x}")).collect()),
+            principal_sha256: self.principal.map(|t| crate::runtime::sha256::to_hex(&t)),
             downstreams,
         })
     }

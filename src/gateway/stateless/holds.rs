@@ -134,7 +134,7 @@ impl Holds {
     fn mac(&self, hold: u64, expires: u64, token: Option<&[u8; 32]>) -> String {
         let token = token.map(|t| sha256::hex(t)).unwrap_or_default();
         let mac = sha256::hmac(&self.key, format!("{hold}.{expires}.{token}").as_bytes());
-        mac.iter().map(|b| format!("{b:02x}")).collect()
+        sha256::to_hex(&mac)
     }
 
     /// Holds a call, at most `max` at once: its `requestState`, or the

@@ -379,17 +379,15 @@ impl Gateway {
         sink: &mut dyn EventSink,
         id: &Value,
     ) -> HttpReply {
-        let method = new.call.method().to_string();
-        let server = new.server.clone();
         let (outcome, streaming) = self.run_here(req, pool, &new, envelope, sink);
         let outcome = match outcome {
             // A task of the server's (the tasks extension): the client gets one of mcpgate's ids.
             Outcome::Forwarded(answer) if answer.result.as_deref().is_some_and(stateless::is_task) => {
-                Outcome::Forwarded(dispatch::tasks_from(pool, &server, answer))
+                Outcome::Forwarded(dispatch::tasks_from(pool, &new.server, answer))
             }
             outcome => outcome,
         };
-        self.finish(id, &method, outcome, streaming)
+        self.finish(id, new.call.method(), outcome, streaming)
     }
 
     /// Runs a new call on this connection's thread, its client watched (it

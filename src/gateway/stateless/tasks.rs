@@ -113,12 +113,11 @@ impl Gateway {
         id: &Value,
     ) -> HttpReply {
         new.params.set("task", &json!({}));
-        let server = new.server.clone();
         let (outcome, streaming) = self.run_here(req, pool, &new, envelope, sink);
         let outcome = match outcome {
             Outcome::Forwarded(answer) => match result_of(&answer) {
                 Some(mut result) => {
-                    pool.tasks_from(server.name(), &mut result);
+                    pool.tasks_from(new.server.name(), &mut result);
                     match result.get("task") {
                         Some(Value::Object(task)) => {
                             let mut created = tasks::to_extension(task);
