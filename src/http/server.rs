@@ -209,7 +209,7 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>, slots: &Mutex<Vec<S
                     if let Ok((stream, _)) = listener.accept() {
                         let stream = match wrap(stream, shared) {
                             Ok(stream) => stream,
-                            Err((stream, _)) => Stream::Plain(stream),
+                            Err((stream, _)) => Stream::plain(stream),
                         };
                         refuse(stream, shared, "out of file descriptors");
                     }
@@ -238,7 +238,7 @@ fn admit(stream: TcpStream, peer: SocketAddr, shared: &Arc<Shared>, slots: &Mute
         drop(list);
         let stream = match wrap(stream, shared) {
             Ok(stream) => stream,
-            Err((stream, _)) => Stream::Plain(stream),
+            Err((stream, _)) => Stream::plain(stream),
         };
         refuse(
             stream,
@@ -251,7 +251,7 @@ fn admit(stream: TcpStream, peer: SocketAddr, shared: &Arc<Shared>, slots: &Mute
         Ok(stream) => Arc::new(stream),
         Err((stream, why)) => {
             drop(list);
-            refuse(Stream::Plain(stream), shared, &why);
+            refuse(Stream::plain(stream), shared, &why);
             return;
         }
     };
@@ -259,7 +259,7 @@ fn admit(stream: TcpStream, peer: SocketAddr, shared: &Arc<Shared>, slots: &Mute
     phase.set(WAITING);
     let spawned = {
         let (stream, phase, shared) = (stream.clone(), phase.clone(), shared.clone());
-        threads::spawn("conn", "", move || serve_connection(&stream, &phase, reserved, &shared))
+        threads::spawn("conn", "", move || serve_connection(&stream, peer, &phase, reserved, &shared))
     };
     match spawned {
         Ok(handle) => list.push(Slot { stream, phase, handle, reserved, evicted: false }),
@@ -297,7 +297,7 @@ fn wrap(tcp: TcpStream, shared: &Shared) -> Result<Stream, (TcpStream, String)> 
         return acceptor.stream(tcp).map(Stream::Tls).map_err(|(tcp, e)| (tcp, format!("cannot start TLS: {e}")));
     }
     let _ = shared;
-    Ok(Stream::Plain(tcp))
+    Ok(Stream::plain(tcp))
 }
 
 /// Answers `503` on a connection that gets no thread, and closes it. Over
@@ -318,7 +318,7 @@ fn refuse(stream: Stream, shared: &Shared, why: &str) {
     limited!(warn, "a client connection was refused with 503: {why}");
 }
 
-fn serve_connection(stream: &Arc<Stream>, phase: &Phase, reserved: bool, shared: &Shared) {
+fn serve_connection(stream: &Arc<Stream>, peer: SocketAddr, phase: &Phase, reserved: bool, shared: &Shared) {
     let _live = shared.stats.threads_connections.enter();
     let options = &shared.options;
     #[cfg(feature = "tls")]
@@ -329,7 +329,6 @@ fn serve_connection(stream: &Arc<Stream>, phase: &Phase, reserved: bool, shared:
             Ok(()) => shared.stats.tls_handshakes.inc(),
             Err(e) => {
                 shared.stats.tls_handshake_failures.inc();
-                let peer = stream.tcp().peer_addr().map_or_else(|_| "a client".to_string(), |p| p.to_string());
                 limited!(info, "TLS handshake with {peer} failed: {e}; connection closed");
                 let _ = stream.tcp().shutdown(Shutdown::Both);
                 return;
@@ -372,7 +371,7 @@ fn serve_connection(stream: &Arc<Stream>, phase: &Phase, reserved: bool, shared:
             }
         };
         let connection = if head.close { Connection::Close } else { keep_alive };
-        let req = request(head, body, stream);
+        let req = request(head, body, stream, peer);
         let mut sink = PostSink { writer: &mut writer, state: Sink::Waiting, http11: req.http11, connection };
         let reply = shared.app.handle(&req, &mut sink);
         let after = sink.finish(reply, shared);
@@ -388,14 +387,14 @@ fn serve_connection(stream: &Arc<Stream>, phase: &Phase, reserved: bool, shared:
     let _ = stream.tcp().shutdown(Shutdown::Both);
 }
 
-fn request(head: Head, body: Vec<u8>, stream: &Arc<Stream>) -> HttpRequest {
+fn request(head: Head, body: Vec<u8>, stream: &Arc<Stream>, peer: SocketAddr) -> HttpRequest {
     HttpRequest {
         method: head.method,
         path: head.path,
         headers: head.headers,
         params: head.params,
         body,
-        peer: stream.tcp().peer_addr().ok(),
+        peer: Some(peer),
         http11: head.http11,
         client: Some(super::Client(stream.clone())),
     }
