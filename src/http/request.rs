@@ -80,12 +80,16 @@ pub(super) struct Reader {
     buf: Vec<u8>,
     /// Start of the bytes not consumed yet.
     pos: usize,
+    /// `httparse`'s header slots, kept between requests: `max_header_count`
+    /// of them are 2 KiB or more, past the allocator's per-thread cache, so
+    /// a new array per request took the allocator's shared lock each time.
+    slots: Vec<httparse::Header<'static>>,
     options: Options,
 }
 
 impl Reader {
     pub fn new(stream: Arc<Stream>, options: Options) -> Reader {
-        Reader { stream, buf: Vec::new(), pos: 0, options }
+        Reader { stream, buf: Vec::new(), pos: 0, slots: Vec::new(), options }
     }
 
     fn pending(&self) -> &[u8] {
@@ -175,7 +179,7 @@ impl Reader {
         if end > options.max_header_bytes {
             return Err(too_large_head(&options));
         }
-        let head = parse_head(&self.pending()[..end], &options)?;
+        let head = parse_head_with(&self.buf[self.pos..self.pos + end], &options, &mut self.slots)?;
         self.consume(end);
         Ok(head)
     }
@@ -341,14 +345,39 @@ fn head_end(bytes: &[u8], from: usize) -> Option<usize> {
     None
 }
 
+#[cfg(test)]
 fn parse_head(bytes: &[u8], options: &Options) -> Result<Head, ReadError> {
+    parse_head_with(bytes, options, &mut Vec::new())
+}
+
+/// Parses a head with the header slots in `slots`, which it gives back
+/// empty-handed: the parsed head owns what it keeps.
+fn parse_head_with(
+    bytes: &[u8],
+    options: &Options,
+    slots: &mut Vec<httparse::Header<'static>>,
+) -> Result<Head, ReadError> {
+    // The same allocation each time (a map to a type of the same layout
+    // collects in place), borrowed from `bytes` only while it parses.
+    let mut borrowed: Vec<httparse::Header<'_>> =
+        std::mem::take(slots).into_iter().map(|_| httparse::EMPTY_HEADER).collect();
+    borrowed.resize(options.max_header_count, httparse::EMPTY_HEADER);
+    let head = parse_head_in(bytes, options, &mut borrowed);
+    *slots = borrowed.into_iter().map(|_| httparse::EMPTY_HEADER).collect();
+    head
+}
+
+fn parse_head_in<'b>(
+    bytes: &'b [u8],
+    options: &Options,
+    slots: &mut [httparse::Header<'b>],
+) -> Result<Head, ReadError> {
     // A lone LF may end a line (RFC 9112 §2.2), but a proxy in front may
     // read it otherwise: refusing it leaves no room to disagree.
     if bytes.iter().enumerate().any(|(i, &b)| b == b'\n' && (i == 0 || bytes[i - 1] != b'\r')) {
         return Err(refuse(400, "malformed request: line ends must be CRLF"));
     }
-    let mut slots = vec![httparse::EMPTY_HEADER; options.max_header_count];
-    let mut req = httparse::Request::new(&mut slots);
+    let mut req = httparse::Request::new(slots);
     match req.parse(bytes) {
         Ok(httparse::Status::Complete(_)) => {}
         Ok(httparse::Status::Partial) => return Err(refuse(400, "incomplete request head")),
@@ -552,6 +581,21 @@ mod tests {
             header_timeout: Duration::from_secs(1),
             write_timeout: Duration::from_secs(1),
         }
+    }
+
+    #[test]
+    fn the_header_slots_are_one_allocation_for_every_request() {
+        let mut slots = Vec::new();
+        let head = |text: &str, slots: &mut Vec<httparse::Header<'static>>| {
+            parse_head_with(text.as_bytes(), &options(), slots).map(|h| h.path)
+        };
+        assert_eq!(head("GET /a HTTP/1.1\r\nHost: h\r\n\r\n", &mut slots), Ok("/a".to_string()));
+        let (at, capacity) = (slots.as_ptr(), slots.capacity());
+        assert!(capacity >= options().max_header_count);
+        let nine = "GET / HTTP/1.1\r\nHost: h\r\n".to_string() + &"X-A: 1\r\n".repeat(8) + "\r\n";
+        assert!(matches!(head(&nine, &mut slots), Err(ReadError::Refuse(431, _))));
+        assert_eq!(head("GET /b HTTP/1.1\r\nHost: h\r\n\r\n", &mut slots), Ok("/b".to_string()));
+        assert_eq!((slots.as_ptr(), slots.capacity()), (at, capacity));
     }
 
     fn head(text: &str) -> Result<Head, ReadError> {
