@@ -72,6 +72,7 @@ fn agent_with_buffers(limits: &Limits, idle_per_host: usize, input: usize, outpu
     let connector = connector.chain(tls.clone());
     #[cfg(not(feature = "tls"))]
     let () = *tls;
+    let connector = connector.chain(super::coalesce::Coalesce);
     Agent::with_parts(config, connector, crate::downstream::resolver::Lookup)
 }
 

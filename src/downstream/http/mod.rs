@@ -3,7 +3,8 @@
 //! of its `GET` stream), and one of the stateless era, 2026-07-28, which
 //! has no sessions (`stateless`, with its standing listen). Servers of the
 //! old HTTP+SSE transport use the endpoint too, through `downstream::sse`.
-//! `tls`: the TLS of `https://` servers, with their roots.
+//! `tls`: the TLS of `https://` servers, with their roots; `coalesce`: a
+//! request's head and body in one write.
 //! [`HttpConnector`] is the transport's side of a server, in either era.
 
 use std::sync::Arc;
@@ -11,6 +12,7 @@ use std::sync::Arc;
 use crate::config::HttpConfig;
 use crate::downstream::{Connector, DownstreamError, Limits, Link, Opened, Server};
 
+mod coalesce;
 mod endpoint;
 mod link;
 mod reader;
