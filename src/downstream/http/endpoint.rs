@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use serde_json::Value;
 use ureq::Agent;
-use ureq::http::Response;
+use ureq::http::{HeaderValue, Response, Uri};
 
 use crate::config::HttpConfig;
 use crate::downstream::{Arrival, DownstreamError, Flight, Limits, Server};
@@ -20,6 +20,8 @@ use crate::runtime::memory::Charge;
 /// What a server reached over HTTP keeps: the agents it talks through.
 pub(crate) struct Endpoint {
     pub config: HttpConfig,
+    /// `config.url`, parsed once instead of per request (or why it is no URL).
+    uri: Result<Uri, String>,
     /// For `initialize`, notifications, answers and `DELETE`: short
     /// exchanges bounded in total; keeps connections to the server alive.
     pub(super) agent: Agent,
@@ -80,6 +82,7 @@ impl Endpoint {
     pub fn new(config: HttpConfig, limits: Limits, lanes: usize) -> Endpoint {
         let tls = tls_for(&config);
         Endpoint {
+            uri: config.url.parse::<Uri>().map_err(|e| format!("`{}` is not a URL: {e}", config.url)),
             agent: agent(&limits, lanes, &tls),
             lane_agents: Mutex::new((0..lanes).map(|_| agent(&limits, 1, &tls)).collect()),
             config,
@@ -93,6 +96,11 @@ impl Endpoint {
     /// itself); there is one per downstream session, and this is most of its memory.
     pub(crate) fn stream_agent(&self) -> Agent {
         agent_with_buffers(&self.limits, 1, 8 * 1024, 2 * 1024, &self.tls)
+    }
+
+    /// The server's URL, for a request.
+    fn uri(&self) -> Result<Uri, DownstreamError> {
+        self.uri.clone().map_err(DownstreamError::Connect)
     }
 
     /// Unblocks every short exchange in flight (requests stop with their flights).
@@ -128,9 +136,9 @@ impl Endpoint {
         body: &[u8],
     ) -> Result<Response<ureq::Body>, DownstreamError> {
         let mut request = agent
-            .post(&self.config.url)
-            .header("Content-Type", "application/json")
-            .header("Accept", "application/json, text/event-stream");
+            .post(self.uri()?)
+            .header("Content-Type", HeaderValue::from_static("application/json"))
+            .header("Accept", HeaderValue::from_static("application/json, text/event-stream"));
         for (name, value) in headers {
             request = request.header(*name, value.as_str());
         }
@@ -152,9 +160,9 @@ impl Endpoint {
         body: &[u8],
     ) -> Result<Response<ureq::Body>, DownstreamError> {
         let request = agent
-            .post(&self.config.url)
-            .header("Content-Type", "application/json")
-            .header("Accept", "application/json, text/event-stream");
+            .post(self.uri()?)
+            .header("Content-Type", HeaderValue::from_static("application/json"))
+            .header("Accept", HeaderValue::from_static("application/json, text/event-stream"));
         self.headers(request, session, version).send(body).map_err(|e| self.transport_error(e))
     }
 
@@ -181,7 +189,7 @@ impl Endpoint {
         agent: &Agent,
         head_timeout: Duration,
     ) -> Result<Response<ureq::Body>, DownstreamError> {
-        self.headers(agent.get(&self.config.url).header("Accept", "text/event-stream"), None, None)
+        self.headers(agent.get(self.uri()?).header("Accept", "text/event-stream"), None, None)
             .config()
             .timeout_recv_response(Some(head_timeout))
             .timeout_per_read(None)
@@ -200,7 +208,7 @@ impl Endpoint {
         head_timeout: Option<Duration>,
     ) -> Result<Response<ureq::Body>, DownstreamError> {
         let mut request =
-            self.headers(agent.get(&self.config.url).header("Accept", "text/event-stream"), session, Some(version));
+            self.headers(agent.get(self.uri()?).header("Accept", "text/event-stream"), session, Some(version));
         if let Some(id) = last_event_id {
             request = request.header("Last-Event-ID", id);
         }
@@ -218,7 +226,7 @@ impl Endpoint {
         let deadline = Instant::now() + self.limits.delete;
         let response = loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let request = self.headers(self.agent.delete(&self.config.url), Some(session), Some(version));
+            let request = self.headers(self.agent.delete(self.uri()?), Some(session), Some(version));
             match request.config().timeout_global(Some(left)).build().call() {
                 Ok(response) => break response,
                 Err(ureq::Error::Io(e))
