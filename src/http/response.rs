@@ -18,6 +18,9 @@ pub(super) struct Writer {
     timeout: Duration,
     /// A write gave up: the client did not take its answer in time.
     timed_out: bool,
+    /// The `Date` of the last answer and its second: formatted again only
+    /// when the second changes.
+    date: (u64, String),
 }
 
 /// What the connection does after a response.
@@ -30,7 +33,7 @@ pub(super) enum Connection {
 
 impl Writer {
     pub fn new(stream: Arc<Stream>, timeout: Duration) -> Writer {
-        Writer { stream, timeout, timed_out: false }
+        Writer { stream, timeout, timed_out: false, date: (u64::MAX, String::new()) }
     }
 
     pub fn timed_out(&self) -> bool {
@@ -78,7 +81,7 @@ impl Writer {
         body: &[u8],
         connection: Connection,
     ) -> io::Result<()> {
-        let mut head = status_line(status);
+        let mut head = self.status_line(status);
         if let Some(content_type) = content_type {
             push_header(&mut head, "Content-Type", content_type);
         }
@@ -91,7 +94,7 @@ impl Writer {
 
     /// The head of an SSE answer, whose body follows in chunks.
     pub fn sse_head(&mut self, headers: &[(&str, String)], connection: Connection) -> io::Result<()> {
-        let mut head = status_line(200);
+        let mut head = self.status_line(200);
         head.push_str(
             "Content-Type: text/event-stream\r\nCache-Control: no-cache\r\nX-Accel-Buffering: no\r\nTransfer-Encoding: chunked\r\n",
         );
@@ -118,15 +121,22 @@ impl Writer {
     }
 }
 
-fn status_line(status: u16) -> String {
-    let mut head = String::with_capacity(256);
-    head.push_str("HTTP/1.1 ");
-    head.push_str(&status.to_string());
-    head.push(' ');
-    head.push_str(reason(status));
-    head.push_str("\r\n");
-    push_header(&mut head, "Date", &crate::runtime::clock::http_date(SystemTime::now()));
-    head
+impl Writer {
+    fn status_line(&mut self, status: u16) -> String {
+        let now = SystemTime::now();
+        let second = now.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        if self.date.0 != second {
+            self.date = (second, crate::runtime::clock::http_date(now));
+        }
+        let mut head = String::with_capacity(256);
+        head.push_str("HTTP/1.1 ");
+        head.push_str(&status.to_string());
+        head.push(' ');
+        head.push_str(reason(status));
+        head.push_str("\r\n");
+        push_header(&mut head, "Date", &self.date.1);
+        head
+    }
 }
 
 fn push_header(head: &mut String, name: &str, value: &str) {
