@@ -353,6 +353,30 @@ pub fn peer_closed(socket: &impl std::os::fd::AsRawFd) -> bool {
     n < 0 && !matches!(io::Error::last_os_error().kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted)
 }
 
+/// Whether a kept-alive connection to a server can carry another request:
+/// open, and nothing waiting on it (bytes nobody asked for mean the
+/// connection is out of step). One peek, which consumes nothing and leaves
+/// the socket's blocking mode alone.
+pub fn idle_and_open(socket: &impl std::os::fd::AsRawFd) -> bool {
+    let mut byte = [0u8; 1];
+    // A peek that does not wait is interrupted only by a signal that came
+    // in the instant it ran: tried a few times, then taken as not reusable.
+    for _ in 0..4 {
+        // SAFETY: `byte` is a live local buffer of the length given.
+        let n =
+            unsafe { libc::recv(socket.as_raw_fd(), byte.as_mut_ptr().cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT) };
+        if n >= 0 {
+            return false;
+        }
+        match io::Error::last_os_error().kind() {
+            io::ErrorKind::WouldBlock => return true,
+            io::ErrorKind::Interrupted => {}
+            _ => return false,
+        }
+    }
+    false
+}
+
 /// Makes mcpgate the reaper of what its children leave behind
 /// (`PR_SET_CHILD_SUBREAPER`): a process a stdio server started, whose
 /// parent ended, becomes mcpgate's child instead of init's, so that mcpgate

@@ -68,8 +68,8 @@ fn agent_with_buffers(limits: &Limits, idle_per_host: usize, input: usize, outpu
         .max_redirects(0)
         .user_agent(concat!("mcpgate/", env!("CARGO_PKG_VERSION")))
         .build();
-    use ureq::unversioned::transport::{Connector, TcpConnector};
-    let connector = ().chain(TcpConnector::default());
+    use ureq::unversioned::transport::Connector;
+    let connector = ().chain(super::tcp::TcpConnector);
     #[cfg(feature = "tls")]
     let connector = connector.chain(tls.clone());
     #[cfg(not(feature = "tls"))]

@@ -4,7 +4,7 @@
 //! has no sessions (`stateless`, with its standing listen). Servers of the
 //! old HTTP+SSE transport use the endpoint too, through `downstream::sse`.
 //! `tls`: the TLS of `https://` servers, with their roots; `coalesce`: a
-//! request's head and body in one write.
+//! request's head and body in one write; `tcp`: the connections beneath.
 //! [`HttpConnector`] is the transport's side of a server, in either era.
 
 use std::sync::Arc;
@@ -17,6 +17,7 @@ mod endpoint;
 mod link;
 mod reader;
 pub(crate) mod stateless;
+mod tcp;
 #[cfg(feature = "tls")]
 pub mod tls;
 

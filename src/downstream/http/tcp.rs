@@ -1,0 +1,335 @@
+//! The TCP connections to HTTP servers: ureq's transport, made by
+//! mcpgate so that two things cost one system call instead of three or two.
+//!
+//! - **Is a kept-alive connection still good?** ureq asks before it reuses
+//!   one and when it puts one back: `ioctl(FIONBIO)`, a one-byte `recv`,
+//!   `ioctl(FIONBIO)` again, twice per request. Here it is one
+//!   `recv(MSG_PEEK | MSG_DONTWAIT)` ([`sys::idle_and_open`]).
+//! - **Timeouts.** ureq bounds each read by what is left of the request's
+//!   budget, a new value each time, so each request set `SO_RCVTIMEO` again.
+//!   Here a timeout already set is kept when it is at most 1/16 longer than
+//!   what is left, as the front door does for clients.
+//!
+//! Everything else is as ureq's `TcpConnector` does it: the addresses in
+//! turn, the connect timeout shared among them, `TCP_NODELAY`, and the
+//! socket registered with the agent at once, so that `Agent::shutdown`
+//! (a cancel) unblocks a read in another thread.
+
+use std::fmt;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ureq::unversioned::transport::{
+    Buffers, ConnectionDetails, Connector, Either, LazyBuffers, NextTimeout, ShutdownHandle, Transport,
+};
+use ureq::{Error, Timeout};
+
+use crate::runtime::sys;
+
+/// Opens [`Tcp`] connections; passes on a transport made earlier in the chain.
+#[derive(Debug, Default)]
+pub(crate) struct TcpConnector;
+
+impl<In: Transport> Connector<In> for TcpConnector {
+    type Out = Either<In, Tcp>;
+
+    fn connect(&self, details: &ConnectionDetails, chained: Option<In>) -> Result<Option<Self::Out>, Error> {
+        if let Some(chained) = chained {
+            return Ok(Some(Either::A(chained)));
+        }
+        let stream = Arc::new(connect(details)?);
+        let handle: Arc<dyn ShutdownHandle> = stream.clone();
+        (details.register_shutdown)(Arc::downgrade(&handle))?;
+        let buffers = LazyBuffers::new(details.config.input_buffer_size(), details.config.output_buffer_size());
+        Ok(Some(Either::B(Tcp { stream, buffers, read_timeout: None, write_timeout: None })))
+    }
+}
+
+/// The addresses in turn: each gets half of what is left of the connect
+/// timeout (the last one all of it), and at least 10 ms.
+fn connect(details: &ConnectionDetails) -> Result<TcpStream, Error> {
+    let started = std::time::Instant::now();
+    let budget = (!details.timeout.after.is_not_happening()).then(|| *details.timeout.after);
+    let mut last: Option<Error> = None;
+    let count = details.addrs.len();
+    for (i, addr) in details.addrs.iter().enumerate() {
+        let share = match budget {
+            None => None,
+            Some(budget) => {
+                let left = budget.saturating_sub(started.elapsed());
+                if i > 0 && left.is_zero() {
+                    return Err(Error::Timeout(Timeout::Connect));
+                }
+                let share = if i + 1 == count { left } else { left / 2 };
+                Some(share.max(Duration::from_millis(10)))
+            }
+        };
+        match connect_one(*addr, share) {
+            Ok(stream) => {
+                if details.config.no_delay() {
+                    stream.set_nodelay(true)?;
+                }
+                return Ok(stream);
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| Error::Io(io::Error::new(io::ErrorKind::ConnectionRefused, "no address to connect to"))))
+}
+
+fn connect_one(addr: SocketAddr, timeout: Option<Duration>) -> Result<TcpStream, Error> {
+    let connected = match timeout {
+        Some(timeout) => TcpStream::connect_timeout(&addr, timeout),
+        None => TcpStream::connect(addr),
+    };
+    match connected {
+        Ok(stream) => Ok(stream),
+        Err(e) if matches!(e.kind(), io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock) => {
+            Err(Error::Timeout(Timeout::Connect))
+        }
+        Err(e) => Err(Error::Io(e)),
+    }
+}
+
+/// One connection to a server.
+pub(crate) struct Tcp {
+    stream: Arc<TcpStream>,
+    buffers: LazyBuffers,
+    /// The timeouts as last set on the socket.
+    read_timeout: Option<Duration>,
+    write_timeout: Option<Duration>,
+}
+
+/// Sets `want` through `set` unless the timeout in `have` is close enough:
+/// at least `want`, and at most 1/16 longer.
+fn bound(
+    stream: &TcpStream,
+    have: &mut Option<Duration>,
+    want: Option<Duration>,
+    set: impl FnOnce(&TcpStream, Option<Duration>) -> io::Result<()>,
+) -> io::Result<()> {
+    let keep = match (*have, want) {
+        (None, None) => true,
+        (Some(have), Some(want)) => have >= want && have - want <= want / 16,
+        _ => false,
+    };
+    if !keep {
+        set(stream, want)?;
+        *have = want;
+    }
+    Ok(())
+}
+
+fn timeout_of(timeout: NextTimeout) -> Option<Duration> {
+    timeout.not_zero().map(|d| *d)
+}
+
+impl Transport for Tcp {
+    fn buffers(&mut self) -> &mut dyn Buffers {
+        &mut self.buffers
+    }
+
+    fn transmit_output(&mut self, amount: usize, timeout: NextTimeout) -> Result<(), Error> {
+        let timeout = timeout.for_write();
+        if timeout.after.is_zero() {
+            return Err(Error::Timeout(timeout.reason));
+        }
+        bound(&self.stream, &mut self.write_timeout, timeout_of(timeout), TcpStream::set_write_timeout)?;
+        let output = &self.buffers.output()[..amount];
+        match (&*self.stream).write_all(output) {
+            Ok(()) => Ok(()),
+            Err(e) if matches!(e.kind(), io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock) => {
+                Err(Error::Timeout(timeout.reason))
+            }
+            Err(e) => Err(Error::Io(e)),
+        }
+    }
+
+    fn await_input(&mut self, timeout: NextTimeout) -> Result<bool, Error> {
+        let timeout = timeout.for_read();
+        if timeout.after.is_zero() {
+            return Err(Error::Timeout(timeout.reason));
+        }
+        bound(&self.stream, &mut self.read_timeout, timeout_of(timeout), TcpStream::set_read_timeout)?;
+        let input = self.buffers.input_append_buf();
+        // A signal may interrupt the read (SO_RCVTIMEO reads are not
+        // restarted): read again, a bounded number of times.
+        let mut read = (&*self.stream).read(input);
+        for _ in 0..16 {
+            match &read {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => read = (&*self.stream).read(input),
+                _ => break,
+            }
+        }
+        let amount = match read {
+            Ok(n) => n,
+            Err(e) if matches!(e.kind(), io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock) => {
+                return Err(Error::Timeout(timeout.reason));
+            }
+            Err(e) => return Err(Error::Io(e)),
+        };
+        self.buffers.input_appended(amount);
+        Ok(amount > 0)
+    }
+
+    fn is_open(&mut self) -> bool {
+        sys::idle_and_open(&*self.stream)
+    }
+}
+
+impl fmt::Debug for Tcp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tcp").field("peer", &self.stream.peer_addr().ok()).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, mpsc};
+    use std::time::{Duration, Instant};
+
+    use ureq::Agent;
+    use ureq::unversioned::transport::Connector;
+
+    use super::TcpConnector;
+
+    fn agent(read_timeout: Duration) -> Agent {
+        let config = Agent::config_builder()
+            .timeout_connect(Some(Duration::from_secs(5)))
+            .timeout_recv_response(Some(read_timeout))
+            .timeout_per_read(Some(read_timeout))
+            .build();
+        Agent::with_parts(config, ().chain(TcpConnector), ureq::unversioned::resolver::DefaultResolver::default())
+    }
+
+    /// Reads one request head (the tests send no bodies).
+    fn read_head(conn: &mut TcpStream) -> bool {
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+            match conn.read(&mut buf) {
+                Ok(0) | Err(_) => return false,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+        true
+    }
+
+    /// A server on 127.0.0.1 that answers `ok` and then does `after` on the
+    /// connection; how many connections it accepted.
+    fn server(after: fn(&mut TcpStream)) -> (String, Arc<AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = accepted.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming().take(20) {
+                let Ok(mut conn) = conn else { return };
+                count.fetch_add(1, Ordering::SeqCst);
+                std::thread::spawn(move || {
+                    conn.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+                    while read_head(&mut conn) {
+                        if conn.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").is_err() {
+                            return;
+                        }
+                        after(&mut conn);
+                    }
+                });
+            }
+        });
+        (url, accepted)
+    }
+
+    fn get(agent: &Agent, url: &str) -> String {
+        agent.get(url).call().unwrap().into_body().read_to_string().unwrap()
+    }
+
+    #[test]
+    fn a_kept_alive_connection_carries_the_next_requests() {
+        let (url, accepted) = server(|_| {});
+        let agent = agent(Duration::from_secs(20));
+        for _ in 0..5 {
+            assert_eq!(get(&agent, &url), "ok");
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    }
+
+    /// Waits (at most 10 s) until `done` counts `n`: what the server did
+    /// after an answer is then on this side's socket (loopback delivers a
+    /// write or a close before the call returns).
+    fn wait_for(done: &AtomicUsize, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while done.load(Ordering::SeqCst) < n {
+            assert!(Instant::now() < deadline, "the server did not act within 10 s");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Three requests, each after the server acted on the last connection
+    /// (`done`), each on a connection of its own.
+    fn each_request_on_a_new_connection(url: &str, accepted: &AtomicUsize, done: &AtomicUsize) {
+        let agent = agent(Duration::from_secs(20));
+        for i in 1..=3 {
+            assert_eq!(get(&agent, url), "ok");
+            wait_for(done, i);
+            assert_eq!(accepted.load(Ordering::SeqCst), i);
+        }
+    }
+
+    #[test]
+    fn a_connection_the_server_closed_is_not_used_again() {
+        static CLOSED: AtomicUsize = AtomicUsize::new(0);
+        let (url, accepted) = server(|conn| {
+            let _ = conn.shutdown(std::net::Shutdown::Both);
+            CLOSED.fetch_add(1, Ordering::SeqCst);
+        });
+        each_request_on_a_new_connection(&url, &accepted, &CLOSED);
+    }
+
+    #[test]
+    fn a_connection_with_bytes_nobody_asked_for_is_not_used_again() {
+        // After the answer was read and the connection put back: an answer
+        // to nothing, which a reuse would take for the next request's.
+        static STRAYS: AtomicUsize = AtomicUsize::new(0);
+        let (url, accepted) = server(|conn| {
+            std::thread::sleep(Duration::from_millis(20));
+            let _ = conn.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nstray");
+            STRAYS.fetch_add(1, Ordering::SeqCst);
+        });
+        each_request_on_a_new_connection(&url, &accepted, &STRAYS);
+    }
+
+    #[test]
+    fn a_server_that_never_answers_times_out_and_a_shutdown_ends_a_read() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for conn in listener.incoming().take(2) {
+                held.push(conn); // read nothing, answer nothing
+            }
+            std::thread::sleep(Duration::from_secs(30));
+        });
+        let started = Instant::now();
+        let e = agent(Duration::from_millis(300)).get(&url).call().unwrap_err();
+        assert!(matches!(e, ureq::Error::Timeout(_)), "{e}");
+        assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+
+        // Another thread's shutdown (a cancel) unblocks the read at once.
+        let agent = agent(Duration::from_secs(60));
+        let (tx, rx) = mpsc::channel();
+        let caller = agent.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(caller.get(&url).call().map(|_| ()));
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        agent.shutdown();
+        let result = rx.recv_timeout(Duration::from_secs(10)).expect("the read was not unblocked");
+        assert!(result.is_err());
+    }
+}
