@@ -13,6 +13,8 @@ use std::net::TcpStream;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::runtime::clock;
+
 /// The socket of one client connection.
 pub(crate) enum Stream {
     Plain(Plain),
@@ -20,14 +22,8 @@ pub(crate) enum Stream {
     Tls(Box<super::tls::TlsStream>),
 }
 
-/// A plain TCP connection, with the timeouts last set on it.
-///
-/// Every read and write is bounded by what is left of its deadline, which
-/// is a fresh timeout almost every time (the idle timeout before a request,
-/// the write timeout before an answer). Setting it again costs a system call
-/// per read and per write, two of the fifteen a relayed call makes; so a
-/// timeout already set is kept when it is at most 1/16 longer than what is
-/// left, and a read or write may end that much after its deadline.
+/// A plain TCP connection, with the timeouts last set on it: one is set
+/// again only when it no longer fits ([`clock::timeout_fits`]).
 pub(crate) struct Plain {
     tcp: TcpStream,
     /// Nanoseconds of `SO_RCVTIMEO` as last set; 0: not set yet.
@@ -46,7 +42,7 @@ impl Plain {
     ) -> io::Result<()> {
         let want = u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX).max(1);
         let have = last.load(Ordering::Relaxed);
-        if have >= want && have - want <= want / 16 {
+        if have > 0 && clock::timeout_fits(Duration::from_nanos(have), Duration::from_nanos(want)) {
             return Ok(());
         }
         set(&self.tcp, Some(Duration::from_nanos(want)))?;

@@ -1,8 +1,19 @@
 //! Wall-clock time as the wire and the state file write it: seconds since
 //! the epoch, and the HTTP date of RFC 9110. A clock set before 1970 reads
-//! as 0 rather than failing.
+//! as 0 rather than failing. And when a socket timeout already set still
+//! fits a deadline.
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
+
+/// Whether a socket timeout already `set` may bound an operation that has
+/// `left` until its deadline: at least as long, and at most 1/16 longer, so
+/// it may end that much late. Every read and write is bounded by what is
+/// left of its deadline, a new value almost every time; setting it again
+/// is a system call per read and per write, which this saves for clients'
+/// connections and servers' alike.
+pub fn timeout_fits(set: Duration, left: Duration) -> bool {
+    set >= left && set - left <= left / 16
+}
 
 /// Seconds since the Unix epoch, now.
 pub fn unix_now() -> u64 {

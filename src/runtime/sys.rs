@@ -339,39 +339,37 @@ pub fn wait_writable(fd: &impl std::os::fd::AsRawFd, timeout: std::time::Duratio
     Ok(n > 0)
 }
 
-/// Whether the peer of `socket` has closed its side: a peek that finds the
-/// end of the stream. Data waiting (a pipelined request) or nothing yet
-/// both mean it is still there. Nothing is consumed, and the socket's
+/// One byte peeked without waiting: how many are there (0: the peer
+/// closed), or why none could be. Nothing is consumed, and the socket's
 /// blocking mode (shared with every clone of it) is left alone.
-pub fn peer_closed(socket: &impl std::os::fd::AsRawFd) -> bool {
+fn peek(socket: &impl std::os::fd::AsRawFd) -> io::Result<usize> {
     let mut byte = [0u8; 1];
     // SAFETY: `byte` is a live local buffer of the length given.
     let n = unsafe { libc::recv(socket.as_raw_fd(), byte.as_mut_ptr().cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT) };
-    if n == 0 {
-        return true;
+    usize::try_from(n).map_err(|_| io::Error::last_os_error())
+}
+
+/// Whether the peer of `socket` has closed its side: a peek that finds the
+/// end of the stream. Data waiting (a pipelined request) or nothing yet
+/// both mean it is still there.
+pub fn peer_closed(socket: &impl std::os::fd::AsRawFd) -> bool {
+    match peek(socket) {
+        Ok(n) => n == 0,
+        Err(e) => !matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted),
     }
-    n < 0 && !matches!(io::Error::last_os_error().kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted)
 }
 
 /// Whether a kept-alive connection to a server can carry another request:
 /// open, and nothing waiting on it (bytes nobody asked for mean the
-/// connection is out of step). One peek, which consumes nothing and leaves
-/// the socket's blocking mode alone.
+/// connection is out of step).
 pub fn idle_and_open(socket: &impl std::os::fd::AsRawFd) -> bool {
-    let mut byte = [0u8; 1];
     // A peek that does not wait is interrupted only by a signal that came
     // in the instant it ran: tried a few times, then taken as not reusable.
     for _ in 0..4 {
-        // SAFETY: `byte` is a live local buffer of the length given.
-        let n =
-            unsafe { libc::recv(socket.as_raw_fd(), byte.as_mut_ptr().cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT) };
-        if n >= 0 {
-            return false;
-        }
-        match io::Error::last_os_error().kind() {
-            io::ErrorKind::WouldBlock => return true,
-            io::ErrorKind::Interrupted => {}
-            _ => return false,
+        match peek(socket) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return e.kind() == io::ErrorKind::WouldBlock,
+            Ok(_) => return false,
         }
     }
     false

@@ -7,8 +7,8 @@
 //!   `recv(MSG_PEEK | MSG_DONTWAIT)` ([`sys::idle_and_open`]).
 //! - **Timeouts.** ureq bounds each read by what is left of the request's
 //!   budget, a new value each time, so each request set `SO_RCVTIMEO` again.
-//!   Here a timeout already set is kept when it is at most 1/16 longer than
-//!   what is left, as the front door does for clients.
+//!   Here a timeout already set is kept while it fits
+//!   ([`clock::timeout_fits`]), as the front door does for clients.
 //!
 //! Everything else is as ureq's `TcpConnector` does it: the addresses in
 //! turn, the connect timeout shared among them, `TCP_NODELAY`, and the
@@ -26,7 +26,7 @@ use ureq::unversioned::transport::{
 };
 use ureq::{Error, Timeout};
 
-use crate::runtime::sys;
+use crate::runtime::{clock, sys};
 
 /// Opens [`Tcp`] connections; passes on a transport made earlier in the chain.
 #[derive(Debug, Default)]
@@ -84,12 +84,14 @@ fn connect_one(addr: SocketAddr, timeout: Option<Duration>) -> Result<TcpStream,
         Some(timeout) => TcpStream::connect_timeout(&addr, timeout),
         None => TcpStream::connect(addr),
     };
-    match connected {
-        Ok(stream) => Ok(stream),
-        Err(e) if matches!(e.kind(), io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock) => {
-            Err(Error::Timeout(Timeout::Connect))
-        }
-        Err(e) => Err(Error::Io(e)),
+    connected.map_err(|e| error(e, Timeout::Connect))
+}
+
+/// An I/O error as ureq reports it: a timed-out socket is `reason`.
+fn error(e: io::Error, reason: Timeout) -> Error {
+    match e.kind() {
+        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => Error::Timeout(reason),
+        _ => Error::Io(e),
     }
 }
 
@@ -102,8 +104,7 @@ pub(crate) struct Tcp {
     write_timeout: Option<Duration>,
 }
 
-/// Sets `want` through `set` unless the timeout in `have` is close enough:
-/// at least `want`, and at most 1/16 longer.
+/// Sets `want` through `set` unless the timeout in `have` still fits it.
 fn bound(
     stream: &TcpStream,
     have: &mut Option<Duration>,
@@ -112,7 +113,7 @@ fn bound(
 ) -> io::Result<()> {
     let keep = match (*have, want) {
         (None, None) => true,
-        (Some(have), Some(want)) => have >= want && have - want <= want / 16,
+        (Some(have), Some(want)) => clock::timeout_fits(have, want),
         _ => false,
     };
     if !keep {
@@ -138,13 +139,7 @@ impl Transport for Tcp {
         }
         bound(&self.stream, &mut self.write_timeout, timeout_of(timeout), TcpStream::set_write_timeout)?;
         let output = &self.buffers.output()[..amount];
-        match (&*self.stream).write_all(output) {
-            Ok(()) => Ok(()),
-            Err(e) if matches!(e.kind(), io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock) => {
-                Err(Error::Timeout(timeout.reason))
-            }
-            Err(e) => Err(Error::Io(e)),
-        }
+        (&*self.stream).write_all(output).map_err(|e| error(e, timeout.reason))
     }
 
     fn await_input(&mut self, timeout: NextTimeout) -> Result<bool, Error> {
@@ -163,13 +158,7 @@ impl Transport for Tcp {
                 _ => break,
             }
         }
-        let amount = match read {
-            Ok(n) => n,
-            Err(e) if matches!(e.kind(), io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock) => {
-                return Err(Error::Timeout(timeout.reason));
-            }
-            Err(e) => return Err(Error::Io(e)),
-        };
+        let amount = read.map_err(|e| error(e, timeout.reason))?;
         self.buffers.input_appended(amount);
         Ok(amount > 0)
     }
