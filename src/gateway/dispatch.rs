@@ -75,7 +75,8 @@ pub(super) fn call(
     open_retry: Duration,
 ) -> Outcome {
     let client_id = message.id.clone().unwrap_or(Value::Null);
-    let mut params = params.clone();
+    // Copied only when a round of input changes them.
+    let mut params = std::borrow::Cow::Borrowed(params);
     let mut cancelled = false;
     // Only a server of the 2026-07-28 era answers `input_required`.
     let asks_in_results = server.era() == Some(crate::protocol::stateless::VERSION);
@@ -111,6 +112,7 @@ pub(super) fn call(
                 None => return result,
                 Some(Err(why)) => return Err(DownstreamError::Protocol(why)),
                 Some(Ok(answers)) => {
+                    let params = params.to_mut();
                     params.set("inputResponses", &Value::Object(answers));
                     match asked.get("requestState") {
                         Some(state) => params.set("requestState", state),

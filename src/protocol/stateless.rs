@@ -77,7 +77,6 @@ pub fn is_cacheable(method: &str) -> bool {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Envelope {
     pub capabilities: Value,
-    pub client_info: Option<Value>,
     /// The least severe log level the request wants (`_meta`'s logLevel);
     /// `None`: no log messages at all.
     pub log_level: Option<String>,
@@ -112,45 +111,71 @@ pub trait Headers {
 /// Checks a request of this era, rung by rung: `params._meta` with the
 /// version and the client's capabilities (-32602), the routing headers
 /// against the body (-32020), the version (-32022).
-pub fn check(message: &Message, headers: &dyn Headers) -> Result<Envelope, RpcError> {
-    // The members as written: only `_meta` and the name are read whole.
-    let params = Params::of(message).unwrap_or_default();
-    let meta = params.value("_meta").and_then(|m| if let Value::Object(m) = m { Some(m) } else { None });
+/// `params` are the request's, read once by the caller (`None`: they are
+/// not an object).
+pub fn check(message: &Message, params: Option<&Params>, headers: &dyn Headers) -> Result<Envelope, RpcError> {
+    // The members as written: only what the checks need of `_meta`, and the name, are read.
+    // (An object: serde would read a struct from an array too.)
+    let meta = params.and_then(|p| p.raw("_meta")).filter(|m| m.get().starts_with('{'));
+    let meta = meta.and_then(|m| serde_json::from_str::<Meta>(m.get()).ok());
     let Some(meta) = meta else {
         return Err(RpcError::new(
             INVALID_PARAMS,
             format!("params._meta must be an object carrying `{META_VERSION}` and `{META_CAPABILITIES}`"),
         ));
     };
-    let missing: Vec<&str> = [META_VERSION, META_CAPABILITIES].into_iter().filter(|k| !meta.contains_key(*k)).collect();
+    let missing: Vec<&str> = [(META_VERSION, &meta.version), (META_CAPABILITIES, &meta.capabilities)]
+        .into_iter()
+        .filter(|(_, v)| v.is_none())
+        .map(|(k, _)| k)
+        .collect();
     if !missing.is_empty() {
         return Err(RpcError::new(
             INVALID_PARAMS,
             format!("params._meta is missing the required key(s): {}", missing.join(", ")),
         ));
     }
-    let version = &meta[META_VERSION];
-    if headers.get(super::VERSION_HEADER) != version.as_str() || version.as_str().is_none() {
+    let version = meta.version.as_ref().and_then(Value::as_str);
+    if version.is_none() || headers.get(super::VERSION_HEADER) != version {
         return Err(mismatch("MCP-Protocol-Version header does not match params._meta's protocol version"));
     }
     if headers.get(HEADER_METHOD) != Some(message.method()) {
         return Err(mismatch("Mcp-Method header does not match the request's method"));
     }
     if let Some(member) = name_member(message.method())
-        && let Some(named) = params.str(member)
+        && let Some(named) = params.and_then(|p| p.str(member))
         && headers.get(HEADER_NAME).and_then(decode_header_value).as_deref() != Some(named.as_str())
     {
         return Err(mismatch(&format!("Mcp-Name header does not match the request's `{member}`")));
     }
-    let version = version.as_str().unwrap_or_default();
+    let version = version.unwrap_or_default();
     if version != VERSION {
         return Err(unsupported(version));
     }
     Ok(Envelope {
-        capabilities: meta.get(META_CAPABILITIES).cloned().unwrap_or(Value::Null),
-        client_info: meta.get(META_CLIENT_INFO).cloned(),
-        log_level: meta.get(META_LOG_LEVEL).and_then(Value::as_str).map(str::to_string),
+        capabilities: meta.capabilities.unwrap_or(Value::Null),
+        log_level: match meta.log_level {
+            Some(Value::String(level)) => Some(level),
+            _ => None,
+        },
     })
+}
+
+/// What the checks read of `params._meta` (the keys are `META_*`); the
+/// rest, the client's info among it, is skipped unparsed.
+#[derive(serde::Deserialize)]
+struct Meta {
+    #[serde(rename = "io.modelcontextprotocol/protocolVersion", default, deserialize_with = "present")]
+    version: Option<Value>,
+    #[serde(rename = "io.modelcontextprotocol/clientCapabilities", default, deserialize_with = "present")]
+    capabilities: Option<Value>,
+    #[serde(rename = "io.modelcontextprotocol/logLevel", default)]
+    log_level: Option<Value>,
+}
+
+/// A key that is there, even when its value is `null`.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    serde::Deserialize::deserialize(d).map(Some)
 }
 
 fn mismatch(message: &str) -> RpcError {
@@ -357,22 +382,42 @@ mod tests {
         json!({ META_VERSION: version, META_CAPABILITIES: {"sampling": {}} })
     }
 
+    fn checked(message: &Message, headers: &H) -> Result<Envelope, RpcError> {
+        check(message, Params::of(message).ok().as_ref(), headers)
+    }
+
     #[test]
     fn the_ladder_answers_with_the_first_rung_that_fails() {
         let ok = H(vec![("mcp-protocol-version", VERSION), ("mcp-method", "tools/call"), ("mcp-name", "echo")]);
         let call = message("tools/call", json!({"name": "echo", "_meta": meta(VERSION)}));
-        let envelope = check(&call, &ok).unwrap();
+        let envelope = checked(&call, &ok).unwrap();
         assert!(envelope.can_answer("sampling/createMessage") && !envelope.can_answer("roots/list"));
         let no_meta = message("tools/call", json!({"name": "echo"}));
-        assert_eq!(check(&no_meta, &ok).unwrap_err().code, INVALID_PARAMS);
+        assert_eq!(checked(&no_meta, &ok).unwrap_err().code, INVALID_PARAMS);
         let other_name = H(vec![("mcp-protocol-version", VERSION), ("mcp-method", "tools/call"), ("mcp-name", "add")]);
-        assert_eq!(check(&call, &other_name).unwrap_err().code, HEADER_MISMATCH);
+        assert_eq!(checked(&call, &other_name).unwrap_err().code, HEADER_MISMATCH);
         let old = message("tools/call", json!({"name": "echo", "_meta": meta("2099-01-01")}));
         let old_headers =
             H(vec![("mcp-protocol-version", "2099-01-01"), ("mcp-method", "tools/call"), ("mcp-name", "echo")]);
-        let e = check(&old, &old_headers).unwrap_err();
+        let e = checked(&old, &old_headers).unwrap_err();
         assert_eq!((e.code, http_status(e.code)), (UNSUPPORTED_PROTOCOL_VERSION, 400));
         assert_eq!(e.data.unwrap()["supported"][0], VERSION);
+    }
+
+    #[test]
+    fn meta_is_read_by_the_keys_of_the_era_and_a_null_key_is_there() {
+        let h = H(vec![("mcp-protocol-version", VERSION), ("mcp-method", "tools/list")]);
+        let full =
+            json!({ META_VERSION: VERSION, META_CAPABILITIES: {}, META_LOG_LEVEL: "info", META_CLIENT_INFO: {} });
+        let envelope = checked(&message("tools/list", json!({ "_meta": full })), &h).unwrap();
+        assert_eq!((envelope.capabilities, envelope.log_level.as_deref()), (json!({}), Some("info")));
+        let null_version = message("tools/list", json!({"_meta": { META_VERSION: null, META_CAPABILITIES: {} }}));
+        assert_eq!(checked(&null_version, &h).unwrap_err().code, HEADER_MISMATCH);
+        let e = checked(&message("tools/list", json!({"_meta": { META_VERSION: VERSION }})), &h).unwrap_err();
+        assert_eq!(e.code, INVALID_PARAMS);
+        assert!(e.message.ends_with(META_CAPABILITIES), "{}", e.message);
+        let e = checked(&message("tools/list", json!({"_meta": [1]})), &h).unwrap_err();
+        assert!(e.message.starts_with("params._meta must be an object"), "{}", e.message);
     }
 
     #[test]

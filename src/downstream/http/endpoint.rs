@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use serde_json::Value;
 use ureq::Agent;
-use ureq::http::{HeaderValue, Response, Uri};
+use ureq::http::{HeaderName, HeaderValue, Response, Uri};
 
 use crate::config::HttpConfig;
 use crate::downstream::{Arrival, DownstreamError, Flight, Limits, Server};
@@ -132,7 +132,7 @@ impl Endpoint {
     pub(crate) fn post_with(
         &self,
         agent: &Agent,
-        headers: &[(&str, String)],
+        headers: Vec<(HeaderName, HeaderValue)>,
         body: &[u8],
     ) -> Result<Response<ureq::Body>, DownstreamError> {
         let mut request = agent
@@ -140,7 +140,7 @@ impl Endpoint {
             .header("Content-Type", HeaderValue::from_static("application/json"))
             .header("Accept", HeaderValue::from_static("application/json, text/event-stream"));
         for (name, value) in headers {
-            request = request.header(*name, value.as_str());
+            request = request.header(name, value);
         }
         self.headers(request, None, None).send(body).map_err(|e| self.transport_error(e))
     }

@@ -18,7 +18,7 @@
 //! server announces unasked (list changes) comes on one standing
 //! `subscriptions/listen` per server ([`Listen`]), to every session using it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::BufReader;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
@@ -26,9 +26,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+use serde::de::IgnoredAny;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use ureq::Agent;
+use ureq::http::{HeaderName, HeaderValue};
 
 use super::endpoint::{Endpoint, Exchange};
 use crate::downstream::{Arrival, Downstream, DownstreamError, Flight, Inbox, Link, Opened, Server};
@@ -143,15 +145,65 @@ fn own_meta() -> Value {
     })
 }
 
-/// The routing headers of a request of this era.
-fn headers(method: &str, params: &Value) -> Vec<(&'static str, String)> {
-    let mut headers = vec![("MCP-Protocol-Version", VERSION.to_string()), ("Mcp-Method", method.to_string())];
-    if let Some(member) = era::name_member(method)
-        && let Some(name) = params.get(member).and_then(Value::as_str)
-    {
-        headers.push(("Mcp-Name", era::encode_header_value(name)));
+/// The routing headers of a request of this era: names and the version
+/// are static, so only the method's and the name's values are copied.
+fn headers(method: &str, name: Option<&str>) -> Result<Vec<(HeaderName, HeaderValue)>, DownstreamError> {
+    let value = |v: &str| {
+        HeaderValue::from_str(v).map_err(|_| DownstreamError::Protocol(format!("`{v}` cannot be a header value")))
+    };
+    let mut headers = Vec::with_capacity(4);
+    headers.push((HeaderName::from_static("mcp-protocol-version"), HeaderValue::from_static(VERSION)));
+    headers.push((HeaderName::from_static(era::HEADER_METHOD), value(method)?));
+    if let Some(name) = name {
+        headers.push((HeaderName::from_static(era::HEADER_NAME), value(&era::encode_header_value(name))?));
     }
-    headers
+    Ok(headers)
+}
+
+/// A request's params, read no further than a request of this era needs:
+/// its members borrowed from the text as written, or (keys with escapes,
+/// params that are not an object) parsed whole.
+enum Members<'a> {
+    Borrowed(BTreeMap<&'a str, &'a RawValue>),
+    Parsed(Value),
+}
+
+impl<'a> Members<'a> {
+    fn of(params: Option<&'a RawValue>) -> Members<'a> {
+        let Some(params) = params else { return Members::Parsed(Value::Null) };
+        match serde_json::from_str(params.get()) {
+            Ok(members) => Members::Borrowed(members),
+            Err(_) => Members::Parsed(serde_json::from_str(params.get()).unwrap_or_default()),
+        }
+    }
+
+    /// A member that is a JSON string.
+    fn str(&self, key: &str) -> Option<String> {
+        match self {
+            Members::Borrowed(members) => serde_json::from_str(members.get(key)?.get()).ok(),
+            Members::Parsed(value) => value.get(key)?.as_str().map(str::to_string),
+        }
+    }
+
+    /// A member parsed whole (`Null` when absent).
+    fn value(&self, key: &str) -> Value {
+        match self {
+            Members::Borrowed(members) => {
+                members.get(key).and_then(|v| serde_json::from_str(v.get()).ok()).unwrap_or_default()
+            }
+            Members::Parsed(value) => value.get(key).cloned().unwrap_or_default(),
+        }
+    }
+
+    /// Whether `_meta` is an object that has every key of `keys`.
+    fn meta_has(&self, keys: &Map<String, Value>) -> bool {
+        let Members::Borrowed(members) = self else { return false };
+        let Some(meta) = members.get("_meta") else { return false };
+        match serde_json::from_str::<BTreeMap<&str, IgnoredAny>>(meta.get()) {
+            Ok(meta) => keys.keys().all(|k| meta.contains_key(k.as_str())),
+            Err(_) => false,
+        }
+    }
 }
 
 /// Opens a downstream session on an HTTP server of the 2026-07-28 era:
@@ -201,7 +253,7 @@ fn probe(server: &Server, endpoint: &Endpoint) -> Result<Era, DownstreamError> {
     let id = Value::from("mcpgate-discover");
     let params = json!({ "_meta": own_meta() });
     let body = jsonrpc::request(&id, "server/discover", Some(&jsonrpc::raw(&params)));
-    let response = endpoint.post_with(endpoint.short_agent(), &headers("server/discover", &params), &body)?;
+    let response = endpoint.post_with(endpoint.short_agent(), headers("server/discover", None)?, &body)?;
     let flight = server.lanes.flight(0);
     let exchange = Exchange { session_id: None, version: VERSION, agent: endpoint.short_agent(), flight: &flight };
     let Ok(answer) = endpoint.read_answer(server, response, &id, &mut |_| {}, &exchange) else {
@@ -238,7 +290,7 @@ fn answers_initialize(server: &Server, endpoint: &Endpoint) -> Result<bool, Down
         "clientInfo": { "name": "mcpgate", "version": env!("CARGO_PKG_VERSION") },
     });
     let body = jsonrpc::request(&id, "initialize", Some(&jsonrpc::raw(&params)));
-    let response = endpoint.post_with(endpoint.short_agent(), &[], &body)?;
+    let response = endpoint.post_with(endpoint.short_agent(), Vec::new(), &body)?;
     let session_id = super::link::session_id_of(&response).ok().flatten();
     let flight = server.lanes.flight(0);
     let exchange = Exchange {
@@ -281,25 +333,60 @@ impl Schemas {
     /// Learns the schemas of a `tools/list` page.
     fn learn(&self, answer: &Message) {
         let Some(result) = &answer.result else { return };
-        if !result.get().contains("x-mcp-header") {
+        // A page that marks nothing changes nothing, unless some tool was marked before.
+        if !result.get().contains("x-mcp-header") && self.0.lock().is_empty() {
             return;
         }
         let Ok(result) = serde_json::from_str::<Value>(result.get()) else { return };
+        // Only the schemas that mark an argument are kept: a call of any
+        // other tool reads nothing here.
+        let marks = |schema: &&Value| schema.to_string().contains("x-mcp-header");
+        let listed: Vec<(&str, Option<&Value>)> = result["tools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|tool| Some((tool["name"].as_str()?, tool.get("inputSchema").filter(marks))))
+            .collect();
         let mut schemas = self.0.lock();
-        for tool in result["tools"].as_array().into_iter().flatten() {
-            if let (Some(name), Some(schema)) = (tool["name"].as_str(), tool.get("inputSchema")) {
+        for (name, schema) in listed {
+            match schema {
                 // Bounded: a server listing without end does not grow it past this.
-                if schemas.len() < 4096 || schemas.contains_key(name) {
+                Some(schema) if schemas.len() < 4096 || schemas.contains_key(name) => {
                     schemas.insert(name.to_string(), schema.clone());
+                }
+                Some(_) => {}
+                None => {
+                    schemas.remove(name);
                 }
             }
         }
     }
 
-    fn headers(&self, params: &Value) -> Vec<(String, String)> {
-        let Some(name) = params["name"].as_str() else { return Vec::new() };
-        let schemas = self.0.lock();
-        schemas.get(name).map(|schema| era::param_headers(schema, &params["arguments"])).unwrap_or_default()
+    /// The `Mcp-Param-*` headers of a call of tool `name`; its arguments
+    /// are read only when its schema marks some.
+    fn headers(&self, name: &str, arguments: impl FnOnce() -> Value) -> Vec<(HeaderName, HeaderValue)> {
+        let pairs = {
+            let schemas = self.0.lock();
+            let Some(schema) = schemas.get(name) else { return Vec::new() };
+            era::param_headers(schema, &arguments())
+        };
+        let header = |(n, v): (String, String)| Some((HeaderName::try_from(n).ok()?, HeaderValue::try_from(v).ok()?));
+        pairs.into_iter().filter_map(header).collect()
+    }
+}
+
+impl StatelessLink {
+    /// The request with `_meta` completed from the client's `initialize`:
+    /// what the client's own `_meta` leaves out is taken from it.
+    fn with_meta(&self, id: &Value, method: &str, params: Option<&RawValue>) -> Vec<u8> {
+        let mut params: Value = params.and_then(|p| serde_json::from_str(p.get()).ok()).unwrap_or(json!({}));
+        let meta = params.as_object_mut().map(|p| p.entry("_meta").or_insert(json!({})));
+        if let Some(Value::Object(meta)) = meta {
+            for (key, value) in &self.meta {
+                meta.entry(key.clone()).or_insert_with(|| value.clone());
+            }
+        }
+        jsonrpc::request(id, method, Some(&jsonrpc::raw(&params)))
     }
 }
 
@@ -321,15 +408,19 @@ impl Link for StatelessLink {
         on_message: &mut dyn FnMut(Arrival),
         flight: &Arc<Flight>,
     ) -> Result<Message, DownstreamError> {
-        let mut params: Value = params.and_then(|p| serde_json::from_str(p.get()).ok()).unwrap_or(json!({}));
-        // A client of this era sent its own _meta through the gateway: it is kept.
-        let meta = params.as_object_mut().map(|p| p.entry("_meta").or_insert(json!({})));
-        if let Some(Value::Object(meta)) = meta {
-            for (key, value) in &self.meta {
-                meta.entry(key.clone()).or_insert_with(|| value.clone());
-            }
+        let members = Members::of(params);
+        let body = match params {
+            // A client of this era sent its own _meta through the gateway: it goes as written.
+            Some(params) if members.meta_has(&self.meta) => jsonrpc::request(id, method, Some(params)),
+            _ => self.with_meta(id, method, params),
+        };
+        let name = era::name_member(method).and_then(|member| members.str(member));
+        let mut headers = headers(method, name.as_deref())?;
+        if method == "tools/call"
+            && let Some(name) = &name
+        {
+            headers.extend(self.side.schemas.headers(name, || members.value("arguments")));
         }
-        let body = jsonrpc::request(id, method, Some(&jsonrpc::raw(&params)));
         let (endpoint, side) = (&self.endpoint, &self.side);
         let mut lane = endpoint.lane_agent();
         let agent = lane.agent().clone();
@@ -338,14 +429,8 @@ impl Link for StatelessLink {
             return Err(d.server.stopped(why));
         }
         let exchange = Exchange { session_id: None, version: VERSION, agent: lane.agent(), flight };
-        let mut headers: Vec<(String, String)> =
-            headers(method, &params).into_iter().map(|(n, v)| (n.to_string(), v)).collect();
-        if method == "tools/call" {
-            headers.extend(side.schemas.headers(&params));
-        }
-        let headers: Vec<(&str, String)> = headers.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
         let result = endpoint
-            .post_with(lane.agent(), &headers, &body)
+            .post_with(lane.agent(), headers, &body)
             .and_then(|response| endpoint.read_answer(&d.server, response, id, on_message, &exchange));
         lane.stopped = flight.disarm();
         if method == "tools/list"
@@ -493,8 +578,8 @@ fn run(server: &Arc<Server>, endpoint: &Endpoint, side: &Side, agent: &Agent, st
             .timeout_recv_body(None)
             .build();
         let mut request = request;
-        for (name, value) in headers("subscriptions/listen", &params) {
-            request = request.header(name, value.as_str());
+        for (name, value) in headers("subscriptions/listen", None).unwrap_or_default() {
+            request = request.header(name, value);
         }
         for (name, value) in &endpoint.config.headers {
             request = request.header(name.as_str(), value.as_str());
@@ -537,5 +622,49 @@ fn run(server: &Arc<Server>, endpoint: &Endpoint, side: &Side, agent: &Agent, st
             std::thread::sleep(Duration::from_millis(50));
         }
         backoff = (backoff * 2).min(LISTEN_BACKOFF_MAX);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn page(tools: Value) -> Message {
+        Message::parse(jsonrpc::result(&Value::from(1), &jsonrpc::raw(&json!({ "tools": tools }))).as_slice()).unwrap()
+    }
+
+    fn marked(token: &str) -> Value {
+        json!({"name": "t", "inputSchema": {"properties": {"r": {"type": "string", "x-mcp-header": token}}}})
+    }
+
+    fn names(headers: Vec<(HeaderName, HeaderValue)>) -> Vec<String> {
+        headers.into_iter().map(|(n, v)| format!("{n}: {}", v.to_str().unwrap())).collect()
+    }
+
+    #[test]
+    fn only_marked_schemas_are_kept_and_a_tool_that_drops_its_marks_is_forgotten() {
+        let schemas = Schemas::default();
+        let plain = json!({"name": "p", "inputSchema": {"properties": {"r": {"type": "string"}}}});
+        schemas.learn(&page(json!([marked("Region"), plain])));
+        assert_eq!(schemas.0.lock().len(), 1, "the unmarked tool is not kept");
+        assert_eq!(names(schemas.headers("t", || json!({"r": "eu"}))), ["mcp-param-region: eu"]);
+        // A call of a tool with no marks reads no arguments.
+        assert!(schemas.headers("p", || panic!("arguments read")).is_empty());
+        // The same tool listed again without marks, on a page with none.
+        schemas.learn(&page(json!([{"name": "t", "inputSchema": {"properties": {}}}])));
+        assert!(schemas.headers("t", || json!({"r": "eu"})).is_empty(), "its old schema still mirrored");
+    }
+
+    #[test]
+    fn members_are_borrowed_unless_their_keys_have_escapes() {
+        let keys: Map<String, Value> = [(META_VERSION.to_string(), Value::Null)].into_iter().collect();
+        let raw = jsonrpc::raw(&json!({"name": "echo", "_meta": { META_VERSION: VERSION }}));
+        let members = Members::of(Some(&raw));
+        assert!(matches!(members, Members::Borrowed(_)) && members.meta_has(&keys));
+        assert_eq!(members.str("name").as_deref(), Some("echo"));
+        let escaped = RawValue::from_string(r#"{"na\u006de": "echo", "_meta": {}}"#.to_string()).unwrap();
+        let members = Members::of(Some(&escaped));
+        assert!(matches!(members, Members::Parsed(_)) && !members.meta_has(&keys));
+        assert_eq!(members.str("name").as_deref(), Some("echo"));
     }
 }

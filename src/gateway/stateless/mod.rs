@@ -105,6 +105,14 @@ fn log_level_of(message: &Message) -> Option<String> {
     Some(params.and_then(|p| p.level).unwrap_or_else(|| "debug".into()))
 }
 
+/// A request of this era as it came and was checked: its params, read
+/// once, and what it says of its client.
+struct Checked<'a> {
+    message: &'a Message,
+    params: Result<Params, RpcError>,
+    envelope: Envelope,
+}
+
 /// An error answer of this era: its HTTP status follows its code.
 fn error_reply(id: &Value, e: &RpcError) -> HttpReply {
     HttpReply::error(stateless::http_status(e.code), id, e)
@@ -132,7 +140,9 @@ impl Gateway {
         if message.method() == "server/discover" && is_bare_probe(req, message) {
             return self.discover(&id, access);
         }
-        let envelope = match stateless::check(message, &RequestHeaders(req)) {
+        // Read once: the checks, mcpgate's own tools, and the call.
+        let params = Params::of(message);
+        let envelope = match stateless::check(message, params.as_ref().ok(), &RequestHeaders(req)) {
             Ok(envelope) => envelope,
             Err(e) => return error_reply(&id, &e),
         };
@@ -152,7 +162,7 @@ impl Gateway {
         }
         match method {
             "tools/call" | "prompts/get" | "resources/read" | "completion/complete" => {
-                self.stateless_call(req, &pool, message, &envelope, sink, access)
+                self.stateless_call(req, &pool, Checked { message, params, envelope }, sink, access)
             }
             "subscriptions/listen" => self.listen(req, &pool, message),
             "tasks/get" | "tasks/update" | "tasks/cancel" => self.task_request(&pool, message),
@@ -280,14 +290,14 @@ impl Gateway {
         &self,
         req: &HttpRequest,
         pool: &Arc<Session>,
-        message: &Message,
-        envelope: &Envelope,
+        checked: Checked<'_>,
         sink: &mut dyn EventSink,
         access: &Access,
     ) -> HttpReply {
+        let Checked { message, params, envelope } = checked;
+        let envelope = &envelope;
         let id = message.id.clone().unwrap_or(Value::Null);
-        // Read once: mcpgate's own tools, and the call.
-        let params = match Params::of(message) {
+        let params = match params {
             Ok(params) => params,
             Err(e) => return error_reply(&id, &e),
         };
