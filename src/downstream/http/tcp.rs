@@ -4,7 +4,10 @@
 //! - **Is a kept-alive connection still good?** ureq asks before it reuses
 //!   one and when it puts one back: `ioctl(FIONBIO)`, a one-byte `recv`,
 //!   `ioctl(FIONBIO)` again, twice per request. Here it is one
-//!   `recv(MSG_PEEK | MSG_DONTWAIT)` ([`sys::idle_and_open`]).
+//!   `recv(MSG_PEEK | MSG_DONTWAIT)` ([`sys::idle_and_open`]), once per
+//!   request: the look as it goes back, right after its answer was read,
+//!   is left to the look before its next use, which sees the same (bytes
+//!   nobody asked for, or the server's close) and more.
 //! - **Timeouts.** ureq bounds each read by what is left of the request's
 //!   budget, a new value each time, so each request set `SO_RCVTIMEO` again.
 //!   Here a timeout already set is kept while it fits
@@ -43,7 +46,7 @@ impl<In: Transport> Connector<In> for TcpConnector {
         let handle: Arc<dyn ShutdownHandle> = stream.clone();
         (details.register_shutdown)(Arc::downgrade(&handle))?;
         let buffers = LazyBuffers::new(details.config.input_buffer_size(), details.config.output_buffer_size());
-        Ok(Some(Either::B(Tcp { stream, buffers, read_timeout: None, write_timeout: None })))
+        Ok(Some(Either::B(Tcp { stream, buffers, read_timeout: None, write_timeout: None, answered: false })))
     }
 }
 
@@ -102,6 +105,9 @@ pub(crate) struct Tcp {
     /// The timeouts as last set on the socket.
     read_timeout: Option<Duration>,
     write_timeout: Option<Duration>,
+    /// Read from since ureq last asked whether it is open: the next ask is
+    /// ureq putting it back in its pool.
+    answered: bool,
 }
 
 /// Sets `want` through `set` unless the timeout in `have` still fits it.
@@ -159,11 +165,16 @@ impl Transport for Tcp {
             }
         }
         let amount = read.map_err(|e| error(e, timeout.reason))?;
+        self.answered = true;
         self.buffers.input_appended(amount);
         Ok(amount > 0)
     }
 
     fn is_open(&mut self) -> bool {
+        // Going back to the pool: it is looked at before it is taken again.
+        if std::mem::take(&mut self.answered) {
+            return true;
+        }
         sys::idle_and_open(&*self.stream)
     }
 }
