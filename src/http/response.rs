@@ -3,6 +3,7 @@
 //! not per `write()`, so a client that reads a trickle cannot hold a
 //! thread by letting each partial write restart the clock.
 
+use std::fmt::Write as _;
 use std::io::{self, IoSlice};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -21,6 +22,8 @@ pub(super) struct Writer {
     /// The `Date` of the last answer and its second: formatted again only
     /// when the second changes.
     date: (u64, String),
+    /// The buffer of the last answer's head, kept for the next one.
+    head: String,
 }
 
 /// What the connection does after a response.
@@ -33,7 +36,7 @@ pub(super) enum Connection {
 
 impl Writer {
     pub fn new(stream: Arc<Stream>, timeout: Duration) -> Writer {
-        Writer { stream, timeout, timed_out: false, date: (u64::MAX, String::new()) }
+        Writer { stream, timeout, timed_out: false, date: (u64::MAX, String::new()), head: String::new() }
     }
 
     pub fn timed_out(&self) -> bool {
@@ -42,8 +45,20 @@ impl Writer {
 
     /// Writes `parts` in order, as few system calls as the kernel allows.
     pub fn write_parts(&mut self, parts: &[&[u8]]) -> io::Result<()> {
-        let mut slices: Vec<IoSlice<'_>> = parts.iter().filter(|p| !p.is_empty()).map(|p| IoSlice::new(p)).collect();
-        let mut slices = &mut slices[..];
+        // Every answer has at most 3 parts: their slices need no allocation.
+        let mut few = [IoSlice::new(&[]); 4];
+        let mut many = Vec::new();
+        let mut slices = if parts.len() <= few.len() {
+            let mut n = 0;
+            for part in parts.iter().filter(|p| !p.is_empty()) {
+                few[n] = IoSlice::new(part);
+                n += 1;
+            }
+            &mut few[..n]
+        } else {
+            many.extend(parts.iter().filter(|p| !p.is_empty()).map(|p| IoSlice::new(p)));
+            &mut many[..]
+        };
         let mut deadline = Instant::now() + self.timeout;
         let mut in_piece = 0;
         while !slices.is_empty() {
@@ -86,10 +101,12 @@ impl Writer {
             push_header(&mut head, "Content-Type", content_type);
         }
         if status != 204 && status >= 200 {
-            push_header(&mut head, "Content-Length", &body.len().to_string());
+            let _ = write!(head, "Content-Length: {}\r\n", body.len());
         }
         finish_head(&mut head, headers, connection);
-        self.write_parts(&[head.as_bytes(), body])
+        let written = self.write_parts(&[head.as_bytes(), body]);
+        self.head = head;
+        written
     }
 
     /// The head of an SSE answer, whose body follows in chunks.
@@ -99,7 +116,9 @@ impl Writer {
             "Content-Type: text/event-stream\r\nCache-Control: no-cache\r\nX-Accel-Buffering: no\r\nTransfer-Encoding: chunked\r\n",
         );
         finish_head(&mut head, headers, connection);
-        self.write_parts(&[head.as_bytes()])
+        let written = self.write_parts(&[head.as_bytes()]);
+        self.head = head;
+        written
     }
 
     /// One chunk of a chunked body.
@@ -122,18 +141,18 @@ impl Writer {
 }
 
 impl Writer {
+    /// The status line and `Date`, in the head buffer the last answer
+    /// left (the caller puts it back): an answer allocates no head.
     fn status_line(&mut self, status: u16) -> String {
         let now = SystemTime::now();
         let second = now.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         if self.date.0 != second {
             self.date = (second, crate::runtime::clock::http_date(now));
         }
-        let mut head = String::with_capacity(256);
-        head.push_str("HTTP/1.1 ");
-        head.push_str(&status.to_string());
-        head.push(' ');
-        head.push_str(reason(status));
-        head.push_str("\r\n");
+        let mut head = std::mem::take(&mut self.head);
+        head.clear();
+        head.reserve(256);
+        let _ = write!(head, "HTTP/1.1 {status} {}\r\n", reason(status));
         push_header(&mut head, "Date", &self.date.1);
         head
     }
@@ -156,7 +175,9 @@ fn finish_head(head: &mut String, headers: &[(&str, String)], connection: Connec
         push_header(head, name, value);
     }
     match connection {
-        Connection::KeepAlive(secs) => push_header(head, "Keep-Alive", &format!("timeout={secs}")),
+        Connection::KeepAlive(secs) => {
+            let _ = write!(head, "Keep-Alive: timeout={secs}\r\n");
+        }
         Connection::Close => push_header(head, "Connection", "close"),
     }
     head.push_str("\r\n");
@@ -189,5 +210,35 @@ fn reason(status: u16) -> &'static str {
         504 => "Gateway Timeout",
         505 => "HTTP Version Not Supported",
         _ => "Unknown",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+    use std::net::{TcpListener, TcpStream};
+
+    use super::*;
+
+    #[test]
+    fn each_head_is_written_anew_in_the_kept_buffer() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut peer = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (ours, _) = listener.accept().unwrap();
+        let mut writer = Writer::new(Arc::new(Stream::plain(ours)), Duration::from_secs(5));
+        let long = [("X-Long", "a".repeat(300))];
+        writer.respond(404, &long, Some("text/plain"), b"first", Connection::KeepAlive(15)).unwrap();
+        writer.respond(200, &[], Some("application/json"), b"{}", Connection::Close).unwrap();
+        drop(writer);
+        let mut got = String::new();
+        peer.read_to_string(&mut got).unwrap();
+        let second = &got[got.find("HTTP/1.1 200").expect("a second status line")..];
+        assert!(got.starts_with("HTTP/1.1 404 Not Found\r\nDate: "), "{got}");
+        assert_eq!(got.matches("HTTP/1.1 ").count(), 2, "nothing of the first head is written again: {got}");
+        assert!(
+            got.contains("Content-Length: 5\r\nX-Long: aaa") && got.contains("Keep-Alive: timeout=15\r\n\r\nfirst")
+        );
+        assert!(!second.contains("X-Long") && !second.contains("Keep-Alive"), "{second}");
+        assert!(second.contains("Content-Length: 2\r\nConnection: close\r\n\r\n{}"), "{second}");
     }
 }

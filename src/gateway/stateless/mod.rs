@@ -349,7 +349,8 @@ impl Gateway {
             jsonrpc: Some("2.0".into()),
             id: Some(call_id.clone()),
             method: Some(message.method().to_string()),
-            params: Some(params.to_raw()),
+            // As the client wrote them: `params` are what the server gets.
+            params: message.params.clone(),
             result: None,
             error: None,
         };
