@@ -15,6 +15,12 @@ pub const NEWEST: &str = SUPPORTED[0];
 pub const HTTP_SSE: &str = "2024-11-05";
 
 /// Whether mcpgate speaks `version`.
+/// The version as one of mcpgate's own constants, if it is one of the
+/// versions it speaks (either era's).
+pub fn known(version: &str) -> Option<&'static str> {
+    SUPPORTED.iter().chain(&[HTTP_SSE, crate::protocol::stateless::VERSION]).find(|v| **v == version).copied()
+}
+
 pub fn supported(version: &str) -> bool {
     SUPPORTED.contains(&version)
 }
@@ -57,5 +63,10 @@ mod tests {
         assert!(!supported(HTTP_SSE), "offered to no client");
         assert!(server_may_answer(HTTP_SSE, true) && !server_may_answer(HTTP_SSE, false));
         assert!(server_may_answer(NEWEST, true) && !server_may_answer("2024-10-07", true));
+        assert_eq!(
+            (known("2025-06-18"), known(HTTP_SSE), known("2026-07-28")),
+            (Some("2025-06-18"), Some(HTTP_SSE), Some("2026-07-28"))
+        );
+        assert_eq!(known("2024-10-07"), None);
     }
 }

@@ -115,11 +115,16 @@ impl Endpoint {
         session: Option<&str>,
         version: Option<&str>,
     ) -> ureq::RequestBuilder<B> {
+        // Static names, and a version mcpgate speaks as a static value: no copies.
         if let Some(session) = session {
-            request = request.header("Mcp-Session-Id", session);
+            request = request.header(HeaderName::from_static("mcp-session-id"), session);
         }
         if let Some(version) = version {
-            request = request.header("MCP-Protocol-Version", version);
+            let name = HeaderName::from_static("mcp-protocol-version");
+            request = match crate::protocol::versions::known(version) {
+                Some(known) => request.header(name, HeaderValue::from_static(known)),
+                None => request.header(name, version),
+            };
         }
         for (name, value) in &self.config.headers {
             request = request.header(name.as_str(), value.as_str());
