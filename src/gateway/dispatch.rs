@@ -411,11 +411,16 @@ impl Gateway {
         };
         if kind == ListKind::Tools {
             params = self.unwrap_call_tool(&name, params)?;
-            name = params.str("name").unwrap_or_default();
+            if name == super::search::CALL_TOOL {
+                name = params.str("name").unwrap_or_default();
+            }
             self.note_tool_call(session, &name);
         }
         let (server, original) = self.owner(session, kind, &name)?;
-        params.set("name", &Value::String(original));
+        // Written again only when the server knows it by another name (a prefix).
+        if original != name {
+            params.set("name", &Value::String(original));
+        }
         Ok((server, params))
     }
 
