@@ -181,7 +181,7 @@ mod tests {
             ..Default::default()
         };
         if let Some(token) = token {
-            req.headers.push(("authorization", format!("Bearer {token}")));
+            req.headers.push("authorization", &format!("Bearer {token}"));
         }
         routes.handle(&req, &mut NoStream).status
     }

@@ -103,7 +103,7 @@ mod tests {
     fn from(peer: &str, authorization: Option<&str>) -> HttpRequest {
         let mut req = HttpRequest { peer: Some(peer.parse().unwrap()), ..Default::default() };
         if let Some(value) = authorization {
-            req.headers.push(("authorization", value.to_string()));
+            req.headers.push("authorization", value);
         }
         req
     }
@@ -127,7 +127,7 @@ mod tests {
     }
 
     fn with_host(host: &str, path: &str) -> HttpRequest {
-        HttpRequest { path: path.into(), headers: vec![("host", host.to_string())], ..Default::default() }
+        HttpRequest { path: path.into(), headers: [("host", host)].into(), ..Default::default() }
     }
 
     #[test]

@@ -56,6 +56,59 @@ const HEADERS: &[&str] = &[
     "mcp-name",
 ];
 
+/// The request headers handlers may read ([`HEADERS`]): lower-case names,
+/// their values side by side in one buffer, so a request's headers cost
+/// one allocation, not one each.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Headers {
+    text: String,
+    at: Vec<(&'static str, std::ops::Range<usize>)>,
+}
+
+impl Headers {
+    /// Room for values of `text` bytes in all: a request's come from its
+    /// head, so they fit in its length.
+    pub fn with_capacity(text: usize) -> Headers {
+        Headers { text: String::with_capacity(text), at: Vec::with_capacity(HEADERS.len()) }
+    }
+
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.at.iter().find(|(n, _)| *n == name).map(|(_, r)| &self.text[r.clone()])
+    }
+
+    /// Adds `name`; a name already there keeps its first value.
+    pub fn push(&mut self, name: &'static str, value: &str) {
+        let start = self.text.len();
+        self.text.push_str(value);
+        self.at.push((name, start..self.text.len()));
+    }
+
+    /// Appends `value` to `name`'s list (`, ` between), or adds it.
+    pub fn join(&mut self, name: &'static str, value: &str) {
+        let Some(i) = self.at.iter().position(|(n, _)| *n == name) else { return self.push(name, value) };
+        let old = self.at[i].1.clone();
+        let start = self.text.len();
+        self.text.extend_from_within(old);
+        self.text.push_str(", ");
+        self.text.push_str(value);
+        self.at[i].1 = start..self.text.len();
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        self.at.iter().map(|(n, r)| (*n, &self.text[r.clone()]))
+    }
+}
+
+impl<const N: usize> From<[(&'static str, &str); N]> for Headers {
+    fn from(pairs: [(&'static str, &str); N]) -> Headers {
+        let mut headers = Headers::default();
+        for (name, value) in pairs {
+            headers.push(name, value);
+        }
+        headers
+    }
+}
+
 /// A request as the handlers see it.
 #[derive(Debug, Clone, Default)]
 pub struct HttpRequest {
@@ -63,7 +116,7 @@ pub struct HttpRequest {
     /// The path without the query.
     pub path: String,
     /// Lower-case names, from [`HEADERS`] only.
-    pub headers: Vec<(&'static str, String)>,
+    pub headers: Headers,
     /// `Mcp-Param-*` headers (2026-07-28), lower-case names: forwarded as they came.
     pub params: Vec<(String, String)>,
     pub body: Vec<u8>,
@@ -92,7 +145,7 @@ impl Client {
 
 impl HttpRequest {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| *n == name).map(|(_, v)| v.as_str())
+        self.headers.get(name)
     }
 }
 

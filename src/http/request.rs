@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::stream::Stream;
-use super::{HEADERS, Options};
+use super::{HEADERS, Headers, Options};
 use crate::runtime::memory::Charge;
 
 /// Bytes read from the socket at a time.
@@ -64,7 +64,7 @@ pub(super) struct Head {
     pub path: String,
     pub http11: bool,
     /// The headers handlers may read (lower-case names from [`HEADERS`]).
-    pub headers: Vec<(&'static str, String)>,
+    pub headers: Headers,
     /// `Mcp-Param-*` headers (2026-07-28), names in lower case, in order.
     pub params: Vec<(String, String)>,
     pub framing: Framing,
@@ -395,7 +395,7 @@ fn parse_head_in<'b>(
     let method = req.method.unwrap_or_default().to_string();
     let http11 = req.version == Some(1);
     let path = target_path(req.path.unwrap_or_default(), &method)?;
-    let mut headers: Vec<(&'static str, String)> = Vec::new();
+    let mut headers = Headers::with_capacity(bytes.len());
     let mut params: Vec<(String, String)> = Vec::new();
     let mut length: Option<u64> = None;
     let mut codings: Vec<String> = Vec::new();
@@ -444,14 +444,11 @@ fn parse_head_in<'b>(
             let Ok(value) = std::str::from_utf8(header.value) else {
                 return Err(refuse(400, format!("header `{known}` is not valid UTF-8")));
             };
-            match headers.iter_mut().find(|(n, _)| n == known) {
+            match headers.get(known) {
                 // A list may come in several lines (RFC 9110 §5.3); the others are single values.
-                Some((_, joined)) if *known == "accept" => {
-                    joined.push_str(", ");
-                    joined.push_str(value.trim());
-                }
+                Some(_) if *known == "accept" => headers.join(known, value.trim()),
                 Some(_) => return Err(refuse(400, format!("header `{known}` is given more than once"))),
-                None => headers.push((*known, value.trim().to_string())),
+                None => headers.push(known, value.trim()),
             }
         }
     }
@@ -683,11 +680,21 @@ mod tests {
     }
 
     #[test]
+    fn accept_lines_are_joined_and_the_other_values_stay_whole() {
+        let text = "POST /mcp HTTP/1.1\r\nHost: h\r\nAccept: application/json\r\nOrigin: o\r\nAccept:  text/event-stream \r\nMcp-Session-Id: s\r\n\r\n";
+        let h = head(text).unwrap();
+        let got: Vec<_> = h.headers.iter().collect();
+        let accept = ("accept", "application/json, text/event-stream");
+        assert_eq!(got, [("host", "h"), accept, ("origin", "o"), ("mcp-session-id", "s")]);
+        assert_eq!(h.headers.get("origin"), Some("o"));
+    }
+
+    #[test]
     fn headers_are_counted_and_known_ones_copied() {
         let many: String = (0..9).map(|i| format!("X-{i}: v\r\n")).collect();
         assert_eq!(status(&format!("GET / HTTP/1.1\r\nHost: h\r\n{many}\r\n")), 431);
         let h = head("GET /mcp HTTP/1.1\r\nHost: h\r\nMcp-Session-Id: abc \r\nX-Other: 1\r\n\r\n").unwrap();
-        assert_eq!(h.headers, vec![("host", "h".to_string()), ("mcp-session-id", "abc".to_string())]);
+        assert_eq!(h.headers.iter().collect::<Vec<_>>(), [("host", "h"), ("mcp-session-id", "abc")]);
         let not_utf8 = parse_head(b"GET /mcp HTTP/1.1\r\nHost: h\r\nOrigin: \xff\r\n\r\n", &options());
         assert!(matches!(not_utf8, Err(ReadError::Refuse(400, _))), "{not_utf8:?}");
         assert_eq!(status("GET /mcp HTTP/1.1\r\nHost: h\r\nExpect: 200-ok\r\n\r\n"), 417);
