@@ -28,11 +28,6 @@ impl Resolver for Lookup {
         let default_port = if uri.scheme_str() == Some("https") { 443 } else { 80 };
         let port = uri.port_u16().unwrap_or(default_port);
         let mut out = self.empty();
-        // An address literal (every call to such a server asks): no list to build.
-        if let Some(ip) = literal(host) {
-            out.push(SocketAddr::new(ip, port));
-            return Ok(out);
-        }
         for addr in addresses(host, port, *timeout.after)?.into_iter().take(MAX_ADDRS) {
             out.push(addr);
         }
@@ -40,13 +35,8 @@ impl Resolver for Lookup {
     }
 }
 
-/// The address `host` spells, if it is one (`[…]` around IPv6).
-fn literal(host: &str) -> Option<IpAddr> {
-    host.trim_start_matches('[').trim_end_matches(']').parse().ok()
-}
-
 fn addresses(host: &str, port: u16, timeout: Duration) -> Result<Vec<SocketAddr>, ureq::Error> {
-    if let Some(ip) = literal(host) {
+    if let Ok(ip) = host.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>() {
         return Ok(vec![SocketAddr::new(ip, port)]);
     }
     if host.eq_ignore_ascii_case("localhost") {

@@ -127,7 +127,9 @@ mod tests {
     }
 
     fn with_host(host: &str, path: &str) -> HttpRequest {
-        HttpRequest { path: path.into(), headers: [("host", host)].into(), ..Default::default() }
+        let mut req = HttpRequest { path: path.into(), ..Default::default() };
+        req.headers.push("host", host);
+        req
     }
 
     #[test]

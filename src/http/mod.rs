@@ -99,16 +99,6 @@ impl Headers {
     }
 }
 
-impl<const N: usize> From<[(&'static str, &str); N]> for Headers {
-    fn from(pairs: [(&'static str, &str); N]) -> Headers {
-        let mut headers = Headers::default();
-        for (name, value) in pairs {
-            headers.push(name, value);
-        }
-        headers
-    }
-}
-
 /// A request as the handlers see it.
 #[derive(Debug, Clone, Default)]
 pub struct HttpRequest {

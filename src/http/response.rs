@@ -44,21 +44,11 @@ impl Writer {
     }
 
     /// Writes `parts` in order, as few system calls as the kernel allows.
-    pub fn write_parts(&mut self, parts: &[&[u8]]) -> io::Result<()> {
-        // Every answer has at most 3 parts: their slices need no allocation.
-        let mut few = [IoSlice::new(&[]); 4];
-        let mut many = Vec::new();
-        let mut slices = if parts.len() <= few.len() {
-            let mut n = 0;
-            for part in parts.iter().filter(|p| !p.is_empty()) {
-                few[n] = IoSlice::new(part);
-                n += 1;
-            }
-            &mut few[..n]
-        } else {
-            many.extend(parts.iter().filter(|p| !p.is_empty()).map(|p| IoSlice::new(p)));
-            &mut many[..]
-        };
+    pub fn write_parts<const N: usize>(&mut self, parts: [&[u8]; N]) -> io::Result<()> {
+        let mut slices = parts.map(IoSlice::new);
+        let mut slices = &mut slices[..];
+        // Empty parts are dropped as they are reached: a write of nothing would end as WriteZero.
+        IoSlice::advance_slices(&mut slices, 0);
         let mut deadline = Instant::now() + self.timeout;
         let mut in_piece = 0;
         while !slices.is_empty() {
@@ -104,7 +94,7 @@ impl Writer {
             let _ = write!(head, "Content-Length: {}\r\n", body.len());
         }
         finish_head(&mut head, headers, connection);
-        let written = self.write_parts(&[head.as_bytes(), body]);
+        let written = self.write_parts([head.as_bytes(), body]);
         self.head = head;
         written
     }
@@ -116,7 +106,7 @@ impl Writer {
             "Content-Type: text/event-stream\r\nCache-Control: no-cache\r\nX-Accel-Buffering: no\r\nTransfer-Encoding: chunked\r\n",
         );
         finish_head(&mut head, headers, connection);
-        let written = self.write_parts(&[head.as_bytes()]);
+        let written = self.write_parts([head.as_bytes()]);
         self.head = head;
         written
     }
@@ -127,16 +117,16 @@ impl Writer {
             return Ok(());
         }
         let size = format!("{:x}\r\n", data.len());
-        self.write_parts(&[size.as_bytes(), data, b"\r\n"])
+        self.write_parts([size.as_bytes(), data, b"\r\n"])
     }
 
     /// A last chunk of data, if any, and the end of the chunked body, in one write.
     pub fn end_chunks(&mut self, data: &[u8]) -> io::Result<()> {
         if data.is_empty() {
-            return self.write_parts(&[b"0\r\n\r\n"]);
+            return self.write_parts([b"0\r\n\r\n"]);
         }
         let size = format!("{:x}\r\n", data.len());
-        self.write_parts(&[size.as_bytes(), data, b"\r\n0\r\n\r\n"])
+        self.write_parts([size.as_bytes(), data, b"\r\n0\r\n\r\n"])
     }
 }
 
@@ -220,18 +210,38 @@ mod tests {
 
     use super::*;
 
-    #[test]
-    fn each_head_is_written_anew_in_the_kept_buffer() {
+    /// A writer on a real connection, and the peer that reads it.
+    fn pair() -> (Writer, TcpStream) {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let mut peer = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let peer = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (ours, _) = listener.accept().unwrap();
-        let mut writer = Writer::new(Arc::new(Stream::plain(ours)), Duration::from_secs(5));
-        let long = [("X-Long", "a".repeat(300))];
-        writer.respond(404, &long, Some("text/plain"), b"first", Connection::KeepAlive(15)).unwrap();
-        writer.respond(200, &[], Some("application/json"), b"{}", Connection::Close).unwrap();
+        (Writer::new(Arc::new(Stream::plain(ours)), Duration::from_secs(5)), peer)
+    }
+
+    /// What the writer wrote, once it is dropped (the connection closed).
+    fn all_of(writer: Writer, mut peer: TcpStream) -> String {
         drop(writer);
         let mut got = String::new();
         peer.read_to_string(&mut got).unwrap();
+        got
+    }
+
+    #[test]
+    fn empty_parts_are_skipped_and_nothing_at_all_is_no_write() {
+        let (mut writer, peer) = pair();
+        writer.write_parts([b"", b""]).unwrap();
+        writer.write_parts([b"", b"a", b"", b"b", b""]).unwrap();
+        let got = all_of(writer, peer);
+        assert_eq!(got, "ab");
+    }
+
+    #[test]
+    fn each_head_is_written_anew_in_the_kept_buffer() {
+        let (mut writer, peer) = pair();
+        let long = [("X-Long", "a".repeat(300))];
+        writer.respond(404, &long, Some("text/plain"), b"first", Connection::KeepAlive(15)).unwrap();
+        writer.respond(200, &[], Some("application/json"), b"{}", Connection::Close).unwrap();
+        let got = all_of(writer, peer);
         let second = &got[got.find("HTTP/1.1 200").expect("a second status line")..];
         assert!(got.starts_with("HTTP/1.1 404 Not Found\r\nDate: "), "{got}");
         assert_eq!(got.matches("HTTP/1.1 ").count(), 2, "nothing of the first head is written again: {got}");

@@ -363,7 +363,7 @@ fn serve_connection(stream: &Arc<Stream>, peer: SocketAddr, phase: &Phase, reser
             break;
         }
         // The charge for the body lasts until its request is answered.
-        let (body, _held) = match reader.read_body(&head, || writer.write_parts(&[b"HTTP/1.1 100 Continue\r\n\r\n"])) {
+        let (body, _held) = match reader.read_body(&head, || writer.write_parts([b"HTTP/1.1 100 Continue\r\n\r\n"])) {
             Ok(body) => body,
             Err(e) => {
                 refuse_request(&mut writer, e, shared);
