@@ -27,12 +27,23 @@ pub(super) trait CallEvents {
     /// A message from `server` about the call: progress, a log message, a
     /// request to the client.
     fn message(&mut self, session: &Session, server: &Server, message: Message);
+    /// Whether `input` asks a client: only a session-era client's call
+    /// does. Otherwise a result is passed on unread (to a client of the
+    /// 2026-07-28 era, which asks and retries itself), and a large one is
+    /// not scanned for an `input_required` that nobody would answer.
+    fn takes_input(&self) -> bool {
+        false
+    }
     /// A server of the 2026-07-28 era answered `input_required`: asks the
     /// client each of `requests` (key → `{method, params}`) and gives its
-    /// answers (key → result), or why not. `None` passes the result on as
-    /// it is (to a client of that era, which asks and retries itself).
-    fn input(&mut self, session: &Session, requests: &Map<String, Value>)
-    -> Option<Result<Map<String, Value>, String>>;
+    /// answers (key → result), or why not; `None` passes the result on.
+    fn input(
+        &mut self,
+        _session: &Session,
+        _requests: &Map<String, Value>,
+    ) -> Option<Result<Map<String, Value>, String>> {
+        None
+    }
 }
 
 /// Rounds of `input_required` one call may take before mcpgate gives up.
@@ -78,8 +89,9 @@ pub(super) fn call(
     // Copied only when a round of input changes them.
     let mut params = std::borrow::Cow::Borrowed(params);
     let mut cancelled = false;
-    // Only a server of the 2026-07-28 era answers `input_required`.
-    let asks_in_results = server.era() == Some(crate::protocol::stateless::VERSION);
+    // Only a server of the 2026-07-28 era answers `input_required`, and only
+    // a client mcpgate asks for it needs it read.
+    let asks_in_results = server.era() == Some(crate::protocol::stateless::VERSION) && events.takes_input();
     let result = run_with_reopen(session, server, open_retry, |downstream| {
         let mut round = 0;
         loop {
@@ -341,12 +353,12 @@ impl Gateway {
 
     /// `tasks/get`, `tasks/result` and `tasks/cancel`: the server of the
     /// client's task id, and the params with the server's own id.
-    fn by_task(
+    fn by_task<'p>(
         &self,
         session: &Arc<Session>,
         message: &Message,
-        mut params: Params,
-    ) -> Result<(Arc<Server>, Params), RpcError> {
+        mut params: Params<'p>,
+    ) -> Result<(Arc<Server>, Params<'p>), RpcError> {
         let Some(id) = params.str("taskId") else {
             return Err(RpcError::invalid_params(format!("{} needs `taskId` (a string)", message.method())));
         };
@@ -399,20 +411,20 @@ impl Gateway {
 
     /// `tools/call` and `prompts/get`: the owner of `params.name`, and the
     /// params with the server's own name.
-    pub(super) fn by_name(
+    pub(super) fn by_name<'p>(
         &self,
         session: &Arc<Session>,
         kind: ListKind,
         message: &Message,
-        mut params: Params,
-    ) -> Result<(Arc<Server>, Params), RpcError> {
-        let Some(mut name) = params.str("name") else {
+        mut params: Params<'p>,
+    ) -> Result<(Arc<Server>, Params<'p>), RpcError> {
+        let Some(mut name) = params.text("name") else {
             return Err(RpcError::invalid_params(format!("{} needs `name` (a string)", message.method())));
         };
         if kind == ListKind::Tools {
             params = self.unwrap_call_tool(&name, params)?;
             if name == super::search::CALL_TOOL {
-                name = params.str("name").unwrap_or_default();
+                name = params.text("name").unwrap_or_default();
             }
             self.note_tool_call(session, &name);
         }
@@ -424,12 +436,12 @@ impl Gateway {
         Ok((server, params))
     }
 
-    pub(super) fn by_uri(
+    pub(super) fn by_uri<'p>(
         &self,
         session: &Arc<Session>,
         message: &Message,
-        params: Params,
-    ) -> Result<(Arc<Server>, Params), RpcError> {
+        params: Params<'p>,
+    ) -> Result<(Arc<Server>, Params<'p>), RpcError> {
         let Some(uri) = params.str("uri") else {
             return Err(RpcError::invalid_params(format!("{} needs `uri` (a string)", message.method())));
         };
@@ -437,12 +449,12 @@ impl Gateway {
         Ok((server, params))
     }
 
-    pub(super) fn completion(
+    pub(super) fn completion<'p>(
         &self,
         session: &Arc<Session>,
         message: &Message,
-        mut params: Params,
-    ) -> Result<(Arc<Server>, Params), RpcError> {
+        mut params: Params<'p>,
+    ) -> Result<(Arc<Server>, Params<'p>), RpcError> {
         let reference = params.value("ref").unwrap_or(Value::Null);
         match (reference["type"].as_str(), reference["name"].as_str(), reference["uri"].as_str()) {
             (Some("ref/prompt"), Some(name), _) => {

@@ -49,7 +49,7 @@ pub(super) fn enabled(gateway: &Gateway) -> bool {
 /// `call_tool`'s params made into those of the direct call: `name` and
 /// `arguments` from its arguments; `_meta` (the progress token) and `task`
 /// kept as the client wrote them.
-pub(super) fn unwrap_call(mut params: Params) -> Result<Params, RpcError> {
+pub(super) fn unwrap_call<'p>(mut params: Params<'p>) -> Result<Params<'p>, RpcError> {
     let Some(inner) = params.object("arguments") else {
         return Err(RpcError::invalid_params(format!(
             "{CALL_TOOL} needs `arguments` with `name`, the tool's name as {FIND_TOOLS} gave it"
@@ -262,7 +262,7 @@ impl Gateway {
 
     /// A `tools/call` of `call_tool` with the mode on: the params of the
     /// direct call it stands for. Any other call's params as they are.
-    pub(super) fn unwrap_call_tool(&self, name: &str, params: Params) -> Result<Params, RpcError> {
+    pub(super) fn unwrap_call_tool<'p>(&self, name: &str, params: Params<'p>) -> Result<Params<'p>, RpcError> {
         if name != CALL_TOOL || !enabled(self) {
             return Ok(params);
         }
@@ -320,7 +320,7 @@ mod tests {
             let body = format!(
                 r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"call_tool"{arguments}}}}}"#
             );
-            Params::of(&crate::protocol::jsonrpc::Message::parse(body.as_bytes()).unwrap()).unwrap()
+            Params::of(&crate::protocol::jsonrpc::Message::parse(body.as_bytes()).unwrap()).unwrap().into_owned()
         };
         let bare = unwrap_call(params(r#","arguments":{"name":"web__fetch"}"#)).unwrap();
         assert!(!bare.contains("arguments"));

@@ -579,6 +579,10 @@ impl CallEvents for PostStream<'_> {
         }
     }
 
+    fn takes_input(&self) -> bool {
+        true
+    }
+
     fn input(
         &mut self,
         session: &Session,

@@ -2,6 +2,8 @@
 //! few shapes mcpgate writes. Params and results stay raw JSON text so that
 //! what mcpgate only forwards is never re-serialized.
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -14,14 +16,16 @@ pub const INTERNAL_ERROR: i64 = -32603;
 
 /// One JSON-RPC message as received. `id` is `Some(Value::Null)` when the
 /// field is present and null, `None` when absent.
+/// `jsonrpc` and a `method` of MCP's are static text: reading one
+/// allocates for neither.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Message {
-    #[serde(default)]
-    pub jsonrpc: Option<String>,
+    #[serde(default, deserialize_with = "text")]
+    pub jsonrpc: Option<Cow<'static, str>>,
     #[serde(default, deserialize_with = "present")]
     pub id: Option<Value>,
-    #[serde(default)]
-    pub method: Option<String>,
+    #[serde(default, deserialize_with = "text")]
+    pub method: Option<Cow<'static, str>>,
     #[serde(default)]
     pub params: Option<Box<RawValue>>,
     #[serde(default)]
@@ -32,6 +36,66 @@ pub struct Message {
 
 fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
     Value::deserialize(d).map(Some)
+}
+
+/// A string member, as the static text of [`known`] when it is one; `null`
+/// reads as absent.
+fn text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Cow<'static, str>>, D::Error> {
+    struct Text;
+    impl<'de> serde::de::Visitor<'de> for Text {
+        type Value = Option<Cow<'static, str>>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a string")
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            Ok(Some(known(v).map_or_else(|| Cow::Owned(v.to_owned()), Cow::Borrowed)))
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_str(self)
+        }
+    }
+    d.deserialize_option(Text)
+}
+
+/// The JSON-RPC version and the methods of MCP's eras, as static text.
+fn known(text: &str) -> Option<&'static str> {
+    Some(match text {
+        "2.0" => "2.0",
+        "initialize" => "initialize",
+        "ping" => "ping",
+        "server/discover" => "server/discover",
+        "tools/list" => "tools/list",
+        "tools/call" => "tools/call",
+        "prompts/list" => "prompts/list",
+        "prompts/get" => "prompts/get",
+        "resources/list" => "resources/list",
+        "resources/templates/list" => "resources/templates/list",
+        "resources/read" => "resources/read",
+        "resources/subscribe" => "resources/subscribe",
+        "resources/unsubscribe" => "resources/unsubscribe",
+        "completion/complete" => "completion/complete",
+        "logging/setLevel" => "logging/setLevel",
+        "subscriptions/listen" => "subscriptions/listen",
+        "tasks/get" => "tasks/get",
+        "tasks/result" => "tasks/result",
+        "tasks/list" => "tasks/list",
+        "tasks/cancel" => "tasks/cancel",
+        "tasks/update" => "tasks/update",
+        "sampling/createMessage" => "sampling/createMessage",
+        "elicitation/create" => "elicitation/create",
+        "roots/list" => "roots/list",
+        "notifications/initialized" => "notifications/initialized",
+        "notifications/cancelled" => "notifications/cancelled",
+        "notifications/progress" => "notifications/progress",
+        "notifications/message" => "notifications/message",
+        _ => return None,
+    })
 }
 
 /// What a message is, by the rules of JSON-RPC 2.0.
@@ -144,23 +208,37 @@ impl Message {
 /// The params of a request to forward: each member kept as the client
 /// wrote it, so that what mcpgate does not touch (tool arguments, with
 /// their big integers and their formatting) reaches the server unchanged.
+/// Members and their names are borrowed from the message they were read
+/// from (a name with escapes is unescaped, and so owned); those mcpgate
+/// sets are its own.
 #[derive(Debug, Default, Clone)]
-pub struct Params(std::collections::BTreeMap<String, Box<RawValue>>);
+pub struct Params<'a>(std::collections::BTreeMap<Cow<'a, str>, Cow<'a, RawValue>>);
 
-impl Params {
-    pub fn of(message: &Message) -> Result<Params, RpcError> {
+impl<'a> Params<'a> {
+    pub fn of(message: &'a Message) -> Result<Params<'a>, RpcError> {
         let Some(raw) = &message.params else { return Ok(Params::default()) };
         if raw.get().trim() == "null" {
             return Ok(Params::default());
         }
-        serde_json::from_str(raw.get()).map(Params).map_err(|e| {
+        serde_json::from_str(raw.get()).map_err(|e| {
             RpcError::invalid_params(format!("invalid params for `{}`: expected an object ({e})", message.method()))
         })
     }
 
     /// A member that is a JSON string.
     pub fn str(&self, key: &str) -> Option<String> {
-        serde_json::from_str(self.0.get(key)?.get()).ok()
+        self.text(key).map(Cow::into_owned)
+    }
+
+    /// A member that is a JSON string, borrowed from the same text as
+    /// this when it has no escapes.
+    pub fn text(&self, key: &str) -> Option<Cow<'a, str>> {
+        #[derive(Deserialize)]
+        struct Text<'t>(#[serde(borrow)] Cow<'t, str>);
+        match self.0.get(key)? {
+            Cow::Borrowed(raw) => serde_json::from_str::<Text<'a>>(raw.get()).ok().map(|t| t.0),
+            Cow::Owned(raw) => serde_json::from_str::<Text>(raw.get()).ok().map(|t| Cow::Owned(t.0.into_owned())),
+        }
     }
 
     /// A member parsed whole (for small members: a ref, a request id).
@@ -177,7 +255,7 @@ impl Params {
     }
 
     pub fn set(&mut self, key: &str, value: &Value) {
-        self.0.insert(key.to_string(), raw(value));
+        self.0.insert(Cow::Owned(key.to_string()), Cow::Owned(raw(value)));
     }
 
     /// A member as the client wrote it.
@@ -187,17 +265,67 @@ impl Params {
 
     /// Sets a member to text already JSON, kept as it is.
     pub fn set_raw(&mut self, key: &str, value: Box<RawValue>) {
-        self.0.insert(key.to_string(), value);
+        self.0.insert(Cow::Owned(key.to_string()), Cow::Owned(value));
     }
 
     /// The members of an object member, each kept as written; `None` when
-    /// it is absent or not an object.
-    pub fn object(&self, key: &str) -> Option<Params> {
-        serde_json::from_str(self.0.get(key)?.get()).ok().map(Params)
+    /// it is absent or not an object. Borrowed from the same text as this.
+    pub fn object(&self, key: &str) -> Option<Params<'a>> {
+        match self.0.get(key)? {
+            Cow::Borrowed(raw) => serde_json::from_str(raw.get()).ok(),
+            Cow::Owned(raw) => serde_json::from_str(raw.get()).ok().map(Params::into_owned),
+        }
+    }
+
+    /// The same params, owning their text (for a call that leaves this thread).
+    pub fn into_owned(self) -> Params<'static> {
+        Params(self.0.into_iter().map(|(k, v)| (Cow::Owned(k.into_owned()), Cow::Owned(v.into_owned()))).collect())
     }
 
     pub fn to_raw(&self) -> Box<RawValue> {
         serde_json::value::to_raw_value(&self.0).expect("raw members serialize")
+    }
+}
+
+impl<'de> Deserialize<'de> for Params<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        /// A member's name: borrowed unless it has escapes.
+        struct Name<'t>(Cow<'t, str>);
+        impl<'de> Deserialize<'de> for Name<'de> {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                struct V;
+                impl<'de> serde::de::Visitor<'de> for V {
+                    type Value = Name<'de>;
+                    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                        f.write_str("a member name")
+                    }
+                    fn visit_borrowed_str<E: serde::de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                        Ok(Name(Cow::Borrowed(v)))
+                    }
+                    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                        Ok(Name(Cow::Owned(v.to_owned())))
+                    }
+                }
+                d.deserialize_str(V)
+            }
+        }
+        struct Members;
+        impl<'de> serde::de::Visitor<'de> for Members {
+            type Value = Params<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<M: serde::de::MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
+                let mut members = std::collections::BTreeMap::new();
+                // As with any map: a repeated name keeps its last value.
+                while let Some(Name(name)) = map.next_key()? {
+                    let value: &'de RawValue = map.next_value()?;
+                    members.insert(name, Cow::Borrowed(value));
+                }
+                Ok(Params(members))
+            }
+        }
+        d.deserialize_map(Members)
     }
 }
 
@@ -290,6 +418,19 @@ mod tests {
     }
 
     #[test]
+    fn known_text_is_static_and_other_text_is_kept() {
+        let m = Message::parse(br#"{"jsonrpc":"2.0","id":1,"method":"tools/call"}"#).unwrap();
+        assert!(matches!(m.jsonrpc, Some(Cow::Borrowed("2.0"))));
+        assert!(matches!(m.method, Some(Cow::Borrowed("tools/call"))));
+        let m = Message::parse(br#"{"jsonrpc":"2.0","id":1,"method":"tools/call\u0021"}"#).unwrap();
+        assert!(matches!(&m.method, Some(Cow::Owned(t)) if t == "tools/call!"));
+        let m = Message::parse(br#"{"jsonrpc":"2.0","id":1,"method":null,"result":{}}"#).unwrap();
+        assert_eq!((m.method.as_deref(), m.kind()), (None, Ok(Kind::Response)));
+        assert_eq!(Message::parse(br#"{"jsonrpc":"2.0","id":1,"method":5}"#).unwrap_err().code, INVALID_REQUEST);
+        assert_eq!(Message::parse(br#"{"jsonrpc":2,"id":1,"method":"ping"}"#).unwrap_err().code, INVALID_REQUEST);
+    }
+
+    #[test]
     fn non_object_json_is_an_invalid_request_not_a_parse_error() {
         assert_eq!(Message::parse(b"[1]").unwrap_err().code, INVALID_REQUEST);
         assert_eq!(Message::parse(b"42").unwrap_err().code, INVALID_REQUEST);
@@ -318,6 +459,30 @@ mod tests {
         );
         let m = Message::parse(br#"{"jsonrpc":"2.0","id":1,"method":"x","params":[1]}"#).unwrap();
         assert_eq!(Params::of(&m).unwrap_err().code, INVALID_PARAMS);
+    }
+
+    #[test]
+    fn params_are_borrowed_from_the_message_unless_they_have_escapes() {
+        let m = Message::parse(
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","n\u0061me":"x","name":"last","arguments":{"text":"a\"b","inner":{"k":1}}}}"#,
+        )
+        .unwrap();
+        let params = Params::of(&m).unwrap();
+        let text = m.params.as_deref().unwrap().get();
+        let inside = |s: &str| text.as_bytes().as_ptr_range().contains(&s.as_ptr());
+        // A repeated name keeps its last value; the escaped one reads as the same name.
+        assert!(matches!(params.text("name"), Some(Cow::Borrowed("last"))));
+        assert!(params.0.keys().all(|k| matches!(k, Cow::Borrowed(_))));
+        assert!(params.0.values().all(|v| matches!(v, Cow::Borrowed(raw) if inside(raw.get()))));
+        // An object member's members come from the same text; an escaped string is unescaped.
+        let arguments = params.object("arguments").unwrap();
+        assert!(inside(arguments.raw("inner").unwrap().get()));
+        assert!(matches!(arguments.text("text"), Some(Cow::Owned(t)) if t == "a\"b"));
+        // Owned, they say the same.
+        let owned = params.clone().into_owned();
+        assert_eq!(owned.to_raw().get(), params.to_raw().get());
+        assert!(matches!(owned.text("name"), Some(Cow::Owned(t)) if t == "last"));
+        assert_eq!(owned.object("arguments").unwrap().raw("inner").unwrap().get(), r#"{"k":1}"#);
     }
 
     #[test]

@@ -109,7 +109,7 @@ fn log_level_of(message: &Message) -> Option<String> {
 /// once, and what it says of its client.
 struct Checked<'a> {
     message: &'a Message,
-    params: Result<Params, RpcError>,
+    params: Result<Params<'a>, RpcError>,
     envelope: Envelope,
 }
 
@@ -341,14 +341,19 @@ impl Gateway {
     /// A new call, on the pool's downstream session with the server that
     /// owns its tool, prompt or resource: its number and id in the pool,
     /// the request as the pool sends it, its server and params.
-    fn new_call(&self, pool: &Arc<Session>, message: &Message, params: Params) -> Result<NewCall, RpcError> {
+    fn new_call<'p>(
+        &self,
+        pool: &Arc<Session>,
+        message: &Message,
+        params: Params<'p>,
+    ) -> Result<NewCall<'p>, RpcError> {
         // The call's own id in the pool: clients of this era may all use id 1.
         let number = self.holds.next();
         let call_id = Value::String(format!("mcpgate-call-{number}"));
         let call = Message {
             jsonrpc: Some("2.0".into()),
             id: Some(call_id.clone()),
-            method: Some(message.method().to_string()),
+            method: message.method.clone(),
             // As the client wrote them: `params` are what the server gets.
             params: message.params.clone(),
             result: None,
@@ -430,6 +435,7 @@ impl Gateway {
         token: Option<[u8; 32]>,
     ) -> Result<HeldParts, RpcError> {
         let NewCall { number, call_id, call, server, params } = new;
+        let params = params.into_owned();
         let method = call.method().to_string();
         let (tx, rx) = bounded(64);
         let open_retry = self.current().config.open_retry;
@@ -464,7 +470,12 @@ impl Gateway {
     }
 
     /// The server and params of a call, as a session-era request would find them.
-    fn target(&self, pool: &Arc<Session>, call: &Message, params: Params) -> Result<(Arc<Server>, Params), RpcError> {
+    fn target<'p>(
+        &self,
+        pool: &Arc<Session>,
+        call: &Message,
+        params: Params<'p>,
+    ) -> Result<(Arc<Server>, Params<'p>), RpcError> {
         match call.method() {
             "tools/call" => self.by_name(pool, ListKind::Tools, call, params),
             "prompts/get" => self.by_name(pool, ListKind::Prompts, call, params),
@@ -679,12 +690,12 @@ impl Gateway {
 }
 
 /// A call about to run: see [`Gateway::new_call`].
-struct NewCall {
+struct NewCall<'a> {
     number: u64,
     call_id: Value,
     call: Message,
     server: Arc<Server>,
-    params: Params,
+    params: Params<'a>,
 }
 
 /// What a server of this era sends during a call that runs where it was
@@ -726,22 +737,12 @@ impl CallEvents for HereEvents<'_> {
             self.streaming = true;
         }
     }
-
-    /// The client is of the 2026-07-28 era too: it asks and retries itself.
-    fn input(&mut self, _: &Session, _: &Map<String, Value>) -> Option<Result<Map<String, Value>, String>> {
-        None
-    }
 }
 
 /// What the server sends during a held call, for its waiter.
 struct HoldEvents(Sender<HoldEvent>);
 
 impl CallEvents for HoldEvents {
-    /// The client is of the 2026-07-28 era too: it asks and retries itself.
-    fn input(&mut self, _: &Session, _: &Map<String, Value>) -> Option<Result<Map<String, Value>, String>> {
-        None
-    }
-
     fn streaming(&mut self) {
         let _ = self.0.send(HoldEvent::Streaming);
     }

@@ -31,7 +31,7 @@
 
 use std::sync::Arc;
 
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use crate::downstream::Server;
 use crate::http::{EventSink, HttpReply, HttpRequest};
@@ -231,7 +231,7 @@ impl Gateway {
         let call = Message {
             jsonrpc: Some("2.0".into()),
             id: Some(Value::String(format!("mcpgate-call-{}", self.holds.next()))),
-            method: Some(method.to_string()),
+            method: Some(method.to_string().into()),
             params: Some(params.to_raw()),
             result: None,
             error: None,
@@ -264,9 +264,5 @@ impl CallEvents for Quiet {
             return;
         }
         log::debug!("server `{}`: `{}` during a task's request; dropped", server.name(), message.method());
-    }
-
-    fn input(&mut self, _: &Session, _: &Map<String, Value>) -> Option<Result<Map<String, Value>, String>> {
-        None
     }
 }
