@@ -365,6 +365,12 @@ impl ServerLists {
         }
     }
 
+    /// Whether `list` is the list held now (a merged list's source still
+    /// current); compared under the lock, with no reference taken.
+    pub fn holds(&self, kind: ListKind, view: u64, list: &Arc<ServerList>) -> bool {
+        matches!(self.state.lock().lists.get(&(kind, view)), Some(Held::Ready(held)) if Arc::ptr_eq(held, list))
+    }
+
     /// The server's lists of `kinds` changed: they are fetched anew when next asked for.
     pub fn invalidate(&self, kinds: &[ListKind]) {
         let mut st = self.state.lock();

@@ -179,11 +179,11 @@ impl Gateway {
     /// that does not fit in `max_memory_mb` is an error naming it.
     pub(super) fn merged_list(&self, session: &Arc<Session>, kind: ListKind) -> Result<Arc<List>, RpcError> {
         let cur = self.current();
-        let servers = visible(&cur, session);
         let view = session.list_view();
-        if let Some(list) = self.lists.find(kind, view, &servers) {
+        if let Some(list) = self.lists.find(kind, view, cur.servers.iter().filter(|s| session.allows(s.name()))) {
             return Ok(list);
         }
+        let servers = visible(&cur, session);
         let paging = Paging::of(&cur.config);
         let wait = cur.config.connect_timeout + cur.config.request_timeout;
         let found: Mutex<Vec<(usize, ServerItems)>> = Mutex::new(Vec::new());

@@ -22,21 +22,18 @@ const MAX_MERGED: usize = 64;
 
 impl MergedLists {
     /// The list of `kind` for `view` over `servers`, if one is kept whose
-    /// every source is still the list its server holds.
-    pub(super) fn find(&self, kind: ListKind, view: u64, servers: &[Arc<Server>]) -> Option<Arc<List>> {
+    /// every source is still the list its server holds. Run for each call
+    /// that names a tool or prompt: it allocates nothing.
+    pub(super) fn find<'s>(
+        &self,
+        kind: ListKind,
+        view: u64,
+        servers: impl Iterator<Item = &'s Arc<Server>> + Clone,
+    ) -> Option<Arc<List>> {
         let lists = self.lists.lock();
         lists
             .iter()
-            .find(|(v, list)| {
-                *v == view && list.kind == kind && {
-                    let sources: Vec<(&str, &Arc<crate::catalog::ServerList>)> = list.sources().collect();
-                    sources.len() == servers.len()
-                        && sources.iter().zip(servers).all(|((name, source), server)| {
-                            *name == server.name()
-                                && server.lists.current(kind, view).is_some_and(|held| Arc::ptr_eq(&held, source))
-                        })
-                }
-            })
+            .find(|(v, list)| *v == view && list.kind == kind && current_over(list, view, servers.clone()))
             .map(|(_, list)| list.clone())
     }
 
@@ -60,5 +57,21 @@ impl MergedLists {
                     .is_some_and(|held| Arc::ptr_eq(&held, source))
             })
         });
+    }
+}
+
+/// Whether `list`'s sources are, in order, the lists `servers` hold now.
+fn current_over<'s>(list: &List, view: u64, mut servers: impl Iterator<Item = &'s Arc<Server>>) -> bool {
+    let mut sources = list.sources();
+    loop {
+        match (sources.next(), servers.next()) {
+            (None, None) => return true,
+            (Some((name, source)), Some(server)) => {
+                if name != server.name() || !server.lists.holds(list.kind, view, source) {
+                    return false;
+                }
+            }
+            _ => return false,
+        }
     }
 }
