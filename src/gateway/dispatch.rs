@@ -428,9 +428,9 @@ impl Gateway {
             }
             self.note_tool_call(session, &name);
         }
-        let (server, original) = self.owner(session, kind, &name)?;
+        let (server, renamed) = self.owner(session, kind, &name)?;
         // Written again only when the server knows it by another name (a prefix).
-        if original != name {
+        if let Some(original) = renamed {
             params.set("name", &Value::String(original));
         }
         Ok((server, params))
@@ -458,8 +458,8 @@ impl Gateway {
         let reference = params.value("ref").unwrap_or(Value::Null);
         match (reference["type"].as_str(), reference["name"].as_str(), reference["uri"].as_str()) {
             (Some("ref/prompt"), Some(name), _) => {
-                let (server, original) = self.owner(session, ListKind::Prompts, name)?;
-                params.set("ref", &json!({ "type": "ref/prompt", "name": original }));
+                let (server, renamed) = self.owner(session, ListKind::Prompts, name)?;
+                params.set("ref", &json!({ "type": "ref/prompt", "name": renamed.as_deref().unwrap_or(name) }));
                 Ok((server, params))
             }
             (Some("ref/resource"), _, Some(uri)) => Ok((self.resource_owner(session, uri)?, params)),
@@ -471,11 +471,16 @@ impl Gateway {
     }
 
     /// The server that lists `exposed` in the merged list of `kind`, and the
-    /// name it knows it by. The list is current (each server's part is
+    /// name it knows it by when that is another (a prefix). The list is current (each server's part is
     /// fetched anew once the server says it changed): a name not in it is
     /// unknown, without asking every server again (each unknown name did,
     /// which made every call of a wrong name a fetch of every list).
-    fn owner(&self, session: &Arc<Session>, kind: ListKind, exposed: &str) -> Result<(Arc<Server>, String), RpcError> {
+    fn owner(
+        &self,
+        session: &Arc<Session>,
+        kind: ListKind,
+        exposed: &str,
+    ) -> Result<(Arc<Server>, Option<String>), RpcError> {
         let list = self.merged_list(session, kind)?;
         if let Some(found) = list.find(exposed) {
             let server = self
@@ -483,7 +488,7 @@ impl Gateway {
                 .server(found.server)
                 .cloned()
                 .ok_or_else(|| RpcError::server(found.server, "no longer configured"))?;
-            return Ok((server, found.original.to_string()));
+            return Ok((server, (found.original != exposed).then(|| found.original.to_string())));
         }
         let what = match kind {
             ListKind::Tools => "tool",

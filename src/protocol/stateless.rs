@@ -143,8 +143,8 @@ pub fn check(message: &Message, params: Option<&Params>, headers: &dyn Headers) 
         return Err(mismatch("Mcp-Method header does not match the request's method"));
     }
     if let Some(member) = name_member(message.method())
-        && let Some(named) = params.and_then(|p| p.str(member))
-        && headers.get(HEADER_NAME).and_then(decode_header_value).as_deref() != Some(named.as_str())
+        && let Some(named) = params.and_then(|p| p.text(member))
+        && headers.get(HEADER_NAME).and_then(decode_header_value).as_deref() != Some(&*named)
     {
         return Err(mismatch(&format!("Mcp-Name header does not match the request's `{member}`")));
     }
@@ -231,11 +231,11 @@ pub fn unsupported(requested: &str) -> RpcError {
 /// A header value as sent: verbatim, or `=?base64?...?=` for bytes a
 /// header cannot carry. `None` for a malformed sentinel, which then
 /// matches nothing.
-pub fn decode_header_value(value: &str) -> Option<String> {
+pub fn decode_header_value(value: &str) -> Option<std::borrow::Cow<'_, str>> {
     let Some(payload) = value.strip_prefix("=?base64?").and_then(|v| v.strip_suffix("?=")) else {
-        return Some(value.to_string());
+        return Some(std::borrow::Cow::Borrowed(value));
     };
-    String::from_utf8(base64_decode(payload)?).ok()
+    String::from_utf8(base64_decode(payload)?).ok().map(std::borrow::Cow::Owned)
 }
 
 /// The `Mcp-Param-*` headers a `tools/call` mirrors from its `arguments`:

@@ -283,9 +283,11 @@ impl Endpoint {
         exchange: &Exchange<'_>,
     ) -> Result<Message, DownstreamError> {
         let status = response.status().as_u16();
-        let mime = response.body().mime_type().unwrap_or("").to_ascii_lowercase();
+        let mime = response.body().mime_type().unwrap_or("");
+        let (json, events) =
+            (mime.eq_ignore_ascii_case("application/json"), mime.eq_ignore_ascii_case("text/event-stream"));
         match status {
-            200 if mime == "application/json" => {
+            200 if json => {
                 let (bytes, _held) = self.read_message(response)?;
                 let message = Message::parse(&bytes)
                     .map_err(|e| DownstreamError::Protocol(format!("invalid JSON-RPC answer: {}", e.message)))?;
@@ -294,7 +296,7 @@ impl Endpoint {
                     _ => Err(DownstreamError::Protocol("the JSON answer is not the response to the request".into())),
                 }
             }
-            200 if mime == "text/event-stream" => {
+            200 if events => {
                 on_message(Arrival::Streaming);
                 self.read_stream(server, response, id, on_message, exchange)
             }
@@ -303,7 +305,7 @@ impl Endpoint {
             ))),
             404 if exchange.session_id.is_some() => Err(DownstreamError::SessionGone),
             // The 2026-07-28 era answers errors with 400 or 404 and the JSON-RPC error in the body.
-            400..=499 if exchange.version == crate::protocol::stateless::VERSION && mime == "application/json" => {
+            400..=499 if exchange.version == crate::protocol::stateless::VERSION && json => {
                 let (bytes, _held) = self.read_message(response)?;
                 match Message::parse(&bytes) {
                     Ok(message) if message.kind() == Ok(Kind::Response) && message.id.as_ref() == Some(id) => {
