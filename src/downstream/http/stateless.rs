@@ -48,6 +48,9 @@ pub(crate) struct Side {
     /// sessions that wait for the one probe in flight.
     era: Mutex<Probe>,
     asked: parking_lot::Condvar,
+    /// The era's name once known, which it stays for this `Side`: read by
+    /// every call without the lock.
+    known: std::sync::OnceLock<&'static str>,
     listen: Listen,
     schemas: Schemas,
 }
@@ -66,11 +69,7 @@ enum Probe {
 impl Side {
     /// `session` or `2026-07-28`, once known, for the status page.
     pub(crate) fn era_name(&self) -> Option<&'static str> {
-        match &*self.era.lock() {
-            Probe::Known(Era::Stateless { .. }) => Some(VERSION),
-            Probe::Known(Era::Session { .. }) => Some("session"),
-            Probe::Unknown | Probe::Running => None,
-        }
+        self.known.get().copied()
     }
 
     /// Whether the server speaks 2026-07-28 (alone, or beside the session
@@ -107,7 +106,10 @@ impl Side {
         let asked = ask();
         let mut state = self.era.lock();
         *state = match &asked {
-            Ok(era) => Probe::Known(era.clone()),
+            Ok(era) => {
+                let _ = self.known.set(era.name());
+                Probe::Known(era.clone())
+            }
             // Asked again by the next session: the server may be up by then.
             Err(_) => Probe::Unknown,
         };
@@ -130,6 +132,16 @@ pub(crate) enum Era {
     Session { also_2026: bool },
     /// 2026-07-28, with what `server/discover` said.
     Stateless { capabilities: Value, instructions: Option<String> },
+}
+
+impl Era {
+    /// `session` or `2026-07-28`, as the status page says it.
+    fn name(&self) -> &'static str {
+        match self {
+            Era::Session { .. } => "session",
+            Era::Stateless { .. } => VERSION,
+        }
+    }
 }
 
 /// Reconnects of a dropped standing listen: 1 s, doubling up to 30 s.
