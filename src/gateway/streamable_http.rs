@@ -81,6 +81,17 @@ impl PostStream<'_> {
         Some(stream)
     }
 
+    /// The answer's end for `outcome`: a server's result that did not
+    /// stream is written around as it came, not copied into one buffer.
+    fn finish_with(self, id: &Value, outcome: Outcome) -> HttpReply {
+        match outcome {
+            Outcome::Forwarded(Message { result: Some(result), .. }) if self.stream.is_none() => {
+                HttpReply::answer(id, result)
+            }
+            outcome => self.finish(answer_bytes(id, outcome)),
+        }
+    }
+
     /// The answer's end: the response, or (cancelled) an SSE answer that
     /// ends without one.
     fn finish(self, answer: Option<Vec<u8>>) -> HttpReply {
@@ -295,7 +306,7 @@ impl Gateway {
                     ask_timeout: self.current().config.held_call_timeout,
                 };
                 let answer = self.request(&session, &message, &mut events);
-                events.finish(answer_bytes(&id, answer))
+                events.finish_with(&id, answer)
             }
             Ok(Kind::Notification) => {
                 self.client_notification(&session, &message);

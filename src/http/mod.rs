@@ -150,8 +150,30 @@ pub struct StreamReply {
 
 pub enum ReplyBody {
     Empty,
-    Data { content_type: &'static str, bytes: Vec<u8> },
+    Data {
+        content_type: &'static str,
+        bytes: Vec<u8>,
+    },
+    /// A JSON-RPC response around a result as its server wrote it
+    /// (`jsonrpc::result_head`, the result, `jsonrpc::RESULT_TAIL`),
+    /// written in one go without joining them: a 1 MB result is not
+    /// copied once more.
+    Answer {
+        head: Vec<u8>,
+        result: Box<serde_json::value::RawValue>,
+    },
     Stream(StreamReply),
+}
+
+impl ReplyBody {
+    /// The body's parts, in order (nothing for a stream).
+    pub fn parts(&self) -> [&[u8]; 3] {
+        match self {
+            ReplyBody::Empty | ReplyBody::Stream(_) => [&[], &[], &[]],
+            ReplyBody::Data { bytes, .. } => [bytes, &[], &[]],
+            ReplyBody::Answer { head, result } => [head, result.get().as_bytes(), jsonrpc::RESULT_TAIL],
+        }
+    }
 }
 
 pub struct HttpReply {
@@ -168,6 +190,16 @@ impl HttpReply {
             status,
             headers: Vec::new(),
             body: ReplyBody::Data { content_type: "application/json", bytes },
+            held: None,
+        }
+    }
+
+    /// A JSON-RPC response (HTTP 200) carrying `result` as it came, with `id`.
+    pub fn answer(id: &Value, result: Box<serde_json::value::RawValue>) -> HttpReply {
+        HttpReply {
+            status: 200,
+            headers: Vec::new(),
+            body: ReplyBody::Answer { head: jsonrpc::result_head(id), result },
             held: None,
         }
     }

@@ -86,15 +86,28 @@ impl Writer {
         body: &[u8],
         connection: Connection,
     ) -> io::Result<()> {
+        self.respond_parts(status, headers, content_type, [body, &[], &[]], connection)
+    }
+
+    /// [`Writer::respond`] with a body in parts, written as one.
+    pub fn respond_parts(
+        &mut self,
+        status: u16,
+        headers: &[(&str, String)],
+        content_type: Option<&str>,
+        body: [&[u8]; 3],
+        connection: Connection,
+    ) -> io::Result<()> {
         let mut head = self.status_line(status);
         if let Some(content_type) = content_type {
             push_header(&mut head, "Content-Type", content_type);
         }
         if status != 204 && status >= 200 {
-            let _ = write!(head, "Content-Length: {}\r\n", body.len());
+            let _ = write!(head, "Content-Length: {}\r\n", body.iter().map(|p| p.len()).sum::<usize>());
         }
         finish_head(&mut head, headers, connection);
-        let written = self.write_parts([head.as_bytes(), body]);
+        let [a, b, c] = body;
+        let written = self.write_parts([head.as_bytes(), a, b, c]);
         self.head = head;
         written
     }
@@ -233,6 +246,17 @@ mod tests {
         writer.write_parts([b"", b"a", b"", b"b", b""]).unwrap();
         let got = all_of(writer, peer);
         assert_eq!(got, "ab");
+    }
+
+    #[test]
+    fn a_body_in_parts_is_one_body() {
+        let (mut writer, peer) = pair();
+        writer
+            .respond_parts(200, &[], Some("application/json"), [b"{\"r\":", b"[1,2]", b"}"], Connection::Close)
+            .unwrap();
+        let got = all_of(writer, peer);
+        assert!(got.contains("Content-Length: 11\r\n"), "{got}");
+        assert!(got.ends_with("\r\n\r\n{\"r\":[1,2]}"), "{got}");
     }
 
     #[test]

@@ -452,11 +452,8 @@ impl PostSink<'_> {
         match self.state {
             Sink::Waiting => respond(self.writer, reply, self.connection, shared),
             Sink::Streaming => {
-                let last = match &reply.body {
-                    ReplyBody::Data { bytes, .. } => bytes.as_slice(),
-                    _ => &[],
-                };
-                match self.writer.end_chunks(last) {
+                let last = reply.body.parts().concat();
+                match self.writer.end_chunks(&last) {
                     Ok(()) => self.connection,
                     Err(_) => Connection::Close,
                 }
@@ -477,6 +474,9 @@ fn respond(writer: &mut Writer, reply: HttpReply, connection: Connection, shared
         ReplyBody::Empty => writer.respond(status, &headers, None, &[], connection),
         ReplyBody::Data { content_type, bytes } => {
             writer.respond(status, &headers, Some(content_type), &bytes, connection)
+        }
+        ReplyBody::Answer { .. } => {
+            writer.respond_parts(status, &headers, Some("application/json"), body.parts(), connection)
         }
     };
     match result {

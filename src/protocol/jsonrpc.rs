@@ -372,6 +372,19 @@ pub fn result(id: &Value, result: &RawValue) -> Vec<u8> {
     Out { id: Some(id), result: Some(result), ..out() }.to_vec()
 }
 
+/// What [`result`] writes before the result: with the result and
+/// [`RESULT_TAIL`] after it, the same bytes, for a writer that sends a large
+/// result as the server wrote it without copying it into one buffer first.
+pub fn result_head(id: &Value) -> Vec<u8> {
+    let mut head = br#"{"jsonrpc":"2.0","id":"#.to_vec();
+    serde_json::to_writer(&mut head, id).expect("a JSON value serializes");
+    head.extend_from_slice(br#","result":"#);
+    head
+}
+
+/// What ends a response that [`result_head`] began.
+pub const RESULT_TAIL: &[u8] = b"}";
+
 /// A response carrying an error exactly as another peer wrote it. Where no
 /// id applies (`null`: a parse error, a request refused before it was
 /// read) the member is left out, as MCP's schema has it (`id?: RequestId`).
@@ -483,6 +496,17 @@ mod tests {
         assert_eq!(owned.to_raw().get(), params.to_raw().get());
         assert!(matches!(owned.text("name"), Some(Cow::Owned(t)) if t == "last"));
         assert_eq!(owned.object("arguments").unwrap().raw("inner").unwrap().get(), r#"{"k":1}"#);
+    }
+
+    #[test]
+    fn a_result_written_around_is_the_result_written_whole() {
+        let result = raw(&serde_json::json!({"content": [{"type": "text", "text": "é \" \u{1}"}], "n": 1.50}));
+        for id in [Value::from(7), Value::from("a\"b"), Value::from(u64::MAX)] {
+            let mut around = result_head(&id);
+            around.extend_from_slice(result.get().as_bytes());
+            around.extend_from_slice(RESULT_TAIL);
+            assert_eq!(String::from_utf8(around).unwrap(), String::from_utf8(super::result(&id, &result)).unwrap());
+        }
     }
 
     #[test]
