@@ -176,6 +176,9 @@ impl ReplyBody {
     }
 }
 
+/// The size from which a result is written in parts rather than copied.
+const ANSWER_IN_PARTS: usize = 16 * 1024;
+
 pub struct HttpReply {
     pub status: u16,
     pub headers: Vec<(&'static str, String)>,
@@ -194,8 +197,14 @@ impl HttpReply {
         }
     }
 
-    /// A JSON-RPC response (HTTP 200) carrying `result` as it came, with `id`.
+    /// A JSON-RPC response (HTTP 200) carrying `result` as it came, with
+    /// `id`. A small result is joined into one buffer (measured: writing
+    /// 100 B results in parts cost more CPU than copying them); a large one
+    /// goes out in parts, uncopied.
     pub fn answer(id: &Value, result: Box<serde_json::value::RawValue>) -> HttpReply {
+        if result.get().len() < ANSWER_IN_PARTS {
+            return HttpReply::json(200, jsonrpc::result(id, &result));
+        }
         HttpReply {
             status: 200,
             headers: Vec::new(),
