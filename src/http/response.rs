@@ -134,12 +134,14 @@ impl Writer {
     }
 
     /// A last chunk of data, if any, and the end of the chunked body, in one write.
-    pub fn end_chunks(&mut self, data: &[u8]) -> io::Result<()> {
-        if data.is_empty() {
+    pub fn end_chunks(&mut self, data: [&[u8]; 3]) -> io::Result<()> {
+        let len: usize = data.iter().map(|p| p.len()).sum();
+        if len == 0 {
             return self.write_parts([b"0\r\n\r\n"]);
         }
-        let size = format!("{:x}\r\n", data.len());
-        self.write_parts([size.as_bytes(), data, b"\r\n0\r\n\r\n"])
+        let size = format!("{len:x}\r\n");
+        let [a, b, c] = data;
+        self.write_parts([size.as_bytes(), a, b, c, b"\r\n0\r\n\r\n"])
     }
 }
 

@@ -451,13 +451,10 @@ impl PostSink<'_> {
     fn finish(self, reply: HttpReply, shared: &Shared) -> Connection {
         match self.state {
             Sink::Waiting => respond(self.writer, reply, self.connection, shared),
-            Sink::Streaming => {
-                let last = reply.body.parts().concat();
-                match self.writer.end_chunks(&last) {
-                    Ok(()) => self.connection,
-                    Err(_) => Connection::Close,
-                }
-            }
+            Sink::Streaming => match self.writer.end_chunks(reply.body.parts()) {
+                Ok(()) => self.connection,
+                Err(_) => Connection::Close,
+            },
             Sink::Gone => Connection::Close,
         }
     }
@@ -508,7 +505,7 @@ fn run_stream(writer: &mut Writer, headers: &[(&'static str, String)], stream: S
                 break;
             }
         }
-        let _ = writer.end_chunks(&[]);
+        let _ = writer.end_chunks([&[]; 3]);
     }
     (stream.on_end)();
 }

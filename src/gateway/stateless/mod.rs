@@ -623,11 +623,15 @@ impl Gateway {
         let scope = if self.current().config.tokens.is_some() { "private" } else { "public" };
         let ttl = if method == "server/discover" { DISCOVER_TTL_MS } else { LIST_TTL_MS };
         let (bytes, status) = match outcome {
-            // Complete as it came, and not a stream: written around the server's bytes, not copied.
+            // Complete as it came (a server of this era's call result): passed on unparsed, and
+            // when not a stream, written around the server's bytes rather than copied.
             Outcome::Forwarded(Message { result: Some(result), .. })
-                if streaming.is_none() && !stateless::is_cacheable(method) && stateless::has_result_type(&result) =>
+                if !stateless::is_cacheable(method) && stateless::has_result_type(&result) =>
             {
-                return HttpReply::answer(id, result);
+                return match streaming {
+                    Some(()) => HttpReply::sse(sse::encode(None, &jsonrpc::result(id, &result))),
+                    None => HttpReply::answer(id, result),
+                };
             }
             Outcome::Result(Value::Object(mut result)) => {
                 stateless::complete_result(method, &mut result, ttl, scope);
@@ -635,10 +639,6 @@ impl Gateway {
             }
             Outcome::Result(other) => (jsonrpc::result(id, &jsonrpc::raw(&other)), 200),
             Outcome::Forwarded(answer) => match (&answer.result, &answer.error) {
-                // Complete as it came, as a stream's last event: passed on unparsed.
-                (Some(result), _) if !stateless::is_cacheable(method) && stateless::has_result_type(result) => {
-                    (jsonrpc::result(id, result), 200)
-                }
                 (Some(result), _) => match serde_json::from_str::<Value>(result.get()) {
                     Ok(Value::Object(mut result)) => {
                         stateless::complete_result(method, &mut result, ttl, scope);
