@@ -59,8 +59,9 @@ BIN=$TARGET_DIR/release
 # with no stack cache glibc unmaps a thread's stack as soon as it ends, and
 # a pthread_detach that races that end reads the unmapped descriptor
 # (mcp-load died so with SIGSEGV in pthread_detach, from the thread ureq's
-# resolver starts and detaches). mcpgate joins every thread it starts; the
-# load generator and the servers detach theirs.
+# resolver started and detached for every call before mcp-load took
+# mcpgate's resolver). mcpgate joins every thread it starts; the servers
+# detach theirs.
 MCPGATE=(env GLIBC_TUNABLES=glibc.pthread.stack_cache_size=0:glibc.malloc.arena_max=2 "$BIN/mcpgate")
 
 # serve (start and wait for its `listening on` line; sets ADDR and PID), stop, wait_for and

@@ -51,6 +51,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use mcpgate::downstream::Lookup;
 use serde_json::{Value, json};
 
 fn usage() -> ! {
@@ -193,7 +194,11 @@ fn agent() -> ureq::Agent {
         let roots = ureq::tls::RootCerts::new_with_certs(certs);
         config = config.tls_config(ureq::tls::TlsConfig::builder().root_certs(roots).build());
     }
-    config.build().into()
+    // mcpgate's resolver: ureq's own starts a thread for every lookup that
+    // has a timeout, pooled connection or not (one `clone3` per call,
+    // measured with strace), and that cost would be the load generator's,
+    // shared by every target on this 2-core host.
+    ureq::Agent::with_parts(config.build(), ureq::unversioned::transport::DefaultConnector::new(), Lookup)
 }
 
 /// `request` with the `--bearer` token, if one was given.
