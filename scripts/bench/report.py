@@ -138,30 +138,40 @@ def cpu_section(rows, say, failures):
         return targets
     say("## 1d. CPU per call: direct, the bare relay (the floor), mcpgate, the FastMCP proxy")
     say("")
+    rounds = max((r.get("round", 1) for r in cpu), default=1)
     say(
-        "One interleaved run. CPU is user + sys of the process from `/proc/PID/stat` over the point, divided by "
-        "the calls: of the relaying process (the bare relay, mcpgate, the FastMCP proxy), and of the server "
-        "(mcp-fixture). Results of about 100 B (`echo`), 100 KB and 1 MB (`big`). Where mcpgate's CPU goes: "
-        "[PROFILE.md](PROFILE.md) (`scripts/profile.sh`, perf)."
+        f"Interleaved, in {rounds} round(s) (the FastMCP proxy in the first only). CPU is user + sys of the "
+        "process from `/proc/PID/stat` over the points, summed over the rounds and divided by their calls: of "
+        "the relaying process (the bare relay, mcpgate, the FastMCP proxy), and of the server (mcp-fixture). "
+        "p50, p99 and req/s are the medians of the rounds. Results of about 100 B (`echo`), 100 KB and 1 MB "
+        "(`big`). Where mcpgate's CPU goes: [PROFILE.md](PROFILE.md) (`scripts/profile.sh`, perf)."
     )
     say("")
     say("| result | clients | target | relay CPU/call | server CPU/call | p50 / p99 | req/s | server requests/call |")
     say("|---|---|---|---|---|---|---|---|")
-    cell: dict = {}
+    # The rounds of each point, in the order the points first ran.
+    points: dict = {}
     for r in cpu:
-        res = r["result"]
-        calls = max(res["calls"], 1)
-        per = 1e6 / r["clk_tck"] / calls
-        gw = None if r["gateway_ticks"] is None else r["gateway_ticks"] * per
-        sv = r["server_ticks"] * per
-        key = (r["size"], res["clients"], r["target"])
-        cell[key] = {"gw": gw, "sv": sv, "p50": res["p50_us"], "p99": res["p99_us"], "tput": res["throughput"],
-                     "rpc": r["server_requests"] / calls, "errors": res["errors"], "calls": res["calls"]}
-        if res["errors"]:
-            failures.append(f"cpu: {res['errors']} failed calls ({r['target']}, {r['size']}, {res['clients']} clients)")
+        points.setdefault((r["size"], r["result"]["clients"], r["target"]), []).append(r)
+    cell: dict = {}
+    for (size, clients, target), runs in points.items():
+        calls = sum(r["result"]["calls"] for r in runs)
+        per = 1e6 / runs[0]["clk_tck"] / max(calls, 1)
+        ticks = [r["gateway_ticks"] for r in runs]
+        gw = None if None in ticks else sum(ticks) * per
+        sv = sum(r["server_ticks"] for r in runs) * per
+        requests = sum(r["server_requests"] for r in runs)
+        errors = sum(r["result"]["errors"] for r in runs)
+        p50, p99 = median([r["result"]["p50_us"] for r in runs]), median([r["result"]["p99_us"] for r in runs])
+        tput = median([r["result"]["throughput"] for r in runs])
+        cell[(size, clients, target)] = {"gw": gw, "sv": sv, "p50": p50, "p99": p99, "tput": tput,
+                                         "rpc": requests / max(calls, 1), "errors": errors, "calls": calls,
+                                         "sessions": clients * len(runs)}
+        if errors:
+            failures.append(f"cpu: {errors} failed calls ({target}, {size}, {clients} clients)")
         say(
-            f"| {r['size']} | {res['clients']} | {r['target']} | {'-' if gw is None else f'{gw:.0f} µs'} | {sv:.0f} µs "
-            f"| {fmt_us(res['p50_us'])} / {fmt_us(res['p99_us'])} | {res['throughput']:.0f} | {r['server_requests'] / calls:.3f} |"
+            f"| {size} | {clients} | {target} | {'-' if gw is None else f'{gw:.0f} µs'} | {sv:.0f} µs "
+            f"| {fmt_us(p50)} / {fmt_us(p99)} | {tput:.0f} | {requests / max(calls, 1):.3f} |"
         )
     say("")
     # Requests the server saw beyond the calls, per client session: opening, the warm-up call,
@@ -172,8 +182,8 @@ def cpu_section(rows, say, failures):
         d = cell.get((size, clients, "direct"))
         if not d:
             continue
-        extra = (c["rpc"] - 1) * c["calls"] / clients
-        extra_direct = (d["rpc"] - 1) * d["calls"] / clients
+        extra = (c["rpc"] - 1) * c["calls"] / c["sessions"]
+        extra_direct = (d["rpc"] - 1) * d["calls"] / d["sessions"]
         if extra - extra_direct > 4:
             failures.append(
                 f"cpu: the server saw {extra:.1f} requests per session beyond the calls through mcpgate, "
