@@ -809,3 +809,82 @@ fn every_answer_on_a_kept_connection_says_for_how_long() {
         );
     }
 }
+
+/// A connection outlives mcpgate being stopped and continued (`SIGSTOP`
+/// then `SIGCONT`: a debugger or strace attaching, a cgroup freezer, an
+/// operator). On Linux a socket read or write with a timeout, as every one
+/// of the front door is, fails with `EINTR` when its process is continued
+/// (signal(7)); that is not the client leaving. Checked where a connection
+/// thread waits: for the next request, in the middle of a body, on a
+/// client that does not read its large answer yet, and on its server.
+#[test]
+fn a_connection_outlives_a_stop_and_continue() {
+    let fixture = Fixture::start("alpha", &[]);
+    let mut gate = Gate::start(&config(&[("alpha", fixture.url())]));
+    let host = gate.addr.to_string();
+    let pause = || {
+        // Long enough for the connection threads to be blocked in their reads and writes.
+        std::thread::sleep(Duration::from_millis(200));
+        support::signal(gate.pid(), "STOP");
+        std::thread::sleep(Duration::from_millis(100));
+        support::signal(gate.pid(), "CONT");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+
+    // Waiting for the next request on a kept-alive connection.
+    let healthz = http_request("GET", "/healthz", &[("Host", &host)], b"");
+    let mut stream = send(gate.addr, &healthz);
+    let reply = read_reply(&mut stream, Duration::from_secs(10)).expect("an answer");
+    assert_eq!(reply.status, 200, "{reply:?}");
+    pause();
+    let sent = stream.write_all(&healthz);
+    let reply = read_reply(&mut stream, Duration::from_secs(10));
+    assert!(
+        sent.is_ok() && reply.as_ref().is_ok_and(|r| r.status == 200),
+        "a kept-alive connection after SIGSTOP and SIGCONT: sent {sent:?}, got {reply:?}"
+    );
+
+    // In the middle of a request's body.
+    let mut client = gate.open_session();
+    let session = client.session.clone().expect("a session");
+    let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                      "params": {"name": "alpha__echo", "arguments": {"text": "across the stop"}}})
+    .to_string();
+    let request = mcp_post(gate.addr, Some(&session), &call, false);
+    let half = request.len() - call.len() / 2;
+    let mut stream = send(gate.addr, &request[..half]);
+    pause();
+    let sent = stream.write_all(&request[half..]);
+    let reply = read_reply(&mut stream, Duration::from_secs(10));
+    assert!(
+        sent.is_ok() && reply.as_ref().is_ok_and(|r| r.status == 200 && r.body.contains("across the stop")),
+        "a body cut by SIGSTOP and SIGCONT: sent {sent:?}, got {reply:?}"
+    );
+
+    // Writing an answer larger than the socket buffers to a client that reads it only later.
+    let bytes = 8 * MB;
+    let call = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call",
+                      "params": {"name": "alpha__big", "arguments": {"bytes": bytes}}})
+    .to_string();
+    let mut stream = send(gate.addr, &mcp_post(gate.addr, Some(&session), &call, false));
+    pause();
+    let reply = read_reply(&mut stream, Duration::from_secs(60));
+    assert!(
+        reply.as_ref().is_ok_and(|r| r.status == 200 && r.body.len() > bytes),
+        "a large answer written across SIGSTOP and SIGCONT: {:?}",
+        reply.map(|r| (r.status, r.body.len()))
+    );
+    // Waiting on the server's answer to a call (mcpgate reads it with a timeout too).
+    let call = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                      "params": {"name": "alpha__slow", "arguments": {"ms": 600, "steps": 0}}})
+    .to_string();
+    let mut stream = send(gate.addr, &mcp_post(gate.addr, Some(&session), &call, false));
+    pause();
+    let reply = read_reply(&mut stream, Duration::from_secs(10));
+    assert!(
+        reply.as_ref().is_ok_and(|r| r.status == 200 && r.body.contains("\"id\":9") && !r.body.contains("\"error\"")),
+        "a call in flight to its server across SIGSTOP and SIGCONT: {reply:?}"
+    );
+    assert_alive(&mut gate, "after the stops");
+    assert_eq!(client.tool_text("alpha__echo", json!({"text": "after"})), "after");
+}

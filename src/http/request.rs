@@ -111,17 +111,24 @@ impl Reader {
     /// Reads once more, waiting at most until `deadline`; the bytes read
     /// (0: the peer closed).
     fn fill(&mut self, deadline: Instant) -> io::Result<usize> {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(io::ErrorKind::TimedOut.into());
-        }
         if self.pos > 0 && self.pos >= self.buf.len() / 2 {
             self.buf.drain(..self.pos);
             self.pos = 0;
         }
         let start = self.buf.len();
         self.buf.resize(start + READ_SIZE, 0);
-        let read = self.stream.read_within(&mut self.buf[start..], left);
+        let read = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break Err(io::ErrorKind::TimedOut.into());
+            }
+            match self.stream.read_within(&mut self.buf[start..], left) {
+                // mcpgate was stopped and continued (SIGSTOP, SIGCONT: a debugger, a freezer),
+                // which fails a read with a timeout on Linux; the client is still there.
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                read => break read,
+            }
+        };
         self.buf.truncate(start + *read.as_ref().unwrap_or(&0));
         read
     }
