@@ -5,11 +5,20 @@ use mcpgate::config::Config;
 use mcpgate::protocol::jsonrpc::{self, Kind, Message, Params};
 use mcpgate::protocol::sse::{self, Decoder};
 
-/// Any bytes as a POST body: parsing and classifying never panic, and what
-/// mcpgate writes back is valid JSON text (a number too large for f64 is
-/// valid JSON, so it is checked as text, not as a Value).
+/// Any bytes as a POST body: parsing and classifying never panic, a body
+/// read as a server's answer (kept, its result not copied out) reads the
+/// same, and what mcpgate writes back is valid JSON text (a number too
+/// large for f64 is valid JSON, so it is checked as text, not as a Value).
 pub fn jsonrpc(data: &[u8]) {
-    let Ok(message) = Message::parse(data) else { return };
+    let parsed = Message::parse(data);
+    match (&parsed, Message::parse_owned(data.to_vec())) {
+        (Ok(a), Ok(b)) => {
+            assert_eq!(format!("{a:?}"), format!("{b:?}"), "parse and parse_owned read different messages")
+        }
+        (Err(a), Err(b)) => assert_eq!(a.code, b.code, "parse and parse_owned refuse differently"),
+        (a, b) => panic!("parse and parse_owned disagree: {a:?}, {b:?}"),
+    }
+    let Ok(message) = parsed else { return };
     let kind = message.kind().expect("parse() only returns classifiable messages");
     let _ = message.params_object();
     if let Ok(mut params) = Params::of(&message) {
@@ -22,7 +31,7 @@ pub fn jsonrpc(data: &[u8]) {
         Kind::Request => jsonrpc::request(&id, message.method(), message.params.as_deref()),
         Kind::Notification => jsonrpc::notification(message.method(), message.params.as_deref()),
         Kind::Response => match (&message.result, &message.error) {
-            (Some(result), _) => jsonrpc::result(&id, result),
+            (Some(result), _) => jsonrpc::result_text(&id, result),
             (None, Some(error)) => jsonrpc::raw_error(&id, error),
             (None, None) => unreachable!("a response has a result or an error"),
         },

@@ -210,11 +210,11 @@ pub(super) fn run_with_reopen<T>(
 
 /// A server's answer with its task ids rewritten to the client's.
 pub(super) fn tasks_from(session: &Session, server: &Server, mut answer: Message) -> Message {
-    if let Some(result) = answer.result.as_deref()
+    if let Some(result) = &answer.result
         && let Ok(mut value) = serde_json::from_str::<Value>(result.get())
     {
         session.tasks_from(server.name(), &mut value);
-        answer.result = Some(jsonrpc::raw(&value));
+        answer.result = Some(jsonrpc::raw(&value).into());
     }
     answer
 }

@@ -173,7 +173,7 @@ fn answer_bytes(id: &Value, outcome: Outcome) -> Option<Vec<u8>> {
         Outcome::Result(value) => jsonrpc::result(id, &jsonrpc::raw(&value)),
         Outcome::Error(e) => jsonrpc::error(id, &e),
         Outcome::Forwarded(m) => match (&m.result, &m.error) {
-            (Some(result), _) => jsonrpc::result(id, result),
+            (Some(result), _) => jsonrpc::result_text(id, result),
             (None, Some(error)) => jsonrpc::raw_error(id, error),
             (None, None) => {
                 jsonrpc::error(id, &RpcError::internal("the server's response had neither result nor error"))

@@ -160,7 +160,7 @@ pub enum ReplyBody {
     /// copied once more.
     Answer {
         head: Vec<u8>,
-        result: Box<serde_json::value::RawValue>,
+        result: jsonrpc::Json,
     },
     Stream(StreamReply),
 }
@@ -201,9 +201,9 @@ impl HttpReply {
     /// `id`. A small result is joined into one buffer (measured: writing
     /// 100 B results in parts cost more CPU than copying them); a large one
     /// goes out in parts, uncopied.
-    pub fn answer(id: &Value, result: Box<serde_json::value::RawValue>) -> HttpReply {
+    pub fn answer(id: &Value, result: jsonrpc::Json) -> HttpReply {
         if result.get().len() < ANSWER_IN_PARTS {
-            return HttpReply::json(200, jsonrpc::result(id, &result));
+            return HttpReply::json(200, jsonrpc::result_text(id, &result));
         }
         HttpReply {
             status: 200,

@@ -3,6 +3,8 @@
 //! what mcpgate only forwards is never re-serialized.
 
 use std::borrow::Cow;
+use std::ops::Range;
+use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
@@ -29,9 +31,67 @@ pub struct Message {
     #[serde(default)]
     pub params: Option<Box<RawValue>>,
     #[serde(default)]
-    pub result: Option<Box<RawValue>>,
+    pub result: Option<Json>,
     #[serde(default)]
     pub error: Option<Box<RawValue>>,
+}
+
+/// JSON text as a message carried it, checked when the message was read:
+/// its own, or a part of the body it came in, shared with that body rather
+/// than copied out of it ([`Message::parse_owned`]: a server's 1 MB result
+/// is one buffer, not two).
+#[derive(Clone)]
+pub struct Json(JsonText);
+
+#[derive(Clone)]
+enum JsonText {
+    Own(Box<str>),
+    Part(Arc<String>, Range<usize>),
+}
+
+impl Json {
+    /// The text, as it came.
+    pub fn get(&self) -> &str {
+        match &self.0 {
+            JsonText::Own(text) => text,
+            JsonText::Part(body, range) => &body[range.clone()],
+        }
+    }
+}
+
+impl From<Box<RawValue>> for Json {
+    fn from(raw: Box<RawValue>) -> Json {
+        Json(JsonText::Own(raw.into()))
+    }
+}
+
+impl std::fmt::Debug for Json {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.get())
+    }
+}
+
+impl<'de> Deserialize<'de> for Json {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Box::<RawValue>::deserialize(d).map(Json::from)
+    }
+}
+
+/// [`Message`] as it is read from a body it borrows from.
+#[derive(Deserialize)]
+struct Borrowed<'a> {
+    #[serde(default, deserialize_with = "text")]
+    jsonrpc: Option<Cow<'static, str>>,
+    #[serde(default, deserialize_with = "present")]
+    id: Option<Value>,
+    #[serde(default, deserialize_with = "text")]
+    method: Option<Cow<'static, str>>,
+    #[serde(default, borrow)]
+    params: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    result: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    error: Option<&'a RawValue>,
 }
 
 fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
@@ -98,6 +158,14 @@ fn known(text: &str) -> Option<&'static str> {
     })
 }
 
+fn parse_error(e: serde_json::Error) -> RpcError {
+    if e.is_syntax() || e.is_eof() {
+        RpcError::new(PARSE_ERROR, format!("parse error: {e}"))
+    } else {
+        RpcError::new(INVALID_REQUEST, format!("invalid JSON-RPC message: {e}"))
+    }
+}
+
 /// What a message is, by the rules of JSON-RPC 2.0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -149,13 +217,40 @@ impl std::error::Error for RpcError {}
 impl Message {
     /// Parses one message from JSON text.
     pub fn parse(bytes: &[u8]) -> Result<Message, RpcError> {
-        let message: Message = serde_json::from_slice(bytes).map_err(|e| {
-            if e.is_syntax() || e.is_eof() {
-                RpcError::new(PARSE_ERROR, format!("parse error: {e}"))
-            } else {
-                RpcError::new(INVALID_REQUEST, format!("invalid JSON-RPC message: {e}"))
-            }
-        })?;
+        let message: Message = serde_json::from_slice(bytes).map_err(parse_error)?;
+        message.kind()?;
+        Ok(message)
+    }
+
+    /// [`Message::parse`] of a body that is the message's to keep: its
+    /// result stays in it, uncopied (params and error are copied, being
+    /// small wherever a result is large).
+    pub fn parse_owned(body: Vec<u8>) -> Result<Message, RpcError> {
+        match String::from_utf8(body) {
+            Ok(text) => Message::parse_text(text),
+            // Not UTF-8: the same error as `parse` gives.
+            Err(e) => Message::parse(e.as_bytes()),
+        }
+    }
+
+    /// [`Message::parse_owned`] of text (an SSE event's data).
+    pub fn parse_text(text: String) -> Result<Message, RpcError> {
+        let body = Arc::new(text);
+        let read: Borrowed = serde_json::from_str(&body).map_err(parse_error)?;
+        let own = |raw: Option<&RawValue>| raw.map(RawValue::to_owned);
+        // Where the result lies in the body: it was read from it.
+        let result = read.result.map(|raw| {
+            let start = raw.get().as_ptr() as usize - body.as_ptr() as usize;
+            Json(JsonText::Part(body.clone(), start..start + raw.get().len()))
+        });
+        let message = Message {
+            jsonrpc: read.jsonrpc,
+            id: read.id,
+            method: read.method,
+            params: own(read.params),
+            result,
+            error: own(read.error),
+        };
         message.kind()?;
         Ok(message)
     }
@@ -372,6 +467,16 @@ pub fn result(id: &Value, result: &RawValue) -> Vec<u8> {
     Out { id: Some(id), result: Some(result), ..out() }.to_vec()
 }
 
+/// [`result`] for a result read from a message.
+pub fn result_text(id: &Value, result: &Json) -> Vec<u8> {
+    let head = result_head(id);
+    let mut out = Vec::with_capacity(head.len() + result.get().len() + RESULT_TAIL.len());
+    out.extend_from_slice(&head);
+    out.extend_from_slice(result.get().as_bytes());
+    out.extend_from_slice(RESULT_TAIL);
+    out
+}
+
 /// What [`result`] writes before the result: with the result and
 /// [`RESULT_TAIL`] after it, the same bytes, for a writer that sends a large
 /// result as the server wrote it without copying it into one buffer first.
@@ -453,8 +558,36 @@ mod tests {
     #[test]
     fn forwarded_results_keep_their_bytes() {
         let m = Message::parse(br#"{"jsonrpc":"2.0","id":7,"result":{"b": 1,  "a":[1.50]}}"#).unwrap();
-        let out = result(&Value::from("c-1"), m.result.as_deref().unwrap());
+        let out = result_text(&Value::from("c-1"), m.result.as_ref().unwrap());
         assert_eq!(out, br#"{"jsonrpc":"2.0","id":"c-1","result":{"b": 1,  "a":[1.50]}}"#);
+    }
+
+    /// A body read whole and kept ([`Message::parse_owned`]) reads as the
+    /// same message as one parsed from borrowed bytes, its result's text
+    /// exactly as written, and fails the same way.
+    #[test]
+    fn a_message_read_from_its_own_body_is_the_same_message() {
+        let bodies: [&[u8]; 4] = [
+            br#"{"jsonrpc":"2.0","id":7,"result":{"b": 1,  "a":[1.50], "t": "\u00e9 \" \\ x"}}"#,
+            "{\"id\":\"s\",\"result\":[\"é\"] ,\"jsonrpc\":\"2.0\"}".as_bytes(),
+            br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"no"}}"#,
+            br#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"x"}}"#,
+        ];
+        for body in bodies {
+            let (a, b) = (Message::parse(body).unwrap(), Message::parse_owned(body.to_vec()).unwrap());
+            assert_eq!(format!("{a:?}"), format!("{b:?}"), "{}", String::from_utf8_lossy(body));
+            assert_eq!(a.kind(), b.kind());
+        }
+        let m = Message::parse_owned(bodies[0].to_vec()).unwrap();
+        let result = m.result.unwrap();
+        assert!(matches!(result.0, JsonText::Part(..)), "the result is copied out of its body");
+        assert_eq!(result.get(), r#"{"b": 1,  "a":[1.50], "t": "\u00e9 \" \\ x"}"#);
+        let bad: [&[u8]; 5] =
+            [b"{nope", b"[1]", b"\xff\xfe", br#"{"jsonrpc":"2.0","id":1}"#, b"{\"id\":1,\"result\":\"\x01\"}"];
+        for body in bad {
+            let (a, b) = (Message::parse(body).unwrap_err(), Message::parse_owned(body.to_vec()).unwrap_err());
+            assert_eq!(a.code, b.code, "{}", String::from_utf8_lossy(body));
+        }
     }
 
     #[test]

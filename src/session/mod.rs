@@ -453,7 +453,7 @@ impl Session {
             return None;
         }
         let body = match (&message.result, &message.error) {
-            (Some(result), _) => jsonrpc::result(&ask.id, result),
+            (Some(result), _) => jsonrpc::result_text(&ask.id, result),
             (None, Some(error)) => jsonrpc::raw_error(&ask.id, error),
             (None, None) => return None,
         };

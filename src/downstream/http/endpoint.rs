@@ -289,7 +289,8 @@ impl Endpoint {
         match status {
             200 if json => {
                 let (bytes, _held) = self.read_message(response)?;
-                let message = Message::parse(&bytes)
+                // The result stays in the bytes read: a large one is not copied out.
+                let message = Message::parse_owned(bytes)
                     .map_err(|e| DownstreamError::Protocol(format!("invalid JSON-RPC answer: {}", e.message)))?;
                 match message.kind() {
                     Ok(Kind::Response) if message.id.as_ref() == Some(id) => Ok(message),
@@ -345,7 +346,7 @@ impl Endpoint {
                             continue;
                         }
                         exchange.flight.heard();
-                        let message = Message::parse(event.data.as_bytes()).map_err(|e| {
+                        let message = Message::parse_text(event.data).map_err(|e| {
                             DownstreamError::Protocol(format!("invalid JSON-RPC in the SSE stream: {}", e.message))
                         })?;
                         match message.kind() {

@@ -242,7 +242,7 @@ impl Stream {
                     if event.data.trim().is_empty() {
                         continue;
                     }
-                    match Message::parse(event.data.as_bytes()) {
+                    match Message::parse_text(event.data) {
                         Ok(message) => match self.inbox.upgrade() {
                             Some(inbox) => inbox.deliver(&self.server, message),
                             None => return Ended::Final,

@@ -306,7 +306,7 @@ pub(super) fn read(
                     limited!(warn, "server `{name}`: a message before its `endpoint` event; ignored");
                     continue;
                 }
-                match Message::parse(event.data.as_bytes()) {
+                match Message::parse_text(event.data) {
                     Ok(message) => route(server, shared, &answers, message),
                     Err(e) => {
                         limited!(

@@ -166,7 +166,8 @@ fn pick(calls: &Calls) -> Option<Target> {
 /// does not fit.
 pub(crate) fn keep_early(server: &Server, early: &mut Vec<Message>, message: Message) -> Option<Message> {
     let size = |m: &Message| {
-        [&m.params, &m.result, &m.error].iter().filter_map(|p| p.as_ref()).map(|p| p.get().len()).sum::<usize>()
+        [&m.params, &m.error].iter().filter_map(|p| p.as_ref()).map(|p| p.get().len()).sum::<usize>()
+            + m.result.as_ref().map_or(0, |r| r.get().len())
     };
     if early.len() < EARLY_MAX && early.iter().map(size).sum::<usize>() + size(&message) <= EARLY_BYTES {
         early.push(message);

@@ -398,7 +398,7 @@ impl Gateway {
         let (outcome, streaming) = self.run_here(req, pool, &new, envelope, sink);
         let outcome = match outcome {
             // A task of the server's (the tasks extension): the client gets one of mcpgate's ids.
-            Outcome::Forwarded(answer) if answer.result.as_deref().is_some_and(stateless::is_task) => {
+            Outcome::Forwarded(answer) if answer.result.as_ref().is_some_and(|r| stateless::is_task(r.get())) => {
                 Outcome::Forwarded(dispatch::tasks_from(pool, &new.server, answer))
             }
             outcome => outcome,
@@ -626,10 +626,10 @@ impl Gateway {
             // Complete as it came (a server of this era's call result): passed on unparsed, and
             // when not a stream, written around the server's bytes rather than copied.
             Outcome::Forwarded(Message { result: Some(result), .. })
-                if !stateless::is_cacheable(method) && stateless::has_result_type(&result) =>
+                if !stateless::is_cacheable(method) && stateless::has_result_type(result.get()) =>
             {
                 return match streaming {
-                    Some(()) => HttpReply::sse(sse::encode(None, &jsonrpc::result(id, &result))),
+                    Some(()) => HttpReply::sse(sse::encode(None, &jsonrpc::result_text(id, &result))),
                     None => HttpReply::answer(id, result),
                 };
             }
@@ -644,7 +644,7 @@ impl Gateway {
                         stateless::complete_result(method, &mut result, ttl, scope);
                         (jsonrpc::result(id, &jsonrpc::raw(&Value::Object(result))), 200)
                     }
-                    _ => (jsonrpc::result(id, result), 200),
+                    _ => (jsonrpc::result_text(id, result), 200),
                 },
                 (None, Some(error)) => {
                     let code = serde_json::from_str::<Value>(error.get()).ok().and_then(|e| e["code"].as_i64());

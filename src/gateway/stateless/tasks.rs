@@ -243,7 +243,7 @@ impl Gateway {
 
 /// A result's members, parsed.
 fn result_of(answer: &Message) -> Option<Value> {
-    answer.result.as_deref().and_then(|r| serde_json::from_str(r.get()).ok())
+    answer.result.as_ref().and_then(|r| serde_json::from_str(r.get()).ok())
 }
 
 /// An error answer's error, parsed.
