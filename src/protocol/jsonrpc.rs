@@ -20,19 +20,13 @@ pub const INTERNAL_ERROR: i64 = -32603;
 /// field is present and null, `None` when absent.
 /// `jsonrpc` and a `method` of MCP's are static text: reading one
 /// allocates for neither.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone)]
 pub struct Message {
-    #[serde(default, deserialize_with = "text")]
     pub jsonrpc: Option<Cow<'static, str>>,
-    #[serde(default, deserialize_with = "present")]
     pub id: Option<Value>,
-    #[serde(default, deserialize_with = "text")]
     pub method: Option<Cow<'static, str>>,
-    #[serde(default)]
     pub params: Option<Box<RawValue>>,
-    #[serde(default)]
     pub result: Option<Json>,
-    #[serde(default)]
     pub error: Option<Box<RawValue>>,
 }
 
@@ -71,15 +65,10 @@ impl std::fmt::Debug for Json {
     }
 }
 
-impl<'de> Deserialize<'de> for Json {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        Box::<RawValue>::deserialize(d).map(Json::from)
-    }
-}
-
-/// [`Message`] as it is read from a body it borrows from.
+/// A [`Message`] as it is read, its members borrowed from the text.
 #[derive(Deserialize)]
-struct Borrowed<'a> {
+#[serde(rename = "Message")]
+struct Read<'a> {
     #[serde(default, deserialize_with = "text")]
     jsonrpc: Option<Cow<'static, str>>,
     #[serde(default, deserialize_with = "present")]
@@ -217,9 +206,9 @@ impl std::error::Error for RpcError {}
 impl Message {
     /// Parses one message from JSON text.
     pub fn parse(bytes: &[u8]) -> Result<Message, RpcError> {
-        let message: Message = serde_json::from_slice(bytes).map_err(parse_error)?;
-        message.kind()?;
-        Ok(message)
+        let read: Read = serde_json::from_slice(bytes).map_err(parse_error)?;
+        let result = read.result.map(|raw| Json::from(raw.to_owned()));
+        Message::of(read, result)
     }
 
     /// [`Message::parse`] of a body that is the message's to keep: its
@@ -236,13 +225,18 @@ impl Message {
     /// [`Message::parse_owned`] of text (an SSE event's data).
     pub fn parse_text(text: String) -> Result<Message, RpcError> {
         let body = Arc::new(text);
-        let read: Borrowed = serde_json::from_str(&body).map_err(parse_error)?;
-        let own = |raw: Option<&RawValue>| raw.map(RawValue::to_owned);
+        let read: Read = serde_json::from_str(&body).map_err(parse_error)?;
         // Where the result lies in the body: it was read from it.
         let result = read.result.map(|raw| {
             let start = raw.get().as_ptr() as usize - body.as_ptr() as usize;
             Json(JsonText::Part(body.clone(), start..start + raw.get().len()))
         });
+        Message::of(read, result)
+    }
+
+    /// The message read, owning what it keeps; refused unless JSON-RPC allows its shape.
+    fn of(read: Read, result: Option<Json>) -> Result<Message, RpcError> {
+        let own = |raw: Option<&RawValue>| raw.map(RawValue::to_owned);
         let message = Message {
             jsonrpc: read.jsonrpc,
             id: read.id,
