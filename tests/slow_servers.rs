@@ -162,6 +162,73 @@ fn a_cancelled_call_frees_its_permit_at_once() {
     assert!(wait_until(Duration::from_secs(2), || alpha.count("held_open") == 0), "{}", alpha.stats());
 }
 
+/// A call the client cancels while it waits for one of its server's
+/// permits ends at once, without a response, and is never sent: before,
+/// it slept until a permit came back (here: 10 s, when it failed as busy).
+#[test]
+fn a_call_cancelled_while_it_waits_for_a_permit_ends_at_once_unsent() {
+    let alpha = Fixture::start("alpha", &[]);
+    let gate = Gate::start_for(&[&alpha], json!({"calls_per_server": 1}));
+    let mut client = gate.open_session();
+    assert_eq!(client.tool_text("alpha__echo", json!({"text": "warm"})), "warm");
+    let body = call_body("first", "alpha__cancellable", json!({"ms": 20_000}));
+    let first = post_in_background(&gate, &client, body, Duration::from_secs(30));
+    assert!(
+        wait_until(GIVE_UP, || alpha.received("tools/call") == 2 && alpha.count("requests_running") == 1),
+        "{}",
+        alpha.stats()
+    );
+    let waiting =
+        post_in_background(&gate, &client, call_body("waiting", "alpha__echo", json!({"text": "w"})), GIVE_UP);
+    // Long enough for it to reach the wait on a loaded host; a cancel that
+    // comes sooner must end it all the same.
+    std::thread::sleep(Duration::from_millis(300));
+    let cancelled_at = Instant::now();
+    assert_eq!(client.notify("notifications/cancelled", json!({"requestId": "waiting"})), 202);
+    let answer = waiting.recv_timeout(GIVE_UP + Duration::from_secs(1)).expect("an answer or a timeout");
+    let took = cancelled_at.elapsed();
+    eprintln!("the call cancelled while waiting, {took:?} after the cancel: {answer:?}");
+    assert!(answer.ended() && matches!(answer.status(), 200 | 202), "{answer:?}");
+    assert!(answer.response_to("waiting").is_none(), "a cancelled call gets no response: {answer:?}");
+    assert!(took < Duration::from_secs(3), "the cancelled call waited {took:?} for a permit");
+
+    assert_eq!(client.notify("notifications/cancelled", json!({"requestId": "first"})), 202);
+    let first = first.recv_timeout(GIVE_UP).expect("the first call's answer");
+    assert!(first.response_to("first").is_none(), "{first:?}");
+    assert_eq!(client.tool_text("alpha__echo", json!({"text": "after"})), "after");
+    assert_eq!(alpha.received("tools/call"), 3, "the cancelled call was sent anyway: {}", alpha.stats());
+    assert_eq!(alpha.stats()["cancelled"].as_array().map_or(0, Vec::len), 1, "{}", alpha.stats());
+}
+
+/// A cancel that comes while mcpgate is still finding the call's server
+/// (here, listing a server slow to list) is kept: the call ends without a
+/// response and is never sent. Before, the cancel was ignored as naming no
+/// call in flight, and the call ran.
+#[test]
+fn a_call_cancelled_before_mcpgate_sends_it_is_never_sent() {
+    let alpha = Fixture::start("alpha", &["--list-delay-ms", "1500"]);
+    let gate = Gate::start_for(&[&alpha], json!({}));
+    let mut client = gate.open_session();
+    let listed = alpha.received("tools/list");
+    let early = post_in_background(&gate, &client, call_body("early", "alpha__echo", json!({"text": "e"})), GIVE_UP);
+    assert!(
+        wait_until(GIVE_UP, || alpha.received("tools/list") > listed && alpha.count("requests_running") == 1),
+        "mcpgate did not list alpha for the call: {}",
+        alpha.stats()
+    );
+    assert_eq!(client.notify("notifications/cancelled", json!({"requestId": "early"})), 202);
+    let answer = early.recv_timeout(GIVE_UP + Duration::from_secs(1)).expect("an answer or a timeout");
+    eprintln!("the call cancelled before it was sent: {answer:?}");
+    assert!(answer.ended() && matches!(answer.status(), 200 | 202), "{answer:?}");
+    assert!(answer.response_to("early").is_none(), "a cancelled call gets no response: {answer:?}");
+    assert_eq!(alpha.received("tools/call"), 0, "the cancelled call was sent: {}", alpha.stats());
+    // The session goes on, and its id is free again.
+    assert_eq!(client.tool_text("alpha__echo", json!({"text": "after"})), "after");
+    let again =
+        post_alone(gate.addr, &session_of(&client), &call_body("early", "alpha__echo", json!({"text": "a"})), GIVE_UP);
+    assert_eq!(text_of(&again, "early").as_deref(), Some("a"), "{again:?}");
+}
+
 /// A DELETE ends the session's calls with it: it is answered at once (not
 /// after the calls), the calls' answers end without a response, the servers
 /// get their DELETE, and nothing is left open downstream.

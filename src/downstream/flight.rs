@@ -53,22 +53,26 @@ pub type Stopper = Box<dyn Fn() + Send + Sync>;
 struct FlightState {
     stopper: Option<Arc<Stopper>>,
     stopped: Option<Stop>,
+    /// Its transport took it: the server may have it.
+    sent: bool,
 }
 
 impl Flight {
-    /// Ends the request: the first reason given wins.
-    pub fn stop(&self, why: Stop) {
-        let stopper = {
+    /// Ends the request: the first reason given wins. Whether its transport
+    /// had taken it: if not, the server never sees it, and needs no cancel.
+    pub fn stop(&self, why: Stop) -> bool {
+        let (stopper, sent) = {
             let mut st = self.state.lock();
             if st.stopped.is_some() {
-                return;
+                return st.sent;
             }
             st.stopped = Some(why);
-            st.stopper.clone()
+            (st.stopper.clone(), st.sent)
         };
         if let Some(stop) = stopper {
             stop();
         }
+        sent
     }
 
     pub fn stopped(&self) -> Option<Stop> {
@@ -94,13 +98,19 @@ impl Flight {
         st.stopped.is_some()
     }
 
-    /// Gives the flight what ends its request; refused if it stopped already.
+    /// Gives the flight what ends its request, as its transport takes it
+    /// to send; refused if it stopped already.
     pub fn arm(&self, stopper: Stopper) -> Result<(), Stop> {
+        self.set_stopper(stopper, true)
+    }
+
+    fn set_stopper(&self, stopper: Stopper, sending: bool) -> Result<(), Stop> {
         let mut st = self.state.lock();
         match st.stopped {
             Some(why) => Err(why),
             None => {
                 st.stopper = Some(Arc::new(stopper));
+                st.sent |= sending;
                 Ok(())
             }
         }
@@ -109,15 +119,20 @@ impl Flight {
 
 /// The lanes of one server and its flights.
 pub struct Lanes {
-    /// Guards the number of idle lanes; `freed` is signalled when one comes back.
-    idle: Mutex<usize>,
-    freed: Condvar,
+    idle: Arc<Idle>,
     count: usize,
     /// Guards the flights running now, by id; held only to add, remove or list.
     flights: Mutex<HashMap<u64, Arc<Flight>>>,
     next: AtomicU64,
     epoch: Instant,
     pub in_flight: Gauge,
+}
+
+/// The number of idle lanes, and the signal that one came back or that a
+/// flight waiting for one was stopped (its stopper signals it meanwhile).
+struct Idle {
+    count: Mutex<usize>,
+    freed: Condvar,
 }
 
 /// A lane taken for one request; given back when dropped.
@@ -129,8 +144,7 @@ pub struct Lane<'a> {
 impl Lanes {
     pub fn new(count: usize) -> Lanes {
         Lanes {
-            idle: Mutex::new(count),
-            freed: Condvar::new(),
+            idle: Arc::new(Idle { count: Mutex::new(count), freed: Condvar::new() }),
             count,
             flights: Mutex::new(HashMap::new()),
             next: AtomicU64::new(1),
@@ -156,16 +170,7 @@ impl Lanes {
     /// Takes a lane for `flight`, waiting at most `wait` for one; the
     /// flight counts as running (and may be stopped) from then.
     pub fn take(&self, flight: &Arc<Flight>, wait: Duration) -> Result<Lane<'_>, LaneError> {
-        {
-            let deadline = Instant::now() + wait;
-            let mut idle = self.idle.lock();
-            while *idle == 0 {
-                if self.freed.wait_until(&mut idle, deadline).timed_out() && *idle == 0 {
-                    return Err(LaneError::Busy(self.count));
-                }
-            }
-            *idle -= 1;
-        }
+        self.wait_for_idle(flight, wait)?;
         let lane = Lane { lanes: self, flight: flight.clone() };
         self.flights.lock().insert(flight.id, flight.clone());
         self.in_flight.inc();
@@ -173,6 +178,57 @@ impl Lanes {
             return Err(LaneError::Stopped(why));
         }
         Ok(lane)
+    }
+
+    /// Takes an idle lane, waiting at most `wait` for one; a stop of
+    /// `flight` (the client's cancel, the session's close) ends the wait at
+    /// once, as it ends a request.
+    fn wait_for_idle(&self, flight: &Flight, wait: Duration) -> Result<(), LaneError> {
+        // Most find a lane idle, and need no stopper.
+        {
+            let mut count = self.idle.count.lock();
+            if *count > 0 && flight.stopped().is_none() {
+                *count -= 1;
+                return Ok(());
+            }
+        }
+        let idle = self.idle.clone();
+        // The count's lock is taken before the signal, so a stop cannot fall
+        // between the waiter's check and its wait.
+        let woken = flight.set_stopper(
+            Box::new(move || {
+                let _held = idle.count.lock();
+                idle.freed.notify_all();
+            }),
+            false,
+        );
+        if let Err(why) = woken {
+            return Err(LaneError::Stopped(why));
+        }
+        let deadline = Instant::now() + wait;
+        let mut timed_out = false;
+        let taken = {
+            let mut count = self.idle.count.lock();
+            loop {
+                if let Some(why) = flight.stopped() {
+                    // It may have been woken for a lane come back: another waiter takes it.
+                    if *count > 0 {
+                        self.idle.freed.notify_one();
+                    }
+                    break Err(LaneError::Stopped(why));
+                }
+                if *count > 0 {
+                    *count -= 1;
+                    break Ok(());
+                }
+                if timed_out {
+                    break Err(LaneError::Busy(self.count));
+                }
+                timed_out = self.idle.freed.wait_until(&mut count, deadline).timed_out();
+            }
+        };
+        flight.disarm();
+        taken
     }
 
     /// Stops the flights silent for longer than `timeout`; the reaper's job.
@@ -206,8 +262,8 @@ impl Drop for Lane<'_> {
     fn drop(&mut self) {
         self.lanes.flights.lock().remove(&self.flight.id);
         self.lanes.in_flight.dec();
-        *self.lanes.idle.lock() += 1;
-        self.lanes.freed.notify_one();
+        *self.lanes.idle.count.lock() += 1;
+        self.lanes.idle.freed.notify_one();
     }
 }
 
@@ -266,6 +322,28 @@ mod tests {
         let stopped = lanes.flight(7);
         stopped.stop(Stop::Cancelled);
         assert_eq!(lanes.take(&stopped, Duration::ZERO).err(), Some(LaneError::Stopped(Stop::Cancelled)));
+        assert_eq!(lanes.in_flight.get(), 0);
+    }
+
+    #[test]
+    fn a_stop_ends_the_wait_for_a_lane_at_once_and_the_lane_goes_to_the_next_waiter() {
+        let lanes = lanes(1);
+        let held = lanes.take(&lanes.flight(1), Duration::ZERO).unwrap();
+        let (waiting, next) = (lanes.flight(1), lanes.flight(1));
+        std::thread::scope(|s| {
+            let stopped = s.spawn(|| {
+                let started = Instant::now();
+                (lanes.take(&waiting, Duration::from_secs(20)).err(), started.elapsed())
+            });
+            let other = s.spawn(|| lanes.take(&next, Duration::from_secs(20)).is_ok());
+            std::thread::sleep(Duration::from_millis(100));
+            waiting.stop(Stop::Cancelled);
+            let (refused, took) = stopped.join().unwrap();
+            assert_eq!(refused, Some(LaneError::Stopped(Stop::Cancelled)));
+            assert!(took < Duration::from_secs(10), "the stopped flight waited {took:?}");
+            drop(held);
+            assert!(other.join().unwrap(), "the lane given back went to the flight still waiting");
+        });
         assert_eq!(lanes.in_flight.get(), 0);
     }
 

@@ -97,7 +97,7 @@ pub(super) fn call(
         loop {
             let id = downstream.next_id();
             let flight = downstream.flight();
-            session.start_call(&client_id, server.name(), &id, flight.clone());
+            session.start_call(&client_id, server.name(), &id, &flight);
             let mut on_message = |arrival| match arrival {
                 Arrival::Streaming => events.streaming(),
                 Arrival::Message(m) => events.message(session, server, m),
@@ -148,7 +148,7 @@ pub(super) fn call(
 pub(super) fn cancel(session: &Session, mut params: Map<String, Value>) {
     let Some(request_id) = params.get("requestId") else { return };
     let Some((downstream, id)) = session.cancel(request_id) else {
-        log::debug!("session {}: cancel of a request not in flight ignored", session::short(&session.id));
+        log::debug!("session {}: a cancel of a request no server works on (yet)", session::short(&session.id));
         return;
     };
     params.insert("requestId".into(), id);

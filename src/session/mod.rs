@@ -359,8 +359,13 @@ impl Session {
 
     /// Remembers which server works on the client's request `client_id`,
     /// and its flight, which the client's cancel or the session's close stops.
-    pub fn start_call(&self, client_id: &Value, server: &str, downstream_id: &Value, flight: Arc<downstream::Flight>) {
-        self.state.lock().routing.start_call(client_id, server, downstream_id, flight);
+    /// A call the client cancelled before it got here is stopped at once:
+    /// it is not sent.
+    pub fn start_call(&self, client_id: &Value, server: &str, downstream_id: &Value, flight: &Arc<downstream::Flight>) {
+        let cancelled = self.state.lock().routing.start_call(client_id, server, downstream_id, flight.clone());
+        if cancelled {
+            flight.stop(Stop::Cancelled);
+        }
     }
 
     pub fn end_call(&self, client_id: &Value) {
@@ -369,16 +374,18 @@ impl Session {
 
     /// Ends the client's request `client_id` at once (its answer will
     /// carry no response) and says where its cancel goes: the downstream
-    /// session and the server's id for the request.
+    /// session and the server's id for the request, if it was sent. A
+    /// request not sent yet is never sent.
     pub fn cancel(&self, client_id: &Value) -> Option<(Arc<Downstream>, Value)> {
         let (flight, target) = {
-            let st = self.state.lock();
+            let mut st = self.state.lock();
+            st.routing.cancel(&id_key(client_id));
             let (server, downstream_id, flight) = st.routing.call(client_id)?;
             let target = st.slots.if_open(server).map(|d| (d, downstream_id.clone()));
             (flight.clone(), target)
         };
-        flight.stop(Stop::Cancelled);
-        target
+        let sent = flight.stop(Stop::Cancelled);
+        target.filter(|_| sent)
     }
 
     /// Turns a message from `server` into what the client receives, or

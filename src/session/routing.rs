@@ -3,7 +3,8 @@
 //! send toward the client (their requests get an id of mcpgate's, kept with
 //! where the answer goes), and the client's task ids.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, Sender, bounded};
@@ -24,8 +25,11 @@ const MAX_ASKS: usize = 1000;
 /// answer (where the answer goes), and the client's task ids.
 pub(super) struct Routing {
     /// The ids of the client's requests being answered now: unique, as
-    /// JSON-RPC wants the ids of outstanding requests.
-    requests: HashSet<String>,
+    /// JSON-RPC wants the ids of outstanding requests; true once the client
+    /// cancelled it, so that a cancel that comes before the request is sent
+    /// (its server still being found or opened, or a permit waited for)
+    /// stops it when it is.
+    requests: HashMap<String, bool>,
     calls: HashMap<String, CallInFlight>,
     /// By mcpgate's id, oldest first.
     asks: BTreeMap<u64, ServerRequest>,
@@ -37,7 +41,7 @@ pub(super) struct Routing {
 impl Routing {
     pub(super) fn new() -> Routing {
         Routing {
-            requests: HashSet::new(),
+            requests: HashMap::new(),
             calls: HashMap::new(),
             asks: BTreeMap::new(),
             next_ask: 1,
@@ -56,7 +60,22 @@ impl Routing {
     /// Takes the client's request id `id` while its request runs; false
     /// when a request with that id is outstanding.
     pub(super) fn claim(&mut self, key: &str) -> bool {
-        self.requests.insert(key.to_string())
+        match self.requests.entry(key.to_string()) {
+            Entry::Occupied(_) => false,
+            Entry::Vacant(free) => {
+                free.insert(false);
+                true
+            }
+        }
+    }
+
+    /// The client cancelled its request `key`: it stays cancelled for as
+    /// long as it is answered, whatever it is sent as (a later round, a
+    /// retry on a session opened anew).
+    pub(super) fn cancel(&mut self, key: &str) {
+        if let Some(cancelled) = self.requests.get_mut(key) {
+            *cancelled = true;
+        }
     }
 
     pub(super) fn release(&mut self, key: &str) {
@@ -64,9 +83,19 @@ impl Routing {
     }
 
     /// Remembers which server works on the client's request `client_id`.
-    pub(super) fn start_call(&mut self, client_id: &Value, server: &str, downstream_id: &Value, flight: Arc<Flight>) {
+    /// Whether the client cancelled it already.
+    pub(super) fn start_call(
+        &mut self,
+        client_id: &Value,
+        server: &str,
+        downstream_id: &Value,
+        flight: Arc<Flight>,
+    ) -> bool {
+        let key = id_key(client_id);
+        let cancelled = self.requests.get(&key).copied().unwrap_or(false);
         let call = CallInFlight { server: server.to_string(), downstream_id: downstream_id.clone(), flight };
-        self.calls.insert(id_key(client_id), call);
+        self.calls.insert(key, call);
+        cancelled
     }
 
     pub(super) fn end_call(&mut self, client_id: &Value) {

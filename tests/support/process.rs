@@ -178,6 +178,12 @@ impl Fixture {
         get_json(&format!("http://{}/stats", self.addr))
     }
 
+    /// How many requests of `method` reached it, in either era.
+    pub fn received(&self, method: &str) -> u64 {
+        let stats = self.stats();
+        ["methods", "modern_requests"].iter().map(|key| stats[key][method].as_u64().unwrap_or(0)).sum()
+    }
+
     pub fn count(&self, key: &str) -> u64 {
         self.stats()[key].as_u64().unwrap_or_else(|| panic!("fixture stats have no `{key}`"))
     }
