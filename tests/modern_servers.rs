@@ -114,7 +114,11 @@ fn a_cancel_closes_the_calls_connection_which_is_the_new_eras_cancel() {
         "params": {"name": "fx__cancellable", "arguments": {"every_ms": 50}}});
     let caller = client.same_session();
     let call = std::thread::spawn(move || caller.post(body.to_string().as_bytes(), &[]));
-    assert!(wait_until(Duration::from_secs(5), || fx.count("requests_running") == 1), "{}", fx.stats());
+    assert!(
+        wait_until(Duration::from_secs(5), || fx.received("tools/call") == 1 && fx.count("requests_running") == 1),
+        "{}",
+        fx.stats()
+    );
     assert_eq!(client.notify("notifications/cancelled", json!({"requestId": "c1"})), 202);
     assert!(
         wait_until(Duration::from_secs(3), || fx.count("modern_cancelled_by_disconnect") == 1),

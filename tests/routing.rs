@@ -603,7 +603,12 @@ fn a_second_request_with_the_id_of_one_in_flight_is_refused_naming_the_id() {
             (reply, started.elapsed())
         })
     };
-    assert!(wait_until(Duration::from_secs(10), || fixture.count("requests_running") == 1), "{}", fixture.stats());
+    assert!(
+        wait_until(Duration::from_secs(10), || fixture.received("tools/call") == 1
+            && fixture.count("requests_running") == 1),
+        "{}",
+        fixture.stats()
+    );
     let second = client.post(call("fx__echo", json!({"text": "second"})).as_bytes(), &[]);
     assert_eq!(second.body["error"]["code"], -32600, "{second:?}");
     let message = second.error_message();

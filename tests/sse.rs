@@ -162,7 +162,11 @@ fn a_cancel_reaches_the_sse_server_and_ends_the_call() {
             (client.post(body.as_bytes(), &[]), started.elapsed())
         })
     };
-    assert!(wait_until(WAIT, || old.count("requests_running") == 1), "{}", old.stats());
+    assert!(
+        wait_until(WAIT, || old.received("tools/call") == 1 && old.count("requests_running") == 1),
+        "{}",
+        old.stats()
+    );
     assert_eq!(client.notify("notifications/cancelled", json!({"requestId": "c-1"})), 202);
     let (reply, took) = call.join().expect("the call's thread");
     assert!(took < Duration::from_secs(15), "cancelled, not run for 20 s: {took:?} {reply:?}");
@@ -274,7 +278,11 @@ fn a_stream_that_ends_mid_call_fails_the_call_naming_the_server_and_nothing_else
         let mut client = client.same_session();
         std::thread::spawn(move || client.call_tool("old__slow", json!({"ms": 8000})))
     };
-    assert!(wait_until(WAIT, || old.count("requests_running") == 1), "{}", old.stats());
+    assert!(
+        wait_until(WAIT, || old.received("tools/call") == 1 && old.count("requests_running") == 1),
+        "{}",
+        old.stats()
+    );
     let started = Instant::now();
     // The server goes away mid-call (and comes back on the same port, knowing nothing).
     old.restart();
