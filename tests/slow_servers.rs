@@ -206,7 +206,7 @@ fn a_call_cancelled_while_it_waits_for_a_permit_ends_at_once_unsent() {
 /// call in flight, and the call ran.
 #[test]
 fn a_call_cancelled_before_mcpgate_sends_it_is_never_sent() {
-    let alpha = Fixture::start("alpha", &["--list-delay-ms", "1500"]);
+    let alpha = Fixture::start("alpha", &["--list-delay-ms", "3000"]);
     let gate = Gate::start_for(&[&alpha], json!({}));
     let mut client = gate.open_session();
     let listed = alpha.received("tools/list");

@@ -184,50 +184,44 @@ impl Lanes {
     /// `flight` (the client's cancel, the session's close) ends the wait at
     /// once, as it ends a request.
     fn wait_for_idle(&self, flight: &Flight, wait: Duration) -> Result<(), LaneError> {
-        // Most find a lane idle, and need no stopper.
-        {
-            let mut count = self.idle.count.lock();
-            if *count > 0 && flight.stopped().is_none() {
-                *count -= 1;
-                return Ok(());
-            }
-        }
-        let idle = self.idle.clone();
-        // The count's lock is taken before the signal, so a stop cannot fall
-        // between the waiter's check and its wait.
-        let woken = flight.set_stopper(
-            Box::new(move || {
-                let _held = idle.count.lock();
-                idle.freed.notify_all();
-            }),
-            false,
-        );
-        if let Err(why) = woken {
-            return Err(LaneError::Stopped(why));
-        }
         let deadline = Instant::now() + wait;
-        let mut timed_out = false;
-        let taken = {
-            let mut count = self.idle.count.lock();
-            loop {
-                if let Some(why) = flight.stopped() {
-                    // It may have been woken for a lane come back: another waiter takes it.
-                    if *count > 0 {
-                        self.idle.freed.notify_one();
-                    }
+        let (mut armed, mut timed_out) = (false, false);
+        let mut count = self.idle.count.lock();
+        let taken = loop {
+            if let Some(why) = flight.stopped() {
+                // It may have been woken for a lane come back: another waiter takes it.
+                if *count > 0 {
+                    self.idle.freed.notify_one();
+                }
+                break Err(LaneError::Stopped(why));
+            }
+            if *count > 0 {
+                *count -= 1;
+                break Ok(());
+            }
+            if timed_out {
+                break Err(LaneError::Busy(self.count));
+            }
+            // Armed only to wait: most find a lane idle. The stopper takes
+            // the count's lock, held here until the wait, so its signal
+            // cannot fall between this check and the wait.
+            if !armed {
+                let idle = self.idle.clone();
+                let wake = Box::new(move || {
+                    let _held = idle.count.lock();
+                    idle.freed.notify_all();
+                });
+                if let Err(why) = flight.set_stopper(wake, false) {
                     break Err(LaneError::Stopped(why));
                 }
-                if *count > 0 {
-                    *count -= 1;
-                    break Ok(());
-                }
-                if timed_out {
-                    break Err(LaneError::Busy(self.count));
-                }
-                timed_out = self.idle.freed.wait_until(&mut count, deadline).timed_out();
+                armed = true;
             }
+            timed_out = self.idle.freed.wait_until(&mut count, deadline).timed_out();
         };
-        flight.disarm();
+        drop(count);
+        if armed {
+            flight.disarm();
+        }
         taken
     }
 
