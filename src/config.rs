@@ -94,6 +94,11 @@ pub const KEYS: &[Key] = &[
         meaning: "Seconds without a request, and without a live `GET` stream, after which a client session is closed with all its downstream sessions.",
     },
     Key {
+        name: "unused_session_idle_secs",
+        kind: Kind::Number { default: Some(60), min: 1, max: 2592000 },
+        meaning: "The same for a session that never made a call (only `initialize`, lists, `ping`), as a client that left without `DELETE` does; never longer than `session_idle_timeout_secs`.",
+    },
+    Key {
         name: "keepalive_secs",
         kind: Kind::Number { default: Some(15), min: 1, max: 2592000 },
         meaning: "Seconds between `: keep-alive` comments on a quiet client `GET` stream; a failed write ends the stream.",
@@ -181,7 +186,17 @@ pub const KEYS: &[Key] = &[
     Key {
         name: "shared_idle_secs",
         kind: Kind::Number { default: Some(300), min: 1, max: 2592000 },
-        meaning: "Seconds a shared stdio server's process (`\"sharing\": \"shared\"`) runs with no session using it before it is stopped.",
+        meaning: "Seconds a stdio server's process shared by sessions (`\"sharing\": \"user\"` or `\"shared\"`) runs with no session using it before it is stopped (not one started with `\"start\": \"eager\"`).",
+    },
+    Key {
+        name: "start_timeout_secs",
+        kind: Kind::Number { default: Some(60), min: 1, max: 86400 },
+        meaning: "Seconds a stdio server's process has to start and answer `initialize`; past it, it is stopped and the server is left out with an error saying so. A package runner fetching its packages (`npx -y`, `uvx`) took 12 s on a first run.",
+    },
+    Key {
+        name: "list_wait_ms",
+        kind: Kind::Number { default: Some(2000), min: 0, max: 600000 },
+        meaning: "Milliseconds a list request (`tools/list`, ...) waits for stdio servers whose process is still starting; past it, the list holds what is ready, and the session gets `list_changed` once the others are.",
     },
     Key {
         name: "max_held_calls",
@@ -437,8 +452,13 @@ pub const KEYS: &[Key] = &[
     Key { name: "mcpServers.<name>.cwd", kind: Kind::Other("mcpgate's"), meaning: "The program's working directory." },
     Key {
         name: "mcpServers.<name>.sharing",
-        kind: Kind::Other("\"session\""),
-        meaning: "`\"session\"`: each client session gets a process of its own, stopped when the session ends. `\"shared\"`: one process serves every session (for stateless servers); requests of a server to a client go to the session with a call running.",
+        kind: Kind::Other("\"user\""),
+        meaning: "`\"user\"`: one process serves the sessions of one user (one token or OAuth subject; without `auth`, every session), as a desktop client runs one per server. `\"session\"`: each client session gets a process of its own, stopped when the session ends. `\"shared\"`: one process serves every session of every user (for stateless servers). Requests of a shared process to a client go to the session with a call running.",
+    },
+    Key {
+        name: "mcpServers.<name>.start",
+        kind: Kind::Other("\"lazy\""),
+        meaning: "`\"lazy\"`: the process starts when a session first needs it (a list or a call), never at `initialize`. `\"eager\"` (with `\"sharing\": \"user\"` or `\"shared\"`): it starts with mcpgate and at each reload, is started again when it ends, and is not stopped when idle; with `auth` and `\"user\"`, a user's starts at that user's first `initialize` and stops when unused.",
     },
     Key {
         name: "mcpServers.<name>.max_processes",
@@ -509,6 +529,9 @@ pub struct Config {
     pub held_call_timeout: Duration,
     pub stdio_grace: Duration,
     pub shared_idle: Duration,
+    pub start_timeout: Duration,
+    pub list_wait: Duration,
+    pub unused_session_idle: Duration,
     /// In bytes.
     pub max_memory: usize,
     pub page_size: usize,
@@ -621,6 +644,7 @@ pub struct StdioConfig {
     pub env: Vec<(String, String)>,
     pub cwd: Option<PathBuf>,
     pub sharing: Sharing,
+    pub start: Start,
     /// At most this many children of this server at once.
     pub max_processes: Option<usize>,
 }
@@ -628,10 +652,23 @@ pub struct StdioConfig {
 /// Whose a stdio server's child process is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Sharing {
+    /// One child per user (principal): the sessions of one token or OAuth
+    /// subject share it, and without `auth` every session does.
+    User,
     /// One child per client session, isolated like an HTTP downstream session.
     Session,
     /// One child for every client session, for stateless servers.
     Shared,
+}
+
+/// When a stdio server's shared child starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Start {
+    /// When a session first needs it: a list or a call.
+    Lazy,
+    /// With mcpgate and at each reload (with `auth`, at each user's first
+    /// `initialize`); started again when it ends, never stopped when idle.
+    Eager,
 }
 
 /// What a stdio server's child gets of mcpgate's own environment, before
@@ -751,6 +788,9 @@ impl Config {
             held_call_timeout: keys.secs("held_call_timeout_secs")?,
             stdio_grace: Duration::from_millis(keys.count("stdio_grace_ms")? as u64),
             shared_idle: keys.secs("shared_idle_secs")?,
+            start_timeout: keys.secs("start_timeout_secs")?,
+            list_wait: Duration::from_millis(keys.count("list_wait_ms")? as u64),
+            unused_session_idle: keys.secs("unused_session_idle_secs")?,
             max_memory: keys.count("max_memory_mb")? << 20,
             page_size: keys.count("page_size")?,
             tool_name_max: keys.count("tool_name_max")?,
@@ -1144,14 +1184,31 @@ fn stdio_config(
     }
     let cwd = keys.string("cwd")?.map(PathBuf::from);
     let sharing = match keys.string("sharing")?.as_deref() {
-        None | Some("session") => Sharing::Session,
+        None | Some("user") => Sharing::User,
+        Some("session") => Sharing::Session,
         Some("shared") => Sharing::Shared,
         Some(other) => {
-            return Err(Invalid::new(format!("{path}.sharing"), format!("`{other}` is not `session` or `shared`")));
+            return Err(Invalid::new(
+                format!("{path}.sharing"),
+                format!("`{other}` is not `user`, `session` or `shared`"),
+            ));
+        }
+    };
+    let start = match keys.string("start")?.as_deref() {
+        None | Some("lazy") => Start::Lazy,
+        Some("eager") if sharing == Sharing::Session => {
+            return Err(Invalid::new(
+                format!("{path}.start"),
+                "`eager` starts a process shared by sessions: not with `\"sharing\": \"session\"`",
+            ));
+        }
+        Some("eager") => Start::Eager,
+        Some(other) => {
+            return Err(Invalid::new(format!("{path}.start"), format!("`{other}` is not `lazy` or `eager`")));
         }
     };
     let max_processes = keys.number("max_processes")?.map(|n| n as usize);
-    Ok(StdioConfig { command, args, env: child_env, cwd, sharing, max_processes })
+    Ok(StdioConfig { command, args, env: child_env, cwd, sharing, start, max_processes })
 }
 
 /// `tool_search`: `enabled`, `pinned`, `max_results`.
@@ -1449,7 +1506,7 @@ mod tests {
         let Transport::Stdio(files) = &c.server("files").unwrap().transport else { panic!("files is stdio") };
         assert_eq!(files.command, "npx");
         assert_eq!(files.args, ["-y", "@modelcontextprotocol/server-filesystem", "/tmp"]);
-        assert_eq!(files.sharing, Sharing::Session);
+        assert_eq!((files.sharing, files.start), (Sharing::User, Start::Lazy), "one process per user, when needed");
         assert_eq!(files.max_processes, None);
         let gh = c.server("gh").unwrap();
         assert_eq!(gh.target(), "gh-mcp");
@@ -1510,7 +1567,17 @@ mod tests {
             (r#"{"mcpServers": {"a": {"command": "x", "args": ["${NOPE}"]}}}"#, "mcpServers.a.args[0]", "`NOPE`"),
             (r#"{"mcpServers": {"a": {"command": "x", "env": {"K": 1}}}}"#, "mcpServers.a.env.K", "expected a string"),
             (r#"{"mcpServers": {"a": {"command": "x", "env": {"A=B": "1"}}}}"#, "mcpServers.a.env.A=B", "not a valid"),
-            (r#"{"mcpServers": {"a": {"command": "x", "sharing": "all"}}}"#, "mcpServers.a.sharing", "`session` or"),
+            (
+                r#"{"mcpServers": {"a": {"command": "x", "sharing": "all"}}}"#,
+                "mcpServers.a.sharing",
+                "`user`, `session` or",
+            ),
+            (r#"{"mcpServers": {"a": {"command": "x", "start": "now"}}}"#, "mcpServers.a.start", "`lazy` or `eager`"),
+            (
+                r#"{"mcpServers": {"a": {"command": "x", "sharing": "session", "start": "eager"}}}"#,
+                "mcpServers.a.start",
+                "not with",
+            ),
             (r#"{"mcpServers": {"a": {"command": "x", "max_processes": 0}}}"#, "mcpServers.a.max_processes", "1 to"),
             (r#"{"mcpServers": {"a": {"command": "x", "type": "http"}}}"#, "mcpServers.a.type", "`stdio` with"),
             (
@@ -1620,7 +1687,8 @@ mod tests {
             ("mcpServers.<name>.args", json!(["--stdio"])),
             ("mcpServers.<name>.env", json!({"A": "b"})),
             ("mcpServers.<name>.cwd", json!("/tmp")),
-            ("mcpServers.<name>.sharing", json!("session")),
+            ("mcpServers.<name>.sharing", json!("shared")),
+            ("mcpServers.<name>.start", json!("eager")),
             ("mcpServers.<name>.prefix", json!("a")),
             ("mcpServers.<name>.separator", json!("__")),
             ("mcpServers.<name>.tools", json!({})),
@@ -1675,11 +1743,12 @@ mod tests {
                     _ if rest == "<name>" => continue,
                     None => {
                         let name = rest.trim_start_matches("<name>.");
-                        let server = if ["command", "args", "env", "cwd", "sharing", "max_processes"].contains(&name) {
-                            "b"
-                        } else {
-                            "a"
-                        };
+                        let server =
+                            if ["command", "args", "env", "cwd", "sharing", "start", "max_processes"].contains(&name) {
+                                "b"
+                            } else {
+                                "a"
+                            };
                         &mut root["mcpServers"][server][name]
                     }
                     Some((filter, rule)) => &mut root["mcpServers"]["a"][filter][rule],

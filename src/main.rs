@@ -304,6 +304,7 @@ fn serve(config: Config, source: Source, signals: sys::Signals, tls: Tls) -> Res
     let app = Arc::new(routes);
     let mut httpd = Httpd::start_with(listen, app.clone(), options, gateway.stats.clone(), transport)
         .map_err(io(format!("cannot listen on {listen}")))?;
+    gateway.start_eager(None);
     let reaper = reaper::start(gateway.clone()).map_err(io("cannot start the reaper"))?;
     let watcher = peers::start(gateway.clone()).map_err(io("cannot start the peers' watcher"))?;
     let restorer = match restored {

@@ -526,6 +526,10 @@ stats! {
         processes_reaped: Counter => "processes"."reaped" as "mcpgate_processes_reaped_total",
         /// Child processes of stdio servers running now.
         processes_live: Gauge => "processes"."live" as "mcpgate_processes_live",
+        /// Starts of a stdio server's process refused at `max_processes` (or a server's own limit).
+        processes_refused: Counter => "processes"."refused" as "mcpgate_processes_refused_total",
+        /// Seconds since a start was last refused at a process limit (the uptime before any).
+        processes_since_refused: Gauge => "processes"."secs_since_refused" as "mcpgate_processes_seconds_since_refused",
     }
 }
 
@@ -544,6 +548,8 @@ stats! {
 stats! {
     /// The child processes of each stdio server; read with the label `server`.
     pub struct StdioNow by server {
+        /// Processes of the server shared by sessions that are starting now (no answer to `initialize` yet).
+        starting: Gauge => "servers"."processes.starting" as "mcpgate_server_processes_starting",
         /// Processes of the server running now.
         live: Gauge => "servers"."processes.live" as "mcpgate_server_processes_live",
         /// Processes of the server started.

@@ -294,7 +294,8 @@ fn every_entry_of_the_table_is_in_the_json_the_page_and_the_metrics() {
     let mut c = config(&[("alpha", fixture.url())]);
     c["mcpServers"]["local"] = stdio_server("local", &[]);
     let gate = Gate::start_checked(&c);
-    let _client = gate.open_session();
+    let mut client = gate.open_session();
+    assert_eq!(client.tool_text("local__echo", json!({"text": "starts it"})), "starts it");
 
     let metrics = get(&gate, "/metrics").body;
     let status = gate.status();
@@ -394,7 +395,7 @@ fn mcpgate_status_prints_the_summary_and_says_healthy_or_not_in_its_exit_code() 
     let first = out.lines().next().unwrap();
     assert!(first.starts_with(&format!("mcpgate {}, up ", env!("CARGO_PKG_VERSION"))), "{out}");
     assert!(
-        first.ends_with(": healthy: 1 server(s) up, 1 session(s), every downstream session accounted for"),
+        first.ends_with(": healthy: 1 server(s) (1 up), 1 session(s), every downstream session accounted for"),
         "{out}"
     );
     for expected in [

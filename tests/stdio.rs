@@ -97,7 +97,7 @@ fn child_threads(gate: &StdioGate, n: u64) -> (u64, u64) {
 }
 
 #[test]
-fn a_child_starts_with_the_first_session_and_serves_lists_calls_and_progress() {
+fn a_child_starts_with_the_first_request_of_a_session_and_serves_lists_calls_and_progress() {
     let gate = StdioGate::start(&config(json!({"p": stdio_server("p", &[])})));
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(gate.children(), vec![], "a child before any session used the server");
@@ -106,6 +106,9 @@ fn a_child_starts_with_the_first_session_and_serves_lists_calls_and_progress() {
     assert_eq!(status["processes"]["spawned"], 0, "{status}");
 
     let mut client = gate.open_session();
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(gate.children(), vec![], "a child started by initialize alone");
+    let tools = client.tool_names();
     let children = gate.wait_children(1);
     let child = &children[0];
     assert_eq!(child.name, "mcp-fixture", "{child:?}");
@@ -113,7 +116,6 @@ fn a_child_starts_with_the_first_session_and_serves_lists_calls_and_progress() {
     let kid = gate.kid("p", 1);
     assert_eq!(kid.pid, child.pid, "the fixture's own pid is mcpgate's child");
 
-    let tools = client.tool_names();
     for name in ["p__echo", "p__slow", "p__sample"] {
         assert!(tools.contains(&name.to_string()), "{name} missing from {tools:?}");
     }
@@ -144,8 +146,7 @@ fn a_child_starts_with_the_first_session_and_serves_lists_calls_and_progress() {
 #[test]
 fn a_client_delete_stops_and_reaps_the_child() {
     let gate = StdioGate::start(&config(json!({"p": stdio_server("p", &[])})));
-    let mut client = gate.open_session();
-    assert_eq!(client.tool_text("p__echo", json!({"text": "x"})), "x");
+    let client = gate.session_using(&["p"]);
     let kid = gate.kid("p", 1);
     assert_eq!(kid.stats()["stdin_eof"], false);
     let status = client.delete();
@@ -167,8 +168,7 @@ fn a_client_delete_stops_and_reaps_the_child() {
 fn an_idle_session_is_evicted_and_its_child_reaped() {
     let gate =
         StdioGate::start(&config_with(json!({"p": stdio_server("p", &[])}), json!({"session_idle_timeout_secs": 1})));
-    let mut client = gate.open_session();
-    assert_eq!(client.tool_text("p__echo", json!({"text": "x"})), "x");
+    let _client = gate.session_using(&["p"]);
     let kid = gate.kid("p", 1);
     let took = gate.reaped_within(kid.pid, Duration::from_secs(5));
     assert!(took.is_some(), "child {} not reaped 5 s into a 1 s idle timeout: {:?}", kid.pid, proc_info(kid.pid));
@@ -192,7 +192,7 @@ fn a_child_that_ignores_stdin_eof_gets_sigterm_then_sigkill_and_its_group_dies()
         "deaf": deaf,
     });
     let gate = StdioGate::start(&config_with(servers, json!({"stdio_grace_ms": grace_ms})));
-    let client = gate.open_session();
+    let client = gate.session_using(&["stubborn", "deaf"]);
     let (stubborn, deaf) = (gate.kid("stubborn", 1), gate.kid("deaf", 1));
     let grandchild = stubborn.grandchild();
     let g = proc_info(grandchild).expect("the grandchild runs");
@@ -257,9 +257,10 @@ fn a_crash_fails_the_running_call_and_the_next_request_restarts_the_child() {
     // a's child crashes; b's and the one started after the crash do not.
     let servers = json!({"p": crash_once("p", &dir)});
     let gate = StdioGate::start(&config(servers));
-    let mut a = gate.open_session();
-    let mut b = gate.open_session();
-    let kids = gate.kids("p", 2);
+    let mut a = gate.session_using(&["p"]);
+    let kids = gate.kids("p", 1);
+    let mut b = gate.session_using(&["p"]);
+    let kids = [kids[0].clone(), gate.kid("p", 2)];
     let (crashing, other) = (&kids[0], &kids[1]);
     assert_eq!(gate.children().len(), 2, "one child per session");
 
@@ -291,8 +292,8 @@ fn a_crash_fails_the_running_call_and_the_next_request_restarts_the_child() {
     // The other session kept its child, untouched.
     assert_eq!(b.tool_text("p__echo", json!({"text": "b"})), "b");
     let stats = other.stats();
-    // initialize, then tools/list (b had no list yet) and the call.
-    assert_eq!((stats["initialize"].as_u64(), stats["requests"].as_u64()), (Some(1), Some(3)), "{stats}");
+    // initialize, its first call, tools/list (the crash made the lists stale) and this call.
+    assert_eq!((stats["initialize"].as_u64(), stats["requests"].as_u64()), (Some(1), Some(4)), "{stats}");
     let live: Vec<u32> = gate.wait_children(2).iter().map(|c| c.pid).collect();
     assert_eq!(live, sorted(&[other.pid, restarted.pid]), "mcpgate's children");
     assert_eq!(child_threads(&gate, 2), (2, 2), "a reader and a stderr thread per live child");
@@ -310,23 +311,23 @@ fn a_child_hung_in_initialize_is_left_out_stopped_and_reaped() {
         "hung": stdio_server("hung", &["--hang-initialize"]),
         "ok": stdio_server("ok", &[]),
     });
-    let gate = StdioGate::start(&config_with(servers, json!({"connect_timeout_secs": 1, "request_timeout_secs": 1})));
+    let gate = StdioGate::start(&config_with(servers, json!({"start_timeout_secs": 2})));
+    let mut client = gate.open_session();
     let started = Instant::now();
-    let (mut client, hung) = std::thread::scope(|s| {
-        let opening = s.spawn(|| gate.open_session());
-        // While initialize waits on it, the hung child runs.
+    let (tools, hung) = std::thread::scope(|s| {
+        let listing = s.spawn(|| client.tool_names());
+        // While the list waits on it, the hung child runs.
         let hung = gate.kid("hung", 1);
         assert_eq!(hung.stats()["initialize"], 0, "it never answered initialize");
-        (opening.join().expect("initialize"), hung)
+        (listing.join().expect("tools/list"), hung)
     });
     let took = started.elapsed();
-    assert!(took >= Duration::from_secs(2) && took < Duration::from_secs(5), "initialize took {took:?}");
+    assert!(took >= Duration::from_secs(2) && took < Duration::from_secs(6), "tools/list took {took:?}");
     assert!(
         gate.reaped_within(hung.pid, Duration::from_secs(3)).is_some(),
         "the hung child is not reaped: {:?}",
         proc_info(hung.pid)
     );
-    let tools = client.tool_names();
     assert!(tools.contains(&"ok__echo".to_string()), "{tools:?}");
     assert!(!tools.iter().any(|t| t.starts_with("hung__")), "{tools:?}");
     assert_eq!(client.tool_text("ok__echo", json!({"text": "fine"})), "fine");
@@ -349,8 +350,8 @@ fn kill_9_of_mcpgate_kills_every_child_within_2_s() {
         "b": stdio_server("b", &[]),
     });
     let mut gate = StdioGate::start(&config(servers));
-    let _one = gate.open_session();
-    let _two = gate.open_session();
+    let _one = gate.session_using(&["a", "b"]);
+    let _two = gate.session_using(&["a", "b"]);
     let children = gate.wait_children(4);
     let grandchildren: Vec<u32> = gate.kids("a", 2).iter().map(|k| k.grandchild()).collect();
     for &g in &grandchildren {
@@ -382,9 +383,8 @@ fn sigterm_reaps_every_child_and_the_last_log_line_counts_them() {
         },
     });
     let mut gate = StdioGate::start(&config_with(servers, json!({"stdio_grace_ms": 200})));
-    let mut one = gate.open_session();
-    let _two = gate.open_session();
-    assert_eq!(one.tool_text("shared__echo", json!({"text": "x"})), "x");
+    let _one = gate.session_using(&["a", "stubborn", "shared"]);
+    let _two = gate.session_using(&["a", "stubborn"]);
     let children = gate.wait_children(5);
     let mut grandchildren: Vec<u32> = gate.kids("a", 2).iter().map(|k| k.grandchild()).collect();
     grandchildren.push(gate.kid("shared", 1).grandchild());
@@ -430,6 +430,7 @@ fn a_shared_child_serves_two_sessions_keeps_them_apart_and_stops_when_unused() {
     a.initialize_with(sampling());
     let mut b = gate.client();
     b.initialize_with(sampling());
+    support::use_servers(&a, &["sh"]);
     let kid = gate.kid("sh", 1);
     let children = gate.wait_children(1);
     assert_eq!(children[0].pid, kid.pid);
@@ -510,14 +511,17 @@ fn the_global_max_processes_leaves_the_server_out_of_a_third_session() {
     let http = Fixture::start("h", &[]);
     let servers = json!({"a": stdio_server("a", &[]), "h": {"url": http.url()}});
     let mut gate = StdioGate::start(&config_with(servers, json!({"max_processes": 2})));
-    let mut one = gate.open_session();
-    let _two = gate.open_session();
+    let mut one = gate.session_using(&["a"]);
+    let _two = gate.session_using(&["a"]);
     let mut three = gate.open_session();
     assert_eq!(gate.wait_children(2).len(), 2);
-    let tools = three.tool_names();
-    assert!(tools.contains(&"h__echo".to_string()) && !tools.iter().any(|t| t.starts_with("a__")), "{tools:?}");
     let message = three.call_tool("a__echo", json!({"text": "x"})).error_message();
-    assert!(message.contains("max_processes"), "{message}");
+    assert!(
+        message.contains("max_processes") && message.contains("2 held by 2 session(s) of `mcpgate-tests`"),
+        "{message}"
+    );
+    let health = gate.status()["health"].clone();
+    assert!(health["problems"].to_string().contains("a process limit refuses work"), "{health}");
     assert_eq!(three.tool_text("h__echo", json!({"text": "http"})), "http", "other servers are unaffected");
     assert_eq!(one.tool_text("a__echo", json!({"text": "one"})), "one");
     let status = gate.status();
@@ -531,8 +535,7 @@ fn the_global_max_processes_leaves_the_server_out_of_a_third_session() {
     let first = gate.kid("a", 1);
     one.delete();
     assert!(gate.reaped_within(first.pid, Duration::from_secs(3)).is_some());
-    let mut four = gate.open_session();
-    assert_eq!(four.tool_text("a__echo", json!({"text": "four"})), "four");
+    let _four = gate.session_using(&["a"]);
     assert_processes(&gate.status(), 2);
     assert_eq!(gate.wait_children(2).len(), 2);
 }
@@ -543,11 +546,11 @@ fn a_server_max_processes_leaves_that_server_out_and_no_other() {
     limited["max_processes"] = json!(1);
     let servers = json!({"b": limited, "c": stdio_server("c", &[])});
     let gate = StdioGate::start(&config(servers));
-    let mut one = gate.open_session();
-    let mut two = gate.open_session();
+    let mut one = gate.session_using(&["b", "c"]);
+    let mut two = gate.session_using(&["c"]);
     assert_eq!(gate.wait_children(3).len(), 3, "b once, c twice");
     let message = two.call_tool("b__echo", json!({"text": "x"})).error_message();
-    assert!(message.contains("mcpServers.b.max_processes"), "{message}");
+    assert!(message.contains("mcpServers.b.max_processes") && message.contains("1 held by 1 session(s)"), "{message}");
     assert_eq!(two.tool_text("c__echo", json!({"text": "c"})), "c");
     assert_eq!(one.tool_text("b__echo", json!({"text": "b"})), "b");
     let status = gate.status();
@@ -567,7 +570,7 @@ fn a_child_sees_its_own_env_and_path_but_not_mcpgates_environment() {
         command.env("SECRET_OF_OTHER", "x").env("ANOTHER_TOKEN", "y");
         command
     });
-    let _client = gate.open_session();
+    let _client = gate.session_using(&["p"]);
     let kid = gate.kid("p", 1);
     let ours = environ(gate.pid());
     assert!(ours.contains(&("SECRET_OF_OTHER".into(), "x".into())), "mcpgate has the secret: {ours:?}");
@@ -598,7 +601,7 @@ fn a_reload_that_removes_stdio_servers_stops_and_reaps_their_children() {
     });
     let mut c = config(servers);
     let gate = StdioGate::start(&c);
-    let mut client = gate.open_session();
+    let mut client = gate.session_using(&["gone", "gone_shared", "keep"]);
     assert_eq!(gate.wait_children(3).len(), 3);
     let (gone, gone_shared, keep) = (gate.kid("gone", 1), gate.kid("gone_shared", 1), gate.kid("keep", 1));
 
@@ -632,13 +635,14 @@ fn child_stderr_goes_to_the_log_with_the_server_name_and_a_flood_is_rate_limited
         "chatty": stdio_server("chatty", &["--stderr-lines", "100000"]),
     });
     let gate = StdioGate::start(&config(servers));
-    let started = Instant::now();
     let mut client = gate.open_session();
+    let started = Instant::now();
+    let tools = client.tool_names();
     let took = started.elapsed();
     // The fixture writes its lines before it answers anything: had mcpgate stopped reading its
-    // stderr, the pipe would have filled and initialize would have waited past its timeout
-    // (request_timeout_secs, 10 s here); 8 s leaves a loaded host room for the flood.
-    assert!(took < Duration::from_secs(8), "initialize took {took:?}");
+    // stderr, the pipe would have filled and the list would have waited past the start's
+    // timeout (start_timeout_secs, 10 s here); 8 s leaves a loaded host room for the flood.
+    assert!(took < Duration::from_secs(8) && tools.contains(&"chatty__echo".to_string()), "{tools:?} in {took:?}");
     assert_eq!(client.tool_text("chatty__echo", json!({"text": "still here"})), "still here");
     assert_eq!(client.tool_text("quiet__echo", json!({"text": "q"})), "q");
     let log = gate.stderr_once(|log| log.contains("server `quiet` (stderr): mcp-fixture quiet: stderr line 3 of 3"));
@@ -680,9 +684,23 @@ fn sessions_opened_at_once_never_run_more_than_max_processes() {
     limited["max_processes"] = json!(1);
     let servers = json!({"a": stdio_server("a", &[]), "b": limited, "h": {"url": http.url()}});
     let gate = StdioGate::start(&config_with(servers, json!({"max_processes": 3})));
+    // Six sessions, each calling a and b at once: twelve processes wanted.
     let _clients: Vec<support::Client> = std::thread::scope(|s| {
-        let opening: Vec<_> = (0..6).map(|_| s.spawn(|| gate.open_session())).collect();
-        opening.into_iter().map(|o| o.join().expect("initialize")).collect()
+        let opening: Vec<_> = (0..6)
+            .map(|_| {
+                s.spawn(|| {
+                    let client = gate.open_session();
+                    std::thread::scope(|s| {
+                        for server in ["a", "b"] {
+                            let mut one = client.same_session();
+                            s.spawn(move || one.call_tool(&format!("{server}__echo"), json!({"text": "x"})));
+                        }
+                    });
+                    client
+                })
+            })
+            .collect();
+        opening.into_iter().map(|o| o.join().expect("a session")).collect()
     });
     let children = gate.children();
     let status = gate.status();
@@ -697,7 +715,7 @@ fn sessions_opened_at_once_never_run_more_than_max_processes() {
 fn a_crashed_child_takes_its_process_group_with_it() {
     let servers = json!({"p": stdio_server("p", &["--exit-after-ms", "1000", "--spawn-grandchild"])});
     let gate = StdioGate::start(&config(servers));
-    let _client = gate.open_session();
+    let _client = gate.session_using(&["p"]);
     let kid = gate.kid("p", 1);
     let grandchild = kid.grandchild();
     assert!(
@@ -722,7 +740,7 @@ fn a_crash_is_noticed_while_a_grandchild_holds_the_childs_stdout() {
         json!({"p": shell_server(script, &[fixture_bin()])}),
         json!({"request_timeout_secs": 4}),
     ));
-    let mut client = gate.open_session();
+    let mut client = gate.session_using(&["p"]);
     let kid = gate.kid("p", 1);
     let sleeper = support::group_members(kid.pid).into_iter().find(|p| p.name == "sleep").expect("the sleep runs");
     let started = Instant::now();
@@ -751,15 +769,15 @@ fn a_shared_child_hung_in_initialize_is_stopped_at_once_not_kept_for_shared_idle
         "sharing": "shared",
     });
     let servers = json!({"hung": hung, "ok": stdio_server("ok", &[])});
-    let gate = StdioGate::start(&config_with(
-        servers,
-        json!({"connect_timeout_secs": 1, "request_timeout_secs": 1, "session_idle_timeout_secs": 5}),
-    ));
-    let (mut client, hung) = std::thread::scope(|s| {
-        let opening = s.spawn(|| gate.open_session());
+    let gate =
+        StdioGate::start(&config_with(servers, json!({"start_timeout_secs": 1, "session_idle_timeout_secs": 5})));
+    let mut client = gate.open_session();
+    let (tools, hung) = std::thread::scope(|s| {
+        let listing = s.spawn(|| client.tool_names());
         let hung = gate.kid("hung", 1);
-        (opening.join().expect("initialize"), hung)
+        (listing.join().expect("tools/list"), hung)
     });
+    assert!(tools.contains(&"ok__echo".to_string()) && !tools.iter().any(|t| t.starts_with("hung__")), "{tools:?}");
     assert_eq!(client.tool_text("ok__echo", json!({"text": "fine"})), "fine");
     assert!(
         gate.reaped_within(hung.pid, Duration::from_secs(3)).is_some(),
@@ -780,7 +798,7 @@ fn a_close_does_not_wait_for_a_process_that_left_the_childs_group_with_its_pipes
         json!({"p": shell_server(script, &[fixture_bin()])}),
         json!({"stdio_grace_ms": 200, "delete_timeout_secs": 1}),
     ));
-    let client = gate.open_session();
+    let client = gate.session_using(&["p"]);
     let kid = gate.kid("p", 1);
     let daemon = wait_until(Duration::from_secs(2), || {
         support::all_processes().iter().any(|p| p.name == "sleep" && p.ppid == kid.pid)
@@ -818,7 +836,7 @@ fn a_crashed_shared_child_is_restarted_once_for_all_its_sessions() {
     let mut shared = crash_once_after("sh", &dir, "setsid sleep 1000 &");
     shared["sharing"] = json!("shared");
     let gate = StdioGate::start(&config(json!({"sh": shared})));
-    let mut clients: Vec<support::Client> = (0..4).map(|_| gate.open_session()).collect();
+    let mut clients: Vec<support::Client> = (0..4).map(|_| gate.session_using(&["sh"])).collect();
     let first = gate.kid("sh", 1);
     let daemon = wait_until(Duration::from_secs(2), || {
         let daemons = support::all_processes().into_iter().filter(|p| p.name == "sleep" && p.ppid == first.pid);
@@ -860,8 +878,11 @@ fn a_shared_child_opening_while_a_reload_removes_its_server_is_stopped() {
     let mut c =
         config_with(json!({"late": late, "keep": stdio_server("keep", &[])}), json!({"session_idle_timeout_secs": 5}));
     let gate = StdioGate::start(&c);
-    let (mut client, keep, late) = std::thread::scope(|s| {
-        let opening = s.spawn(|| gate.open_session());
+    let mut client = gate.session_using(&["keep"]);
+    let (keep, late) = std::thread::scope(|s| {
+        // Its call waits for it to start; the reload ends it with an error.
+        let mut caller = client.same_session();
+        let opening = s.spawn(move || caller.call_tool("late__echo", json!({"text": "x"})));
         let children = gate.wait_children(2);
         let keep = gate.kid("keep", 1);
         let late = children.iter().find(|c| c.pid != keep.pid).expect("the late child").pid;
@@ -870,7 +891,9 @@ fn a_shared_child_opening_while_a_reload_removes_its_server_is_stopped() {
         support::signal(gate.pid(), "HUP");
         let reloaded = wait_until(Duration::from_secs(3), || gate.stderr().contains("configuration reloaded"));
         assert!(reloaded, "no reload logged");
-        (opening.join().expect("initialize"), keep, late)
+        // Answered if it started before the reload, refused if after: either way its child goes.
+        opening.join().expect("the call");
+        (keep, late)
     });
     assert_eq!(client.tool_text("keep__echo", json!({"text": "kept"})), "kept");
     assert!(
@@ -892,7 +915,7 @@ fn a_shared_child_opening_while_a_reload_removes_its_server_is_stopped() {
 fn a_grandchild_that_left_its_group_goes_with_its_session_and_with_mcpgate() {
     let servers = json!({"a": stdio_server("a", &["--spawn-setsid-grandchild"])});
     let mut gate = StdioGate::start(&config_with(servers, json!({"stdio_grace_ms": 200})));
-    let first = gate.open_session();
+    let first = gate.session_using(&["a"]);
     let kid = gate.kid("a", 1);
     let grandchild = kid.grandchild();
     let g = proc_info(grandchild).expect("the grandchild runs");
@@ -905,7 +928,7 @@ fn a_grandchild_that_left_its_group_goes_with_its_session_and_with_mcpgate() {
     }
     assert!(gone, "the grandchild outlived its session's close (or was left a zombie): {left:?}");
 
-    let _second = gate.open_session();
+    let _second = gate.session_using(&["a"]);
     let grandchild = gate.kid("a", 2).grandchild();
     assert!(proc_info(grandchild).is_some_and(|p| p.name == "sleep"), "the second grandchild runs");
     let exit = gate.terminate(Duration::from_secs(10));

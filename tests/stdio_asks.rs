@@ -40,7 +40,7 @@ fn gate(env: Value) -> (Gate, TempDir) {
     let script = dir.0.join("asker.sh");
     std::fs::write(&script, SERVER).expect("write the server's script");
     let mut c = config(&[]);
-    c["mcpServers"] = json!({ "asker": { "command": "sh", "args": [script], "env": env } });
+    c["mcpServers"] = json!({ "asker": { "command": "sh", "args": [script], "env": env, "sharing": "session" } });
     (Gate::start_checked(&c), dir)
 }
 
@@ -83,7 +83,11 @@ fn what_a_child_sends_before_its_session_listens_reaches_the_client() {
         c.initialize();
         c
     };
+    let mut client = client;
     let stream = client.open_stream();
+    // Its process starts with the session's first request.
+    let tools = client.request("tools/list", json!({}));
+    assert_eq!(tools.result()["tools"][0]["name"], "asker__t", "{:?}", tools.body);
     let said = stream.next_with_method("notifications/message", Duration::from_secs(5));
     assert_eq!(log_data(&said), "sent with the initialize answer", "log:\n{}", gate.stderr());
 }

@@ -20,7 +20,7 @@ fn stdio_gate() -> Gate {
         "listen": "127.0.0.1:0",
         "max_processes": 64,
         "mcpServers": {
-            "s": {"command": support::fixture_bin(), "args": ["--stdio", "--name", "s"], "prefix": ""}
+            "s": {"command": support::fixture_bin(), "args": ["--stdio", "--name", "s"], "prefix": "", "sharing": "session"}
         }
     }))
 }

@@ -42,6 +42,23 @@ pub struct Children {
     /// [`Children::sweep`]). Held across each fork, so that a child just
     /// started is never taken for such a process.
     known: Arc<Mutex<std::collections::HashSet<u32>>>,
+    /// Guards whose each live child is (its server, and for whom), so that a
+    /// refusal at `max_processes` names what holds the limit.
+    holders: Mutex<std::collections::HashMap<u32, (String, Holder)>>,
+    /// Starts refused at a process limit, and when the last was.
+    pub refusals: Counter,
+    last_refused: Mutex<Option<Instant>>,
+}
+
+/// For whom a child runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Holder {
+    /// One client session (`"sharing": "session"`): its id and client's name.
+    Session { id: String, client: String },
+    /// The sessions of one user (`"sharing": "user"` with `auth`): the start of its digest.
+    User(String),
+    /// Every session (`"shared"`, or `"user"` without `auth`).
+    Everyone,
 }
 
 /// Which of the processes left behind to stop (see [`Children::sweep`]).
@@ -76,7 +93,67 @@ impl Children {
             spawned: Counter::default(),
             reaped: Counter::default(),
             known: Arc::new(Mutex::new(std::collections::HashSet::new())),
+            holders: Mutex::new(std::collections::HashMap::new()),
+            refusals: Counter::default(),
+            last_refused: Mutex::new(None),
         })
+    }
+
+    /// Notes whose the child `pid` of `server` is.
+    pub(crate) fn hold(&self, pid: u32, server: &str, holder: Holder) {
+        self.holders.lock().insert(pid, (server.to_string(), holder));
+    }
+
+    /// A start refused at a process limit: counted, for the health.
+    pub(crate) fn refused(&self) {
+        self.refusals.inc();
+        *self.last_refused.lock() = Some(Instant::now());
+    }
+
+    /// Seconds since a start was last refused at a process limit; `None` if none was.
+    pub fn secs_since_refused(&self) -> Option<u64> {
+        self.last_refused.lock().map(|at| at.elapsed().as_secs())
+    }
+
+    /// What holds the live children (of `server`, or of all): `30 held by 5
+    /// sessions of `mcp-inspector`, 6 by 2 users, 1 by every session`.
+    pub(crate) fn holders_of(&self, server: Option<&str>) -> String {
+        use std::collections::{BTreeMap, BTreeSet};
+        let holders = self.holders.lock();
+        let mut sessions: BTreeMap<&str, (usize, BTreeSet<&str>)> = BTreeMap::new();
+        let (mut users, mut user_count, mut everyone) = (BTreeSet::new(), 0, 0);
+        for (name, holder) in holders.values().filter(|(name, _)| server.is_none_or(|s| s == name)) {
+            match holder {
+                Holder::Session { id, client } => {
+                    let entry = sessions.entry(client).or_default();
+                    entry.0 += 1;
+                    entry.1.insert(id);
+                }
+                Holder::User(digest) => {
+                    users.insert((name, digest));
+                    user_count += 1;
+                }
+                Holder::Everyone => everyone += 1,
+            }
+        }
+        let distinct_users = users.iter().map(|(_, d)| d).collect::<BTreeSet<_>>().len();
+        let mut parts: Vec<String> = sessions
+            .iter()
+            .map(|(client, (n, ids))| format!("{n} held by {} session(s) of `{client}`", ids.len()))
+            .collect();
+        if user_count > 0 {
+            parts.push(format!("{user_count} shared by the sessions of {distinct_users} user(s)"));
+        }
+        if everyone > 0 {
+            parts.push(format!("{everyone} shared by every session"));
+        }
+        if parts.is_empty() {
+            return "none is held now".into();
+        }
+        format!(
+            "{}; a session's own processes stop when it ends (DELETE, or session_idle_timeout_secs), shared ones after shared_idle_secs unused",
+            parts.join(", ")
+        )
     }
 
     /// Takes new settings (a reload).
@@ -152,6 +229,7 @@ impl Children {
     /// A child was reaped: its pid may be reused by any process now.
     pub(crate) fn forget(&self, pid: u32) {
         self.known.lock().remove(&pid);
+        self.holders.lock().remove(&pid);
     }
 
     /// The processes mcpgate is the parent of but did not start: what its

@@ -68,6 +68,31 @@ pub trait Inbox: Send + Sync {
     /// `session_id`: it no longer knows it (it restarted); or the stream of
     /// an HTTP+SSE session, which is the session, ended.
     fn lost(&self, server: &Arc<Server>, session_id: Option<&str>);
+    /// A server this session's lists left out while its process started
+    /// (see [`Server::warm`]) is ready: what it lists is there now.
+    fn started(&self, server: &Arc<Server>);
+}
+
+/// Who opens a downstream session: the client session, its client and its user.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Opener<'a> {
+    /// The client session's id, for the state file ("" when none).
+    pub session: &'a str,
+    /// Its client's name (`clientInfo.name`), to say who holds a process.
+    pub client: &'a str,
+    /// Its user: a token's or an OAuth subject's digest; `None` without `auth`.
+    pub principal: Option<[u8; 32]>,
+}
+
+/// Whether what a user's sessions share of a server (a stdio server's
+/// process) is ready, after [`Server::warm`] waited for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Readiness {
+    /// Ready, or nothing to wait for: opening a session finds out the rest
+    /// (a failure to start included).
+    Ready,
+    /// Still starting.
+    Starting,
 }
 
 /// Last success and failure of one server, for the status page.
@@ -87,6 +112,8 @@ pub struct Limits {
     pub connect: Duration,
     pub request: Duration,
     pub delete: Duration,
+    /// What a stdio server's process has to start and answer `initialize`.
+    pub start: Duration,
     pub max_message: usize,
 }
 
@@ -96,8 +123,15 @@ impl Limits {
             connect: config.connect_timeout,
             request: config.request_timeout,
             delete: config.delete_timeout,
+            start: config.start_timeout,
             max_message: config.max_message_bytes,
         }
+    }
+
+    /// The most one open of a downstream session may take: connecting and
+    /// answering `initialize`, or a process starting.
+    pub fn open(&self) -> Duration {
+        (self.connect + self.request).max(self.start)
     }
 }
 
@@ -155,9 +189,27 @@ pub(crate) type Opened = (Box<dyn Link>, Result<Message, DownstreamError>);
 pub(crate) trait Connector: Send + Sync {
     /// `http`, `sse` or `stdio`, for the status page and the restore.
     fn kind(&self) -> &'static str;
-    /// Opens a downstream session: sends `initialize` (`body`, the client's
-    /// params) and gives back the link with the server's answer.
-    fn open(&self, server: &Arc<Server>, body: &[u8]) -> Result<Opened, DownstreamError>;
+    /// Opens a downstream session for `opener`: sends `initialize` (`body`,
+    /// the client's params) and gives back the link with the server's answer.
+    fn open(&self, server: &Arc<Server>, body: &[u8], opener: &Opener) -> Result<Opened, DownstreamError>;
+    /// Whether a client session opens its session with this server at its
+    /// `initialize` (a connection, cheap); not a process, which starts when
+    /// first needed.
+    fn opens_at_initialize(&self) -> bool {
+        true
+    }
+    /// Starts what the sessions of `principal` share of this server (a
+    /// process), unless it runs, and waits for it to be ready at most
+    /// `within`; still starting then, `inbox` (if any) is told when it is.
+    fn warm(
+        &self,
+        _server: &Arc<Server>,
+        _principal: Option<[u8; 32]>,
+        _within: Duration,
+        _inbox: Option<Weak<dyn Inbox>>,
+    ) -> Readiness {
+        Readiness::Ready
+    }
     /// The link of a downstream session an earlier process opened, by the
     /// session id the state file kept; `None` when this transport's sessions
     /// end with the process that opened them (a child, an HTTP+SSE stream).
@@ -199,6 +251,8 @@ pub(crate) trait Connector: Send + Sync {
 /// The processes of one stdio server, for the status page.
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]
 pub struct Processes {
+    /// Shared processes started and not yet ready (no answer to `initialize` yet).
+    pub starting: u64,
     pub live: u64,
     pub spawned: u64,
     /// Ended on their own (a crash, or an exit mcpgate did not ask for).
@@ -242,6 +296,17 @@ pub struct Server {
     /// held, so that the way from an old server to the one in force stays
     /// whole for as long as someone holds the old one.
     successor: Mutex<Option<Arc<Server>>>,
+    /// Guards what its last `initialize` answer said (capabilities and
+    /// instructions): what a client's `initialize` offers of a server it
+    /// does not open then (a process not started).
+    known: Mutex<Option<Known>>,
+}
+
+/// What a server said of itself when it last answered `initialize`.
+#[derive(Debug, Clone)]
+pub struct Known {
+    pub capabilities: Value,
+    pub instructions: Option<String>,
 }
 
 impl fmt::Debug for Server {
@@ -272,6 +337,7 @@ impl Server {
             metrics: ServerStats::default(),
             lists: crate::catalog::ServerLists::default(),
             successor: Mutex::new(None),
+            known: Mutex::new(None),
         }
     }
 
@@ -345,6 +411,29 @@ impl Server {
         self.connector.stop_idle(idle);
     }
 
+    /// See [`Connector::opens_at_initialize`].
+    pub fn opens_at_initialize(&self) -> bool {
+        self.connector.opens_at_initialize()
+    }
+
+    /// Starts what the sessions of `principal` share of this server (a
+    /// stdio server's process) unless it runs, and waits for it at most
+    /// `within`; still starting then, `inbox` is told when it is ready.
+    pub fn warm(
+        self: &Arc<Self>,
+        principal: Option<[u8; 32]>,
+        within: Duration,
+        inbox: Option<Weak<dyn Inbox>>,
+    ) -> Readiness {
+        self.connector.warm(self, principal, within, inbox)
+    }
+
+    /// What the server said of itself when it last answered `initialize`;
+    /// `None` before it ever did.
+    pub fn known(&self) -> Option<Known> {
+        self.known.lock().clone()
+    }
+
     pub fn health(&self) -> Health {
         self.health.lock().clone()
     }
@@ -403,11 +492,11 @@ impl Server {
     /// `init_params` are the client's.
     pub fn open(
         self: &Arc<Self>,
-        client: &str,
+        opener: &Opener,
         init_params: &RawValue,
         inbox: Weak<dyn Inbox>,
     ) -> Result<Arc<Downstream>, DownstreamError> {
-        let result = self.open_inner(client, init_params, inbox);
+        let result = self.open_inner(opener, init_params, inbox);
         self.count(&result);
         self.record(&result, true);
         if let Err(e) = &result {
@@ -423,15 +512,15 @@ impl Server {
 
     fn open_inner(
         self: &Arc<Self>,
-        client: &str,
+        opener: &Opener,
         init_params: &RawValue,
         inbox: Weak<dyn Inbox>,
     ) -> Result<Arc<Downstream>, DownstreamError> {
         let body = jsonrpc::request(&Value::from(0), "initialize", Some(init_params));
-        let (link, answer) = self.connector.open(self, &body)?;
+        let (link, answer) = self.connector.open(self, &body, opener)?;
         // From here the server may hold a session: every failure must close it.
         let old_transport = self.connector.answers_2024_11_05();
-        let mut downstream = Downstream::new(self.clone(), link, client);
+        let mut downstream = Downstream::new(self.clone(), link, opener.session);
         let init = match answer.and_then(|m| initialize_result(&m, old_transport)) {
             Ok(init) => init,
             Err(e) => {
@@ -439,6 +528,8 @@ impl Server {
                 return Err(e);
             }
         };
+        *self.known.lock() =
+            Some(Known { capabilities: init.capabilities.clone(), instructions: init.instructions.clone() });
         downstream.protocol_version = init.protocol_version;
         downstream.capabilities = init.capabilities;
         downstream.instructions = init.instructions;
@@ -468,6 +559,10 @@ impl Server {
         downstream.protocol_version = saved.protocol_version.clone();
         downstream.capabilities = saved.capabilities.clone();
         downstream.instructions = saved.instructions.clone();
+        self.known.lock().get_or_insert_with(|| Known {
+            capabilities: saved.capabilities.clone(),
+            instructions: saved.instructions.clone(),
+        });
         self.stats.downstream_resumed.inc();
         Some(Arc::new(downstream))
     }

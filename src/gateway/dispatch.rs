@@ -86,6 +86,7 @@ pub(super) fn call(
     open_retry: Duration,
 ) -> Outcome {
     let client_id = message.id.clone().unwrap_or(Value::Null);
+    session.mark_used();
     // Copied only when a round of input changes them.
     let mut params = std::borrow::Cow::Borrowed(params);
     let mut cancelled = false;
@@ -219,14 +220,18 @@ pub(super) fn tasks_from(session: &Session, server: &Server, mut answer: Message
     answer
 }
 
-pub(super) fn instructions(opened: &[Arc<Downstream>]) -> Option<String> {
-    let parts: Vec<String> = opened
+/// The servers' instructions, each under its name: of those open, and of
+/// the others as each said when it last answered `initialize`, in the
+/// configuration's order.
+pub(super) fn instructions(servers: &[Arc<Server>], opened: &[Arc<Downstream>]) -> Option<String> {
+    let parts: Vec<String> = servers
         .iter()
-        .filter_map(|d| {
-            d.instructions
-                .as_ref()
-                .filter(|t| !t.trim().is_empty())
-                .map(|t| format!("## {}\n{}", d.server.name(), t.trim()))
+        .filter_map(|server| {
+            let text = match opened.iter().find(|d| Arc::ptr_eq(&d.server, server)) {
+                Some(d) => d.instructions.clone(),
+                None => server.known().and_then(|k| k.instructions),
+            }?;
+            (!text.trim().is_empty()).then(|| format!("## {}\n{}", server.name(), text.trim()))
         })
         .collect();
     if parts.is_empty() { None } else { Some(parts.join("\n\n")) }
@@ -261,11 +266,15 @@ impl Gateway {
         })
     }
 
-    /// Opens (or reuses) the session's downstream session with every server,
-    /// in parallel; returns those that are open.
+    /// Opens (or reuses) the session's downstream session with every server
+    /// that opens at `initialize` (not a process: it starts when first
+    /// needed, or ahead, `"start": "eager"`), in parallel; returns those
+    /// that are open.
     pub(super) fn open_all(&self, session: &Session) -> Vec<Arc<Downstream>> {
         let cur = self.current();
-        let servers = visible(&cur, session);
+        self.start_eager(Some(session));
+        let servers: Vec<Arc<Server>> =
+            visible(&cur, session).into_iter().filter(|s| s.opens_at_initialize()).collect();
         let opened = Mutex::new(Vec::new());
         threads::for_each_parallel("fanout", &servers, servers.len(), |server| {
             if let Ok(d) = session.downstream(server, cur.config.open_retry) {
@@ -277,19 +286,28 @@ impl Gateway {
         opened
     }
 
-    /// What mcpgate offers a client: the union of what its servers offer. A
-    /// server that is not open counts as offering tools, prompts and
-    /// resources, so the client asks again once it is back.
+    /// What mcpgate offers a client: the union of what its servers offer,
+    /// open now or as each said when it last answered `initialize` (a
+    /// process not started yet). A server never heard counts as offering
+    /// tools, prompts and resources, so the client asks again once it is
+    /// there: the answer is the same whether a process runs or not.
     pub(super) fn capabilities(&self, session: &Session, opened: &[Arc<Downstream>]) -> Value {
-        let all_open = opened.len() == visible(&self.current(), session).len();
+        let servers = visible(&self.current(), session);
+        let known: Vec<Value> = servers
+            .iter()
+            .filter(|s| !opened.iter().any(|d| Arc::ptr_eq(&d.server, s)))
+            .filter_map(|s| s.known().map(|k| k.capabilities))
+            .collect();
+        let all: Vec<&Value> = opened.iter().map(|d| &d.capabilities).chain(&known).collect();
+        let all_known = all.len() == servers.len();
+        let offers = |kind: &str| all.iter().any(|c| c.get(kind).is_some_and(|v| !v.is_null()));
         let mut caps = Map::new();
         for kind in ["tools", "prompts", "resources"] {
-            let offering: Vec<&Value> =
-                opened.iter().filter_map(|d| d.capabilities.get(kind)).filter(|v| v.is_object()).collect();
-            if offering.is_empty() && all_open {
+            let offering: Vec<&Value> = all.iter().filter_map(|c| c.get(kind)).filter(|v| v.is_object()).collect();
+            if offering.is_empty() && all_known {
                 continue;
             }
-            let list_changed = !all_open || offering.iter().any(|v| v["listChanged"] == true);
+            let list_changed = !all_known || offering.iter().any(|v| v["listChanged"] == true);
             let mut cap = json!({ "listChanged": list_changed });
             if kind == "resources" {
                 cap["subscribe"] = Value::Bool(offering.iter().any(|v| v["subscribe"] == true));
@@ -301,12 +319,11 @@ impl Gateway {
             caps.insert("tools".into(), json!({ "listChanged": true }));
         }
         for kind in ["logging", "completions"] {
-            if opened.iter().any(|d| d.offers(kind)) {
+            if offers(kind) {
                 caps.insert(kind.into(), json!({}));
             }
         }
-        if let Some(tasks) = crate::tasks::merge_capabilities(opened.iter().filter_map(|d| d.capabilities.get("tasks")))
-        {
+        if let Some(tasks) = crate::tasks::merge_capabilities(all.iter().filter_map(|c| c.get("tasks"))) {
             caps.insert("tasks".into(), tasks);
         }
         Value::Object(caps)
@@ -474,21 +491,21 @@ impl Gateway {
     /// name it knows it by when that is another (a prefix). The list is current (each server's part is
     /// fetched anew once the server says it changed): a name not in it is
     /// unknown, without asking every server again (each unknown name did,
-    /// which made every call of a wrong name a fetch of every list).
+    /// which made every call of a wrong name a fetch of every list), once
+    /// the servers still starting are ready.
     fn owner(
         &self,
         session: &Arc<Session>,
         kind: ListKind,
         exposed: &str,
     ) -> Result<(Arc<Server>, Option<String>), RpcError> {
-        let list = self.merged_list(session, kind)?;
-        if let Some(found) = list.find(exposed) {
-            let server = self
-                .current()
-                .server(found.server)
-                .cloned()
-                .ok_or_else(|| RpcError::server(found.server, "no longer configured"))?;
-            return Ok((server, (found.original != exposed).then(|| found.original.to_string())));
+        let found = self.find_in_list(session, kind, |list| {
+            list.find(exposed).map(|found| (found.server.to_string(), found.original.to_string()))
+        })?;
+        if let Some((name, original)) = found {
+            let server =
+                self.current().server(&name).cloned().ok_or_else(|| RpcError::server(&name, "no longer configured"))?;
+            return Ok((server, (original != exposed).then_some(original)));
         }
         let what = match kind {
             ListKind::Tools => "tool",
@@ -502,6 +519,11 @@ impl Gateway {
         if !failed.is_empty() {
             let names: Vec<String> = failed.iter().map(|(n, e)| format!("`{n}` ({e})")).collect();
             message.push_str(&format!("; unavailable servers: {}", names.join(", ")));
+        }
+        let starting = self.starting(session, kind);
+        if !starting.is_empty() {
+            let names: Vec<String> = starting.iter().map(|s| format!("`{}`", s.name())).collect();
+            message.push_str(&format!("; servers still starting: {}", names.join(", ")));
         }
         Err(RpcError::invalid_params(message))
     }
@@ -528,14 +550,15 @@ impl Gateway {
     /// The server of a resource: the one listing it, else the one whose
     /// template matches, else the only server offering resources.
     fn resource_owner(&self, session: &Arc<Session>, uri: &str) -> Result<Arc<Server>, RpcError> {
-        let resources = self.merged_list(session, ListKind::Resources)?;
-        let mut owner = resources.find(uri).map(|e| e.server.to_string());
+        let mut owner =
+            self.find_in_list(session, ListKind::Resources, |l| l.find(uri).map(|e| e.server.to_string()))?;
         if owner.is_none() {
-            let templates = self.merged_list(session, ListKind::Templates)?;
-            owner = templates
-                .items()
-                .find(|e| crate::catalog::template_matches(e.original, uri))
-                .map(|e| e.server.to_string());
+            owner = self.find_in_list(session, ListKind::Templates, |templates| {
+                templates
+                    .items()
+                    .find(|e| crate::catalog::template_matches(e.original, uri))
+                    .map(|e| e.server.to_string())
+            })?;
         }
         if owner.is_none() {
             let offering: Vec<Arc<Downstream>> =

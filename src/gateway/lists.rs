@@ -14,7 +14,7 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use crate::config::Config;
-use crate::downstream::{Downstream, DownstreamError};
+use crate::downstream::{Downstream, DownstreamError, Readiness, Server};
 use crate::protocol::jsonrpc::{self, Message, RpcError};
 use crate::runtime::threads;
 use crate::session::Session;
@@ -175,8 +175,10 @@ impl Gateway {
     /// view while every server's list is the one it was merged from; else
     /// merged anew, fetching (in parallel, opening downstream sessions as
     /// needed) only the servers whose lists are gone. A server that fails is
-    /// left out and its error recorded, and such a list is not kept. One
-    /// that does not fit in `max_memory_mb` is an error naming it.
+    /// left out and its error recorded, and such a list is not kept. So is
+    /// a server whose process is still starting past `list_wait_ms`: the
+    /// session gets `list_changed` when it is ready. One that does not fit
+    /// in `max_memory_mb` is an error naming it.
     pub(super) fn merged_list(&self, session: &Arc<Session>, kind: ListKind) -> Result<Arc<List>, RpcError> {
         let cur = self.current();
         let view = session.list_view();
@@ -190,6 +192,19 @@ impl Gateway {
         let left_out = std::sync::atomic::AtomicBool::new(false);
         let too_big: Mutex<Option<RpcError>> = Mutex::new(None);
         threads::for_each_parallel("fanout", &servers, servers.len(), |server| {
+            if server.lists.current(kind, view).is_none()
+                && !session.failed_within(server.name(), cur.config.open_retry)
+                && server.warm(session.principal(), cur.config.list_wait, Some(session.inbox())) == Readiness::Starting
+            {
+                left_out.store(true, std::sync::atomic::Ordering::Relaxed);
+                log::debug!(
+                    "server `{}`: its process is still starting after list_wait_ms; left out of this {}, \
+                     list_changed follows",
+                    server.name(),
+                    kind.method()
+                );
+                return;
+            }
             let fetched = server.lists.get(
                 kind,
                 view,
@@ -243,6 +258,43 @@ impl Gateway {
             self.lists.keep(kind, view, list.clone());
         }
         Ok(list)
+    }
+
+    /// The servers this session sees whose part of the list of `kind` is
+    /// not held and whose process is still starting.
+    pub(super) fn starting(&self, session: &Session, kind: ListKind) -> Vec<Arc<Server>> {
+        let view = session.list_view();
+        visible(&self.current(), session)
+            .into_iter()
+            .filter(|s| {
+                s.lists.current(kind, view).is_none()
+                    && !session.failed_within(s.name(), self.current().config.open_retry)
+                    && s.warm(session.principal(), std::time::Duration::ZERO, None) == Readiness::Starting
+            })
+            .collect()
+    }
+
+    /// What `find` finds in the merged list of `kind`; when it finds nothing
+    /// while servers left out of the list are still starting, it waits for
+    /// them (`start_timeout_secs` at most) and looks once more: a call made
+    /// before a process was ready goes to it, not to "unknown tool".
+    pub(super) fn find_in_list<T>(
+        &self,
+        session: &Arc<Session>,
+        kind: ListKind,
+        find: impl Fn(&List) -> Option<T>,
+    ) -> Result<Option<T>, RpcError> {
+        if let Some(found) = find(&*self.merged_list(session, kind)?) {
+            return Ok(Some(found));
+        }
+        let starting = self.starting(session, kind);
+        if starting.is_empty() {
+            return Ok(None);
+        }
+        threads::for_each_parallel("fanout", &starting, starting.len(), |server| {
+            server.warm(session.principal(), server.limits.start, None);
+        });
+        Ok(find(&*self.merged_list(session, kind)?))
     }
 
     /// Keeps the renamed items and the collisions for the status page (each

@@ -215,6 +215,31 @@ impl Gateway {
 }
 
 /// The servers a session may reach, in configuration order.
+impl Gateway {
+    /// Starts the processes of `"start": "eager"` servers ahead, unless they
+    /// run; nothing waits for them. Without a session (at start, at a
+    /// reload, on the reaper's rounds, which start again one that ended):
+    /// those every session shares (`"shared"`, or `"user"` without `auth`).
+    /// With one (its `initialize`): those of its user.
+    pub fn start_eager(&self, session: Option<&Session>) {
+        let cur = self.current();
+        for server in &cur.servers {
+            let crate::config::Transport::Stdio(stdio) = &server.config.transport else { continue };
+            if stdio.start != crate::config::Start::Eager {
+                continue;
+            }
+            let principal = match session {
+                Some(session) if session.allows(server.name()) => session.principal(),
+                Some(_) => continue,
+                // With `auth` every session has a user, known only when it comes.
+                None if stdio.sharing == crate::config::Sharing::User && cur.config.tokens.is_some() => continue,
+                None => None,
+            };
+            server.warm(principal, std::time::Duration::ZERO, None);
+        }
+    }
+}
+
 fn visible(current: &Current, session: &Session) -> Vec<Arc<Server>> {
     current.servers.iter().filter(|s| session.allows(s.name())).cloned().collect()
 }

@@ -96,6 +96,7 @@ impl Gateway {
             }
         );
         *self.last_reload.lock() = outcome.clone();
+        self.start_eager(None);
         outcome
     }
 

@@ -20,7 +20,7 @@ use crate::session::{self, CloseReason, Session};
 use super::dispatch::CallEvents;
 use super::dispatch::instructions;
 use super::outcome::Outcome;
-use super::{Gateway, SESSION_HEADER, UNSUPPORTED_PROTOCOL_VERSION, VERSION_HEADER};
+use super::{Gateway, SESSION_HEADER, UNSUPPORTED_PROTOCOL_VERSION, VERSION_HEADER, visible};
 use super::{accepts, new_session_id, too_busy};
 use crate::downstream::Server;
 
@@ -522,7 +522,7 @@ impl Gateway {
             "serverInfo": { "name": "mcpgate", "version": env!("CARGO_PKG_VERSION") },
         });
         // Absent, never null: the TypeScript SDK's schema refuses null here.
-        if let Some(text) = instructions(&opened) {
+        if let Some(text) = instructions(&visible(&self.current(), &session), &opened) {
             result["instructions"] = Value::String(text);
         }
         HttpReply::json(200, jsonrpc::result(&id, &jsonrpc::raw(&result))).header("Mcp-Session-Id", &session_id)

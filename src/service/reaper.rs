@@ -31,7 +31,10 @@ pub fn start(gateway: Arc<Gateway>) -> std::io::Result<Reaper> {
     let (stop, stopped) = bounded::<()>(0);
     let handle = threads::spawn("reaper", "", move || {
         let _live = gateway.stats.threads_reaper.enter();
-        let ticks = tick(interval(gateway.current().config.session_idle_timeout));
+        let ticks = {
+            let config = &gateway.current().config;
+            tick(interval(config.session_idle_timeout.min(config.unused_session_idle)))
+        };
         let deadlines = tick(DEADLINE_EVERY);
         loop {
             select! {
@@ -45,9 +48,9 @@ pub fn start(gateway: Arc<Gateway>) -> std::io::Result<Reaper> {
                     gateway.expire_holds();
                 }
                 recv(ticks) -> _ => {
-                    // Read each time: a reload may change it.
-                    let timeout = gateway.current().config.session_idle_timeout;
-                    let idle = gateway.sessions.take_idle(timeout);
+                    // Read each time: a reload may change them.
+                    let config = &gateway.current().config;
+                    let idle = gateway.sessions.take_idle(config.session_idle_timeout, config.unused_session_idle);
                     if !idle.is_empty() {
                         log::debug!("{} idle session(s) evicted", idle.len());
                         gateway.close(idle, CloseReason::Idle);
@@ -58,6 +61,7 @@ pub fn start(gateway: Arc<Gateway>) -> std::io::Result<Reaper> {
                     for server in &current.servers {
                         server.stop_idle(current.config.shared_idle);
                     }
+                    gateway.start_eager(None);
                     gateway.children.reap_left_behind();
                     threads::join_late();
                 }

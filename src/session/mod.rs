@@ -97,6 +97,9 @@ pub struct Session {
     /// The session mcpgate keeps for clients of the 2026-07-28 era (one per
     /// token): no client holds its id, nothing waits for a `GET` stream.
     sessionless: std::sync::atomic::AtomicBool,
+    /// Set at its first call (anything but `initialize`, lists and `ping`):
+    /// until then `unused_session_idle_secs` ends it when idle.
+    used: std::sync::atomic::AtomicBool,
     me: Weak<Session>,
 }
 
@@ -120,11 +123,12 @@ impl Session {
     }
 
     /// Rebuilds a session saved by an earlier process; its downstream
-    /// sessions are added with [`Session::adopt`].
+    /// sessions are added with [`Session::adopt`]. It counts as used: what
+    /// it did before is not known.
     pub fn restore(saved: &SavedSession) -> Arc<Session> {
         let idle = Duration::from_secs(clock::unix_now().saturating_sub(saved.last_active));
         let last_active = Instant::now().checked_sub(idle).unwrap_or_else(Instant::now);
-        Session::with_last_active(
+        let session = Session::with_last_active(
             saved.id.clone(),
             saved.protocol_version.clone(),
             jsonrpc::raw(&saved.init_params),
@@ -132,7 +136,9 @@ impl Session {
             saved.scope.clone(),
             saved.principal_sha256.as_deref().and_then(parse_digest),
             last_active,
-        )
+        );
+        session.mark_used();
+        session
     }
 
     fn with_last_active(
@@ -173,6 +179,7 @@ impl Session {
             }),
             slot_changed: Condvar::new(),
             sessionless: std::sync::atomic::AtomicBool::new(false),
+            used: std::sync::atomic::AtomicBool::new(false),
             me: me.clone(),
         })
     }
@@ -266,6 +273,26 @@ impl Session {
         }
         let idle = if st.in_flight > 0 || !st.streams.is_empty() { Duration::ZERO } else { st.last_active.elapsed() };
         Some(clock::unix_now().saturating_sub(idle.as_secs()))
+    }
+
+    /// Where what its servers send unasked goes: itself.
+    pub fn inbox(&self) -> Weak<dyn Inbox> {
+        self.me.clone()
+    }
+
+    /// Its user: a token's or an OAuth subject's digest; `None` without `auth`.
+    pub fn principal(&self) -> Option<[u8; 32]> {
+        self.principal
+    }
+
+    /// It made a call: from now on only `session_idle_timeout_secs` ends it.
+    pub fn mark_used(&self) {
+        self.used.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether it ever made a call (see [`Session::mark_used`]).
+    pub fn is_used(&self) -> bool {
+        self.used.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Makes this the session of the 2026-07-28 era's clients of one token.
@@ -503,7 +530,7 @@ impl Session {
         let mut server = server.in_force();
         // Reloads that keep coming while sessions open: each open is tried
         // again on the newest server, within the time one open may take.
-        let deadline = Instant::now() + server.limits.connect + server.limits.request;
+        let deadline = Instant::now() + server.limits.open();
         loop {
             match self.downstream_on(&server, retry) {
                 Ok(result) => return result,
@@ -528,7 +555,7 @@ impl Session {
         retry: Duration,
     ) -> Result<Result<Arc<Downstream>, RpcError>, Retired> {
         let name = server.name();
-        let wait = server.limits.connect + server.limits.request;
+        let wait = server.limits.open();
         let stale = {
             let mut st = self.state.lock();
             loop {
@@ -551,7 +578,8 @@ impl Session {
             downstream::close_all(&[d], 1);
         }
         let inbox: Weak<dyn Inbox> = self.me.clone();
-        let result = server.open(&self.id, &self.init_params, inbox);
+        let opener = downstream::Opener { session: &self.id, client: &self.client_name, principal: self.principal };
+        let result = server.open(&opener, &self.init_params, inbox);
         let mut st = self.state.lock();
         let outcome = match result {
             Ok(d) if st.closed || server.is_retired() => {
@@ -654,6 +682,12 @@ impl Session {
         for kind in [ListKind::Tools, ListKind::Prompts, ListKind::Resources] {
             self.push_to_stream(jsonrpc::notification(kind.changed_notification(), None));
         }
+    }
+
+    /// Whether opening its session with `server` failed less than `retry`
+    /// ago: it is not tried again before (nor its process started).
+    pub fn failed_within(&self, server: &str, retry: Duration) -> bool {
+        self.state.lock().slots.failed_within(server, retry)
     }
 
     /// The downstream session with `server` if it is open now; never opens one.
@@ -813,6 +847,11 @@ impl Inbox for Session {
     fn lost(&self, server: &Arc<Server>, session_id: Option<&str>) {
         self.state.lock().lost.record(server.name(), session_id, Instant::now());
     }
+
+    fn started(&self, server: &Arc<Server>) {
+        log::debug!("session {}: server `{}` is ready; its lists changed", short(&self.id), server.name());
+        self.lists_changed();
+    }
 }
 
 /// Keeps a session busy while a request runs.
@@ -891,12 +930,19 @@ impl Sessions {
         removed
     }
 
-    /// Removes and returns the sessions idle for at least `timeout`.
-    pub fn take_idle(&self, timeout: Duration) -> Vec<Arc<Session>> {
+    /// Removes and returns the sessions idle for at least `timeout`, or
+    /// `unused` for those that never made a call.
+    pub fn take_idle(&self, timeout: Duration, unused: Duration) -> Vec<Arc<Session>> {
         let now = Instant::now();
         let mut map = self.map.lock();
-        let idle: Vec<String> =
-            map.values().filter(|s| s.idle_for(now).is_some_and(|d| d >= timeout)).map(|s| s.id.clone()).collect();
+        let idle: Vec<String> = map
+            .values()
+            .filter(|s| {
+                let limit = if s.is_used() { timeout } else { unused.min(timeout) };
+                s.idle_for(now).is_some_and(|d| d >= limit)
+            })
+            .map(|s| s.id.clone())
+            .collect();
         let taken: Vec<Arc<Session>> = idle.iter().filter_map(|id| map.remove(id)).collect();
         for session in &taken {
             self.leaving(session);

@@ -67,6 +67,11 @@ impl Slots {
         }
     }
 
+    /// Whether opening `name` failed less than `retry` ago.
+    pub(super) fn failed_within(&self, name: &str, retry: Duration) -> bool {
+        matches!(self.0.get(name), Some(Slot::Failed { at, .. }) if at.elapsed() < retry)
+    }
+
     /// Opening `name` failed: remembered, with whether mcpgate was short of a resource.
     pub(super) fn failed(&mut self, name: &str, error: String, e: &DownstreamError) {
         let exhausted = matches!(e, DownstreamError::Exhausted(_));

@@ -83,6 +83,12 @@ pub fn readings(g: &Gateway) -> Vec<Reading> {
         processes_spawned: spawned.into(),
         processes_reaped: reaped.into(),
         processes_live: live.into(),
+        processes_refused: g.children.refusals.get().into(),
+        processes_since_refused: g
+            .children
+            .secs_since_refused()
+            .unwrap_or_else(|| g.started.elapsed().as_secs())
+            .into(),
     };
     now.read(None, &mut out);
     out.extend(stats);
@@ -97,6 +103,7 @@ pub fn readings(g: &Gateway) -> Vec<Reading> {
         server.metrics.read(scope, &mut out);
         if let Some(p) = server.processes() {
             StdioNow {
+                starting: p.starting.into(),
                 live: p.live.into(),
                 spawned: p.spawned.into(),
                 // Each is reaped as it stops being live.
@@ -221,6 +228,7 @@ pub fn json_from(g: &Gateway, readings: &[Reading]) -> Value {
         if entry.get("processes").is_none() {
             entry["processes"] = Value::Null;
         }
+        entry["state"] = Value::from(summary::state(entry));
     }
     let (listed, unlisted) = sessions(g, &current);
     out["sessions"]["list"] = listed.into();

@@ -137,8 +137,9 @@ fn servers(out: &mut String, v: &Value) {
         };
         let processes = match s["processes"].as_object() {
             Some(p) => format!(
-                "<div class=\"note\">processes: {} live, {} spawned, {} exited on their own</div>",
+                "<div class=\"note\">processes: {} live ({} starting), {} spawned, {} exited on their own</div>",
                 p.get("live").and_then(Value::as_u64).unwrap_or(0),
+                p.get("starting").and_then(Value::as_u64).unwrap_or(0),
                 p.get("spawned").and_then(Value::as_u64).unwrap_or(0),
                 p.get("exited").and_then(Value::as_u64).unwrap_or(0)
             ),

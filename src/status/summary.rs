@@ -36,6 +36,14 @@ pub fn health(v: &Value) -> (bool, Vec<String>) {
         }
     }
     // Unhealthy while refusals are recent: one slow client an hour ago is not a state.
+    if n("processes", "refused") > 0 && n("processes", "secs_since_refused") < 60 {
+        problems.push(format!(
+            "a process limit refuses work: {} start(s) of a stdio server refused since start (max_processes), the \
+             last {} s ago",
+            n("processes", "refused"),
+            n("processes", "secs_since_refused")
+        ));
+    }
     if n("memory", "refused") > 0 && n("memory", "secs_since_refused") < 60 {
         problems.push(format!(
             "{} memory charge(s) refused since start (max_memory_mb), the last {} s ago",
@@ -65,9 +73,18 @@ pub fn headline(v: &Value) -> String {
     let (healthy, problems) = health(v);
     if healthy {
         let servers = servers(v);
+        let mut states: Vec<(&str, usize)> = Vec::new();
+        for (_, s) in &servers {
+            match states.iter_mut().find(|(state, _)| *state == self::state(s)) {
+                Some((_, n)) => *n += 1,
+                None => states.push((self::state(s), 1)),
+            }
+        }
+        let states: Vec<String> = states.iter().map(|(state, n)| format!("{n} {state}")).collect();
         format!(
-            "healthy: {} server(s) up, {} session(s), every downstream session accounted for",
+            "healthy: {} server(s) ({}), {} session(s), every downstream session accounted for",
             servers.len(),
+            states.join(", "),
             v["sessions"]["live"].as_u64().unwrap_or(0)
         )
     } else {
@@ -117,12 +134,15 @@ pub fn ago(v: &Value, at: &Value) -> Option<String> {
     Some(format!("{} ago", duration(now.saturating_sub(at))))
 }
 
-/// A server's state in a word: `up`, `down`, or `unused` (no exchange yet).
+/// A server's state in words: `down`, `starting` (a process that has not
+/// answered `initialize` yet), `not tried` (no exchange yet), or `up`.
 pub fn state(s: &Value) -> &'static str {
     if s["up"] == 0 {
         "down"
+    } else if s["processes"]["starting"].as_u64().unwrap_or(0) > 0 {
+        "starting"
     } else if s["last_ok_at"].is_null() && s["last_error_at"].is_null() {
-        "unused"
+        "not tried"
     } else {
         "up"
     }
@@ -376,7 +396,12 @@ mod tests {
     fn healthy_says_so_and_each_problem_is_named() {
         let v = healthy();
         assert_eq!(health(&v), (true, vec![]));
-        assert!(headline(&v).starts_with("healthy: 2 server(s) up, 2 session(s)"), "{}", headline(&v));
+        assert!(headline(&v).starts_with("healthy: 2 server(s) (2 not tried), 2 session(s)"), "{}", headline(&v));
+        let mut v = healthy();
+        v["servers"]["a"]["last_ok_at"] = json!(1);
+        v["servers"]["b"]["processes"] = json!({"starting": 1});
+        assert!(headline(&v).starts_with("healthy: 2 server(s) (1 starting, 1 up)"), "{}", headline(&v));
+        let v = healthy();
         assert_eq!(servers(&v).iter().map(|s| s.0).collect::<Vec<_>>(), ["b", "a"], "configuration order");
 
         let mut v = healthy();
@@ -387,6 +412,8 @@ mod tests {
         v["servers"]["a"]["last_error"] = json!("unreachable: connection refused");
         v["memory"]["refused"] = json!(3);
         v["memory"]["secs_since_refused"] = json!(5);
+        v["processes"]["refused"] = json!(4);
+        v["processes"]["secs_since_refused"] = json!(2);
         v["state"]["error"] = json!("disk full");
         v["reload"]["error"] = json!("bad key");
         let (ok, problems) = health(&v);
@@ -398,6 +425,7 @@ mod tests {
             "child processes do not balance",
             "server `a` is down: unreachable: connection refused",
             "3 memory charge(s) refused",
+            "a process limit refuses work: 4 start(s) of a stdio server refused",
             "state file cannot be written: disk full",
             "last reload was refused",
         ] {

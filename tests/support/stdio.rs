@@ -22,18 +22,40 @@ pub fn stdio_args(name: &str, extra: &[&str]) -> Vec<String> {
     args
 }
 
-/// A `mcpServers` entry: the fixture as a stdio server (see [`stdio_args`]).
+/// A `mcpServers` entry: the fixture as a stdio server (see [`stdio_args`]), a process of its
+/// own per session (`"sharing": "session"`); [`user_server`] is the default, shared by a user.
 pub fn stdio_server(name: &str, extra: &[&str]) -> Value {
+    json!({ "command": fixture_bin(), "args": stdio_args(name, extra), "sharing": "session" })
+}
+
+/// A `mcpServers` entry: the fixture as a stdio server with the default sharing (one process
+/// for the sessions of one user).
+pub fn user_server(name: &str, extra: &[&str]) -> Value {
     json!({ "command": fixture_bin(), "args": stdio_args(name, extra) })
 }
 
 /// A `mcpServers` entry: `/bin/sh -c script` with `$0`, `$1`... set to `params`, for a server
-/// the fixture alone cannot be (one that ignores SIGTERM, crashes once, ...). The script is
-/// expected to `exec` the fixture, so that the child's pid is the fixture's.
+/// the fixture alone cannot be (one that ignores SIGTERM, crashes once, ...), a process of its
+/// own per session. The script is expected to `exec` the fixture, so that the child's pid is
+/// the fixture's.
 pub fn shell_server(script: &str, params: &[&str]) -> Value {
     let mut args = vec!["-c".to_string(), script.to_string()];
     args.extend(params.iter().map(|s| s.to_string()));
-    json!({ "command": "/bin/sh", "args": args })
+    json!({ "command": "/bin/sh", "args": args, "sharing": "session" })
+}
+
+/// Calls the `echo` of each of `servers` (fixtures) in `client`'s session, in parallel: their
+/// processes start when first needed. Each call must answer.
+pub fn use_servers(client: &super::Client, servers: &[&str]) {
+    std::thread::scope(|s| {
+        for server in servers {
+            s.spawn(move || {
+                let mut one = client.same_session();
+                let text = one.tool_text(&format!("{server}__echo"), json!({"text": "start"}));
+                assert_eq!(text, "start", "server `{server}`");
+            });
+        }
+    });
 }
 
 /// What /proc says about one process.
@@ -110,7 +132,7 @@ pub fn environ(pid: u32) -> Vec<(String, String)> {
 }
 
 /// Sends SIGKILL to `pid`, whatever it is doing; no error if it is gone.
-fn kill_pid(pid: u32) {
+pub fn kill_pid(pid: u32) {
     let _ = Command::new("kill").arg("-KILL").arg(pid.to_string()).status();
 }
 
@@ -170,6 +192,14 @@ impl StdioGate {
     /// Starts mcpgate with `config`; `wrap` may change the command (its environment, say).
     pub fn start_with(config: &Value, wrap: impl FnOnce(Command) -> Command) -> StdioGate {
         StdioGate { gate: Gate::start_with(config, wrap), groups: Mutex::new(BTreeSet::new()) }
+    }
+
+    /// A session that used `servers` (fixtures): `initialize`, then a call of each one's `echo`,
+    /// in parallel, which starts their processes (none starts at `initialize`).
+    pub fn session_using(&self, servers: &[&str]) -> super::Client {
+        let client = self.gate.open_session();
+        use_servers(&client, servers);
+        client
     }
 
     /// mcpgate's children now (zombies included), remembered for the drop.

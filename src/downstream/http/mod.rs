@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use crate::config::HttpConfig;
-use crate::downstream::{Connector, DownstreamError, Limits, Link, Opened, Server};
+use crate::downstream::{Connector, DownstreamError, Limits, Link, Opened, Opener, Server};
 
 mod coalesce;
 mod endpoint;
@@ -47,7 +47,7 @@ impl Connector for HttpConnector {
     }
 
     /// A server of the stateless era gets a view; any other, `initialize`.
-    fn open(&self, server: &Arc<Server>, body: &[u8]) -> Result<Opened, DownstreamError> {
+    fn open(&self, server: &Arc<Server>, body: &[u8], _: &Opener) -> Result<Opened, DownstreamError> {
         match stateless::open(server, &self.endpoint, &self.stateless, body)? {
             Some(opened) => Ok(opened),
             None => link::open(server, &self.endpoint, body),

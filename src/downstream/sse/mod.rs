@@ -35,7 +35,7 @@ use serde_json::value::RawValue;
 use ureq::Agent;
 
 use super::http::{self, Reader, status_error};
-use super::{Arrival, Connector, Downstream, DownstreamError, Flight, Inbox, Limits, Link, Opened, Server};
+use super::{Arrival, Connector, Downstream, DownstreamError, Flight, Inbox, Limits, Link, Opened, Opener, Server};
 use crate::config::HttpConfig;
 use crate::limited;
 use crate::protocol::jsonrpc::{self, Kind, Message};
@@ -64,7 +64,7 @@ impl Connector for SseConnector {
         "sse"
     }
 
-    fn open(&self, server: &Arc<Server>, body: &[u8]) -> Result<Opened, DownstreamError> {
+    fn open(&self, server: &Arc<Server>, body: &[u8], _: &Opener) -> Result<Opened, DownstreamError> {
         open(server, self, body)
     }
 

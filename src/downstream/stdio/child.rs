@@ -13,11 +13,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use serde_json::Value;
 
 use crate::downstream::children::{Children, Sweep, descendants, exits_within, reap_all};
-use crate::downstream::{DownstreamError, Inbox};
+use crate::downstream::{DownstreamError, Inbox, Readiness};
 use crate::protocol::jsonrpc::Message;
 use crate::runtime::sys::{self, ChildSignal};
 use crate::runtime::threads;
@@ -42,8 +42,13 @@ pub(crate) struct Child {
     pub(super) stopping: AtomicBool,
     /// Guards its reader and stderr threads, joined when it is stopped.
     pub(super) threads: Mutex<Vec<JoinHandle<()>>>,
-    /// A shared child's `initialize` answer, for the views after the first.
-    pub(super) initialize: Mutex<Option<Message>>,
+    /// Guards how a shared child's start goes: mcpgate initializes it once,
+    /// for every session that uses it; `settled` tells the waiters.
+    pub(super) start: Mutex<Start>,
+    pub(super) settled: Condvar,
+    /// When a shared child must have answered `initialize` by.
+    pub(super) start_deadline: Instant,
+    /// Set once `notifications/initialized` went: a session's is not sent again.
     pub(super) initialized: AtomicBool,
     /// Its stdout as `/proc` names it (`pipe:[inode]`): a process it left
     /// behind that still holds it is found by it.
@@ -52,9 +57,106 @@ pub(crate) struct Child {
     pub(super) shared: bool,
 }
 
+/// How a shared child's start goes.
+pub(super) enum Start {
+    /// Its `initialize` is sent; these sessions are told when it is ready
+    /// (their lists left it out).
+    Pending(Vec<Weak<dyn Inbox>>),
+    /// It answered: the answer every session opened on it gets.
+    Ready(Message),
+    /// It refused, ended, or stayed silent past its deadline: why.
+    Failed(String),
+}
+
 impl Child {
     pub(super) fn idle_for(&self) -> Duration {
         self.used.lock().elapsed()
+    }
+
+    /// The answer to a shared child's `initialize`, waiting for it until
+    /// `until` at most (never past the child's own deadline): `None` while
+    /// it is still starting then.
+    pub(super) fn wait_started(&self, until: Instant) -> Option<Result<Message, String>> {
+        let until = until.min(self.start_deadline);
+        let mut start = self.start.lock();
+        loop {
+            match &*start {
+                Start::Ready(answer) => return Some(Ok(answer.clone())),
+                Start::Failed(why) => return Some(Err(why.clone())),
+                Start::Pending(_) if Instant::now() >= until => return None,
+                Start::Pending(_) => {
+                    // A wake-up before `until` looks again; one at it returns above.
+                    let _ = self.settled.wait_until(&mut start, until);
+                }
+            }
+        }
+    }
+
+    /// Whether a shared child is ready within `within`; still starting then,
+    /// `inbox` (if any) is told when it is, once.
+    pub(super) fn ready_within(&self, within: Duration, inbox: Option<Weak<dyn Inbox>>) -> Readiness {
+        // Settled, or late: opening a session on it says how it went.
+        if self.wait_started(Instant::now() + within).is_some() || Instant::now() >= self.start_deadline {
+            return Readiness::Ready;
+        }
+        let mut start = self.start.lock();
+        match (&mut *start, inbox) {
+            (Start::Pending(waiting), Some(inbox)) => {
+                if !waiting.iter().any(|w| w.ptr_eq(&inbox)) {
+                    waiting.push(inbox);
+                }
+                Readiness::Starting
+            }
+            (Start::Pending(_), None) => Readiness::Starting,
+            // Settled meanwhile.
+            _ => Readiness::Ready,
+        }
+    }
+
+    /// Settles a shared child's start, once; the sessions to tell it is ready.
+    pub(super) fn settle_start(&self, outcome: Result<Message, String>) -> Vec<Weak<dyn Inbox>> {
+        let mut start = self.start.lock();
+        let Start::Pending(waiting) = &mut *start else { return Vec::new() };
+        let waiting = std::mem::take(waiting);
+        *start = match outcome {
+            Ok(answer) => Start::Ready(answer),
+            Err(why) => Start::Failed(why),
+        };
+        drop(start);
+        self.settled.notify_all();
+        waiting
+    }
+
+    /// Whether a shared child can serve sessions: it answered `initialize`,
+    /// or may still, within its deadline.
+    pub(super) fn usable(&self) -> bool {
+        match &*self.start.lock() {
+            Start::Ready(_) => true,
+            Start::Pending(_) => Instant::now() < self.start_deadline,
+            Start::Failed(_) => false,
+        }
+    }
+
+    /// Whether a shared child answered its `initialize`.
+    pub(super) fn is_ready(&self) -> bool {
+        matches!(&*self.start.lock(), Start::Ready(_))
+    }
+
+    /// Why a shared child that cannot serve did not start (`timeout`: its
+    /// start's bound).
+    pub(super) fn why_not_started(&self, timeout: Duration) -> String {
+        match &*self.start.lock() {
+            Start::Failed(why) => why.clone(),
+            _ => format!(
+                "its process did not answer initialize within {} s (start_timeout_secs); it is stopped",
+                timeout.as_secs()
+            ),
+        }
+    }
+
+    /// Whether a shared child is still starting.
+    pub(super) fn is_starting(&self) -> bool {
+        matches!(&*self.start.lock(), Start::Pending(_))
     }
 
     /// Writes one message as a line, within `timeout`: a child that does not
@@ -128,12 +230,13 @@ impl Child {
         Some(Signalled(signalled))
     }
 
-    /// Wakes every call waiting on the child with `why`.
+    /// Wakes every call waiting on the child with `why`; a start pending fails so.
     pub(super) fn end_calls(&self, why: &str) {
         let waiting: Vec<Sender<Incoming>> = self.calls.lock().waiting.drain().map(|(_, w)| w.tx).collect();
         for tx in waiting {
             let _ = tx.send(Incoming::Ended(why.to_string()));
         }
+        self.settle_start(Err(why.to_string()));
     }
 
     fn join_threads(&self) {
@@ -170,6 +273,9 @@ pub(super) struct Waiting {
     /// Whether the caller's answer carries what the child sends meanwhile to
     /// a client (see [`carries`](super::routing::carries)).
     pub(super) carries: bool,
+    /// A shared child's own `initialize`: its answer settles the start,
+    /// and no caller waits on `tx`.
+    pub(super) start: bool,
 }
 
 #[derive(Default)]

@@ -34,12 +34,11 @@ impl StdioLink {
     pub(super) fn initialize(&self, server: &Server, body: &[u8]) -> Result<Message, DownstreamError> {
         let (tx, rx) = bounded(16);
         let wire = 0;
-        self.child
-            .calls
-            .lock()
-            .waiting
-            .insert(wire, Waiting { tx, view: self.view, id: Value::from(0), token: None, carries: false });
-        let wait = server.limits.connect + server.limits.request;
+        self.child.calls.lock().waiting.insert(
+            wire,
+            Waiting { tx, view: self.view, id: Value::from(0), token: None, carries: false, start: false },
+        );
+        let wait = server.limits.start;
         if let Err(e) = self.child.write_line(body, wait) {
             self.child.calls.lock().waiting.remove(&wire);
             return Err(e);
@@ -95,9 +94,10 @@ impl Link for StdioLink {
             if let Some((wire_token, _)) = &token {
                 calls.tokens.insert(wire_token.clone(), wire);
             }
-            calls
-                .waiting
-                .insert(wire, Waiting { tx, view: self.view, id: id.clone(), token, carries: carries(method) });
+            calls.waiting.insert(
+                wire,
+                Waiting { tx, view: self.view, id: id.clone(), token, carries: carries(method), start: false },
+            );
         }
         let body = jsonrpc::request(&Value::from(wire), method, params.as_deref());
         let result = self.child.write_line(&body, d.server.limits.request).and_then(|()| {
@@ -130,8 +130,8 @@ impl Link for StdioLink {
         if self.child.gone.load(Ordering::Acquire) {
             return Err(DownstreamError::SessionGone);
         }
-        if self.shared && is_initialized(body) && self.child.initialized.swap(true, Ordering::AcqRel) {
-            // A shared child is initialized once, by its first session.
+        if self.shared && self.child.initialized.load(Ordering::Acquire) && is_initialized(body) {
+            // A shared child is initialized once, by mcpgate when it started.
             return Ok(());
         }
         self.child.write_line(body, d.server.limits.request)
@@ -174,15 +174,11 @@ impl Link for StdioLink {
             return Ok(());
         }
         // The last session left a shared child: the reaper stops it after
-        // shared_idle_secs, unless it never answered initialize (it hung, or
-        // refused), or its server was removed or changed by a reload (the
-        // reaper looks only at the servers configured now): then no session
-        // can use it, and it stops now. A session initializing it holds the
-        // lock, and keeps it.
-        let unusable = || {
-            program.retired.load(Ordering::Acquire)
-                || self.child.initialize.try_lock().is_some_and(|answer| answer.is_none())
-        };
+        // shared_idle_secs, unless it cannot serve (it refused initialize, or
+        // stayed silent past start_timeout_secs), or its server was removed
+        // or changed by a reload (the reaper looks only at the servers
+        // configured now): then no session can use it, and it stops now.
+        let unusable = || program.retired.load(Ordering::Acquire) || !self.child.usable();
         if self.shared && !unusable() {
             return Ok(());
         }

@@ -22,9 +22,13 @@
 //!   is reaped (while its pid cannot be reused), and the readers notice its
 //!   exit even when a process that escaped the group holds its pipes.
 //!
-//! Sharing: with `"sharing": "session"` (the default) each client session
-//! has a child of its own. With `"shared"` one child serves every session:
-//! each session's downstream session is a view of it, request ids and
+//! Sharing: with `"sharing": "user"` (the default) the sessions of one
+//! user (a token or an OAuth subject; every session without `auth`) share
+//! one child, as Claude Desktop runs one process per server for all its
+//! conversations; `"shared"` is one child for every session of every user;
+//! `"session"` a child per session. A shared child is started when first
+//! needed (or ahead, `"start": "eager"`), initialized once by mcpgate, and
+//! each session's downstream session is a view of it: request ids and
 //! progress tokens are rewritten so sessions cannot collide, and what the
 //! child sends goes to the session it concerns: a response to its request,
 //! progress to the call that asked for it, a request (sampling,
@@ -45,16 +49,13 @@
 //! here, [`StdioConnector`] and `open`. What every server's children share
 //! (the spawner thread, `max_processes`, the sweep) is `downstream/children.rs`.
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
-
 use crate::config::{Sharing, StdioConfig};
-use crate::downstream::children::Children;
-use crate::downstream::{Connector, DownstreamError, Opened, Processes, Server};
-use crate::protocol::jsonrpc;
+use crate::downstream::children::{Children, Holder};
+use crate::downstream::{Connector, DownstreamError, Inbox, Opened, Opener, Processes, Readiness, Server};
 
 mod child;
 mod link;
@@ -85,8 +86,32 @@ impl Connector for StdioConnector {
         "stdio"
     }
 
-    fn open(&self, server: &Arc<Server>, body: &[u8]) -> Result<Opened, DownstreamError> {
-        open(server, &self.program, body)
+    fn open(&self, server: &Arc<Server>, body: &[u8], opener: &Opener) -> Result<Opened, DownstreamError> {
+        open(server, &self.program, body, opener)
+    }
+
+    /// A process starts when first needed, not at a session's `initialize`.
+    fn opens_at_initialize(&self) -> bool {
+        false
+    }
+
+    fn warm(
+        &self,
+        server: &Arc<Server>,
+        principal: Option<[u8; 32]>,
+        within: Duration,
+        inbox: Option<Weak<dyn Inbox>>,
+    ) -> Readiness {
+        if self.program.config.sharing == Sharing::Session {
+            // A session's own process starts when it opens its session.
+            return Readiness::Ready;
+        }
+        let opener = Opener { principal, ..Opener::default() };
+        match self.program.shared_child(server, &opener) {
+            Ok(child) => child.ready_within(within, inbox),
+            // Opening the session says why.
+            Err(_) => Readiness::Ready,
+        }
     }
 
     fn processes(&self) -> Option<Processes> {
@@ -106,59 +131,29 @@ impl Connector for StdioConnector {
     }
 }
 
-/// Opens a session on a stdio server: its own child (`"sharing":
-/// "session"`) or a view of the shared one. Sends `initialize` unless the
-/// shared child has answered it already.
-fn open(server: &Arc<Server>, program: &Arc<Program>, body: &[u8]) -> Result<Opened, DownstreamError> {
-    let shared = program.config.sharing == Sharing::Shared;
+/// Opens a session on a stdio server: a view of its user's shared child
+/// (started unless it runs, and waited for within `start_timeout_secs`),
+/// or a child of its own (`"sharing": "session"`), which gets the
+/// client's `initialize`.
+fn open(server: &Arc<Server>, program: &Arc<Program>, body: &[u8], opener: &Opener) -> Result<Opened, DownstreamError> {
+    let shared = program.config.sharing != Sharing::Session;
     let child = if shared {
-        let mut slot = program.shared.lock();
-        // Ends: a turn either takes a child or takes a gone one out of the slot.
-        loop {
-            match slot.as_ref() {
-                Some(child) if !child.gone.load(Ordering::Acquire) => break child.clone(),
-                Some(_) => {
-                    // Stopped without the lock held; meanwhile another session
-                    // may start the next child, which this one then uses.
-                    let old = slot.take();
-                    drop(slot);
-                    if let Some(old) = old {
-                        program.stop_child(&old);
-                    }
-                    slot = program.shared.lock();
-                }
-                None => {
-                    let child = program.spawn(server)?;
-                    *slot = Some(child.clone());
-                    break child;
-                }
-            }
-        }
+        program.shared_child(server, opener)?
     } else {
-        program.spawn(server)?
+        let holder =
+            Holder::Session { id: opener.session.chars().take(8).collect(), client: opener.client.to_string() };
+        program.spawn(server, holder)?
     };
     child.views.fetch_add(1, Ordering::AcqRel);
     *child.used.lock() = Instant::now();
     let view = VIEWS.fetch_add(1, Ordering::Relaxed);
     let link = StdioLink { program: program.clone(), child: child.clone(), view, shared };
     if shared {
-        // The first session initializes the shared child, as mcpgate, able to
-        // sample, elicit and list roots (each session's client is asked).
-        let mut first = child.initialize.lock();
-        if let Some(answer) = first.as_ref() {
-            return Ok((Box::new(link), Ok(answer.clone())));
-        }
-        let params = json!({
-            "protocolVersion": crate::protocol::versions::NEWEST,
-            "capabilities": {"sampling": {}, "elicitation": {}, "roots": {"listChanged": true}},
-            "clientInfo": {"name": "mcpgate", "version": env!("CARGO_PKG_VERSION")},
-        });
-        let body = jsonrpc::request(&Value::from(0), "initialize", Some(&jsonrpc::raw(&params)));
-        let answer = link.initialize(server, &body);
-        if let Ok(answer) = &answer {
-            *first = Some(answer.clone());
-        }
-        drop(first);
+        let answer = match child.wait_started(Instant::now() + server.limits.start) {
+            Some(Ok(answer)) => Ok(answer),
+            Some(Err(why)) => Err(DownstreamError::Refused(why)),
+            None => Err(DownstreamError::Refused(child.why_not_started(server.limits.start))),
+        };
         return Ok((Box::new(link), answer));
     }
     let answer = link.initialize(server, body);

@@ -1,23 +1,34 @@
 //! What a stdio server keeps, whichever session uses it: the program it
 //! runs (command, args, env), its children's counts, the backoff after
-//! children that failed on their own, and its shared child. Every child
-//! of a server starts here, within `max_processes`, and ends here: on the
-//! close path ([`Program::stop_child`]) or on its own ([`Program::ended`]).
+//! children that failed on their own, and its shared children (one per
+//! user, or one for all). Every child of a server starts here, within
+//! `max_processes`, and ends here: on the close path
+//! ([`Program::stop_child`]) or on its own ([`Program::ended`]).
+//!
+//! A shared child starts without anyone waiting on it: mcpgate sends its
+//! `initialize` at once, and its stdout's reader settles the start when
+//! the answer comes (`routing.rs`). Sessions wait for it only as long as
+//! they choose (a list, `list_wait_ms`; a call, `start_timeout_secs`), and
+//! the reaper stops one still silent past `start_timeout_secs`.
 
+use std::collections::HashMap;
 use std::io;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use crossbeam_channel::bounded;
+use parking_lot::{Condvar, Mutex};
+use serde_json::{Value, json};
 
-use super::child::{Calls, Child, Signalled, describe};
+use super::child::{Calls, Child, Signalled, Start, Waiting, describe};
 use super::reader::{log_stderr, read_stdout};
 use crate::config::{BASE_ENV, Sharing, StdioConfig};
-use crate::downstream::children::{Children, Sweep, exits_within, pipe_of};
-use crate::downstream::{DownstreamError, Processes, Server};
+use crate::downstream::children::{Children, Holder, Sweep, exits_within, pipe_of};
+use crate::downstream::{DownstreamError, Opener, Processes, Server};
 use crate::limited;
+use crate::protocol::jsonrpc;
 use crate::runtime::sys::{self, ChildSignal};
 use crate::runtime::threads;
 use crate::stats::{Counter, Gauge};
@@ -41,8 +52,10 @@ pub(super) struct Program {
     restarts: Counter,
     /// Guards the backoff after children that failed on their own.
     backoff: Mutex<Backoff>,
-    /// Guards the shared child (with `"sharing": "shared"`).
-    pub(super) shared: Mutex<Option<Arc<Child>>>,
+    /// Guards the shared children, by whose they are: a user's digest
+    /// (`"sharing": "user"`, `None` without `auth`), or `None` for all
+    /// (`"shared"`). Held across a fork, not across a wait.
+    pub(super) shared: Mutex<HashMap<Option<[u8; 32]>, Arc<Child>>>,
     pub(super) retired: AtomicBool,
 }
 
@@ -67,13 +80,15 @@ impl Program {
             killed: Counter::default(),
             restarts: Counter::default(),
             backoff: Mutex::new(Backoff::default()),
-            shared: Mutex::new(None),
+            shared: Mutex::new(HashMap::new()),
             retired: AtomicBool::new(false),
         }
     }
 
     pub(super) fn processes(&self) -> Processes {
+        let starting = self.shared.lock().values().filter(|c| c.is_starting()).count() as u64;
         Processes {
+            starting,
             live: self.live.get(),
             spawned: self.spawned.get(),
             exited: self.exited.get(),
@@ -84,10 +99,16 @@ impl Program {
 
     /// Stops `child` (the close path's end for a child), and counts it.
     pub(super) fn stop_child(&self, child: &Child) {
+        // A shared child that could not start counts as one that failed: the
+        // next start waits for the backoff, as after a crash.
+        let failed_start = child.shared && !child.is_ready();
         if let Some(Signalled(signalled)) = child.stop(&self.children) {
             self.live.dec();
             if signalled {
                 self.killed.inc();
+            }
+            if failed_start && !self.retired.load(Ordering::Acquire) {
+                self.back_off(child);
             }
         }
     }
@@ -97,43 +118,132 @@ impl Program {
         self.retired.store(true, Ordering::Release);
     }
 
-    /// Stops the shared child, whoever uses it (mcpgate is stopping).
+    /// Stops the shared children, whoever uses them (mcpgate is stopping).
     pub(super) fn shutdown(&self) {
-        let shared = self.shared.lock().take();
-        if let Some(child) = shared {
+        let shared: Vec<Arc<Child>> = self.shared.lock().drain().map(|(_, child)| child).collect();
+        for child in shared {
             self.stop_child(&child);
         }
     }
 
-    /// Takes `child` out of the shared slot, if it is there: the next
-    /// session starts another.
+    /// Takes `child` out of the shared ones, if it is there: the next
+    /// session of its user starts another.
     pub(super) fn forget_shared(&self, child: &Arc<Child>) {
-        let mut shared = self.shared.lock();
-        if shared.as_ref().is_some_and(|c| Arc::ptr_eq(c, child)) {
-            shared.take();
+        self.shared.lock().retain(|_, c| !Arc::ptr_eq(c, child));
+    }
+
+    /// Whose shared child a session of `principal` uses.
+    fn owner_of(&self, principal: Option<[u8; 32]>) -> Option<[u8; 32]> {
+        match self.config.sharing {
+            Sharing::User => principal,
+            Sharing::Shared | Sharing::Session => None,
         }
     }
 
-    /// Stops the shared child when no session has used it for `idle` (or
-    /// at once, retired).
+    /// The shared child of `principal`'s sessions, started (and sent
+    /// `initialize`) unless it runs; it may still be starting.
+    pub(super) fn shared_child(
+        self: &Arc<Self>,
+        server: &Arc<Server>,
+        opener: &Opener,
+    ) -> Result<Arc<Child>, DownstreamError> {
+        let owner = self.owner_of(opener.principal);
+        let mut shared = self.shared.lock();
+        if let Some(child) = shared.get(&owner) {
+            let gone = child.gone.load(Ordering::Acquire);
+            if !gone && child.usable() {
+                return Ok(child.clone());
+            }
+            // Ended, or could not start: stopped without the lock held. One that
+            // ended is started again (meanwhile another session may start the
+            // next one, which this one then uses); one that could not start
+            // says why, and the backoff decides when the next is tried.
+            let old = shared.remove(&owner);
+            drop(shared);
+            let why = old.as_ref().filter(|_| !gone).map(|old| old.why_not_started(server.limits.start));
+            if let Some(old) = old {
+                self.stop_child(&old);
+            }
+            if let Some(why) = why {
+                return Err(DownstreamError::Refused(why));
+            }
+            shared = self.shared.lock();
+            if let Some(child) = shared.get(&owner) {
+                return Ok(child.clone());
+            }
+        }
+        let holder = match (self.config.sharing, owner) {
+            (Sharing::User, Some(digest)) => Holder::User(crate::runtime::sha256::to_hex(&digest[..4])),
+            _ => Holder::Everyone,
+        };
+        let child = self.spawn(server, holder)?;
+        shared.insert(owner, child.clone());
+        drop(shared);
+        if let Err(e) = self.begin_start(server, &child) {
+            self.forget_shared(&child);
+            self.stop_child(&child);
+            return Err(e);
+        }
+        Ok(child)
+    }
+
+    /// Sends a shared child mcpgate's own `initialize`, able to sample,
+    /// elicit and list roots (each session's client is asked); its answer
+    /// settles the start (`routing.rs`).
+    fn begin_start(&self, server: &Server, child: &Child) -> Result<(), DownstreamError> {
+        let params = json!({
+            "protocolVersion": crate::protocol::versions::NEWEST,
+            "capabilities": {"sampling": {}, "elicitation": {}, "roots": {"listChanged": true}},
+            "clientInfo": {"name": "mcpgate", "version": env!("CARGO_PKG_VERSION")},
+        });
+        let body = jsonrpc::request(&Value::from(0), "initialize", Some(&jsonrpc::raw(&params)));
+        // Nothing waits on the channel: the answer settles `start`.
+        let (tx, _) = bounded(1);
+        let waiting = Waiting { tx, view: 0, id: Value::from(0), token: None, carries: false, start: true };
+        child.calls.lock().waiting.insert(0, waiting);
+        child.write_line(&body, server.limits.request)
+    }
+
+    /// Stops the shared children that cannot serve or that nobody needs: gone;
+    /// refused `initialize` or silent past `start_timeout_secs`; unused for
+    /// `idle` (at once, retired), unless started eagerly. The reaper's job.
     pub(super) fn stop_idle(&self, idle: Duration) {
         let retired = self.retired.load(Ordering::Acquire);
-        let unused = {
-            let mut shared = self.shared.lock();
-            let stale = shared.as_ref().is_some_and(|child| {
-                child.views.load(Ordering::Acquire) == 0 && (retired || child.idle_for() >= idle)
-                    || child.gone.load(Ordering::Acquire)
-            });
-            if stale { shared.take() } else { None }
-        };
-        if let Some(child) = unused {
-            log::info!("server `{}`: its shared process is stopped (no session used it)", self.name);
+        let eager = self.config.start == crate::config::Start::Eager && !retired;
+        let mut stale = Vec::new();
+        self.shared.lock().retain(|owner, child| {
+            // Started ahead for every session: kept. A user's (with `auth`) stops when unused.
+            let kept_ahead = eager && owner.is_none();
+            let unused =
+                child.views.load(Ordering::Acquire) == 0 && (retired || child.idle_for() >= idle) && !kept_ahead;
+            let keep = !unused && !child.gone.load(Ordering::Acquire) && child.usable();
+            if !keep {
+                stale.push(child.clone());
+            }
+            keep
+        });
+        for child in stale {
+            match &*child.start.lock() {
+                Start::Pending(_) => limited!(
+                    warn,
+                    "server `{}`: process {} did not answer initialize within start_timeout_secs; it is stopped",
+                    self.name,
+                    child.pid
+                ),
+                _ if child.gone.load(Ordering::Acquire) => {}
+                Start::Failed(why) => {
+                    limited!(warn, "server `{}`: process {} is stopped: {why}", self.name, child.pid)
+                }
+                Start::Ready(_) => {
+                    log::info!("server `{}`: a shared process is stopped (no session used it)", self.name)
+                }
+            }
             self.stop_child(&child);
         }
     }
 
-    /// Starts a child, unless a limit or the backoff says no.
-    pub(super) fn spawn(self: &Arc<Self>, server: &Arc<Server>) -> Result<Arc<Child>, DownstreamError> {
+    /// Starts a child for `holder`, unless a limit or the backoff says no.
+    pub(super) fn spawn(self: &Arc<Self>, server: &Arc<Server>, holder: Holder) -> Result<Arc<Child>, DownstreamError> {
         // Children are forked one at a time on the spawner thread anyway.
         let starting = self.children.starting.lock();
         {
@@ -143,23 +253,27 @@ impl Program {
             {
                 let wait = until.saturating_duration_since(Instant::now()).as_secs_f64().ceil();
                 return Err(DownstreamError::Exhausted(format!(
-                    "its process ended {} times in a row; it is started again in {wait} s",
+                    "its process failed (ended, or did not start) {} times in a row; it is started again in {wait} s",
                     backoff.failures
                 )));
             }
         }
         let total = self.children.limit.load(Ordering::Relaxed);
         if self.children.live.get() as usize >= total {
+            self.children.refused();
             return Err(DownstreamError::Exhausted(format!(
-                "mcpgate runs its limit of {total} processes (max_processes)"
+                "mcpgate runs its limit of {total} processes (max_processes): {}",
+                self.children.holders_of(None)
             )));
         }
         if let Some(max) = self.config.max_processes
             && self.live.get() as usize >= max
         {
+            self.children.refused();
             return Err(DownstreamError::Exhausted(format!(
-                "this server runs its limit of {max} processes (mcpServers.{}.max_processes)",
-                self.name
+                "this server runs its limit of {max} processes (mcpServers.{}.max_processes): {}",
+                self.name,
+                self.children.holders_of(Some(&self.name))
             )));
         }
         let mut command = Command::new(&self.config.command);
@@ -180,6 +294,7 @@ impl Program {
             .children
             .spawn(command)
             .map_err(|e| DownstreamError::Connect(format!("cannot start `{}`: {e}", self.config.command)))?;
+        self.children.hold(process.id(), &self.name, holder);
         self.children.spawned.inc();
         self.children.live.inc();
         self.spawned.inc();
@@ -197,7 +312,7 @@ impl Program {
             process: Mutex::new(Some(process)),
             stdin: Mutex::new(stdin),
             calls: Mutex::new(Calls {
-                early: (self.config.sharing != Sharing::Shared).then(Vec::new),
+                early: (self.config.sharing == Sharing::Session).then(Vec::new),
                 ..Calls::default()
             }),
             views: AtomicUsize::new(0),
@@ -206,10 +321,12 @@ impl Program {
             gone: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
             threads: Mutex::new(Vec::new()),
-            initialize: Mutex::new(None),
+            start: Mutex::new(Start::Pending(Vec::new())),
+            settled: Condvar::new(),
+            start_deadline: Instant::now() + server.limits.start,
             initialized: AtomicBool::new(false),
             pipe,
-            shared: self.config.sharing == Sharing::Shared,
+            shared: self.config.sharing != Sharing::Session,
         });
         if let Some(stdin) = child.stdin.lock().as_ref()
             && let Err(e) = sys::set_nonblocking(stdin)
@@ -290,6 +407,12 @@ impl Program {
     /// A child ended on its own: counted, and its server backs off.
     fn ended_on_its_own(&self, child: &Child) {
         self.exited.inc();
+        self.back_off(child);
+    }
+
+    /// `child` failed (it ended on its own, or could not start): the next
+    /// start of its server waits, longer each time it fails again soon.
+    fn back_off(&self, child: &Child) {
         let mut backoff = self.backoff.lock();
         backoff.restart = true;
         if child.started.elapsed() >= STABLE_AFTER {

@@ -46,6 +46,7 @@ pub(super) fn route(server: &Arc<Server>, child: &Arc<Child>, mut message: Messa
             let wire = message.id.as_ref().and_then(Value::as_u64);
             let waiting = wire.and_then(|wire| child.calls.lock().waiting.remove(&wire));
             match waiting {
+                Some(waiting) if waiting.start => started(server, child, message),
                 Some(waiting) => {
                     if let Some((wire_token, _)) = &waiting.token {
                         child.calls.lock().tokens.remove(wire_token);
@@ -87,6 +88,34 @@ pub(super) fn route(server: &Arc<Server>, child: &Arc<Child>, mut message: Messa
         }
         Ok(Kind::Request) => ask_a_client(server, child, message),
         Err(_) => {}
+    }
+}
+
+/// A shared child answered the `initialize` mcpgate sent it when it
+/// started: `notifications/initialized` goes, once for all its sessions,
+/// and those whose lists left it out while it started are told it is ready.
+fn started(server: &Arc<Server>, child: &Arc<Child>, answer: Message) {
+    let outcome = match (&answer.error, &answer.result) {
+        (Some(error), _) => Err(format!("it refused initialize: {}", error.get())),
+        (None, None) => Err("its answer to initialize has no result".to_string()),
+        (None, Some(_)) => {
+            let initialized = jsonrpc::notification("notifications/initialized", None);
+            match child.write_line(&initialized, server.limits.request) {
+                Ok(()) => {
+                    child.initialized.store(true, std::sync::atomic::Ordering::Release);
+                    Ok(answer)
+                }
+                Err(e) => Err(format!("notifications/initialized could not be sent: {e}")),
+            }
+        }
+    };
+    let ready = outcome.is_ok();
+    let waiting = child.settle_start(outcome);
+    log::debug!("server `{}`: process {} started (ready: {ready})", server.name(), child.pid);
+    if ready {
+        for inbox in waiting.iter().filter_map(Weak::upgrade) {
+            inbox.started(server);
+        }
     }
 }
 

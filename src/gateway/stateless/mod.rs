@@ -249,7 +249,7 @@ impl Gateway {
                 "io.modelcontextprotocol/serverInfo": { "name": "mcpgate", "version": env!("CARGO_PKG_VERSION") },
             },
         });
-        if let Some(text) = instructions(&opened) {
+        if let Some(text) = instructions(&super::visible(&self.current(), &pool), &opened) {
             result["instructions"] = Value::String(text);
         }
         self.finish(id, "server/discover", Outcome::Result(result), None)
