@@ -493,7 +493,7 @@ stdio_config() {
     {
         printf '{"listen": "127.0.0.1:0", "calls_per_server": 8, "session_idle_timeout_secs": %s,\n' "$idle"
         printf ' "max_connections": 4096, "max_sessions": 4096, "keepalive_secs": 15, "max_processes": 256,\n'
-        printf ' "mcpServers": {"s": {"command": "%s", "args": ["--stdio", "--name", "s"], "prefix": ""}}}\n' "$BIN/mcp-fixture"
+        printf ' "mcpServers": {"s": {"command": "%s", "args": ["--stdio", "--name", "s"], "prefix": "", "sharing": "session"}}}\n' "$BIN/mcp-fixture"
     } > "$path"
 }
 # One JSON object of the load generator's `procs`: RSS and threads from
@@ -569,7 +569,7 @@ record "{\"part\":\"stdio-footprint\",\"target\":\"mcpgate\",\"sessions\":0,\"wh
 wait_no_children "$GATE_SF"
 sleep "$SETTLE"
 record "{\"part\":\"stdio-footprint\",\"target\":\"mcpgate\",\"sessions\":0,\"when\":\"after one session\",\"procs\":$(procs "$GATE_SF_PID"),\"status_threads\":$(status_threads "$GATE_SF")}"
-"$LOAD" sessions --url "http://$GATE_SF/mcp" --count "$STDIO_HOLD" --no-stream > "$OUT/run/sessions-stdio.out"
+"$LOAD" sessions --url "http://$GATE_SF/mcp" --count "$STDIO_HOLD" --no-stream --call --tool echo > "$OUT/run/sessions-stdio.out"
 sleep "$SETTLE"
 record "{\"part\":\"stdio-footprint\",\"target\":\"mcpgate\",\"sessions\":$STDIO_HOLD,\"when\":\"held\",\"procs\":$(procs "$GATE_SF_PID"),\"status_threads\":$(status_threads "$GATE_SF"),\"live\":$(status_field "$GATE_SF" "['processes']['live']")}"
 echo "  mcpgate with $STDIO_HOLD sessions: $(procs "$GATE_SF_PID")" >&2

@@ -146,7 +146,7 @@ smoke() {
   "shutdown_timeout_secs": 30,
   "mcpServers": {
     "web": { "url": "http://127.0.0.1:$fix_port/mcp" },
-    "local": { "command": "$FIXTURE", "args": ["--stdio", "--name", "local"] }
+    "local": { "command": "$FIXTURE", "args": ["--stdio", "--name", "local"], "sharing": "session" }
   }
 }
 EOF

@@ -5,7 +5,7 @@
 //!
 //!   mcp-load calls    --url URL|--stdio CMD|--sse URL --tool NAME --clients N --seconds S [--modern] [--args JSON]
 //!   mcp-load cold     --url URL|--stdio CMD --tool NAME --count N
-//!   mcp-load sessions --url URL --count N [--no-stream] [--list] [--hold-file PATH]
+//!   mcp-load sessions --url URL --count N [--no-stream] [--list] [--call] [--tool NAME] [--hold-file PATH]
 //!   mcp-load churn    --url URL --tool NAME --cycles N [--sample-pid PID --samples CSV]
 //!                     [--all-delete] [--modern] [--args JSON] [--quiet-ms MS] [--children-of PID]
 //!   mcp-load procs    --pid PID
@@ -29,7 +29,7 @@
 //! `_meta` and routing headers.
 //! `sessions`: opens N sessions
 //! that each hold a GET stream (unless --no-stream), and with --list each asks the first page
-//! of `tools/list`; prints `ready`, and holds them until PATH exists (or stdin closes). `churn`: N cycles of initialize, one call,
+//! of `tools/list`, with --call each calls --tool once; prints `ready`, and holds them until PATH exists (or stdin closes). `churn`: N cycles of initialize, one call,
 //! then DELETE (even cycles, or all with --all-delete) or walk away (odd: left
 //! to idle eviction), sampling RSS and threads of PID every 100 ms into CSV;
 //! with --children-of, after each call it notes the children of that PID
@@ -76,6 +76,9 @@ struct Args {
     no_stream: bool,
     /// `sessions --list`: each session asks the first page of `tools/list`.
     list: bool,
+    /// `sessions --call`: each session calls `--tool` once (a stdio server's
+    /// process starts when first needed, not at `initialize`).
+    call: bool,
     /// `calls`, `cold`: the stdio server's command and arguments, instead of a URL.
     stdio: Option<Vec<String>>,
     /// `calls`, `cold`: the stream of a server of the old HTTP+SSE transport, instead of a URL.
@@ -130,6 +133,7 @@ fn args() -> Args {
         samples: None,
         no_stream: false,
         list: false,
+        call: false,
         stdio: None,
         sse: None,
         all_delete: false,
@@ -142,6 +146,10 @@ fn args() -> Args {
     while let Some(flag) = it.next() {
         if flag == "--list" {
             a.list = true;
+            continue;
+        }
+        if flag == "--call" {
+            a.call = true;
             continue;
         }
         if flag == "--no-stream" {
@@ -716,6 +724,10 @@ fn sessions(a: &Args) {
         let mut client = Client::connect(&a.url).unwrap_or_else(|e| panic!("session {i}: {e}"));
         if a.list {
             client.request("tools/list", json!({})).unwrap_or_else(|e| panic!("session {i}: tools/list: {e}"));
+        }
+        if a.call {
+            let params = json!({"name": a.tool, "arguments": a.arguments});
+            client.request("tools/call", params).unwrap_or_else(|e| panic!("session {i}: tools/call: {e}"));
         }
         if a.no_stream {
             // The session stays open at the server; its connection does not.

@@ -10,6 +10,8 @@
 #   memory      server-memory, "sharing": "shared", its graph in $RUN/stdio/memory.jsonl;
 #   everything  server-everything in stdio mode, with an `env` of its own (stdio_spec.json);
 #   time        mcp-server-time, the venv's entry point.
+# All but memory with "sharing": "session", a process per client session, whose isolation the
+# checks hold; the default, a process per user, is pasted.sh's with the servers run as pasted.
 # The official Python client (two sessions: stdio_checks.py) and the TypeScript SDK client
 # (stdio_client.cjs) use them through mcpgate, one after the other. A watch (stdio_procs.py) notes
 # every process below mcpgate in /proc: as many children as status.json says it spawned. Then, once the shared process was stopped for being idle
@@ -30,7 +32,8 @@ stdio_step() {
   "mcpServers": {
     "filesystem": {
       "command": "node",
-      "args": ["$NM/$sm/server-filesystem/dist/index.js", "$fsdir"]
+      "args": ["$NM/$sm/server-filesystem/dist/index.js", "$fsdir"],
+      "sharing": "session"
     },
     "memory": {
       "command": "node",
@@ -41,11 +44,13 @@ stdio_step() {
     "everything": {
       "command": "node",
       "args": ["$EVERYTHING", "stdio"],
-      "env": { "INTEROP_STDIO_KEY": "for server-everything only" }
+      "env": { "INTEROP_STDIO_KEY": "for server-everything only" },
+      "sharing": "session"
     },
     "time": {
       "command": "$VENV/bin/mcp-server-time",
-      "args": ["--local-timezone", "Etc/UTC"]
+      "args": ["--local-timezone", "Etc/UTC"],
+      "sharing": "session"
     }
   }
 }
