@@ -415,6 +415,11 @@ pub const KEYS: &[Key] = &[
         meaning: "Tools one `find_tools` answers with at most, best first, each with its full definition.",
     },
     Key {
+        name: "env_passthrough",
+        kind: Kind::Other("the CA, proxy, npm and uv variables (see the text)"),
+        meaning: "Variables of mcpgate's own environment every stdio server's process gets, besides the base (`PATH HOME USER LOGNAME LANG LC_ALL LC_CTYPE TZ TMPDIR`) and before its own `env`: names, or a prefix and `*`. The default is what package runners need behind a proxy or a private CA: `SSL_CERT_FILE SSL_CERT_DIR NODE_EXTRA_CA_CERTS REQUESTS_CA_BUNDLE CURL_CA_BUNDLE HTTP_PROXY HTTPS_PROXY NO_PROXY ALL_PROXY` (and their lower-case forms), `npm_config_* NPM_CONFIG_* UV_* PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_CERT XDG_CACHE_HOME`.",
+    },
+    Key {
         name: "mcpServers",
         kind: Kind::Other("(required)"),
         meaning: "Map of server name to server. Names are 1 to 64 of `A-Z a-z 0-9 _ . -`.",
@@ -447,7 +452,7 @@ pub const KEYS: &[Key] = &[
     Key {
         name: "mcpServers.<name>.env",
         kind: Kind::Other("{}"),
-        meaning: "Environment variables of the program, e.g. API keys. It gets these, and of mcpgate's own environment only `PATH HOME USER LOGNAME LANG LC_ALL LC_CTYPE TZ TMPDIR`.",
+        meaning: "Environment variables of the program, e.g. API keys. It gets these, and of mcpgate's own environment only `PATH HOME USER LOGNAME LANG LC_ALL LC_CTYPE TZ TMPDIR` and what `env_passthrough` names.",
     },
     Key { name: "mcpServers.<name>.cwd", kind: Kind::Other("mcpgate's"), meaning: "The program's working directory." },
     Key {
@@ -645,8 +650,37 @@ pub struct StdioConfig {
     pub cwd: Option<PathBuf>,
     pub sharing: Sharing,
     pub start: Start,
+    /// The variables of mcpgate's environment it gets besides [`BASE_ENV`]
+    /// (the global `env_passthrough`).
+    pub passthrough: Vec<String>,
     /// At most this many children of this server at once.
     pub max_processes: Option<usize>,
+}
+
+impl StdioConfig {
+    /// Where its `command` is, as the process would find it: a path with a
+    /// `/` as it is, a name on `path` (a `PATH`); why not, when it is not
+    /// there or not executable.
+    pub fn find_program(&self, path: Option<&std::ffi::OsStr>) -> Result<PathBuf, String> {
+        use std::os::unix::fs::PermissionsExt;
+        let executable = |p: &Path| p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+        if self.command.contains('/') {
+            let program = match &self.cwd {
+                Some(cwd) if Path::new(&self.command).is_relative() => cwd.join(&self.command),
+                _ => PathBuf::from(&self.command),
+            };
+            return if executable(&program) {
+                Ok(program)
+            } else {
+                Err(format!("`{}` is not an executable file", program.display()))
+            };
+        }
+        let dirs: Vec<PathBuf> = path.map(|p| std::env::split_paths(p).collect()).unwrap_or_default();
+        dirs.iter().map(|dir| dir.join(&self.command)).find(|p| executable(p)).ok_or_else(|| {
+            let searched: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+            format!("`{}` is not found on PATH ({})", self.command, searched.join(":"))
+        })
+    }
 }
 
 /// Whose a stdio server's child process is.
@@ -675,6 +709,43 @@ pub enum Start {
 /// its `env`: enough to find programs and run them, nothing that may hold
 /// another server's secrets.
 pub const BASE_ENV: &[&str] = &["PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR"];
+
+/// What `env_passthrough` is unless the config says otherwise: what `npx`,
+/// `uvx` and `pip` need to reach a registry behind a proxy or a private CA,
+/// and to find their caches and indexes. None is another server's secret:
+/// CA paths are paths; a proxy's URL (credentials included) and a package
+/// index's settings (a token for a private registry included) serve every
+/// server alike.
+pub const DEFAULT_PASSTHROUGH: &[&str] = &[
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "NODE_EXTRA_CA_CERTS",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "ALL_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "all_proxy",
+    "npm_config_*",
+    "NPM_CONFIG_*",
+    "UV_*",
+    "PIP_INDEX_URL",
+    "PIP_EXTRA_INDEX_URL",
+    "PIP_CERT",
+    "XDG_CACHE_HOME",
+];
+
+/// Whether the variable `name` is one `patterns` pass: a name, or a prefix and `*`.
+pub fn passes(patterns: &[String], name: &str) -> bool {
+    patterns.iter().any(|p| match p.strip_suffix('*') {
+        Some(prefix) => name.starts_with(prefix),
+        None => p == name,
+    })
+}
 
 impl ServerConfig {
     /// The URL of a server reached over HTTP (either transport).
@@ -812,6 +883,15 @@ impl Config {
             tool_search: tool_search(keys.take("tool_search"))?,
             servers: servers(keys.take("mcpServers"), server_order(text)?, env, &trust)?,
         };
+        let passthrough = match keys.take("env_passthrough") {
+            None => DEFAULT_PASSTHROUGH.iter().map(|s| s.to_string()).collect(),
+            Some(value) => env_patterns(value)?,
+        };
+        for server in &mut config.servers {
+            if let Transport::Stdio(stdio) = &mut server.transport {
+                stdio.passthrough = passthrough.clone();
+            }
+        }
         config.instance_id = keys.string("instance_id")?;
         if let Some(id) = &config.instance_id
             && !valid_instance_id(id)
@@ -1126,6 +1206,9 @@ fn http_config(
             if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
                 return Err(Invalid::new(key, "contains a line break or NUL"));
             }
+            if value.len() >= MIN_SECRET {
+                secrets.push(value.clone());
+            }
             headers.push((header.clone(), value));
         }
     }
@@ -1179,6 +1262,11 @@ fn stdio_config(
             if value.contains('\0') {
                 return Err(Invalid::new(key, "contains NUL"));
             }
+            // A key pasted as it is (Claude Desktop's own examples do) is as secret as one from
+            // `${VAR}`: an error quoting the server's stderr must not show it.
+            if value.len() >= MIN_SECRET {
+                secrets.push(value.clone());
+            }
             child_env.push((name.clone(), value));
         }
     }
@@ -1208,7 +1296,28 @@ fn stdio_config(
         }
     };
     let max_processes = keys.number("max_processes")?.map(|n| n as usize);
-    Ok(StdioConfig { command, args, env: child_env, cwd, sharing, start, max_processes })
+    Ok(StdioConfig { command, args, env: child_env, cwd, sharing, start, passthrough: Vec::new(), max_processes })
+}
+
+/// `env_passthrough`: a list of variable names, each maybe ending in `*`.
+fn env_patterns(value: &Value) -> Result<Vec<String>, Invalid> {
+    let key = "env_passthrough";
+    let Value::Array(items) = value else {
+        return Err(Invalid::new(key, format!("expected a list of variable names, found {}", kind(value))));
+    };
+    let mut out = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let name = item.as_str().unwrap_or_default();
+        let bare = name.strip_suffix('*').unwrap_or(name);
+        if bare.is_empty() || !bare.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            return Err(Invalid::new(
+                format!("{key}[{i}]"),
+                format!("{item} is not a variable name, or a prefix of one followed by `*`"),
+            ));
+        }
+        out.push(name.to_string());
+    }
+    Ok(out)
 }
 
 /// `tool_search`: `enabled`, `pinned`, `max_results`.
@@ -1248,6 +1357,10 @@ fn filter(value: Option<&Value>, path: &str) -> Result<Filter, Invalid> {
     keys.refuse_unknown()?;
     Ok(filter)
 }
+
+/// The shortest value of a server's `env` or `headers` taken for a secret
+/// as it is written: shorter ones (`1`, `true`, a port) would mask words.
+const MIN_SECRET: usize = 8;
 
 /// Expands `${NAME}` from the environment; the values are recorded as secrets.
 fn expand(text: &str, env: &dyn Fn(&str) -> Option<String>, secrets: &mut Vec<String>) -> Result<String, String> {
@@ -1523,6 +1636,26 @@ mod tests {
     }
 
     #[test]
+    fn env_passthrough_passes_names_and_prefixes_and_refuses_what_is_no_name() {
+        let c = parse(r#"{"mcpServers": {"a": {"command": "x"}}}"#).unwrap();
+        let Transport::Stdio(a) = &c.server("a").unwrap().transport else { panic!("a is stdio") };
+        for name in ["SSL_CERT_FILE", "HTTPS_PROXY", "https_proxy", "npm_config_cache", "UV_CACHE_DIR"] {
+            assert!(passes(&a.passthrough, name), "{name} by default");
+        }
+        for name in ["GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "UVX", "npm"] {
+            assert!(!passes(&a.passthrough, name), "{name} by default");
+        }
+        let c = parse(r#"{"env_passthrough": ["MY_*", "ONE"], "mcpServers": {"a": {"command": "x"}}}"#).unwrap();
+        let Transport::Stdio(a) = &c.server("a").unwrap().transport else { panic!("a is stdio") };
+        assert!(
+            passes(&a.passthrough, "MY_CA") && passes(&a.passthrough, "ONE") && !passes(&a.passthrough, "ONE_MORE")
+        );
+        assert!(!passes(&a.passthrough, "SSL_CERT_FILE"), "a list given replaces the default");
+        let e = parse(r#"{"env_passthrough": ["A B"], "mcpServers": {"a": {"command": "x"}}}"#).unwrap_err();
+        assert!(e.to_string().contains("env_passthrough[0]"), "{e}");
+    }
+
+    #[test]
     fn a_pasted_sse_server_is_the_old_http_sse_transport() {
         let c = parse(
             r#"{"mcpServers": {
@@ -1681,6 +1814,7 @@ mod tests {
             ("tool_search", json!({})),
             ("tool_search.pinned", json!(["a__*"])),
             ("mcpServers", json!({})),
+            ("env_passthrough", json!(["SSL_CERT_FILE", "npm_config_*"])),
             ("mcpServers.<name>.url", json!("http://127.0.0.1:9/mcp")),
             ("mcpServers.<name>.headers", json!({"X-A": "b"})),
             ("mcpServers.<name>.command", json!("mcp-server")),

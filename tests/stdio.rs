@@ -568,6 +568,8 @@ fn a_child_sees_its_own_env_and_path_but_not_mcpgates_environment() {
     server["cwd"] = json!(cwd.0);
     let gate = StdioGate::start_with(&config(json!({"p": server})), |mut command| {
         command.env("SECRET_OF_OTHER", "x").env("ANOTHER_TOKEN", "y");
+        // What package runners need behind a proxy or a private CA passes (env_passthrough).
+        command.env("HTTPS_PROXY", "http://proxy.example:3128").env("npm_config_cache", "/var/cache/npm");
         command
     });
     let _client = gate.session_using(&["p"]);
@@ -581,10 +583,23 @@ fn a_child_sees_its_own_env_and_path_but_not_mcpgates_environment() {
     assert_eq!(get("MCPGATE_LOG"), None, "{theirs:?}");
     assert_eq!(get("MINE"), Some("configured"), "{theirs:?}");
     assert_eq!(get("PASSED_ON"), Some("x"), "what its env names explicitly: {theirs:?}");
+    assert_eq!(get("HTTPS_PROXY"), Some("http://proxy.example:3128"), "env_passthrough: {theirs:?}");
+    assert_eq!(get("npm_config_cache"), Some("/var/cache/npm"), "env_passthrough: {theirs:?}");
     let path = ours.iter().find(|(n, _)| n == "PATH").map(|(_, v)| v.as_str());
     assert!(path.is_some() && get("PATH") == path, "mcpgate's PATH: {theirs:?}");
     let base = ["PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "MINE", "PASSED_ON"];
-    let extra: Vec<&String> = theirs.iter().map(|(n, _)| n).filter(|n| !base.contains(&n.as_str())).collect();
+    // The rest must be what env_passthrough passes from mcpgate's environment (a proxy, a CA,
+    // npm's and uv's settings), never another server's secret.
+    let passed = |n: &str| {
+        ["SSL_", "NODE_EXTRA_CA_CERTS", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "XDG_CACHE_HOME", "PIP_"]
+            .iter()
+            .any(|p| n.starts_with(p))
+            || n.to_ascii_lowercase().ends_with("_proxy")
+            || n.to_ascii_lowercase().starts_with("npm_config_")
+            || n.starts_with("UV_")
+    };
+    let extra: Vec<&String> =
+        theirs.iter().map(|(n, _)| n).filter(|n| !base.contains(&n.as_str()) && !passed(n)).collect();
     assert!(extra.is_empty(), "not in the base environment nor in its env: {extra:?}");
     let dir = std::fs::read_link(format!("/proc/{}/cwd", kid.pid)).expect("its cwd");
     assert_eq!(dir, cwd.0.canonicalize().unwrap(), "its cwd");

@@ -221,3 +221,42 @@ fn sigterm_stops_every_users_process_and_leaves_no_zombie() {
         assert!(gone, "process {pid} left after SIGTERM (or a zombie): {:?}", proc_info(pid));
     }
 }
+
+/// A server whose process ends at once (server-filesystem given a directory it cannot read): the
+/// client's error and the status page say why, from the last lines of its stderr, and each of
+/// three such servers is named in the log, not one of them for all.
+#[test]
+fn a_process_that_ends_says_why_in_the_error_and_on_the_status_page() {
+    let failing = |n: u32| {
+        let script = format!(
+            "echo 'Secure MCP Filesystem Server starting' >&2; \
+             echo 'Error: None of the specified directories are accessible (server {n}, token s3cret-{n})' >&2; exit 1"
+        );
+        let mut entry = support::shell_server(&script, &[]);
+        entry["sharing"] = json!("user");
+        entry["env"] = json!({"TOKEN": format!("s3cret-{n}")});
+        entry
+    };
+    let servers = json!({"f1": failing(1), "f2": failing(2), "f3": failing(3)});
+    let gate = StdioGate::start(&config(servers, json!({})));
+    let mut client = gate.open_session();
+    for n in 1..=3 {
+        let reply = client.call_tool(&format!("f{n}__anything"), json!({}));
+        // Unknown while its server is down: the message names the server and why.
+        let message = reply.error_message();
+        assert!(message.contains("None of the specified directories are accessible"), "{}", reply.body);
+        assert!(message.contains("exit status 1") && !message.contains(&format!("s3cret-{n}")), "{message}");
+    }
+    let status = gate.status();
+    for n in 1..=3 {
+        let error = status["servers"][format!("f{n}")]["last_error"].as_str().unwrap_or_default().to_string();
+        assert!(error.contains("None of the specified directories are accessible") && error.contains("***"), "{error}");
+    }
+    let log = gate.stderr();
+    for n in 1..=3 {
+        assert!(
+            log.lines().any(|l| l.contains(&format!("server `f{n}`: its process")) && l.contains("accessible")),
+            "server f{n}'s end is not in the log:\n{log}"
+        );
+    }
+}

@@ -21,6 +21,7 @@ use crate::runtime::state::Journal;
 use crate::session::{self, CloseReason, Session, Sessions};
 use crate::stats::Stats;
 
+pub mod check;
 mod dispatch;
 mod lists;
 mod merged;

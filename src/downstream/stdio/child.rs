@@ -53,9 +53,19 @@ pub(crate) struct Child {
     /// Its stdout as `/proc` names it (`pipe:[inode]`): a process it left
     /// behind that still holds it is found by it.
     pub(super) pipe: Option<String>,
-    /// Serves every session of its server (`"sharing": "shared"`).
+    /// Serves the sessions of a user, or every session (not `"sharing": "session"`).
     pub(super) shared: bool,
+    /// Guards the last lines of its stderr (each cut, a few in all): what an
+    /// error about its end says of why.
+    pub(super) stderr_tail: Mutex<std::collections::VecDeque<String>>,
+    /// Set when its stderr's thread has read to the end.
+    pub(super) stderr_done: AtomicBool,
 }
+
+/// Lines of a child's stderr kept for the error that says why it ended.
+pub(super) const TAIL_LINES: usize = 6;
+/// The most bytes of one such line.
+pub(super) const TAIL_LINE: usize = 240;
 
 /// How a shared child's start goes.
 pub(super) enum Start {
@@ -228,6 +238,38 @@ impl Child {
             log::debug!("process {} needed a signal to stop", self.pid);
         }
         Some(Signalled(signalled))
+    }
+
+    /// Keeps `line` among the last lines of its stderr.
+    pub(super) fn note_stderr(&self, line: &str) {
+        let mut cut = line.trim().to_string();
+        if cut.len() > TAIL_LINE {
+            let mut at = TAIL_LINE;
+            while !cut.is_char_boundary(at) {
+                at -= 1;
+            }
+            cut.truncate(at);
+            cut.push('…');
+        }
+        if cut.is_empty() {
+            return;
+        }
+        let mut tail = self.stderr_tail.lock();
+        if tail.len() == TAIL_LINES {
+            tail.pop_front();
+        }
+        tail.push_back(cut);
+    }
+
+    /// The last lines of its stderr, joined (waiting up to `wait` for its
+    /// stderr's thread to read to the end); `None` when it wrote none.
+    pub(super) fn last_stderr(&self, wait: Duration) -> Option<String> {
+        let deadline = Instant::now() + wait;
+        while !self.stderr_done.load(Ordering::Acquire) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let tail = self.stderr_tail.lock();
+        (!tail.is_empty()).then(|| tail.iter().map(String::as_str).collect::<Vec<_>>().join(" | "))
     }
 
     /// Wakes every call waiting on the child with `why`; a start pending fails so.

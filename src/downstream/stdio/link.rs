@@ -40,8 +40,9 @@ impl StdioLink {
         );
         let wait = server.limits.start;
         if let Err(e) = self.child.write_line(body, wait) {
+            let why = ended_why(&rx);
             self.child.calls.lock().waiting.remove(&wire);
-            return Err(e);
+            return Err(why.map_or(e, DownstreamError::Refused));
         }
         let deadline = Instant::now() + wait;
         loop {
@@ -100,7 +101,11 @@ impl Link for StdioLink {
             );
         }
         let body = jsonrpc::request(&Value::from(wire), method, params.as_deref());
-        let result = self.child.write_line(&body, d.server.limits.request).and_then(|()| {
+        let written = self.child.write_line(&body, d.server.limits.request).map_err(|e| match ended_why(&rx) {
+            Some(why) => DownstreamError::Exited(why),
+            None => e,
+        });
+        let result = written.and_then(|()| {
             loop {
                 match rx.recv() {
                     Ok(Incoming::Message(m)) if m.kind() == Ok(Kind::Response) => {
@@ -187,6 +192,20 @@ impl Link for StdioLink {
         }
         program.stop_child(&self.child);
         Ok(())
+    }
+}
+
+/// Why the child ended, when a write to it failed because it did: its
+/// reader tells the calls waiting (exit status, last stderr lines) within
+/// [`ENDED_WITHIN`]; `None` if it did not end.
+fn ended_why(rx: &crossbeam_channel::Receiver<Incoming>) -> Option<String> {
+    let deadline = Instant::now() + super::program::ENDED_WITHIN;
+    loop {
+        match rx.recv_deadline(deadline) {
+            Ok(Incoming::Ended(why)) => return Some(why),
+            Ok(Incoming::Message(_)) => {}
+            Err(_) => return None,
+        }
     }
 }
 

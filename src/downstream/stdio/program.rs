@@ -27,14 +27,17 @@ use super::reader::{log_stderr, read_stdout};
 use crate::config::{BASE_ENV, Sharing, StdioConfig};
 use crate::downstream::children::{Children, Holder, Sweep, exits_within, pipe_of};
 use crate::downstream::{DownstreamError, Opener, Processes, Server};
-use crate::limited;
 use crate::protocol::jsonrpc;
+use crate::runtime::ratelog::RateLimit;
 use crate::runtime::sys::{self, ChildSignal};
 use crate::runtime::threads;
 use crate::stats::{Counter, Gauge};
 
 /// A child that ran this long before it failed resets its server's backoff.
 const STABLE_AFTER: Duration = Duration::from_secs(30);
+/// How long a writer whose child's stdin broke waits for the child's reader
+/// to say how it ended (its exit status, its last stderr lines).
+pub(super) const ENDED_WITHIN: Duration = Duration::from_secs(1);
 /// Backoff between starts of a server whose children keep failing.
 const BACKOFF_MIN: Duration = Duration::from_secs(1);
 const BACKOFF_MAX: Duration = Duration::from_secs(60);
@@ -57,6 +60,10 @@ pub(super) struct Program {
     /// (`"shared"`). Held across a fork, not across a wait.
     pub(super) shared: Mutex<HashMap<Option<[u8; 32]>, Arc<Child>>>,
     pub(super) retired: AtomicBool,
+    /// This server's own limit on its children's stderr in the log, and on
+    /// its warnings: another server's flood does not silence it.
+    stderr: RateLimit,
+    warnings: RateLimit,
 }
 
 #[derive(Default)]
@@ -82,6 +89,8 @@ impl Program {
             backoff: Mutex::new(Backoff::default()),
             shared: Mutex::new(HashMap::new()),
             retired: AtomicBool::new(false),
+            stderr: RateLimit::new(Duration::from_secs(10)),
+            warnings: RateLimit::new(Duration::from_secs(10)),
         }
     }
 
@@ -180,6 +189,11 @@ impl Program {
         shared.insert(owner, child.clone());
         drop(shared);
         if let Err(e) = self.begin_start(server, &child) {
+            // Its stdin is closed when it ended at once: its reader says why.
+            let e = match child.wait_started(Instant::now() + ENDED_WITHIN) {
+                Some(Err(why)) => DownstreamError::Exited(why),
+                _ => e,
+            };
             self.forget_shared(&child);
             self.stop_child(&child);
             return Err(e);
@@ -223,20 +237,26 @@ impl Program {
             keep
         });
         for child in stale {
-            match &*child.start.lock() {
-                Start::Pending(_) => limited!(
-                    warn,
-                    "server `{}`: process {} did not answer initialize within start_timeout_secs; it is stopped",
-                    self.name,
+            let warning = match &*child.start.lock() {
+                Start::Pending(_) => Some(format!(
+                    "process {} did not answer initialize within start_timeout_secs; it is stopped",
                     child.pid
-                ),
-                _ if child.gone.load(Ordering::Acquire) => {}
-                Start::Failed(why) => {
-                    limited!(warn, "server `{}`: process {} is stopped: {why}", self.name, child.pid)
-                }
+                )),
+                _ if child.gone.load(Ordering::Acquire) => None,
+                Start::Failed(why) => Some(format!("process {} is stopped: {why}", child.pid)),
                 Start::Ready(_) => {
-                    log::info!("server `{}`: a shared process is stopped (no session used it)", self.name)
+                    log::info!("server `{}`: a shared process is stopped (no session used it)", self.name);
+                    None
                 }
+            };
+            if let Some(warning) = warning
+                && let Some(suppressed) = self.warnings.allow()
+            {
+                log::warn!(
+                    "server `{}`: {warning}{}",
+                    self.name,
+                    crate::runtime::ratelog::more(suppressed, &self.warnings)
+                );
             }
             self.stop_child(&child);
         }
@@ -280,6 +300,11 @@ impl Program {
         command.args(&self.config.args).env_clear().stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
         for name in BASE_ENV {
             if let Some(value) = std::env::var_os(name) {
+                command.env(name, value);
+            }
+        }
+        for (name, value) in std::env::vars_os() {
+            if name.to_str().is_some_and(|n| crate::config::passes(&self.config.passthrough, n)) {
                 command.env(name, value);
             }
         }
@@ -327,6 +352,8 @@ impl Program {
             initialized: AtomicBool::new(false),
             pipe,
             shared: self.config.sharing != Sharing::Session,
+            stderr_tail: Mutex::new(std::collections::VecDeque::with_capacity(super::child::TAIL_LINES)),
+            stderr_done: AtomicBool::new(false),
         });
         if let Some(stdin) = child.stdin.lock().as_ref()
             && let Err(e) = sys::set_nonblocking(stdin)
@@ -362,9 +389,10 @@ impl Program {
             })?
         };
         child.threads.lock().push(reader);
-        let name = self.name.clone();
-        let pid = child.pid;
-        let logger = threads::spawn("stderr", &self.name, move || log_stderr(&name, stderr, pid))?;
+        let (program, stderr_of) = (self.clone(), child.clone());
+        let logger = threads::spawn("stderr", &self.name, move || {
+            log_stderr(&program.name, stderr, &stderr_of, &program.stderr)
+        })?;
         child.threads.lock().push(logger);
         Ok(())
     }
@@ -395,13 +423,20 @@ impl Program {
             status
         });
         let status = describe(status.flatten());
-        limited!(
-            warn,
-            "server `{}`: its process {} ended ({why}, {status}); it is started again when next needed",
-            server.name(),
-            child.pid
-        );
-        child.end_calls(&format!("its process ended ({status})"));
+        // Why it ended is mostly in its last words: they go with the error.
+        let said = child
+            .last_stderr(Duration::from_millis(500))
+            .map(|tail| format!("; its stderr ended with: {}", server.redact(&tail)))
+            .unwrap_or_default();
+        if let Some(suppressed) = self.warnings.allow() {
+            log::warn!(
+                "server `{}`: its process {} ended ({why}, {status}){said}; it is started again when next needed{}",
+                server.name(),
+                child.pid,
+                crate::runtime::ratelog::more(suppressed, &self.warnings)
+            );
+        }
+        child.end_calls(&format!("its process ended ({status}){said}"));
     }
 
     /// A child ended on its own: counted, and its server backs off.

@@ -24,6 +24,34 @@ const STDERR_BURST: u64 = 50;
 /// The longest stderr line logged; the rest of it is cut.
 const STDERR_LINE: usize = 2048;
 
+/// Whether a line of a server's stderr says something went wrong: what a
+/// user must see at the default level, among banners and box drawings.
+fn looks_like_trouble(line: &str) -> bool {
+    const WORDS: &[&str] = &[
+        "error",
+        "warn",
+        "fatal",
+        "panic",
+        "exception",
+        "traceback",
+        "fail",
+        "denied",
+        "refused",
+        "cannot",
+        "can't",
+        "could not",
+        "unable",
+        "not found",
+        "invalid",
+        "missing",
+        "unknown",
+        "abort",
+        "killed",
+    ];
+    let lower = line.to_ascii_lowercase();
+    WORDS.iter().any(|w| lower.contains(w))
+}
+
 /// The reader of a child's stdout: a JSON-RPC message per line (at most
 /// `max` bytes), each sent where it belongs. Returns why it ended: then the
 /// child is gone ([`Program::ended`](super::program::Program::ended)).
@@ -120,14 +148,17 @@ fn read_line<R: Read + AsRawFd>(
     }
 }
 
-/// A child's stderr into the log, prefixed with the server's name: the
-/// first lines as they come, then at most one per 10 s, with a count of
-/// those left out. Lines are cut at [`STDERR_LINE`] bytes. Ends with the
-/// stream, or once the child `pid` has exited and nothing is left to read:
-/// a process that left the child's group may hold the pipe for good, and
-/// the close path joins this thread.
-pub(super) fn log_stderr(name: &str, stderr: std::process::ChildStderr, pid: u32) {
-    let limit = RateLimit::new(Duration::from_secs(10));
+/// A child's stderr into the log, prefixed with the server's name: a line
+/// that looks like trouble (an error, a warning, a failure) at `warn`, the
+/// rest (banners, progress) at `debug`; the first lines as they come, then
+/// at most one per 10 s for the server (`limit`, shared by its children),
+/// with a count of those left out. Lines are cut at [`STDERR_LINE`] bytes;
+/// the last few are kept on `child` for the error that says why it ended.
+/// Ends with the stream, or once the child has exited and nothing is left
+/// to read: a process that left the child's group may hold the pipe for
+/// good, and the close path joins this thread.
+pub(super) fn log_stderr(name: &str, stderr: std::process::ChildStderr, child: &Child, limit: &RateLimit) {
+    let pid = child.pid;
     let mut reader = BufReader::with_capacity(4 * 1024, stderr);
     let mut line = Vec::new();
     let mut seen = 0u64;
@@ -135,10 +166,12 @@ pub(super) fn log_stderr(name: &str, stderr: std::process::ChildStderr, pid: u32
         seen += 1;
         let text = String::from_utf8_lossy(line);
         let text = text.trim_end();
+        child.note_stderr(text);
+        let level = if looks_like_trouble(text) { log::Level::Warn } else { log::Level::Debug };
         if seen <= STDERR_BURST {
-            log::info!("server `{name}` (stderr): {text}");
+            log::log!(level, "server `{name}` (stderr): {text}");
         } else if let Some(suppressed) = limit.allow() {
-            log::info!("server `{name}` (stderr): {text}{}", crate::runtime::ratelog::more(suppressed, &limit));
+            log::log!(level, "server `{name}` (stderr): {text}{}", crate::runtime::ratelog::more(suppressed, limit));
         }
     };
     loop {
@@ -154,6 +187,7 @@ pub(super) fn log_stderr(name: &str, stderr: std::process::ChildStderr, pid: u32
             if !line.is_empty() {
                 log(&line);
             }
+            child.stderr_done.store(true, std::sync::atomic::Ordering::Release);
             return;
         }
         let (take, done) = match buf.iter().position(|&b| b == b'\n') {
