@@ -21,13 +21,16 @@ use mcpgate::session::CloseReason;
 
 const USAGE: &str = "\
 usage: mcpgate --config FILE [--listen ADDR]
-       mcpgate --check --config FILE
+       mcpgate --check [--start] --config FILE
        mcpgate --config-reference
        mcpgate status [--url URL]
 
   --config FILE       the JSON configuration (see docs/CONFIGURATION.md)
   --listen ADDR       listen on ADDR instead of the file's `listen`, e.g. 127.0.0.1:0
-  --check             validate the configuration and exit (0: valid, 2: not)
+  --check             validate the configuration and exit (0: valid, 2: not): its keys, and
+                      that each stdio server's command is on PATH
+  --start             with --check: also start each server, list its tools (calling
+                      nothing) and say per server what works and, if not, why (exit 1)
   --config-reference  print the table of configuration keys as Markdown
   --version           print the version
 
@@ -53,6 +56,8 @@ enum Error {
     Unhealthy,
     /// `mcpgate status`: no status could be read.
     NoStatus(String),
+    /// `mcpgate --check --start`: this many of the servers do not work.
+    ServersFailed(usize, usize),
 }
 
 impl fmt::Display for Error {
@@ -64,6 +69,7 @@ impl fmt::Display for Error {
             Error::Lock(e) => write!(f, "not starting: {e}"),
             Error::Unhealthy => write!(f, "not healthy"),
             Error::NoStatus(why) => write!(f, "{why}"),
+            Error::ServersFailed(failed, all) => write!(f, "{failed} of {all} server(s) do not work (above)"),
         }
     }
 }
@@ -72,7 +78,7 @@ impl Error {
     fn exit_code(&self) -> ExitCode {
         match self {
             Error::Usage(_) | Error::Config(_) => ExitCode::from(2),
-            Error::Io { .. } | Error::Lock(_) | Error::Unhealthy => ExitCode::from(1),
+            Error::Io { .. } | Error::Lock(_) | Error::Unhealthy | Error::ServersFailed(..) => ExitCode::from(1),
             Error::NoStatus(_) => ExitCode::from(3),
         }
     }
@@ -87,6 +93,8 @@ struct Args {
     config: Option<PathBuf>,
     listen: Option<String>,
     check: bool,
+    /// With `check`: start each server too.
+    start: bool,
 }
 
 enum Command {
@@ -109,13 +117,14 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Command, Error> {
         }
         return Ok(Command::Status(url));
     }
-    let mut parsed = Args { config: None, listen: None, check: false };
+    let mut parsed = Args { config: None, listen: None, check: false, start: false };
     while let Some(arg) = args.next() {
         let mut value = |name: &str| args.next().ok_or_else(|| Error::Usage(format!("{name} needs a value")));
         match arg.as_str() {
             "--config" | "-c" => parsed.config = Some(PathBuf::from(value("--config")?)),
             "--listen" => parsed.listen = Some(value("--listen")?),
             "--check" => parsed.check = true,
+            "--start" => parsed.start = true,
             "--config-reference" => return Ok(Command::Print(config::reference_markdown())),
             "--version" | "-V" => return Ok(Command::Print(format!("mcpgate {}\n", env!("CARGO_PKG_VERSION")))),
             "--help" | "-h" => return Ok(Command::Print(format!("{USAGE}\n"))),
@@ -124,6 +133,9 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Command, Error> {
     }
     if parsed.config.is_none() {
         return Err(Error::Usage("--config FILE is required".into()));
+    }
+    if parsed.start && !parsed.check {
+        return Err(Error::Usage("--start goes with --check".into()));
     }
     Ok(Command::Run(parsed))
 }
@@ -159,8 +171,7 @@ fn run() -> Result<(), Error> {
     let config = source.load().map_err(Error::Config)?;
     let tls = tls_acceptor(&config, &source)?;
     if args.check {
-        println!("{}: valid, {} server(s)", source.path.display(), config.servers.len());
-        return Ok(());
+        return check(config, &source, args.start);
     }
     // Before any thread starts, so that every thread inherits the mask.
     let signals = sys::block().map_err(io("cannot block signals"))?;
@@ -174,6 +185,49 @@ fn run() -> Result<(), Error> {
     }
     check_fd_limit(&config);
     serve(config, source, signals, tls)
+}
+
+/// `--check`: what the file says is valid (it loaded), and each stdio
+/// server's command is where its process will look for it; with `--start`,
+/// each server is started and listed, and the outcome said per server.
+fn check(config: Config, source: &Source, start: bool) -> Result<(), Error> {
+    let path = std::env::var_os("PATH");
+    for server in &config.servers {
+        if let config::Transport::Stdio(stdio) = &server.transport
+            && let Err(why) = stdio.find_program(path.as_deref())
+        {
+            let invalid = config::Invalid::new(format!("mcpServers.{}.command", server.name), why);
+            return Err(Error::Config(ConfigError { file: source.path.clone(), invalid }));
+        }
+    }
+    println!("{}: valid, {} server(s)", source.path.display(), config.servers.len());
+    if !start {
+        println!("(no server was started: `mcpgate --check --start` tries each one)");
+        return Ok(());
+    }
+    // Only its children's troubles are worth a line here; nothing is kept.
+    init_logging_with("warn");
+    let _ = sys::become_subreaper();
+    let mut config = config;
+    config.state_file = None;
+    config.state_dir = None;
+    let gateway = Gateway::new(config);
+    let tried = gateway.try_servers();
+    gateway.shutdown();
+    let all = tried.len();
+    let mut failed = 0;
+    for t in &tried {
+        match &t.outcome {
+            Ok(tools) => {
+                println!("  ok      {} ({}): {tools} tool(s), in {:.2} s", t.server, t.what, t.took.as_secs_f64())
+            }
+            Err(why) => {
+                failed += 1;
+                println!("  FAILED  {} ({}): {why}", t.server, t.what);
+            }
+        }
+    }
+    if failed == 0 { Ok(()) } else { Err(Error::ServersFailed(failed, all)) }
 }
 
 /// The front door's HTTPS settings when `tls` is configured; a file that
@@ -249,14 +303,19 @@ fn check_fd_limit(config: &Config) {
 
 /// Logs to stderr. Under systemd (`$JOURNAL_STREAM`) each line starts with
 /// its syslog priority (`<3>` error ... `<7>` debug) and carries no
-/// timestamp, which journald adds.
+/// timestamp, which journald adds; elsewhere with the time in UTC
+/// (`2026-12-05T21:40:00.123Z INFO  mcpgate: ...`).
 fn init_logging() {
     // The HTTP client's own debug lines stay off unless asked for by name.
-    let default = "info,ureq=warn,ureq_proto=warn,rustls=warn";
+    init_logging_with("info,ureq=warn,ureq_proto=warn,rustls=warn");
+}
+
+/// [`init_logging`], with `default` unless `MCPGATE_LOG` says otherwise.
+fn init_logging_with(default: &str) {
+    use std::io::Write;
     let mut builder = env_logger::Builder::from_env(env_logger::Env::default().filter_or("MCPGATE_LOG", default));
     if std::env::var_os("JOURNAL_STREAM").is_some() {
         builder.format(|buf, record| {
-            use std::io::Write;
             let priority = match record.level() {
                 log::Level::Error => 3,
                 log::Level::Warn => 4,
@@ -264,6 +323,11 @@ fn init_logging() {
                 log::Level::Debug | log::Level::Trace => 7,
             };
             writeln!(buf, "<{priority}>{}: {}", record.target(), record.args())
+        });
+    } else {
+        builder.format(|buf, record| {
+            let now = mcpgate::runtime::clock::rfc3339(std::time::SystemTime::now());
+            writeln!(buf, "{now} {:<5} {}: {}", record.level(), record.target(), record.args())
         });
     }
     builder.init();

@@ -54,18 +54,34 @@ pub struct Routes {
     tls: Option<Arc<crate::http::tls::Acceptor>>,
 }
 
+/// A request refused for who sent it (its `Host`, `Origin` or token):
+/// answered, and said in the log, at most once per 10 s, with the peer and
+/// the reason, never the token.
+fn refuse(req: &HttpRequest, refused: HttpError) -> HttpReply {
+    let peer = req.peer.map_or_else(|| "unknown".to_string(), |p| p.to_string());
+    crate::limited!(
+        warn,
+        "{} {} from {peer} refused with {}: {}",
+        req.method,
+        req.path,
+        refused.status,
+        refused.error.message
+    );
+    refused.reply()
+}
+
 impl App for Routes {
     fn handle(&self, req: &HttpRequest, sink: &mut dyn EventSink) -> HttpReply {
         let gateway = &self.gateway;
         let config = &gateway.current().config;
         if let Err(refused) = access::check_host(req, config) {
-            return refused.reply();
+            return refuse(req, refused);
         }
         if let Some(metadata) = self.auth.metadata(req, config) {
             return metadata;
         }
         if let Err(refused) = access::check_origin(req, config) {
-            return refused.reply();
+            return refuse(req, refused);
         }
         let Some(route) = ROUTES.iter().find(|r| r.path == req.path) else {
             let paths: Vec<&str> = ROUTES.iter().map(|r| r.path).collect();
@@ -76,11 +92,11 @@ impl App for Routes {
             Guard::Anyone => Access::Open,
             Guard::Token => match self.auth.authenticate(req, config, &gateway.stats) {
                 Ok(access) => access,
-                Err(refused) => return refused.reply(),
+                Err(refused) => return refuse(req, refused),
             },
             Guard::Status => match self.auth.check_status(req, config, &gateway.stats) {
                 Ok(()) => Access::Open,
-                Err(refused) => return refused.reply(),
+                Err(refused) => return refuse(req, refused),
             },
         };
         if !route.methods.contains(&req.method.as_str()) {
@@ -90,7 +106,7 @@ impl App for Routes {
                 .reply();
         }
         if let Err(refused) = auth::step_up(req, &access, config) {
-            return refused.reply();
+            return refuse(req, refused);
         }
         match (req.method.as_str(), route.path) {
             (_, "/mcp") => gateway.handle(req, sink, &access),

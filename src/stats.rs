@@ -129,6 +129,60 @@ impl Family {
     }
 }
 
+/// Counters whose label values are known only when read, e.g. calls by
+/// tool (see [`Tally`]); the label's name is declared with the entry.
+#[derive(Default, Debug)]
+pub struct CounterFamily(Vec<(String, u64)>);
+
+impl CounterFamily {
+    pub fn new(values: Vec<(String, u64)>) -> CounterFamily {
+        CounterFamily(values)
+    }
+}
+
+/// Calls and failed calls by name (a server's tools), for a labelled
+/// counter: at most [`Tally::NAMES`] names, the rest counted as `(other)`,
+/// so that a client calling made-up names cannot grow `/metrics`.
+#[derive(Default, Debug)]
+pub struct Tally {
+    /// Guards the counts by name; held only to add or to copy.
+    counts: parking_lot::Mutex<Vec<(String, u64, u64)>>,
+}
+
+impl Tally {
+    pub const NAMES: usize = 100;
+    pub const OTHER: &'static str = "(other)";
+
+    /// One call of `name`; `failed` when it ended in an error.
+    pub fn note(&self, name: &str, failed: bool) {
+        let mut counts = self.counts.lock();
+        let at = match counts.iter().position(|(n, _, _)| n == name) {
+            Some(at) => at,
+            None if counts.len() < Self::NAMES => {
+                counts.push((name.to_string(), 0, 0));
+                counts.len() - 1
+            }
+            None => match counts.iter().position(|(n, _, _)| n == Self::OTHER) {
+                Some(at) => at,
+                None => {
+                    counts.push((Self::OTHER.to_string(), 0, 0));
+                    counts.len() - 1
+                }
+            },
+        };
+        counts[at].1 += 1;
+        counts[at].2 += u64::from(failed);
+    }
+
+    /// Calls by name, and failed calls by name.
+    pub fn read(&self) -> (CounterFamily, CounterFamily) {
+        let counts = self.counts.lock();
+        let calls = counts.iter().map(|(n, c, _)| (n.clone(), *c)).collect();
+        let failed = counts.iter().map(|(n, _, f)| (n.clone(), *f)).collect();
+        (CounterFamily(calls), CounterFamily(failed))
+    }
+}
+
 /// A fact carried by a label, with the value 1 (`mcpgate_build_info{version=...}`);
 /// `/status.json` shows the fact itself.
 #[derive(Default, Debug)]
@@ -290,6 +344,14 @@ impl Metric for Family {
             reading.path.push(value.clone());
             out.push(reading);
         }
+    }
+}
+
+impl Metric for CounterFamily {
+    const KIND: Kind = Kind::Counter;
+    const LABELLED: bool = true;
+    fn read(&self, entry: &'static Entry, scope: Option<&str>, out: &mut Vec<Reading>) {
+        Family::read(&Family(self.0.clone()), entry, scope, out);
     }
 }
 
@@ -542,6 +604,10 @@ stats! {
         live_sessions: Gauge => "servers"."live_sessions" as "mcpgate_server_sessions_live",
         /// Requests to the server running now, each on one of its `calls_per_server` lanes.
         calls_in_flight: Gauge => "servers"."calls_in_flight" as "mcpgate_server_requests_in_flight",
+        /// Calls of each tool of the server (at most 100 tools named, the rest as `(other)`).
+        tool_calls: CounterFamily => "servers"."tool_calls" as "mcpgate_server_tool_calls_total" { tool },
+        /// Calls of each tool that ended in an error: a JSON-RPC error, or a result with `isError`.
+        tool_errors: CounterFamily => "servers"."tool_errors" as "mcpgate_server_tool_errors_total" { tool },
     }
 }
 

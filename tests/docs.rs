@@ -224,11 +224,30 @@ fn point_files_at(value: &mut serde_json::Value, files: &ExampleFiles) {
     }
 }
 
+/// Each stdio server's `command` in `value` as a program the machine that runs it would have:
+/// a stub in `bin` (put on `PATH` for a bare name; a path is pointed at it).
+fn stub_commands(value: &mut serde_json::Value, bin: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(servers) = value.get_mut("mcpServers").and_then(|s| s.as_object_mut()) else { return };
+    for server in servers.values_mut() {
+        let Some(command) = server.get("command").and_then(|c| c.as_str()).map(str::to_string) else { continue };
+        let name = command.rsplit('/').next().unwrap_or(&command).to_string();
+        let stub = bin.join(&name);
+        std::fs::write(&stub, "#!/bin/sh\nexit 0\n").unwrap();
+        std::fs::set_permissions(&stub, std::fs::Permissions::from_mode(0o755)).unwrap();
+        if command.contains('/') {
+            server["command"] = stub.display().to_string().into();
+        }
+    }
+}
+
 #[test]
 fn every_json_block_that_claims_to_be_a_config_loads() {
     let dir = std::env::temp_dir().join(format!("mcpgate-docs-blocks-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let files = ExampleFiles::new(&dir);
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
     let mut failures = Vec::new();
     let mut loaded = 0;
     for file in markdown_files() {
@@ -266,11 +285,14 @@ fn every_json_block_that_claims_to_be_a_config_loads() {
                 }
             };
             point_files_at(&mut value, &files);
+            stub_commands(&mut value, &bin);
             let config = value.to_string();
             let path = dir.join(format!("block-{loaded}.json"));
             std::fs::write(&path, &config).unwrap();
             let mut check = Command::new(env!("CARGO_BIN_EXE_mcpgate"));
             check.args(["--check", "--config"]).arg(&path);
+            let path_var = std::env::var("PATH").unwrap_or_default();
+            check.env("PATH", format!("{}:{path_var}", bin.display()));
             // Each `${VAR}` the block names gets a value, as the environment would give it.
             for var in config.split("${").skip(1).filter_map(|s| s.split_once('}')).map(|(name, _)| name) {
                 check.env(var, "a-value-of-the-environment-0123");

@@ -290,6 +290,8 @@ pub struct Server {
     pub stats: Arc<Stats>,
     /// This server's requests, errors by kind, and latency.
     pub metrics: ServerStats,
+    /// Calls of its tools, and those that failed, by tool.
+    pub tools: crate::stats::Tally,
     /// Its lists, held once for every session that sees the same of them.
     pub lists: crate::catalog::ServerLists,
     /// The server of the same name a reload put in its place, once retired:
@@ -335,6 +337,7 @@ impl Server {
             health: Mutex::new(Health::default()),
             stats: context.stats.clone(),
             metrics: ServerStats::default(),
+            tools: crate::stats::Tally::default(),
             lists: crate::catalog::ServerLists::default(),
             successor: Mutex::new(None),
             known: Mutex::new(None),

@@ -86,6 +86,7 @@ pub(super) fn call(
     open_retry: Duration,
 ) -> Outcome {
     let client_id = message.id.clone().unwrap_or(Value::Null);
+    let started = std::time::Instant::now();
     session.mark_used();
     // Copied only when a round of input changes them.
     let mut params = std::borrow::Cow::Borrowed(params);
@@ -137,11 +138,84 @@ pub(super) fn call(
         }
     });
     session.end_call(&client_id);
-    match result {
+    let outcome = match result {
         Ok(response) => Outcome::Forwarded(response),
         Err(_) if cancelled => Outcome::Cancelled,
         Err(e) => e.into(),
+    };
+    log_call(session, server, message.method(), &params, &outcome, started.elapsed());
+    outcome
+}
+
+/// One line per finished call, at `info`: what, where, for whom, how it
+/// ended and how long it took; an error says why.
+fn log_call(session: &Session, server: &Server, method: &str, params: &Params, outcome: &Outcome, took: Duration) {
+    let failed = match outcome {
+        Outcome::Forwarded(answer) => {
+            answer.error.is_some()
+                || method == "tools/call" && answer.result.as_ref().is_some_and(|r| is_tool_error(r.get()))
+        }
+        Outcome::Error(_) => true,
+        Outcome::Result(_) | Outcome::Cancelled => false,
+    };
+    if method == "tools/call" {
+        server.tools.note(&params.text("name").unwrap_or_default(), failed);
     }
+    if !log::log_enabled!(log::Level::Info) {
+        return;
+    }
+    let what = match method {
+        "tools/call" => format!("tool `{}`", params.text("name").unwrap_or_default()),
+        "prompts/get" => format!("prompt `{}`", params.text("name").unwrap_or_default()),
+        "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
+            format!("{method} `{}`", crate::catalog::shortened(&params.str("uri").unwrap_or_default()))
+        }
+        other => other.to_string(),
+    };
+    let ended = match outcome {
+        Outcome::Forwarded(answer) => match &answer.error {
+            Some(error) => format!("error {}", crate::catalog::shortened(error.get())),
+            None if failed => "tool error".into(),
+            None => "ok".into(),
+        },
+        Outcome::Result(_) => "ok".into(),
+        Outcome::Error(e) => format!("error {}: {}", e.code, e.message),
+        Outcome::Cancelled => "cancelled".into(),
+    };
+    log::info!(
+        "call: {what} on `{}` for {} (`{}`, session {}): {ended} in {} ms",
+        server.name(),
+        session.who,
+        session.client_name,
+        session::short(&session.id),
+        took.as_millis()
+    );
+}
+
+/// Whether a tool's result says `isError: true`: parsed when small; a large
+/// one is looked at where serializers put it, its first and last bytes, so
+/// that a call's answer is never read whole once more for this.
+fn is_tool_error(result: &str) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Flag {
+        #[serde(rename = "isError", default)]
+        is_error: bool,
+    }
+    const WHOLE: usize = 8 * 1024;
+    const ENDS: usize = 2 * 1024;
+    if result.len() <= WHOLE {
+        return serde_json::from_str::<Flag>(result).is_ok_and(|f| f.is_error);
+    }
+    let says_true = |part: &[u8]| {
+        let key = b"\"isError\"";
+        part.windows(key.len()).enumerate().filter(|(_, w)| w == key).any(|(at, _)| {
+            let rest = part[at + key.len()..].iter().skip_while(|b| b.is_ascii_whitespace());
+            let mut rest = rest.skip_while(|b| **b == b':').skip_while(|b| b.is_ascii_whitespace());
+            rest.by_ref().take(4).copied().eq(*b"true")
+        })
+    };
+    let bytes = result.as_bytes();
+    says_true(&bytes[..ENDS]) || says_true(&bytes[bytes.len() - ENDS..])
 }
 
 /// A client's `notifications/cancelled` (its `params`): sent on to the
@@ -671,5 +745,21 @@ impl Gateway {
         if let Err(e) = downstream.send(&body) {
             crate::limited!(warn, "server `{}`: forwarding the client's answer failed: {e}", downstream.server.name());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_tool_error;
+
+    #[test]
+    fn a_tool_error_is_read_from_small_results_and_the_ends_of_large_ones() {
+        assert!(is_tool_error(r#"{"content": [], "isError": true}"#));
+        assert!(!is_tool_error(r#"{"content": [{"type": "text", "text": "\"isError\": true"}]}"#));
+        assert!(!is_tool_error(r#"{"content": [], "isError": false}"#));
+        let big = "x".repeat(100_000);
+        assert!(is_tool_error(&format!(r#"{{"content": [{{"type": "text", "text": "{big}"}}], "isError" : true}}"#)));
+        assert!(is_tool_error(&format!(r#"{{"isError":true, "content": [{{"type": "text", "text": "{big}"}}]}}"#)));
+        assert!(!is_tool_error(&format!(r#"{{"content": [{{"type": "text", "text": "{big}"}}], "isError": false}}"#)));
     }
 }

@@ -70,6 +70,14 @@ struct State {
     callers: Callers<Asker>,
 }
 
+/// Whose a session is: the servers its token reaches (`None`: all), its
+/// user's digest, and its user in words for the log.
+struct Owner {
+    scope: Option<Vec<String>>,
+    principal: Option<[u8; 32]>,
+    who: String,
+}
+
 /// Takes a server's request to the client of one call of the 2026-07-28
 /// clients' session (as `input_required`).
 pub type Asker = Arc<dyn Fn(&Session, &Server, Message) + Send + Sync>;
@@ -89,6 +97,8 @@ pub struct Session {
     /// Who created it (`Access::principal`: a token's SHA-256, an OAuth
     /// subject's digest): only the same principal reaches it.
     principal: Option<[u8; 32]>,
+    /// The same in words, for the log (`Access::who`).
+    pub who: String,
     /// When it was created; for a restored session, its last activity
     /// before the restart (it is at least that old).
     created: Instant,
@@ -116,8 +126,7 @@ impl Session {
             protocol_version,
             init_params,
             client_name,
-            access.servers().map(<[String]>::to_vec),
-            access.principal(),
+            Owner { scope: access.servers().map(<[String]>::to_vec), principal: access.principal(), who: access.who() },
             Instant::now(),
         )
     }
@@ -133,8 +142,14 @@ impl Session {
             saved.protocol_version.clone(),
             jsonrpc::raw(&saved.init_params),
             saved.client_name.clone(),
-            saved.scope.clone(),
-            saved.principal_sha256.as_deref().and_then(parse_digest),
+            Owner {
+                scope: saved.scope.clone(),
+                principal: saved.principal_sha256.as_deref().and_then(parse_digest),
+                who: match saved.principal_sha256.as_deref() {
+                    Some(hex) => format!("user {}", &hex[..hex.len().min(8)]),
+                    None => "anyone".into(),
+                },
+            },
             last_active,
         );
         session.mark_used();
@@ -146,10 +161,10 @@ impl Session {
         protocol_version: String,
         init_params: Box<RawValue>,
         client_name: String,
-        scope: Option<Vec<String>>,
-        principal: Option<[u8; 32]>,
+        owner: Owner,
         last_active: Instant,
     ) -> Arc<Session> {
+        let Owner { scope, principal, who } = owner;
         let capabilities = serde_json::from_str::<Value>(init_params.get())
             .ok()
             .and_then(|mut p| p.get_mut("capabilities").map(Value::take));
@@ -163,6 +178,7 @@ impl Session {
             view,
             client_name,
             principal,
+            who,
             scope,
             created: last_active,
             state: Mutex::new(State {

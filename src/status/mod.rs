@@ -94,10 +94,13 @@ pub fn readings(g: &Gateway) -> Vec<Reading> {
     out.extend(stats);
     for server in &current.servers {
         let scope = Some(server.name());
+        let (tool_calls, tool_errors) = server.tools.read();
         ServerNow {
             up: u64::from(!server.health().down).into(),
             live_sessions: server.live_sessions.get().into(),
             calls_in_flight: server.lanes.in_flight.get().into(),
+            tool_calls,
+            tool_errors,
         }
         .read(scope, &mut out);
         server.metrics.read(scope, &mut out);

@@ -61,6 +61,23 @@ impl Access {
         }
     }
 
+    /// Who is calling, in words for the log: a token's `name`, else the
+    /// start of its digest; an OAuth subject; `anyone` without `auth`.
+    /// Never the token itself.
+    pub fn who(&self) -> String {
+        match self {
+            Access::Open => "anyone".into(),
+            Access::Token(token) => match &token.name {
+                Some(name) => format!("token `{}`", jwt::printable(name)),
+                None => {
+                    let digest = crate::runtime::sha256::digest(token.token.as_bytes());
+                    format!("token {}", crate::runtime::sha256::to_hex(&digest[..4]))
+                }
+            },
+            Access::OAuth { grant, .. } => format!("subject `{}`", jwt::printable(&grant.subject)),
+        }
+    }
+
     /// Who is calling, as a digest sessions and held calls are bound to: a
     /// static token's SHA-256; for OAuth the SHA-256 of its issuer, subject
     /// and the servers its scopes leave out. `None` without `auth`. Never
