@@ -16,6 +16,7 @@ use serde_json::{Map, Value};
 
 use crate::catalog::Filter;
 
+mod jsonc;
 mod oauth;
 mod trust;
 
@@ -711,6 +712,7 @@ impl Config {
 
     /// Parses the text of a configuration file.
     pub fn parse(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Config, Invalid> {
+        let text = &jsonc::strip(text).map_err(|e| Invalid::new(String::new(), format!("not valid JSON: {e}")))?;
         let root: Value =
             serde_json::from_str(text).map_err(|e| Invalid::new(String::new(), format!("not valid JSON: {e}")))?;
         let Value::Object(root) = root else {
@@ -1485,6 +1487,14 @@ mod tests {
         assert_eq!(c.thread_budget().iter().find(|b| b.group == "readers").map(|b| b.threads), Some(2 * 1024));
     }
     #[test]
+    fn comments_and_trailing_commas_are_read_as_vs_code_reads_them() {
+        let c = parse("{\n  // two servers\n  \"mcpServers\": {\"b\": {\"url\": \"http://b\"}, /* and */ \"a\": {\"url\": \"http://a\",},},\n}")
+            .unwrap();
+        let names: Vec<&str> = c.servers.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["b", "a"], "the order of the file, read past the comments");
+    }
+
+    #[test]
     fn servers_keep_the_order_of_the_file() {
         let c = parse(r#"{"mcpServers": {"zeta": {"url": "http://z"}, "alpha": {"url": "http://a"}}}"#).unwrap();
         let names: Vec<&str> = c.servers.iter().map(|s| s.name.as_str()).collect();
@@ -1528,6 +1538,8 @@ mod tests {
             (r#"{}"#, "mcpServers", "missing"),
             (r#"[1]"#, "", "expected a JSON object"),
             (r#"{"mcpServers": "#, "", "not valid JSON"),
+            ("{\n  // the servers\n  \"mcpServers\": {\"a\": {\"url\": \"http://x\"} \"b\": {}}}", "", "at line 3"),
+            ("{/* the servers", "", "`/*` comment at line 1 is never closed"),
         ];
         for (text, key, problem) in cases {
             let Invalid { key: k, problem: p } = parse(text).expect_err(text);
