@@ -24,8 +24,10 @@ usage: mcpgate --config FILE [--listen ADDR]
        mcpgate --check --config FILE
        mcpgate --config-reference
        mcpgate status [--url URL]
+       mcpgate import FILE
 
-  --config FILE       the JSON configuration (see docs/CONFIGURATION.md)
+  --config FILE       the JSON configuration (see docs/CONFIGURATION.md), or a client's
+                      file as it is (Claude Desktop, Cursor, VS Code, Windsurf, Cline)
   --listen ADDR       listen on ADDR instead of the file's `listen`, e.g. 127.0.0.1:0
   --check             validate the configuration and exit (0: valid, 2: not)
   --config-reference  print the table of configuration keys as Markdown
@@ -36,6 +38,9 @@ usage: mcpgate --config FILE [--listen ADDR]
                       code 0: healthy, 1: not healthy, 3: no status could be read.
   --url URL           where it runs (default http://127.0.0.1:8780); $MCPGATE_TOKEN, when
                       set, goes as its bearer token (needed beyond loopback with tokens)
+
+  import FILE         print a client's config file as mcpgate's own JSON on stdout, and on
+                      stderr what it left out or needs (exit code 2: it does not load)
 
 Logging: MCPGATE_LOG=debug|info|warn|error (default info), to stderr.";
 
@@ -94,6 +99,8 @@ enum Command {
     Print(String),
     /// `mcpgate status`: the base URL of a running mcpgate.
     Status(String),
+    /// `mcpgate import FILE`.
+    Import(PathBuf),
 }
 
 fn parse_args(args: impl Iterator<Item = String>) -> Result<Command, Error> {
@@ -108,6 +115,14 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Command, Error> {
             }
         }
         return Ok(Command::Status(url));
+    }
+    if args.peek().map(String::as_str) == Some("import") {
+        args.next();
+        let file = args.next().ok_or_else(|| Error::Usage("`mcpgate import` needs a FILE".into()))?;
+        if let Some(extra) = args.next() {
+            return Err(Error::Usage(format!("unknown argument `{extra}` for `mcpgate import`")));
+        }
+        return Ok(Command::Import(PathBuf::from(file)));
     }
     let mut parsed = Args { config: None, listen: None, check: false };
     while let Some(arg) = args.next() {
@@ -145,6 +160,7 @@ fn run() -> Result<(), Error> {
             return Ok(());
         }
         Command::Status(url) => return status(&url),
+        Command::Import(file) => return import(&file),
         Command::Run(args) => args,
     };
     let listen = match &args.listen {
@@ -160,6 +176,9 @@ fn run() -> Result<(), Error> {
     let tls = tls_acceptor(&config, &source)?;
     if args.check {
         println!("{}: valid, {} server(s)", source.path.display(), config.servers.len());
+        if let Some(notes) = config.notes.summary() {
+            println!("{}: {notes}", source.path.display());
+        }
         return Ok(());
     }
     // Before any thread starts, so that every thread inherits the mask.
@@ -173,7 +192,20 @@ fn run() -> Result<(), Error> {
         );
     }
     check_fd_limit(&config);
+    if let Some(notes) = config.notes.summary() {
+        log::info!("{}: {notes}", source.path.display());
+    }
     serve(config, source, signals, tls)
+}
+
+/// `mcpgate import FILE`: the JSON on stdout, the notes on stderr.
+fn import(file: &std::path::Path) -> Result<(), Error> {
+    let imported = config::import::import(file, &|name| std::env::var(name).ok()).map_err(Error::Config)?;
+    print!("{}", imported.json);
+    for note in &imported.notes {
+        eprintln!("mcpgate import: {note}");
+    }
+    Ok(())
 }
 
 /// The front door's HTTPS settings when `tls` is configured; a file that
