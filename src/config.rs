@@ -377,6 +377,11 @@ pub const KEYS: &[Key] = &[
         meaning: "`/status`, `/status.json`, `/metrics` and `/reload` answer other hosts too. By default they answer only loopback clients and clients with a valid token.",
     },
     Key {
+        name: "watch_config",
+        kind: Kind::Flag(true),
+        meaning: "Reload when the configuration file, or a server's `envFile`, changes on disk, as SIGHUP does: mcpgate looks every second (size, modification time, inode) and reloads once a change has held for a second. A file that does not load leaves the running configuration in force, with the reason in the log and on the status page.",
+    },
+    Key {
         name: "state_file",
         kind: Kind::Other("none"),
         meaning: "Path of the file that keeps live sessions across restarts (see docs/OPERATIONS.md: Restarts). Without it a restart ends every session.",
@@ -445,7 +450,7 @@ pub const KEYS: &[Key] = &[
     Key {
         name: "mcpServers.<name>.envFile",
         kind: Kind::Other("none"),
-        meaning: "A dotenv file (`NAME=value` lines, `#` comments), as Cursor and VS Code write it: its variables go to the program's environment beneath `env`, which wins. A relative path is from the folder that holds the file's `.vscode/`, `.cursor/` or `.roo/`, else from the config file's folder. Values of 8 characters or more are masked as secrets.",
+        meaning: "A dotenv file (`NAME=value` lines, `#` comments), as Cursor and VS Code write it: its variables go to the program's environment beneath `env`, which wins. A relative path is from the folder that holds the file's `.vscode/`, `.cursor/` or `.roo/`, else from the config file's folder. Values of 8 characters or more are masked as secrets. With `watch_config`, saving it reloads.",
     },
     Key { name: "mcpServers.<name>.cwd", kind: Kind::Other("mcpgate's"), meaning: "The program's working directory." },
     Key {
@@ -553,6 +558,7 @@ pub struct Config {
     /// `ca_file` and `trust_store`: the roots of every `https://` server.
     pub trust: Trust,
     pub status_public: bool,
+    pub watch_config: bool,
     pub tool_search: ToolSearch,
     /// In the order of the file: the first server wins a name collision.
     pub servers: Vec<ServerConfig>,
@@ -791,6 +797,7 @@ impl Config {
             tls: keys.take("tls").map(trust::tls_files).transpose()?,
             trust: trust.clone(),
             status_public: keys.flag("status_public")?,
+            watch_config: keys.flag("watch_config")?,
             tool_search: tool_search(keys.take("tool_search"))?,
             servers: servers(keys.take("mcpServers"), notes.order(server_order(&text)?), env, &trust)?,
             notes,

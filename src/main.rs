@@ -8,6 +8,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crossbeam_channel::RecvTimeoutError;
+
 use mcpgate::config::{self, Config, ConfigError, Source};
 use mcpgate::gateway::Gateway;
 use mcpgate::http::{self, Httpd};
@@ -16,7 +18,7 @@ use mcpgate::runtime::state::{self, StateFile};
 use mcpgate::runtime::sys::{self, Signal};
 use mcpgate::runtime::threads;
 use mcpgate::service::notify::{self, Notifier};
-use mcpgate::service::{peers, reaper, restore};
+use mcpgate::service::{peers, reaper, restore, watch};
 use mcpgate::session::CloseReason;
 
 const USAGE: &str = "\
@@ -172,6 +174,8 @@ fn run() -> Result<(), Error> {
         None => None,
     };
     let source = Source { path: args.config.expect("parse_args requires --config"), listen };
+    // Looked at before it is read: a save from now on reloads it.
+    let looked = watch::look([source.path.as_path()]);
     let config = source.load().map_err(Error::Config)?;
     let tls = tls_acceptor(&config, &source)?;
     if args.check {
@@ -195,7 +199,7 @@ fn run() -> Result<(), Error> {
     if let Some(notes) = config.notes.summary() {
         log::info!("{}: {notes}", source.path.display());
     }
-    serve(config, source, signals, tls)
+    serve(config, source, looked, signals, tls)
 }
 
 /// `mcpgate import FILE`: the JSON on stdout, the notes on stderr.
@@ -301,7 +305,7 @@ fn init_logging() {
     builder.init();
 }
 
-fn serve(config: Config, source: Source, signals: sys::Signals, tls: Tls) -> Result<(), Error> {
+fn serve(config: Config, source: Source, looked: watch::Looked, signals: sys::Signals, tls: Tls) -> Result<(), Error> {
     let options = http::Options {
         max_connections: config.max_connections,
         max_body_bytes: config.max_body_bytes,
@@ -325,7 +329,7 @@ fn serve(config: Config, source: Source, signals: sys::Signals, tls: Tls) -> Res
     // once it listens.
     let restored = loaded.map(|loaded| restore::restore(&gateway, loaded));
     let writer = state::start(gateway.journal.clone(), gateway.clone()).map_err(io("cannot start the state writer"))?;
-    let routes = Routes::new(gateway.clone(), source.clone());
+    let routes = Routes::new(gateway.clone(), source.clone()).with_watch(looked);
     #[cfg(feature = "tls")]
     let (routes, transport, scheme) = match &tls {
         Some(acceptor) => (routes.with_tls(Some(acceptor.clone())), http::Transport::Tls(acceptor.clone()), "https"),
@@ -390,23 +394,30 @@ fn serve(config: Config, source: Source, signals: sys::Signals, tls: Tls) -> Res
         gateway.current().servers.len()
     );
 
+    // SIGHUP and a save reload the same way, here, one at a time.
+    let reload = |why: &str| {
+        log::info!("{why}: reloading {}", source.path.display());
+        if let Some(notifier) = &notifier {
+            notifier.send("RELOADING=1");
+        }
+        app.reload_all();
+        if let Some(notifier) = &notifier {
+            notifier.send(&format!("READY=1\nSTATUS={}", notify::status_line(&gateway)));
+        }
+    };
     loop {
-        match signal_rx.recv() {
-            Ok(Signal::Hangup) => {
-                log::info!("SIGHUP: reloading {}", source.path.display());
-                if let Some(notifier) = &notifier {
-                    notifier.send("RELOADING=1");
-                }
-                app.reload_all();
-                if let Some(notifier) = &notifier {
-                    notifier.send(&format!("READY=1\nSTATUS={}", notify::status_line(&gateway)));
+        match signal_rx.recv_timeout(watch::EVERY) {
+            Err(RecvTimeoutError::Timeout) => {
+                if gateway.current().config.watch_config && app.config_saved() {
+                    reload("changed on disk");
                 }
             }
+            Ok(Signal::Hangup) => reload("SIGHUP"),
             Ok(signal) => {
                 log::info!("{signal:?}: closing every session");
                 break;
             }
-            Err(_) => {
+            Err(RecvTimeoutError::Disconnected) => {
                 log::error!("the signal thread ended; shutting down");
                 sys::terminate_self();
                 break;
