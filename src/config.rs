@@ -1,10 +1,13 @@
 //! The configuration file: JSON with the `mcpServers` map that Claude Desktop,
-//! Cursor and VS Code use, plus mcpgate's own top-level keys.
+//! Cursor and VS Code use, plus mcpgate's own top-level keys. A client's own
+//! file is read as it is ([`clients`]: VS Code's `servers`, comments,
+//! `${env:NAME}`, `envFile`, `disabled`, ...).
 //!
 //! Parsing is by hand so that every refusal names the file, the key and the
-//! problem. [`KEYS`] documents every key; the table of
-//! docs/CONFIGURATION.md is printed from it (`mcpgate --config-reference`)
-//! and a test keeps the two equal.
+//! problem, and an unknown key the known one nearest it ([`suggest`]).
+//! [`KEYS`] documents every key; the table of docs/CONFIGURATION.md is
+//! printed from it (`mcpgate --config-reference`) and a test keeps the two
+//! equal.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -16,7 +19,12 @@ use serde_json::{Map, Value};
 
 use crate::catalog::Filter;
 
+pub mod clients;
+mod env_file;
+pub mod import;
+mod jsonc;
 mod oauth;
+mod suggest;
 mod trust;
 
 pub use oauth::{Introspection, OAuthConfig};
@@ -384,6 +392,11 @@ pub const KEYS: &[Key] = &[
         meaning: "`/status`, `/status.json`, `/metrics` and `/reload` answer other hosts too. By default they answer only loopback clients and clients with a valid token.",
     },
     Key {
+        name: "watch_config",
+        kind: Kind::Flag(true),
+        meaning: "Reload when the configuration file, or a server's `envFile`, changes on disk, as SIGHUP does: mcpgate looks every second (size, modification time, inode) and reloads once a change has held for a second. A file that does not load leaves the running configuration in force, with the reason in the log and on the status page.",
+    },
+    Key {
         name: "state_file",
         kind: Kind::Other("none"),
         meaning: "Path of the file that keeps live sessions across restarts (see docs/OPERATIONS.md: Restarts). Without it a restart ends every session.",
@@ -422,7 +435,7 @@ pub const KEYS: &[Key] = &[
     Key {
         name: "mcpServers",
         kind: Kind::Other("(required)"),
-        meaning: "Map of server name to server. Names are 1 to 64 of `A-Z a-z 0-9 _ . -`.",
+        meaning: "Map of server name to server (VS Code's `servers` is read as this). Names are 1 to 64 of `A-Z a-z 0-9 _ . -`; a client's name that is not (`github.com/org/repo`, `My Server`) is shortened to one that is (`repo`, `My-Server`), and logged.",
     },
     Key {
         name: "mcpServers.<name>.url",
@@ -453,6 +466,11 @@ pub const KEYS: &[Key] = &[
         name: "mcpServers.<name>.env",
         kind: Kind::Other("{}"),
         meaning: "Environment variables of the program, e.g. API keys. It gets these, and of mcpgate's own environment only `PATH HOME USER LOGNAME LANG LC_ALL LC_CTYPE TZ TMPDIR` and what `env_passthrough` names.",
+    },
+    Key {
+        name: "mcpServers.<name>.envFile",
+        kind: Kind::Other("none"),
+        meaning: "A dotenv file (`NAME=value` lines, `#` comments), as Cursor and VS Code write it: its variables go to the program's environment beneath `env`, which wins. A relative path is from the folder that holds the file's `.vscode/`, `.cursor/` or `.roo/`, else from the config file's folder. Values of 8 characters or more are masked as secrets. With `watch_config`, saving it reloads.",
     },
     Key { name: "mcpServers.<name>.cwd", kind: Kind::Other("mcpgate's"), meaning: "The program's working directory." },
     Key {
@@ -505,6 +523,11 @@ pub const KEYS: &[Key] = &[
         name: "mcpServers.<name>.type",
         kind: Kind::Other("\"http\""),
         meaning: "How the server is reached: `http`, `streamable-http` or `streamableHttp` with `url` (Streamable HTTP); `sse` with `url`, the old HTTP+SSE transport of protocol 2024-11-05 (a `GET` stream, requests `POST`ed to the URL its `endpoint` event names); `stdio` with `command`.",
+    },
+    Key {
+        name: "mcpServers.<name>.disabled",
+        kind: Kind::Flag(false),
+        meaning: "Leaves the server out, as Cline, Roo Code and Windsurf do; mcpgate logs that it did.",
     },
 ];
 
@@ -563,9 +586,12 @@ pub struct Config {
     /// `ca_file` and `trust_store`: the roots of every `https://` server.
     pub trust: Trust,
     pub status_public: bool,
+    pub watch_config: bool,
     pub tool_search: ToolSearch,
     /// In the order of the file: the first server wins a name collision.
     pub servers: Vec<ServerConfig>,
+    /// What was read from a client's file its own way, or left to the client.
+    pub notes: clients::Notes,
 }
 
 /// The `tool_search` mode: search-and-call instead of one long tool list.
@@ -814,16 +840,18 @@ impl Config {
     pub fn load(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
         let refused = |invalid| ConfigError { file: path.to_path_buf(), invalid };
         let text = std::fs::read_to_string(path).map_err(|e| refused(Invalid::new("", format!("cannot read: {e}"))))?;
-        Config::parse(&text, env).map_err(refused)
+        Config::parse_file(&text, Some(path), env).map_err(refused)
     }
 
     /// Parses the text of a configuration file.
     pub fn parse(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Config, Invalid> {
-        let root: Value =
-            serde_json::from_str(text).map_err(|e| Invalid::new(String::new(), format!("not valid JSON: {e}")))?;
-        let Value::Object(root) = root else {
-            return Err(Invalid::new(String::new(), format!("expected a JSON object, found {}", kind(&root))));
-        };
+        Config::parse_file(text, None, env)
+    }
+
+    /// Parses the text of the configuration file at `file`, which a client's
+    /// `${workspaceFolder}` and relative `envFile` are found from.
+    fn parse_file(text: &str, file: Option<&Path>, env: &dyn Fn(&str) -> Option<String>) -> Result<Config, Invalid> {
+        let (root, notes, text) = read_json(text, file, env, clients::Mode::Run)?;
         let mut keys = Keys::new(&root, "", "");
         let listen = keys.string("listen")?.unwrap_or_else(|| "127.0.0.1:8780".into());
         let listen = listen.parse::<SocketAddr>().map_err(|_| {
@@ -880,8 +908,10 @@ impl Config {
             tls: keys.take("tls").map(trust::tls_files).transpose()?,
             trust: trust.clone(),
             status_public: keys.flag("status_public")?,
+            watch_config: keys.flag("watch_config")?,
             tool_search: tool_search(keys.take("tool_search"))?,
-            servers: servers(keys.take("mcpServers"), server_order(text)?, env, &trust)?,
+            servers: servers(keys.take("mcpServers"), notes.order(server_order(&text)?), env, &trust)?,
+            notes,
         };
         let passthrough = match keys.take("env_passthrough") {
             None => DEFAULT_PASSTHROUGH.iter().map(|s| s.to_string()).collect(),
@@ -892,6 +922,7 @@ impl Config {
                 stdio.passthrough = passthrough.clone();
             }
         }
+        config.notes.apply(&mut config.servers);
         config.instance_id = keys.string("instance_id")?;
         if let Some(id) = &config.instance_id
             && !valid_instance_id(id)
@@ -951,6 +982,25 @@ impl Config {
     pub fn server(&self, name: &str) -> Option<&ServerConfig> {
         self.servers.iter().find(|s| s.name == name)
     }
+}
+
+/// The text of a file as a JSON object (comments and trailing commas
+/// allowed), with what clients write their own way turned into mcpgate's
+/// keys; and the text without its comments.
+fn read_json(
+    text: &str,
+    file: Option<&Path>,
+    env: &dyn Fn(&str) -> Option<String>,
+    mode: clients::Mode,
+) -> Result<(Map<String, Value>, clients::Notes, String), Invalid> {
+    let text = jsonc::strip(text).map_err(|e| Invalid::new(String::new(), format!("not valid JSON: {e}")))?;
+    let root: Value =
+        serde_json::from_str(&text).map_err(|e| Invalid::new(String::new(), format!("not valid JSON: {e}")))?;
+    let Value::Object(mut root) = root else {
+        return Err(Invalid::new(String::new(), format!("expected a JSON object, found {}", kind(&root))));
+    };
+    let notes = clients::adapt(&mut root, file, env, mode)?;
+    Ok((root, notes, text))
 }
 
 /// An `instance_id`: short, and free of the dot that ends it in a session id.
@@ -1108,7 +1158,7 @@ fn server_order(text: &str) -> Result<Vec<String>, Invalid> {
     }
     #[derive(serde::Deserialize)]
     struct Root {
-        #[serde(rename = "mcpServers")]
+        #[serde(rename = "mcpServers", alias = "servers")]
         servers: Option<Names>,
     }
     let root: Root = serde_json::from_str(text).map_err(|e| Invalid::new("mcpServers".to_string(), e.to_string()))?;
@@ -1362,7 +1412,8 @@ fn filter(value: Option<&Value>, path: &str) -> Result<Filter, Invalid> {
 /// as it is written: shorter ones (`1`, `true`, a port) would mask words.
 const MIN_SECRET: usize = 8;
 
-/// Expands `${NAME}` from the environment; the values are recorded as secrets.
+/// Expands `${NAME}` (and the forms of [`clients::variable`]) from the
+/// environment; the values it gave are recorded as secrets.
 fn expand(text: &str, env: &dyn Fn(&str) -> Option<String>, secrets: &mut Vec<String>) -> Result<String, String> {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
@@ -1370,15 +1421,8 @@ fn expand(text: &str, env: &dyn Fn(&str) -> Option<String>, secrets: &mut Vec<St
         out.push_str(&rest[..start]);
         let after = &rest[start + 2..];
         let end = after.find('}').ok_or_else(|| format!("unterminated `${{` in `{}`", redact_vars(text)))?;
-        let name = &after[..end];
-        let valid = !name.is_empty()
-            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-            && !name.starts_with(|c: char| c.is_ascii_digit());
-        if !valid {
-            return Err(format!("`${{{name}}}` is not a variable name"));
-        }
-        let value = env(name).ok_or_else(|| format!("environment variable `{name}` is not set"))?;
-        if !value.is_empty() {
+        let (value, secret) = clients::variable(&after[..end], env)?;
+        if secret && !value.is_empty() {
             secrets.push(value.clone());
         }
         out.push_str(&value);
@@ -1526,7 +1570,7 @@ impl<'a> Keys<'a> {
         }
         match self.map.keys().find(|k| !self.used.contains_key(k.as_str())) {
             None => Ok(()),
-            Some(k) => Err(Invalid::new(self.name(k), "unknown key")),
+            Some(k) => Err(Invalid::new(self.name(k), suggest::unknown_key(k, self.doc))),
         }
     }
 }
@@ -1675,6 +1719,14 @@ mod tests {
         assert_eq!(c.thread_budget().iter().find(|b| b.group == "readers").map(|b| b.threads), Some(2 * 1024));
     }
     #[test]
+    fn comments_and_trailing_commas_are_read_as_vs_code_reads_them() {
+        let c = parse("{\n  // two servers\n  \"mcpServers\": {\"b\": {\"url\": \"http://b\"}, /* and */ \"a\": {\"url\": \"http://a\",},},\n}")
+            .unwrap();
+        let names: Vec<&str> = c.servers.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["b", "a"], "the order of the file, read past the comments");
+    }
+
+    #[test]
     fn servers_keep_the_order_of_the_file() {
         let c = parse(r#"{"mcpServers": {"zeta": {"url": "http://z"}, "alpha": {"url": "http://a"}}}"#).unwrap();
         let names: Vec<&str> = c.servers.iter().map(|s| s.name.as_str()).collect();
@@ -1728,6 +1780,8 @@ mod tests {
             (r#"{}"#, "mcpServers", "missing"),
             (r#"[1]"#, "", "expected a JSON object"),
             (r#"{"mcpServers": "#, "", "not valid JSON"),
+            ("{\n  // the servers\n  \"mcpServers\": {\"a\": {\"url\": \"http://x\"} \"b\": {}}}", "", "at line 3"),
+            ("{/* the servers", "", "`/*` comment at line 1 is never closed"),
         ];
         for (text, key, problem) in cases {
             let Invalid { key: k, problem: p } = parse(text).expect_err(text);
@@ -1821,6 +1875,7 @@ mod tests {
             ("mcpServers.<name>.args", json!(["--stdio"])),
             ("mcpServers.<name>.env", json!({"A": "b"})),
             ("mcpServers.<name>.cwd", json!("/tmp")),
+            ("mcpServers.<name>.envFile", json!(test_env_file())),
             ("mcpServers.<name>.sharing", json!("shared")),
             ("mcpServers.<name>.start", json!("eager")),
             ("mcpServers.<name>.prefix", json!("a")),
@@ -1877,12 +1932,8 @@ mod tests {
                     _ if rest == "<name>" => continue,
                     None => {
                         let name = rest.trim_start_matches("<name>.");
-                        let server =
-                            if ["command", "args", "env", "cwd", "sharing", "start", "max_processes"].contains(&name) {
-                                "b"
-                            } else {
-                                "a"
-                            };
+                        let stdio = ["command", "args", "env", "envFile", "cwd", "sharing", "start", "max_processes"];
+                        let server = if stdio.contains(&name) { "b" } else { "a" };
                         &mut root["mcpServers"][server][name]
                     }
                     Some((filter, rule)) => &mut root["mcpServers"]["a"][filter][rule],
@@ -1961,6 +2012,13 @@ mod tests {
         let Invalid { key, problem } = parse(&base(both)).unwrap_err();
         assert_eq!(key, "state_dir");
         assert!(problem.contains("state_file"), "{problem}");
+    }
+
+    /// A dotenv file with one variable, for `envFile`.
+    fn test_env_file() -> String {
+        let path = std::env::temp_dir().join(format!("mcpgate-config-test-{}.env", std::process::id()));
+        std::fs::write(&path, "TOKEN_FROM_FILE=0123456789\n").unwrap();
+        path.to_string_lossy().into_owned()
     }
 
     /// A PEM file with one CA certificate, for the keys that read one.

@@ -8,6 +8,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crossbeam_channel::RecvTimeoutError;
+
 use mcpgate::config::{self, Config, ConfigError, Source};
 use mcpgate::gateway::Gateway;
 use mcpgate::http::{self, Httpd};
@@ -16,7 +18,7 @@ use mcpgate::runtime::state::{self, StateFile};
 use mcpgate::runtime::sys::{self, Signal};
 use mcpgate::runtime::threads;
 use mcpgate::service::notify::{self, Notifier};
-use mcpgate::service::{peers, reaper, restore};
+use mcpgate::service::{peers, reaper, restore, watch};
 use mcpgate::session::CloseReason;
 
 const USAGE: &str = "\
@@ -24,8 +26,10 @@ usage: mcpgate --config FILE [--listen ADDR]
        mcpgate --check [--start] --config FILE
        mcpgate --config-reference
        mcpgate status [--url URL]
+       mcpgate import FILE
 
-  --config FILE       the JSON configuration (see docs/CONFIGURATION.md)
+  --config FILE       the JSON configuration (see docs/CONFIGURATION.md), or a client's
+                      file as it is (Claude Desktop, Cursor, VS Code, Windsurf, Cline)
   --listen ADDR       listen on ADDR instead of the file's `listen`, e.g. 127.0.0.1:0
   --check             validate the configuration and exit (0: valid, 2: not): its keys, and
                       that each stdio server's command is on PATH
@@ -39,6 +43,9 @@ usage: mcpgate --config FILE [--listen ADDR]
                       code 0: healthy, 1: not healthy, 3: no status could be read.
   --url URL           where it runs (default http://127.0.0.1:8780); $MCPGATE_TOKEN, when
                       set, goes as its bearer token (needed beyond loopback with tokens)
+
+  import FILE         print a client's config file as mcpgate's own JSON on stdout, and on
+                      stderr what it left out or needs (exit code 2: it does not load)
 
 Logging: MCPGATE_LOG=debug|info|warn|error (default info), to stderr.";
 
@@ -102,6 +109,8 @@ enum Command {
     Print(String),
     /// `mcpgate status`: the base URL of a running mcpgate.
     Status(String),
+    /// `mcpgate import FILE`.
+    Import(PathBuf),
 }
 
 fn parse_args(args: impl Iterator<Item = String>) -> Result<Command, Error> {
@@ -116,6 +125,14 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Command, Error> {
             }
         }
         return Ok(Command::Status(url));
+    }
+    if args.peek().map(String::as_str) == Some("import") {
+        args.next();
+        let file = args.next().ok_or_else(|| Error::Usage("`mcpgate import` needs a FILE".into()))?;
+        if let Some(extra) = args.next() {
+            return Err(Error::Usage(format!("unknown argument `{extra}` for `mcpgate import`")));
+        }
+        return Ok(Command::Import(PathBuf::from(file)));
     }
     let mut parsed = Args { config: None, listen: None, check: false, start: false };
     while let Some(arg) = args.next() {
@@ -157,6 +174,7 @@ fn run() -> Result<(), Error> {
             return Ok(());
         }
         Command::Status(url) => return status(&url),
+        Command::Import(file) => return import(&file),
         Command::Run(args) => args,
     };
     let listen = match &args.listen {
@@ -168,6 +186,8 @@ fn run() -> Result<(), Error> {
         None => None,
     };
     let source = Source { path: args.config.expect("parse_args requires --config"), listen };
+    // Looked at before it is read: a save from now on reloads it.
+    let looked = watch::look([source.path.as_path()]);
     let config = source.load().map_err(Error::Config)?;
     let tls = tls_acceptor(&config, &source)?;
     if args.check {
@@ -184,7 +204,20 @@ fn run() -> Result<(), Error> {
         );
     }
     check_fd_limit(&config);
-    serve(config, source, signals, tls)
+    if let Some(notes) = config.notes.summary() {
+        log::info!("{}: {notes}", source.path.display());
+    }
+    serve(config, source, looked, signals, tls)
+}
+
+/// `mcpgate import FILE`: the JSON on stdout, the notes on stderr.
+fn import(file: &std::path::Path) -> Result<(), Error> {
+    let imported = config::import::import(file, &|name| std::env::var(name).ok()).map_err(Error::Config)?;
+    print!("{}", imported.json);
+    for note in &imported.notes {
+        eprintln!("mcpgate import: {note}");
+    }
+    Ok(())
 }
 
 /// `--check`: what the file says is valid (it loaded), and each stdio
@@ -201,6 +234,9 @@ fn check(config: Config, source: &Source, start: bool) -> Result<(), Error> {
         }
     }
     println!("{}: valid, {} server(s)", source.path.display(), config.servers.len());
+    if let Some(notes) = config.notes.summary() {
+        println!("{}: {notes}", source.path.display());
+    }
     if !start {
         println!("(no server was started: `mcpgate --check --start` tries each one)");
         return Ok(());
@@ -333,7 +369,7 @@ fn init_logging_with(default: &str) {
     builder.init();
 }
 
-fn serve(config: Config, source: Source, signals: sys::Signals, tls: Tls) -> Result<(), Error> {
+fn serve(config: Config, source: Source, looked: watch::Looked, signals: sys::Signals, tls: Tls) -> Result<(), Error> {
     let options = http::Options {
         max_connections: config.max_connections,
         max_body_bytes: config.max_body_bytes,
@@ -357,7 +393,7 @@ fn serve(config: Config, source: Source, signals: sys::Signals, tls: Tls) -> Res
     // once it listens.
     let restored = loaded.map(|loaded| restore::restore(&gateway, loaded));
     let writer = state::start(gateway.journal.clone(), gateway.clone()).map_err(io("cannot start the state writer"))?;
-    let routes = Routes::new(gateway.clone(), source.clone());
+    let routes = Routes::new(gateway.clone(), source.clone()).with_watch(looked);
     #[cfg(feature = "tls")]
     let (routes, transport, scheme) = match &tls {
         Some(acceptor) => (routes.with_tls(Some(acceptor.clone())), http::Transport::Tls(acceptor.clone()), "https"),
@@ -423,23 +459,30 @@ fn serve(config: Config, source: Source, signals: sys::Signals, tls: Tls) -> Res
         gateway.current().servers.len()
     );
 
+    // SIGHUP and a save reload the same way, here, one at a time.
+    let reload = |why: &str| {
+        log::info!("{why}: reloading {}", source.path.display());
+        if let Some(notifier) = &notifier {
+            notifier.send("RELOADING=1");
+        }
+        app.reload_all();
+        if let Some(notifier) = &notifier {
+            notifier.send(&format!("READY=1\nSTATUS={}", notify::status_line(&gateway)));
+        }
+    };
     loop {
-        match signal_rx.recv() {
-            Ok(Signal::Hangup) => {
-                log::info!("SIGHUP: reloading {}", source.path.display());
-                if let Some(notifier) = &notifier {
-                    notifier.send("RELOADING=1");
-                }
-                app.reload_all();
-                if let Some(notifier) = &notifier {
-                    notifier.send(&format!("READY=1\nSTATUS={}", notify::status_line(&gateway)));
+        match signal_rx.recv_timeout(watch::EVERY) {
+            Err(RecvTimeoutError::Timeout) => {
+                if gateway.current().config.watch_config && app.config_saved() {
+                    reload("changed on disk");
                 }
             }
+            Ok(Signal::Hangup) => reload("SIGHUP"),
             Ok(signal) => {
                 log::info!("{signal:?}: closing every session");
                 break;
             }
-            Err(_) => {
+            Err(RecvTimeoutError::Disconnected) => {
                 log::error!("the signal thread ended; shutting down");
                 sys::terminate_self();
                 break;

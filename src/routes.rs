@@ -12,6 +12,7 @@ use crate::gateway::Gateway;
 use crate::http::access;
 use crate::http::auth::{self, Access, Auth};
 use crate::http::{App, EventSink, HttpError, HttpReply, HttpRequest};
+use crate::service::watch::{self, Watch};
 use crate::status;
 
 /// Who may reach a path, beyond the Host and Origin checks every request passes.
@@ -47,6 +48,8 @@ pub struct Routes {
     pub gateway: Arc<Gateway>,
     /// The configuration file, for `POST /reload`.
     pub source: Source,
+    /// What its files looked like when they were last read: a save reloads.
+    watch: Watch,
     /// Who may pass, with what it keeps between requests (checked tokens, keys).
     auth: Auth,
     /// The front door's HTTPS settings, read again on reload.
@@ -126,10 +129,30 @@ impl Routes {
         Routes {
             gateway,
             source,
+            watch: Watch::default(),
             auth: Auth::new(),
             #[cfg(feature = "tls")]
             tls: None,
         }
+    }
+
+    /// Watching the configuration's files, from what they looked like just
+    /// before the configuration in force read them.
+    pub fn with_watch(self, looked: watch::Looked) -> Routes {
+        self.watch.reloaded(looked, &self.watched_files());
+        self
+    }
+
+    /// The files a change to reloads: the configuration file and each server's `envFile`.
+    fn watched_files(&self) -> Vec<std::path::PathBuf> {
+        let current = self.gateway.current();
+        std::iter::once(self.source.path.clone()).chain(current.config.notes.files().map(Into::into)).collect()
+    }
+
+    /// Whether a file of the configuration was saved since it was last read
+    /// (and has held still for a look since): time to reload, with `watch_config`.
+    pub fn config_saved(&self) -> bool {
+        self.watch.changed(&self.watched_files())
     }
 
     /// Serving HTTPS with `acceptor`, whose files a reload reads again.
@@ -142,8 +165,11 @@ impl Routes {
     /// SIGHUP and `POST /reload`: the configuration, then the front door's
     /// certificate and key (kept as they were when they do not load).
     pub fn reload_all(&self) -> crate::gateway::ReloadOutcome {
+        // Looked at before they are read: a save after this reloads again.
+        let looked = watch::look(self.watched_files().iter().map(|f| f.as_path()));
         #[allow(unused_mut)]
         let mut outcome = self.gateway.reload_from(&self.source);
+        self.watch.reloaded(looked, &self.watched_files());
         #[cfg(feature = "tls")]
         if let (Some(acceptor), Some(files)) = (&self.tls, &self.gateway.current().config.tls) {
             match acceptor.reload(files) {

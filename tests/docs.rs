@@ -62,6 +62,16 @@ fn the_metrics_table_lists_every_entry_of_the_stats_table() {
     );
 }
 
+#[test]
+fn the_table_of_client_keys_lists_every_key_the_code_reads_or_leaves() {
+    holds_generated_table(
+        REFERENCE,
+        "| key | where | written by | mcpgate |",
+        &mcpgate::config::clients::reference_markdown(),
+        "table of client keys (`config::clients::reference_markdown`)",
+    );
+}
+
 /// The Markdown files of the repository: the README, `docs/`, and any
 /// other outside build and tool directories.
 fn markdown_files() -> Vec<PathBuf> {

@@ -104,7 +104,12 @@ impl Gateway {
     /// refused with a log line and a status-page entry; the old one stays.
     pub fn reload_from(&self, source: &crate::config::Source) -> ReloadOutcome {
         match source.load() {
-            Ok(config) => self.reload(config),
+            Ok(config) => {
+                if let Some(notes) = config.notes.summary() {
+                    log::info!("{}: {notes}", source.path.display());
+                }
+                self.reload(config)
+            }
             Err(e) => {
                 log::error!("configuration reload refused, the previous configuration stays in force: {e}");
                 let outcome = ReloadOutcome {

@@ -250,6 +250,9 @@ pub fn config(servers: &[(&str, String)]) -> Value {
         "client_idle_timeout_secs": 1,
         "connect_timeout_secs": 2,
         "request_timeout_secs": 10,
+        // Reloads come from SIGHUP or `POST /reload`, when a test says; tests/reload_on_save.rs
+        // turns the watch on.
+        "watch_config": false,
         "mcpServers": map,
     })
 }

@@ -58,6 +58,15 @@ pub fn use_servers(client: &super::Client, servers: &[&str]) {
     });
 }
 
+/// A `mcpServers` entry: the fixture as a stdio server named `$SERVER_NAME$SUFFIX` of its
+/// environment, with `env_file` as its `envFile`, written with `vars`.
+pub fn named_by_env_file(env_file: &std::path::Path, vars: &str) -> Value {
+    std::fs::write(env_file, vars).expect("write the envFile");
+    let mut server = shell_server("exec \"$0\" --stdio --name \"$SERVER_NAME$SUFFIX\"", &[fixture_bin()]);
+    server["envFile"] = json!(env_file);
+    server
+}
+
 /// What /proc says about one process.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Proc {
