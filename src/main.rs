@@ -16,9 +16,9 @@ use mcpgate::http::{self, Httpd};
 use mcpgate::routes::Routes;
 use mcpgate::runtime::state::{self, StateFile};
 use mcpgate::runtime::sys::{self, Signal};
-use mcpgate::runtime::threads;
+use mcpgate::runtime::{threads, watch};
 use mcpgate::service::notify::{self, Notifier};
-use mcpgate::service::{peers, reaper, restore, watch};
+use mcpgate::service::{peers, reaper, restore};
 use mcpgate::session::CloseReason;
 
 const USAGE: &str = "\

@@ -12,7 +12,7 @@ use crate::gateway::Gateway;
 use crate::http::access;
 use crate::http::auth::{self, Access, Auth};
 use crate::http::{App, EventSink, HttpError, HttpReply, HttpRequest};
-use crate::service::watch::{self, Watch};
+use crate::runtime::watch::{self, Watch};
 use crate::status;
 
 /// Who may reach a path, beyond the Host and Origin checks every request passes.
@@ -57,9 +57,10 @@ pub struct Routes {
     tls: Option<Arc<crate::http::tls::Acceptor>>,
 }
 
-/// A request refused for who sent it (its `Host`, `Origin` or token):
-/// answered, and said in the log, at most once per 10 s, with the peer and
-/// the reason, never the token.
+/// A request refused for where it claims to come from (its `Host` or
+/// `Origin`): answered, and said in the log, at most once per 10 s, with
+/// the peer and the reason. (A refused token is said where it is checked,
+/// `http/auth/`.)
 fn refuse(req: &HttpRequest, refused: HttpError) -> HttpReply {
     let peer = req.peer.map_or_else(|| "unknown".to_string(), |p| p.to_string());
     crate::limited!(
@@ -95,11 +96,11 @@ impl App for Routes {
             Guard::Anyone => Access::Open,
             Guard::Token => match self.auth.authenticate(req, config, &gateway.stats) {
                 Ok(access) => access,
-                Err(refused) => return refuse(req, refused),
+                Err(refused) => return refused.reply(),
             },
             Guard::Status => match self.auth.check_status(req, config, &gateway.stats) {
                 Ok(()) => Access::Open,
-                Err(refused) => return refuse(req, refused),
+                Err(refused) => return refused.reply(),
             },
         };
         if !route.methods.contains(&req.method.as_str()) {
@@ -109,7 +110,7 @@ impl App for Routes {
                 .reply();
         }
         if let Err(refused) = auth::step_up(req, &access, config) {
-            return refuse(req, refused);
+            return refused.reply();
         }
         match (req.method.as_str(), route.path) {
             (_, "/mcp") => gateway.handle(req, sink, &access),

@@ -580,6 +580,8 @@ stats! {
         tool_search_index_bytes: Gauge => "tool_search"."index_bytes" as "mcpgate_tool_search_index_bytes",
         /// Client sessions live now.
         sessions_live: Gauge => "sessions"."live" as "mcpgate_sessions_live",
+        /// Seconds since an `initialize` was last refused (the uptime before any).
+        sessions_since_refused: Gauge => "sessions"."secs_since_refused" as "mcpgate_sessions_seconds_since_refused",
         /// Calls of 2026-07-28 clients held now, waiting for the client's retry with answers to the server's requests (`max_held_calls`).
         calls_held: Gauge => "calls"."held_for_2026_clients" as "mcpgate_calls_held",
         /// Child processes of stdio servers started.

@@ -17,10 +17,29 @@ fn data(file: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/clients").join(file)
 }
 
+/// A directory with the programs the client files start (`npx`, `uvx`, `node`) as stubs, as
+/// the machine that runs them would have them: `--check` looks for each on `PATH`.
+fn stub_programs() -> &'static Path {
+    static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("mcpgate-client-configs-bin-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for name in ["npx", "uvx", "node"] {
+            let stub = dir.join(name);
+            std::fs::write(&stub, "#!/bin/sh\nexit 0\n").unwrap();
+            std::fs::set_permissions(&stub, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        dir
+    })
+}
+
 /// mcpgate with `args`, with only `vars` of the variables the files name set.
 fn mcpgate(args: &[&str], file: &Path, vars: &[(&str, &str)]) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_mcpgate"));
     command.args(args).arg(file);
+    let path = std::env::var("PATH").unwrap_or_default();
+    command.env("PATH", format!("{}:{path}", stub_programs().display()));
     for var in ["GITHUB_TOKEN", "PERPLEXITY_KEY", "CONTEXT7_API_KEY", "FIGMA_TOKEN"] {
         command.env_remove(var);
     }

@@ -43,7 +43,8 @@ fn init(gate: &Gate, token: Option<&str>) -> RawReply {
 
 /// Lines of the log at info and above (the tests run mcpgate at debug) that contain `text`.
 fn lines_with(log: &str, text: &str) -> usize {
-    log.lines().filter(|l| !l.starts_with("[DEBUG") && l.contains(text)).count()
+    // `2026-12-05T21:55:34.446Z DEBUG mcpgate::...`: the level is the second word.
+    log.lines().filter(|l| l.split_whitespace().nth(1) != Some("DEBUG") && l.contains(text)).count()
 }
 
 /// mcpgate's log once a line with each of `texts` is in it: the test reads

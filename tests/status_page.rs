@@ -427,3 +427,20 @@ fn mcpgate_status_prints_the_summary_and_says_healthy_or_not_in_its_exit_code() 
     let (code, _, err) = mcpgate(&["status", "--bogus"]);
     assert_eq!(code, Some(2), "{err}");
 }
+
+/// A limit that refuses work is a problem the health names, while it lasts: here `max_sessions`.
+#[test]
+fn the_health_says_when_a_limit_refuses_new_sessions() {
+    let fixture = Fixture::start("alpha", &[]);
+    let mut c = config(&[("alpha", fixture.url())]);
+    c["max_sessions"] = json!(1);
+    let gate = Gate::start_checked(&c);
+    let _one = gate.open_session();
+    assert_eq!(gate.status()["health"]["healthy"], true, "{}", gate.status()["health"]);
+    let mut two = gate.client();
+    let refused = two.request("initialize", support::initialize_params());
+    assert_eq!(refused.status, 503, "{refused:?}");
+    let health = gate.status()["health"].clone();
+    assert_eq!(health["healthy"], false, "{health}");
+    assert!(health["problems"].to_string().contains("new sessions are refused: 1 initialize(s) refused"), "{health}");
+}

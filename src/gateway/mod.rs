@@ -107,6 +107,9 @@ pub struct Gateway {
     holds: stateless::holds::Holds,
     /// Calls of that era running on their connection thread, watched for their client leaving.
     watch: stateless::watch::Watch,
+    /// Guards when the last `initialize` was refused (a limit, the memory,
+    /// the state file): the health says so while it is recent.
+    session_refused_at: Mutex<Option<Instant>>,
     /// `instance_id` as at start (a reload does not change it): starts every session id.
     pub instance_id: Option<String>,
     pub started: Instant,
@@ -139,6 +142,7 @@ impl Gateway {
             trim_owed: std::sync::atomic::AtomicBool::new(false),
             pools: Mutex::new(std::collections::HashMap::new()),
             holds: stateless::holds::Holds::new(),
+            session_refused_at: Mutex::new(None),
             watch: stateless::watch::Watch::default(),
             instance_id,
             started: Instant::now(),
@@ -217,6 +221,17 @@ impl Gateway {
 
 /// The servers a session may reach, in configuration order.
 impl Gateway {
+    /// An `initialize` was refused: counted, and its time kept for the health.
+    fn refused_session(&self) {
+        self.stats.sessions_refused.inc();
+        *self.session_refused_at.lock() = Some(Instant::now());
+    }
+
+    /// Seconds since an `initialize` was last refused; `None` if none was.
+    pub fn secs_since_session_refused(&self) -> Option<u64> {
+        self.session_refused_at.lock().map(|at| at.elapsed().as_secs())
+    }
+
     /// Starts the processes of `"start": "eager"` servers ahead, unless they
     /// run; nothing waits for them. Without a session (at start, at a
     /// reload, on the reaper's rounds, which start again one that ended):

@@ -472,7 +472,7 @@ impl Gateway {
             }
         };
         if let Some(why) = self.resources_short() {
-            self.stats.sessions_refused.inc();
+            self.refused_session();
             crate::limited!(warn, "an initialize was refused with 503: {why}");
             return HttpError::unavailable(RpcError::internal(why)).reply_to(&id);
         }
@@ -482,13 +482,13 @@ impl Gateway {
         // than the idle timeout must not make a session dead on arrival.
         let _busy = session.begin_request(usize::MAX);
         if !session.hold_params() {
-            self.stats.sessions_refused.inc();
+            self.refused_session();
             let e = RpcError::internal("mcpgate holds its limit of max_memory_mb; a new session cannot be kept now");
             return HttpError::unavailable(e).reply_to(&id);
         }
         let max_sessions = self.current().config.max_sessions;
         if !self.sessions.insert(session.clone(), max_sessions) {
-            self.stats.sessions_refused.inc();
+            self.refused_session();
             let e =
                 RpcError::internal(format!("mcpgate holds its limit of {} sessions; try again later", max_sessions));
             return HttpError::unavailable(e).reply_to(&id);
@@ -502,7 +502,7 @@ impl Gateway {
             && let Some(session) = self.sessions.remove_if(&session_id, |_| true)
         {
             self.close(vec![session], CloseReason::Refused);
-            self.stats.sessions_refused.inc();
+            self.refused_session();
             let e = RpcError::internal(format!("{e}; a session that would not survive a restart is refused"));
             return HttpError::unavailable(e).reply_to(&id);
         }
@@ -512,7 +512,7 @@ impl Gateway {
         {
             // A session with no server at all, for want of threads or descriptors: better refused.
             self.close(vec![session], CloseReason::Refused);
-            self.stats.sessions_refused.inc();
+            self.refused_session();
             let e = RpcError::internal(format!("{why}; try again later"));
             return HttpError::unavailable(e).reply_to(&id);
         }

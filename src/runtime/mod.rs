@@ -1,6 +1,7 @@
 //! What every floor uses: the state file and its journal, the threads and
 //! their roles, the memory budget, rate-limited logging, the clock, SHA-256
-//! and the comparison of secrets, and the OS calls (`sys`, the only
+//! and the comparison of secrets, the watch of files that reloads the
+//! configuration when it is saved, and the OS calls (`sys`, the only
 //! `unsafe` code).
 
 pub mod clock;
@@ -11,3 +12,4 @@ pub mod sha256;
 pub mod state;
 pub mod sys;
 pub mod threads;
+pub mod watch;

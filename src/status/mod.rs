@@ -79,6 +79,7 @@ pub fn readings(g: &Gateway) -> Vec<Reading> {
         tool_search_index_tools: (g.searches.index_size().0 as u64).into(),
         tool_search_index_bytes: (g.searches.index_size().1 as u64).into(),
         sessions_live: (g.sessions.len() as u64).into(),
+        sessions_since_refused: g.secs_since_session_refused().unwrap_or_else(|| g.started.elapsed().as_secs()).into(),
         calls_held: (g.held_calls() as u64).into(),
         processes_spawned: spawned.into(),
         processes_reaped: reaped.into(),

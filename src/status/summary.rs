@@ -44,6 +44,14 @@ pub fn health(v: &Value) -> (bool, Vec<String>) {
             n("processes", "secs_since_refused")
         ));
     }
+    if n("sessions", "refused") > 0 && n("sessions", "secs_since_refused") < 60 {
+        problems.push(format!(
+            "new sessions are refused: {} initialize(s) refused since start (max_sessions, max_memory_mb, threads, \
+             descriptors or the state file), the last {} s ago",
+            n("sessions", "refused"),
+            n("sessions", "secs_since_refused")
+        ));
+    }
     if n("memory", "refused") > 0 && n("memory", "secs_since_refused") < 60 {
         problems.push(format!(
             "{} memory charge(s) refused since start (max_memory_mb), the last {} s ago",
@@ -414,6 +422,8 @@ mod tests {
         v["memory"]["secs_since_refused"] = json!(5);
         v["processes"]["refused"] = json!(4);
         v["processes"]["secs_since_refused"] = json!(2);
+        v["sessions"]["refused"] = json!(7);
+        v["sessions"]["secs_since_refused"] = json!(1);
         v["state"]["error"] = json!("disk full");
         v["reload"]["error"] = json!("bad key");
         let (ok, problems) = health(&v);
@@ -426,6 +436,7 @@ mod tests {
             "server `a` is down: unreachable: connection refused",
             "3 memory charge(s) refused",
             "a process limit refuses work: 4 start(s) of a stdio server refused",
+            "new sessions are refused: 7 initialize(s) refused",
             "state file cannot be written: disk full",
             "last reload was refused",
         ] {

@@ -275,7 +275,7 @@ impl Gateway {
             Session::new(id, versions::NEWEST.into(), jsonrpc::raw(&params), "protocol 2026-07-28".into(), access);
         pool.mark_sessionless();
         if !self.sessions.insert(pool.clone(), self.current().config.max_sessions) {
-            self.stats.sessions_refused.inc();
+            self.refused_session();
             let e = RpcError::internal("mcpgate holds its limit of sessions (max_sessions); retry later");
             return Err(HttpError::unavailable(e).reply());
         }

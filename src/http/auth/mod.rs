@@ -101,6 +101,14 @@ pub struct Auth {
     current: RwLock<Option<(Arc<OAuthConfig>, Arc<OAuth>)>>,
 }
 
+/// A request refused for its token: a line in the log, at most one per 10 s,
+/// with the peer and why, never the token. (OAuth's refusals say their own,
+/// with the claim that failed.)
+fn said_refused(req: &HttpRequest, why: &str) {
+    let peer = req.peer.map_or_else(|| "unknown".to_string(), |p| p.to_string());
+    crate::limited!(warn, "{} {} from {peer} refused with 401: {why}", req.method, req.path);
+}
+
 /// The bearer token of a request, if it sends one.
 fn bearer(req: &HttpRequest) -> Option<&str> {
     let (scheme, token) = req.header("authorization")?.trim().split_once(' ')?;
@@ -156,6 +164,7 @@ impl Auth {
         let oauth = config.oauth.as_ref();
         let Some(presented) = bearer(req) else {
             let message = "this gateway needs Authorization: Bearer <token>";
+            said_refused(req, "it sent no bearer token");
             return refused(match oauth {
                 Some(oauth) => unauthorized(oauth, None, message),
                 None => HttpError::new(401, message).with_header("WWW-Authenticate", "Bearer"),
@@ -165,6 +174,7 @@ impl Auth {
             return Ok(Access::Token(token.clone()));
         }
         let Some(oauth) = oauth else {
+            said_refused(req, "its bearer token is none of auth.tokens");
             return refused(
                 HttpError::new(401, "the bearer token is not valid")
                     .with_header("WWW-Authenticate", "Bearer error=\"invalid_token\""),
