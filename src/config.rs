@@ -428,6 +428,98 @@ pub const KEYS: &[Key] = &[
         meaning: "Tools one `find_tools` answers with at most, best first, each with its full definition.",
     },
     Key {
+        name: "audit",
+        kind: Kind::Other("off"),
+        meaning: "An audit log: one JSON line per call and per session opened or closed (time, principal, session, server, tool or method, outcome, duration, bytes in and out, trace id), written off the request's thread. A line it cannot write (a full disk, a writer behind) is dropped and counted, never waited for. See docs/OPERATIONS.md.",
+    },
+    Key {
+        name: "audit.file",
+        kind: Kind::Other("none"),
+        meaning: "The file (created 0600; its directory must exist); rotated to `FILE.1`, `FILE.2`... before a line would take it past `max_bytes`.",
+    },
+    Key {
+        name: "audit.max_bytes",
+        kind: Kind::Number { default: Some(10485760), min: 131072, max: 1099511627776 },
+        meaning: "Bytes one file may hold at most.",
+    },
+    Key {
+        name: "audit.files",
+        kind: Kind::Number { default: Some(3), min: 1, max: 1000 },
+        meaning: "Rotated files kept besides the current one; the oldest is removed.",
+    },
+    Key {
+        name: "audit.journal",
+        kind: Kind::Flag(false),
+        meaning: "Also send each record to the systemd journal with fields of its own (`MCP_TOOL=`, `MCP_PRINCIPAL=`, `MCP_SERVER=`, `MCP_SESSION=`, `MCP_OUTCOME=`): `journalctl MCP_TOOL=github__create_issue` finds them.",
+    },
+    Key {
+        name: "audit.arguments",
+        kind: Kind::Flag(false),
+        meaning: "Keep each call's arguments in its record, with the values of keys that look secret (`redact`) replaced by `***`, cut to 16 KiB.",
+    },
+    Key {
+        name: "audit.redact",
+        kind: Kind::Other(
+            "[\"password\", \"passwd\", \"secret\", \"token\", \"key\", \"authorization\", \"cookie\", \"credential\"]",
+        ),
+        meaning: "Parts of argument names whose values are never kept (any case): `api_key`, `GITHUB_TOKEN` and `userPassword` are redacted by the default.",
+    },
+    Key {
+        name: "rate_limit",
+        kind: Kind::Other("none"),
+        meaning: "Token buckets for calls (`tools/call`, `prompts/get`, `resources/read`, `completion/complete`), kept per user (a token or OAuth subject; one for all without `auth`), never per session: a new `initialize` does not refill them. Over a limit, a request gets HTTP 429 with `Retry-After`, or inside a batch or a stream a JSON-RPC error naming the limit and when to retry.",
+    },
+    Key {
+        name: "rate_limit.per_user",
+        kind: Kind::Other("none"),
+        meaning: "Every call of one user, whatever the tool.",
+    },
+    Key {
+        name: "rate_limit.per_user.per_minute",
+        kind: Kind::Number { default: None, min: 1, max: 6000000 },
+        meaning: "Calls a minute the bucket refills by.",
+    },
+    Key {
+        name: "rate_limit.per_user.burst",
+        kind: Kind::Number { default: None, min: 1, max: 1000000 },
+        meaning: "Calls at once before the rate applies: the bucket's size. Defaults to a tenth of `per_minute` (at least 1).",
+    },
+    Key {
+        name: "rate_limit.per_tool",
+        kind: Kind::Other("none"),
+        meaning: "The calls of one user to one tool (a prompt, a resource's server), for every tool without a limit of its own.",
+    },
+    Key {
+        name: "rate_limit.per_tool.per_minute",
+        kind: Kind::Number { default: None, min: 1, max: 6000000 },
+        meaning: "As `per_user.per_minute`.",
+    },
+    Key {
+        name: "rate_limit.per_tool.burst",
+        kind: Kind::Number { default: None, min: 1, max: 1000000 },
+        meaning: "As `per_user.burst`.",
+    },
+    Key {
+        name: "rate_limit.tools",
+        kind: Kind::Other("{}"),
+        meaning: "Limits of single tools by their exposed name, e.g. `{\"github__create_issue\": {\"per_minute\": 5, \"burst\": 1}}`, over `per_tool` and the server's.",
+    },
+    Key {
+        name: "rate_limit.tools.<tool>.per_minute",
+        kind: Kind::Number { default: None, min: 1, max: 6000000 },
+        meaning: "As `per_user.per_minute`.",
+    },
+    Key {
+        name: "rate_limit.tools.<tool>.burst",
+        kind: Kind::Number { default: None, min: 1, max: 1000000 },
+        meaning: "As `per_user.burst`.",
+    },
+    Key {
+        name: "rate_limit.max_buckets",
+        kind: Kind::Number { default: Some(10000), min: 16, max: 10000000 },
+        meaning: "Buckets kept at most (about 100 bytes each, charged to `max_memory_mb`); past it the least recently used goes, which forgets what its user spent.",
+    },
+    Key {
         name: "env_passthrough",
         kind: Kind::Other("the CA, proxy, npm and uv variables (see the text)"),
         meaning: "Variables of mcpgate's own environment every stdio server's process gets, besides the base (`PATH HOME USER LOGNAME LANG LC_ALL LC_CTYPE TZ TMPDIR`) and before its own `env`: names, or a prefix and `*`. The default is what package runners need behind a proxy or a private CA: `SSL_CERT_FILE SSL_CERT_DIR NODE_EXTRA_CA_CERTS REQUESTS_CA_BUNDLE CURL_CA_BUNDLE HTTP_PROXY HTTPS_PROXY NO_PROXY ALL_PROXY` (and their lower-case forms), `npm_config_* NPM_CONFIG_* UV_* PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_CERT XDG_CACHE_HOME`.",
@@ -487,6 +579,21 @@ pub const KEYS: &[Key] = &[
         name: "mcpServers.<name>.max_processes",
         kind: Kind::Number { default: None, min: 1, max: 65536 },
         meaning: "Processes of this server at once, within the global `max_processes`.",
+    },
+    Key {
+        name: "mcpServers.<name>.rate_limit",
+        kind: Kind::Other("none"),
+        meaning: "The limit of each of this server's tools per user, over `rate_limit.per_tool`: `{\"per_minute\": 30, \"burst\": 5}`.",
+    },
+    Key {
+        name: "mcpServers.<name>.rate_limit.per_minute",
+        kind: Kind::Number { default: None, min: 1, max: 6000000 },
+        meaning: "As `rate_limit.per_user.per_minute`.",
+    },
+    Key {
+        name: "mcpServers.<name>.rate_limit.burst",
+        kind: Kind::Number { default: None, min: 1, max: 1000000 },
+        meaning: "As `rate_limit.per_user.burst`.",
     },
     Key {
         name: "mcpServers.<name>.prefix",
@@ -588,6 +695,10 @@ pub struct Config {
     pub status_public: bool,
     pub watch_config: bool,
     pub tool_search: ToolSearch,
+    /// `audit`: none when it is not configured.
+    pub audit: Option<AuditConfig>,
+    /// `rate_limit`.
+    pub rate_limit: RateLimits,
     /// In the order of the file: the first server wins a name collision.
     pub servers: Vec<ServerConfig>,
     /// What was read from a client's file its own way, or left to the client.
@@ -646,7 +757,55 @@ pub struct ServerConfig {
     pub resources: Filter,
     /// Values that came from the environment: never logged or shown.
     pub secrets: Vec<String>,
+    /// The limit of each of its tools per user (`rate_limit`); a change to it
+    /// leaves the server as it is on reload (it is read from the
+    /// configuration in force on every call), hence not compared.
+    pub rate_limit: NotCompared<Option<Rate>>,
 }
+
+/// A value a comparison of what holds it leaves out: every two are equal.
+#[derive(Clone, Debug, Default)]
+pub struct NotCompared<T>(pub T);
+
+impl<T> PartialEq for NotCompared<T> {
+    fn eq(&self, _: &NotCompared<T>) -> bool {
+        true
+    }
+}
+
+impl<T> Eq for NotCompared<T> {}
+
+/// A token bucket's settings: refilled by `per_minute` calls a minute, `burst` calls deep.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rate {
+    pub per_minute: u64,
+    pub burst: u64,
+}
+
+/// `rate_limit`: the buckets of calls, per user and per (user, tool).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RateLimits {
+    /// Whether any limit is set, here or on a server.
+    pub enabled: bool,
+    pub per_user: Option<Rate>,
+    pub per_tool: Option<Rate>,
+    /// By exposed tool name.
+    pub tools: BTreeMap<String, Rate>,
+    pub max_buckets: usize,
+}
+
+impl RateLimits {
+    /// Whether any limit is set.
+    pub fn any(&self, servers: &[ServerConfig]) -> bool {
+        self.per_user.is_some()
+            || self.per_tool.is_some()
+            || !self.tools.is_empty()
+            || servers.iter().any(|s| s.rate_limit.0.is_some())
+    }
+}
+
+/// `audit`: where the audit log goes.
+pub use crate::runtime::audit::AuditConfig;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Transport {
@@ -910,6 +1069,8 @@ impl Config {
             status_public: keys.flag("status_public")?,
             watch_config: keys.flag("watch_config")?,
             tool_search: tool_search(keys.take("tool_search"))?,
+            audit: keys.take("audit").map(audit).transpose()?,
+            rate_limit: rate_limits(keys.take("rate_limit"))?,
             servers: servers(keys.take("mcpServers"), notes.order(server_order(&text)?), env, &trust)?,
             notes,
         };
@@ -923,6 +1084,7 @@ impl Config {
             }
         }
         config.notes.apply(&mut config.servers);
+        config.rate_limit.enabled = config.rate_limit.any(&config.servers);
         config.instance_id = keys.string("instance_id")?;
         if let Some(id) = &config.instance_id
             && !valid_instance_id(id)
@@ -960,9 +1122,9 @@ impl Config {
         vec![
             line(
                 "fixed",
-                &["other", "accept", "reaper", "signal", "state", "notify"],
-                "main, accept, reaper, signal, state, notify, and peers with state_dir",
-                6 + usize::from(self.state_dir.is_some()),
+                &["other", "accept", "reaper", "signal", "state", "notify", "audit"],
+                "main, accept, reaper, signal, state, notify, and peers with state_dir, audit with audit",
+                6 + usize::from(self.state_dir.is_some()) + usize::from(self.audit.is_some()),
             ),
             line("connections", &["conn"], "max_connections", self.max_connections),
             line("readers", &["reader"], "max_sessions x HTTP servers", self.max_sessions * http),
@@ -1223,8 +1385,22 @@ fn server(
     let tools = filter(keys.take("tools"), &format!("{path}.tools"))?;
     let prompts = filter(keys.take("prompts"), &format!("{path}.prompts"))?;
     let resources = filter(keys.take("resources"), &format!("{path}.resources"))?;
+    let rate_limit = keys
+        .take("rate_limit")
+        .map(|v| rate(v, &format!("{path}.rate_limit"), "mcpServers.<name>.rate_limit"))
+        .transpose()?;
     keys.refuse_unknown()?;
-    Ok(ServerConfig { name: name.to_string(), transport, prefix, separator, tools, prompts, resources, secrets })
+    Ok(ServerConfig {
+        name: name.to_string(),
+        transport,
+        prefix,
+        separator,
+        tools,
+        prompts,
+        resources,
+        secrets,
+        rate_limit: NotCompared(rate_limit),
+    })
 }
 
 /// `url` and `headers`: a server reached over HTTP.
@@ -1391,6 +1567,94 @@ fn tool_search(value: Option<&Value>) -> Result<ToolSearch, Invalid> {
     };
     keys.refuse_unknown()?;
     Ok(search)
+}
+
+/// `audit`: its file, rotation, journal and arguments.
+fn audit(value: &Value) -> Result<AuditConfig, Invalid> {
+    let Value::Object(map) = value else {
+        return Err(Invalid::new(
+            "audit",
+            format!("expected an object such as {{\"file\": \"/var/log/mcpgate/audit.jsonl\"}}, found {}", kind(value)),
+        ));
+    };
+    let mut keys = Keys::new(map, "audit", "audit");
+    let file = keys.string("file")?.map(PathBuf::from);
+    let journal = keys.flag("journal")?;
+    if file.is_none() && !journal {
+        return Err(Invalid::new("audit.file", "missing: give `file`, or `\"journal\": true`, or both"));
+    }
+    if let Some(dir) = file.as_ref().and_then(|f| f.parent()).filter(|d| !d.as_os_str().is_empty())
+        && !dir.is_dir()
+    {
+        return Err(Invalid::new("audit.file", format!("its directory {} does not exist", dir.display())));
+    }
+    let redact = if keys.present("redact") {
+        keys.strings("redact")?
+    } else {
+        let _ = keys.take("redact");
+        ["password", "passwd", "secret", "token", "key", "authorization", "cookie", "credential"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
+    };
+    let config = AuditConfig {
+        file,
+        max_bytes: keys.number("max_bytes")?.unwrap_or(10 << 20),
+        files: keys.count("files")?,
+        journal,
+        arguments: keys.flag("arguments")?,
+        redact,
+    };
+    keys.refuse_unknown()?;
+    Ok(config)
+}
+
+/// `rate_limit`: per user, per tool, single tools, and the bound on buckets.
+fn rate_limits(value: Option<&Value>) -> Result<RateLimits, Invalid> {
+    let empty = Map::new();
+    let map = match value {
+        None => &empty,
+        Some(Value::Object(map)) => map,
+        Some(other) => {
+            return Err(Invalid::new(
+                "rate_limit",
+                format!("expected an object such as {{\"per_user\": {{\"per_minute\": 600}}}}, found {}", kind(other)),
+            ));
+        }
+    };
+    let mut keys = Keys::new(map, "rate_limit", "rate_limit");
+    let per_user = keys.take("per_user").map(|v| rate(v, "rate_limit.per_user", "rate_limit.per_user")).transpose()?;
+    let per_tool = keys.take("per_tool").map(|v| rate(v, "rate_limit.per_tool", "rate_limit.per_tool")).transpose()?;
+    let mut tools = BTreeMap::new();
+    if let Some(value) = keys.take("tools") {
+        let Value::Object(map) = value else {
+            return Err(Invalid::new(
+                "rate_limit.tools",
+                format!("expected an object of tool names, found {}", kind(value)),
+            ));
+        };
+        for (name, value) in map {
+            tools.insert(name.clone(), rate(value, &format!("rate_limit.tools.{name}"), "rate_limit.tools.<tool>")?);
+        }
+    }
+    let max_buckets = keys.count("max_buckets")?;
+    keys.refuse_unknown()?;
+    Ok(RateLimits { enabled: false, per_user, per_tool, tools, max_buckets })
+}
+
+/// `{"per_minute": N, "burst": M}` at `path` (documented at `doc`).
+fn rate(value: &Value, path: &str, doc: &'static str) -> Result<Rate, Invalid> {
+    let Value::Object(map) = value else {
+        return Err(Invalid::new(
+            path.to_string(),
+            format!("expected an object such as {{\"per_minute\": 60, \"burst\": 10}}, found {}", kind(value)),
+        ));
+    };
+    let mut keys = Keys::new(map, path, doc);
+    let per_minute = keys.number("per_minute")?.ok_or_else(|| Invalid::new(format!("{path}.per_minute"), "missing"))?;
+    let burst = keys.number("burst")?.unwrap_or((per_minute / 10).max(1));
+    keys.refuse_unknown()?;
+    Ok(Rate { per_minute, burst })
 }
 
 /// `{"allow": [...], "deny": [...]}`: globs over a server's own names.

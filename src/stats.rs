@@ -446,6 +446,8 @@ stats! {
         sessions_expired_at_start: Counter => "sessions"."expired_at_start" as "mcpgate_sessions_closed_total" { reason = "expired_at_start" },
         /// `initialize` refused: a limit, no server could open, or the state file could not be written.
         sessions_refused: Counter => "sessions"."refused" as "mcpgate_sessions_refused_total",
+        /// Calls refused for a `rate_limit` (429, or a JSON-RPC error in a batch).
+        calls_rate_limited: Counter => "calls"."rate_limited" as "mcpgate_calls_rate_limited_total",
         /// Client sessions restored from the state file at start.
         sessions_restored: Counter => "sessions"."restored" as "mcpgate_sessions_restored_total",
 
@@ -580,6 +582,14 @@ stats! {
         tool_search_index_bytes: Gauge => "tool_search"."index_bytes" as "mcpgate_tool_search_index_bytes",
         /// Client sessions live now.
         sessions_live: Gauge => "sessions"."live" as "mcpgate_sessions_live",
+        /// Buckets of `rate_limit` held now (per user, and per user and tool).
+        rate_buckets: Gauge => "calls"."rate_buckets" as "mcpgate_rate_limit_buckets",
+        /// Audit records written.
+        audit_written: Counter => "audit"."written" as "mcpgate_audit_records_written_total",
+        /// Audit records dropped: the writer was behind, the memory budget or the disk refused them.
+        audit_dropped: Counter => "audit"."dropped" as "mcpgate_audit_records_dropped_total",
+        /// Times the audit file reached `audit.max_bytes` and was rotated.
+        audit_rotations: Counter => "audit"."rotations" as "mcpgate_audit_rotations_total",
         /// Seconds since an `initialize` was last refused (the uptime before any).
         sessions_since_refused: Gauge => "sessions"."secs_since_refused" as "mcpgate_sessions_seconds_since_refused",
         /// Calls of 2026-07-28 clients held now, waiting for the client's retry with answers to the server's requests (`max_held_calls`).

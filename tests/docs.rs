@@ -205,6 +205,8 @@ const CLIENT_CONFIG: &str = "<!-- client config";
 struct ExampleFiles {
     cert: String,
     key: String,
+    /// Where an example's audit log goes.
+    audit: String,
 }
 
 impl ExampleFiles {
@@ -213,11 +215,13 @@ impl ExampleFiles {
         let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
         std::fs::write(&cert, made.cert.pem()).unwrap();
         std::fs::write(&key, made.signing_key.serialize_pem()).unwrap();
-        ExampleFiles { cert: cert.display().to_string(), key: key.display().to_string() }
+        let audit = dir.join("audit.jsonl").display().to_string();
+        ExampleFiles { cert: cert.display().to_string(), key: key.display().to_string(), audit }
     }
 }
 
-/// Points every `cert_file`, `ca_file` and `key_file` of `value` at the test's own.
+/// Points every `cert_file`, `ca_file`, `key_file` and (the audit log's) `file` of `value` at
+/// the test's own.
 fn point_files_at(value: &mut serde_json::Value, files: &ExampleFiles) {
     match value {
         serde_json::Value::Object(map) => {
@@ -225,6 +229,7 @@ fn point_files_at(value: &mut serde_json::Value, files: &ExampleFiles) {
                 match key.as_str() {
                     "cert_file" | "ca_file" if item.is_string() => *item = files.cert.clone().into(),
                     "key_file" if item.is_string() => *item = files.key.clone().into(),
+                    "file" if item.is_string() => *item = files.audit.clone().into(),
                     _ => point_files_at(item, files),
                 }
             }

@@ -83,8 +83,9 @@ pub(super) fn call(
     message: &Message,
     params: &Params,
     events: &mut dyn CallEvents,
-    open_retry: Duration,
+    settings: &CallSettings,
 ) -> Outcome {
+    let open_retry = settings.open_retry;
     let client_id = message.id.clone().unwrap_or(Value::Null);
     let started = std::time::Instant::now();
     session.mark_used();
@@ -143,8 +144,36 @@ pub(super) fn call(
         Err(_) if cancelled => Outcome::Cancelled,
         Err(e) => e.into(),
     };
-    log_call(session, server, message.method(), &params, &outcome, started.elapsed());
+    let took = started.elapsed();
+    log_call(session, server, message.method(), &params, &outcome, took);
+    if let Some(audit) = &settings.audit {
+        let finished = super::audit::Finished {
+            session,
+            server,
+            method: message.method(),
+            params: &params,
+            outcome: &outcome,
+            took,
+        };
+        audit.write(super::audit::call_record(&audit.config, settings.issuer.as_deref(), &finished));
+    }
     outcome
+}
+
+/// What a call needs of the gateway, which a held call's thread cannot
+/// borrow: taken when the call starts.
+#[derive(Clone)]
+pub(super) struct CallSettings {
+    pub open_retry: Duration,
+    /// The audit log in force, if any, and the OAuth issuer its records name.
+    pub audit: Option<Arc<crate::runtime::audit::AuditLog>>,
+    pub issuer: Option<String>,
+}
+
+impl Gateway {
+    pub(super) fn call_settings(&self) -> CallSettings {
+        CallSettings { open_retry: self.current().config.open_retry, audit: self.audit_log(), issuer: self.issuer() }
+    }
 }
 
 /// One line per finished call, at `info`: what, where, for whom, how it
@@ -195,7 +224,7 @@ fn log_call(session: &Session, server: &Server, method: &str, params: &Params, o
 /// Whether a tool's result says `isError: true`: parsed when small; a large
 /// one is looked at where serializers put it, its first and last bytes, so
 /// that a call's answer is never read whole once more for this.
-fn is_tool_error(result: &str) -> bool {
+pub(super) fn is_tool_error(result: &str) -> bool {
     #[derive(serde::Deserialize)]
     struct Flag {
         #[serde(rename = "isError", default)]
@@ -662,7 +691,7 @@ impl Gateway {
         params: &Params,
         events: &mut dyn CallEvents,
     ) -> Outcome {
-        match call(session, server, message, params, events, self.current().config.open_retry) {
+        match call(session, server, message, params, events, &self.call_settings()) {
             Outcome::Error(e) => self.cut_short_by_shutdown(server, e).into(),
             outcome => outcome,
         }

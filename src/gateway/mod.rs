@@ -21,11 +21,13 @@ use crate::runtime::state::Journal;
 use crate::session::{self, CloseReason, Session, Sessions};
 use crate::stats::Stats;
 
+mod audit;
 pub mod check;
 mod dispatch;
 mod lists;
 mod merged;
 mod outcome;
+mod rate;
 mod reload;
 mod search;
 pub mod searches;
@@ -110,6 +112,11 @@ pub struct Gateway {
     /// Guards when the last `initialize` was refused (a limit, the memory,
     /// the state file): the health says so while it is recent.
     session_refused_at: Mutex<Option<Instant>>,
+    /// The buckets of `rate_limit`, by user and tool.
+    rates: rate::RateLimiter,
+    /// Guards the audit log in force (`audit`); a reload that changes it
+    /// stops the old writer and starts a new one.
+    audit: Mutex<Option<Arc<crate::runtime::audit::AuditLog>>>,
     /// `instance_id` as at start (a reload does not change it): starts every session id.
     pub instance_id: Option<String>,
     pub started: Instant,
@@ -143,6 +150,8 @@ impl Gateway {
             pools: Mutex::new(std::collections::HashMap::new()),
             holds: stateless::holds::Holds::new(),
             session_refused_at: Mutex::new(None),
+            rates: rate::RateLimiter::default(),
+            audit: Mutex::new(None),
             watch: stateless::watch::Watch::default(),
             instance_id,
             started: Instant::now(),
@@ -178,6 +187,8 @@ impl Gateway {
             server.shutdown();
         }
         self.children.stop();
+        // Last: what the closes wrote is written out before the writer stops.
+        self.configure_audit(None);
     }
 
     /// At shutdown: how many client sessions the state file keeps (their
@@ -188,6 +199,11 @@ impl Gateway {
 
     /// Closes sessions already removed from the table: idle, deleted or at shutdown.
     pub fn close(&self, sessions: Vec<Arc<Session>>, reason: CloseReason) {
+        if let Some(audit) = self.audit_log() {
+            for session in &sessions {
+                audit.write(audit::session_record(session, self.issuer().as_deref(), Some(reason)));
+            }
+        }
         let parallel = (self.current().servers.len() * sessions.len()).clamp(1, 32);
         session::close_sessions(sessions, reason, parallel, &self.stats);
         self.release_memory();
@@ -225,6 +241,68 @@ impl Gateway {
     fn refused_session(&self) {
         self.stats.sessions_refused.inc();
         *self.session_refused_at.lock() = Some(Instant::now());
+    }
+
+    /// Takes one call of `message` from the buckets of the session's user
+    /// (`rate_limit`); over a limit, which one and when to retry.
+    fn rate_check(&self, session: &Session, message: &crate::protocol::jsonrpc::Message) -> Result<(), rate::Limited> {
+        let cur = self.current();
+        if !cur.config.rate_limit.enabled || !rate::counted(message.method()) {
+            return Ok(());
+        }
+        let name =
+            message.params_object().ok().and_then(|p| p.get("name").and_then(|n| n.as_str()).map(str::to_string));
+        let tool = name.unwrap_or_else(|| message.method().to_string());
+        let result = self.rates.take(&cur.config, session.principal(), &tool);
+        if let Err(limited) = &result {
+            self.stats.calls_rate_limited.inc();
+            crate::limited!(info, "call of `{tool}` for {} refused: over {}", session.who, limited.limit);
+        }
+        result
+    }
+
+    /// The issuer of `auth.oauth`, if any: the audit log names it with a subject.
+    fn issuer(&self) -> Option<String> {
+        self.current().config.oauth.as_ref().map(|o| o.issuer.clone())
+    }
+
+    /// Buckets of `rate_limit` held now.
+    pub fn rate_buckets(&self) -> usize {
+        self.rates.len()
+    }
+
+    /// The audit log in force, if `audit` is configured.
+    fn audit_log(&self) -> Option<Arc<crate::runtime::audit::AuditLog>> {
+        self.audit.lock().clone()
+    }
+
+    /// Starts the audit log of `config` (at start, and on a reload that
+    /// changed `audit`), stopping the one before; a file that cannot be
+    /// opened is said in the log, and the calls go on unaudited.
+    pub fn configure_audit(&self, config: Option<&crate::config::AuditConfig>) {
+        let same = self.audit.lock().as_ref().map(|a| &a.config) == config;
+        if same {
+            return;
+        }
+        let new = config.and_then(|c| match crate::runtime::audit::AuditLog::start(c.clone()) {
+            Ok(log) => Some(Arc::new(log)),
+            Err(e) => {
+                log::error!("audit log: cannot start it ({e}): calls are not audited until a reload that works");
+                None
+            }
+        });
+        let old = std::mem::replace(&mut *self.audit.lock(), new);
+        if let Some(old) = old {
+            old.stop();
+        }
+    }
+
+    /// What the audit log counted: written, dropped, rotations.
+    pub fn audit_counts(&self) -> (u64, u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.audit.lock().as_ref().map_or((0, 0, 0), |a| {
+            (a.counts.written.load(Relaxed), a.counts.dropped.load(Relaxed), a.counts.rotations.load(Relaxed))
+        })
     }
 
     /// Seconds since an `initialize` was last refused; `None` if none was.

@@ -97,6 +97,7 @@ impl Gateway {
         );
         *self.last_reload.lock() = outcome.clone();
         self.start_eager(None);
+        self.configure_audit(self.current().config.audit.as_ref());
         outcome
     }
 

@@ -295,6 +295,9 @@ impl Gateway {
         match message.kind() {
             Ok(Kind::Request) => {
                 let id = message.id.clone().unwrap_or(Value::Null);
+                if let Err(limited) = self.rate_check(&session, &message) {
+                    return limited.reply(&id, &session.who);
+                }
                 let _id = match session.claim_request_id(&id) {
                     Ok(claim) => claim,
                     Err(e) => return HttpReply::json(200, jsonrpc::error(&id, &e)),
@@ -390,6 +393,9 @@ impl Gateway {
                     answer.push(jsonrpc::error(&id, &e));
                 }
                 Ok(Kind::Request) if answer.spent() => answer.push(jsonrpc::error(&id, &answer.refusal())),
+                Ok(Kind::Request) if let Err(limited) = self.rate_check(&session, &message) => {
+                    answer.push(jsonrpc::error(&id, &limited.error(&session.who)))
+                }
                 Ok(Kind::Request) => match session.claim_request_id(&id) {
                     Ok(claim) => {
                         claims.push(claim);
@@ -515,6 +521,9 @@ impl Gateway {
             self.refused_session();
             let e = RpcError::internal(format!("{why}; try again later"));
             return HttpError::unavailable(e).reply_to(&id);
+        }
+        if let Some(audit) = self.audit_log() {
+            audit.write(super::audit::session_record(&session, self.issuer().as_deref(), None));
         }
         let mut result = json!({
             "protocolVersion": version,

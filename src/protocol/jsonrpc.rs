@@ -15,6 +15,9 @@ pub const INVALID_REQUEST: i64 = -32600;
 pub const METHOD_NOT_FOUND: i64 = -32601;
 pub const INVALID_PARAMS: i64 = -32602;
 pub const INTERNAL_ERROR: i64 = -32603;
+/// mcpgate's own, in the range JSON-RPC leaves to servers: a call over a
+/// `rate_limit` (its `data.retryAfterSecs` says when to try again).
+pub const RATE_LIMITED: i64 = -32029;
 
 /// One JSON-RPC message as received. `id` is `Some(Value::Null)` when the
 /// field is present and null, `None` when absent.

@@ -1,9 +1,10 @@
-//! What every floor uses: the state file and its journal, the threads and
+//! What every floor uses: the audit log's writer, the state file and its journal, the threads and
 //! their roles, the memory budget, rate-limited logging, the clock, SHA-256
 //! and the comparison of secrets, the watch of files that reloads the
 //! configuration when it is saved, and the OS calls (`sys`, the only
 //! `unsafe` code).
 
+pub mod audit;
 pub mod clock;
 pub mod memory;
 pub mod ratelog;

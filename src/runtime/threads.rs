@@ -13,7 +13,7 @@ pub const STACK_BYTES: usize = 256 * 1024;
 /// The roles, as they appear in thread names and on the status page.
 pub const ROLES: &[&str] = &[
     "accept", "conn", "reader", "reaper", "signal", "fanout", "close", "state", "notify", "resolve", "stdio", "stderr",
-    "spawner", "hold", "watch",
+    "spawner", "hold", "watch", "audit",
 ];
 
 /// Threads whose owner could not wait for them (a reader that did not stop

@@ -168,6 +168,7 @@ pub(crate) fn server_for(gateway: &Gateway, saved: &SavedDownstream) -> Arc<Serv
         prompts: Default::default(),
         resources: Default::default(),
         secrets: Vec::new(),
+        rate_limit: Default::default(),
     };
     let limits = downstream::Limits::from_config(&current.config);
     Arc::new(Server::new(config, limits, 1, &gateway.context()))

@@ -76,6 +76,7 @@ struct Owner {
     scope: Option<Vec<String>>,
     principal: Option<[u8; 32]>,
     who: String,
+    audited: Value,
 }
 
 /// Takes a server's request to the client of one call of the 2026-07-28
@@ -99,6 +100,8 @@ pub struct Session {
     principal: Option<[u8; 32]>,
     /// The same in words, for the log (`Access::who`).
     pub who: String,
+    /// The same as the audit log writes it (`Access::audited`).
+    pub audited: Value,
     /// When it was created; for a restored session, its last activity
     /// before the restart (it is at least that old).
     created: Instant,
@@ -126,7 +129,12 @@ impl Session {
             protocol_version,
             init_params,
             client_name,
-            Owner { scope: access.servers().map(<[String]>::to_vec), principal: access.principal(), who: access.who() },
+            Owner {
+                scope: access.servers().map(<[String]>::to_vec),
+                principal: access.principal(),
+                who: access.who(),
+                audited: access.audited(),
+            },
             Instant::now(),
         )
     }
@@ -149,6 +157,10 @@ impl Session {
                     Some(hex) => format!("user {}", &hex[..hex.len().min(8)]),
                     None => "anyone".into(),
                 },
+                audited: match saved.principal_sha256.as_deref() {
+                    Some(hex) => serde_json::json!({"user": format!("sha256:{}", &hex[..hex.len().min(8)])}),
+                    None => serde_json::json!({}),
+                },
             },
             last_active,
         );
@@ -164,7 +176,7 @@ impl Session {
         owner: Owner,
         last_active: Instant,
     ) -> Arc<Session> {
-        let Owner { scope, principal, who } = owner;
+        let Owner { scope, principal, who, audited } = owner;
         let capabilities = serde_json::from_str::<Value>(init_params.get())
             .ok()
             .and_then(|mut p| p.get_mut("capabilities").map(Value::take));
@@ -179,6 +191,7 @@ impl Session {
             client_name,
             principal,
             who,
+            audited,
             scope,
             created: last_active,
             state: Mutex::new(State {

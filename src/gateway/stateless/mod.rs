@@ -162,6 +162,11 @@ impl Gateway {
         }
         match method {
             "tools/call" | "prompts/get" | "resources/read" | "completion/complete" => {
+                // A retry with the answers a held call asked for is that call, counted when it came.
+                let retry = params.as_ref().is_ok_and(|p| p.contains("inputResponses"));
+                if !retry && let Err(limited) = self.rate_check(&pool, message) {
+                    return limited.reply(&id, &pool.who);
+                }
                 self.stateless_call(req, &pool, Checked { message, params, envelope }, sink, access)
             }
             "subscriptions/listen" => self.listen(req, &pool, message),
@@ -280,6 +285,9 @@ impl Gateway {
             return Err(HttpError::unavailable(e).reply());
         }
         self.stats.sessions_created.inc();
+        if let Some(audit) = self.audit_log() {
+            audit.write(super::audit::session_record(&pool, self.issuer().as_deref(), None));
+        }
         pools.insert(key, pool.clone());
         Ok(pool)
     }
@@ -419,8 +427,7 @@ impl Gateway {
     ) -> (Outcome, Option<()>) {
         let _watching = self.watch.add(new.number, req.client.as_ref(), pool, &new.call_id, dispatch::cancel_call);
         let mut events = HereEvents { sink, envelope, streaming: false };
-        let open_retry = self.current().config.open_retry;
-        let outcome = dispatch::call(pool, &new.server, &new.call, &new.params, &mut events, open_retry);
+        let outcome = dispatch::call(pool, &new.server, &new.call, &new.params, &mut events, &self.call_settings());
         (outcome, events.streaming.then_some(()))
     }
 
@@ -438,7 +445,7 @@ impl Gateway {
         let params = params.into_owned();
         let method = call.method().to_string();
         let (tx, rx) = bounded(64);
-        let open_retry = self.current().config.open_retry;
+        let settings = self.call_settings();
         let asks = tx.clone();
         pool.add_caller(
             number,
@@ -449,7 +456,7 @@ impl Gateway {
             let pool = pool.clone();
             let done = tx.clone();
             threads::spawn("hold", "", move || {
-                let outcome = dispatch::call(&pool, &server, &call, &params, &mut HoldEvents(tx), open_retry);
+                let outcome = dispatch::call(&pool, &server, &call, &params, &mut HoldEvents(tx), &settings);
                 pool.remove_caller(number);
                 let _ = done.send(HoldEvent::Done(outcome));
             })

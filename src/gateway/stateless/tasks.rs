@@ -236,8 +236,7 @@ impl Gateway {
             result: None,
             error: None,
         };
-        let open_retry = self.current().config.open_retry;
-        dispatch::call(pool, server, &call, &params, &mut Quiet, open_retry)
+        dispatch::call(pool, server, &call, &params, &mut Quiet, &self.call_settings())
     }
 }
 

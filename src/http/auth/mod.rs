@@ -78,6 +78,23 @@ impl Access {
         }
     }
 
+    /// Who is calling, for the audit log: `{"token": name}` (the start of
+    /// its digest when it has no name), `{"subject": ...}` (the audit log
+    /// adds the issuer), or `{}` without `auth`. Never the token itself.
+    pub fn audited(&self) -> serde_json::Value {
+        match self {
+            Access::Open => serde_json::json!({}),
+            Access::Token(token) => match &token.name {
+                Some(name) => serde_json::json!({"token": name}),
+                None => {
+                    let digest = crate::runtime::sha256::digest(token.token.as_bytes());
+                    serde_json::json!({"token": format!("sha256:{}", crate::runtime::sha256::to_hex(&digest[..4]))})
+                }
+            },
+            Access::OAuth { grant, .. } => serde_json::json!({"subject": grant.subject}),
+        }
+    }
+
     /// Who is calling, as a digest sessions and held calls are bound to: a
     /// static token's SHA-256; for OAuth the SHA-256 of its issuer, subject
     /// and the servers its scopes leave out. `None` without `auth`. Never
