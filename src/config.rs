@@ -1546,19 +1546,27 @@ fn env_patterns(value: &Value) -> Result<Vec<String>, Invalid> {
     Ok(out)
 }
 
+/// A section of the file that is an object (`key`, like `example`), or
+/// `empty` when it is not given.
+fn section<'a>(
+    value: Option<&'a Value>,
+    empty: &'a Map<String, Value>,
+    key: &str,
+    example: &str,
+) -> Result<&'a Map<String, Value>, Invalid> {
+    match value {
+        None => Ok(empty),
+        Some(Value::Object(map)) => Ok(map),
+        Some(other) => {
+            Err(Invalid::new(key.to_string(), format!("expected an object such as {example}, found {}", kind(other))))
+        }
+    }
+}
+
 /// `tool_search`: `enabled`, `pinned`, `max_results`.
 fn tool_search(value: Option<&Value>) -> Result<ToolSearch, Invalid> {
     let empty = Map::new();
-    let map = match value {
-        None => &empty,
-        Some(Value::Object(map)) => map,
-        Some(other) => {
-            return Err(Invalid::new(
-                "tool_search",
-                format!("expected an object such as {{\"enabled\": true}}, found {}", kind(other)),
-            ));
-        }
-    };
+    let map = section(value, &empty, "tool_search", r#"{"enabled": true}"#)?;
     let mut keys = Keys::new(map, "tool_search", "tool_search");
     let search = ToolSearch {
         enabled: keys.flag("enabled")?,
@@ -1612,16 +1620,7 @@ fn audit(value: &Value) -> Result<AuditConfig, Invalid> {
 /// `rate_limit`: per user, per tool, single tools, and the bound on buckets.
 fn rate_limits(value: Option<&Value>) -> Result<RateLimits, Invalid> {
     let empty = Map::new();
-    let map = match value {
-        None => &empty,
-        Some(Value::Object(map)) => map,
-        Some(other) => {
-            return Err(Invalid::new(
-                "rate_limit",
-                format!("expected an object such as {{\"per_user\": {{\"per_minute\": 600}}}}, found {}", kind(other)),
-            ));
-        }
-    };
+    let map = section(value, &empty, "rate_limit", r#"{"per_user": {"per_minute": 600}}"#)?;
     let mut keys = Keys::new(map, "rate_limit", "rate_limit");
     let per_user = keys.take("per_user").map(|v| rate(v, "rate_limit.per_user", "rate_limit.per_user")).transpose()?;
     let per_tool = keys.take("per_tool").map(|v| rate(v, "rate_limit.per_tool", "rate_limit.per_tool")).transpose()?;
