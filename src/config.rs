@@ -2132,6 +2132,14 @@ mod tests {
             ("tool_search.pinned", json!(["a__*"])),
             ("mcpServers", json!({})),
             ("env_passthrough", json!(["SSL_CERT_FILE", "npm_config_*"])),
+            ("audit", json!({})),
+            ("audit.file", json!(std::env::temp_dir().join("mcpgate-config-test-audit.jsonl"))),
+            ("audit.redact", json!(["password"])),
+            ("rate_limit", json!({})),
+            ("rate_limit.per_user", json!({})),
+            ("rate_limit.per_tool", json!({})),
+            ("rate_limit.tools", json!({})),
+            ("mcpServers.<name>.rate_limit", json!({})),
             ("mcpServers.<name>.url", json!("http://127.0.0.1:9/mcp")),
             ("mcpServers.<name>.headers", json!({"X-A": "b"})),
             ("mcpServers.<name>.command", json!("mcp-server")),
@@ -2188,7 +2196,7 @@ mod tests {
                 None => &mut root[key.name],
                 Some(("auth", "tokens[].token" | "tokens[].servers" | "tokens[].name"))
                 | Some(("auth", "tokens_file")) => continue,
-                Some((top @ ("auth" | "tls" | "tool_search"), rest)) => {
+                Some((top @ ("auth" | "tls" | "tool_search" | "audit" | "rate_limit"), rest)) => {
                     rest.split('.').fold(&mut root[top], |at, part| &mut at[part])
                 }
                 Some(("mcpServers", rest)) => match rest.trim_start_matches("<name>.").split_once('.') {
