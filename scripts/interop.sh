@@ -47,6 +47,9 @@
 #      provider and mcp-remote each sign in by themselves (discovery from the 401, registration,
 #      code with PKCE, token) and call a tool; opaque tokens by introspection; no token reaches
 #      the fixture;
+#   4h. rate limits and the audit log: the official Python client as two users with tokens of
+#      their own, one over its rate_limit while the other is not, a new session that does not
+#      refill a bucket; the audit log read back record by record (scripts/interop/govern_checks.py);
 #   5. the conformance suite's server scenarios against `mcp-fixture --conformance`, directly
 #      and behind mcpgate (`"prefix": ""`), side by side so a failure can be attributed;
 #   5b. the suite's pre-release with the 2026-07-28 scenarios (CONFORMANCE_NEXT_VERSION), run
@@ -411,6 +414,49 @@ step "4g. OAuth and HTTPS: oidc-provider, HAProxy over TLS, the Python and TypeS
 # shellcheck source=interop/oauth.sh
 source "$HERE/oauth.sh"
 oauth_step
+
+# --- 4h. governing calls ----------------------------------------------------------------------
+
+step "4h. rate limits and the audit log: the Python client as two users"
+SECTION="rate limits and audit via mcpgate"
+start govern-fixture "$FIXTURE" --name fx
+GF_PID=$PID
+GF_PORT=$(wait_port govern-fixture "$GF_PID" "$RUN/govern-fixture.out")
+ALICE_TOKEN="alice-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+BOB_TOKEN="bob-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+rm -f "$RUN/audit.jsonl"
+cat >"$RUN/mcpgate-govern.json" <<EOF
+{
+  "listen": "127.0.0.1:0",
+  "auth": { "tokens": [ { "token": "$ALICE_TOKEN", "name": "alice" }, { "token": "$BOB_TOKEN", "name": "bob" } ] },
+  "rate_limit": { "per_user": { "per_minute": 1, "burst": 3 } },
+  "audit": { "file": "$RUN/audit.jsonl" },
+  "mcpServers": { "fx": { "url": "http://127.0.0.1:$GF_PORT/mcp" } }
+}
+EOF
+start mcpgate-govern "$MCPGATE" --config "$RUN/mcpgate-govern.json"
+GG_PID=$PID
+GG_PORT=$(wait_port mcpgate-govern "$GG_PID" "$RUN/mcpgate-govern.out")
+timeout 120 "$VPY" "$HERE/govern_checks.py" --url "http://127.0.0.1:$GG_PORT/mcp" --alice "$ALICE_TOKEN" \
+    --bob "$BOB_TOKEN" --burst 3 --audit "$RUN/audit.jsonl" >"$RUN/govern-python.out" 2>"$RUN/govern-python.err" || true
+seen=0
+while IFS=$'\t' read -r ok name detail; do
+    if [[ $ok == [01] ]]; then
+        row "$SECTION" "python client (mcp $MCP_VERSION): $name" "$ok" "$detail"
+        seen=$((seen + 1))
+    fi
+done <"$RUN/govern-python.out"
+if ((seen < 8)); then
+    row "$SECTION" "govern_checks.py ran its eight checks" 0 \
+        "$seen reported; $RUN/govern-python.err: $(tail -1 "$RUN/govern-python.err" 2>/dev/null)"
+fi
+if grep -q -e "$ALICE_TOKEN" -e "$BOB_TOKEN" "$RUN/audit.jsonl" "$RUN/mcpgate-govern.err"; then
+    row "$SECTION" "no token in the audit log or mcpgate's log" 0 "found in $RUN/audit.jsonl or $RUN/mcpgate-govern.err"
+else
+    row "$SECTION" "no token in the audit log or mcpgate's log" 1 "grep finds neither"
+fi
+stop_mcpgate mcpgate-govern "$GG_PID" "$SECTION"
+stop "$GF_PID"
 
 # --- 5. conformance server scenarios ---------------------------------------------------------
 

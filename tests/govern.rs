@@ -118,18 +118,21 @@ fn a_disk_that_refuses_the_audit_log_drops_records_and_never_a_call() {
     assert_eq!(gate.status()["audit"]["written"], 0);
 }
 
-fn limited_gate(fixture: &Fixture) -> Gate {
+fn limited_gate(fixture: &Fixture, audit: &std::path::Path) -> Gate {
     let mut c = config(&[("alpha", fixture.url())]);
     c["auth"] = json!({"tokens": [{"token": ALICE, "name": "alice"}, {"token": BOB, "name": "bob"}]});
     c["rate_limit"] =
         json!({"per_user": {"per_minute": 6, "burst": 3}, "tools": {"alpha__add": {"per_minute": 1, "burst": 1}}});
+    c["audit"] = json!({"file": audit});
     Gate::start_checked(&c)
 }
 
 #[test]
 fn a_user_over_the_limit_gets_429_with_retry_after_and_the_other_user_does_not() {
     let fixture = Fixture::start("alpha", &[]);
-    let gate = limited_gate(&fixture);
+    let dir = TempDir::new();
+    let audit = dir.0.join("audit.jsonl");
+    let gate = limited_gate(&fixture, &audit);
     let mut alice = session_of(&gate, ALICE);
     let mut bob = session_of(&gate, BOB);
     for _ in 0..3 {
@@ -154,12 +157,20 @@ fn a_user_over_the_limit_gets_429_with_retry_after_and_the_other_user_does_not()
     let status = gate.status();
     assert!(status["calls"]["rate_limited"].as_u64() >= Some(2), "{}", status["calls"]);
     assert_eq!(fixture.received("tools/call"), 6, "refused calls reached the server");
+    // The audit log has the refusals too, with the limit.
+    let two = || records(&audit).iter().filter(|r| r["outcome"] == "rate_limited").count() == 2;
+    wait_until(Duration::from_secs(5), two);
+    let refused: Vec<Value> = records(&audit).into_iter().filter(|r| r["outcome"] == "rate_limited").collect();
+    assert_eq!(refused.len(), 2, "{refused:#?}");
+    let alices = |r: &Value| r["principal"] == json!({"token": "alice"}) && r["tool"] == "alpha__echo";
+    assert!(refused.iter().all(alices), "{refused:#?}");
 }
 
 #[test]
 fn inside_a_batch_a_call_over_the_limit_is_a_json_rpc_error() {
     let fixture = Fixture::start("alpha", &[]);
-    let gate = limited_gate(&fixture);
+    let dir = TempDir::new();
+    let gate = limited_gate(&fixture, &dir.0.join("audit.jsonl"));
     let mut alice = gate.client_with_token(ALICE);
     let mut params = support::initialize_params();
     params["protocolVersion"] = json!("2025-03-26");

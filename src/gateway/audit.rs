@@ -109,6 +109,26 @@ pub(super) fn call_record(config: &AuditConfig, issuer: Option<&str>, call: &Fin
     finish(record, fields)
 }
 
+/// A call a `rate_limit` refused before it went anywhere.
+pub(super) fn refused_record(session: &Session, issuer: Option<&str>, method: &str, tool: &str, limit: &str) -> Record {
+    let mut record = base("call", session, issuer);
+    record.insert("method".into(), method.into());
+    if method != tool {
+        record.insert("tool".into(), tool.into());
+    }
+    record.insert("outcome".into(), "rate_limited".into());
+    record.insert("limit".into(), limit.into());
+    let fields = vec![
+        ("MCP_EVENT", "call".to_string()),
+        ("MCP_TOOL", tool.to_string()),
+        ("MCP_PRINCIPAL", session.who.clone()),
+        ("MCP_SESSION", session.id.clone()),
+        ("MCP_OUTCOME", "rate_limited".to_string()),
+        ("MESSAGE", format!("call {tool} for {} refused: over {limit}", session.who)),
+    ];
+    finish(record, fields)
+}
+
 /// A session's record: opened, or closed and why.
 pub(super) fn session_record(session: &Session, issuer: Option<&str>, closed: Option<CloseReason>) -> Record {
     let event = if closed.is_some() { "session_close" } else { "session_open" };

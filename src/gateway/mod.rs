@@ -257,6 +257,10 @@ impl Gateway {
         if let Err(limited) = &result {
             self.stats.calls_rate_limited.inc();
             crate::limited!(info, "call of `{tool}` for {} refused: over {}", session.who, limited.limit);
+            if let Some(audit) = self.audit_log() {
+                let issuer = self.issuer();
+                audit.write(audit::refused_record(session, issuer.as_deref(), message.method(), &tool, &limited.limit));
+            }
         }
         result
     }
