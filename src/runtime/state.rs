@@ -661,11 +661,16 @@ pub struct Writer {
 }
 
 /// Starts the writer, when there is a state file. Its first write
-/// rewrites the file whole, from what was restored.
+/// rewrites the file whole, from what was restored: the records queued as
+/// it was restored (each session put back in the table, each downstream
+/// session marked closing) say what that snapshot holds, and are dropped
+/// rather than written twice (with 15 KB `initialize` params, they made the
+/// file each start wrote twice as large).
 pub fn start(journal: Arc<Journal>, source: Arc<dyn Source>) -> std::io::Result<Option<Writer>> {
     if journal.file.is_none() {
         return Ok(None);
     }
+    journal.state.lock().pending.clear();
     let handle = {
         let journal = journal.clone();
         threads::spawn("state", "", move || write_loop(&journal, &*source))?
