@@ -21,9 +21,9 @@
 //! answered, a downstream session before a request uses it, and a closing
 //! one is marked before its `DELETE` and kept until that `DELETE` is done.
 //! A crash can then only leave a session the server created in the
-//! milliseconds before it was written, or repeat a `DELETE` that was
-//! answered in the milliseconds before its end was written (the server
-//! answers 404 to the repeat). [`Journal::commit`] waits for the records
+//! milliseconds before it was written; a `DELETE` answered in the
+//! milliseconds before its end was written is not sent again, the next
+//! start asking its server first (`service::restore`). [`Journal::commit`] waits for the records
 //! queued before it; appends are grouped, so one `fdatasync` serves every
 //! request waiting.
 //!
