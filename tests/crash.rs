@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use support::{
     Client, Fixture, Gate, PROTOCOL, RawReply, Silent, TempDir, addr_of_url, assert_balanced, config, config_for,
-    http_agent, initialize_params, listening_on, mcp_post, require_root, wait_for_state, wait_until, whoami_id,
-    with_state_file,
+    http_agent, initialize_params, listening_on, mcp_post, read_state, require_root, wait_for_state, wait_until,
+    whoami_id, with_state_file,
 };
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -453,6 +453,13 @@ impl Killable {
     }
 }
 
+/// 15 KB of `capabilities` (mcpgate keeps up to 16 KB): a session's
+/// record in the state file as large as a client can make it, so that the
+/// file passes the size at which it is rewritten (1 MiB) within seconds.
+fn large_capabilities() -> Value {
+    json!({ "experimental": { "padding": { "text": "x".repeat(15 * 1024) } } })
+}
+
 /// Kills mcpgate with SIGKILL five times, `pause_ms` to `pause_ms +
 /// spread_ms` apart, each time starting it again at once with `config` (on
 /// the same port).
@@ -630,7 +637,7 @@ fn kill_9_while_the_state_file_rewrites_loses_no_session_and_deletes_none_twice(
     let Killable { a, b, _state, path, config: c, mut gate, mut rng } = Killable::start();
     let url = gate.url();
     let mut params = initialize_params();
-    params["capabilities"] = json!({ "experimental": { "padding": { "text": "x".repeat(15 * 1024) } } });
+    params["capabilities"] = large_capabilities();
     let shape = Shape { keep: 10, reuse_percent: 30, echo: false, params };
     let rewrites = Rewrites::watch(&path);
     let mut load = Load::start(&url, 4, &shape, &mut rng);
@@ -1110,4 +1117,47 @@ fn a_session_answered_just_before_a_kill_9_is_there_after_the_restart() {
         assert_eq!(client.delete(), 200);
     }
     assert_balanced(&gate.status());
+}
+
+/// SIGTERM keeps the client sessions in the state file for the next start,
+/// while it closes their downstream sessions: a `closing` and a `closed`
+/// record each. When those records take the file past the size at which
+/// it is rewritten (1 MiB the first time), the rewrite ran during the
+/// shutdown, from a table the shutdown had emptied: the file it left named
+/// no session, and after the restart every client got 404.
+#[test]
+fn a_shutdown_that_takes_the_state_file_past_its_rewrite_keeps_every_session() {
+    let Killable { a: _a, b: _b, _state, path, config: c, mut gate, .. } = Killable::start();
+    let padding = large_capabilities();
+    // What the shutdown appends: for each downstream session, its record
+    // again (as `closing`) and a `closed` one.
+    let shutdown_bytes =
+        |text: &str| -> usize { text.lines().filter(|l| l.starts_with("{\"downstream\"")).map(|l| l.len() + 64).sum() };
+    let mut clients = Vec::new();
+    for _ in 0..200 {
+        let mut client = gate.client();
+        client.initialize_with(padding.clone());
+        clients.push(client);
+        wait_for_state(&path, clients.len(), 2);
+        let text = std::fs::read_to_string(&path).unwrap();
+        if text.len() + shutdown_bytes(&text) > 1 << 20 {
+            break;
+        }
+    }
+    let size = std::fs::metadata(&path).unwrap().len();
+    eprintln!("{} sessions, state file {size} bytes before SIGTERM", clients.len());
+    let exit = gate.terminate(Duration::from_secs(20));
+    assert!(exit.is_some_and(|e| e.success()), "{exit:?}");
+    let after = std::fs::metadata(&path).unwrap().len();
+    let kept = read_state(&path)["sessions"].as_array().map_or(0, Vec::len);
+    eprintln!("after SIGTERM: {after} bytes, {kept} session(s) in it");
+    let gate = Gate::start(&c);
+    let mut lost = 0;
+    for client in &mut clients {
+        client.url = gate.url();
+        if client.call_tool("alpha__echo", json!({"text": "back"})).status == 404 {
+            lost += 1;
+        }
+    }
+    assert_eq!((kept, lost), (clients.len(), 0), "sessions kept in the file, and lost after the restart");
 }
