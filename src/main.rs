@@ -519,6 +519,9 @@ fn serve(config: Config, source: Source, looked: watch::Looked, signals: sys::Si
             // With a state file, clients keep their sessions across the restart:
             // the client side is kept, the downstream sessions are closed all the same.
             let kept = gateway.keep_clients();
+            // The table empties here while the file keeps the clients' sessions:
+            // no rewrite may read it from now on.
+            gateway.journal.appends_only();
             let sessions = gateway.sessions.take_all();
             let count = sessions.len();
             gateway.close(sessions, CloseReason::Shutdown);

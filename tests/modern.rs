@@ -154,7 +154,7 @@ fn each_rung_of_the_checks_answers_with_its_code_and_status() {
     let version = client.send(json!(5), "tools/list", json!({"_meta": old}), &[("MCP-Protocol-Version", "2099-01-01")]);
     assert_eq!((version.status, version.error_code()), (400, -32022), "{version:?}");
     assert!(version.body["error"]["data"]["supported"].as_array().is_some_and(|s| s.contains(&json!(ERA))));
-    let unknown = client.send(json!(6), "ping", json!({}), &[]);
+    let unknown = client.send(json!(6), "no/such", json!({}), &[]);
     assert_eq!((unknown.status, unknown.error_code()), (404, -32601), "{unknown:?}");
     assert_eq!(fx.count("requests"), reached, "a refused request reached the server: {}", fx.stats());
     // The session era's GET and DELETE are not of this era.

@@ -11,7 +11,7 @@ mod support;
 
 use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{Value, json};
 use support::{Fixture, Gate, Modern, assert_balanced, wait_until};
 
 fn gate_for(fx: &Fixture) -> Gate {
@@ -244,4 +244,73 @@ fn sessions_opening_at_once_ask_a_server_its_era_once() {
     }
     assert!(wait_until(Duration::from_secs(10), || fx.count("delete") == 21), "{}", fx.stats());
     assert_balanced(&gate.status());
+}
+
+/// What a client of the era sees of `resources/read`, `tools/list` and
+/// `ping`, asked at `url`: the read's cache hints, the list's, and ping's
+/// answer (a result, or the error code).
+fn what_a_client_sees(url: &str, uri: &str) -> (Value, Value, Result<Value, i64>) {
+    let client = Modern::new(url);
+    let hints = |reply: &support::Reply| json!([reply.result()["cacheScope"], reply.result()["ttlMs"]]);
+    let read = client.send(json!(1), "resources/read", json!({"uri": uri}), &[]);
+    let list = client.send(json!(2), "tools/list", json!({}), &[]);
+    let ping = client.send(json!(3), "ping", json!({}), &[]);
+    let ping = if ping.body.get("error").is_some() { Err(ping.error_code()) } else { Ok(ping.result().clone()) };
+    (hints(&read), hints(&list), ping)
+}
+
+/// Finding 2 of issue 38: a server that says a resource is private (the
+/// SDK's default for a resource read in 2026-07-28) must not be made
+/// public by mcpgate, whichever era mcpgate speaks to it in; and a method
+/// the server answers in the era, `ping` (left out of the era's spec, but
+/// a server may answer it), is answered through mcpgate too.
+/// A server of 2026-07-28 alone is spoken to in that era (its hints come
+/// with its results); one of both eras in the session era, whose results
+/// carry none: mcpgate, not knowing, says what the SDK says of a result
+/// whose handler set none (private, 0 ms), never public.
+#[test]
+fn a_resource_the_server_keeps_private_stays_private_and_ping_is_answered_in_the_new_era() {
+    for era in ["--both-eras", "--modern"] {
+        let fx = Fixture::start("fx", &[era, "--cache-scope", "private", "--ttl-ms", "1234", "--ping"]);
+        let gate = gate_for(&fx);
+        let uri = "fixture://fx/readme";
+        let direct = what_a_client_sees(&fx.url(), uri);
+        let through = what_a_client_sees(&gate.url(), uri);
+        eprintln!("{era}: directly {direct:?}; through mcpgate {through:?}");
+        assert_eq!(direct.0[0], "private", "{era}: the fixture's own answer: {direct:?}");
+        assert_eq!(through.0[0], "private", "{era}: resources/read made public through mcpgate: {through:?}");
+        if era == "--modern" {
+            assert_eq!(through.0, direct.0, "{era}: the server's own hints, passed as it sent them");
+        } else {
+            assert_eq!(through.0[1], 0, "{era}: hints the server did not send are not made up: {through:?}");
+        }
+        assert_eq!(through.1[0], "private", "{era}: a list merged from a private one: {through:?}");
+        assert!(direct.2.is_ok(), "{era}: the fixture answers ping in the era: {direct:?}");
+        assert!(through.2.as_ref().is_ok_and(|r| r["resultType"] == "complete"), "{era}: ping: {through:?}");
+    }
+}
+
+/// The merged lists are mcpgate's own answer, made of each server's:
+/// their `ttlMs` is the shortest a server gave, their `cacheScope`
+/// private when any server's list is (or tokens decide what a client
+/// sees), public only when every one is.
+#[test]
+fn a_merged_list_has_the_shortest_ttl_and_is_private_when_any_server_keeps_its_list_private() {
+    let open = Fixture::start("open", &["--modern", "--cache-scope", "public", "--ttl-ms", "9000"]);
+    let kept = Fixture::start("kept", &["--modern", "--cache-scope", "private", "--ttl-ms", "2500"]);
+    let also_open = Fixture::start("also", &["--modern", "--cache-scope", "public", "--ttl-ms", "7000"]);
+    for (servers, scope, ttl) in [
+        (vec![("open", &open), ("kept", &kept)], "private", 2500),
+        (vec![("open", &open), ("also", &also_open)], "public", 7000),
+    ] {
+        let names: serde_json::Map<String, Value> =
+            servers.iter().map(|(name, fx)| (name.to_string(), json!({"url": fx.url()}))).collect();
+        let gate = Gate::start_checked(&json!({"listen": "127.0.0.1:0", "mcpServers": names}));
+        let client = Modern::new(&gate.url());
+        for method in ["tools/list", "prompts/list", "resources/list", "resources/templates/list"] {
+            let list = client.send(json!(1), method, json!({}), &[]);
+            let hints = (&list.result()["cacheScope"], &list.result()["ttlMs"]);
+            assert_eq!(hints, (&json!(scope), &json!(ttl)), "{method} of {:?}", names.keys());
+        }
+    }
 }

@@ -104,6 +104,15 @@ class FastMCPClient(flow.Adapter):
         contents = await self.client.read_resource(uri)
         return " ".join(getattr(c, "text", "") or "" for c in contents)
 
+    async def ping(self) -> None:
+        assert self.client is not None
+        if not await self.client.ping():
+            raise RuntimeError("ping: not an empty result")
+
+    async def cache_scope(self, uri: str) -> str:
+        assert self.client is not None
+        return flow.scope_on_the_wire(await self.client.read_resource_mcp(uri), self.client.protocol_version)
+
     async def set_level(self, level: str) -> None:
         assert self.client is not None
         await self.client.set_logging_level(level)  # type: ignore[arg-type]

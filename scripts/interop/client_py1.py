@@ -113,6 +113,10 @@ class Py1(flow.Adapter):
         result = await self.session.read_resource(AnyUrl(uri))
         return " ".join(getattr(c, "text", "") or "" for c in result.contents)
 
+    async def ping(self) -> None:
+        assert self.session is not None
+        await self.session.send_ping()
+
     async def set_level(self, level: str) -> None:
         assert self.session is not None
         await self.session.set_logging_level(level)  # type: ignore[arg-type]

@@ -119,6 +119,14 @@ class Py2(flow.Adapter):
         result = await self.client.read_resource(uri)
         return " ".join(getattr(c, "text", "") or "" for c in result.contents)
 
+    async def ping(self) -> None:
+        assert self.client is not None
+        await self.client.send_ping()
+
+    async def cache_scope(self, uri: str) -> str:
+        assert self.client is not None
+        return flow.scope_on_the_wire(await self.client.read_resource(uri), self.client.protocol_version)
+
     async def set_level(self, level: str) -> None:
         assert self.client is not None
         await self.client.set_logging_level(level)  # type: ignore[arg-type]

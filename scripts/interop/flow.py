@@ -41,8 +41,8 @@ ROOT_URI = SPEC["root_uri"]
 SERVERS = list(SPEC["servers"])
 
 FEATURES = [
-    "initialize", "tools/list", "prompts/list", "resources/list", "templates/list", "tools/call",
-    "prompts/get", "resources/read", "progress", "logging", "sampling", "elicitation", "roots",
+    "initialize", "ping", "tools/list", "prompts/list", "resources/list", "templates/list", "tools/call",
+    "prompts/get", "resources/read", "cacheScope", "progress", "logging", "sampling", "elicitation", "roots",
     "subscribe", "list_changed", "GET stream", "resume", "cancel", "DELETE",
 ]  # fmt: skip
 LISTS = {"tools/list": "tools", "prompts/list": "prompts", "resources/list": "resources", "templates/list": "templates"}
@@ -77,6 +77,12 @@ class Adapter:
 
     async def read(self, uri: str) -> str:
         raise NotAvailable
+
+    async def ping(self) -> None:
+        raise NotAvailable  # raises when the server does not answer it
+
+    async def cache_scope(self, uri: str) -> str:
+        raise NotAvailable  # the `cacheScope` of the read's answer as it came; NotAvailable in an era without one
 
     async def set_level(self, level: str) -> None:
         raise NotAvailable
@@ -234,6 +240,7 @@ class Flow:
             await self.step(feature, server, listing)
             return
         key = {
+            "ping": "ping", "cacheScope": "cache",
             "tools/call": "call", "prompts/get": "prompt", "resources/read": "read", "progress": "progress",
             "logging": "logging", "sampling": "sampling", "elicitation": "elicitation", "roots": "roots",
             "subscribe": "subscribe", "list_changed": "list_changed", "GET stream": "get_stream",
@@ -258,6 +265,16 @@ class Flow:
     async def f_read(self, server: str, s: dict[str, Any]) -> tuple[bool, str]:
         text = await self.a.read(s["uri"])
         return s["expect"] in text, short(text, 80)
+
+    async def f_ping(self, server: str, s: dict[str, Any]) -> tuple[bool, str]:
+        await self.a.ping()
+        return True, "answered"
+
+    async def f_cache(self, server: str, s: dict[str, Any]) -> tuple[bool, str]:
+        # What the server says of the resource (matrix_spec.json): a cache shared between users
+        # must not be told it may serve one user's resource to another.
+        scope = await self.a.cache_scope(s["uri"])
+        return scope == s["scope"], f"cacheScope {scope!r} (the server's: {s['scope']!r})"
 
     async def f_progress(self, server: str, s: dict[str, Any]) -> tuple[bool, str]:
         seen: list[float] = []
@@ -353,6 +370,14 @@ class Flow:
 def owner(uri: str) -> str:
     """The server a resource URI (or template) of matrix_spec.json belongs to."""
     return {"demo": "everything", "py": "py", "fm": "fm"}.get(uri.split(":", 1)[0], "?")
+
+
+def scope_on_the_wire(result: Any, version: str | None) -> str:
+    """The `cacheScope` a read's answer carried, for the SDKs' result models (which default it to
+    private when it was not sent); NotAvailable in the session era, which has none."""
+    if "cache_scope" not in getattr(result, "model_fields_set", set()):
+        raise NotAvailable(f"no cacheScope in protocol {version}")
+    return str(result.cache_scope)
 
 
 def main(make: Callable[[str], Adapter], flow_class: type[Flow] = Flow) -> int:

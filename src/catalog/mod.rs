@@ -13,6 +13,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::protocol::jsonrpc::RpcError;
+use crate::protocol::stateless::CacheHints;
 use crate::runtime::memory::Charge;
 
 pub mod search;
@@ -218,6 +219,9 @@ pub struct RawItem {
 pub struct ServerList {
     pub kind: ListKind,
     pub items: Vec<RawItem>,
+    /// The cache hints its pages carried (2026-07-28), merged; `None` when
+    /// they carried none (the session era's).
+    pub hints: Option<CacheHints>,
     charge: Charge,
 }
 
@@ -272,12 +276,12 @@ impl ServerList {
             }
             kept.push(RawItem { key, json });
         }
-        Ok(ServerList { kind, items: kept, charge })
+        Ok(ServerList { kind, items: kept, hints: None, charge })
     }
 
     /// An empty list: a server that does not offer this kind.
     pub fn empty(kind: ListKind) -> ServerList {
-        ServerList { kind, items: Vec::new(), charge: Charge::empty() }
+        ServerList { kind, items: Vec::new(), hints: None, charge: Charge::empty() }
     }
 
     /// Bytes it holds against `max_memory_mb`.
@@ -609,6 +613,17 @@ impl List {
     /// kind) as a result object, with the same cursors as [`List::page`].
     pub fn page_of(&self, items: &[&Value], cursor: Option<&str>, size: usize) -> Result<Value, RpcError> {
         page_items(self.kind, items, cursor, size)
+    }
+
+    /// The cache hints of the merged list: the shortest life and the
+    /// narrowest scope of its servers' lists, `otherwise` standing for a
+    /// server whose list carried none.
+    pub fn cache_hints(&self, otherwise: CacheHints) -> CacheHints {
+        self.sources
+            .iter()
+            .map(|(_, list)| list.hints.unwrap_or(otherwise))
+            .reduce(CacheHints::and)
+            .unwrap_or(otherwise)
     }
 
     /// One page as a result object: the items and, when more follow, `nextCursor`.

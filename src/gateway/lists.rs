@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 use crate::config::Config;
 use crate::downstream::{Downstream, DownstreamError, Readiness, Server};
 use crate::protocol::jsonrpc::{self, Message, RpcError};
+use crate::protocol::stateless::CacheHints;
 use crate::runtime::threads;
 use crate::session::Session;
 
@@ -49,6 +50,18 @@ pub(super) fn fetch_pages(
     field: &str,
     paging: Paging,
 ) -> Result<Vec<Box<RawValue>>, DownstreamError> {
+    fetch_hinted(d, method, field, paging, &mut None)
+}
+
+/// [`fetch_pages`], with the cache hints the pages carried (2026-07-28),
+/// merged into `hints`.
+fn fetch_hinted(
+    d: &Downstream,
+    method: &str,
+    field: &str,
+    paging: Paging,
+    hints: &mut Option<CacheHints>,
+) -> Result<Vec<Box<RawValue>>, DownstreamError> {
     let mut items = Vec::new();
     let mut read = 0usize;
     let mut seen: HashSet<String> = HashSet::new();
@@ -68,6 +81,9 @@ pub(super) fn fetch_pages(
             return Err(DownstreamError::Protocol(format!("{method} answered no result")));
         };
         read += result.get().len();
+        if let Some(page) = CacheHints::of(result.get()) {
+            *hints = Some(hints.map_or(page, |h| h.and(page)));
+        }
         let page = Page::parse(result.get(), field)
             .map_err(|e| DownstreamError::Protocol(format!("{method} result has no `{field}` array ({e})")))?;
         let Some(page_items) = page.items else {
@@ -149,26 +165,36 @@ pub(super) fn filter_for(server: &crate::config::ServerConfig, kind: ListKind) -
 
 impl Gateway {
     pub(super) fn list_page(&self, session: &Arc<Session>, kind: ListKind, message: &Message) -> Outcome {
+        self.list_page_of(session, kind, message).0
+    }
+
+    /// [`Gateway::list_page`], and the merged list it came from (none on
+    /// an error before it was made).
+    pub(super) fn list_page_of(
+        &self,
+        session: &Arc<Session>,
+        kind: ListKind,
+        message: &Message,
+    ) -> (Outcome, Option<Arc<List>>) {
         let params = match message.params_object() {
             Ok(p) => p,
-            Err(e) => return e.into(),
+            Err(e) => return (e.into(), None),
         };
         let cursor = match params.get("cursor") {
             None | Some(Value::Null) => None,
             Some(Value::String(c)) => Some(c.as_str()),
-            Some(_) => return RpcError::invalid_params("`cursor` must be a string").into(),
+            Some(_) => return (RpcError::invalid_params("`cursor` must be a string").into(), None),
         };
         let list = match self.merged_list(session, kind) {
             Ok(list) => list,
-            Err(e) => return e.into(),
+            Err(e) => return (e.into(), None),
         };
-        if kind == ListKind::Tools && super::search::enabled(self) {
-            return self.search_page(&list, cursor).map_or_else(Outcome::from, Outcome::Result);
-        }
-        match list.page(cursor, self.current().config.page_size) {
-            Ok(page) => Outcome::Result(page),
-            Err(e) => e.into(),
-        }
+        let page = if kind == ListKind::Tools && super::search::enabled(self) {
+            self.search_page(&list, cursor).map_or_else(Outcome::from, Outcome::Result)
+        } else {
+            list.page(cursor, self.current().config.page_size).map_or_else(Outcome::from, Outcome::Result)
+        };
+        (page, Some(list))
     }
 
     /// The merged list of `kind` this session sees: the one held for its
@@ -214,11 +240,18 @@ impl Gateway {
                     if !d.offers(kind.capability()) {
                         return Ok(ServerList::empty(kind));
                     }
-                    let items =
-                        self.run_on_server(session, server, |d| fetch_pages(d, kind.method(), kind.field(), paging))?;
-                    ServerList::new(kind, items).map_err(|why| {
+                    let mut hints = None;
+                    let items = self.run_on_server(session, server, |d| {
+                        fetch_hinted(d, kind.method(), kind.field(), paging, &mut hints)
+                    })?;
+                    let mut list = ServerList::new(kind, items).map_err(|why| {
                         RpcError::server(server.name(), format!("{why}: raise max_memory_mb, or lower max_list_items"))
-                    })
+                    })?;
+                    // A server of both eras, spoken to in the session era, says
+                    // nothing of caching here; to its clients of 2026-07-28 it may
+                    // say private: not known, not made public.
+                    list.hints = hints.or((server.speaks_2026() == Some(true)).then_some(CacheHints::UNKNOWN));
+                    Ok(list)
                 },
                 || RpcError::server(server.name(), format!("its {} is still being fetched", kind.method())),
             );

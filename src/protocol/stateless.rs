@@ -350,14 +350,64 @@ fn result_type(result: &str) -> Option<Option<std::borrow::Cow<'_, str>>> {
     serde_json::from_str::<Typed>(result).ok().map(|t| t.result_type)
 }
 
+/// A result's cache hints (`ttlMs`, `cacheScope`): how long its client
+/// may keep it, and whether a cache shared between users may serve it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheHints {
+    pub ttl_ms: u64,
+    pub private: bool,
+}
+
+impl CacheHints {
+    /// What a result whose server said nothing gets: what the SDKs write on
+    /// a result whose handler set none, stale at once and private. Never
+    /// public: a cache shared between users could serve one user's answer
+    /// to another (a server of both eras, spoken to in the session era,
+    /// says nothing; directly it says private).
+    pub const UNKNOWN: CacheHints = CacheHints { ttl_ms: 0, private: true };
+
+    /// The hints at the top level of a result (its JSON text) as the server
+    /// wrote them; `None` when it has neither. A `cacheScope` other than
+    /// `"public"` (or none beside a `ttlMs`) is private, a missing `ttlMs`
+    /// stale at once.
+    pub fn of(result: &str) -> Option<CacheHints> {
+        #[derive(serde::Deserialize)]
+        struct Hints<'a> {
+            #[serde(rename = "ttlMs")]
+            ttl_ms: Option<Value>,
+            #[serde(rename = "cacheScope", borrow)]
+            cache_scope: Option<std::borrow::Cow<'a, str>>,
+        }
+        let hints = serde_json::from_str::<Hints>(result).ok()?;
+        if hints.ttl_ms.is_none() && hints.cache_scope.is_none() {
+            return None;
+        }
+        Some(CacheHints {
+            ttl_ms: hints.ttl_ms.as_ref().and_then(Value::as_u64).unwrap_or(0),
+            private: hints.cache_scope.as_deref() != Some("public"),
+        })
+    }
+
+    /// Two answers merged into one: the shorter life, and private if
+    /// either is.
+    pub fn and(self, other: CacheHints) -> CacheHints {
+        CacheHints { ttl_ms: self.ttl_ms.min(other.ttl_ms), private: self.private || other.private }
+    }
+
+    pub fn scope(&self) -> &'static str {
+        if self.private { "private" } else { "public" }
+    }
+}
+
 /// Fills in what a result of this era must carry: `resultType` (complete,
 /// unless the server set it), and for `method`s with cache hints `ttlMs`
-/// and `cacheScope` when absent.
-pub fn complete_result(method: &str, result: &mut Map<String, Value>, ttl_ms: u64, scope: &str) {
+/// and `cacheScope` from `hints` where the result has none: what it has
+/// stays as the server wrote it.
+pub fn complete_result(method: &str, result: &mut Map<String, Value>, hints: CacheHints) {
     result.entry("resultType").or_insert_with(|| Value::from("complete"));
     if is_cacheable(method) {
-        result.entry("ttlMs").or_insert_with(|| Value::from(ttl_ms));
-        result.entry("cacheScope").or_insert_with(|| Value::from(scope));
+        result.entry("ttlMs").or_insert_with(|| Value::from(hints.ttl_ms));
+        result.entry("cacheScope").or_insert_with(|| Value::from(hints.scope()));
     }
 }
 
@@ -489,10 +539,30 @@ mod tests {
     #[test]
     fn results_get_their_type_and_cache_hints() {
         let mut result = Map::new();
-        complete_result("tools/list", &mut result, 5000, "private");
+        complete_result("tools/list", &mut result, CacheHints { ttl_ms: 5000, private: true });
         assert_eq!(Value::Object(result), json!({"resultType": "complete", "ttlMs": 5000, "cacheScope": "private"}));
         let mut asked = json!({"resultType": "input_required"}).as_object().unwrap().clone();
-        complete_result("tools/call", &mut asked, 5000, "public");
+        complete_result("tools/call", &mut asked, CacheHints { ttl_ms: 5000, private: false });
         assert_eq!(Value::Object(asked), json!({"resultType": "input_required"}));
+        // A server's own hints stay as it wrote them, even one mcpgate would not write.
+        let mut read = json!({"contents": [], "cacheScope": "", "ttlMs": 7}).as_object().unwrap().clone();
+        complete_result("resources/read", &mut read, CacheHints::UNKNOWN);
+        assert_eq!((&read["cacheScope"], &read["ttlMs"]), (&json!(""), &json!(7)));
+    }
+
+    #[test]
+    fn cache_hints_are_private_unless_said_public_and_merge_to_the_shorter_and_narrower() {
+        let of = |v: Value| CacheHints::of(&v.to_string());
+        assert_eq!(of(json!({"tools": []})), None);
+        assert_eq!(of(json!({"ttlMs": 10, "cacheScope": "public"})), Some(CacheHints { ttl_ms: 10, private: false }));
+        for scope in [json!("private"), json!(""), json!("PUBLIC"), json!(null)] {
+            assert_eq!(of(json!({"ttlMs": 10, "cacheScope": scope})), Some(CacheHints { ttl_ms: 10, private: true }));
+        }
+        assert_eq!(of(json!({"cacheScope": "public"})), Some(CacheHints { ttl_ms: 0, private: false }));
+        let open = CacheHints { ttl_ms: 9000, private: false };
+        let kept = CacheHints { ttl_ms: 2500, private: true };
+        assert_eq!(open.and(kept), CacheHints { ttl_ms: 2500, private: true });
+        assert_eq!(open.and(open), open);
+        assert_eq!(CacheHints::UNKNOWN.scope(), "private");
     }
 }

@@ -11,16 +11,19 @@
 //! other session's record (20 sessions with a 3 MB `clientInfo` made a
 //! 60 MB file rewritten on every open and close). The file is rewritten
 //! whole at start and when it has doubled since, as a snapshot followed by
-//! the records still to come. Replaying a record twice changes nothing, so
-//! a record that races a rewrite is never lost.
+//! the records still to come: the live sessions are read first, then the
+//! closing ones and the records queued, together, so every change the
+//! snapshot shows has its record in the old file or after the snapshot,
+//! and a session that ends in between is closing in the new file, not in
+//! neither. Replaying a record twice changes nothing.
 //!
 //! Write-ahead: a client session is in the file before its `initialize` is
 //! answered, a downstream session before a request uses it, and a closing
 //! one is marked before its `DELETE` and kept until that `DELETE` is done.
 //! A crash can then only leave a session the server created in the
-//! milliseconds before it was written, or repeat a `DELETE` that was
-//! answered in the milliseconds before its end was written (the server
-//! answers 404 to the repeat). [`Journal::commit`] waits for the records
+//! milliseconds before it was written; a `DELETE` answered in the
+//! milliseconds before its end was written is not sent again, the next
+//! start asking its server first (`service::restore`). [`Journal::commit`] waits for the records
 //! queued before it; appends are grouped, so one `fdatasync` serves every
 //! request waiting.
 //!
@@ -523,6 +526,8 @@ struct JournalState {
     /// The next write rewrites the whole file: at start, and after an
     /// append failed (it may have left a part of a line).
     rewrite: bool,
+    /// Set at shutdown: the file is only appended to from then on.
+    appends_only: bool,
     stopping: bool,
 }
 
@@ -582,8 +587,7 @@ impl Journal {
         }
         let mut st = self.state.lock();
         for record in records {
-            st.pending.extend(line(&record));
-            st.queued += 1;
+            st.push(&record);
         }
         drop(st);
         self.wake.notify_one();
@@ -607,40 +611,57 @@ impl Journal {
     }
 
     /// Marks downstream sessions as closing; written with the next write.
+    /// Each is marked and its record queued under one lock, so that a
+    /// rewrite (which takes both at once) sees both or neither.
     pub fn closing(&self, entries: impl IntoIterator<Item = (usize, SavedDownstream)>) {
         if self.file.is_none() {
             return;
         }
-        let entries: Vec<(u64, SavedDownstream)> = entries.into_iter().map(|(key, d)| (key as u64, d)).collect();
-        let mut records = Vec::new();
-        {
-            let mut st = self.state.lock();
-            for (key, downstream) in entries {
-                // Marked once, though several paths may mark it.
-                if st.closing.get(&key) != Some(&downstream) {
-                    st.closing.insert(key, downstream.clone());
-                    records.push(Record::Closing { key, downstream });
-                }
+        let mut st = self.state.lock();
+        for (key, downstream) in entries {
+            let key = key as u64;
+            // Marked once, though several paths may mark it.
+            if st.closing.get(&key) != Some(&downstream) {
+                st.push(&Record::Closing { key, downstream: downstream.clone() });
+                st.closing.insert(key, downstream);
             }
         }
-        self.queue(records);
+        drop(st);
+        self.wake.notify_one();
     }
 
-    /// Their `DELETE` is done: they leave the file with the next write.
+    /// From now on the file is only appended to, never rewritten: shutdown
+    /// takes every session out of the table while the file keeps the
+    /// clients' ones for the next start, and a rewrite writes what the
+    /// table holds. (A SIGTERM whose `closing` and `closed` records took the
+    /// file past its rewrite left a file of no session: 61 of 61 clients got
+    /// 404 after the restart.)
+    pub fn appends_only(&self) {
+        self.state.lock().appends_only = true;
+    }
+
+    /// Their `DELETE` is done: they leave the file with the next write
+    /// (unmarked and recorded under one lock, as [`Journal::closing`]).
     pub fn closed(&self, keys: &[usize]) {
         if self.file.is_none() {
             return;
         }
-        let mut records = Vec::new();
-        {
-            let mut st = self.state.lock();
-            for key in keys {
-                if st.closing.remove(&(*key as u64)).is_some() {
-                    records.push(Record::Closed(*key as u64));
-                }
+        let mut st = self.state.lock();
+        for key in keys {
+            if st.closing.remove(&(*key as u64)).is_some() {
+                st.push(&Record::Closed(*key as u64));
             }
         }
-        self.queue(records);
+        drop(st);
+        self.wake.notify_one();
+    }
+}
+
+impl JournalState {
+    /// Queues one record.
+    fn push(&mut self, record: &Record) {
+        self.pending.extend(line(record));
+        self.queued += 1;
     }
 }
 
@@ -661,11 +682,16 @@ pub struct Writer {
 }
 
 /// Starts the writer, when there is a state file. Its first write
-/// rewrites the file whole, from what was restored.
+/// rewrites the file whole, from what was restored: the records queued as
+/// it was restored (each session put back in the table, each downstream
+/// session marked closing) say what that snapshot holds, and are dropped
+/// rather than written twice (with 15 KB `initialize` params, they made the
+/// file each start wrote twice as large).
 pub fn start(journal: Arc<Journal>, source: Arc<dyn Source>) -> std::io::Result<Option<Writer>> {
     if journal.file.is_none() {
         return Ok(None);
     }
+    journal.state.lock().pending.clear();
     let handle = {
         let journal = journal.clone();
         threads::spawn("state", "", move || write_loop(&journal, &*source))?
@@ -685,51 +711,35 @@ struct Written {
     activity_at: Instant,
 }
 
+impl Written {
+    fn new() -> Written {
+        Written { handle: None, size: 0, rewritten: 0, activity: HashMap::new(), activity_at: Instant::now() }
+    }
+}
+
 fn write_loop(journal: &Journal, source: &dyn Source) {
     let Some(file) = &journal.file else { return };
-    let mut w = Written { handle: None, size: 0, rewritten: 0, activity: HashMap::new(), activity_at: Instant::now() };
+    let mut w = Written::new();
     let mut st = journal.state.lock();
     loop {
-        if st.stopping && st.pending.is_empty() && !st.rewrite {
+        // A failed write leaves the file to be rewritten (it may end in a
+        // part of a line, which an append would bury): once only appends
+        // may be made, nothing more is written, and every wait fails at once.
+        let stuck = st.appends_only && st.rewrite;
+        if stuck {
+            let why = st.failure.take().map_or_else(|| "mcpgate stopped before its first write".into(), |(_, why)| why);
+            st.failure = Some((st.queued, why));
+            journal.written.notify_all();
+        }
+        if st.stopping && (stuck || (st.pending.is_empty() && !st.rewrite)) {
             return;
         }
-        let rewrite = st.rewrite || (w.size > REWRITE_AT && w.size > 2 * w.rewritten);
+        let rewrite = !st.appends_only && (st.rewrite || (w.size > REWRITE_AT && w.size > 2 * w.rewritten));
         let activity_due = w.activity_at.elapsed() >= activity_every(source.idle_timeout());
-        if rewrite || !st.pending.is_empty() || activity_due {
-            let target = st.queued;
-            let pending = std::mem::take(&mut st.pending);
-            let closing: Vec<(u64, SavedDownstream)> = st.closing.iter().map(|(k, d)| (*k, d.clone())).collect();
+        if !stuck && (rewrite || !st.pending.is_empty() || activity_due) {
             drop(st);
-            let result = if rewrite {
-                write_whole(file, journal, source, &closing, &pending, &mut w)
-            } else {
-                write_records(file, source, pending.clone(), activity_due, &mut w)
-            };
+            write_once(file, journal, source, rewrite, activity_due, &mut w);
             st = journal.state.lock();
-            match result {
-                Ok(()) => {
-                    st.durable = st.durable.max(target);
-                    st.failure = None;
-                    if rewrite {
-                        st.rewrite = false;
-                    }
-                }
-                Err(e) => {
-                    crate::limited!(
-                        error,
-                        "cannot write the state file {}: {e}; new sessions are refused until it can be written",
-                        file.path.display()
-                    );
-                    // Written again with the next try, after a rewrite: an
-                    // append that failed may have left a part of a line.
-                    let mut again = pending;
-                    again.append(&mut st.pending);
-                    st.pending = again;
-                    st.rewrite = true;
-                    st.failure = Some((target, e.to_string()));
-                }
-            }
-            journal.written.notify_all();
             if st.failure.is_none() && (!st.pending.is_empty() || st.rewrite) {
                 continue;
             }
@@ -738,17 +748,78 @@ fn write_loop(journal: &Journal, source: &dyn Source) {
     }
 }
 
-/// Rewrites the file: a snapshot of the live sessions and the closing
-/// ones, then the records queued since (replaying them is harmless).
-fn write_whole(
+/// One write of the file: the file rewritten whole, or the records queued
+/// appended (with the activity, when it is due); then the requests
+/// waiting for it are told.
+///
+/// A rewrite reads the live sessions first, and only then takes the
+/// closing ones and the records queued, together: every change the
+/// sessions show has its record in the file being replaced or among those
+/// records, and a session that ends in between is in neither the sessions
+/// nor the file unless its records come with it. Taking the records first
+/// (as before) lost such a session's downstream sessions from the file the
+/// rewrite renamed into place, until the next append: a kill there left
+/// them open at their servers for good.
+fn write_once(
     file: &StateFile,
     journal: &Journal,
     source: &dyn Source,
+    rewrite: bool,
+    activity_due: bool,
+    w: &mut Written,
+) {
+    let sessions = rewrite.then(|| source.saved_sessions());
+    let mut st = journal.state.lock();
+    let target = st.queued;
+    let pending = std::mem::take(&mut st.pending);
+    let closing: Vec<(u64, SavedDownstream)> = match sessions {
+        Some(_) => st.closing.iter().map(|(k, d)| (*k, d.clone())).collect(),
+        None => Vec::new(),
+    };
+    drop(st);
+    let result = match sessions {
+        Some(sessions) => write_whole(file, journal, sessions, &closing, &pending, w),
+        None => write_records(file, source, pending.clone(), activity_due, w),
+    };
+    let mut st = journal.state.lock();
+    match result {
+        Ok(()) => {
+            st.durable = st.durable.max(target);
+            st.failure = None;
+            if rewrite {
+                st.rewrite = false;
+            }
+        }
+        Err(e) => {
+            crate::limited!(
+                error,
+                "cannot write the state file {}: {e}; new sessions are refused until it can be written",
+                file.path.display()
+            );
+            // Written again with the next try, after a rewrite: an
+            // append that failed may have left a part of a line.
+            let mut again = pending;
+            again.append(&mut st.pending);
+            st.pending = again;
+            st.rewrite = true;
+            st.failure = Some((target, e.to_string()));
+        }
+    }
+    drop(st);
+    journal.written.notify_all();
+}
+
+/// Rewrites the file: a snapshot of the live sessions and the closing
+/// ones, then the records queued up to it (replayed over the snapshot,
+/// they bring each session to where the snapshot or a later record has it).
+fn write_whole(
+    file: &StateFile,
+    journal: &Journal,
+    sessions: Vec<SavedSession>,
     closing: &[(u64, SavedDownstream)],
     pending: &[u8],
     w: &mut Written,
 ) -> std::io::Result<()> {
-    let sessions = source.saved_sessions();
     let activity: HashMap<String, u64> = sessions.iter().map(|s| (s.id.clone(), s.last_active)).collect();
     let mut bytes = snapshot(journal.instance_id.as_deref(), sessions, closing);
     bytes.extend_from_slice(pending);
@@ -838,6 +909,80 @@ mod tests {
 
     fn read(text: &[u8]) -> Saved {
         parse(std::str::from_utf8(text).unwrap()).expect("a state file")
+    }
+
+    /// The live sessions as a gateway would show them to the writer, and,
+    /// once, a client that ends session `c1` in the moment the writer reads
+    /// them (its records are queued, it leaves the table).
+    struct Live {
+        sessions: Mutex<Vec<SavedSession>>,
+        ends_during_snapshot: Mutex<Option<Arc<Journal>>>,
+    }
+
+    impl Source for Live {
+        fn saved_sessions(&self) -> Vec<SavedSession> {
+            if let Some(journal) = self.ends_during_snapshot.lock().take() {
+                let mut sessions = self.sessions.lock();
+                let ended = sessions.iter().position(|s| s.id == "c1").map(|i| sessions.remove(i));
+                for mut d in ended.into_iter().flat_map(|s| s.downstreams) {
+                    d.client = Some("c1".into());
+                    journal.closing([(7, d)]);
+                }
+                journal.ended("c1");
+            }
+            self.sessions.lock().clone()
+        }
+
+        fn last_active(&self) -> Vec<(String, u64)> {
+            Vec::new()
+        }
+
+        fn idle_timeout(&self) -> Duration {
+            Duration::from_secs(300)
+        }
+    }
+
+    /// A state file in a directory of its own, removed when dropped.
+    struct Scratch(PathBuf);
+
+    impl Scratch {
+        fn new(name: &str) -> Scratch {
+            let dir = std::env::temp_dir().join(format!("mcpgate-state-test-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            Scratch(dir)
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// A rewrite that races a client's DELETE: the session leaves the table
+    /// between the writer taking the records queued and reading the
+    /// sessions. The file it renames into place must still name the
+    /// downstream session as closing (a crash before the next append then
+    /// sends its DELETE at the next start), not forget it.
+    #[test]
+    fn a_session_ended_while_the_file_is_rewritten_stays_closing_in_the_new_file() {
+        let scratch = Scratch::new("rewrite-race");
+        let journal = Arc::new(Journal::new(Some(&scratch.0.join("state.json")), None));
+        let live = Live { sessions: Mutex::new(vec![session(1)]), ends_during_snapshot: Mutex::new(None) };
+        let file = journal.file.as_ref().unwrap();
+        let mut w = Written::new();
+        write_once(file, &journal, &live, true, false, &mut w);
+        let before = read(&std::fs::read(file.path()).unwrap());
+        assert_eq!(before.sessions.len(), 1);
+        assert_eq!(before.sessions[0].downstreams.len(), 1);
+
+        *live.ends_during_snapshot.lock() = Some(journal.clone());
+        write_once(file, &journal, &live, true, false, &mut w);
+        let after = read(&std::fs::read(file.path()).unwrap());
+        assert!(after.sessions.is_empty(), "c1 ended: {:?}", after.sessions);
+        let closing: Vec<_> = after.closing.iter().map(|d| d.session_id.as_deref()).collect();
+        assert_eq!(closing, [Some("s1")], "its downstream session must be closing in the file the rewrite left");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! with `initialize`, its server's own messages read from its `GET` stream
 //! by a [`Reader`] thread, ended with `DELETE`.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
@@ -43,13 +44,25 @@ pub(crate) fn open(server: &Server, endpoint: &Arc<Endpoint>, body: &[u8]) -> Re
         // Without a session id there is nothing to close if the answer is bad.
         answer.as_ref().map_err(Clone::clone)?;
     }
-    let link = HttpLink { endpoint: endpoint.clone(), session_id, resumed: false, reader: Mutex::new(None) };
+    let link = HttpLink {
+        endpoint: endpoint.clone(),
+        session_id,
+        resumed: false,
+        ended: AtomicBool::new(false),
+        reader: Mutex::new(None),
+    };
     Ok((Box::new(link), answer))
 }
 
 /// A downstream session taken over from the state file.
 pub(crate) fn resumed(endpoint: &Arc<Endpoint>, session_id: Option<String>) -> Box<dyn Link> {
-    Box::new(HttpLink { endpoint: endpoint.clone(), session_id, resumed: true, reader: Mutex::new(None) })
+    Box::new(HttpLink {
+        endpoint: endpoint.clone(),
+        session_id,
+        resumed: true,
+        ended: AtomicBool::new(false),
+        reader: Mutex::new(None),
+    })
 }
 
 /// One downstream session over HTTP.
@@ -61,6 +74,11 @@ struct HttpLink {
     /// Taken over from an earlier process: a 404 on its first `GET` means
     /// the server forgot it (a fresh session's means it has no `GET` stream).
     resumed: bool,
+    /// The server answered a `POST` of this session with 404: it has
+    /// ended the session (the spec's answer for a session id it no longer
+    /// knows), so the close path sends no `DELETE`, which would be a
+    /// second one when an earlier process's was answered.
+    ended: AtomicBool,
     /// The `GET` stream's reader thread; taken by the close path.
     reader: Mutex<Option<Reader>>,
 }
@@ -96,7 +114,7 @@ impl Link for HttpLink {
             .post(lane.agent(), self.session_id.as_deref(), Some(&d.protocol_version), &body)
             .and_then(|response| endpoint.read_answer(&d.server, response, id, on_message, &exchange));
         lane.stopped = flight.disarm();
-        result
+        self.ended_if_gone(result)
     }
 
     fn send(&self, d: &Downstream, body: &[u8]) -> Result<(), DownstreamError> {
@@ -108,7 +126,7 @@ impl Link for HttpLink {
                 let _ = response.into_body().with_config().limit(64 * 1024).read_to_vec();
                 Ok(())
             }
-            404 if self.session_id.is_some() => Err(DownstreamError::SessionGone),
+            404 if self.session_id.is_some() => self.ended_if_gone(Err(DownstreamError::SessionGone)),
             _ => Err(status_error(response)),
         }
     }
@@ -149,8 +167,19 @@ impl Link for HttpLink {
             reader.join(d.server.limits.delete);
         }
         match &self.session_id {
+            Some(_) if self.ended.load(Ordering::Acquire) => Ok(()),
             Some(session) => self.endpoint.delete(session, &d.protocol_version),
             None => Ok(()),
         }
+    }
+}
+
+impl HttpLink {
+    /// Notes a 404 for this session's id: the server has ended it.
+    fn ended_if_gone<T>(&self, result: Result<T, DownstreamError>) -> Result<T, DownstreamError> {
+        if matches!(result, Err(DownstreamError::SessionGone)) {
+            self.ended.store(true, Ordering::Release);
+        }
+        result
     }
 }

@@ -7,9 +7,13 @@
 //! - `server/discover` is answered before any version check, and offers
 //!   2026-07-28 only when every server behind speaks it (`offers_2026`):
 //!   a client that negotiates lands in the era it would land in directly.
-//! - The lists and calls go through the pool; results get `resultType`,
-//!   and lists `ttlMs` and `cacheScope` (`private` when tokens decide what
-//!   a client sees).
+//! - The lists and calls go through the pool; results get `resultType`.
+//!   Cache hints (`ttlMs`, `cacheScope`) a server wrote pass as it wrote
+//!   them; mcpgate writes them where it answers itself or merges (a list:
+//!   the shortest life and the narrowest scope of its servers', `private`
+//!   when tokens decide what a client sees), and never makes a result that
+//!   came without them public.
+//! - `ping` is answered here: the era's spec left it out, its servers did not.
 //! - A call to a server of 2026-07-28 runs on the connection thread that
 //!   read it: such a server asks only through its result, passed on as it
 //!   is. A call to a session-era server runs on a thread of its own: what
@@ -33,7 +37,7 @@ use crate::downstream::Server;
 use crate::http::auth::Access;
 use crate::http::{EventSink, HttpError, HttpReply, HttpRequest, StreamReply};
 use crate::protocol::jsonrpc::{self, Kind, Message, Params, RpcError};
-use crate::protocol::stateless::{self, Envelope};
+use crate::protocol::stateless::{self, CacheHints, Envelope};
 use crate::protocol::{VERSION_HEADER, sse, versions};
 use crate::runtime::{sha256, threads};
 use crate::session::{ListenFilter, Session};
@@ -53,7 +57,8 @@ use crate::catalog::ListKind;
 const PING: Duration = Duration::from_secs(15);
 /// How often a held call's waiter looks whether its client left.
 const LOOK: Duration = Duration::from_millis(250);
-/// Cache hints of mcpgate's own answers, in ms: lists, and `server/discover`.
+/// How long a client may keep mcpgate's own answers, in ms: a merged list
+/// (for a server whose list says nothing of it), and `server/discover`.
 const LIST_TTL_MS: u64 = 5_000;
 const DISCOVER_TTL_MS: u64 = 60_000;
 
@@ -149,6 +154,11 @@ impl Gateway {
         if message.method() == "server/discover" {
             return self.discover(&id, access);
         }
+        if message.method() == "ping" {
+            // The era's spec left it out, but a server may answer it still;
+            // mcpgate is the server its clients talk to, so it answers for itself.
+            return self.finish(&id, "ping", Outcome::Result(json!({})), None);
+        }
         let pool = match self.pool(access) {
             Ok(pool) => pool,
             Err(reply) => return reply,
@@ -158,7 +168,16 @@ impl Gateway {
         };
         let method = message.method();
         if let Some(kind) = ListKind::from_method(method) {
-            return self.finish(&id, method, self.list_page(&pool, kind, message), None);
+            let (page, list) = self.list_page_of(&pool, kind, message);
+            // Merged by mcpgate from its servers' lists: the shortest life
+            // and the narrowest scope of theirs, private too when tokens decide
+            // what a client sees.
+            let own = self.own_hints(LIST_TTL_MS);
+            let hints = list.map_or(own, |list| {
+                let merged = list.cache_hints(own);
+                CacheHints { private: merged.private || own.private, ..merged }
+            });
+            return self.finish_with(&id, method, page, None, hints);
         }
         match method {
             "tools/call" | "prompts/get" | "resources/read" | "completion/complete" => {
@@ -626,9 +645,29 @@ impl Gateway {
     /// The answer of this era: the result with what the era requires of
     /// it, or the error with its status; the last event of the stream when
     /// one was started.
+    /// A result passed on from a server keeps the cache hints it came with;
+    /// one without gets [`CacheHints::UNKNOWN`], never public.
     fn finish(&self, id: &Value, method: &str, outcome: Outcome, streaming: Option<()>) -> HttpReply {
-        let scope = if self.current().config.tokens.is_some() { "private" } else { "public" };
-        let ttl = if method == "server/discover" { DISCOVER_TTL_MS } else { LIST_TTL_MS };
+        let hints = if method == "server/discover" { self.own_hints(DISCOVER_TTL_MS) } else { CacheHints::UNKNOWN };
+        self.finish_with(id, method, outcome, streaming, hints)
+    }
+
+    /// The cache hints of an answer of mcpgate's own: private when tokens
+    /// decide what a client sees.
+    fn own_hints(&self, ttl_ms: u64) -> CacheHints {
+        CacheHints { ttl_ms, private: self.current().config.tokens.is_some() }
+    }
+
+    /// [`Gateway::finish`], with `hints` for a result of a cacheable method
+    /// that carries none.
+    fn finish_with(
+        &self,
+        id: &Value,
+        method: &str,
+        outcome: Outcome,
+        streaming: Option<()>,
+        hints: CacheHints,
+    ) -> HttpReply {
         let (bytes, status) = match outcome {
             // Complete as it came (a server of this era's call result): passed on unparsed, and
             // when not a stream, written around the server's bytes rather than copied.
@@ -641,14 +680,14 @@ impl Gateway {
                 };
             }
             Outcome::Result(Value::Object(mut result)) => {
-                stateless::complete_result(method, &mut result, ttl, scope);
+                stateless::complete_result(method, &mut result, hints);
                 (jsonrpc::result(id, &jsonrpc::raw(&Value::Object(result))), 200)
             }
             Outcome::Result(other) => (jsonrpc::result(id, &jsonrpc::raw(&other)), 200),
             Outcome::Forwarded(answer) => match (&answer.result, &answer.error) {
                 (Some(result), _) => match serde_json::from_str::<Value>(result.get()) {
                     Ok(Value::Object(mut result)) => {
-                        stateless::complete_result(method, &mut result, ttl, scope);
+                        stateless::complete_result(method, &mut result, hints);
                         (jsonrpc::result(id, &jsonrpc::raw(&Value::Object(result))), 200)
                     }
                     _ => (jsonrpc::result_text(id, result), 200),
