@@ -5,7 +5,9 @@ processes cost, clients that leave without DELETE. Counts come from /proc.
     pasted_checks.py check --url URL --spec pasted_spec.json --fs DIR --repo DIR --gateway-pid PID
                            --json OUT --figures FIGURES
         (a) 10 sessions opened one after the other, the first right after mcpgate started, then 10
-            at once: each initialize under 5 s, p99 under 1 s; initialize starts no process;
+            at once: each opens under 5 s, the initialize POST's p99 under 1 s; initialize starts no
+            process; the first session, whose list cannot hold servers still starting, stays open,
+            hears tools/list_changed, and lists all six then;
         (b) one session lists the tools until all six servers are in (list_changed or listing again,
             120 s at most), finds exactly the tools of pasted_spec.json, and calls each once with
             the spec's arguments: a result, no JSON-RPC error, no isError;
@@ -293,7 +295,7 @@ def servers_in(names: list[str]) -> set[str]:
     return {n.split("__", 1)[0] for n in names}
 
 
-async def one_session(url: str, label: str, out: dict[str, Any], gate: Any = None, before_list: Any = None) -> None:
+async def one_session(url: str, label: str, out: dict[str, Any], gate: Any = None) -> None:
     """Opens a session (timed: the SDK's whole opening, and the initialize POST alone), lists the
     tools (timed), waits for `gate` if given, ends (DELETE)."""
     times: dict[str, float] = {}
@@ -302,8 +304,6 @@ async def one_session(url: str, label: str, out: dict[str, Any], gate: Any = Non
         async with timed_http(times) as http, client(streamable_http_client(url, http_client=http), label) as c:
             out["open"] = time.monotonic() - t0
             out["init"] = times.get("answered", math.inf) - times.get("sent", 0)
-            if before_list:
-                before_list()
             t1 = time.monotonic()
             names = await all_tools(c)
             out["list"] = time.monotonic() - t1
@@ -313,6 +313,44 @@ async def one_session(url: str, label: str, out: dict[str, Any], gate: Any = Non
     except Exception as e:  # a failed session, counted by the row
         out.setdefault("open", time.monotonic() - t0)
         out["error"] = why(e)
+
+
+async def first_session(url: str, out: dict[str, Any], listed: anyio.Event, hook: Any, wanted: set[str]) -> None:
+    """The first session after mcpgate started: opens (timed), lets `hook` look, lists (the servers
+    are still starting: the list holds those ready within list_wait_ms), sets `listed`, and stays
+    open until list_changed has brought all of `wanted` (LIST_LIMIT at most)."""
+    heard: list[float] = []
+
+    async def on_message(message: Any) -> None:
+        if getattr(message, "method", None) == "notifications/tools/list_changed":
+            heard.append(time.monotonic())
+
+    times: dict[str, float] = {}
+    t0 = time.monotonic()
+    try:
+        async with timed_http(times) as http, client(streamable_http_client(url, http_client=http), "first", on_message) as c:
+            out["open"] = time.monotonic() - t0
+            out["init"] = times.get("answered", math.inf) - times.get("sent", 0)
+            hook()
+            t1 = time.monotonic()
+            names = await all_tools(c)
+            out["list"] = time.monotonic() - t1
+            out["servers"] = len(servers_in(names))
+            listed.set()
+            seen = 0
+            while not wanted <= servers_in(names) and time.monotonic() - t1 < LIST_LIMIT:
+                while len(heard) == seen and time.monotonic() - t1 < LIST_LIMIT:
+                    await anyio.sleep(0.05)
+                seen = len(heard)
+                names = await all_tools(c)
+            out["complete_s"] = time.monotonic() - t1
+            out["servers_at_end"] = len(servers_in(names))
+            out["list_changed"] = len(heard)
+    except Exception as e:  # a failed session, counted by the rows
+        out.setdefault("open", time.monotonic() - t0)
+        out["error"] = why(e)
+    finally:
+        listed.set()
 
 
 def unanswered(run: dict[str, Any], limit: float) -> None:
@@ -363,18 +401,41 @@ async def opening(url: str, gateway: int, figures: dict[str, Any]) -> None:
         f"processes spawned {s['processes']['spawned']}; states {states}",
     )
     seen_after_init: list[int] = []
-    sequential: list[dict[str, Any]] = []
-    for i in range(10):
-        run: dict[str, Any] = {}
-        hook = (lambda: seen_after_init.append(status(url)["processes"]["spawned"])) if i == 0 else None
+    sequential: list[dict[str, Any]] = [{}]
+    wanted = set(s["servers"])
+    async with anyio.create_task_group() as tg:
+        listed = anyio.Event()
+        tg.start_soon(
+            first_session,
+            url,
+            sequential[0],
+            listed,
+            lambda: seen_after_init.append(status(url)["processes"]["spawned"]),
+            wanted,
+        )
         with anyio.move_on_after(OPEN_LIMIT + 60):
-            await one_session(url, f"seq{i}", run, before_list=hook)
-        unanswered(run, OPEN_LIMIT + 60)
-        sequential.append(run)
+            await listed.wait()
+        unanswered(sequential[0], OPEN_LIMIT + 60)
+        for i in range(1, 10):
+            run: dict[str, Any] = {}
+            with anyio.move_on_after(OPEN_LIMIT + 60):
+                await one_session(url, f"seq{i}", run)
+            unanswered(run, OPEN_LIMIT + 60)
+            sequential.append(run)
+    first = sequential[0]
     record(
         "initialize starts no process (status.json after the first session's initialize)",
         seen_after_init == [0],
         f"processes spawned after it: {seen_after_init}",
+    )
+    record(
+        "the first session, whose list lacked servers still starting, hears tools/list_changed and lists all six",
+        "error" not in first
+        and first.get("servers_at_end") == len(wanted)
+        and (first.get("servers") == len(wanted) or first.get("list_changed", 0) >= 1),
+        f"its first list: {first.get('servers')} server(s) after {ms(first.get('list', math.inf))}; "
+        f"{first.get('list_changed', 0)} list_changed; all {first.get('servers_at_end')} listed "
+        f"{first.get('complete_s', math.inf):.1f} s after the first list" + (f"; {first['error']}" if "error" in first else ""),
     )
     figures["sequential"] = open_row(
         "10 sessions one after the other, the first right after mcpgate started: each opens < 5 s, initialize p99 < 1 s",
