@@ -67,13 +67,15 @@ pasted_path() {
     )
 }
 
-# pasted_settings OFFLINE: the runners' settings in $PASTED_HOME (true: no network at all).
+# pasted_settings OFFLINE: the runners' settings in $PASTED_HOME (true: no network at all). uv
+# takes the system's CA store (system-certs), as npm does through the machine's npmrc: a registry
+# behind a TLS-inspecting proxy is trusted there, and mcpgate passes no SSL_CERT_FILE.
 pasted_settings() {
     local offline=$1
     mkdir -p "$PASTED_HOME/.config/uv"
     printf 'update-notifier=false\nfund=false\naudit=false\noffline=%s\n' "$offline" >"$PASTED_HOME/.npmrc"
-    printf 'python-downloads = "never"\npython-preference = "only-system"\noffline = %s\n' "$offline" \
-        >"$PASTED_HOME/.config/uv/uv.toml"
+    printf 'python-downloads = "never"\npython-preference = "only-system"\nsystem-certs = true\noffline = %s\n' \
+        "$offline" >"$PASTED_HOME/.config/uv/uv.toml"
 }
 
 # pasted_prepare DIR CONFIG: the filesystem server's directory (DIR/fs), a git repository (DIR/repo),
