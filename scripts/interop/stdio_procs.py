@@ -169,7 +169,8 @@ def check(seen_file: str, gateway: int, spawned: int, out: str, in_tree: bool = 
         + (
             "left: "
             + "; ".join(
-                f"{p['pid']} ({p['state']}, parent {by_pid[p['pid']]['ppid']}) {p['cmdline'][:80]}" for p in left
+                f"{p['pid']} (now {by_pid[p['pid']]['state']}, parent {by_pid[p['pid']]['ppid']}) {p['cmdline'][:80]}"
+                for p in left
             )
             if left
             else f"all {len(seen)} PIDs gone: {' '.join(str(p['pid']) for p in seen)}"
