@@ -6,8 +6,10 @@
 # stdio server (mcp-fixture --stdio, a child per client session): calls next
 # to the load generator driving it over its own pipes and next to a peer
 # bridge (supergateway), cold start, footprint per session, churn, and
-# kill -9 with children; and find_tools (the tool_search mode) at 300 and
-# 3,000 tools, with the size of tools/list with and without it.
+# kill -9 with children; the footprint of the six servers users paste (npx -y
+# and uvx, one process per server) with 1 and 10 sessions; and find_tools
+# (the tool_search mode) at 300 and 3,000 tools, with the size of tools/list
+# with and without it.
 #
 #   scripts/bench.sh            the full run: prints the table and writes
 #                               docs/BENCHMARKS.md and docs/churn.svg
@@ -120,7 +122,9 @@ NODE=$NODE_BIN/node
 PEERS=$OUT/peers
 SUPERGATEWAY=$PEERS/node_modules/supergateway/dist/index.js
 install_peers() {
-    (PATH="$(dirname "$NODE"):$PATH" && install_npm "$ROOT/scripts/bench/peers" "$PEERS")
+    local PATH=$PATH
+    PATH="$(dirname "$NODE"):$PATH"
+    install_npm "$ROOT/scripts/bench/peers" "$PEERS"
 }
 step "tools: supergateway $SUPERGATEWAY_VERSION (npm ci into .bench/peers)"
 PEER_WHY=""
@@ -614,6 +618,28 @@ sleep "$SETTLE"
 record "{\"part\":\"stdio-churn\",\"result\":$line,\"base\":$BASE,\"end\":$(procs "$GATE_SC_PID"),\"processes\":$(curl -fsS "http://$GATE_SC/status.json" | python3 -c "import json,sys; print(json.dumps(json.load(sys.stdin)['processes']))"),\"status_threads\":$(status_threads "$GATE_SC")}"
 echo "  $line" >&2
 stop "$GATE_SC_PID"
+
+step "5f. the servers users paste: RSS and PSS of mcpgate and everything below it, with 1 and 10 sessions"
+# The six servers of scripts/interop/pasted.sh exactly as their READMEs paste them (npx -y, uvx),
+# pinned, from its caches in .interop/pasted/ (warm after interop.sh; else fetched here once), run
+# offline; mcpgate with its defaults, so one process per server for every session. One session
+# calls a tool of each server, then 10 do and stay open: the tree is read from /proc each time.
+# shellcheck source=interop/pasted.sh
+. "$ROOT/scripts/interop/pasted.sh"
+PASTED_DIR=$OUT/run/pasted
+if { pasted_install && pasted_prepare "$PASTED_DIR" "$OUT/run/pasted.json" &&
+    pasted_warm "$OUT/run/pasted.json" "$OUT/run/pasted-warm.json"; } > "$OUT/run/pasted-install.log" 2>&1; then
+    serve gate-pasted env HOME="$PASTED_HOME" PATH="$(pasted_path)" "${MCPGATE[@]}" --config "$OUT/run/pasted.json"
+    GATE_P=$ADDR; GATE_P_PID=$PID
+    line=$("$PY" "$ROOT/scripts/interop/pasted_checks.py" footprint --url "http://$GATE_P/mcp" --spec "$PASTED_SPEC" \
+        --fs "$PASTED_DIR/fs" --repo "$PASTED_DIR/repo" --gateway-pid "$GATE_P_PID" --sessions 10 2> "$OUT/run/pasted-footprint.err") || true
+    versions="$(pasted_packages | paste -sd' '); $(pasted_runners)"
+    record "{\"part\":\"pasted-footprint\",\"result\":${line:-null},\"versions\":\"$versions\"}"
+    echo "  $(tail -1 "$RESULTS" | cut -c1-400)" >&2
+    stop "$GATE_P_PID"
+else
+    record '{"part":"pasted-footprint","missing":"the servers could not be installed or started here (see .bench/run/pasted-install.log)"}'
+fi
 
 step "6. tool search: find_tools at 300 and 3,000 tools, and the bytes of tools/list with and without it"
 # The corpus of tests/tool_search.rs (3 servers of 100 real tools), and the

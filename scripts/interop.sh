@@ -47,7 +47,18 @@
 #      provider and mcp-remote each sign in by themselves (discovery from the 401, registration,
 #      code with PKCE, token) and call a tool; opaque tokens by introspection; no token reaches
 #      the fixture;
-#   4h. rate limits and the audit log: the official Python client as two users with tokens of
+#   4h. the servers users paste, as pasted (scripts/interop/pasted.sh): one mcpgate with its
+#      defaults starts server-filesystem, -memory and -sequential-thinking through `npx -y` and
+#      mcp-server-fetch, -time and -git through `uvx`, pinned (pasted_spec.json; uv in
+#      requirements-pasted.txt), from caches of their own under .interop/pasted/ (warmed once, then
+#      used offline); the official Python client opens 10 sessions one after the other from
+#      mcpgate's start and 10 at once (each initialize under 5 s, p99 under 1 s), calls every tool
+#      of every server once, measures RSS and PSS of the whole tree with 1 and 10 sessions (10
+#      within 1.2 times 1) and leaves 20 sessions without DELETE (no process added, nothing
+#      refused); openai-agents and pydantic-ai (.interop/agents, requirements-agents.txt) connect
+#      10 of 10 times each at their default timeouts; after SIGTERM /proc holds nothing mcpgate
+#      started, and no zombie;
+#   4i. rate limits and the audit log: the official Python client as two users with tokens of
 #      their own, one over its rate_limit while the other is not, a new session that does not
 #      refill a bucket; the audit log read back record by record (scripts/interop/govern_checks.py);
 #   5. the conformance suite's server scenarios against `mcp-fixture --conformance`, directly
@@ -77,6 +88,9 @@ RESULTS=$RUN/results.tsv
 # in, in scripts/interop/tools/package-lock.json.
 # shellcheck source=pinned.sh
 . "$ROOT/scripts/pinned.sh"
+# The servers users paste, and the agent frameworks (step 4h): their installs and the step.
+# shellcheck source=interop/pasted.sh
+. "$HERE/pasted.sh"
 CLIENT_SCENARIOS=(initialize tools_call sse-retry elicitation-sep1034-client-defaults)
 # The first published conformance suite with the 2026-07-28 scenarios (a pre-release), in a
 # directory of its own: step 5b.
@@ -177,6 +191,20 @@ stop_mcpgate() {
     fi
 }
 
+# processes_line NAME SECTION SPAWNED: mcpgate's (NAME's) last log line after SIGTERM says
+# `processes spawned N, reaped N, live 0`, with N as status.json said (SPAWNED) before it.
+processes_line() {
+    local name=$1 section=$2 spawned=$3 last check
+    last=$(grep -E 'stopped in .*processes spawned' "$RUN/$name.err" | tail -1 || true)
+    check="mcpgate's last log line: processes spawned N, reaped N, live 0 (N as in status.json)"
+    if [[ $last =~ processes\ spawned\ ([0-9]+),\ reaped\ ([0-9]+),\ live\ 0 ]] &&
+        [[ ${BASH_REMATCH[1]} == "${BASH_REMATCH[2]}" && ${BASH_REMATCH[1]} == "$spawned" ]]; then
+        row "$section" "$check" 1 "${last##*; }"
+    else
+        row "$section" "$check" 0 "last line: ${last:-none} (status.json said spawned ${spawned:-?})"
+    fi
+}
+
 json_version() {
     python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("version",""))' "$1" 2>/dev/null || true
 }
@@ -191,6 +219,7 @@ install_python() {
     local pid=$! rc=0
     { install_venv "$VENV1" "$PY1_PINS" && has_mcp "$VENV1" "$MCP1_VERSION"; } || rc=$?
     wait "$pid" || rc=$?
+    { pasted_install && pasted_agents_install && has_mcp "$AGENTS" "$MCP_VERSION"; } || rc=$?
     return "$rc"
 }
 
@@ -415,9 +444,14 @@ step "4g. OAuth and HTTPS: oidc-provider, HAProxy over TLS, the Python and TypeS
 source "$HERE/oauth.sh"
 oauth_step
 
-# --- 4h. governing calls ----------------------------------------------------------------------
+# --- 4h. the servers users paste ----------------------------------------------------------------
 
-step "4h. rate limits and the audit log: the Python client as two users"
+step "4h. the servers users paste: npx -y and uvx, pinned, from caches of their own; the Python client and two agent frameworks"
+pasted_step
+
+# --- 4i. governing calls ----------------------------------------------------------------------
+
+step "4i. rate limits and the audit log: the Python client as two users"
 SECTION="rate limits and audit via mcpgate"
 start govern-fixture "$FIXTURE" --name fx
 GF_PID=$PID

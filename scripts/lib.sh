@@ -26,6 +26,8 @@
 #   free_port                 a port on 127.0.0.1 that nothing listens on now
 #   free_ports N              N distinct such ports
 #   fail MESSAGE...           says so on stderr and exits 1
+#   retry TRIES CMD...        CMD, and again 10 s after it failed, TRIES times at most: an
+#                             install's download that a registry's transient error broke
 #   install_venv DIR PINS     a Python venv in DIR with exactly the packages of PINS (a pip
 #                             freeze file), made anew unless DIR/.pins says it was made from
 #                             the same PINS by the same python3 on this platform
@@ -199,6 +201,17 @@ fresh() {
     [[ -f $1/.pins && $(cat "$1/.pins") == "$2" ]]
 }
 
+retry() {
+    local tries=$1 try
+    shift
+    for ((try = 1; ; try++)); do
+        "$@" && return 0
+        ((try < tries)) || return 1
+        echo "$SCRIPT: try $try of $tries failed: ${*:1:3} ...; again in 10 s" >&2
+        sleep 10
+    done
+}
+
 install_venv() {
     local venv=$1 pins=$2 want
     want=$(fingerprint "$pins" -- "$(python3 --version 2>&1)")
@@ -211,7 +224,7 @@ install_venv() {
     echo "python: installing ${pins##*/} into $venv"
     rm -rf "$venv"
     timeout 120 python3 -m venv "$venv" || return 1
-    timeout 600 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
+    retry 3 timeout 600 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
         --no-deps -r "$pins" || return 1
     # --no-deps installs the pins and nothing else: pip check says if they are not a whole set.
     timeout 120 "$venv/bin/python" -m pip check --disable-pip-version-check ||
@@ -234,7 +247,7 @@ install_npm() {
     rm -rf "$dir"
     mkdir -p "$dir"
     cp "$src/package.json" "$src/package-lock.json" "$dir/"
-    (cd "$dir" && timeout 600 npm ci --no-audit --no-fund --loglevel=error) || return 1
+    (cd "$dir" && retry 3 timeout 600 npm ci --no-audit --no-fund --loglevel=error) || return 1
     echo "$want" >"$dir/.pins"
 }
 

@@ -543,9 +543,10 @@ fn serve(config: Config, source: Source, looked: watch::Looked, signals: sys::Si
             }
             Err(_) => {
                 log::warn!(
-                    "shutdown_timeout_secs ({} s) passed with {} downstream session(s) still closing; exiting without them{}",
+                    "shutdown_timeout_secs ({} s) passed with {} downstream session(s) and {} process(es) still closing; exiting without them{}",
                     shutdown_timeout.as_secs(),
                     gateway.stats.downstream_live.get(),
+                    gateway.children.live.get(),
                     if gateway.journal.path().is_some() { ": the next start sends their DELETEs" } else { "" }
                 );
                 return Ok(());

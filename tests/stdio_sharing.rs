@@ -260,3 +260,50 @@ fn a_process_that_ends_says_why_in_the_error_and_on_the_status_page() {
         );
     }
 }
+
+/// Found with the six servers users paste (scripts/interop/pasted.sh) on a loaded host: on
+/// SIGTERM the shared processes were stopped one after the other, each taking up to its grace
+/// period, past `shutdown_timeout_secs`; mcpgate then exited without its last log line, and what
+/// the children had started (the python under `uvx`) ran on, reparented to pid 1. Here six
+/// shared processes that each need the whole grace (they ignore stdin's EOF), at the defaults
+/// (`stdio_grace_ms` 2000, `shutdown_timeout_secs` 5): stopped together, they fit.
+#[test]
+fn sigterm_stops_six_slow_shared_processes_within_the_shutdown_timeout_and_leaves_no_grandchild() {
+    let names = ["s1", "s2", "s3", "s4", "s5", "s6"];
+    let servers: serde_json::Map<String, Value> = names
+        .iter()
+        .map(|name| (name.to_string(), user_server(name, &["--ignore-stdin-eof", "--spawn-grandchild"])))
+        .collect();
+    let c = config(Value::Object(servers), json!({"stdio_grace_ms": 2000, "shutdown_timeout_secs": 5}));
+    let mut gate = StdioGate::start(&c);
+    let _session = gate.session_using(&names);
+    let kids: Vec<_> = names.iter().map(|name| gate.kid(name, 1)).collect();
+    let grandchildren: Vec<u32> = kids.iter().map(|k| k.grandchild()).collect();
+    for k in &kids {
+        if let Some(p) = proc_info(k.grandchild()) {
+            gate.watch_group(p.pgid);
+        }
+    }
+
+    let started = Instant::now();
+    let exit = gate.terminate(Duration::from_secs(30));
+    let took = started.elapsed();
+    assert_eq!(exit.and_then(|s| s.code()), Some(0), "exit status after SIGTERM: {exit:?}");
+    let left: Vec<u32> = grandchildren
+        .iter()
+        .copied()
+        .filter(|&g| !wait_until(Duration::from_secs(1), || is_dead(g, "sleep")))
+        .collect();
+    let log = gate.stderr_once(|log| log.contains("stopped in"));
+    let last = log.lines().rev().find(|l| l.contains("stopped in") || l.contains("shutdown_timeout_secs"));
+    assert!(
+        left.is_empty(),
+        "{} of 6 grandchildren left running after SIGTERM (mcpgate exited in {took:?}; its last word: {last:?})",
+        left.len()
+    );
+    let last = last.unwrap_or("none");
+    assert!(
+        last.contains("stopped in") && last.contains("processes spawned 6, reaped 6, live 0"),
+        "mcpgate's last line after SIGTERM (in {took:?}): {last}"
+    );
+}

@@ -615,6 +615,71 @@ def stdio_section(rows, fixture, say, failures):
     return targets
 
 
+def pasted_section(rows, say, failures):
+    """5.6: the six servers users paste (scripts/interop/pasted.sh), one process per server for
+    every session: the whole tree's RSS and PSS with 1 session and with 10. Returns its targets."""
+    row = next((r for r in rows if r["part"] == "pasted-footprint"), None)
+    if not row:
+        return []
+    say("### 5.6 The servers users paste: what the processes cost")
+    say("")
+    if not row.get("result"):
+        say(f"**Not measured: {row.get('missing', 'no result (see .bench/run/pasted-footprint.err)')}.**")
+        say("")
+        failures.append(f"pasted servers: not measured: {row.get('missing', 'no result')}")
+        return []
+    res = row["result"]
+    one, many, n = res["one"], res["many"], res["sessions"]
+    say(
+        "server-filesystem, -memory and -sequential-thinking through `npx -y`, mcp-server-fetch, -time and -git "
+        "through `uvx`, exactly as their READMEs paste them, pinned (scripts/interop/pasted_spec.json), from warm "
+        "caches and offline; mcpgate with its defaults (`\"sharing\": \"user\"`: without auth, one process per "
+        f"server for every session). A session calls one tool of each server; then {n} sessions do and stay open. "
+        "RSS from /proc/PID/status and PSS from /proc/PID/smaps_rollup, of mcpgate and every process below it "
+        "(npx runs `npm exec`, which runs `sh -c` and node; `uvx` is `uv tool uvx`, which runs python), each "
+        "cell RSS / PSS. PSS shares each page among the processes that map it, so the tree's PSS is close to what "
+        "a cgroup (the unit's `MemoryMax`) is charged for it, page cache apart."
+    )
+    say("")
+    kinds = ["mcpgate", "npm exec", "node", "sh", "uv", "python", "git", "other"]
+    shown = [k for k in kinds if k in one["kinds"] or k in many["kinds"]]
+    say("| sessions | processes | RSS | PSS | " + " | ".join(shown) + " |")
+    say("|---|---|---|---|---|" + "---|" * (len(shown) - 1))
+    for count, t in ((1, one), (n, many)):
+        cells = []
+        for k in shown:
+            v = t["kinds"].get(k)
+            cells.append(f"{v['count']}: {fmt_kib(v['rss_kib'])} / {fmt_kib(v['pss_kib'])}" if v else "-")
+        say(f"| {count} | {t['processes']} ({t['children']} children) | {fmt_kib(t['rss_kib'])} | {fmt_kib(t['pss_kib'])} | " + " | ".join(cells) + " |")
+    say("")
+    gate = many["kinds"].get("mcpgate", {"rss_kib": 0, "pss_kib": 0})
+    servers_rss, servers_pss = many["rss_kib"] - gate["rss_kib"], many["pss_kib"] - gate["pss_kib"]
+    say(
+        f"The six servers cost **{fmt_kib(servers_rss)} RSS, {fmt_kib(servers_pss)} PSS** with {n} sessions; mcpgate "
+        f"itself {fmt_kib(gate['rss_kib'])} RSS. Sizing a unit's `MemoryMax`: the tree's PSS with the sessions "
+        f"expected ({fmt_kib(many['pss_kib'])} here), and half again for the page cache the runners read and for the "
+        "servers' heaps as they work; each server added costs what its row above says."
+    )
+    if row.get("versions"):
+        say("")
+        say(f"Versions: {row['versions']}.")
+    say("")
+    for t, label in ((one, "1 session"), (many, f"{n} sessions")):
+        if t["errors"]:
+            failures.append(f"pasted servers, {label}: {'; '.join(t['errors'][:3])}")
+        if t["zombies"]:
+            failures.append(f"pasted servers, {label}: zombies {t['zombies']}")
+    r = many["rss_kib"] / max(one["rss_kib"], 1)
+    return [
+        (
+            f"the six pasted servers: RSS of mcpgate and its descendants with {n} sessions <= 1.2 x with 1",
+            f"{r:.2f} x ({fmt_kib(many['rss_kib'])} / {fmt_kib(one['rss_kib'])}; PSS {fmt_kib(many['pss_kib'])} / {fmt_kib(one['pss_kib'])})",
+            r <= 1.2,
+            "",
+        )
+    ]
+
+
 def tool_search_section(rows, say, failures):
     """find_tools latency and the bytes of tools/list with and without the mode."""
     ts = [r for r in rows if r["part"] == "tool-search"]
@@ -866,6 +931,7 @@ def main() -> int:
             failures.append(f"shutdown: {sd['delete']} DELETE for {sd['initialize']} sessions")
 
     stdio_targets = stdio_section(rows, fixture, say, failures)
+    stdio_targets += pasted_section(rows, say, failures)
 
     # targets
     say("## Targets")

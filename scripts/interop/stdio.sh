@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # The stdio servers of scripts/interop.sh (sourced there: it uses start, stop and
-# wait_port of scripts/lib.sh, interop.sh's check_loopback, stop_mcpgate, run and row, and its
-# variables).
+# wait_port of scripts/lib.sh, interop.sh's check_loopback, stop_mcpgate, processes_line, run and
+# row, and its variables).
 #
 # One mcpgate starts four real stdio servers from the registries, pinned in scripts/interop/tools/
 # and requirements.txt, each with the `command`/`args`/`env` a Claude Desktop user would write,
@@ -124,15 +124,7 @@ EOF
     fi
 
     stop_mcpgate mcpgate-stdio "$gw_pid" "$section: processes"
-    local last
-    last=$(grep -E 'stopped in .*processes spawned' "$RUN/mcpgate-stdio.err" | tail -1 || true)
-    name="mcpgate's last log line: processes spawned N, reaped N, live 0 (N as in status.json)"
-    if [[ $last =~ processes\ spawned\ ([0-9]+),\ reaped\ ([0-9]+),\ live\ 0 ]] &&
-        [[ ${BASH_REMATCH[1]} == "${BASH_REMATCH[2]}" && ${BASH_REMATCH[1]} == "$spawned" ]]; then
-        row "$section: processes" "$name" 1 "${last##*; }"
-    else
-        row "$section: processes" "$name" 0 "last line: ${last:-none} (status.json said spawned ${spawned:-?})"
-    fi
+    processes_line mcpgate-stdio "$section: processes" "$spawned"
     stop "$watch_pid"
     timeout 60 "$VPY" "$HERE/stdio_procs.py" check --seen "$dir/seen.jsonl" --gateway-pid "$mcpgate_pid" \
         --spawned "${spawned:--1}" --json "$dir/procs.json" || true

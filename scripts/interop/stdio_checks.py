@@ -354,6 +354,14 @@ async def shared_checks(a: Session, b: Session, spec: dict[str, Any], gateway_pi
 
     await check("filesystem per session: session B's process serves session B's root", own_roots, CALL_TIMEOUT)
 
+    async def uses_the_others() -> tuple[bool, str]:
+        # A process starts when its session first needs it, not at initialize: B calls each.
+        echo = await b.call("everything__echo", {"message": f"from B {NONCE}"})
+        now = await b.call("time__get_current_time", {"timezone": "Etc/UTC"})
+        return not echo.is_error and not now.is_error, f"echo: {short(text_of(echo), 60)}; time: {short(text_of(now), 60)}"
+
+    await check("session B calls everything and time (their processes start when first needed)", uses_the_others, CALL_TIMEOUT)
+
     async def counted() -> tuple[bool, str]:
         servers = status(url)["servers"]
         got = {n: (servers[n]["processes"]["live"], servers[n]["processes"]["spawned"]) for n in spec["tools"]}

@@ -5,12 +5,18 @@
         it (children, and theirs) as a JSON line of FILE: pid, ppid, pgid, start
         time (clock ticks since boot: with pid, one process), command line.
     stdio_procs.py check --seen FILE --gateway-pid PID --spawned N --json OUT
+                         [--servers JSON] [--tree] [--env-mark KEY=VALUE]
         After mcpgate stopped: the watch saw N children of mcpgate (as many as it
         spawned, by status.json), each a stdio server's; every process it saw is
-        gone (not merely re-parented), none is left in any of their process
-        groups, and no process left in /proc runs one of the stdio servers'
-        command lines. Writes the result rows (report.py checks) to OUT; exit
-        status 1 if one failed.
+        gone (not merely re-parented, and no zombie), none is left in any of
+        their process groups, and no process left in /proc runs one of the
+        stdio servers' command lines. Writes the result rows (report.py checks)
+        to OUT; exit status 1 if one failed. --servers: a file of
+        {"name": "what tells its processes apart in their command lines"}
+        instead of stdio.sh's four; --tree: the children may start processes
+        of their own (npx starts node, uvx python), which the watch saw too;
+        --env-mark: no process left in /proc has KEY=VALUE in its environment
+        (one mcpgate's children inherit and nothing else on the host has).
 
 The Python client imports `descendants` and `server_of` for its own look while
 two sessions are open.
@@ -107,7 +113,15 @@ def watch(gateway: int, out: str) -> int:
     return 0
 
 
-def check(seen_file: str, gateway: int, spawned: int, out: str) -> int:
+def environ_has(pid: int, mark: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return mark in f.read().split(b"\0")
+    except OSError:
+        return False
+
+
+def check(seen_file: str, gateway: int, spawned: int, out: str, in_tree: bool = False, env_mark: str = "") -> int:
     rows: list[dict[str, Any]] = []
 
     def row(name: str, ok: bool, detail: str) -> None:
@@ -134,9 +148,17 @@ def check(seen_file: str, gateway: int, spawned: int, out: str) -> int:
         kinds[kind] = kinds.get(kind, 0) + 1
     summary = ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))
     children = [p for p in seen if p["ppid"] == gateway]
+    # With --tree the children's own processes count too: each must be below a child seen.
+    below = {p["pid"] for p in children}
+    for p in seen:
+        if p["ppid"] in below:
+            below.add(p["pid"])
     row(
-        "/proc: the watch saw as many children of mcpgate as it spawned, each a stdio server's",
-        len(children) == len(seen) == spawned and all(server_of(p["cmdline"]) for p in seen),
+        "/proc: the watch saw as many children of mcpgate as it spawned, each a stdio server's"
+        + (" (and what they started)" if in_tree else ""),
+        len(children) == spawned
+        and (len(below) == len(seen) if in_tree else len(children) == len(seen))
+        and all(server_of(p["cmdline"]) for p in (children if in_tree else seen)),
         f"{len(seen)} seen ({len(children)} children of PID {gateway}), status.json counted {spawned} spawned: "
         + (summary or "none"),
     )
@@ -147,7 +169,8 @@ def check(seen_file: str, gateway: int, spawned: int, out: str) -> int:
         + (
             "left: "
             + "; ".join(
-                f"{p['pid']} ({p['state']}, parent {by_pid[p['pid']]['ppid']}) {p['cmdline'][:80]}" for p in left
+                f"{p['pid']} (now {by_pid[p['pid']]['state']}, parent {by_pid[p['pid']]['ppid']}) {p['cmdline'][:80]}"
+                for p in left
             )
             if left
             else f"all {len(seen)} PIDs gone: {' '.join(str(p['pid']) for p in seen)}"
@@ -165,6 +188,14 @@ def check(seen_file: str, gateway: int, spawned: int, out: str) -> int:
         "; ".join(f"{p['pid']} (parent {p['ppid']}) {p['cmdline'][:80]}" for p in servers_left)
         or f"none of {len(now)} processes matches {', '.join(SERVERS.values())}",
     )
+    if env_mark:
+        marked = [p for p in now if environ_has(p["pid"], env_mark.encode())]
+        row(
+            f"/proc after mcpgate stopped: no process has {env_mark} in its environment (what mcpgate started has)",
+            not marked,
+            "; ".join(f"{p['pid']} ({p['state']}, parent {p['ppid']}) {p['cmdline'][:80]}" for p in marked)
+            or f"none of {len(now)} processes",
+        )
     with open(out, "w") as f:
         json.dump(rows, f, indent=1)
     return 0 if all(r["ok"] for r in rows) else 1
@@ -181,10 +212,17 @@ def main() -> int:
     c.add_argument("--gateway-pid", type=int, required=True)
     c.add_argument("--spawned", type=int, required=True)
     c.add_argument("--json", required=True)
+    c.add_argument("--servers")
+    c.add_argument("--tree", action="store_true")
+    c.add_argument("--env-mark", default="")
     args = parser.parse_args()
     if args.command == "watch":
         return watch(args.pid, args.out)
-    return check(args.seen, args.gateway_pid, args.spawned, args.json)
+    if args.servers:
+        with open(args.servers) as f:
+            SERVERS.clear()
+            SERVERS.update(json.load(f))
+    return check(args.seen, args.gateway_pid, args.spawned, args.json, args.tree, args.env_mark)
 
 
 if __name__ == "__main__":

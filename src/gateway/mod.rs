@@ -183,9 +183,9 @@ impl Gateway {
         for held in self.holds.take_all() {
             self.cancel(&held.pool, &held.call_id, "mcpgate is shutting down");
         }
-        for server in &self.current().servers {
-            server.shutdown();
-        }
+        // Every server at once: each stops its processes, each with its grace.
+        let servers = self.current().servers.clone();
+        crate::runtime::threads::for_each_parallel("close", &servers, servers.len(), |server| server.shutdown());
         self.children.stop();
         // Last: what the closes wrote is written out before the writer stops.
         self.configure_audit(None);

@@ -127,12 +127,12 @@ impl Program {
         self.retired.store(true, Ordering::Release);
     }
 
-    /// Stops the shared children, whoever uses them (mcpgate is stopping).
+    /// Stops the shared children, whoever uses them (mcpgate is stopping),
+    /// all at once: one after the other, six that each needed their grace
+    /// took past shutdown_timeout_secs, and what they had started ran on.
     pub(super) fn shutdown(&self) {
         let shared: Vec<Arc<Child>> = self.shared.lock().drain().map(|(_, child)| child).collect();
-        for child in shared {
-            self.stop_child(&child);
-        }
+        threads::for_each_parallel("close", &shared, shared.len(), |child| self.stop_child(child));
     }
 
     /// Takes `child` out of the shared ones, if it is there: the next
