@@ -25,6 +25,9 @@
 #   stop_all                  stop_started, then on_exit; the EXIT trap
 #   free_port                 a port on 127.0.0.1 that nothing listens on now
 #   free_ports N              N distinct such ports
+#   port_holder PORT          whether something listens on PORT (TCP, any local address):
+#                             prints which process (`pid N: its command line`, from /proc),
+#                             returns 1 if nothing does
 #   fail MESSAGE...           says so on stderr and exits 1
 #   install_venv DIR PINS     a Python venv in DIR with exactly the packages of PINS (a pip
 #                             freeze file), made anew unless DIR/.pins says it was made from
@@ -50,8 +53,10 @@
 #
 # Sourcing it sets the traps: on EXIT stop_all, and INT and TERM exit (130, 143) through it.
 # A script that must do more on exit (remove its files) defines on_exit, which stop_all calls
-# once the processes are stopped. Only processes this shell started are stopped, by their PID:
-# one that has ended and whose PID was given to another process since is left alone.
+# once the processes are stopped, with the exit code in EXIT_CODE; one that must do something
+# while they run (stop one of them first, and read what the others counted) defines
+# before_stop, which stop_all calls first. Only processes this shell started are stopped, by
+# their PID: one that has ended and whose PID was given to another process since is left alone.
 
 SCRIPT=${SCRIPT:-${0##*/}}
 LOG_DIR=${LOG_DIR:-${TMPDIR:-/tmp}}
@@ -163,6 +168,11 @@ stop_started() {
 # shellcheck disable=SC2317 # called by the trap
 stop_all() {
     local rc=$?
+    # shellcheck disable=SC2034 # read by on_exit, in the scripts that source this
+    EXIT_CODE=$rc
+    if declare -F before_stop >/dev/null; then
+        before_stop || true
+    fi
     stop_started
     if declare -F on_exit >/dev/null; then
         on_exit || true
@@ -190,6 +200,23 @@ free_ports() {
     done
     ((${#ports[@]} == count)) || fail "not $count free ports on 127.0.0.1 in $((100 * count)) tries"
     echo "${ports[*]}"
+}
+
+port_holder() {
+    local hex inode socket pid
+    hex=$(printf '%04X' "$1")
+    # /proc/net/tcp{,6}: local address HEXIP:HEXPORT in column 2, state 0A is LISTEN, inode in 10.
+    inode=$(awk -v port=":$hex" '$4 == "0A" && substr($2, length($2) - 4) == port {print $10; exit}' \
+        /proc/net/tcp /proc/net/tcp6 2>/dev/null)
+    [[ -n $inode ]] || return 1
+    socket=$(find /proc/[0-9]*/fd -lname "socket:\[$inode\]" -print -quit 2>/dev/null)
+    pid=${socket#/proc/}
+    pid=${pid%%/*}
+    if [[ -n $pid ]]; then
+        echo "pid $pid: $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | cut -c1-200 | sed 's/ *$//')"
+    else
+        echo "a process not visible from here (socket inode $inode; as root, ss -ltnp 'sport = :$1' may name it)"
+    fi
 }
 
 # fingerprint FILE... -- WORD...: one hash of the files' contents and the words: what an install's
