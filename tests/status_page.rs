@@ -426,3 +426,16 @@ fn mcpgate_status_prints_the_summary_and_says_healthy_or_not_in_its_exit_code() 
     let (code, _, err) = mcpgate(&["status", "--bogus"]);
     assert_eq!(code, Some(2), "{err}");
 }
+
+/// With nothing running where it looks, `mcpgate status` said only
+/// `Connection refused (os error 111)`; it now asks whether mcpgate runs
+/// there, and still gives the cause.
+#[test]
+fn mcpgate_status_with_nothing_listening_asks_whether_mcpgate_runs_there() {
+    let base = format!("http://127.0.0.1:{}", closed_port());
+    let (code, out, err) = mcpgate_status(&format!("{base}/mcp"));
+    assert_eq!(code, Some(3), "{out}{err}");
+    assert!(err.contains(&format!("is mcpgate running at {base}?")), "{err}");
+    assert!(err.contains("Connection refused"), "the cause: {err}");
+    assert!(err.contains("--url"), "what to do: {err}");
+}
