@@ -349,7 +349,6 @@ apt_update() {
     done
     echo "apt-get update failed $try times; the indexes it could not fetch:" >&2
     { apt_failed_indexes "$out" | sed 's/^/  /'; grep '^E:' "$out" | grep -v 'Failed to fetch' | sed 's/^/  /'; } >&2
-    cp "$out" "$log.update"
     rm -f "$out"
     return 1
 }
