@@ -32,11 +32,7 @@ case "$target" in
   *) echo "usage: scripts/cross-musl.sh aarch64-unknown-linux-musl|armv7-unknown-linux-musleabihf|x86_64-unknown-linux-musl" >&2; exit 2 ;;
 esac
 
-if ! dpkg-query -W -f='${Status}\n' rust-web-src 2>/dev/null | grep -q 'install ok installed'; then
-  export DEBIAN_FRONTEND=noninteractive
-  timeout 900 apt-get update -qq
-  timeout 1800 apt-get install -y -qq --no-install-recommends rust-web-src >"$LOG_DIR/apt-src.log"
-fi
+apt_install "$LOG_DIR/apt-src.log" rust-web-src || fail "rust-web-src is not installed (above)"
 [[ -d /usr/lib/rustlib/src/rust/library/std ]] || fail "rust-web-src did not install /usr/lib/rustlib/src/rust/library"
 install_venv "$ROOT/.cross/zig" scripts/board/zig-requirements.txt
 

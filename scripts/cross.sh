@@ -15,14 +15,21 @@
 #                               the smoke test alone, of a binary built before
 #
 # What it installs from Debian when missing (rustup cannot download targets here, and a build box
-# may be the same): rustc-web and cargo-web (bookworm-security), the standard libraries of both
-# targets through multiarch (libstd-rust-web-dev:arm64, :armhf), the cross compilers
-# (gcc-aarch64-linux-gnu, gcc-arm-linux-gnueabihf) with their C library headers
+# may be the same), all of it packages of this machine's own architecture (scripts/lib.sh,
+# apt_install): rustc-web (at Cargo.toml's rust-version or later: bookworm-security's) and
+# cargo-web, the standard library's source (rust-web-src, of the same version), the cross
+# compilers (gcc-aarch64-linux-gnu, gcc-arm-linux-gnueabihf) with their C library headers
 # (libc6-dev-arm64-cross, libc6-dev-armhf-cross: the compilers only recommend them, and
 # --no-install-recommends leaves them out, so ring's C sources did not build on a new machine)
-# and qemu-user-static. The builds go to
-# target/cross/ (Debian's rustc, not rustup's, so they never invalidate the host's); the x86
-# fixture and load generator to target/debug/ and target/release/.
+# and qemu-user-static. The targets' standard library is built from that source with the rest
+# (-Zbuild-std, RUSTC_BOOTSTRAP=1: the same compiler, its unstable flag allowed), as
+# scripts/cross-musl.sh does, and not installed through multiarch (libstd-rust-web-dev:arm64,
+# :armhf): that needed `dpkg --add-architecture` and the foreign architectures' indexes, and
+# when bookworm-security's armhf index was out of step with its mirror, no new machine could
+# install it for hours (libstd-rust-web-dev:armhf wants zlib1g:armhf at the version of
+# zlib1g:amd64 from that index). The builds go to target/cross/ (Debian's rustc, not rustup's,
+# so they never invalidate the host's); the x86 fixture and load generator to target/debug/ and
+# target/release/.
 #
 # The smoke test, per binary, under qemu-user (no binfmt_misc needed: qemu-ARCH-static runs it):
 # `--check` on config/mcpgate.example.json; an mcpgate in front of the fixture over HTTP and the
@@ -50,56 +57,39 @@ esac
 # Where the builds go; CROSS_DIR=... measures a build from nothing without touching these.
 CROSS_DIR=${CROSS_DIR:-$ROOT/target/cross}
 GNU_TARGETS=(aarch64-unknown-linux-gnu armv7-unknown-linux-gnueabihf)
-DEBIAN_PACKAGES=(rustc-web cargo-web libstd-rust-web-dev:arm64 libstd-rust-web-dev:armhf
-  gcc-aarch64-linux-gnu gcc-arm-linux-gnueabihf libc6-dev-arm64-cross libc6-dev-armhf-cross qemu-user-static)
+RUST_VERSION=$(sed -n 's/^rust-version = "\(.*\)"$/\1/p' Cargo.toml)
+[[ -n $RUST_VERSION ]] || fail "no rust-version in Cargo.toml"
+DEBIAN_PACKAGES=("rustc-web>=$RUST_VERSION" cargo-web rust-web-src gcc-aarch64-linux-gnu gcc-arm-linux-gnueabihf
+  libc6-dev-arm64-cross libc6-dev-armhf-cross qemu-user-static)
 step() { printf '\n== cross.sh: %s\n' "$*"; }
 began=$SECONDS
 
 # ------------------------------------------------------------------ the toolchain, from Debian
-missing_packages() {
-  local p
-  for p in "$@"; do
-    dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' || echo "$p"
-  done
-}
-
-install_debian() {
-  local missing
-  mapfile -t missing < <(missing_packages "$@")
-  ((${#missing[@]})) || return 0
-  echo "apt-get: installing ${missing[*]}"
-  local arch
-  for arch in arm64 armhf; do
-    dpkg --print-foreign-architectures | grep -qx "$arch" || dpkg --add-architecture "$arch"
-  done
-  export DEBIAN_FRONTEND=noninteractive
-  timeout 900 apt-get update -qq
-  timeout 1800 apt-get install -y -qq --no-install-recommends "${missing[@]}" >"$LOG_DIR/apt.log" ||
-    { tail -20 "$LOG_DIR/apt.log" >&2; fail "apt-get install ${missing[*]}"; }
-}
-
-# Debian's cargo and rustc, whatever rustup puts first on PATH.
+# Debian's cargo and rustc, whatever rustup puts first on PATH; -Zbuild-std allowed.
 debian_cargo() {
   env -u RUSTUP_TOOLCHAIN -u CARGO_BUILD_TARGET PATH=/usr/bin:/bin RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc \
-    CARGO_TARGET_DIR="$CROSS_DIR" \
+    CARGO_TARGET_DIR="$CROSS_DIR" RUSTC_BOOTSTRAP=1 \
     CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
     CARGO_TARGET_ARMV7_UNKNOWN_LINUX_GNUEABIHF_LINKER=arm-linux-gnueabihf-gcc \
     /usr/bin/cargo "$@"
 }
 
-# qemu_for TARGET: the qemu-user binary that runs it.
+# qemu_for TARGET: sets QEMU to what runs its binaries: qemu-user, with Debian's cross C library
+# (libc6-arm64-cross, libc6-armhf-cross) as the target's root (-L), where a glibc binary finds its
+# dynamic loader and libc (no libc6:arm64 or :armhf is installed); x86 binaries run natively.
 qemu_for() {
   case "$1" in
-    aarch64-*) echo qemu-aarch64-static ;;
-    armv7-*) echo qemu-arm-static ;;
+    aarch64-*) QEMU=(qemu-aarch64-static -L /usr/aarch64-linux-gnu) ;;
+    armv7-*) QEMU=(qemu-arm-static -L /usr/arm-linux-gnueabihf) ;;
     # The x86 musl build (the allocators compared without qemu): natively.
-    x86_64-*) echo env ;;
+    x86_64-*) QEMU=(env) ;;
     *) fail "no qemu for $1" ;;
   esac
 }
 
 # build PROFILE FEATURES TARGET...: builds mcpgate for each TARGET in one cargo run (the targets'
-# crates build side by side, the host's build scripts and proc macros once), and copies each binary
+# crates build side by side, the host's build scripts and proc macros once), the standard library
+# with them from rust-web-src (panic_abort: the profiles abort on panic), and copies each binary
 # to $CROSS_DIR/TARGET/PROFILE/mcpgate-FEATURES. FEATURES: `tls` (the default set) or `none`
 # (--no-default-features).
 build() {
@@ -107,7 +97,8 @@ build() {
   shift 2
   [[ $features == none ]] && flags=(--no-default-features)
   for target in "$@"; do flags+=(--target "$target"); done
-  debian_cargo build --locked --quiet -p mcpgate --bin mcpgate --profile "$profile" "${flags[@]}" ||
+  debian_cargo build --locked --quiet -p mcpgate --bin mcpgate --profile "$profile" -Zbuild-std=std,panic_abort \
+    "${flags[@]}" ||
     fail "cargo build for $* ($profile, features: $features)"
   echo "  built mcpgate for $* ($profile, features: $features) in $((SECONDS - t0)) s"
   for target in "$@"; do
@@ -124,17 +115,17 @@ gate_status() { curl -fsS --max-time 20 "http://127.0.0.1:$1/status.json" | pyth
 
 # smoke TARGET BINARY: the checks above; every process it starts is stopped before it returns.
 smoke() {
-  local target=$1 bin=$2 qemu fix_port gate_port t0=$SECONDS
-  qemu=$(qemu_for "$target")
+  local target=$1 bin=$2 fix_port gate_port t0=$SECONDS
+  qemu_for "$target"
   local name=${bin#"$CROSS_DIR"/}
   name=${name//\//-}
-  echo "  smoke: $name under $qemu"
+  echo "  smoke: $name under ${QEMU[*]}"
   local said
-  said=$("$qemu" "$bin" --check --config config/mcpgate.example.json) ||
+  said=$("${QEMU[@]}" "$bin" --check --config config/mcpgate.example.json) ||
     fail "$name --check config/mcpgate.example.json"
   [[ $said == *"valid, 2 server(s)"* ]] || fail "$name --check said: $said"
   echo "    --check: $said"
-  "$qemu" "$bin" --version >/dev/null || fail "$name --version"
+  "${QEMU[@]}" "$bin" --version >/dev/null || fail "$name --version"
 
   start "fixture-$name" "$FIXTURE" --listen 127.0.0.1:0 --name web
   local fix_pid=$PID
@@ -150,7 +141,7 @@ smoke() {
   }
 }
 EOF
-  MCPGATE_LOG=info start "gate-$name" "$qemu" "$bin" --config "$config"
+  MCPGATE_LOG=info start "gate-$name" "${QEMU[@]}" "$bin" --config "$config"
   local gate_pid=$PID
   gate_port=$(wait_port "gate-$name" "$gate_pid" "$LOG_DIR/gate-$name.out") || fail "$name did not listen"
   python3 scripts/board/smoke.py calls "http://127.0.0.1:$gate_port/mcp" --servers web,local | sed 's/^/    /' ||
@@ -233,7 +224,12 @@ churn() {
 
 # ------------------------------------------------------------------------------------ the run
 step "the toolchain (Debian: ${DEBIAN_PACKAGES[*]})"
-install_debian "${DEBIAN_PACKAGES[@]}"
+apt_install "$LOG_DIR/apt.log" "${DEBIAN_PACKAGES[@]}" || fail "the toolchain is not installed (above)"
+rustc_version=$(dpkg-query -W -f='${Version}' rustc-web)
+src_version=$(dpkg-query -W -f='${Version}' rust-web-src)
+[[ $rustc_version == "$src_version" ]] ||
+  fail "rust-web-src $src_version is not the source of rustc-web $rustc_version, which -Zbuild-std needs: apt-get install rustc-web rust-web-src (both from the same index)"
+[[ -d /usr/lib/rustlib/src/rust/library/std ]] || fail "rust-web-src did not install /usr/lib/rustlib/src/rust/library"
 # Each C compiler builds a file with the C library's headers, or the run stops here and says why.
 for cc in aarch64-linux-gnu-gcc arm-linux-gnueabihf-gcc; do
   printf '#include <stdint.h>\nint main(void) { return 0; }\n' | "$cc" -x c -c -o /dev/null - 2>"$LOG_DIR/$cc.log" ||
@@ -305,7 +301,8 @@ footprint "x86_64-unknown-linux-gnu, native" "$ROOT/target/release/mcpgate"
 for target in "${GNU_TARGETS[@]}" "${musl_targets[@]}"; do
   how="qemu-user"
   [[ $target == x86_64-* ]] && how=native
-  footprint "$target, $how" "$(qemu_for "$target")" "${BIN[$target/tls]}"
+  qemu_for "$target"
+  footprint "$target, $how" "${QEMU[@]}" "${BIN[$target/tls]}"
 done
 
 # Under qemu-user 7.2, every guest thread that ends leaves about 280 KiB behind (a C program
@@ -318,14 +315,16 @@ for target in "${GNU_TARGETS[@]}" "${musl_targets[@]}"; do
   if [[ $target == x86_64-* ]]; then
     churn "$target, native" 10000 "${BIN[$target/tls]}"
   else
-    churn "$target, qemu-user" 1000 "$(qemu_for "$target")" "${BIN[$target/tls]}"
+    qemu_for "$target"
+    churn "$target, qemu-user" 1000 "${QEMU[@]}" "${BIN[$target/tls]}"
   fi
 done
 
 step "figures: what qemu-user keeps of 1,000 threads started and ended (scripts/board/threads.c)"
 gcc -O2 -pthread scripts/board/threads.c -o "$OUT/threads-x86_64"
 aarch64-linux-gnu-gcc -O2 -pthread scripts/board/threads.c -o "$OUT/threads-aarch64"
-qemu_threads="$("$OUT/threads-x86_64") $(qemu-aarch64-static "$OUT/threads-aarch64")"
+qemu_for aarch64-unknown-linux-gnu
+qemu_threads="$("$OUT/threads-x86_64") $("${QEMU[@]}" "$OUT/threads-aarch64")"
 echo "  RSS KiB after 100 and 1,000 threads, natively and under qemu-aarch64: $qemu_threads"
 
 step "docs/BENCHMARKS.md: the boards' section"

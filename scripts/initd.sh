@@ -36,11 +36,7 @@ while (($#)); do
 done
 [[ $EUID == 0 ]] || fail "needs root (start-stop-daemon -c nobody)"
 [[ -x $binary && -x $ROOT/target/debug/mcp-fixture ]] || cargo build --locked --quiet -p mcpgate -p mcp-fixture
-if ! command -v busybox >/dev/null; then
-  export DEBIAN_FRONTEND=noninteractive
-  timeout 600 apt-get install -y -qq --no-install-recommends busybox >/dev/null ||
-    { timeout 600 apt-get update -qq && timeout 600 apt-get install -y -qq --no-install-recommends busybox >/dev/null; }
-fi
+install_debian "${TMPDIR:-/tmp}/mcpgate-initd-apt.log" busybox=busybox || fail "busybox is not installed (above)"
 began=$SECONDS
 passed=0
 check() { passed=$((passed + 1)); printf '  PASS %s\n' "$*"; }

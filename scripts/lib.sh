@@ -25,6 +25,9 @@
 #   stop_all                  stop_started, then on_exit; the EXIT trap
 #   free_port                 a port on 127.0.0.1 that nothing listens on now
 #   free_ports N              N distinct such ports
+#   port_holder PORT          whether something listens on PORT (TCP, any local address):
+#                             prints which process (`pid N: its command line`, from /proc),
+#                             returns 1 if nothing does
 #   fail MESSAGE...           says so on stderr and exits 1
 #   retry TRIES CMD...        CMD, and again 10 s after it failed, TRIES times at most: an
 #                             install's download that a registry's transient error broke
@@ -34,15 +37,28 @@
 #   install_npm SRC DIR       `npm ci` of SRC/package.json and SRC/package-lock.json into DIR,
 #                             done anew unless DIR/.pins says it was done from the same two
 #                             files by the same node and npm on this platform
-##   install_debian LOG CMD=PKG...
+#   install_debian LOG CMD=PKG...
 #                             installs Debian's package PKG for each command CMD not on PATH
-#                             (root only; apt's output in LOG), and disables the services they
-#                             bring: only their binaries are used
+#                             (apt_install), and disables the services they bring: only their
+#                             binaries are used
+#   apt_install LOG PKG[>=VERSION]...
+#                             installs each Debian package not installed (or older than
+#                             VERSION), as root, apt's output in LOG: apt_update, then the
+#                             install whenever apt has every package (at VERSION or later),
+#                             even if an index failed; otherwise fails, naming each package
+#                             apt cannot install, why, the indexes that failed, and what to do
+#   apt_update LOG            apt-get update of this machine's own architecture's indexes
+#                             (the scripts install nothing else, so a foreign one out of step
+#                             with its mirror cannot stop them), tried again after each wait
+#                             of APT_UPDATE_WAITS (seconds; "10 30 90"); returns 1, having
+#                             said which indexes failed, if the last try failed
 #
 # Sourcing it sets the traps: on EXIT stop_all, and INT and TERM exit (130, 143) through it.
 # A script that must do more on exit (remove its files) defines on_exit, which stop_all calls
-# once the processes are stopped. Only processes this shell started are stopped, by their PID:
-# one that has ended and whose PID was given to another process since is left alone.
+# once the processes are stopped, with the exit code in EXIT_CODE; one that must do something
+# while they run (stop one of them first, and read what the others counted) defines
+# before_stop, which stop_all calls first. Only processes this shell started are stopped, by
+# their PID: one that has ended and whose PID was given to another process since is left alone.
 
 SCRIPT=${SCRIPT:-${0##*/}}
 LOG_DIR=${LOG_DIR:-${TMPDIR:-/tmp}}
@@ -154,6 +170,11 @@ stop_started() {
 # shellcheck disable=SC2317 # called by the trap
 stop_all() {
     local rc=$?
+    # shellcheck disable=SC2034 # read by on_exit, in the scripts that source this
+    EXIT_CODE=$rc
+    if declare -F before_stop >/dev/null; then
+        before_stop || true
+    fi
     stop_started
     if declare -F on_exit >/dev/null; then
         on_exit || true
@@ -181,6 +202,23 @@ free_ports() {
     done
     ((${#ports[@]} == count)) || fail "not $count free ports on 127.0.0.1 in $((100 * count)) tries"
     echo "${ports[*]}"
+}
+
+port_holder() {
+    local hex inode socket pid
+    hex=$(printf '%04X' "$1")
+    # /proc/net/tcp{,6}: local address HEXIP:HEXPORT in column 2, state 0A is LISTEN, inode in 10.
+    inode=$(awk -v port=":$hex" '$4 == "0A" && substr($2, length($2) - 4) == port {print $10; exit}' \
+        /proc/net/tcp /proc/net/tcp6 2>/dev/null)
+    [[ -n $inode ]] || return 1
+    socket=$(find /proc/[0-9]*/fd -lname "socket:\[$inode\]" -print -quit 2>/dev/null)
+    pid=${socket#/proc/}
+    pid=${pid%%/*}
+    if [[ -n $pid ]]; then
+        echo "pid $pid: $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | cut -c1-200 | sed 's/ *$//')"
+    else
+        echo "a process not visible from here (socket inode $inode; as root, ss -ltnp 'sport = :$1' may name it)"
+    fi
 }
 
 # fingerprint FILE... -- WORD...: one hash of the files' contents and the words: what an install's
@@ -252,25 +290,119 @@ install_npm() {
 }
 
 install_debian() {
-    local log=$1 missing=() commands=() pair
+    local log=$1 missing=() commands=() pair command
     shift
     for pair in "$@"; do
         command -v "${pair%%=*}" >/dev/null || { missing+=("${pair#*=}"); commands+=("${pair%%=*}"); }
     done
     ((${#missing[@]})) || return 0
+    apt_install "$log" "${missing[@]}" || return 1
+    if command -v systemctl >/dev/null; then
+        for command in "${commands[@]}"; do
+            timeout 20 systemctl disable --now "$command" >/dev/null 2>&1 || true
+        done
+    fi
+}
+
+# Only this machine's architecture: every package the scripts install is native (or `all`), and
+# the ARM builds need no foreign one (scripts/cross.sh builds their standard library from
+# source). List-Cleanup=0 leaves the lists of other architectures as they were.
+APT_NATIVE=(-o "APT::Architectures=$(dpkg --print-architecture 2>/dev/null || echo amd64)" -o APT::Get::List-Cleanup=0)
+
+# apt_needed PKG[>=VERSION]...: those not installed, or installed older than VERSION.
+apt_needed() {
+    local spec name min have
+    for spec in "$@"; do
+        name=${spec%%>=*} min=
+        [[ $spec == *'>='* ]] && min=${spec#*>=}
+        have=$({ dpkg-query -W -f='${Status} ${Version}\n' "$name" 2>/dev/null || true; } |
+            awk '$3 == "installed" {print $4}')
+        if [[ -z $have ]] || { [[ -n $min ]] && ! dpkg --compare-versions "$have" ge "$min"; }; then
+            echo "$spec"
+        fi
+    done
+}
+
+# apt_unavailable PKG[>=VERSION]...: a line for each that apt cannot install now, and why.
+apt_unavailable() {
+    local spec name min candidate out
+    for spec in "$@"; do
+        name=${spec%%>=*} min=
+        [[ $spec == *'>='* ]] && min=${spec#*>=}
+        candidate=$({ apt-cache policy "${APT_NATIVE[@]}" "$name" 2>/dev/null || true; } | awk '/Candidate:/ {print $2}')
+        if [[ -z $candidate || $candidate == "(none)" ]]; then
+            echo "$name: in no index apt has"
+        elif [[ -n $min ]] && ! dpkg --compare-versions "$candidate" ge "$min"; then
+            echo "$name: $min or later is needed, the indexes apt has offer $candidate"
+        elif ! out=$(apt-get install --simulate -q --no-install-recommends "${APT_NATIVE[@]}" "$name" 2>&1); then
+            echo "$name: $(grep -E '^ |^E:' <<<"$out" | grep -v '^E: Unable to correct problems' | paste -sd' ' | tr -s ' ')"
+        fi
+    done
+}
+
+# apt_failed_indexes LOG: the indexes the last apt-get update in LOG could not fetch.
+apt_failed_indexes() {
+    sed -n 's/^[EW]: Failed to fetch \([^ ]*\) *\(.*\)/\1 (\2)/p' "$1" | sort -u
+}
+
+apt_update() {
+    local log=$1 wait try=0 out
+    out=$(mktemp)
+    for wait in ${APT_UPDATE_WAITS:-10 30 90} last; do
+        try=$((try + 1))
+        if timeout 600 apt-get update -q "${APT_NATIVE[@]}" >"$out" 2>&1; then
+            cat "$out" >>"$log"
+            rm -f "$out"
+            return 0
+        fi
+        cat "$out" >>"$log"
+        [[ $wait == last ]] && break
+        echo "apt-get update failed (try $try; again in $wait s): $(apt_failed_indexes "$out" | head -1)" >&2
+        sleep "$wait"
+    done
+    echo "apt-get update failed $try times; the indexes it could not fetch:" >&2
+    { apt_failed_indexes "$out" | sed 's/^/  /'; grep '^E:' "$out" | grep -v 'Failed to fetch' | sed 's/^/  /'; } >&2
+    rm -f "$out"
+    return 1
+}
+
+apt_install() {
+    local log=$1 needed=() packages=() unavailable=() failed=
+    shift
+    mapfile -t needed < <(apt_needed "$@")
+    ((${#needed[@]})) || return 0
+    packages=("${needed[@]%%>=*}")
     if [[ $(id -u) != 0 ]]; then
-        echo "error: ${missing[*]} missing; install them (apt-get install ${missing[*]}) or run as root" >&2
+        echo "error: ${needed[*]} missing; install them (apt-get install ${packages[*]}) or run as root" >&2
         return 1
     fi
-    echo "installing ${missing[*]} from Debian's packages"
+    echo "installing ${needed[*]} from Debian's packages (apt's output: $log)"
     export DEBIAN_FRONTEND=noninteractive
-    timeout 300 apt-get install -y -q --no-install-recommends "${missing[@]}" >"$log" 2>&1 || {
-        timeout 300 apt-get update -q >>"$log" 2>&1
-        timeout 300 apt-get install -y -q --no-install-recommends "${missing[@]}" >>"$log" 2>&1
-    } || { echo "error: apt-get failed; see $log" >&2; return 1; }
-    if command -v systemctl >/dev/null; then
-        timeout 20 systemctl disable --now "${commands[@]}" >/dev/null 2>&1 || true
+    : >"$log"
+    apt_update "$log" || failed=yes
+    mapfile -t unavailable < <(apt_unavailable "${needed[@]}")
+    if ((${#unavailable[@]})); then
+        {
+            echo "error: apt cannot install what this needs:"
+            printf '  %s\n' "${unavailable[@]}"
+            if [[ -n $failed ]]; then
+                echo "  apt-get update could not fetch (above): a mirror out of step (\"Mirror sync in progress?\") or out of reach."
+                echo "  What to do: run this again once the mirror has caught up (the failing index says when its"
+                echo "  Release file was made), or point /etc/apt/sources.list.d at a mirror that is in step, or"
+                echo "  install the packages yourself: apt-get install ${packages[*]}"
+            else
+                echo "  What to do: these indexes do not have it (apt-cache policy ${packages[0]} shows what they offer):"
+                echo "  add the suite that does (bookworm-security, bookworm-updates) to /etc/apt/sources.list.d"
+            fi
+        } >&2
+        return 1
     fi
+    [[ -n $failed ]] && echo "every package needed is in the indexes that did download: installing them"
+    timeout 1800 apt-get install -y -q --no-install-recommends "${APT_NATIVE[@]}" "${packages[@]}" >>"$log" 2>&1 || {
+        tail -20 "$log" >&2
+        echo "error: apt-get install ${packages[*]} failed (above; all of apt's output in $log)" >&2
+        return 1
+    }
 }
 
 trap stop_all EXIT

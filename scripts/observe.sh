@@ -29,16 +29,6 @@ SESSIONS=20
 started_at=$SECONDS
 step() { printf '== %s (%d s)\n' "$*" $((SECONDS - started_at)); }
 
-missing=()
-command -v promtool >/dev/null && command -v prometheus >/dev/null || missing+=(prometheus)
-command -v chromium >/dev/null || missing+=(chromium)
-if [ ${#missing[@]} -gt 0 ]; then
-    step "installing ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    timeout 600 apt-get update -qq
-    timeout 1200 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
-
 step "building mcpgate and the fixture"
 cargo build --quiet --bin mcpgate --bin mcp-fixture
 bin="${CARGO_TARGET_DIR:-target}/debug"
@@ -50,6 +40,8 @@ LOG_DIR=$work
 # shellcheck source=lib.sh
 . scripts/lib.sh
 on_exit() { rm -rf "$work"; }
+install_debian "${TMPDIR:-/tmp}/mcpgate-observe-apt.log" promtool=prometheus prometheus=prometheus chromium=chromium ||
+    fail "prometheus and chromium are not installed (above)"
 
 listening() { grep -q '^listening on ' "$work/$1.out" 2>/dev/null; }
 # Where NAME listens, from its first line: `listening on [http://]ADDR[/mcp]`.

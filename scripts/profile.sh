@@ -19,9 +19,6 @@ while [ $# -gt 0 ]; do
         *) echo "usage: scripts/profile.sh [--seconds S] [--clients N] [--bytes N]" >&2; exit 2 ;;
     esac
 done
-if ! command -v perf >/dev/null; then
-    DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y -qq --no-install-recommends linux-perf >/dev/null
-fi
 OUT=$ROOT/.bench/profile
 rm -rf "$OUT"; mkdir -p "$OUT"
 cargo build --profile profiling --quiet --bin mcpgate --bin mcp-fixture --bin mcp-load
@@ -31,6 +28,7 @@ BIN=${CARGO_TARGET_DIR:-$ROOT/target}/profiling
 SCRIPT=profile.sh LOG_DIR=$OUT
 # shellcheck source=lib.sh
 . scripts/lib.sh
+install_debian "$OUT/apt.log" perf=linux-perf || fail "perf is not installed (above)"
 
 # serve NAME CMD...: starts CMD and waits (at most 10 s) for its `listening on ADDR`; sets ADDR,
 # PID.

@@ -18,11 +18,8 @@ step "cargo fmt --check"
 cargo fmt --all -- --check
 
 step "shellcheck (the scripts)"
-if ! command -v shellcheck >/dev/null; then
-  export DEBIAN_FRONTEND=noninteractive
-  timeout 600 apt-get update -qq
-  timeout 600 apt-get install -y -qq --no-install-recommends shellcheck >/dev/null
-fi
+mkdir -p .lint
+install_debian .lint/apt.log shellcheck=shellcheck || fail "shellcheck is not installed (above)"
 shellcheck .ci/run scripts/*.sh scripts/interop/*.sh config/mcpgate.init
 
 # ruff, pinned (scripts/lint-requirements.txt), in a venv of its own (.lint/), for the Python of

@@ -36,6 +36,15 @@
 // allows it for itself and documents each block.
 #![deny(unsafe_code)]
 
+// Linux only: `runtime::sys` calls prctl (the subreaper, a child's parent-death
+// signal), the status reads /proc, systemd's socket is an abstract one. Said
+// first, here, before the unresolved names a build for another system meets
+// (for x86_64-unknown-freebsd: this first, then what libc and std lack there).
+#[cfg(not(target_os = "linux"))]
+compile_error!(
+    "mcpgate runs on Linux only (glibc or musl; x86_64, aarch64, armv7): it uses prctl, /proc and abstract sockets"
+);
+
 pub mod catalog;
 pub mod config;
 pub mod downstream;

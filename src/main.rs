@@ -1,6 +1,7 @@
 #![forbid(unsafe_code)]
 //! `mcpgate --config FILE`: parse arguments, load the configuration, start
 //! the threads, and on SIGTERM or SIGINT close everything and exit 0.
+//! Without `--config`, the first of [`DEFAULT_CONFIGS`] that exists.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -22,14 +23,15 @@ use mcpgate::service::{peers, reaper, restore};
 use mcpgate::session::CloseReason;
 
 const USAGE: &str = "\
-usage: mcpgate --config FILE [--listen ADDR]
-       mcpgate --check [--start] --config FILE
+usage: mcpgate [--config FILE] [--listen ADDR]
+       mcpgate --check [--start] [--config FILE]
        mcpgate --config-reference
        mcpgate status [--url URL]
        mcpgate import FILE
 
   --config FILE       the JSON configuration (see docs/CONFIGURATION.md), or a client's
-                      file as it is (Claude Desktop, Cursor, VS Code, Windsurf, Cline)
+                      file as it is (Claude Desktop, Cursor, VS Code, Windsurf, Cline);
+                      without it, /etc/mcpgate/mcpgate.json, or else ./mcpgate.json
   --listen ADDR       listen on ADDR instead of the file's `listen`, e.g. 127.0.0.1:0
   --check             validate the configuration and exit (0: valid, 2: not): its keys, and
                       that each stdio server's command is on PATH
@@ -48,6 +50,11 @@ usage: mcpgate --config FILE [--listen ADDR]
                       stderr what it left out or needs (exit code 2: it does not load)
 
 Logging: MCPGATE_LOG=debug|info|warn|error (default info), to stderr.";
+
+/// Where the configuration is read from when `--config` is not given: the
+/// first of these that exists (the one `scripts/install.sh` writes, then
+/// the working directory's).
+const DEFAULT_CONFIGS: [&str; 2] = ["/etc/mcpgate/mcpgate.json", "./mcpgate.json"];
 
 /// Why mcpgate stopped early; each maps to an exit code.
 enum Error {
@@ -148,13 +155,22 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Command, Error> {
             other => return Err(Error::Usage(format!("unknown argument `{other}`"))),
         }
     }
-    if parsed.config.is_none() {
-        return Err(Error::Usage("--config FILE is required".into()));
-    }
     if parsed.start && !parsed.check {
         return Err(Error::Usage("--start goes with --check".into()));
     }
     Ok(Command::Run(parsed))
+}
+
+/// The first of [`DEFAULT_CONFIGS`] that exists, or may (one that cannot be
+/// looked at is taken, and loading it says why); an error naming each.
+fn default_config() -> Result<PathBuf, Error> {
+    let found = DEFAULT_CONFIGS.iter().map(PathBuf::from).find(|path| path.try_exists().unwrap_or(true));
+    found.ok_or_else(|| {
+        Error::Usage(format!(
+            "no configuration: --config FILE was not given, and neither {} exists",
+            DEFAULT_CONFIGS.join(" nor ")
+        ))
+    })
 }
 
 fn main() -> ExitCode {
@@ -185,7 +201,11 @@ fn run() -> Result<(), Error> {
         ),
         None => None,
     };
-    let source = Source { path: args.config.expect("parse_args requires --config"), listen };
+    let (path, defaulted) = match args.config {
+        Some(path) => (path, false),
+        None => (default_config()?, true),
+    };
+    let source = Source { path, listen };
     // Looked at before it is read: a save from now on reloads it.
     let looked = watch::look([source.path.as_path()]);
     let config = source.load().map_err(Error::Config)?;
@@ -197,6 +217,13 @@ fn run() -> Result<(), Error> {
     let signals = sys::block().map_err(io("cannot block signals"))?;
     sys::limit_malloc_arenas();
     init_logging();
+    if defaulted {
+        log::info!(
+            "configuration: {}, the first of {} that exists (no --config given)",
+            source.path.display(),
+            DEFAULT_CONFIGS.join(", ")
+        );
+    }
     if let Err(e) = sys::become_subreaper() {
         log::warn!(
             "cannot become the subreaper of the stdio servers' processes ({e}): one that leaves its process group \
@@ -301,7 +328,11 @@ fn status(url: &str) -> Result<(), Error> {
     if let Ok(token) = std::env::var("MCPGATE_TOKEN") {
         request = request.header("Authorization", format!("Bearer {token}"));
     }
-    let mut response = request.call().map_err(|e| Error::NoStatus(format!("cannot read {at}: {e}")))?;
+    let mut response = request.call().map_err(|e| {
+        Error::NoStatus(format!(
+            "cannot read {at} ({e}): is mcpgate running at {base}? Start it, or name where it runs with --url URL"
+        ))
+    })?;
     let text = response.body_mut().read_to_string().map_err(|e| Error::NoStatus(format!("cannot read {at}: {e}")))?;
     if response.status() != 200 {
         let said = text.chars().take(300).collect::<String>();

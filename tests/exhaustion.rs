@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::{
-    Answer, Fixture, Gate, NOBODY, RawReply, as_nobody_with_thread_limit, config, exchange, healthz_within,
-    http_request, initialize_params, mcp_post, require_root, shown, threads_of_uid, wait_until,
+    Answer, Fixture, Gate, NOBODY, RawReply, config, exchange, healthz_within, http_request, initialize_params,
+    mcp_post, require_root, shown, threads_of_uid, wait_until,
 };
 
 /// How long a request may go without any answer before it counts as left hanging.
@@ -374,7 +374,7 @@ fn threads_that_cannot_be_started_refuse_new_work_and_close_every_session_exactl
     };
     assert!(at_rest >= 4, "main, accept, reaper, signal: {at_rest}");
     let limit = at_rest + ROOM + threads_of_uid(NOBODY);
-    let mut gate = Gate::start_with(&c, as_nobody_with_thread_limit(limit));
+    let mut gate = Gate::start_as_nobody(&c, limit);
     let addr = gate.addr;
     assert!(gate.settles_to(at_rest), "limited gate at rest: {} threads, expected {at_rest}", gate.threads());
 

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::{
-    Ending, Fixture, Gate, NOBODY, as_nobody_with_thread_limit, ask, config, exchange, healthz_within, http_request,
-    parse_reply, raw_request, read_reply, read_until_closed, require_root, send, threads_of_uid, wait_until,
+    Ending, Fixture, Gate, NOBODY, ask, config, exchange, healthz_within, http_request, parse_reply, raw_request,
+    read_reply, read_until_closed, require_root, send, threads_of_uid, wait_until,
 };
 
 const HUGE: &str = "200000000000";
@@ -131,7 +131,7 @@ fn a_thread_that_cannot_be_spawned_costs_one_connection_and_the_gateway_recovers
     assert!(at_rest >= 4, "main, accept, reaper, signal: {at_rest}");
     // Room for exactly two more threads: a connection and a reader, say.
     let limit = at_rest + 2 + threads_of_uid(NOBODY);
-    let mut gate = Gate::start_with(&c, as_nobody_with_thread_limit(limit));
+    let mut gate = Gate::start_as_nobody(&c, limit);
     let addr = gate.addr;
     assert!(gate.settles_to(at_rest), "limited gate at rest: {} threads, expected {at_rest}", gate.threads());
 

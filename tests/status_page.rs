@@ -444,3 +444,16 @@ fn the_health_says_when_a_limit_refuses_new_sessions() {
     assert_eq!(health["healthy"], false, "{health}");
     assert!(health["problems"].to_string().contains("new sessions are refused: 1 initialize(s) refused"), "{health}");
 }
+
+/// With nothing running where it looks, `mcpgate status` said only
+/// `Connection refused (os error 111)`; it now asks whether mcpgate runs
+/// there, and still gives the cause.
+#[test]
+fn mcpgate_status_with_nothing_listening_asks_whether_mcpgate_runs_there() {
+    let base = format!("http://127.0.0.1:{}", closed_port());
+    let (code, out, err) = mcpgate_status(&format!("{base}/mcp"));
+    assert_eq!(code, Some(3), "{out}{err}");
+    assert!(err.contains(&format!("is mcpgate running at {base}?")), "{err}");
+    assert!(err.contains("Connection refused"), "the cause: {err}");
+    assert!(err.contains("--url"), "what to do: {err}");
+}

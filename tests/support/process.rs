@@ -77,6 +77,15 @@ pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
 /// long after `since` it came; `None` if it did not come within `timeout`.
 /// The rest of its stdout is drained, so that the child never blocks on a full pipe.
 pub fn listening_on(child: &mut Child, since: Instant, timeout: Duration) -> Option<(String, Duration)> {
+    let (line, took) = first_line(child, since, timeout)?;
+    let at = line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("unexpected first line: {line:?}"));
+    Some((at.to_string(), took))
+}
+
+/// The first stdout line of a child (empty if it closed its stdout first), and
+/// how long after `since` it came; `None` if it did not come within `timeout`.
+/// The rest of its stdout is drained.
+fn first_line(child: &mut Child, since: Instant, timeout: Duration) -> Option<(String, Duration)> {
     let stdout = child.stdout.take().expect("stdout is piped");
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -86,9 +95,7 @@ pub fn listening_on(child: &mut Child, since: Instant, timeout: Duration) -> Opt
         let _ = tx.send((line, since.elapsed()));
         let _ = std::io::copy(&mut reader, &mut std::io::sink());
     });
-    let (line, took) = rx.recv_timeout(timeout).ok()?;
-    let at = line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("unexpected first line: {line:?}"));
-    Some((at.to_string(), took))
+    rx.recv_timeout(timeout).ok()
 }
 
 /// Where a child listens, from its first stdout line, within 10 s.
@@ -216,8 +223,13 @@ pub struct TempDir(pub PathBuf);
 
 impl TempDir {
     pub fn new() -> TempDir {
+        TempDir::new_in(&std::env::temp_dir())
+    }
+
+    /// A scratch directory in `parent`.
+    pub fn new_in(parent: &Path) -> TempDir {
         let n = DIRS.fetch_add(1, Ordering::Relaxed);
-        let path = std::env::temp_dir().join(format!("mcpgate-test-{}-{n}", std::process::id()));
+        let path = parent.join(format!("mcpgate-test-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&path);
         std::fs::create_dir_all(&path).expect("create a temp dir");
         TempDir(path)
@@ -315,7 +327,12 @@ impl Gate {
         let path = dir.write_config(config);
         let mut command = Command::new(env!("CARGO_BIN_EXE_mcpgate"));
         command.arg("--config").arg(&path);
-        let mut command = wrap(command);
+        Gate::spawn(wrap(command), dir)
+    }
+
+    /// Runs `command` (mcpgate, as it is or wrapped) until it says where it
+    /// listens; `dir`, which holds what it reads, lives as long as the Gate.
+    pub fn spawn(mut command: Command, dir: TempDir) -> Gate {
         let mut child = command
             .env("MCPGATE_LOG", "mcpgate=debug")
             .stdout(Stdio::piped())
@@ -325,7 +342,7 @@ impl Gate {
         let stderr = Arc::new(Mutex::new(String::new()));
         let mut pipe = child.stderr.take().unwrap();
         let sink = stderr.clone();
-        std::thread::spawn(move || {
+        let reader = std::thread::spawn(move || {
             let mut buf = [0u8; 4096];
             while let Ok(n) = pipe.read(&mut buf) {
                 if n == 0 {
@@ -334,7 +351,15 @@ impl Gate {
                 sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
             }
         });
-        let addr = addr_of_url(&listening_line(&mut child));
+        let line = first_line(&mut child, Instant::now(), Duration::from_secs(10));
+        let Some(at) = line.as_ref().and_then(|(l, _)| l.trim().strip_prefix("listening on ")) else {
+            // What it said before it ended (or was killed here) says why.
+            let status = wait_exit(&mut child, Duration::from_secs(5)).map(|s| s.to_string());
+            wait_until(Duration::from_secs(5), || reader.is_finished());
+            let said = stderr.lock().unwrap().clone();
+            panic!("mcpgate did not start ({command:?}): first line {line:?}, exit {status:?}, stderr:\n{said}");
+        };
+        let addr = addr_of_url(at);
         Gate { child, addr, stderr, dir }
     }
 
