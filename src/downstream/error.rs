@@ -14,6 +14,8 @@ pub enum DownstreamError {
     Connect(String),
     /// The server sent no message for longer than the request timeout.
     Timeout(Duration),
+    /// The server did not answer a `DELETE` within `delete_timeout_secs`.
+    DeleteTimeout(Duration),
     /// Every lane to the server stayed taken while the request waited.
     Busy(usize),
     /// An HTTP status other than the ones MCP defines for the exchange.
@@ -43,6 +45,9 @@ impl fmt::Display for DownstreamError {
             DownstreamError::Connect(e) => write!(f, "unreachable: {e}"),
             DownstreamError::Timeout(d) => {
                 write!(f, "sent no message within {} s (request_timeout_secs)", d.as_secs_f64())
+            }
+            DownstreamError::DeleteTimeout(d) => {
+                write!(f, "did not answer DELETE within {} s (delete_timeout_secs)", d.as_secs_f64())
             }
             DownstreamError::Busy(n) => {
                 write!(f, "busy: {n} requests to it are in flight (calls_per_server); try again later")
@@ -78,7 +83,8 @@ impl DownstreamError {
             | DownstreamError::Protocol(_)
             | DownstreamError::Exited(_) => true,
             DownstreamError::Timeout(_) => opening,
-            DownstreamError::Busy(_)
+            DownstreamError::DeleteTimeout(_)
+            | DownstreamError::Busy(_)
             | DownstreamError::SessionGone
             | DownstreamError::Closed
             | DownstreamError::Gone
@@ -91,7 +97,7 @@ impl DownstreamError {
     pub(super) fn counter<'a>(&self, stats: &'a ServerStats) -> &'a Counter {
         match self {
             DownstreamError::Connect(_) => &stats.errors_connect,
-            DownstreamError::Timeout(_) => &stats.errors_timeout,
+            DownstreamError::Timeout(_) | DownstreamError::DeleteTimeout(_) => &stats.errors_timeout,
             DownstreamError::Busy(_) => &stats.errors_busy,
             DownstreamError::Status { .. } => &stats.errors_status,
             DownstreamError::SessionGone => &stats.errors_session_gone,

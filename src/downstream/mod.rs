@@ -36,6 +36,7 @@ use crate::stats::{Gauge, ServerStats, Stats};
 
 pub mod children;
 mod connect;
+pub mod deletes;
 mod error;
 pub mod flight;
 pub(crate) mod http;
@@ -47,6 +48,7 @@ mod stdio;
 pub use resolver::Lookup;
 
 pub use children::Children;
+pub use deletes::Deletes;
 pub use error::DownstreamError;
 pub use flight::{Flight, LaneError, Lanes, Stop};
 
@@ -209,12 +211,14 @@ pub struct Processes {
     pub restarts: u64,
 }
 
-/// What every server shares: the counters, the state file, the children.
+/// What every server shares: the counters, the state file, the children,
+/// the `DELETE`s still owed.
 #[derive(Clone)]
 pub struct Context {
     pub stats: Arc<Stats>,
     pub journal: Arc<Journal>,
     pub children: Arc<Children>,
+    pub deletes: Arc<Deletes>,
 }
 
 /// One configured server, shared by every client session.
@@ -231,6 +235,8 @@ pub struct Server {
     pub live_sessions: Gauge,
     /// Where opens and closes are written ahead (the state file).
     pub journal: Arc<Journal>,
+    /// The `DELETE`s a fault lost, tried again (shared by every server).
+    deletes: Arc<Deletes>,
     /// Guards the last error and success times; held only to copy them.
     health: Mutex<Health>,
     pub stats: Arc<Stats>,
@@ -261,6 +267,7 @@ impl Server {
     ) -> Server {
         Server {
             journal: context.journal.clone(),
+            deletes: context.deletes.clone(),
             connector,
             lanes: Lanes::new(lanes),
             config,
@@ -750,6 +757,12 @@ impl Drop for Downstream {
 /// `delete_timeout_secs`. HTTP+SSE: close the stream, which is the session,
 /// and join its reader within `delete_timeout_secs`. stdio: let the child
 /// go, and reap it), and count it closed. A session given twice, or already closed, is closed once.
+///
+/// A session the state file keeps is ended at its server only once its
+/// closing mark is on disk: ended before, a crash would bring it back and
+/// it would be ended twice. When the mark cannot be written, and when its
+/// `DELETE` was lost to a fault that may pass, its `DELETE` is owed
+/// ([`Deletes`]): tried again by the reaper, and kept in the file until done.
 pub fn close_all(list: &[Arc<Downstream>], parallel: usize) {
     let claimed: Vec<&Arc<Downstream>> = list
         .iter()
@@ -765,26 +778,47 @@ pub fn close_all(list: &[Arc<Downstream>], parallel: usize) {
     let journal = first.server.journal.clone();
     let records: Vec<(usize, SavedDownstream)> = claimed.iter().filter_map(|d| d.closing_record()).collect();
     let keys: Vec<usize> = records.iter().map(|(key, _)| *key).collect();
-    if !records.is_empty() {
+    let journaled = records.is_empty() || {
         journal.closing(records);
-        // A failed write is logged by the writer; the DELETEs go all the same.
-        let _ = journal.commit();
-    }
-    crate::runtime::threads::for_each_parallel("close", &claimed, parallel, |d| {
+        // A failed write is logged by the writer.
+        journal.commit().is_ok()
+    };
+    let recorded = |d: &Downstream| keys.contains(&d.owner());
+    let (now, unjournaled): (Vec<&Arc<Downstream>>, Vec<&Arc<Downstream>>) =
+        claimed.iter().partition(|d| journaled || !recorded(d));
+    let owed: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+    crate::runtime::threads::for_each_parallel("close", &now, parallel, |d| {
         if let Err(e) = d.link.end(d) {
             d.server.stats.downstream_delete_failures.inc();
+            let retried = recorded(d) && deletes::worth_retrying(&e);
             limited!(
                 warn,
-                "server `{}`: ending a downstream session failed: {}; the server may keep it until it expires",
+                "server `{}`: ending a downstream session failed: {}; {}",
                 d.server.name(),
-                d.server.redact(&e.to_string())
+                d.server.redact(&e.to_string()),
+                if retried { "its DELETE is sent again later" } else { "the server may keep it until it expires" }
             );
+            if retried {
+                d.server.deletes.owe((*d).clone(), d.owner(), true, &d.server.stats);
+                owed.lock().push(d.owner());
+            }
         }
     });
-    if !keys.is_empty() {
-        journal.closed(&keys);
+    let owed = owed.into_inner();
+    let done: Vec<usize> = now.iter().map(|d| d.owner()).filter(|k| keys.contains(k) && !owed.contains(k)).collect();
+    if !done.is_empty() {
+        journal.closed(&done);
         // Failed, a restart sends these DELETEs again; the server answers 404.
         let _ = journal.commit();
+    }
+    for d in unjournaled {
+        limited!(
+            warn,
+            "server `{}`: a downstream session is ended once the state file can be written (a crash before would \
+             bring it back, and end it twice)",
+            d.server.name()
+        );
+        d.server.deletes.owe((*d).clone(), d.owner(), false, &d.server.stats);
     }
     for d in claimed {
         d.server.live_sessions.dec();

@@ -53,6 +53,7 @@ pub fn start(gateway: Arc<Gateway>) -> std::io::Result<Reaper> {
                         gateway.close(idle, CloseReason::Idle);
                     }
                     reopen_lost(&gateway);
+                    gateway.deletes.retry_due(&gateway.stats);
                     gateway.prune_lists();
                     let current = gateway.current();
                     for server in &current.servers {

@@ -240,7 +240,7 @@ impl Endpoint {
                 {
                     std::thread::sleep(Duration::from_millis(50));
                 }
-                Err(e) => return Err(self.transport_error(e)),
+                Err(e) => return Err(self.delete_error(e)),
             }
         };
         let status = response.status().as_u16();
@@ -251,6 +251,14 @@ impl Endpoint {
             // Already gone, or the server does not let clients end sessions: nothing is left open.
             404 | 405 => Ok(()),
             status => Err(DownstreamError::Status { status, detail: String::new() }),
+        }
+    }
+
+    /// A failed `DELETE`: a timeout is `delete_timeout_secs`'s.
+    fn delete_error(&self, e: ureq::Error) -> DownstreamError {
+        match self.transport_error(e) {
+            DownstreamError::Timeout(_) => DownstreamError::DeleteTimeout(self.limits.delete),
+            other => other,
         }
     }
 

@@ -1,0 +1,193 @@
+//! Faults between mcpgate and its servers, each as the probe that injected
+//! them found it (issue 38, finding 4), and what must hold after each.
+//! Where the fault is the network's, a real TCP proxy between mcpgate and
+//! the server makes it (`support::Proxy`); a file size limit makes the
+//! state file fail to be written. What is counted is counted at the server
+//! (the fixture counts each `initialize` and `DELETE`) and in /proc.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use support::{
+    Fixture, Gate, Proxy, assert_all_closed, config, config_for, read_state, wait_for_state, wait_until,
+    with_state_file,
+};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+// ---------------------------------------------------------------------------
+// 4b. A DELETE lost to a transient fault
+// ---------------------------------------------------------------------------
+
+/// A `DELETE` that a black hole swallowed is sent again, with backoff,
+/// until the server answers; counted, and its log line names the bound
+/// that fired. Before, it was never sent again: the server kept the
+/// session (0 `DELETE`s 30 s after the network healed).
+#[test]
+fn a_delete_lost_to_a_transient_fault_is_sent_again_until_the_server_answers() {
+    let a = Fixture::start("alpha", &[]);
+    let proxy = Proxy::start(&a.addr);
+    let mut c = config(&[("alpha", proxy.url())]);
+    c["delete_timeout_secs"] = json!(1);
+    c["request_timeout_secs"] = json!(8);
+    let gate = Gate::start(&c);
+    let mut client = gate.client();
+    client.initialize();
+    assert_eq!(client.tool_text("alpha__echo", json!({"text": "x"})), "x");
+
+    proxy.black_hole();
+    assert_eq!(client.delete(), 200);
+    let log = gate.stderr_once(|log| log.contains("ending a downstream session failed"));
+    let line = log.lines().find(|l| l.contains("ending a downstream session failed")).unwrap_or_default();
+    eprintln!("{line}");
+    assert!(line.contains("delete_timeout_secs"), "the log names the bound that fired: {line}");
+    assert!(!line.contains("request_timeout_secs"), "{line}");
+    assert_eq!(a.count("delete"), 0, "swallowed: {}", a.stats());
+
+    proxy.heal();
+    let healed = Instant::now();
+    let deleted = wait_until(Duration::from_secs(30), || a.count("delete") == 1);
+    eprintln!("DELETE reached the server {:?} after the network healed: {}", healed.elapsed(), a.stats());
+    assert!(deleted, "the DELETE was never sent again: {}", a.stats());
+    assert_all_closed(&[&a], 1);
+    let status = gate.status();
+    let d = &status["downstream"];
+    assert!(d["delete_retries"].as_u64().unwrap() >= 1, "{d}");
+    assert!(wait_until(WAIT, || gate.status()["downstream"]["deletes_owed"] == 0), "{}", gate.status()["downstream"]);
+}
+
+// ---------------------------------------------------------------------------
+// 4f. A client DELETE the state file cannot record
+// ---------------------------------------------------------------------------
+
+/// mcpgate started so that a file size limit makes writes fail (`EFBIG`)
+/// instead of killing it (`SIGXFSZ` ignored, as it stays across `exec`).
+fn start_with_fsize_limit_possible(config: &serde_json::Value) -> Gate {
+    Gate::start_with(config, |command| {
+        let mut sh = std::process::Command::new("sh");
+        sh.arg("-c").arg("trap '' XFSZ; exec \"$0\" \"$@\"").arg(command.get_program()).args(command.get_args());
+        sh
+    })
+}
+
+/// Sets the soft file size limit of `pid` in bytes (`None`: unlimited again).
+fn limit_file_size(pid: u32, bytes: Option<u64>) {
+    let soft = bytes.map_or_else(|| "unlimited".to_string(), |b| b.to_string());
+    let status = std::process::Command::new("prlimit")
+        .arg(format!("--pid={pid}"))
+        .arg(format!("--fsize={soft}:unlimited"))
+        .status()
+        .expect("run prlimit");
+    assert!(status.success(), "prlimit --pid {pid} --fsize={soft}");
+}
+
+/// A client's `DELETE` while the state file cannot be written, then a
+/// `kill -9` and a restart: each downstream session is closed once (the
+/// restored session, idle, is evicted), and the client was told 503 naming
+/// the file. `writer_knows`: the writer found the file failing before the
+/// `DELETE` came (the session is left as it was), or the `DELETE`'s own
+/// write finds it (the session ends, its servers' sessions are closed once
+/// the file can be written). Before, the `DELETE` was answered 200 and
+/// closed them; the session came back after the crash, and each downstream
+/// session got a second `DELETE` (404 at the server).
+fn delete_while_the_state_file_cannot_be_written(writer_knows: bool) {
+    let (a, b) = Fixture::alpha_and_beta();
+    let (_state, path, mut c) = with_state_file(config_for(&[&a, &b]));
+    // Activity is written every second: the writer finds a failing file soon.
+    c["session_idle_timeout_secs"] = json!(4);
+    let mut first = start_with_fsize_limit_possible(&c);
+    let mut client = first.client();
+    client.initialize();
+    // A live stream keeps the session from idle eviction.
+    let stream = client.open_stream();
+    wait_for_state(&path, 1, 2);
+    // No write of the file fits, not even a rewrite of a smaller snapshot.
+    limit_file_size(first.pid(), Some(1));
+    if writer_knows {
+        let failing = wait_until(WAIT, || first.status()["state"]["error"].is_string());
+        assert!(failing, "the state file could still be written: {}", first.status()["state"]);
+    }
+
+    let reply = support::raw_request(
+        first.addr,
+        "DELETE",
+        "/mcp",
+        &[("Mcp-Session-Id", client.session.as_deref().unwrap())],
+        b"",
+    );
+    eprintln!(
+        "a client DELETE while the state file cannot be written: HTTP {} {}; DELETEs at the servers: {} {}",
+        reply.status,
+        support::shown(&reply.body),
+        a.count("delete"),
+        b.count("delete")
+    );
+    assert_eq!(reply.status, 503, "a DELETE whose end cannot be recorded is not answered as done");
+    assert!(support::shown(&reply.body).contains(&path.display().to_string()), "it names the file");
+    assert_eq!((a.count("delete"), b.count("delete")), (0, 0), "nothing was closed");
+    if writer_knows {
+        assert_eq!(client.tool_text("alpha__echo", json!({"text": "x"})), "x", "the session goes on");
+    }
+    first.kill();
+    stream.close();
+
+    let gate = Gate::start(&c);
+    client.url = gate.url();
+    let sessions = &gate.status()["sessions"];
+    eprintln!("after the restart: {sessions}");
+    let back = sessions["restored"].as_u64().unwrap() + sessions["expired_at_start"].as_u64().unwrap();
+    assert_eq!(back, 1, "the session came back (restored, or expired at start): {sessions}");
+    // Idle (or expired), the session is closed: each downstream session once.
+    let evicted = wait_until(Duration::from_secs(30), || {
+        let status = gate.status();
+        status["sessions"]["live"] == 0 && status["downstream"]["live"] == 0
+    });
+    assert!(evicted, "{}", gate.status());
+    assert!(
+        wait_until(WAIT, || a.count("live_sessions") + b.count("live_sessions") == 0),
+        "{} {}",
+        a.stats(),
+        b.stats()
+    );
+    for f in [&a, &b] {
+        let stats = f.stats();
+        assert_eq!(stats["delete_unknown"], 0, "a second DELETE reached {}: {stats}", f.name);
+        assert_eq!(stats["delete"], stats["initialize"], "{}: {stats}", f.name);
+        assert_eq!(stats["live_sessions"], 0, "{}: {stats}", f.name);
+    }
+}
+
+#[test]
+fn a_client_delete_the_state_file_cannot_record_leaves_the_session_and_closes_nothing_twice() {
+    delete_while_the_state_file_cannot_be_written(true);
+}
+
+#[test]
+fn a_client_delete_whose_own_write_fails_closes_nothing_twice() {
+    delete_while_the_state_file_cannot_be_written(false);
+}
+
+/// The downstream sessions of a session ended while the state file could
+/// not record it are closed once it can: each gets its `DELETE`, once.
+#[test]
+fn deletes_held_while_the_state_file_cannot_be_written_go_once_it_can() {
+    let (a, b) = Fixture::alpha_and_beta();
+    let (_state, path, mut c) = with_state_file(config_for(&[&a, &b]));
+    c["session_idle_timeout_secs"] = json!(4);
+    let gate = start_with_fsize_limit_possible(&c);
+    let mut client = gate.client();
+    client.initialize();
+    wait_for_state(&path, 1, 2);
+    limit_file_size(gate.pid(), Some(1));
+    assert_eq!(client.delete(), 503);
+    assert!(wait_until(WAIT, || gate.status()["downstream"]["deletes_owed"] == 2), "{}", gate.status()["downstream"]);
+    assert_eq!((a.count("delete"), b.count("delete")), (0, 0), "nothing is closed while it cannot be recorded");
+
+    limit_file_size(gate.pid(), None);
+    assert_all_closed(&[&a, &b], 1);
+    assert!(wait_until(WAIT, || gate.status()["downstream"]["deletes_owed"] == 0), "{}", gate.status()["downstream"]);
+    assert!(wait_until(WAIT, || read_state(&path)["closing"] == json!([])), "{}", read_state(&path));
+    assert_eq!((a.count("delete_unknown"), b.count("delete_unknown")), (0, 0));
+}
