@@ -11,11 +11,61 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use support::{
-    Fixture, Gate, Proxy, assert_all_closed, config, config_for, read_state, wait_for_state, wait_until,
+    Client, Fixture, Gate, Proxy, assert_all_closed, config, config_for, read_state, wait_for_state, wait_until,
     with_state_file,
 };
 
 const WAIT: Duration = Duration::from_secs(10);
+
+// ---------------------------------------------------------------------------
+// 4a. A client that only listens never goes deaf
+// ---------------------------------------------------------------------------
+
+/// The listening `client` hears a notification `alpha` sends; then its
+/// session ends, and the server's session with it, once.
+fn hears_then_ends(client: &mut Client, stream: &support::Stream, a: &Fixture) {
+    assert_eq!(client.tool_text("alpha__notify", json!({"kind": "message"})), "sent");
+    assert!(stream.next_with_method("notifications/message", WAIT).is_some(), "the server's notification arrives");
+    assert_eq!(client.delete(), 200);
+    assert_all_closed(&[a], 1);
+}
+
+/// A server in a crash loop: it restarts (its stream answers 404, and the
+/// reaper reopens the downstream session), but is down again when the
+/// reopen runs. Before, the downstream session was then left failed, and
+/// nothing tried it again for a session that sends no requests: the
+/// listener never heard that server again (0 `initialize` at the server
+/// 30 s after it came back).
+#[test]
+fn a_listener_hears_a_server_again_after_its_reopen_failed_while_it_was_down() {
+    let mut a = Fixture::start("alpha", &[]);
+    let gate = Gate::start(&config_for(&[&a]));
+    let mut client = gate.client();
+    client.initialize();
+    let stream = client.open_stream();
+    assert!(wait_until(WAIT, || a.count("get_streams_open") == 1), "{}", a.stats());
+    let requests_before = gate.status()["requests"]["total"].as_u64().unwrap();
+
+    // Restarted: the reader's next GET gets 404, and the session is lost.
+    a.restart();
+    let forgotten = wait_until(Duration::from_secs(20), || gate.stderr().contains("GET stream answered 404"));
+    assert!(forgotten, "the reader saw the restarted server: {}", gate.stderr());
+    // Down again before the reaper reopens it (its backoff is 0.5 s, its tick 5 s).
+    a.kill();
+    let failed = wait_until(Duration::from_secs(20), || {
+        gate.stderr().contains("reopening a forgotten downstream session failed")
+    });
+    assert!(failed, "the reopen ran while the server was down: {}", gate.stderr());
+
+    a.restart();
+    let back = Instant::now();
+    let heard = wait_until(Duration::from_secs(40), || a.count("initialize") == 1 && a.count("get_streams_open") == 1);
+    eprintln!("after the failed reopen, the server back for {:?}: {}", back.elapsed(), a.stats());
+    assert!(heard, "the listening session never opened the server again: {}", a.stats());
+    let status = gate.status();
+    assert_eq!(status["requests"]["total"].as_u64().unwrap(), requests_before, "no /mcp request was sent meanwhile");
+    hears_then_ends(&mut client, &stream, &a);
+}
 
 // ---------------------------------------------------------------------------
 // 4b. A DELETE lost to a transient fault

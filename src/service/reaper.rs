@@ -71,22 +71,31 @@ pub fn start(gateway: Arc<Gateway>) -> std::io::Result<Reaper> {
 /// Reopens downstream sessions whose server forgot them (its stream
 /// answered 404), or whose HTTP+SSE stream ended, so that a client that
 /// only listens gets that server's notifications again without sending
-/// anything.
+/// anything; and tries again, with backoff, those whose reopen failed.
 fn reopen_lost(gateway: &Gateway) {
     let current = gateway.current();
     let mut lost = Vec::new();
     for session in gateway.sessions.snapshot() {
         for old in session.take_lost() {
             if let Some(server) = current.server(old.server.name()).filter(|s| Arc::ptr_eq(s, &old.server)) {
-                lost.push((session.clone(), server.clone(), old));
+                lost.push((session.clone(), server.clone(), Some(old)));
+            }
+        }
+        for name in session.take_failed_reopens() {
+            if let Some(server) = current.server(&name) {
+                lost.push((session.clone(), server.clone(), None));
             }
         }
     }
     threads::for_each_parallel("fanout", &lost, 8, |(session, server, old)| {
-        if let Err(e) = session.reopen(server, old) {
+        let reopened = match old {
+            Some(old) => session.reopen(server, old),
+            None => session.retry_reopen(server),
+        };
+        if let Err(e) = reopened {
             crate::limited!(
                 warn,
-                "server `{}`: reopening a forgotten downstream session failed: {}",
+                "server `{}`: reopening a forgotten downstream session failed: {}; tried again later",
                 server.name(),
                 e.message
             );
