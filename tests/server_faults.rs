@@ -11,11 +11,16 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use support::{
-    Client, Fixture, Gate, Proxy, assert_all_closed, config, config_for, read_state, wait_for_state, wait_until,
-    with_state_file,
+    Client, Fixture, Gate, Proxy, assert_all_closed, config, config_for, read_state, sockets_to, wait_for_state,
+    wait_until, with_state_file,
 };
 
 const WAIT: Duration = Duration::from_secs(10);
+
+/// The port of a `host:port`.
+fn port_of(addr: &str) -> u16 {
+    addr.rsplit(':').next().and_then(|p| p.parse().ok()).expect("host:port")
+}
 
 // ---------------------------------------------------------------------------
 // 4a. A client that only listens never goes deaf
@@ -65,6 +70,60 @@ fn a_listener_hears_a_server_again_after_its_reopen_failed_while_it_was_down() {
     let status = gate.status();
     assert_eq!(status["requests"]["total"].as_u64().unwrap(), requests_before, "no /mcp request was sent meanwhile");
     hears_then_ends(&mut client, &stream, &a);
+}
+
+// ---------------------------------------------------------------------------
+// 4a. A listener's stream that went half-open
+// ---------------------------------------------------------------------------
+
+/// A server lost behind a partition, or a host that rebooted without a
+/// FIN: mcpgate's side of the `GET` stream stays open and hears nothing.
+/// The stream is read with a bound of its own (not the request timeout,
+/// which may be long for tools that run long), and reconnected when it
+/// passes, so that the listener hears the server again once the network
+/// heals.
+#[test]
+fn a_listener_hears_a_server_again_after_its_stream_went_half_open() {
+    let a = Fixture::start("alpha", &["--keepalive-ms", "1000"]);
+    let proxy = Proxy::start(&a.addr);
+    let mut c = config(&[("alpha", proxy.url())]);
+    c["request_timeout_secs"] = json!(300);
+    let gate = Gate::start(&c);
+    let mut client = gate.client();
+    client.initialize();
+    let stream = client.open_stream();
+    assert!(wait_until(WAIT, || a.count("get_streams_open") == 1), "{}", a.stats());
+    // A few of its keep-alive comments show the stream's pace.
+    std::thread::sleep(Duration::from_secs(3));
+
+    proxy.half_open();
+    assert!(wait_until(WAIT, || a.count("get_streams_open") == 0), "the server saw its side close: {}", a.stats());
+    proxy.heal();
+    let healed = Instant::now();
+    let heard = wait_until(Duration::from_secs(60), || a.count("get_streams_open") == 1);
+    eprintln!("the listener's stream back {:?} after the network healed", healed.elapsed());
+    assert!(heard, "the reader still waits on the half-open connection: {}\n{}", a.stats(), gate.stderr());
+    hears_then_ends(&mut client, &stream, &a);
+}
+
+/// Every connection mcpgate makes to a server has TCP keepalive: a peer
+/// that vanished (a host gone without a FIN) is found even while nothing
+/// is read or written. /proc shows it as the keepalive timer (2) of the
+/// idle, established sockets.
+#[test]
+fn every_connection_to_a_server_has_tcp_keepalive() {
+    let a = Fixture::start("alpha", &[]);
+    let gate = Gate::start(&config_for(&[&a]));
+    let mut client = gate.client();
+    client.initialize();
+    let _stream = client.open_stream();
+    assert_eq!(client.tool_text("alpha__echo", json!({"text": "x"})), "x");
+    assert!(wait_until(WAIT, || a.count("get_streams_open") == 1), "{}", a.stats());
+    let timers = support::socket_timers_to(gate.pid(), port_of(&a.addr));
+    eprintln!("mcpgate's sockets to the server (state, timer): {timers:?}");
+    assert!(timers.len() >= 2, "the stream's and a call's connection: {timers:?}");
+    assert!(timers.iter().all(|(_, timer)| *timer == 2), "each has its keepalive timer: {timers:?}");
+    assert_eq!(client.delete(), 200);
 }
 
 // ---------------------------------------------------------------------------
@@ -240,4 +299,71 @@ fn deletes_held_while_the_state_file_cannot_be_written_go_once_it_can() {
     assert!(wait_until(WAIT, || gate.status()["downstream"]["deletes_owed"] == 0), "{}", gate.status()["downstream"]);
     assert!(wait_until(WAIT, || read_state(&path)["closing"] == json!([])), "{}", read_state(&path));
     assert_eq!((a.count("delete_unknown"), b.count("delete_unknown")), (0, 0));
+}
+
+// ---------------------------------------------------------------------------
+// 4g. Idle connections toward servers
+// ---------------------------------------------------------------------------
+
+/// Four sessions make calls at once on a server's four lanes, then end.
+fn calls_on_every_lane(gate: &Gate) {
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let mut client = gate.client();
+            std::thread::spawn(move || {
+                client.initialize();
+                for _ in 0..3 {
+                    let reply = client.call_tool("alpha__slow", json!({"ms": 200, "steps": 0}));
+                    assert!(reply.body.get("result").is_some(), "{}", reply.body);
+                }
+                client
+            })
+        })
+        .collect();
+    for thread in threads {
+        let client = thread.join().unwrap();
+        assert_eq!(client.delete(), 200);
+    }
+}
+
+/// Once no session uses a server, mcpgate closes its idle connections to
+/// it. Before, they stayed open for good (in CLOSE_WAIT once the server
+/// was killed).
+#[test]
+fn idle_connections_to_a_server_close_once_no_session_uses_it() {
+    let a = Fixture::start("alpha", &[]);
+    let gate = Gate::start(&config_for(&[&a]));
+    let port = port_of(&a.addr);
+    calls_on_every_lane(&gate);
+    assert_all_closed(&[&a], 4);
+    let held = sockets_to(gate.pid(), port);
+    eprintln!("after every session ended: {} connection(s) to the server: {held:?}", held.len());
+    let started = Instant::now();
+    let closed = wait_until(Duration::from_secs(20), || sockets_to(gate.pid(), port).is_empty());
+    eprintln!("{:?} later: {:?}", started.elapsed(), sockets_to(gate.pid(), port));
+    assert!(closed, "idle connections to a server no session uses stay open: {:?}", sockets_to(gate.pid(), port));
+}
+
+/// While sessions still use a server that was killed, the idle connections
+/// to it that its end closed are dropped, not kept in CLOSE_WAIT.
+#[test]
+fn idle_connections_whose_server_closed_them_are_dropped() {
+    let mut a = Fixture::start("alpha", &[]);
+    let gate = Gate::start(&config_for(&[&a]));
+    let port = port_of(&a.addr);
+    let mut kept = gate.client();
+    kept.initialize();
+    calls_on_every_lane(&gate);
+    a.kill();
+    assert!(
+        wait_until(WAIT, || sockets_to(gate.pid(), port).contains(&"CLOSE_WAIT")),
+        "{:?}",
+        sockets_to(gate.pid(), port)
+    );
+    eprintln!("after the server was killed: {:?}", sockets_to(gate.pid(), port));
+    let started = Instant::now();
+    let dropped = wait_until(Duration::from_secs(20), || !sockets_to(gate.pid(), port).contains(&"CLOSE_WAIT"));
+    eprintln!("{:?} later: {:?}", started.elapsed(), sockets_to(gate.pid(), port));
+    assert!(dropped, "connections the server closed are kept: {:?}", sockets_to(gate.pid(), port));
+    let _ = kept.delete();
 }

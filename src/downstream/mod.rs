@@ -196,6 +196,9 @@ pub(crate) trait Connector: Send + Sync {
     fn shutdown(&self);
     /// Stops what nobody has used for `idle` (a shared child); the reaper's job.
     fn stop_idle(&self, _idle: Duration) {}
+    /// Closes the idle connections to the server: every one when `unused`
+    /// (no session uses it), else those its end closed; the reaper's job.
+    fn close_idle(&self, _unused: bool) {}
 }
 
 /// The processes of one stdio server, for the status page.
@@ -347,9 +350,13 @@ impl Server {
         self.connector.shutdown();
     }
 
-    /// Stops a shared child nobody has used for `idle`; the reaper's job.
+    /// Stops a shared child nobody has used for `idle`, and closes idle
+    /// connections to the server that are of no more use (all of them once
+    /// no session uses it); the reaper's job. Before, they stayed open after
+    /// every session ended: 13 to 21 in CLOSE_WAIT toward a killed server.
     pub fn stop_idle(&self, idle: Duration) {
         self.connector.stop_idle(idle);
+        self.connector.close_idle(self.live_sessions.get() == 0);
     }
 
     pub fn health(&self) -> Health {

@@ -1,7 +1,8 @@
 //! The reaper: one thread that closes idle sessions through the one close
-//! path, ends requests to servers silent past the request timeout, stops
-//! shared stdio processes nobody uses, and joins threads that outlived
-//! their owner's wait.
+//! path, ends requests to servers silent past the request timeout, sends
+//! again the `DELETE`s a fault lost, stops shared stdio processes nobody
+//! uses, closes idle connections to servers, and joins threads that
+//! outlived their owner's wait.
 
 use std::sync::Arc;
 use std::thread::JoinHandle;

@@ -74,6 +74,10 @@ impl Connector for HttpConnector {
         self.stateless.stop();
     }
 
+    fn close_idle(&self, unused: bool) {
+        self.endpoint.close_idle(unused);
+    }
+
     fn shutdown(&self) {
         self.endpoint.shutdown();
         self.stateless.stop();
