@@ -464,6 +464,8 @@ stats! {
     pub struct ServerStats by server {
         /// Requests mcpgate sent to a server or tried to (`initialize`, and each request forwarded), whatever came of them.
         requests: Counter => "servers"."requests" as "mcpgate_server_requests_total",
+        /// Sessions that did not open the server, without waiting: it did not answer an earlier one, and no probe found it answering since.
+        opens_skipped: Counter => "servers"."opens_skipped" as "mcpgate_server_opens_skipped_total",
         /// The server could not be reached.
         errors_connect: Counter => "servers"."errors.connect" as "mcpgate_server_errors_total" { kind = "connect" },
         /// The server sent no message within `request_timeout_secs`.

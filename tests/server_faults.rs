@@ -168,6 +168,59 @@ fn a_delete_lost_to_a_transient_fault_is_sent_again_until_the_server_answers() {
 }
 
 // ---------------------------------------------------------------------------
+// 4c. A black-holed server delays every new session
+// ---------------------------------------------------------------------------
+
+/// A server that did not answer is remembered: the next sessions do not
+/// wait the request timeout for it again, until a probe finds it answering.
+/// Before, every `initialize` waited the full `request_timeout_secs` (5.2 s
+/// at 5 s, then 5.1 s for the next session).
+#[test]
+fn a_server_that_did_not_answer_delays_only_the_first_new_session() {
+    let (a, b) = Fixture::alpha_and_beta();
+    let proxy = Proxy::start(&a.addr);
+    let mut c = config(&[("alpha", proxy.url()), ("beta", b.url())]);
+    c["request_timeout_secs"] = json!(6);
+    c["session_idle_timeout_secs"] = json!(10);
+    let gate = Gate::start(&c);
+    proxy.black_hole();
+
+    let mut took = Vec::new();
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        let started = Instant::now();
+        let mut client = gate.client();
+        client.initialize();
+        took.push(started.elapsed());
+        clients.push(client);
+    }
+    eprintln!("initialize with a black-holed server, one session after another: {took:?}");
+    assert!(took[0] >= Duration::from_secs(5), "the first waits for the server: {took:?}");
+    assert!(took[1..].iter().all(|t| *t < Duration::from_secs(3)), "the next do not wait for it again: {took:?}");
+    for client in &mut clients {
+        assert_eq!(client.tool_text("beta__echo", json!({"text": "b"})), "b", "the other server serves them");
+        let reply = client.call_tool("alpha__echo", json!({"text": "a"}));
+        assert!(reply.error_message().contains("alpha"), "{}", reply.body);
+    }
+
+    proxy.heal();
+    let healed = Instant::now();
+    let answered = wait_until(Duration::from_secs(30), || {
+        let mut client = gate.client();
+        client.initialize();
+        let reply = client.call_tool("alpha__echo", json!({"text": "a"}));
+        let _ = client.delete();
+        reply.body["result"]["content"][0]["text"] == "a"
+    });
+    eprintln!("a new session reached the server {:?} after it answered again", healed.elapsed());
+    assert!(answered, "the server was never tried again: {}", gate.stderr());
+    for client in &clients {
+        assert_eq!(client.delete(), 200);
+    }
+    assert!(wait_until(WAIT, || a.count("live_sessions") == 0), "{}", a.stats());
+}
+
+// ---------------------------------------------------------------------------
 // 4f. A client DELETE the state file cannot record
 // ---------------------------------------------------------------------------
 

@@ -58,6 +58,7 @@ struct Owed {
 pub(super) fn worth_retrying(e: &DownstreamError) -> bool {
     match e {
         DownstreamError::Connect(_)
+        | DownstreamError::ConnectTimeout(_)
         | DownstreamError::Timeout(_)
         | DownstreamError::DeleteTimeout(_)
         | DownstreamError::Exhausted(_) => true,

@@ -81,6 +81,12 @@ pub struct Health {
     /// Its last failure said it is down (see [`DownstreamError::says_down`]),
     /// and nothing succeeded since.
     pub down: bool,
+    /// It did not answer when a session opened on it (a black hole): new
+    /// sessions skip it, without waiting, until a probe finds it answering
+    /// or a request succeeds. Since when, and why.
+    pub silent: Option<(SystemTime, String)>,
+    /// A probe of it runs now (at most one).
+    probing: bool,
 }
 
 /// Timeouts and limits for talking to servers, from the configuration.
@@ -188,6 +194,16 @@ pub(crate) trait Connector: Send + Sync {
     /// Its processes, for the status page, when it is a program mcpgate starts.
     fn processes(&self) -> Option<Processes> {
         None
+    }
+    /// Whether its server can be asked, cheaply and without a session,
+    /// whether it answers at all ([`Connector::answers`]): only such a
+    /// server is skipped by new sessions after it did not answer one.
+    fn probes(&self) -> bool {
+        false
+    }
+    /// Whether the server answers at all now, within a bound (the probe).
+    fn answers(&self) -> bool {
+        true
     }
     /// A reload removed or changed the server: what it holds for all its
     /// sessions stops once unused (a shared child, a standing listen).
@@ -386,6 +402,7 @@ impl Server {
             Ok(_) => {
                 health.last_ok_at = Some(SystemTime::now());
                 health.down = false;
+                health.silent = None;
             }
             // Not the server's failure; or (SessionGone) retried at once on a new
             // session, whose outcome is recorded in its turn.
@@ -415,16 +432,31 @@ impl Server {
     /// Opens a downstream session: `initialize`, `notifications/initialized`,
     /// then what the server sends unasked starts reaching `inbox`.
     /// `init_params` are the client's.
+    ///
+    /// A server that did not answer one session's `initialize` in time is
+    /// skipped by the next ones, at once, until a probe finds it answering
+    /// ([`Server::probe_if_silent`]): before, each new session waited the
+    /// full request timeout for it (5.2 s, then 5.1 s at 5 s).
     pub fn open(
         self: &Arc<Self>,
         client: &str,
         init_params: &RawValue,
         inbox: Weak<dyn Inbox>,
     ) -> Result<Arc<Downstream>, DownstreamError> {
+        if let Some((since, why)) = self.health.lock().silent.clone() {
+            self.metrics.opens_skipped.inc();
+            let ago = since.elapsed().unwrap_or_default().as_secs();
+            return Err(DownstreamError::Connect(format!(
+                "it did not answer {ago} s ago ({why}); not waited for again until it answers a probe"
+            )));
+        }
         let result = self.open_inner(client, init_params, inbox);
         self.count(&result);
         self.record(&result, true);
         if let Err(e) = &result {
+            if e.unanswered() && self.connector.probes() {
+                self.health.lock().silent = Some((SystemTime::now(), self.redact(&e.to_string())));
+            }
             limited!(
                 warn,
                 "server `{}`: {}: left out of this session's lists until it is retried",
@@ -433,6 +465,32 @@ impl Server {
             );
         }
         result
+    }
+
+    /// Probes a server that did not answer a session, unless a probe of it
+    /// runs already: on a thread of its own, so that the reaper never waits
+    /// for it; it ends within the connect timeout and 5 s.
+    pub fn probe_if_silent(self: &Arc<Self>) {
+        {
+            let mut health = self.health.lock();
+            if health.silent.is_none() || health.probing {
+                return;
+            }
+            health.probing = true;
+        }
+        let server = self.clone();
+        let probe = move || {
+            let answered = server.connector.answers();
+            let mut health = server.health.lock();
+            health.probing = false;
+            if answered && health.silent.take().is_some() {
+                log::info!("server `{}` answers again: new sessions open it", server.name());
+            }
+        };
+        match crate::runtime::threads::spawn("fanout", "probe", probe) {
+            Ok(handle) => crate::runtime::threads::join_later(handle),
+            Err(_) => self.health.lock().probing = false,
+        }
     }
 
     fn open_inner(

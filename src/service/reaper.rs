@@ -59,6 +59,7 @@ pub fn start(gateway: Arc<Gateway>) -> std::io::Result<Reaper> {
                     let current = gateway.current();
                     for server in &current.servers {
                         server.stop_idle(current.config.shared_idle);
+                        server.probe_if_silent();
                     }
                     gateway.children.reap_left_behind();
                     threads::join_late();

@@ -20,6 +20,10 @@ use crate::runtime::memory::Charge;
 
 use super::tcp::{Sockets, TcpConnector};
 
+/// How long a probe of a server that did not answer waits for its answer,
+/// once connected.
+const PROBE_WAIT: Duration = Duration::from_secs(5);
+
 /// What a server reached over HTTP keeps: the agents it talks through.
 pub(crate) struct Endpoint {
     pub config: HttpConfig,
@@ -254,6 +258,25 @@ impl Endpoint {
         self.headers(request, session, version).send(body).map_err(|e| self.transport_error(e))
     }
 
+    /// Whether the server answers at all: a `ping` outside any session
+    /// (which opens none), with the configured headers; any HTTP answer
+    /// within the connect timeout and [`PROBE_WAIT`] will do.
+    pub(crate) fn answers(&self) -> bool {
+        let Ok(uri) = self.uri() else { return false };
+        let agent = self.short_agent();
+        let request = agent
+            .post(uri)
+            .header("Content-Type", HeaderValue::from_static("application/json"))
+            .header("Accept", HeaderValue::from_static("application/json, text/event-stream"));
+        let answered = self
+            .headers(request, None, None)
+            .config()
+            .timeout_global(Some(self.limits.connect + PROBE_WAIT))
+            .build()
+            .send(&br#"{"jsonrpc":"2.0","id":"mcpgate-probe","method":"ping"}"#[..]);
+        answered.is_ok()
+    }
+
     /// A `POST` of one JSON-RPC message to `url`, the endpoint an HTTP+SSE
     /// server named, with the configured headers; the response head,
     /// whatever its status.
@@ -349,6 +372,7 @@ impl Endpoint {
     pub(crate) fn transport_error(&self, e: ureq::Error) -> DownstreamError {
         let url = &self.config.url;
         match e {
+            ureq::Error::Timeout(ureq::Timeout::Connect) => DownstreamError::ConnectTimeout(self.limits.connect),
             ureq::Error::Timeout(_) => DownstreamError::Timeout(self.limits.request),
             ureq::Error::Io(io)
                 if io.kind() == std::io::ErrorKind::TimedOut || io.kind() == std::io::ErrorKind::WouldBlock =>

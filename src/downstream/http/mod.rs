@@ -78,6 +78,14 @@ impl Connector for HttpConnector {
         self.endpoint.close_idle(unused);
     }
 
+    fn probes(&self) -> bool {
+        true
+    }
+
+    fn answers(&self) -> bool {
+        self.endpoint.answers()
+    }
+
     fn shutdown(&self) {
         self.endpoint.shutdown();
         self.stateless.stop();

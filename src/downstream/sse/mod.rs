@@ -85,6 +85,14 @@ impl Connector for SseConnector {
     fn close_idle(&self, unused: bool) {
         self.http.close_idle(unused);
     }
+
+    fn probes(&self) -> bool {
+        true
+    }
+
+    fn answers(&self) -> bool {
+        self.http.answers()
+    }
 }
 
 /// Opens the stream, waits (`connect_timeout_secs`) for its `endpoint`
