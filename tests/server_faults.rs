@@ -221,6 +221,38 @@ fn a_server_that_did_not_answer_delays_only_the_first_new_session() {
 }
 
 // ---------------------------------------------------------------------------
+// 4d. "unknown tool" while a server is down
+// ---------------------------------------------------------------------------
+
+/// A server whose list must be fetched again (it said its tools changed)
+/// is down when a call comes: the call says the server is unavailable,
+/// never that the tool is unknown. Before, it got `-32602 unknown tool
+/// alpha__echo` with no word of the server.
+#[test]
+fn a_call_to_a_tool_of_a_down_server_says_the_server_is_unavailable() {
+    let (mut a, b) = Fixture::alpha_and_beta();
+    let gate = Gate::start(&config_for(&[&a, &b]));
+    let mut client = gate.client();
+    client.initialize();
+    assert_eq!(client.tool_text("alpha__echo", json!({"text": "x"})), "x");
+    // Its list goes stale: fetched again at the next call.
+    assert_eq!(client.tool_text("alpha__notify", json!({"kind": "tools"})), "sent");
+    a.kill();
+    let reply = client.call_tool("alpha__echo", json!({"text": "x"}));
+    eprintln!("a call to a down server's tool, its list stale: {}", reply.body);
+    let message = reply.error_message();
+    assert!(!message.contains("unknown tool"), "{}", reply.body);
+    assert!(message.contains("alpha") && message.contains("unreachable"), "{}", reply.body);
+    assert_eq!(reply.body["error"]["data"]["server"], "alpha", "{}", reply.body);
+    assert_eq!(client.tool_text("beta__echo", json!({"text": "b"})), "b");
+    // A name no server has is unknown, and names the server that could not say.
+    let reply = client.call_tool("nothing__here", json!({}));
+    assert!(reply.error_message().contains("unknown tool"), "{}", reply.body);
+    assert!(reply.error_message().contains("`alpha`"), "{}", reply.body);
+    assert_eq!(client.delete(), 200);
+}
+
+// ---------------------------------------------------------------------------
 // 4f. A client DELETE the state file cannot record
 // ---------------------------------------------------------------------------
 
