@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use support::{
-    Client, Fixture, Gate, Proxy, assert_all_closed, config, config_for, read_state, sockets_to, wait_for_state,
-    wait_until, with_state_file,
+    Client, Fixture, Gate, Proxy, Scripted, assert_all_closed, config, config_for, read_state, sockets_to,
+    wait_for_state, wait_until, with_state_file,
 };
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -71,10 +71,6 @@ fn a_listener_hears_a_server_again_after_its_reopen_failed_while_it_was_down() {
     assert_eq!(status["requests"]["total"].as_u64().unwrap(), requests_before, "no /mcp request was sent meanwhile");
     hears_then_ends(&mut client, &stream, &a);
 }
-
-// ---------------------------------------------------------------------------
-// 4a. A listener's stream that went half-open
-// ---------------------------------------------------------------------------
 
 /// A server lost behind a partition, or a host that rebooted without a
 /// FIN: mcpgate's side of the `GET` stream stays open and hears nothing.
@@ -250,6 +246,58 @@ fn a_call_to_a_tool_of_a_down_server_says_the_server_is_unavailable() {
     assert!(reply.error_message().contains("unknown tool"), "{}", reply.body);
     assert!(reply.error_message().contains("`alpha`"), "{}", reply.body);
     assert_eq!(client.delete(), 200);
+}
+
+// ---------------------------------------------------------------------------
+// 4e. A response nobody asked for
+// ---------------------------------------------------------------------------
+
+/// A server that answers a call twice: the second response, left on the
+/// pooled connection, must never be taken for the answer to a later call on
+/// it (which may be another session's). A second response already there
+/// when the connection would be used again (in the same write, or 200 ms
+/// later) closes the connection; one that comes while the next call is
+/// under way (30 ms later, the next call sent at once) can fail that one
+/// call, but is never delivered as its answer, and the connection it came
+/// on is not used again.
+#[test]
+fn a_response_nobody_asked_for_is_never_taken_for_another_calls_answer() {
+    let bad = Scripted::start(false);
+    let mut c = config(&[("bad", bad.url())]);
+    // One lane: every call takes the same connection, if it is kept.
+    c["calls_per_server"] = json!(1);
+    let gate = Gate::start(&c);
+    let (mut first, mut second) = (gate.client(), gate.client());
+    first.initialize();
+    second.initialize();
+    let text = |reply: &support::Reply| reply.body["result"]["content"][0]["text"].as_str().map(str::to_string);
+    let (mut delivered, mut failed) = (Vec::new(), Vec::new());
+    for round in 0..30 {
+        let (tool, pause) = match round % 3 {
+            0 => ("bad__twice", 0),
+            1 => ("bad__twice_late", 200),
+            _ => ("bad__twice_late", 0),
+        };
+        let calls = [("first", tool), ("second", "bad__ok"), ("first", "bad__ok")];
+        for (i, (who, called)) in calls.into_iter().enumerate() {
+            if i == 1 {
+                std::thread::sleep(Duration::from_millis(pause));
+            }
+            let client = if who == "first" { &mut first } else { &mut second };
+            let reply = client.call_tool(called, json!({}));
+            let what = format!("round {round}, {who}'s {called} after {tool} (+{pause} ms)");
+            match text(&reply) {
+                Some(t) if t == "ok" => {}
+                Some(other) => delivered.push(format!("{what}: {other}")),
+                None => failed.push(format!("{what}: {}", reply.error_message())),
+            }
+        }
+    }
+    eprintln!("another call's answer delivered: {delivered:#?}\ncalls failed: {failed:#?}");
+    assert!(delivered.is_empty(), "{delivered:#?}");
+    // At most the call under way when the late response came, never one after it.
+    assert!(failed.iter().all(|f| f.contains("second's bad__ok after bad__twice_late (+0 ms)")), "{failed:#?}");
+    assert!(failed.iter().all(|f| f.contains("server `bad`")), "{failed:#?}");
 }
 
 // ---------------------------------------------------------------------------

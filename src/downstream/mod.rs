@@ -263,6 +263,8 @@ pub struct Server {
     pub metrics: ServerStats,
     /// Its lists, held once for every session that sees the same of them.
     pub lists: crate::catalog::ServerLists,
+    /// The next request id of its downstream sessions (see [`Downstream::next_id`]).
+    next_id: AtomicU64,
     /// The server of the same name a reload put in its place, once retired:
     /// held, so that the way from an old server to the one in force stays
     /// whole for as long as someone holds the old one.
@@ -297,6 +299,7 @@ impl Server {
             stats: context.stats.clone(),
             metrics: ServerStats::default(),
             lists: crate::catalog::ServerLists::default(),
+            next_id: AtomicU64::new(1),
             successor: Mutex::new(None),
         }
     }
@@ -582,7 +585,6 @@ pub struct Downstream {
     pub protocol_version: String,
     pub capabilities: Value,
     pub instructions: Option<String>,
-    next_id: AtomicU64,
     /// Set once, by the close path; later exchanges fail with `Gone`.
     closing: AtomicBool,
     /// Requests using it now: a reload lets them finish before it closes it.
@@ -609,7 +611,6 @@ impl Downstream {
             protocol_version: versions::NEWEST.to_string(),
             capabilities: Value::Null,
             instructions: None,
-            next_id: AtomicU64::new(1),
             closing: AtomicBool::new(false),
             busy: AtomicUsize::new(0),
         }
@@ -664,9 +665,11 @@ impl Downstream {
         self.closing.load(Ordering::Acquire)
     }
 
-    /// A fresh request id within this downstream session.
+    /// A fresh request id: unique among all the server's downstream
+    /// sessions, so that an answer a server sends twice can never pass for
+    /// the answer to another session's request on the same connection.
     pub fn next_id(&self) -> Value {
-        Value::from(self.next_id.fetch_add(1, Ordering::Relaxed))
+        Value::from(self.server.next_id.fetch_add(1, Ordering::Relaxed))
     }
 
     /// Sends a request and returns the response message (`result` or `error`).

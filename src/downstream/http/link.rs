@@ -92,7 +92,7 @@ impl Link for HttpLink {
         let result = endpoint
             .post(lane.agent(), self.session_id.as_deref(), Some(&d.protocol_version), &body)
             .and_then(|response| endpoint.read_answer(&d.server, response, id, on_message, &exchange));
-        lane.stopped = flight.disarm();
+        lane.finish(flight, &result);
         result
     }
 

@@ -442,7 +442,7 @@ impl Link for StatelessLink {
         let result = endpoint
             .post_with(lane.agent(), headers, &body)
             .and_then(|response| endpoint.read_answer(&d.server, response, id, on_message, &exchange));
-        lane.stopped = flight.disarm();
+        lane.finish(flight, &result);
         if method == "tools/list"
             && let Ok(answer) = &result
         {
