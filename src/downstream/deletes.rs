@@ -13,12 +13,14 @@
 //! sessions mcpgate counted closed.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
 use super::{Downstream, DownstreamError};
 use crate::limited;
+use crate::runtime::threads;
 use crate::stats::Stats;
 
 /// Tries of one `DELETE` after the first, before it is given up.
@@ -27,7 +29,7 @@ const ATTEMPTS: u32 = 12;
 const MAX_OWED: usize = 4096;
 /// Tried again per reaper tick, at most, and this many at once.
 const PER_TICK: usize = 64;
-const PARALLEL: usize = 8;
+const PARALLEL: usize = 16;
 /// The first wait before a try, doubled after each failed one up to [`BACKOFF_MAX`].
 const BACKOFF_MIN: Duration = Duration::from_secs(1);
 const BACKOFF_MAX: Duration = Duration::from_secs(60);
@@ -35,8 +37,10 @@ const BACKOFF_MAX: Duration = Duration::from_secs(60);
 /// The `DELETE`s owed, shared by every server (one per gateway).
 #[derive(Default)]
 pub struct Deletes {
-    /// Guards the list; taken only to add, or to take the ones due.
+    /// Guards the list, oldest first; taken only to add, or to take the ones due.
     owed: Mutex<Vec<Owed>>,
+    /// A thread tries some again now.
+    retrying: AtomicBool,
 }
 
 struct Owed {
@@ -83,39 +87,53 @@ impl Deletes {
         }
     }
 
-    /// How many are owed now.
-    pub fn len(&self) -> usize {
-        self.owed.lock().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Tries again those whose backoff has passed (the reaper's job): each
-    /// once its closing is on disk, then its `DELETE`. Those that fail wait
-    /// longer; after [`ATTEMPTS`] tries they are given up.
-    pub fn retry_due(&self, stats: &Stats) {
+    /// Tries again those whose backoff has passed (the reaper's job), on a
+    /// thread of its own: the reaper never waits for a server. Each is tried
+    /// once its closing is on disk, then its `DELETE` goes; those that fail
+    /// wait longer, and after [`ATTEMPTS`] tries are given up. One such
+    /// thread runs at a time.
+    pub fn retry_due(self: &Arc<Self>, stats: &Arc<Stats>) {
+        if self.retrying.swap(true, Ordering::AcqRel) {
+            return;
+        }
         let now = Instant::now();
         let due: Vec<Owed> = {
             let mut owed = self.owed.lock();
-            let mut due = Vec::new();
-            let mut i = 0;
-            while i < owed.len() && due.len() < PER_TICK {
-                if owed[i].due <= now { due.push(owed.swap_remove(i)) } else { i += 1 }
+            let (mut due, mut later) = (Vec::new(), Vec::new());
+            for one in owed.drain(..) {
+                if one.due <= now && due.len() < PER_TICK { due.push(one) } else { later.push(one) }
             }
+            *owed = later;
             due
         };
         if due.is_empty() {
+            self.retrying.store(false, Ordering::Release);
             return;
         }
-        let later: Mutex<Vec<Owed>> = Mutex::new(Vec::new());
-        crate::runtime::threads::for_each_parallel("close", &due, PARALLEL, |owed| {
-            if let Some(again) = try_once(owed, stats) {
-                later.lock().push(again);
+        // Shared, so that they come back to the list if no thread can take them.
+        let batch = Arc::new(Mutex::new(due));
+        let work = {
+            let (deletes, stats, batch) = (self.clone(), stats.clone(), batch.clone());
+            move || {
+                let due = std::mem::take(&mut *batch.lock());
+                let later: Mutex<Vec<Owed>> = Mutex::new(Vec::new());
+                threads::for_each_parallel("close", &due, PARALLEL, |owed| {
+                    if let Some(again) = try_once(owed, &stats) {
+                        later.lock().push(again);
+                    }
+                });
+                deletes.owed.lock().extend(later.into_inner());
+                deletes.retrying.store(false, Ordering::Release);
             }
-        });
-        self.owed.lock().extend(later.into_inner());
+        };
+        match threads::spawn("close", "deletes", work) {
+            Ok(handle) => threads::join_later(handle),
+            Err(_) => {
+                let due = std::mem::take(&mut *batch.lock());
+                self.owed.lock().extend(due);
+                self.retrying.store(false, Ordering::Release);
+            }
+        }
     }
 }
 
