@@ -96,7 +96,7 @@ fn a_listener_hears_a_server_again_after_its_stream_went_half_open() {
     assert!(wait_until(WAIT, || a.count("get_streams_open") == 0), "the server saw its side close: {}", a.stats());
     proxy.heal();
     let healed = Instant::now();
-    let heard = wait_until(Duration::from_secs(60), || a.count("get_streams_open") == 1);
+    let heard = wait_until(Duration::from_secs(90), || a.count("get_streams_open") == 1);
     eprintln!("the listener's stream back {:?} after the network healed", healed.elapsed());
     assert!(heard, "the reader still waits on the half-open connection: {}\n{}", a.stats(), gate.stderr());
     hears_then_ends(&mut client, &stream, &a);
@@ -176,7 +176,7 @@ fn a_server_that_did_not_answer_delays_only_the_first_new_session() {
     let (a, b) = Fixture::alpha_and_beta();
     let proxy = Proxy::start(&a.addr);
     let mut c = config(&[("alpha", proxy.url()), ("beta", b.url())]);
-    c["request_timeout_secs"] = json!(6);
+    c["request_timeout_secs"] = json!(8);
     c["session_idle_timeout_secs"] = json!(10);
     let gate = Gate::start(&c);
     proxy.black_hole();
@@ -191,8 +191,9 @@ fn a_server_that_did_not_answer_delays_only_the_first_new_session() {
         clients.push(client);
     }
     eprintln!("initialize with a black-holed server, one session after another: {took:?}");
-    assert!(took[0] >= Duration::from_secs(5), "the first waits for the server: {took:?}");
-    assert!(took[1..].iter().all(|t| *t < Duration::from_secs(3)), "the next do not wait for it again: {took:?}");
+    assert!(took[0] >= Duration::from_secs(7), "the first waits for the server: {took:?}");
+    // Well under the 8 s the server would be waited for.
+    assert!(took[1..].iter().all(|t| *t < Duration::from_secs(4)), "the next do not wait for it again: {took:?}");
     for client in &mut clients {
         assert_eq!(client.tool_text("beta__echo", json!({"text": "b"})), "b", "the other server serves them");
         let reply = client.call_tool("alpha__echo", json!({"text": "a"}));
@@ -230,9 +231,12 @@ fn a_call_to_a_tool_of_a_down_server_says_the_server_is_unavailable() {
     let gate = Gate::start(&config_for(&[&a, &b]));
     let mut client = gate.client();
     client.initialize();
+    let stream = client.open_stream();
     assert_eq!(client.tool_text("alpha__echo", json!({"text": "x"})), "x");
-    // Its list goes stale: fetched again at the next call.
+    // Its list goes stale: fetched again at the next call. The client is
+    // told once mcpgate let go of it.
     assert_eq!(client.tool_text("alpha__notify", json!({"kind": "tools"})), "sent");
+    assert!(stream.next_with_method("notifications/tools/list_changed", WAIT).is_some(), "the list went stale");
     a.kill();
     let reply = client.call_tool("alpha__echo", json!({"text": "x"}));
     eprintln!("a call to a down server's tool, its list stale: {}", reply.body);
@@ -289,15 +293,22 @@ fn a_response_nobody_asked_for_is_never_taken_for_another_calls_answer() {
             match text(&reply) {
                 Some(t) if t == "ok" => {}
                 Some(other) => delivered.push(format!("{what}: {other}")),
-                None => failed.push(format!("{what}: {}", reply.error_message())),
+                None => failed.push((round, tool, format!("{what}: {}", reply.error_message()))),
             }
         }
     }
-    eprintln!("another call's answer delivered: {delivered:#?}\ncalls failed: {failed:#?}");
+    let shown: Vec<&String> = failed.iter().map(|(_, _, what)| what).collect();
+    eprintln!("another call's answer delivered: {delivered:#?}\n{} of 90 calls failed: {shown:#?}", failed.len());
     assert!(delivered.is_empty(), "{delivered:#?}");
-    // At most the call under way when the late response came, never one after it.
-    assert!(failed.iter().all(|f| f.contains("second's bad__ok after bad__twice_late (+0 ms)")), "{failed:#?}");
-    assert!(failed.iter().all(|f| f.contains("server `bad`")), "{failed:#?}");
+    // At most the one call under way when a late second response came, in
+    // its round; never one after it, nor one after a second response that
+    // came in the same write.
+    for round in 0..30 {
+        let in_round: Vec<_> = failed.iter().filter(|(r, _, _)| *r == round).collect();
+        assert!(in_round.len() <= 1, "{shown:#?}");
+        assert!(in_round.iter().all(|(_, tool, _)| *tool == "bad__twice_late"), "{shown:#?}");
+    }
+    assert!(shown.iter().all(|f| f.contains("server `bad`")), "{shown:#?}");
 }
 
 // ---------------------------------------------------------------------------
