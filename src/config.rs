@@ -1129,7 +1129,12 @@ impl Config {
             line("connections", &["conn"], "max_connections", self.max_connections),
             line("readers", &["reader"], "max_sessions x HTTP servers", self.max_sessions * http),
             line("stdio", &["spawner", "stdio", "stderr"], "spawner, 2 x max_processes", stdio),
-            line("fanout", &["fanout"], "calls_per_server x servers", self.calls_per_server * servers),
+            line(
+                "fanout",
+                &["fanout"],
+                "calls_per_server x servers, and a probe per server",
+                (self.calls_per_server + 1) * servers,
+            ),
             line(
                 "hold",
                 &["hold", "watch"],

@@ -459,8 +459,14 @@ stats! {
         downstream_live: Gauge => "downstream"."live" as "mcpgate_downstream_live",
         /// Downstream sessions taken over from the state file (included in `opened`).
         downstream_resumed: Counter => "downstream"."resumed" as "mcpgate_downstream_resumed_total",
-        /// Downstream sessions whose DELETE (or process stop) failed.
+        /// Downstream sessions whose DELETE (or process stop) failed at their close.
         downstream_delete_failures: Counter => "downstream"."delete_failures" as "mcpgate_downstream_delete_failures_total",
+        /// DELETEs sent again: lost to a fault that may pass (no connection, no answer in time, 5xx, 429), or held until the state file could record their closing.
+        downstream_delete_retries: Counter => "downstream"."delete_retries" as "mcpgate_downstream_delete_retries_total",
+        /// DELETEs owed now, tried again with backoff until the server answers (their sessions stay in the state file meanwhile).
+        downstream_deletes_owed: Gauge => "downstream"."deletes_owed" as "mcpgate_downstream_deletes_owed",
+        /// Owed DELETEs given up after 12 tries (about 6 minutes), or past 4,096 owed: the server keeps the session until it expires it.
+        downstream_deletes_abandoned: Counter => "downstream"."deletes_abandoned" as "mcpgate_downstream_deletes_abandoned_total",
         /// Downstream sessions dropped without going through the close path: a bug if ever non-zero.
         downstream_leaked: Counter => "downstream"."leaked" as "mcpgate_downstream_leaked_total",
 
@@ -522,6 +528,8 @@ stats! {
     pub struct ServerStats by server {
         /// Requests mcpgate sent to a server or tried to (`initialize`, and each request forwarded), whatever came of them.
         requests: Counter => "servers"."requests" as "mcpgate_server_requests_total",
+        /// Sessions that did not open the server, without waiting: it did not answer an earlier one, and no probe found it answering since.
+        opens_skipped: Counter => "servers"."opens_skipped" as "mcpgate_server_opens_skipped_total",
         /// The server could not be reached.
         errors_connect: Counter => "servers"."errors.connect" as "mcpgate_server_errors_total" { kind = "connect" },
         /// The server sent no message within `request_timeout_secs`.

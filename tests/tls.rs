@@ -301,7 +301,7 @@ fn a_certificate_mcpgate_cannot_trust_is_named_with_its_server_and_what_is_wrong
         let url = format!("https://{host}:{}/mcp", backend.addr.port());
         let (message, gate) = call_through(&url, json!({}), server_extra.clone());
         eprintln!("{url}: {message}");
-        assert!(message.contains("unavailable servers: `sec` ("), "the server is named: {message}");
+        assert!(message.starts_with("server `sec`: unreachable: "), "the server is named: {message}");
         assert!(message.contains(&format!("TLS: the server's certificate {words}")), "`{words}` not in: {message}");
         let status = gate.status();
         let last = status["servers"]["sec"]["last_error"].as_str().unwrap_or_default().to_string();

@@ -12,8 +12,12 @@ use crate::stats::{Counter, ServerStats};
 pub enum DownstreamError {
     /// The server could not be reached.
     Connect(String),
+    /// No connection to the server within `connect_timeout_secs` (it did not answer).
+    ConnectTimeout(Duration),
     /// The server sent no message for longer than the request timeout.
     Timeout(Duration),
+    /// The server did not answer a `DELETE` within `delete_timeout_secs`.
+    DeleteTimeout(Duration),
     /// Every lane to the server stayed taken while the request waited.
     Busy(usize),
     /// An HTTP status other than the ones MCP defines for the exchange.
@@ -41,8 +45,14 @@ impl fmt::Display for DownstreamError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             DownstreamError::Connect(e) => write!(f, "unreachable: {e}"),
+            DownstreamError::ConnectTimeout(d) => {
+                write!(f, "unreachable: no connection within {} s (connect_timeout_secs)", d.as_secs_f64())
+            }
             DownstreamError::Timeout(d) => {
                 write!(f, "sent no message within {} s (request_timeout_secs)", d.as_secs_f64())
+            }
+            DownstreamError::DeleteTimeout(d) => {
+                write!(f, "did not answer DELETE within {} s (delete_timeout_secs)", d.as_secs_f64())
             }
             DownstreamError::Busy(n) => {
                 write!(f, "busy: {n} requests to it are in flight (calls_per_server); try again later")
@@ -73,12 +83,14 @@ impl DownstreamError {
     pub(super) fn says_down(&self, opening: bool) -> bool {
         match self {
             DownstreamError::Connect(_)
+            | DownstreamError::ConnectTimeout(_)
             | DownstreamError::Refused(_)
             | DownstreamError::Status { .. }
             | DownstreamError::Protocol(_)
             | DownstreamError::Exited(_) => true,
             DownstreamError::Timeout(_) => opening,
-            DownstreamError::Busy(_)
+            DownstreamError::DeleteTimeout(_)
+            | DownstreamError::Busy(_)
             | DownstreamError::SessionGone
             | DownstreamError::Closed
             | DownstreamError::Gone
@@ -87,11 +99,17 @@ impl DownstreamError {
         }
     }
 
+    /// Whether the server did not answer at all in time (no connection, or
+    /// no message): a black hole, which every new session would wait for.
+    pub(super) fn unanswered(&self) -> bool {
+        matches!(self, DownstreamError::Timeout(_) | DownstreamError::ConnectTimeout(_))
+    }
+
     /// The counter of its kind among a server's errors.
     pub(super) fn counter<'a>(&self, stats: &'a ServerStats) -> &'a Counter {
         match self {
-            DownstreamError::Connect(_) => &stats.errors_connect,
-            DownstreamError::Timeout(_) => &stats.errors_timeout,
+            DownstreamError::Connect(_) | DownstreamError::ConnectTimeout(_) => &stats.errors_connect,
+            DownstreamError::Timeout(_) | DownstreamError::DeleteTimeout(_) => &stats.errors_timeout,
             DownstreamError::Busy(_) => &stats.errors_busy,
             DownstreamError::Status { .. } => &stats.errors_status,
             DownstreamError::SessionGone => &stats.errors_session_gone,

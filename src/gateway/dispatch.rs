@@ -617,18 +617,59 @@ impl Gateway {
         if let Some(hidden) = self.hidden_by_filter(session, kind, exposed) {
             return Err(RpcError::invalid_params(hidden));
         }
-        let mut message = format!("unknown {what} `{}`", crate::catalog::shortened(exposed));
-        let failed = session.failed_servers();
-        if !failed.is_empty() {
-            let names: Vec<String> = failed.iter().map(|(n, e)| format!("`{n}` ({e})")).collect();
+        let shown = crate::catalog::shortened(exposed);
+        let list = self.merged_list(session, kind)?;
+        // A server still starting is said as such, below, not as unavailable.
+        let starting = self.starting(session, kind);
+        let unavailable: Vec<(Arc<Server>, String)> = self
+            .left_out(session, &list)
+            .into_iter()
+            .filter(|(server, _)| !starting.iter().any(|s| Arc::ptr_eq(s, server)))
+            .collect();
+        // Its prefix names a server that is down: that server is unavailable,
+        // and whether it has the name cannot be known (before, a failed fetch
+        // of its list made the name unknown).
+        let cur = self.current();
+        let owner = unavailable.iter().find(|(server, _)| {
+            let c = &server.config;
+            !c.prefix.is_empty() && exposed.starts_with(&naming(c, &cur.config).raw(""))
+        });
+        if let Some((server, why)) = owner {
+            return Err(RpcError::server(
+                server.name(),
+                format!("{why} (`{shown}` cannot be reached until it answers)"),
+            ));
+        }
+        let mut message = format!("unknown {what} `{shown}`");
+        if !unavailable.is_empty() {
+            let names: Vec<String> = unavailable.iter().map(|(s, e)| format!("`{}` ({e})", s.name())).collect();
             message.push_str(&format!("; unavailable servers: {}", names.join(", ")));
         }
-        let starting = self.starting(session, kind);
         if !starting.is_empty() {
             let names: Vec<String> = starting.iter().map(|s| format!("`{}`", s.name())).collect();
             message.push_str(&format!("; servers still starting: {}", names.join(", ")));
         }
         Err(RpcError::invalid_params(message))
+    }
+
+    /// The servers this session sees that `list` was merged without (their
+    /// session failed to open, or their list could not be fetched), each
+    /// with why, as far as it is known.
+    fn left_out(&self, session: &Session, list: &crate::catalog::List) -> Vec<(Arc<Server>, String)> {
+        let failed = session.failed_servers();
+        visible(&self.current(), session)
+            .into_iter()
+            .filter(|server| !list.sources().any(|(name, _)| name == server.name()))
+            .map(|server| {
+                let why = failed
+                    .iter()
+                    .find(|(name, _)| name == server.name())
+                    .map(|(_, e)| e.clone())
+                    .or_else(|| server.health().last_error)
+                    .unwrap_or_else(|| "its list could not be fetched".into());
+                (server, why)
+            })
+            .collect()
     }
 
     /// Why `exposed` names nothing: a server whose `tools`/`prompts` filter

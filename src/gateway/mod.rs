@@ -81,6 +81,8 @@ pub struct Gateway {
     pub journal: Arc<Journal>,
     /// The child processes of stdio servers.
     pub children: Arc<Children>,
+    /// The `DELETE`s a fault lost, which the reaper sends again.
+    pub deletes: Arc<crate::downstream::Deletes>,
     /// Recent name collisions between servers, for the status page.
     pub collisions: Mutex<Vec<String>>,
     /// Tools and prompts exposed under another name than `<prefix>__<name>`.
@@ -128,7 +130,13 @@ impl Gateway {
         let stats = Arc::new(Stats::default());
         let journal = Arc::new(Journal::new(config.state_file.as_deref(), config.instance_id.as_deref()));
         let children = Children::new(config.max_processes, config.stdio_grace, config.max_message_bytes);
-        let context = Context { stats: stats.clone(), journal: journal.clone(), children: children.clone() };
+        let deletes = Arc::new(crate::downstream::Deletes::default());
+        let context = Context {
+            stats: stats.clone(),
+            journal: journal.clone(),
+            children: children.clone(),
+            deletes: deletes.clone(),
+        };
         let servers = config.servers.iter().map(|s| new_server(s, &config, &context)).collect();
         let instance_id = config.instance_id.clone();
         Gateway {
@@ -137,6 +145,7 @@ impl Gateway {
             journal,
             stats,
             children,
+            deletes,
             collisions: Mutex::new(Vec::new()),
             renamed: Mutex::new(Vec::new()),
             lists: merged::MergedLists::default(),
@@ -165,7 +174,12 @@ impl Gateway {
 
     /// What every server shares.
     pub fn context(&self) -> Context {
-        Context { stats: self.stats.clone(), journal: self.journal.clone(), children: self.children.clone() }
+        Context {
+            stats: self.stats.clone(),
+            journal: self.journal.clone(),
+            children: self.children.clone(),
+            deletes: self.deletes.clone(),
+        }
     }
 
     /// The configuration and servers in force now.

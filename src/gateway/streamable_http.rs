@@ -573,9 +573,28 @@ impl Gateway {
         let Some(id) = req.header(SESSION_HEADER) else {
             return HttpReply::bad(400, "DELETE /mcp needs the Mcp-Session-Id header");
         };
+        // The end of a session is answered once it is on disk: a crash
+        // would bring back a session ended before, and its downstream
+        // sessions would be closed twice (before, it was answered 200 while
+        // the state file could not be written, and after a crash its
+        // servers got a second DELETE). A file that cannot be written now
+        // leaves it as it is, for the client to end later.
+        if let Some(e) = self.journal.failing() {
+            let e = RpcError::internal(format!("{e}; the session was not ended: DELETE it again later"));
+            return HttpError::unavailable(e).reply();
+        }
         match self.sessions.remove_if(id, |session| session.admits(access)) {
             Some(session) => {
                 self.close(vec![session], CloseReason::ClientDelete);
+                if let Err(e) = self.journal.commit() {
+                    // The file failed meanwhile: the session is ended, and its
+                    // downstream sessions close once the file can be written.
+                    let e = RpcError::internal(format!(
+                        "{e}; the session is ended, and its servers' sessions are closed once the file can be \
+                         written"
+                    ));
+                    return HttpError::unavailable(e).reply();
+                }
                 HttpReply::empty(200)
             }
             None => HttpReply::error(

@@ -551,6 +551,15 @@ impl Journal {
         self.state.lock().failure.as_ref().map(|(_, e)| e.clone())
     }
 
+    /// Why the file cannot be written now, when its last write failed
+    /// (the writer tries again every 250 ms; the activity it writes at
+    /// least every 30 s finds a failing file even while nothing else is).
+    pub fn failing(&self) -> Option<StateError> {
+        let file = self.file.as_ref()?;
+        let why = self.state.lock().failure.as_ref().map(|(_, e)| e.clone())?;
+        Some(StateError::Failed { path: file.path.clone(), why })
+    }
+
     /// Waits until every record queued so far is on disk (at most 5 s):
     /// what must be durable before a client is answered.
     pub fn commit(&self) -> Result<(), StateError> {

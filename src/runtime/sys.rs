@@ -183,6 +183,39 @@ pub fn reset_on_close(socket: &impl std::os::fd::AsRawFd) {
     }
 }
 
+/// Turns on TCP keepalive for `socket`: after `idle` without traffic the
+/// kernel probes the peer every `interval`, and `count` probes unanswered
+/// end the connection (a read then fails): a peer that vanished without a
+/// FIN (a host lost behind a partition, or rebooted) is found even while
+/// nothing is read or written.
+pub fn keep_alive(
+    socket: &impl std::os::fd::AsRawFd,
+    idle: std::time::Duration,
+    interval: std::time::Duration,
+    count: u32,
+) -> io::Result<()> {
+    let fd = socket.as_raw_fd();
+    let set = |level: libc::c_int, name: libc::c_int, value: u64| -> io::Result<()> {
+        let value = libc::c_int::try_from(value).unwrap_or(libc::c_int::MAX);
+        // SAFETY: the descriptor is open (borrowed from a live socket) and
+        // `value` is a live local of the size passed.
+        let rc = unsafe {
+            libc::setsockopt(
+                fd,
+                level,
+                name,
+                (&value as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+    };
+    set(libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1)?;
+    set(libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, idle.as_secs().max(1))?;
+    set(libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, interval.as_secs().max(1))?;
+    set(libc::IPPROTO_TCP, libc::TCP_KEEPCNT, u64::from(count.max(1)))
+}
+
 /// How many more threads this process may start: the tighter of
 /// `RLIMIT_NPROC` (less this process's threads; under systemd's
 /// `DynamicUser` the user runs nothing else) and its cgroup's `pids.max`

@@ -1,7 +1,8 @@
 //! The reaper: one thread that closes idle sessions through the one close
-//! path, ends requests to servers silent past the request timeout, stops
-//! shared stdio processes nobody uses, and joins threads that outlived
-//! their owner's wait.
+//! path, ends requests to servers silent past the request timeout, sends
+//! again the `DELETE`s a fault lost, stops shared stdio processes nobody
+//! uses, closes idle connections to servers, and joins threads that
+//! outlived their owner's wait.
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -56,10 +57,12 @@ pub fn start(gateway: Arc<Gateway>) -> std::io::Result<Reaper> {
                         gateway.close(idle, CloseReason::Idle);
                     }
                     reopen_lost(&gateway);
+                    gateway.deletes.retry_due(&gateway.stats);
                     gateway.prune_lists();
                     let current = gateway.current();
                     for server in &current.servers {
                         server.stop_idle(current.config.shared_idle);
+                        server.probe_if_silent();
                     }
                     gateway.start_eager(None);
                     gateway.children.reap_left_behind();
@@ -74,22 +77,31 @@ pub fn start(gateway: Arc<Gateway>) -> std::io::Result<Reaper> {
 /// Reopens downstream sessions whose server forgot them (its stream
 /// answered 404), or whose HTTP+SSE stream ended, so that a client that
 /// only listens gets that server's notifications again without sending
-/// anything.
+/// anything; and tries again, with backoff, those whose reopen failed.
 fn reopen_lost(gateway: &Gateway) {
     let current = gateway.current();
     let mut lost = Vec::new();
     for session in gateway.sessions.snapshot() {
         for old in session.take_lost() {
             if let Some(server) = current.server(old.server.name()).filter(|s| Arc::ptr_eq(s, &old.server)) {
-                lost.push((session.clone(), server.clone(), old));
+                lost.push((session.clone(), server.clone(), Some(old)));
+            }
+        }
+        for name in session.take_failed_reopens() {
+            if let Some(server) = current.server(&name) {
+                lost.push((session.clone(), server.clone(), None));
             }
         }
     }
     threads::for_each_parallel("fanout", &lost, 8, |(session, server, old)| {
-        if let Err(e) = session.reopen(server, old) {
+        let reopened = match old {
+            Some(old) => session.reopen(server, old),
+            None => session.retry_reopen(server),
+        };
+        if let Err(e) = reopened {
             crate::limited!(
                 warn,
-                "server `{}`: reopening a forgotten downstream session failed: {}",
+                "server `{}`: reopening a forgotten downstream session failed: {}; tried again later",
                 server.name(),
                 e.message
             );

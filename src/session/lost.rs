@@ -2,7 +2,10 @@
 //! (the server forgot the session) or, HTTP+SSE, ended (it cannot be
 //! resumed). The reaper reopens each once its backoff has passed; the
 //! backoff grows with the server's streak of losses, as the reader's own
-//! reconnects do.
+//! reconnects do. A reopen that failed (the server was down again: a crash
+//! loop) is tried again the same way, for as long as the session lives:
+//! before, it was left failed, and a client that only listens never heard
+//! that server again.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -10,10 +13,13 @@ use std::time::{Duration, Instant};
 /// Losses of one server's stream closer than this apart count as a streak.
 const LOST_STREAK: Duration = Duration::from_secs(60);
 
-/// The lost downstream sessions of one session, and each server's streak.
+/// The lost downstream sessions of one session, the servers whose reopen
+/// failed, and each server's streak.
 #[derive(Default)]
 pub(super) struct Lost {
     waiting: Vec<LostStream>,
+    /// Servers to open again, each not before its time.
+    failed: Vec<(String, Instant)>,
     /// Per server, how many times in a row its stream was lost, and when.
     streaks: HashMap<String, (u32, Instant)>,
 }
@@ -28,10 +34,31 @@ struct LostStream {
 impl Lost {
     /// The stream of `server`'s session `session_id` was lost at `now`.
     pub(super) fn record(&mut self, server: &str, session_id: Option<&str>, now: Instant) {
+        let after = self.next_try(server, now);
+        self.waiting.push(LostStream { server: server.to_string(), session_id: session_id.map(str::to_string), after });
+    }
+
+    /// Reopening `server`'s downstream session failed at `now`: tried
+    /// again after the backoff, which the failure lengthens.
+    pub(super) fn reopen_failed(&mut self, server: &str, now: Instant) {
+        let after = self.next_try(server, now);
+        self.failed.retain(|(s, _)| s != server);
+        self.failed.push((server.to_string(), after));
+    }
+
+    /// When to try `server` again after a loss at `now`: its streak grows.
+    fn next_try(&mut self, server: &str, now: Instant) -> Instant {
         let streak = self.streaks.entry(server.to_string()).or_insert((0, now));
         *streak = (lost_again(*streak, now), now);
-        let after = now + reopen_delay(streak.0);
-        self.waiting.push(LostStream { server: server.to_string(), session_id: session_id.map(str::to_string), after });
+        now + reopen_delay(streak.0)
+    }
+
+    /// The servers whose failed reopen is due at `now`, each handed out once.
+    pub(super) fn take_failed(&mut self, now: Instant) -> Vec<String> {
+        let (due, later): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.failed).into_iter().partition(|(_, at)| *at <= now);
+        self.failed = later;
+        due.into_iter().map(|(server, _)| server).collect()
     }
 
     /// Those whose backoff has passed at `now`, each handed out once: the
@@ -76,6 +103,19 @@ mod tests {
         assert_eq!(*delays.last().unwrap(), Duration::from_secs(30));
         let quiet = streak.1 + LOST_STREAK + Duration::from_secs(1);
         assert_eq!(reopen_delay(lost_again(streak, quiet)), Duration::from_millis(500));
+    }
+
+    #[test]
+    fn a_failed_reopen_is_tried_again_after_a_longer_backoff_once() {
+        let start = Instant::now();
+        let mut lost = Lost::default();
+        lost.record("files", Some("abc"), start);
+        lost.take_due(start + Duration::from_secs(1));
+        lost.reopen_failed("files", start + Duration::from_secs(1));
+        assert!(lost.take_failed(start + Duration::from_secs(1)).is_empty(), "not before its backoff");
+        // The second loss in a row waits 1 s.
+        assert_eq!(lost.take_failed(start + Duration::from_secs(2)), vec!["files".to_string()]);
+        assert!(lost.take_failed(start + Duration::from_secs(60)).is_empty(), "handed out once");
     }
 
     #[test]

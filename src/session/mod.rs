@@ -697,7 +697,37 @@ impl Session {
         downstream::close_all(std::slice::from_ref(old), 1);
         // A server that forgot a session restarted: what it lists may have changed too.
         server.lists.clear();
-        self.downstream(server, Duration::ZERO)
+        self.reopened(server, self.downstream(server, Duration::ZERO))
+    }
+
+    /// The servers whose reopen failed, due to be tried again now; each is
+    /// handed out once, and only while no session is open with it (a
+    /// request may have opened one already).
+    pub fn take_failed_reopens(&self) -> Vec<String> {
+        let mut st = self.state.lock();
+        let due = st.lost.take_failed(Instant::now());
+        due.into_iter().filter(|server| st.slots.if_open(server).is_none()).collect()
+    }
+
+    /// Tries again to open a downstream session whose reopen failed.
+    pub fn retry_reopen(&self, server: &Arc<Server>) -> Result<Arc<Downstream>, RpcError> {
+        self.reopened(server, self.downstream(server, Duration::ZERO))
+    }
+
+    /// A reopen that failed is tried again later, for as long as the
+    /// session lives: whether or not its client sends requests.
+    fn reopened(
+        &self,
+        server: &Server,
+        result: Result<Arc<Downstream>, RpcError>,
+    ) -> Result<Arc<Downstream>, RpcError> {
+        if result.is_err() {
+            let mut st = self.state.lock();
+            if !st.closed {
+                st.lost.reopen_failed(server.name(), Instant::now());
+            }
+        }
+        result
     }
 
     /// Takes the downstream sessions of `servers` (retired by a reload) for

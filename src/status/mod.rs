@@ -234,6 +234,8 @@ pub fn json_from(g: &Gateway, readings: &[Reading]) -> Value {
         entry["last_error"] = health.last_error.into();
         entry["last_error_at"] = unix(health.last_error_at);
         entry["last_ok_at"] = unix(health.last_ok_at);
+        // Did not answer a session: new ones skip it until it answers a probe.
+        entry["silent_since"] = unix(health.silent.map(|(since, _)| since));
         if entry.get("processes").is_none() {
             entry["processes"] = Value::Null;
         }

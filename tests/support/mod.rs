@@ -16,6 +16,8 @@
 //! - Scripted servers ([`scripted`]): downstream servers the fixture cannot
 //!   be, one that answers garbage, hangs or streams for ever ([`Scripted`])
 //!   and one that never answers ([`Silent`]).
+//! - A fault-injecting TCP proxy ([`proxy`]) between mcpgate and a server:
+//!   black holes, half-open connections, resets, delays ([`Proxy`]).
 //! - A token issuer ([`oauth`]): the tests' own signing keys, JWTs signed
 //!   with them, and a small server for their JWKS and introspection.
 //! - Assertions ([`assert`]): every downstream session closed exactly once
@@ -34,6 +36,7 @@ mod modern;
 mod oauth;
 mod privileges;
 mod process;
+mod proxy;
 mod raw;
 mod scripted;
 mod state;
@@ -41,5 +44,6 @@ mod stdio;
 
 #[allow(unused_imports)]
 pub use self::{
-    assert::*, client::*, modern::*, oauth::*, privileges::*, process::*, raw::*, scripted::*, state::*, stdio::*,
+    assert::*, client::*, modern::*, oauth::*, privileges::*, process::*, proxy::*, raw::*, scripted::*, state::*,
+    stdio::*,
 };

@@ -453,3 +453,52 @@ pub fn rss_bytes(pid: u32) -> u64 {
 pub fn peak_rss_bytes(pid: u32) -> u64 {
     proc_status_bytes(pid, "VmHWM:")
 }
+
+/// The TCP states (`ESTABLISHED`, `CLOSE_WAIT`, ...) of the sockets process
+/// `pid` holds toward port `port` on 127.0.0.1, from /proc.
+pub fn sockets_to(pid: u32, port: u16) -> Vec<&'static str> {
+    socket_timers_to(pid, port).into_iter().map(|(state, _)| state).collect()
+}
+
+/// [`sockets_to`], each with its timer as /proc shows it (0: none, 1:
+/// retransmit, 2: keepalive, 3: TIME_WAIT, 4: window probe): its
+/// descriptors' inodes, looked up in its network namespace's table.
+pub fn socket_timers_to(pid: u32, port: u16) -> Vec<(&'static str, u8)> {
+    let inodes: std::collections::HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| {
+            d.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+                .filter_map(|link| {
+                    let link = link.to_string_lossy().to_string();
+                    Some(link.strip_prefix("socket:[")?.strip_suffix(']')?.to_string())
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let table = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")).unwrap_or_default();
+    let remote = format!("0100007F:{port:04X}");
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let timer = fields.get(5)?.split(':').next().and_then(|t| u8::from_str_radix(t, 16).ok())?;
+            (fields.len() > 9 && fields[2] == remote && inodes.contains(fields[9]))
+                .then(|| (tcp_state(fields[3]), timer))
+        })
+        .collect()
+}
+
+/// The name of a state in /proc/net/tcp.
+fn tcp_state(hex: &str) -> &'static str {
+    match hex {
+        "01" => "ESTABLISHED",
+        "02" => "SYN_SENT",
+        "04" => "FIN_WAIT1",
+        "05" => "FIN_WAIT2",
+        "06" => "TIME_WAIT",
+        "07" => "CLOSE",
+        "08" => "CLOSE_WAIT",
+        "09" => "LAST_ACK",
+        _ => "OTHER",
+    }
+}

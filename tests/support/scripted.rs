@@ -29,8 +29,10 @@ struct Shared {
 /// A scripted MCP server over real HTTP/1.1. Its tools: `ok` answers,
 /// `bad_json` answers invalid JSON, `html_error` a 500 page, `broken_sse` an
 /// SSE answer cut mid-message, `unavailable` a 503, `too_many` a 429 with
-/// `Retry-After: 30`, and `hang` nothing at all. Each `initialize` opens a
-/// session `scripted-<n>`.
+/// `Retry-After: 30`, `hang` nothing at all, `twice` its answer and then a
+/// second response nobody asked for in the same write, and `twice_late` the
+/// same, the second response 30 ms later. Each `initialize` opens a session
+/// `scripted-<n>`.
 pub struct Scripted {
     addr: SocketAddr,
     shared: Arc<Shared>,
@@ -190,7 +192,17 @@ fn answer(s: &mut TcpStream, head: &str, body: &[u8], sh: &Shared) -> bool {
         }
         ("notifications/initialized", _) => reply(s, "202 Accepted", "text/plain", "", b""),
         ("tools/list", _) => {
-            let names = ["bad_json", "html_error", "broken_sse", "unavailable", "too_many", "hang", "ok"];
+            let names = [
+                "bad_json",
+                "html_error",
+                "broken_sse",
+                "unavailable",
+                "too_many",
+                "hang",
+                "ok",
+                "twice",
+                "twice_late",
+            ];
             let tools: Vec<Value> =
                 names.iter().map(|n| json!({ "name": n, "inputSchema": { "type": "object" } })).collect();
             reply(s, "200 OK", "application/json", "", &result(id, json!({ "tools": tools })))
@@ -220,6 +232,24 @@ fn answer(s: &mut TcpStream, head: &str, body: &[u8], sh: &Shared) -> bool {
         ("tools/call", "ok") => {
             let ok = json!({ "content": [{ "type": "text", "text": "ok" }] });
             reply(s, "200 OK", "application/json", "", &result(id, ok))
+        }
+        ("tools/call", name @ ("twice" | "twice_late")) => {
+            let text = |t: &str| result(id, json!({ "content": [{ "type": "text", "text": t }] }));
+            let response = |body: &[u8]| {
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                    body.len()
+                );
+                [head.as_bytes(), body].concat()
+            };
+            let (first, extra) = (response(&text("ok")), response(&text("stray")));
+            if name == "twice" {
+                return s.write_all(&[first, extra].concat()).is_ok();
+            }
+            s.write_all(&first).is_ok() && {
+                std::thread::sleep(Duration::from_millis(30));
+                s.write_all(&extra).is_ok()
+            }
         }
         _ => {
             let e = json!({ "jsonrpc": "2.0", "id": id, "error": { "code": -32601, "message": "not scripted" } });

@@ -4,6 +4,7 @@
 //! JSON, or an SSE stream resumed with `Last-Event-ID` when it drops.
 
 use std::io::{BufReader, Read};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -17,6 +18,12 @@ use crate::protocol::jsonrpc::{Kind, Message};
 use crate::protocol::sse;
 use crate::runtime::memory::Charge;
 
+use super::tcp::{Sockets, TcpConnector};
+
+/// How long a probe of a server that did not answer waits for its answer,
+/// once connected.
+const PROBE_WAIT: Duration = Duration::from_secs(5);
+
 /// What a server reached over HTTP keeps: the agents it talks through.
 pub(crate) struct Endpoint {
     pub config: HttpConfig,
@@ -24,14 +31,31 @@ pub(crate) struct Endpoint {
     uri: Result<Uri, String>,
     /// For `initialize`, notifications, answers and `DELETE`: short
     /// exchanges bounded in total; keeps connections to the server alive.
-    pub(super) agent: Agent,
+    /// Guards the agent and how many exchanges use it now.
+    short: Mutex<Short>,
     /// One agent per lane, each with one kept-alive connection; a request
     /// holds one while it runs (the server's lanes bound how many).
     /// Guards the idle agents; one is always here when a lane is free.
-    lane_agents: Mutex<Vec<Agent>>,
+    lane_agents: Mutex<Vec<Pooled>>,
+    /// How many lanes (the short agent keeps as many connections).
+    lanes: usize,
     limits: Limits,
     /// TLS for an `https://` URL, with the server's roots.
     tls: Tls,
+}
+
+/// An agent, and the sockets it opened: its pool's idle connections are
+/// closed by dropping it for a fresh one ([`Endpoint::close_idle`]).
+struct Pooled {
+    agent: Agent,
+    sockets: Arc<Sockets>,
+}
+
+/// The agent of short exchanges, and how many use it now: it is replaced
+/// only while none does, so that a shutdown reaches every one in flight.
+struct Short {
+    pooled: Pooled,
+    in_use: usize,
 }
 
 /// How an agent wraps its connections in TLS: the server's own settings.
@@ -49,13 +73,20 @@ fn tls_for(config: &HttpConfig) -> Tls {
 fn tls_for(_: &HttpConfig) -> Tls {}
 
 /// An agent with small buffers, no proxy from the environment, and status
-/// codes returned as responses.
-fn agent(limits: &Limits, idle_per_host: usize, tls: &Tls) -> Agent {
-    agent_with_buffers(limits, idle_per_host, 16 * 1024, 16 * 1024, tls)
+/// codes returned as responses; what it opens goes to its own [`Sockets`].
+fn agent(limits: &Limits, idle_per_host: usize, tls: &Tls) -> Pooled {
+    let sockets = Arc::new(Sockets::default());
+    let config = config(limits, idle_per_host, 16 * 1024, 16 * 1024).build();
+    Pooled { agent: with_connector(config, TcpConnector::new(sockets.clone()), tls), sockets }
 }
 
-fn agent_with_buffers(limits: &Limits, idle_per_host: usize, input: usize, output: usize, tls: &Tls) -> Agent {
-    let config = Agent::config_builder()
+fn config(
+    limits: &Limits,
+    idle_per_host: usize,
+    input: usize,
+    output: usize,
+) -> ureq::config::ConfigBuilder<ureq::typestate::AgentScope> {
+    Agent::config_builder()
         .http_status_as_error(false)
         .proxy(None)
         .timeout_connect(Some(limits.connect))
@@ -67,9 +98,11 @@ fn agent_with_buffers(limits: &Limits, idle_per_host: usize, input: usize, outpu
         .max_idle_connections_per_host(idle_per_host.max(1))
         .max_redirects(0)
         .user_agent(concat!("mcpgate/", env!("CARGO_PKG_VERSION")))
-        .build();
+}
+
+fn with_connector(config: ureq::config::Config, tcp: TcpConnector, tls: &Tls) -> Agent {
     use ureq::unversioned::transport::Connector;
-    let connector = ().chain(super::tcp::TcpConnector);
+    let connector = ().chain(tcp);
     #[cfg(feature = "tls")]
     let connector = connector.chain(tls.clone());
     #[cfg(not(feature = "tls"))]
@@ -83,8 +116,9 @@ impl Endpoint {
         let tls = tls_for(&config);
         Endpoint {
             uri: config.url.parse::<Uri>().map_err(|e| format!("`{}` is not a URL: {e}", config.url)),
-            agent: agent(&limits, lanes, &tls),
+            short: Mutex::new(Short { pooled: agent(&limits, lanes, &tls), in_use: 0 }),
             lane_agents: Mutex::new((0..lanes).map(|_| agent(&limits, 1, &tls)).collect()),
+            lanes,
             config,
             limits,
             tls,
@@ -94,8 +128,59 @@ impl Endpoint {
     /// The agent of one `GET` stream's reader: it only sends a small request and
     /// reads events, so it gets small buffers (the SSE decoder bounds events
     /// itself); there is one per downstream session, and this is most of its memory.
+    /// Its reads wait at the stream's pace (see `tcp.rs`), not the request timeout.
     pub(crate) fn stream_agent(&self) -> Agent {
-        agent_with_buffers(&self.limits, 1, 8 * 1024, 2 * 1024, &self.tls)
+        let config = config(&self.limits, 1, 8 * 1024, 2 * 1024).timeout_per_read(None).build();
+        with_connector(config, TcpConnector::paced(), &self.tls)
+    }
+
+    /// The agent of an HTTP+SSE server's stream, which is its session: as
+    /// [`Endpoint::stream_agent`], but without a pace (a session stays open
+    /// however quiet it is).
+    pub(crate) fn session_stream_agent(&self) -> Agent {
+        let config = config(&self.limits, 1, 8 * 1024, 2 * 1024).build();
+        with_connector(config, TcpConnector::new(Arc::default()), &self.tls)
+    }
+
+    /// Closes the idle connections of the agents no request uses now: all
+    /// of them when `unused` (no session uses the server), else those whose
+    /// peer closed them or that hold bytes nobody asked for. An agent with
+    /// one is dropped for a fresh one, which its pool's connections go with
+    /// (ureq has no other way to let go of them). The sockets are looked at
+    /// outside the locks, the agents taken out and put back under them.
+    pub(crate) fn close_idle(&self, unused: bool) {
+        let idle = std::mem::take(&mut *self.lane_agents.lock());
+        let mut dropped = Vec::new();
+        let kept: Vec<Pooled> = idle
+            .into_iter()
+            .map(|pooled| {
+                if !pooled.sockets.any_to_close(unused) {
+                    return pooled;
+                }
+                dropped.push(pooled);
+                agent(&self.limits, 1, &self.tls)
+            })
+            .collect();
+        {
+            let mut lanes = self.lane_agents.lock();
+            lanes.extend(kept);
+            // A request that came meanwhile made an agent of its own: as many are kept as there are lanes.
+            let extra = lanes.len().saturating_sub(self.lanes);
+            dropped.extend(lanes.drain(..extra));
+        }
+        let sockets = {
+            let short = self.short.lock();
+            (short.in_use == 0).then(|| short.pooled.sockets.clone())
+        };
+        if sockets.as_ref().is_some_and(|s| s.any_to_close(unused)) {
+            let fresh = agent(&self.limits, self.lanes, &self.tls);
+            let mut short = self.short.lock();
+            // Unless an exchange took it meanwhile.
+            if short.in_use == 0 && sockets.is_some_and(|s| Arc::ptr_eq(&s, &short.pooled.sockets)) {
+                dropped.push(std::mem::replace(&mut short.pooled, fresh));
+            }
+        }
+        drop(dropped);
     }
 
     /// The server's URL, for a request.
@@ -105,7 +190,7 @@ impl Endpoint {
 
     /// Unblocks every short exchange in flight (requests stop with their flights).
     pub fn shutdown(&self) {
-        self.agent.clone().shutdown();
+        self.short.lock().pooled.agent.clone().shutdown();
     }
 
     /// Adds the session, the protocol version and the configured headers.
@@ -150,9 +235,11 @@ impl Endpoint {
         self.headers(request, None, None).send(body).map_err(|e| self.transport_error(e))
     }
 
-    /// The agent for short exchanges.
-    pub(crate) fn short_agent(&self) -> &Agent {
-        &self.agent
+    /// The agent for short exchanges, while the returned guard lives.
+    pub(crate) fn short_agent(&self) -> ShortAgent<'_> {
+        let mut short = self.short.lock();
+        short.in_use += 1;
+        ShortAgent { endpoint: self, agent: short.pooled.agent.clone() }
     }
 
     /// A `POST` of one JSON-RPC message on `agent`; the response head,
@@ -169,6 +256,25 @@ impl Endpoint {
             .header("Content-Type", HeaderValue::from_static("application/json"))
             .header("Accept", HeaderValue::from_static("application/json, text/event-stream"));
         self.headers(request, session, version).send(body).map_err(|e| self.transport_error(e))
+    }
+
+    /// Whether the server answers at all: a `ping` outside any session
+    /// (which opens none), with the configured headers; any HTTP answer
+    /// within the connect timeout and [`PROBE_WAIT`] will do.
+    pub(crate) fn answers(&self) -> bool {
+        let Ok(uri) = self.uri() else { return false };
+        let agent = self.short_agent();
+        let request = agent
+            .post(uri)
+            .header("Content-Type", HeaderValue::from_static("application/json"))
+            .header("Accept", HeaderValue::from_static("application/json, text/event-stream"));
+        let answered = self
+            .headers(request, None, None)
+            .config()
+            .timeout_global(Some(self.limits.connect + PROBE_WAIT))
+            .build()
+            .send(&br#"{"jsonrpc":"2.0","id":"mcpgate-probe","method":"ping"}"#[..]);
+        answered.is_ok()
     }
 
     /// A `POST` of one JSON-RPC message to `url`, the endpoint an HTTP+SSE
@@ -229,9 +335,10 @@ impl Endpoint {
     /// sessions frees descriptors, and this DELETE is what must not be lost.
     pub(crate) fn delete(&self, session: &str, version: &str) -> Result<(), DownstreamError> {
         let deadline = Instant::now() + self.limits.delete;
+        let agent = self.short_agent();
         let response = loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let request = self.headers(self.agent.delete(self.uri()?), Some(session), Some(version));
+            let request = self.headers(agent.delete(self.uri()?), Some(session), Some(version));
             match request.config().timeout_global(Some(left)).build().call() {
                 Ok(response) => break response,
                 Err(ureq::Error::Io(e))
@@ -240,7 +347,7 @@ impl Endpoint {
                 {
                     std::thread::sleep(Duration::from_millis(50));
                 }
-                Err(e) => return Err(self.transport_error(e)),
+                Err(e) => return Err(self.delete_error(e)),
             }
         };
         let status = response.status().as_u16();
@@ -254,9 +361,18 @@ impl Endpoint {
         }
     }
 
+    /// A failed `DELETE`: a timeout is `delete_timeout_secs`'s.
+    fn delete_error(&self, e: ureq::Error) -> DownstreamError {
+        match self.transport_error(e) {
+            DownstreamError::Timeout(_) => DownstreamError::DeleteTimeout(self.limits.delete),
+            other => other,
+        }
+    }
+
     pub(crate) fn transport_error(&self, e: ureq::Error) -> DownstreamError {
         let url = &self.config.url;
         match e {
+            ureq::Error::Timeout(ureq::Timeout::Connect) => DownstreamError::ConnectTimeout(self.limits.connect),
             ureq::Error::Timeout(_) => DownstreamError::Timeout(self.limits.request),
             ureq::Error::Io(io)
                 if io.kind() == std::io::ErrorKind::TimedOut || io.kind() == std::io::ErrorKind::WouldBlock =>
@@ -439,28 +555,62 @@ impl Endpoint {
     /// The lane's agent for one request, back when dropped: replaced when
     /// the request was stopped, as stopping shut it down for good.
     pub(crate) fn lane_agent(&self) -> LaneAgent<'_> {
-        let agent = self.lane_agents.lock().pop().unwrap_or_else(|| agent(&self.limits, 1, &self.tls));
-        LaneAgent { endpoint: self, agent: Some(agent), stopped: false }
+        let pooled = self.lane_agents.lock().pop().unwrap_or_else(|| agent(&self.limits, 1, &self.tls));
+        LaneAgent { endpoint: self, pooled: Some(pooled), stopped: false }
+    }
+}
+
+/// The agent of short exchanges, counted in use until dropped.
+pub(crate) struct ShortAgent<'a> {
+    endpoint: &'a Endpoint,
+    agent: Agent,
+}
+
+impl std::ops::Deref for ShortAgent<'_> {
+    type Target = Agent;
+
+    fn deref(&self) -> &Agent {
+        &self.agent
+    }
+}
+
+impl Drop for ShortAgent<'_> {
+    fn drop(&mut self) {
+        self.endpoint.short.lock().in_use -= 1;
     }
 }
 
 pub(crate) struct LaneAgent<'a> {
     endpoint: &'a Endpoint,
-    agent: Option<Agent>,
+    pooled: Option<Pooled>,
+    /// Replaced when dropped: the request was stopped (which shut the
+    /// agent down for good), or its connection is out of step.
     pub(crate) stopped: bool,
 }
 
 impl LaneAgent<'_> {
     pub(crate) fn agent(&self) -> &Agent {
-        self.agent.as_ref().expect("held until dropped")
+        &self.pooled.as_ref().expect("held until dropped").agent
+    }
+
+    /// The request is over: `flight` is disarmed, and the agent is replaced
+    /// when dropped if the request was stopped (which shut it down for
+    /// good), or if its answer broke the protocol: the connection may be out
+    /// of step, a response nobody asked for in front of the one to come,
+    /// which the next request on it (another session's, maybe) would take
+    /// for its own. Before, such a connection stayed in use, each request
+    /// reading the answer to the one before: 4 calls failed after each
+    /// second response a server sent 30 ms late.
+    pub(crate) fn finish<T>(&mut self, flight: &Flight, result: &Result<T, DownstreamError>) {
+        self.stopped = flight.disarm() || matches!(result, Err(DownstreamError::Protocol(_)));
     }
 }
 
 impl Drop for LaneAgent<'_> {
     fn drop(&mut self) {
-        let Some(agent) = self.agent.take() else { return };
-        let agent = if self.stopped { self::agent(&self.endpoint.limits, 1, &self.endpoint.tls) } else { agent };
-        self.endpoint.lane_agents.lock().push(agent);
+        let Some(pooled) = self.pooled.take() else { return };
+        let pooled = if self.stopped { self::agent(&self.endpoint.limits, 1, &self.endpoint.tls) } else { pooled };
+        self.endpoint.lane_agents.lock().push(pooled);
     }
 }
 

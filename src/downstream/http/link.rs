@@ -30,15 +30,12 @@ pub(crate) fn session_id_of(response: &ureq::http::Response<ureq::Body>) -> Resu
 /// link carries the session id the server gave, if any.
 pub(crate) fn open(server: &Server, endpoint: &Arc<Endpoint>, body: &[u8]) -> Result<Opened, DownstreamError> {
     let id = Value::from(0);
-    let response = endpoint.post(&endpoint.agent, None, None, body)?;
+    let agent = endpoint.short_agent();
+    let response = endpoint.post(&agent, None, None, body)?;
     let session_id = session_id_of(&response)?;
     let flight = server.lanes.flight(0);
-    let exchange = Exchange {
-        session_id: session_id.as_deref(),
-        version: versions::NEWEST,
-        agent: &endpoint.agent,
-        flight: &flight,
-    };
+    let exchange =
+        Exchange { session_id: session_id.as_deref(), version: versions::NEWEST, agent: &agent, flight: &flight };
     let answer = endpoint.read_answer(server, response, &id, &mut |_| {}, &exchange);
     if session_id.is_none() {
         // Without a session id there is nothing to close if the answer is bad.
@@ -113,13 +110,14 @@ impl Link for HttpLink {
         let result = endpoint
             .post(lane.agent(), self.session_id.as_deref(), Some(&d.protocol_version), &body)
             .and_then(|response| endpoint.read_answer(&d.server, response, id, on_message, &exchange));
-        lane.stopped = flight.disarm();
+        lane.finish(flight, &result);
         self.ended_if_gone(result)
     }
 
     fn send(&self, d: &Downstream, body: &[u8]) -> Result<(), DownstreamError> {
         let endpoint = &self.endpoint;
-        let response = endpoint.post(&endpoint.agent, self.session_id.as_deref(), Some(&d.protocol_version), body)?;
+        let agent = endpoint.short_agent();
+        let response = endpoint.post(&agent, self.session_id.as_deref(), Some(&d.protocol_version), body)?;
         let status = response.status().as_u16();
         match status {
             200..=299 => {

@@ -74,6 +74,18 @@ impl Connector for HttpConnector {
         self.stateless.stop();
     }
 
+    fn close_idle(&self, unused: bool) {
+        self.endpoint.close_idle(unused);
+    }
+
+    fn probes(&self) -> bool {
+        true
+    }
+
+    fn answers(&self) -> bool {
+        self.endpoint.answers()
+    }
+
     fn shutdown(&self) {
         self.endpoint.shutdown();
         self.stateless.stop();

@@ -259,7 +259,9 @@ impl Stream {
                     crate::limited!(warn, "server `{name}`: GET stream cut off: {e}; reconnecting");
                     break;
                 }
-                // Quiet streams time out per read; reconnecting is how we notice a dead server.
+                // A stream quiet past its pace times out (tcp.rs: three times the
+                // longest gap between its bytes, 10 to 60 s), and a vanished peer
+                // fails its keepalive: reconnecting is how a dead server is noticed.
                 Err(e) => {
                     if !self.stopped() {
                         log::debug!("server `{name}`: GET stream ended: {e}");

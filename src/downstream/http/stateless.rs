@@ -265,9 +265,10 @@ fn probe(server: &Server, endpoint: &Endpoint) -> Result<Era, DownstreamError> {
     let id = Value::from("mcpgate-discover");
     let params = json!({ "_meta": own_meta() });
     let body = jsonrpc::request(&id, "server/discover", Some(&jsonrpc::raw(&params)));
-    let response = endpoint.post_with(endpoint.short_agent(), headers("server/discover", None)?, &body)?;
+    let agent = endpoint.short_agent();
+    let response = endpoint.post_with(&agent, headers("server/discover", None)?, &body)?;
     let flight = server.lanes.flight(0);
-    let exchange = Exchange { session_id: None, version: VERSION, agent: endpoint.short_agent(), flight: &flight };
+    let exchange = Exchange { session_id: None, version: VERSION, agent: &agent, flight: &flight };
     let Ok(answer) = endpoint.read_answer(server, response, &id, &mut |_| {}, &exchange) else {
         return Ok(Era::Session { also_2026: false });
     };
@@ -302,15 +303,12 @@ fn answers_initialize(server: &Server, endpoint: &Endpoint) -> Result<bool, Down
         "clientInfo": { "name": "mcpgate", "version": env!("CARGO_PKG_VERSION") },
     });
     let body = jsonrpc::request(&id, "initialize", Some(&jsonrpc::raw(&params)));
-    let response = endpoint.post_with(endpoint.short_agent(), Vec::new(), &body)?;
+    let agent = endpoint.short_agent();
+    let response = endpoint.post_with(&agent, Vec::new(), &body)?;
     let session_id = super::link::session_id_of(&response).ok().flatten();
     let flight = server.lanes.flight(0);
-    let exchange = Exchange {
-        session_id: session_id.as_deref(),
-        version: versions::NEWEST,
-        agent: endpoint.short_agent(),
-        flight: &flight,
-    };
+    let exchange =
+        Exchange { session_id: session_id.as_deref(), version: versions::NEWEST, agent: &agent, flight: &flight };
     let answer = endpoint.read_answer(server, response, &id, &mut |_| {}, &exchange);
     let result: Value =
         answer.ok().and_then(|a| a.result).and_then(|r| serde_json::from_str(r.get()).ok()).unwrap_or_default();
@@ -444,7 +442,7 @@ impl Link for StatelessLink {
         let result = endpoint
             .post_with(lane.agent(), headers, &body)
             .and_then(|response| endpoint.read_answer(&d.server, response, id, on_message, &exchange));
-        lane.stopped = flight.disarm();
+        lane.finish(flight, &result);
         if method == "tools/list"
             && let Ok(answer) = &result
         {

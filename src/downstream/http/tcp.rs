@@ -1,5 +1,6 @@
 //! The TCP connections to HTTP servers: ureq's transport, made by
-//! mcpgate so that two things cost one system call instead of three or two.
+//! mcpgate so that two things cost one system call instead of three or two,
+//! and so that a connection whose peer vanished is found.
 //!
 //! - **Is a kept-alive connection still good?** ureq asks before it reuses
 //!   one and when it puts one back: `ioctl(FIONBIO)`, a one-byte `recv`,
@@ -12,6 +13,17 @@
 //!   budget, a new value each time, so each request set `SO_RCVTIMEO` again.
 //!   Here a timeout already set is kept while it fits
 //!   ([`clock::timeout_fits`]), as the front door does for clients.
+//! - **Peers that vanish.** Every connection has TCP keepalive (probes after
+//!   30 s of silence, every 10 s, 3 unanswered end it): a server lost behind
+//!   a partition, or a host that rebooted without a FIN, ends the read that
+//!   waits on it instead of leaving it waiting for ever. A `GET` stream's
+//!   connection is read with a bound of its own, its [`Pace`]: a server may
+//!   keep its stream quiet, so the bound follows what the server showed of
+//!   its keep-alive (three times the longest gap between its bytes, 10 to
+//!   60 s; 60 s before it showed any); past it the stream is opened again.
+//! - **Idle connections.** The sockets an agent opened are known to its
+//!   owner ([`Sockets`]), which closes the agent's idle ones when no session
+//!   uses the server, or when their peer closed them.
 //!
 //! Everything else is as ureq's `TcpConnector` does it: the addresses in
 //! turn, the connect timeout shared among them, `TCP_NODELAY`, and the
@@ -21,8 +33,11 @@
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
 
 use ureq::unversioned::transport::{
     Buffers, ConnectionDetails, Connector, Either, LazyBuffers, NextTimeout, ShutdownHandle, Transport,
@@ -31,9 +46,44 @@ use ureq::{Error, Timeout};
 
 use crate::runtime::{clock, sys};
 
-/// Opens [`Tcp`] connections; passes on a transport made earlier in the chain.
+/// TCP keepalive on every connection: the first probe after this long without traffic,
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
+/// then one every this long,
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+/// and this many unanswered end the connection (about 60 s after a peer vanished).
+const KEEPALIVE_PROBES: u32 = 3;
+
+/// A stream's reads wait at most this many times the longest gap seen
+/// between its bytes,
+const PACE_FACTOR: u32 = 3;
+/// at least this long,
+const PACE_MIN: Duration = Duration::from_secs(10);
+/// and at most this long: what it waits before the server showed its pace.
+/// A reverse proxy in front of a server cuts a stream quiet for as long
+/// (nginx's `proxy_read_timeout` is 60 s), so servers behind one keep
+/// their streams alive more often than that.
+const PACE_MAX: Duration = Duration::from_secs(60);
+
+/// Opens [`Tcp`] connections; passes on a transport made earlier in the
+/// chain. Each agent has its own: what it opened goes to its [`Sockets`],
+/// and a stream's connections are read at its [`Pace`].
 #[derive(Debug, Default)]
-pub(crate) struct TcpConnector;
+pub(crate) struct TcpConnector {
+    sockets: Arc<Sockets>,
+    pace: Option<Arc<Pace>>,
+}
+
+impl TcpConnector {
+    /// For an agent of requests and answers: what it opens is noted in `sockets`.
+    pub(crate) fn new(sockets: Arc<Sockets>) -> TcpConnector {
+        TcpConnector { sockets, pace: None }
+    }
+
+    /// For the agent of one `GET` stream: its reads wait at its [`Pace`].
+    pub(crate) fn paced() -> TcpConnector {
+        TcpConnector { sockets: Arc::default(), pace: Some(Arc::default()) }
+    }
+}
 
 impl<In: Transport> Connector<In> for TcpConnector {
     type Out = Either<In, Tcp>;
@@ -45,8 +95,63 @@ impl<In: Transport> Connector<In> for TcpConnector {
         let stream = Arc::new(connect(details)?);
         let handle: Arc<dyn ShutdownHandle> = stream.clone();
         (details.register_shutdown)(Arc::downgrade(&handle))?;
+        self.sockets.add(&stream);
         let buffers = LazyBuffers::new(details.config.input_buffer_size(), details.config.output_buffer_size());
-        Ok(Some(Either::B(Tcp { stream, buffers, read_timeout: None, write_timeout: None, answered: false })))
+        Ok(Some(Either::B(Tcp {
+            stream,
+            buffers,
+            read_timeout: None,
+            write_timeout: None,
+            answered: false,
+            pace: self.pace.clone(),
+            last_read: None,
+        })))
+    }
+}
+
+/// The sockets one agent opened, weakly: its pool owns them, and they go
+/// when it drops them.
+#[derive(Debug, Default)]
+pub(crate) struct Sockets(Mutex<Vec<Weak<TcpStream>>>);
+
+impl Sockets {
+    fn add(&self, stream: &Arc<TcpStream>) {
+        let mut list = self.0.lock();
+        list.retain(|s| s.strong_count() > 0);
+        list.push(Arc::downgrade(stream));
+    }
+
+    /// Whether the agent holds a socket that is of no more use, while it
+    /// is idle (no request on it): any at all when `unused` (no session
+    /// uses the server), else one whose peer closed it or that holds bytes
+    /// nobody asked for.
+    pub(crate) fn any_to_close(&self, unused: bool) -> bool {
+        let live: Vec<Arc<TcpStream>> = self.0.lock().iter().filter_map(Weak::upgrade).collect();
+        live.iter().any(|s| unused || !sys::idle_and_open(&**s))
+    }
+}
+
+/// The pace of one `GET` stream: the longest gap seen between two reads
+/// that brought bytes (keep-alive comments included), in milliseconds,
+/// over all its connections.
+#[derive(Debug, Default)]
+pub(crate) struct Pace {
+    longest_gap_ms: AtomicU64,
+}
+
+impl Pace {
+    fn heard_after(&self, gap: Duration) {
+        let ms = u64::try_from(gap.as_millis()).unwrap_or(u64::MAX);
+        self.longest_gap_ms.fetch_max(ms, Ordering::Relaxed);
+    }
+
+    /// How long a read may wait: [`PACE_FACTOR`] times the longest gap,
+    /// within [`PACE_MIN`] and [`PACE_MAX`]; [`PACE_MAX`] before any gap.
+    fn bound(&self) -> Duration {
+        match self.longest_gap_ms.load(Ordering::Relaxed) {
+            0 => PACE_MAX,
+            ms => (Duration::from_millis(ms) * PACE_FACTOR).clamp(PACE_MIN, PACE_MAX),
+        }
     }
 }
 
@@ -74,6 +179,7 @@ fn connect(details: &ConnectionDetails) -> Result<TcpStream, Error> {
                 if details.config.no_delay() {
                     stream.set_nodelay(true)?;
                 }
+                sys::keep_alive(&stream, KEEPALIVE_IDLE, KEEPALIVE_INTERVAL, KEEPALIVE_PROBES)?;
                 return Ok(stream);
             }
             Err(e) => last = Some(e),
@@ -108,6 +214,10 @@ pub(crate) struct Tcp {
     /// Read from since ureq last asked whether it is open: the next ask is
     /// ureq putting it back in its pool.
     answered: bool,
+    /// A stream's: its reads wait no longer than its pace allows.
+    pace: Option<Arc<Pace>>,
+    /// When a read last brought bytes, for the pace.
+    last_read: Option<Instant>,
 }
 
 /// Sets `want` through `set` unless the timeout in `have` still fits it.
@@ -153,7 +263,11 @@ impl Transport for Tcp {
         if timeout.after.is_zero() {
             return Err(Error::Timeout(timeout.reason));
         }
-        bound(&self.stream, &mut self.read_timeout, timeout_of(timeout), TcpStream::set_read_timeout)?;
+        let mut wait = timeout_of(timeout);
+        if let Some(pace) = &self.pace {
+            wait = Some(wait.map_or(pace.bound(), |w| w.min(pace.bound())));
+        }
+        bound(&self.stream, &mut self.read_timeout, wait, TcpStream::set_read_timeout)?;
         let input = self.buffers.input_append_buf();
         // A signal may interrupt the read (SO_RCVTIMEO reads are not
         // restarted): read again, a bounded number of times.
@@ -165,6 +279,14 @@ impl Transport for Tcp {
             }
         }
         let amount = read.map_err(|e| error(e, timeout.reason))?;
+        if let Some(pace) = &self.pace
+            && amount > 0
+        {
+            let now = Instant::now();
+            if let Some(last) = self.last_read.replace(now) {
+                pace.heard_after(now - last);
+            }
+        }
         self.answered = true;
         self.buffers.input_appended(amount);
         Ok(amount > 0)
@@ -204,7 +326,11 @@ mod tests {
             .timeout_recv_response(Some(read_timeout))
             .timeout_per_read(Some(read_timeout))
             .build();
-        Agent::with_parts(config, ().chain(TcpConnector), ureq::unversioned::resolver::DefaultResolver::default())
+        Agent::with_parts(
+            config,
+            ().chain(TcpConnector::default()),
+            ureq::unversioned::resolver::DefaultResolver::default(),
+        )
     }
 
     /// Reads one request head (the tests send no bodies).

@@ -81,6 +81,18 @@ impl Connector for SseConnector {
     fn shutdown(&self) {
         self.http.shutdown();
     }
+
+    fn close_idle(&self, unused: bool) {
+        self.http.close_idle(unused);
+    }
+
+    fn probes(&self) -> bool {
+        true
+    }
+
+    fn answers(&self) -> bool {
+        self.http.answers()
+    }
 }
 
 /// Opens the stream, waits (`connect_timeout_secs`) for its `endpoint`
@@ -88,7 +100,7 @@ impl Connector for SseConnector {
 fn open(server: &Arc<Server>, endpoint: &SseConnector, body: &[u8]) -> Result<Opened, DownstreamError> {
     let limits = server.limits;
     // Its own agent: shutting it down (the close path) must not touch other requests.
-    let agent = endpoint.http.stream_agent();
+    let agent = endpoint.http.session_stream_agent();
     let response = endpoint.http.open_sse(&agent, limits.connect)?;
     let status = response.status().as_u16();
     let mime = response.body().mime_type().unwrap_or("").to_ascii_lowercase();
@@ -177,7 +189,7 @@ impl SseLink {
     fn initialize(&self, server: &Server, body: &[u8]) -> Result<Message, DownstreamError> {
         let id = Value::from(0);
         let rx = self.shared.expect(&id, None, false)?;
-        let result = self.post(self.http.short_agent(), None, body).and_then(|()| {
+        let result = self.post(&self.http.short_agent(), None, body).and_then(|()| {
             let wait = server.limits.connect + server.limits.request;
             let never = crossbeam_channel::never::<()>();
             wait_for_response(&rx, &never, &mut |_| {}, None, Some(Instant::now() + wait)).map_err(|e| match e {
@@ -271,7 +283,7 @@ impl Link for SseLink {
         if self.shared.has_ended() {
             return Err(DownstreamError::SessionGone);
         }
-        self.post(self.http.short_agent(), Some(&d.protocol_version), body)
+        self.post(&self.http.short_agent(), Some(&d.protocol_version), body)
     }
 
     fn listen(&self, d: &Arc<Downstream>, inbox: Weak<dyn Inbox>) -> Result<(), DownstreamError> {

@@ -254,7 +254,7 @@ struct Answers<'a> {
 impl Answers<'_> {
     fn send(&self, body: &[u8]) {
         let Some(url) = &self.post_url else { return };
-        let sent = self.http.post_to(self.http.short_agent(), url, None, body).map(|response| {
+        let sent = self.http.post_to(&self.http.short_agent(), url, None, body).map(|response| {
             let _ = response.into_body().with_config().limit(64 * 1024).read_to_vec();
         });
         if let Err(e) = sent {
