@@ -265,7 +265,7 @@ fn check(config: Config, source: &Source, start: bool) -> Result<(), Error> {
         println!("{}: {notes}", source.path.display());
     }
     if !start {
-        println!("(no server was started: `mcpgate --check --start` tries each one)");
+        eprintln!("(no server was started: `mcpgate --check --start` tries each one)");
         return Ok(());
     }
     // Only its children's troubles are worth a line here; nothing is kept.
