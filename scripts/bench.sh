@@ -87,11 +87,13 @@ threads() { awk '/^Threads:/ {print $2}' "/proc/$1/status"; }
 fixture_stat() { curl -fsS "http://$1/stats" | python3 -c "import json,sys; print(json.load(sys.stdin)['$2'])"; }
 status_field() { curl -fsS "http://$1/status.json" | python3 -c "import json,sys; d=json.load(sys.stdin); print(d$2)"; }
 
+# gate_config PATH IDLE NAME=ADDR...: mcpgate in front of the servers (no prefix); GATE_EXTRA, when
+# set, adds its keys (JSON members, e.g. '"max_memory_mb": 32').
 gate_config() {
     local path=$1 idle=$2; shift 2
     {
         printf '{"listen": "127.0.0.1:0", "calls_per_server": 8, "session_idle_timeout_secs": %s,\n' "$idle"
-        printf ' "max_connections": 4096, "max_sessions": 4096, "keepalive_secs": 15,\n "mcpServers": {'
+        printf ' "max_connections": 4096, "max_sessions": 4096, "keepalive_secs": 15,%s\n "mcpServers": {' "${GATE_EXTRA:+ $GATE_EXTRA,}"
         local first=1 server
         for server in "$@"; do
             [ $first = 1 ] || printf ', '
@@ -434,6 +436,40 @@ list_point 1
 list_point "$SESSIONS_BIG"
 echo "  $(tail -1 "$RESULTS")" >&2
 stop "$GATE_L_PID"; stop "$FIX_M_PID"
+
+step "2d. memory under full-speed clients of protocol 2026-07-28 and of the session era, to a session-era server"
+# Issue 38: 2026-07-28 clients drove mcpgate (max_memory_mb 32) to 238-343 MB, where the same load in
+# the session era peaks at 5-15 MB. A fresh mcpgate per point, in front of fixture a; its RSS is read
+# at rest, every 0.1 s while the clients call `echo` as fast as they can, and 2 s after they stop.
+MEM_LIMIT_MB=32
+MEM_SECONDS=15; [ $MODE = smoke ] && MEM_SECONDS=2
+for clients in 1 16; do
+    for era in session 2026-07-28; do
+        GATE_EXTRA="\"max_memory_mb\": $MEM_LIMIT_MB" gate_config "$OUT/run/memory.json" 300 "a=$FIX_A"
+        # A name of its own per point: serve reads its output file before the new process truncates it.
+        serve "gate-memory-$era-$clients" "${MCPGATE[@]}" --config "$OUT/run/memory.json"
+        GATE_MEM=$ADDR; GATE_MEM_PID=$PID
+        # The pool's (or a session's) downstream session opens with a first call, before the reading at rest.
+        modern=(); [ $era = 2026-07-28 ] && modern=(--modern)
+        "$LOAD" calls "${modern[@]}" --url "http://$GATE_MEM/mcp" --tool echo --clients 1 --seconds 0.2 > /dev/null
+        sleep 1
+        rest=$(rss_kib "$GATE_MEM_PID"); peak=$rest
+        "$LOAD" calls "${modern[@]}" --url "http://$GATE_MEM/mcp" --tool echo --clients "$clients" --seconds "$MEM_SECONDS" \
+            > "$OUT/run/memory-load.out" &
+        load=$!
+        while kill -0 "$load" 2>/dev/null; do
+            rss=$(rss_kib "$GATE_MEM_PID"); ((rss > peak)) && peak=$rss
+            sleep 0.1
+        done
+        wait "$load"
+        sleep 2
+        line=$(cat "$OUT/run/memory-load.out")
+        charged=$(status_field "$GATE_MEM" "['memory']['sessionless_calls_bytes']")
+        record "{\"part\":\"era-memory\",\"era\":\"$era\",\"clients\":$clients,\"limit_mb\":$MEM_LIMIT_MB,\"rest_kib\":$rest,\"peak_kib\":$peak,\"after_kib\":$(rss_kib "$GATE_MEM_PID"),\"charged_after\":$charged,\"result\":$line}"
+        echo "  $era, $clients client(s): RSS $rest KiB at rest, peak $peak KiB; $line" >&2
+        stop "$GATE_MEM_PID"
+    done
+done
 
 # ------------------------------------------------------------------- 3. churn
 step "3. churn: $CHURN cycles of open, call, close (half DELETE, half idle eviction)"

@@ -580,6 +580,10 @@ stats! {
         memory_limit: Gauge => "memory"."limit_bytes" as "mcpgate_memory_limit_bytes",
         /// Bytes one session may hold now: half the limit divided by the live sessions, at least 1 MiB.
         memory_share: Gauge => "memory"."session_share_bytes" as "mcpgate_memory_session_share_bytes",
+        /// Bytes the calls of 2026-07-28 clients to session-era servers hold now on their own threads (each thread, its request, notifications waiting for a held call's retry); part of `buffered_bytes`.
+        memory_sessionless_calls: Gauge => "memory"."sessionless_calls_bytes" as "mcpgate_memory_sessionless_calls_bytes",
+        /// Bytes of the lists held for every session that lists them: each server's (until a reaper's round after its last session closed) and the merged ones; part of `buffered_bytes`.
+        memory_list_cache: Gauge => "memory"."list_cache_bytes" as "mcpgate_memory_list_cache_bytes",
         /// Charges against `max_memory_mb` refused: a client too slow for its stream, an event too large.
         memory_refused: Counter => "memory"."refused" as "mcpgate_memory_refused_total",
         /// Seconds since the last charge was refused (the uptime before any).

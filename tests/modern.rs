@@ -370,6 +370,56 @@ fn a_held_call_that_is_not_retried_in_time_is_cancelled_at_its_server() {
     assert!(wait_until(Duration::from_secs(2), || gate.status()["calls"]["held_for_2026_clients"] == 0));
 }
 
+/// What a held call keeps (its thread, its request twice) was charged to
+/// nothing: clients holding calls with large requests could take mcpgate
+/// past `max_memory_mb`. It is charged and shown in
+/// `memory.sessionless_calls_bytes`; a call that does not fit is refused
+/// saying why, and the charge comes back once the held calls end.
+#[test]
+fn held_calls_are_charged_to_max_memory_and_shown_until_they_end() {
+    let fx = Fixture::start("fx", &[]);
+    let gate = gate_with(&fx, json!({"max_memory_mb": 8, "max_held_calls": 64}));
+    let client = Modern::new(&gate.url());
+    let charged = || gate.status()["memory"]["sessionless_calls_bytes"].as_u64();
+    let prompt = "x".repeat(512 << 10);
+    // What the status page showed with each call held, and each call's state and request.
+    let (mut shown, mut held) = (Vec::new(), Vec::new());
+    let refused = (0..32).find_map(|i| {
+        let reply = client.call(i, "fx__sample", json!({"prompt": prompt}));
+        if reply.body.get("error").is_some() {
+            return Some(reply);
+        }
+        let result = reply.result();
+        assert_eq!(result["resultType"], "input_required", "{}", result["resultType"]);
+        let ask = result["inputRequests"].as_object().and_then(|r| r.keys().next().cloned());
+        held.push((result["requestState"].clone(), ask.expect("an input request")));
+        shown.push(charged());
+        None
+    });
+    let refused = refused.expect("32 calls of 512 KiB held within max_memory_mb of 8");
+    let message = refused.body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("max_memory_mb"), "{refused:?}");
+    assert!(shown.len() >= 2, "only {} calls were held before one was refused", shown.len());
+    for (held, bytes) in shown.iter().enumerate() {
+        let bytes = bytes.unwrap_or_else(|| panic!("no memory.sessionless_calls_bytes: {}", gate.status()["memory"]));
+        assert!(bytes >= (held as u64 + 1) << 20, "{} held calls of 1 MiB of requests, {bytes} bytes shown", held + 1);
+    }
+    // Each held call answered: it ends, and what it held is given back.
+    let answer = json!({"role": "assistant", "content": {"type": "text", "text": "ok"}, "model": "m"});
+    for (i, (state, ask)) in held.into_iter().enumerate() {
+        let params =
+            json!({"name": "fx__sample", "arguments": {}, "inputResponses": {ask: answer}, "requestState": state});
+        let retry = client.send(json!(100 + i), "tools/call", params, &[]);
+        assert_eq!(retry.result()["content"][0]["text"], "sampled: ok", "{retry:?}");
+    }
+    assert!(
+        wait_until(Duration::from_secs(10), || charged() == Some(0)),
+        "{} bytes still charged after the held calls ended: {}",
+        charged().unwrap_or_default(),
+        gate.status()["calls"]
+    );
+}
+
 #[test]
 fn closing_the_answer_cancels_the_call() {
     let fx = Fixture::start("fx", &[]);

@@ -744,6 +744,49 @@ def list_cache_section(rows, say, failures):
         failures.append(f"list cache: {many['buffered']} bytes charged, past the limit {many['limit']}")
 
 
+def era_memory_section(rows, say, failures):
+    """Section 2d, RSS under full-speed clients of each era; returns its rows for the targets table:
+    (name, measured, met, note)."""
+    mem = [r for r in rows if r["part"] == "era-memory"]
+    targets = []
+    if not mem:
+        return targets
+    say("## 2d. Memory under full-speed clients of 2026-07-28 and of the session era")
+    say("")
+    say(
+        f"A fresh mcpgate per row (`max_memory_mb` {mem[0]['limit_mb']}) in front of a session-era mcp-fixture; the "
+        "clients call `echo` as fast as they can. RSS at rest (after a first call), its peak (read every 0.1 s) and "
+        "2 s after the clients stopped. Issue 38 measured 238-343 MB at the peak for 2026-07-28 clients: each call "
+        "ran on a thread that was joined only on the reaper's round, keeping its stack until then."
+    )
+    say("")
+    say("| era | clients | calls/s | RSS at rest | peak | after | charged after |")
+    say("|---|---|---|---|---|---|---|")
+    by = {}
+    for r in mem:
+        res = r["result"]
+        if res.get("errors"):
+            failures.append(f"era memory: {res['errors']} failed calls ({r['era']}, {r['clients']} clients)")
+        if r.get("charged_after"):
+            failures.append(f"era memory: {r['charged_after']} bytes still charged to calls after they ended ({r['clients']} clients)")
+        by[(r["era"], r["clients"])] = r
+        say(
+            f"| {r['era']} | {r['clients']} | {res.get('throughput', 0):.0f} | {fmt_kib(r['rest_kib'])} "
+            f"| {fmt_kib(r['peak_kib'])} | {fmt_kib(r['after_kib'])} | {r.get('charged_after', 0)} B |"
+        )
+    say("")
+    for clients in sorted({c for _, c in by}):
+        modern, session = by.get(("2026-07-28", clients)), by.get(("session", clients))
+        plural = "s" if clients > 1 else ""
+        if modern and session:
+            r = modern["peak_kib"] / session["peak_kib"]
+            targets.append((f"2026-07-28: peak RSS <= 1.5 x the session era's under the same load ({clients} client{plural})", f"{r:.2f} x ({fmt_kib(modern['peak_kib'])} / {fmt_kib(session['peak_kib'])})", r <= 1.5, ""))
+        if modern:
+            bound = modern["rest_kib"] + modern["limit_mb"] * 1024
+            targets.append((f"2026-07-28: peak RSS <= max_memory_mb + the RSS at rest ({clients} client{plural})", f"{fmt_kib(modern['peak_kib'])} (bound {fmt_kib(bound)})", modern["peak_kib"] <= bound, ""))
+    return targets
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("results")
@@ -871,6 +914,8 @@ def main() -> int:
                 failures.append(f"{r['sessions']} sessions: {r['readers']} reader threads, not {2 * r['sessions']}")
     say("")
 
+    era_targets = era_memory_section(rows, say, failures)
+
     # 3. churn
     churn = next((r for r in rows if r["part"] == "churn"), None)
     samples = []
@@ -986,7 +1031,7 @@ def main() -> int:
         target("churn: DELETEs == opens, threads back to baseline", f"{churn['delete']} == {churn['initialize']}; {churn['end_threads']} == {churn['base_threads']}", churn["delete"] == churn["initialize"] and churn["end_threads"] == churn["base_threads"])
     if sd:
         target(f"shutdown with {sd['sessions']} sessions < 2 s, every DELETE sent", f"{sd['seconds']:.2f} s, {sd['delete']}/{sd['initialize']}", sd["seconds"] < 2 and sd["delete"] == sd["initialize"])
-    for name, value, ok, note in stdio_targets + cpu_targets:
+    for name, value, ok, note in era_targets + stdio_targets + cpu_targets:
         target(name, value, ok, note)
     say("")
     if failures:

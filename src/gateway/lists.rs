@@ -40,29 +40,38 @@ impl Paging {
 }
 
 /// Every page of a paginated `method`, the items of `field` of each, as the
-/// server wrote them. Paging stops at the first cursor seen before (a
-/// server whose `nextCursor` went a → b → a was followed 1,000 times:
-/// 311,000 items, 894 MB), at `max_list_items`, at `max_list_bytes`, or
-/// after [`MAX_PAGES`]; each stop but the natural end is logged.
+/// server wrote them: see [`read_pages`].
 pub(super) fn fetch_pages(
     d: &Downstream,
     method: &str,
     field: &str,
     paging: Paging,
 ) -> Result<Vec<Box<RawValue>>, DownstreamError> {
-    fetch_hinted(d, method, field, paging, &mut None)
+    let mut items = Vec::new();
+    read_pages(d, method, field, paging, &mut None, &mut |item| {
+        items.push(item.to_owned());
+        true
+    })?;
+    Ok(items)
 }
 
-/// [`fetch_pages`], with the cache hints the pages carried (2026-07-28),
-/// merged into `hints`.
-fn fetch_hinted(
+/// Reads every page of a paginated `method` and hands `keep` the items of
+/// `field` of each, as the server wrote them, one page at a time (a list is
+/// never held twice); `keep` says false to stop. Paging stops at the first
+/// cursor seen before (a server whose `nextCursor` went a → b → a was
+/// followed 1,000 times: 311,000 items, 894 MB), at `max_list_items`, at
+/// `max_list_bytes`, or after [`MAX_PAGES`]; each stop but the natural end
+/// (or `keep`'s) is logged. The cache hints the pages carried (2026-07-28)
+/// are merged into `hints`.
+pub(super) fn read_pages(
     d: &Downstream,
     method: &str,
     field: &str,
     paging: Paging,
     hints: &mut Option<CacheHints>,
-) -> Result<Vec<Box<RawValue>>, DownstreamError> {
-    let mut items = Vec::new();
+    keep: &mut dyn FnMut(&RawValue) -> bool,
+) -> Result<(), DownstreamError> {
+    let mut count = 0usize;
     let mut read = 0usize;
     let mut seen: HashSet<String> = HashSet::new();
     let mut cursor: Option<String> = None;
@@ -89,52 +98,55 @@ fn fetch_hinted(
         let Some(page_items) = page.items else {
             return Err(DownstreamError::Protocol(format!("{method} result has no `{field}` array")));
         };
-        let room = paging.items - items.len();
+        let room = paging.items - count;
         let cut = page_items.len() > room;
-        items.extend(page_items.into_iter().take(room));
-        if cut || items.len() >= paging.items && page.next_cursor.is_some() {
+        for item in page_items.into_iter().take(room) {
+            if !keep(item) {
+                return Ok(());
+            }
+            count += 1;
+        }
+        if cut || count >= paging.items && page.next_cursor.is_some() {
             crate::limited!(
                 warn,
                 "server `{name}`: {method} has more than {} items (max_list_items); the rest is left out",
                 paging.items
             );
-            return Ok(items);
+            return Ok(());
         }
         if read >= paging.bytes && page.next_cursor.is_some() {
             crate::limited!(
                 warn,
-                "server `{name}`: {method} passed {} bytes (max_list_bytes) after {} items; the rest is left out",
+                "server `{name}`: {method} passed {} bytes (max_list_bytes) after {count} items; the rest is left out",
                 paging.bytes,
-                items.len()
             );
-            return Ok(items);
+            return Ok(());
         }
         match page.next_cursor {
-            None => return Ok(items),
+            None => return Ok(()),
             Some(next) if !seen.insert(next.clone()) => {
                 crate::limited!(
                     warn,
-                    "server `{name}`: {method} gave the cursor `{}` a second time; paging stops there, with {} items",
+                    "server `{name}`: {method} gave the cursor `{}` a second time; paging stops there, with {count} items",
                     crate::catalog::shortened(&next),
-                    items.len()
                 );
-                return Ok(items);
+                return Ok(());
             }
             Some(next) => cursor = Some(next),
         }
     }
     crate::limited!(warn, "server `{name}`: {method} has more than {MAX_PAGES} pages; the rest is left out");
-    Ok(items)
+    Ok(())
 }
 
-/// One page of a list, its items left as the server wrote them.
-struct Page {
+/// One page of a list, its items borrowed from the server's answer.
+struct Page<'a> {
     next_cursor: Option<String>,
-    items: Option<Vec<Box<RawValue>>>,
+    items: Option<Vec<&'a RawValue>>,
 }
 
-impl Page {
-    fn parse(result: &str, field: &str) -> Result<Page, serde_json::Error> {
+impl<'a> Page<'a> {
+    fn parse(result: &'a str, field: &str) -> Result<Page<'a>, serde_json::Error> {
         let members: std::collections::HashMap<&str, &RawValue> = serde_json::from_str(result)?;
         let next_cursor = match members.get("nextCursor") {
             Some(raw) => serde_json::from_str::<Option<String>>(raw.get())?,
@@ -240,13 +252,29 @@ impl Gateway {
                     if !d.offers(kind.capability()) {
                         return Ok(ServerList::empty(kind));
                     }
+                    // Each page goes into the list as it comes.
+                    let mut over = None;
                     let mut hints = None;
-                    let items = self.run_on_server(session, server, |d| {
-                        fetch_hinted(d, kind.method(), kind.field(), paging, &mut hints)
-                    })?;
-                    let mut list = ServerList::new(kind, items).map_err(|why| {
-                        RpcError::server(server.name(), format!("{why}: raise max_memory_mb, or lower max_list_items"))
-                    })?;
+                    let mut list =
+                        self.run_on_server(session, server, |d| {
+                            let mut list = ServerList::builder(kind);
+                            read_pages(d, kind.method(), kind.field(), paging, &mut hints, &mut |item| match list
+                                .push(item)
+                            {
+                                Ok(()) => true,
+                                Err(why) => {
+                                    over = Some(why);
+                                    false
+                                }
+                            })?;
+                            Ok(list.finish())
+                        })?;
+                    if let Some(why) = over {
+                        return Err(RpcError::server(
+                            server.name(),
+                            format!("{why}: raise max_memory_mb, or lower max_list_items"),
+                        ));
+                    }
                     // A server of both eras, spoken to in the session era, says
                     // nothing of caching here; to its clients of 2026-07-28 it may
                     // say private: not known, not made public.
@@ -359,14 +387,27 @@ impl Gateway {
     }
 
     /// Lets go of the lists of servers no session uses any more, and of the
-    /// merged lists made of them; the reaper's job.
+    /// merged lists made of them, and gives the memory back to the kernel;
+    /// the reaper's job. A server's lists end so within a round of the
+    /// reaper after its last session closed (`session_idle_timeout_secs` /
+    /// 10, at most 5 s).
     pub fn prune_lists(&self) {
         let current = self.current();
+        let mut let_go = 0;
         for server in &current.servers {
             if server.live_sessions.get() == 0 {
-                server.lists.clear();
+                let_go += server.lists.clear();
             }
         }
-        self.lists.prune(&current.servers);
+        let_go += self.lists.prune(&current.servers);
+        if let_go > 0 {
+            self.release_memory();
+        }
+    }
+
+    /// Bytes of the lists held for the sessions: each server's, and the
+    /// merged ones' own, for the status page.
+    pub fn list_cache_bytes(&self) -> usize {
+        self.current().servers.iter().map(|s| s.lists.bytes()).sum::<usize>() + self.lists.bytes()
     }
 }

@@ -46,9 +46,12 @@ impl MergedLists {
         lists.truncate(MAX_MERGED);
     }
 
-    /// Drops the lists whose sources some server of `servers` no longer holds.
-    pub(super) fn prune(&self, servers: &[Arc<Server>]) {
-        self.lists.lock().retain(|(view, list)| {
+    /// Drops the lists whose sources some server of `servers` no longer
+    /// holds; how many were dropped.
+    pub(super) fn prune(&self, servers: &[Arc<Server>]) -> usize {
+        let mut lists = self.lists.lock();
+        let before = lists.len();
+        lists.retain(|(view, list)| {
             list.sources().all(|(name, source)| {
                 servers
                     .iter()
@@ -57,6 +60,12 @@ impl MergedLists {
                     .is_some_and(|held| Arc::ptr_eq(&held, source))
             })
         });
+        before - lists.len()
+    }
+
+    /// Bytes the merged lists hold of their own (see [`List::bytes`]).
+    pub(super) fn bytes(&self) -> usize {
+        self.lists.lock().iter().map(|(_, list)| list.bytes()).sum()
     }
 }
 

@@ -172,6 +172,11 @@ impl Gateway {
         self.holds.len()
     }
 
+    /// Bytes the calls of the 2026-07-28 era on their own threads hold, for the status page.
+    pub fn sessionless_call_bytes(&self) -> usize {
+        self.holds.charged()
+    }
+
     /// What every server shares.
     pub fn context(&self) -> Context {
         Context {

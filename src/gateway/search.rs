@@ -286,7 +286,7 @@ mod tests {
     fn list() -> List {
         let _budget = crate::runtime::memory::TEST_BUDGET.lock();
         let items = |server: &str, names: &[&str]| {
-            let raw = names
+            let raw: Vec<_> = names
                 .iter()
                 .map(|n| crate::protocol::jsonrpc::raw(&json!({"name": n, "description": format!("{n} things")})))
                 .collect();
@@ -294,7 +294,7 @@ mod tests {
                 server: server.into(),
                 naming: Naming { prefix: server.into(), separator: "__".into(), max: 64 },
                 filter: Filter::default(),
-                list: Arc::new(ServerList::new(ListKind::Tools, raw).unwrap()),
+                list: Arc::new(ServerList::new(ListKind::Tools, &raw).unwrap()),
             }
         };
         List::merge(ListKind::Tools, vec![items("files", &["read_file", "write_file"]), items("web", &["fetch"])])

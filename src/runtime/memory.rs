@@ -9,8 +9,14 @@
 //! with a clear error. Each session may hold its [`share`] of the budget at
 //! most, so one slow client cannot take the room of the others.
 //!
-//! Not counted: thread stacks and socket buffers, which `max_connections`
-//! and `max_sessions` bound (see the status page's thread budget).
+//! Counted too: what a call of a 2026-07-28 client to a session-era server
+//! holds until its thread is joined: that thread's stack, the copy of the
+//! request it sends, and what its server sends while the call waits for
+//! its client's retry, which outlives the request that started the call
+//! (see `gateway/stateless/holds.rs`).
+//! Not counted: the other thread stacks and socket buffers, which
+//! `max_connections` and `max_sessions` bound (see the status page's thread
+//! budget).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -127,15 +133,37 @@ impl Drop for Charge {
     }
 }
 
+/// A charge counted also in a tally of its own: what one session, or one
+/// part of mcpgate, holds. Given back to both when dropped.
+#[derive(Debug)]
+pub struct Tallied {
+    charge: Charge,
+    tally: Arc<AtomicUsize>,
+}
+
+impl Tallied {
+    /// Charges `bytes` to the budget and to `tally`, or `None` when that
+    /// would pass the limit.
+    pub fn new(bytes: usize, tally: &Arc<AtomicUsize>) -> Option<Tallied> {
+        let charge = Charge::new(bytes)?;
+        tally.fetch_add(bytes, Ordering::Relaxed);
+        Some(Tallied { charge, tally: tally.clone() })
+    }
+}
+
+impl Drop for Tallied {
+    fn drop(&mut self) {
+        self.tally.fetch_sub(self.charge.bytes(), Ordering::Relaxed);
+    }
+}
+
 /// Bytes held for a client (an SSE event): in its stream's queue and in its
 /// session's replay log at once, sharing one allocation. Counted against
 /// the budget and the session's tally until the last holder drops it.
 #[derive(Debug)]
 pub struct Held {
     bytes: Vec<u8>,
-    _charge: Charge,
-    /// The session's tally of what it holds.
-    tally: Arc<AtomicUsize>,
+    _charge: Tallied,
 }
 
 /// An event as it is queued and kept.
@@ -144,9 +172,8 @@ pub type Event = Arc<Held>;
 impl Held {
     /// Holds `bytes` for a session, or gives them back when the budget is spent.
     pub fn new(bytes: Vec<u8>, tally: &Arc<AtomicUsize>) -> Result<Event, Vec<u8>> {
-        let Some(charge) = Charge::new(bytes.len()) else { return Err(bytes) };
-        tally.fetch_add(bytes.len(), Ordering::Relaxed);
-        Ok(Arc::new(Held { bytes, _charge: charge, tally: tally.clone() }))
+        let Some(charge) = Tallied::new(bytes.len(), tally) else { return Err(bytes) };
+        Ok(Arc::new(Held { bytes, _charge: charge }))
     }
 }
 
@@ -160,12 +187,6 @@ impl std::ops::Deref for Held {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
         &self.bytes
-    }
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        self.tally.fetch_sub(self.bytes.len(), Ordering::Relaxed);
     }
 }
 

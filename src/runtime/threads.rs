@@ -22,20 +22,42 @@ pub const ROLES: &[&str] = &[
 /// joined, even late.
 static LATE: parking_lot::Mutex<Vec<JoinHandle<()>>> = parking_lot::Mutex::new(Vec::new());
 
-/// Hands a thread to be joined later, when it has finished.
+/// Past this many threads handed to [`join_later`], handing one more joins
+/// those that finished. A thread that ended keeps its stack's touched pages
+/// (24 KiB resident, measured) until it is joined: left to the reaper's
+/// round, every 5 s, the threads of 2,900 calls a second held 350 MB.
+const JOIN_AT: usize = 16;
+
+/// Hands a thread to be joined later, when it has finished; those already
+/// finished are joined now once [`JOIN_AT`] wait.
 pub fn join_later(handle: JoinHandle<()>) {
-    LATE.lock().push(handle);
+    let ready = {
+        let mut list = LATE.lock();
+        list.push(handle);
+        if list.len() < JOIN_AT {
+            return;
+        }
+        take_finished(&mut list)
+    };
+    join_all(ready);
 }
 
 /// Joins the threads handed to [`join_later`] that have finished.
 pub fn join_late() {
-    let ready: Vec<JoinHandle<()>> = {
-        let mut list = LATE.lock();
-        let (ready, pending) = std::mem::take(&mut *list).into_iter().partition(|h| h.is_finished());
-        *list = pending;
-        ready
-    };
-    for handle in ready {
+    let ready = take_finished(&mut LATE.lock());
+    join_all(ready);
+}
+
+/// The threads of `list` that have finished, taken out of it (under the
+/// lock; they are joined outside it).
+fn take_finished(list: &mut Vec<JoinHandle<()>>) -> Vec<JoinHandle<()>> {
+    let (ready, pending) = std::mem::take(list).into_iter().partition(|h| h.is_finished());
+    *list = pending;
+    ready
+}
+
+fn join_all(handles: Vec<JoinHandle<()>>) {
+    for handle in handles {
         let _ = handle.join();
     }
 }

@@ -73,6 +73,8 @@ pub fn readings(g: &Gateway) -> Vec<Reading> {
         memory_buffered: (crate::runtime::memory::used() as u64).into(),
         memory_limit: (crate::runtime::memory::limit() as u64).into(),
         memory_share: (crate::runtime::memory::share() as u64).into(),
+        memory_sessionless_calls: (g.sessionless_call_bytes() as u64).into(),
+        memory_list_cache: (g.list_cache_bytes() as u64).into(),
         memory_refused: crate::runtime::memory::refused().into(),
         memory_since_refused: crate::runtime::memory::secs_since_refused()
             .unwrap_or_else(|| g.started.elapsed().as_secs())

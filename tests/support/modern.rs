@@ -43,8 +43,21 @@ impl Modern {
     /// the routing headers the era asks for, and `extra` after them: one of
     /// the same name replaces it, an empty value removes it (to break them).
     pub fn send(&self, id: Value, method: &str, params: Value, extra: &[(&str, &str)]) -> Reply {
+        self.send_on(&http_agent(Some(Duration::from_secs(20))), id, method, params, extra)
+    }
+
+    /// [`Modern::send`] through `agent`: its connections kept alive from
+    /// one request to the next, as an SDK's HTTP client keeps them.
+    pub fn send_on(
+        &self,
+        agent: &ureq::Agent,
+        id: Value,
+        method: &str,
+        params: Value,
+        extra: &[(&str, &str)],
+    ) -> Reply {
         let (body, headers) = self.envelope(id, method, params, extra);
-        let mut request = http_agent(Some(Duration::from_secs(20)))
+        let mut request = agent
             .post(&self.url)
             .header("Content-Type", "application/json")
             .header("Accept", "application/json, text/event-stream");

@@ -28,6 +28,7 @@
 //!   era's tasks behind (see `tasks`).
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{RecvTimeoutError, Sender, bounded};
@@ -39,6 +40,7 @@ use crate::http::{EventSink, HttpError, HttpReply, HttpRequest, StreamReply};
 use crate::protocol::jsonrpc::{self, Kind, Message, Params, RpcError};
 use crate::protocol::stateless::{self, CacheHints, Envelope};
 use crate::protocol::{VERSION_HEADER, sse, versions};
+use crate::runtime::memory::{self, Tallied};
 use crate::runtime::{sha256, threads};
 use crate::session::{ListenFilter, Session};
 
@@ -461,22 +463,29 @@ impl Gateway {
         token: Option<[u8; 32]>,
     ) -> Result<HeldParts, RpcError> {
         let NewCall { number, call_id, call, server, params } = new;
+        let request_bytes = call.params.as_deref().map_or(0, |p| p.get().len());
+        let charge = Tallied::new(holds::THREAD_BYTES + 2 * request_bytes, self.holds.tally())
+            .ok_or_else(|| RpcError::internal("mcpgate holds its limit of max_memory_mb; retry shortly"))?;
         let params = params.into_owned();
         let method = call.method().to_string();
         let (tx, rx) = bounded(64);
         let settings = self.call_settings();
-        let asks = tx.clone();
+        let events = HoldEvents { tx, tally: self.holds.tally().clone() };
+        let asks = events.clone();
         pool.add_caller(
             number,
             server.name(),
-            Arc::new(move |session, server, message| HoldEvents(asks.clone()).message(session, server, message)),
+            Arc::new(move |session, server, message| asks.clone().message(session, server, message)),
         );
         let spawned = {
             let pool = pool.clone();
-            let done = tx.clone();
+            let done = events.tx.clone();
             threads::spawn("hold", "", move || {
-                let outcome = dispatch::call(&pool, &server, &call, &params, &mut HoldEvents(tx), &settings);
+                let mut events = events;
+                let outcome = dispatch::call(&pool, &server, &call, &params, &mut events, &settings);
                 pool.remove_caller(number);
+                // The end is reported last, so that the waiter's join returns at once.
+                drop((pool, server, call, params, events));
                 let _ = done.send(HoldEvent::Done(outcome));
             })
         };
@@ -489,7 +498,7 @@ impl Gateway {
             pool: pool.clone(),
             call_id,
             asks: Vec::new(),
-            thread: HoldThread::new(thread),
+            thread: HoldThread::new(thread, charge),
             method,
             token,
         })
@@ -598,7 +607,10 @@ impl Gateway {
                         }
                     };
                 }
-                Ok(HoldEvent::Done(outcome)) => return self.finish(id, &method, outcome, streaming.then_some(())),
+                Ok(HoldEvent::Done(outcome)) => {
+                    held.thread.join();
+                    return self.finish(id, &method, outcome, streaming.then_some(()));
+                }
                 Err(RecvTimeoutError::Timeout) => {
                     if !cancelled && req.client.as_ref().is_some_and(|c| c.gone()) {
                         // This era's cancel: the client closed its stream.
@@ -791,12 +803,17 @@ impl CallEvents for HereEvents<'_> {
     }
 }
 
-/// What the server sends during a held call, for its waiter.
-struct HoldEvents(Sender<HoldEvent>);
+/// What the server sends during a held call, for its waiter; the
+/// notifications charged to `tally` until they are written.
+#[derive(Clone)]
+struct HoldEvents {
+    tx: Sender<HoldEvent>,
+    tally: Arc<AtomicUsize>,
+}
 
 impl CallEvents for HoldEvents {
     fn streaming(&mut self) {
-        let _ = self.0.send(HoldEvent::Streaming);
+        let _ = self.tx.send(HoldEvent::Streaming);
     }
 
     fn message(&mut self, session: &Session, server: &Server, message: Message) {
@@ -813,9 +830,20 @@ impl CallEvents for HoldEvents {
                 },
                 Err(_) => return,
             },
-            _ => HoldEvent::Notify { bytes, log_level },
+            _ => match memory::Held::new(bytes, &self.tally) {
+                Ok(bytes) => HoldEvent::Notify { bytes, log_level },
+                Err(_) => {
+                    crate::limited!(
+                        warn,
+                        "server `{}`: a notification for a client of protocol 2026-07-28 was dropped: \
+                         mcpgate holds its limit of max_memory_mb",
+                        server.name()
+                    );
+                    return;
+                }
+            },
         };
         // The waiter is gone (the hold expired, or mcpgate stops): the call ends with the cancel.
-        let _ = self.0.send(event);
+        let _ = self.tx.send(event);
     }
 }

@@ -97,7 +97,7 @@ impl Gateway {
         // mcpgate's own `call_tool` (tool search) names the tool it calls in its arguments.
         let name = self.unwrap_call_tool(&name, params).ok().and_then(|p| p.str("name")).unwrap_or(name);
         let Ok(list) = self.merged_list(pool, ListKind::Tools) else { return Support::Forbidden };
-        let tool = list.find(&name).and_then(|found| serde_json::from_str::<Value>(found.json.get()).ok());
+        let tool = list.find(&name).and_then(|found| serde_json::from_str::<Value>(found.json).ok());
         tool.as_ref().map_or(Support::Forbidden, Support::of)
     }
 
