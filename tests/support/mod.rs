@@ -16,6 +16,7 @@
 //! - Scripted servers ([`scripted`]): downstream servers the fixture cannot
 //!   be, one that answers garbage, hangs or streams for ever ([`Scripted`])
 //!   and one that never answers ([`Silent`]).
+//! - An OTLP receiver ([`otlp`]): mcpgate's spans, decoded with the official protobuf types.
 //! - A token issuer ([`oauth`]): the tests' own signing keys, JWTs signed
 //!   with them, and a small server for their JWKS and introspection.
 //! - Assertions ([`assert`]): every downstream session closed exactly once
@@ -32,6 +33,7 @@ mod assert;
 mod client;
 mod modern;
 mod oauth;
+mod otlp;
 mod privileges;
 mod process;
 mod raw;
@@ -41,5 +43,6 @@ mod stdio;
 
 #[allow(unused_imports)]
 pub use self::{
-    assert::*, client::*, modern::*, oauth::*, privileges::*, process::*, raw::*, scripted::*, state::*, stdio::*,
+    assert::*, client::*, modern::*, oauth::*, otlp::*, privileges::*, process::*, raw::*, scripted::*, state::*,
+    stdio::*,
 };
