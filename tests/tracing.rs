@@ -271,3 +271,24 @@ fn operation_durations_are_on_metrics_by_method_and_server_without_tracing() {
     assert!(text.contains(r#"mcp_server_operation_duration_seconds_bucket{mcp_method_name="tools/call",le="0.01"}"#));
     assert_eq!(series(&text, "mcpgate_trace_spans_exported_total"), 0);
 }
+
+#[test]
+fn the_audit_record_of_a_traced_call_names_its_trace_whichever_carrier_brought_it() {
+    let receiver = OtlpReceiver::start();
+    let fixture = Fixture::start("alpha", &[]);
+    let dir = support::TempDir::new();
+    let path = dir.0.join("audit.jsonl");
+    let mut c = config(&[("alpha", fixture.url())]);
+    c["tracing"] = json!({"endpoint": receiver.endpoint()});
+    c["audit"] = json!({"file": path});
+    let gate = Gate::start_checked(&c);
+    let mut client = gate.open_session();
+    client.headers.push(("traceparent".into(), format!("00-{T1}-{P1}-01")));
+    assert_eq!(client.tool_text("alpha__echo", json!({"text": "x"})), "x");
+    let calls = || -> Vec<Value> {
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        text.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).filter(|r| r["event"] == "call").collect()
+    };
+    assert!(wait_until(Duration::from_secs(5), || !calls().is_empty()), "no call record");
+    assert_eq!(calls()[0]["trace_id"], T1, "the header's trace: {:?}", calls());
+}
