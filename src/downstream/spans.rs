@@ -42,12 +42,14 @@ pub(super) fn sending<'m>(
     params: Option<&RawValue>,
 ) -> (Sent<'m>, Option<Box<RawValue>>) {
     let mut sent = Sent { method, started: Instant::now(), span: None, results: None, _outgoing: None };
-    let Some(config) = trace::config() else { return (sent, None) };
+    if !trace::enabled() {
+        return (sent, None);
+    }
     let begun = trace::begin(trace::Kind::Client, trace::current());
     let Some(context) = begun.context else { return (sent, None) };
     let traced = spans::with_context(params, &context);
     sent._outgoing = Some(trace::sending(Some(context)));
-    let Some(mut span) = begun.span else { return (sent, traced) };
+    let (Some(mut span), Some(config)) = (begun.span, trace::config()) else { return (sent, traced) };
     let arguments = config.capture_arguments.then_some(&config.redact[..]);
     spans::describe(&mut span, method, Some(id), params, arguments);
     if let Some(downstream) = downstream {

@@ -46,7 +46,9 @@ pub(super) fn received<'m>(stats: &'m Stats, req: &HttpRequest, message: &'m Mes
         results: None,
         _current: None,
     };
-    let Some(config) = trace::config() else { return Some(received) };
+    if !trace::enabled() {
+        return Some(received);
+    }
     let header = req
         .header("traceparent")
         .and_then(|tp| Context::from_parts(tp, req.header("tracestate"), req.header("baggage")));
@@ -54,7 +56,7 @@ pub(super) fn received<'m>(stats: &'m Stats, req: &HttpRequest, message: &'m Mes
     let link = header.as_ref().filter(|h| meta.as_ref().is_some_and(|m| m.span != h.span)).map(|h| h.span);
     let begun = trace::begin(trace::Kind::Server, meta.or(header));
     received._current = Some(trace::enter(begun.context));
-    let Some(mut span) = begun.span else { return Some(received) };
+    let (Some(mut span), Some(config)) = (begun.span, trace::config()) else { return Some(received) };
     let arguments = config.capture_arguments.then_some(&config.redact[..]);
     spans::describe(&mut span, message.method(), message.id.as_ref(), message.params.as_deref(), arguments);
     if let Some(link) = link {

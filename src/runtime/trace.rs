@@ -23,7 +23,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -386,14 +386,16 @@ pub struct Begun {
 /// or a new trace when there is none and the ratio draws it. Without
 /// tracing configured: nothing, and nothing to pass on.
 pub fn begin(kind: Kind, parent: Option<Context>) -> Begun {
-    let Some(tracer) = tracer() else { return Begun::default() };
+    if !enabled() {
+        return Begun::default();
+    }
     let (trace_id, parent_id, carried) = match parent {
         // Not sampled by whoever decided: passed on as it came, not recorded.
         Some(parent) if !parent.span.sampled => return Begun { span: None, context: Some(parent) },
         Some(parent) => (parent.span.trace_id, Some((parent.span.span_id, parent.remote)), Some(parent)),
         None => {
             let (high, low) = (next_u64(), next_u64());
-            if low % 1_000_000 >= u64::from(tracer.config.sample_per_million) {
+            if low % 1_000_000 >= u64::from(SAMPLE_PER_MILLION.load(Ordering::Relaxed)) {
                 return Begun::default();
             }
             let mut trace_id = [0u8; 16];
@@ -429,6 +431,8 @@ static FAILED_EXPORTS: AtomicU64 = AtomicU64::new(0);
 /// Whether a tracer is in force: read first, so that without tracing a
 /// request never takes the lock below.
 static ENABLED: AtomicBool = AtomicBool::new(false);
+/// The tracer's `sample_per_million`, read by every request without the lock.
+static SAMPLE_PER_MILLION: AtomicU32 = AtomicU32::new(0);
 /// Guards the tracer in force; a reload that changes `tracing` replaces it.
 static TRACER: RwLock<Option<Arc<Tracer>>> = RwLock::new(None);
 
@@ -449,7 +453,7 @@ fn tracer() -> Option<Arc<Tracer>> {
 }
 
 /// The configuration in force, if tracing is on.
-pub fn config() -> Option<TracingConfig> {
+pub fn config() -> Option<Arc<TracingConfig>> {
     tracer().map(|t| t.config.clone())
 }
 
@@ -458,7 +462,7 @@ pub fn config() -> Option<TracingConfig> {
 /// `None` stops it. `instance` names this process among others
 /// (`service.instance.id`); without it, a random id of this run does.
 pub fn configure(config: Option<&TracingConfig>, instance: Option<&str>) {
-    if TRACER.read().as_ref().map(|t| &t.config) == config {
+    if TRACER.read().as_ref().map(|t| &*t.config) == config {
         return;
     }
     let new = config.and_then(|c| match Tracer::start(c.clone(), instance) {
@@ -468,6 +472,7 @@ pub fn configure(config: Option<&TracingConfig>, instance: Option<&str>) {
             None
         }
     });
+    SAMPLE_PER_MILLION.store(config.map_or(0, |c| c.sample_per_million), Ordering::Relaxed);
     ENABLED.store(new.is_some(), Ordering::Relaxed);
     let old = std::mem::replace(&mut *TRACER.write(), new);
     if let Some(old) = old {
@@ -477,7 +482,7 @@ pub fn configure(config: Option<&TracingConfig>, instance: Option<&str>) {
 
 /// The exporter in force: the queue to its thread.
 struct Tracer {
-    config: TracingConfig,
+    config: Arc<TracingConfig>,
     /// Guards the queue's sender; `None` once stopping.
     queue: Mutex<Option<Sender<(Span, Duration, Charge)>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
@@ -488,7 +493,7 @@ impl Tracer {
         let (tx, rx) = bounded(config.max_queue);
         let exporter = Exporter::new(&config, instance);
         let thread = threads::spawn("trace", "", move || exporter.run(&rx))?;
-        Ok(Tracer { config, queue: Mutex::new(Some(tx)), thread: Mutex::new(Some(thread)) })
+        Ok(Tracer { config: Arc::new(config), queue: Mutex::new(Some(tx)), thread: Mutex::new(Some(thread)) })
     }
 
     /// Queues `span`; dropped (and counted) if the exporter cannot take it now.
