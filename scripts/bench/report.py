@@ -368,7 +368,7 @@ def govern_section(rows, say, failures):
     say("")
     for r in rows:
         if r["part"] == "govern-spans":
-            say(f"Spans of the gate traced at {names[r['variant']].split()[-1]}: {r['exported']} exported, {r['dropped']} dropped (the exporter's queue full).")
+            say(f"Spans of the gate traced at {names[r['variant']].split()[-1]}: {r['exported']} exported, {r['dropped']} dropped (a full queue drops).")
         if r["part"] == "govern-audit":
             say(f"Audit records: {r['written']} written, {r['dropped']} dropped.")
             if r["dropped"]:
