@@ -383,6 +383,51 @@ record "{\"part\":\"tls-handshakes\",\"handshakes\":$(curl -fsS --cacert "$OUT/r
 stop "$GATE_TLS_PID"
 stop "$GATE_AU_PID"
 
+step "1g. governing calls: what tracing (sampled at 1.0 and at 0.01) and the audit log add to each call's CPU"
+# Four mcpgates in front of the same fixture, measured in the same rounds, interleaved: none of
+# issue 42's features, tracing at a ratio of 1.0 and of 0.01 (to a receiver that answers without
+# decoding: scripts/bench/otlp_sink.py), and the audit log (a file, rotated at its default cap).
+# CPU: mcpgate's user + sys from /proc over the point, divided by the calls.
+serve otlp-sink "$PY" "$ROOT/scripts/bench/otlp_sink.py"
+SINK=http://$ADDR; SINK_PID=$PID
+GOVERN_VARIANTS="plain trace-1 trace-0.01 audit"
+declare -A GOVERN_ADDR GOVERN_PID
+for variant in $GOVERN_VARIANTS; do
+    case $variant in
+        plain) extra="" ;;
+        trace-1) extra="\"tracing\": {\"endpoint\": \"$SINK\", \"sample_ratio\": 1}," ;;
+        trace-0.01) extra="\"tracing\": {\"endpoint\": \"$SINK\", \"sample_ratio\": 0.01}," ;;
+        audit) extra="\"audit\": {\"file\": \"$OUT/run/audit.jsonl\"}," ;;
+    esac
+    printf '{"listen": "127.0.0.1:0", "calls_per_server": 8, "max_connections": 4096, %s\n "mcpServers": {"a": {"url": "http://%s/mcp", "prefix": ""}}}\n' \
+        "$extra" "$FIX_A" > "$OUT/run/govern-$variant.json"
+    serve "gate-$variant" "${MCPGATE[@]}" --config "$OUT/run/govern-$variant.json"
+    GOVERN_ADDR[$variant]=$ADDR; GOVERN_PID[$variant]=$PID
+done
+for round in $(seq "$CPU_ROUNDS"); do
+    for clients in $AUTH_COUNTS; do
+        for variant in $GOVERN_VARIANTS; do
+            pid=${GOVERN_PID[$variant]}
+            gate0=$(cpu_ticks "$pid")
+            line=$("$LOAD" calls --url "http://${GOVERN_ADDR[$variant]}/mcp" --tool echo --clients "$clients" --seconds "$CPU_SECONDS")
+            gate1=$(cpu_ticks "$pid")
+            record "{\"part\":\"govern\",\"variant\":\"$variant\",\"round\":$round,\"clk_tck\":$CLK_TCK,\"gateway_ticks\":$((gate1 - gate0)),\"result\":$line}"
+            echo "  round $round, $clients client(s), $variant: $line" >&2
+        done
+    done
+done
+# What became of the spans: exported, or dropped (the exporter's queue full), per traced gate,
+# once the last batch went (the exporter sends at least every second).
+sleep 2
+metric() { curl -fsS "http://$1/metrics" | awk -v name="$2" '$1 == name {print $2}'; }
+for variant in trace-1 trace-0.01; do
+    addr=${GOVERN_ADDR[$variant]}
+    record "{\"part\":\"govern-spans\",\"variant\":\"$variant\",\"exported\":$(metric "$addr" mcpgate_trace_spans_exported_total),\"dropped\":$(metric "$addr" mcpgate_trace_spans_dropped_total)}"
+done
+record "{\"part\":\"govern-audit\",\"written\":$(metric "${GOVERN_ADDR[audit]}" mcpgate_audit_records_written_total),\"dropped\":$(metric "${GOVERN_ADDR[audit]}" mcpgate_audit_records_dropped_total)}"
+for variant in $GOVERN_VARIANTS; do stop "${GOVERN_PID[$variant]}"; done
+stop "$SINK_PID"
+
 # --------------------------------------------------------------- 2. footprint
 step "2. footprint: at rest, and with 100 and $SESSIONS_BIG sessions x 2 downstream sessions with GET streams"
 serve fixture-b "$BIN/mcp-fixture" --name b

@@ -61,6 +61,11 @@
 #   4i. rate limits and the audit log: the official Python client as two users with tokens of
 #      their own, one over its rate_limit while the other is not, a new session that does not
 #      refill a bucket; the audit log read back record by record (scripts/interop/govern_checks.py);
+#   4j. traces (scripts/interop/tracing.sh): Arize Phoenix (pinned, scripts/interop/
+#      requirements-phoenix.txt) as the OTLP receiver; a client instrumented with the official
+#      OpenTelemetry SDK calls an HTTP and a stdio mcp-fixture through mcpgate with the Python SDK;
+#      one trace in Phoenix links the client's span, mcpgate's SERVER and CLIENT spans (with the
+#      MCP attributes), and each fixture received the CLIENT span's context;
 #   5. the conformance suite's server scenarios against `mcp-fixture --conformance`, directly
 #      and behind mcpgate (`"prefix": ""`), side by side so a failure can be attributed;
 #   5b. the suite's pre-release with the 2026-07-28 scenarios (CONFORMANCE_NEXT_VERSION), run
@@ -168,7 +173,8 @@ check_loopback() {
         pgrep -P "$pid" || true
     ) | paste -sd'|')
     sockets=$(timeout 10 ss -ltnpH 2>/dev/null | grep -E "pid=($pids)," | awk '{print $4}' | paste -sd' ' || true)
-    bad=$(tr ' ' '\n' <<<"$sockets" | grep -vE '^127\.0\.0\.1:' | grep . || true)
+    # gRPC servers (Phoenix's) show an IPv4 address as IPv4-mapped IPv6.
+    bad=$(tr ' ' '\n' <<<"$sockets" | grep -vE '^(127\.0\.0\.1|\[::ffff:127\.0\.0\.1\]):' | grep . || true)
     if [[ -n $sockets && -z $bad ]]; then
         row "processes" "$name listens on 127.0.0.1 only" 1 "$sockets"
     else
@@ -491,6 +497,13 @@ else
 fi
 stop_mcpgate mcpgate-govern "$GG_PID" "$SECTION"
 stop "$GF_PID"
+
+# --- 4j. traces -----------------------------------------------------------------------------
+
+step "4j. traces: mcpgate's spans read back from Arize Phoenix, from the client's span to what each server saw"
+# shellcheck source=interop/tracing.sh
+source "$HERE/tracing.sh"
+tracing_step
 
 # --- 5. conformance server scenarios ---------------------------------------------------------
 

@@ -520,6 +520,46 @@ pub const KEYS: &[Key] = &[
         meaning: "Buckets kept at most (about 100 bytes each, charged to `max_memory_mb`); past it the least recently used goes, which forgets what its user spent.",
     },
     Key {
+        name: "tracing",
+        kind: Kind::Other("off"),
+        meaning: "OpenTelemetry traces in the MCP conventions: a SERVER span for each request mcpgate receives and a CLIENT span for each it sends to a server, the trace context taken from the client's `traceparent` header or `params._meta` and passed on in `params._meta` to every server (and as the header to HTTP servers). Sent as OTLP over HTTP (protobuf) in batches by a thread of its own; spans the receiver cannot take now (down, slow, a full queue) are dropped and counted, never waited for. See docs/OPERATIONS.md.",
+    },
+    Key {
+        name: "tracing.endpoint",
+        kind: Kind::Other("(required)"),
+        meaning: "The OTLP/HTTP receiver, e.g. `http://127.0.0.1:4318`: spans go to `POST {endpoint}/v1/traces` (to the endpoint itself when it ends in `/v1/traces`). No proxy; `https://` trusts the bundled roots.",
+    },
+    Key {
+        name: "tracing.sample_ratio",
+        kind: Kind::Other("1.0"),
+        meaning: "The share of traces started here that are recorded, from 0 to 1 (to 6 decimals). A request whose context says it is sampled (or not) is recorded (or not) whatever the ratio; a trace not recorded passes no context on.",
+    },
+    Key {
+        name: "tracing.service_name",
+        kind: Kind::Other("\"mcpgate\""),
+        meaning: "`service.name` of the spans' resource; `service.instance.id` is `instance_id`, or an id drawn at each start.",
+    },
+    Key {
+        name: "tracing.capture_arguments",
+        kind: Kind::Flag(false),
+        meaning: "Put a tool call's arguments on its spans (`gen_ai.tool.call.arguments`), with the values of keys that look secret (`audit.redact`'s default list) replaced by `***`, cut to 4 KiB.",
+    },
+    Key {
+        name: "tracing.capture_results",
+        kind: Kind::Flag(false),
+        meaning: "Put a tool call's result on its spans (`gen_ai.tool.call.result`), redacted the same way, cut to 4 KiB.",
+    },
+    Key {
+        name: "tracing.max_queue",
+        kind: Kind::Number { default: Some(2048), min: 16, max: 1000000 },
+        meaning: "Spans waiting for the exporter at most (each charged to `max_memory_mb`); past it a span is dropped.",
+    },
+    Key {
+        name: "tracing.export_timeout_ms",
+        kind: Kind::Number { default: Some(5000), min: 100, max: 60000 },
+        meaning: "The most one export (a batch of up to 512 spans, sent at least every second) may take; a batch that fails or takes longer is dropped.",
+    },
+    Key {
         name: "env_passthrough",
         kind: Kind::Other("the CA, proxy, npm and uv variables (see the text)"),
         meaning: "Variables of mcpgate's own environment every stdio server's process gets, besides the base (`PATH HOME USER LOGNAME LANG LC_ALL LC_CTYPE TZ TMPDIR`) and before its own `env`: names, or a prefix and `*`. The default is what package runners need behind a proxy or a private CA: `SSL_CERT_FILE SSL_CERT_DIR NODE_EXTRA_CA_CERTS REQUESTS_CA_BUNDLE CURL_CA_BUNDLE HTTP_PROXY HTTPS_PROXY NO_PROXY ALL_PROXY` (and their lower-case forms), `npm_config_* NPM_CONFIG_* UV_* PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_CERT XDG_CACHE_HOME`.",
@@ -699,6 +739,8 @@ pub struct Config {
     pub audit: Option<AuditConfig>,
     /// `rate_limit`.
     pub rate_limit: RateLimits,
+    /// `tracing`: none when it is not configured.
+    pub tracing: Option<TracingConfig>,
     /// In the order of the file: the first server wins a name collision.
     pub servers: Vec<ServerConfig>,
     /// What was read from a client's file its own way, or left to the client.
@@ -806,6 +848,8 @@ impl RateLimits {
 
 /// `audit`: where the audit log goes.
 pub use crate::runtime::audit::AuditConfig;
+/// `tracing`: where spans go, and which.
+pub use crate::runtime::trace::TracingConfig;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Transport {
@@ -1071,6 +1115,7 @@ impl Config {
             tool_search: tool_search(keys.take("tool_search"))?,
             audit: keys.take("audit").map(audit).transpose()?,
             rate_limit: rate_limits(keys.take("rate_limit"))?,
+            tracing: keys.take("tracing").map(tracing).transpose()?,
             servers: servers(keys.take("mcpServers"), notes.order(server_order(&text)?), env, &trust)?,
             notes,
         };
@@ -1122,9 +1167,11 @@ impl Config {
         vec![
             line(
                 "fixed",
-                &["other", "accept", "reaper", "signal", "state", "notify", "audit"],
-                "main, accept, reaper, signal, state, notify, and peers with state_dir, audit with audit",
-                6 + usize::from(self.state_dir.is_some()) + usize::from(self.audit.is_some()),
+                &["other", "accept", "reaper", "signal", "state", "notify", "audit", "trace"],
+                "main, accept, reaper, signal, state, notify, and peers with state_dir, audit with audit, trace with tracing",
+                6 + usize::from(self.state_dir.is_some())
+                    + usize::from(self.audit.is_some())
+                    + usize::from(self.tracing.is_some()),
             ),
             line("connections", &["conn"], "max_connections", self.max_connections),
             line("readers", &["reader"], "max_sessions x HTTP servers", self.max_sessions * http),
@@ -1605,10 +1652,7 @@ fn audit(value: &Value) -> Result<AuditConfig, Invalid> {
         keys.strings("redact")?
     } else {
         let _ = keys.take("redact");
-        ["password", "passwd", "secret", "token", "key", "authorization", "cookie", "credential"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect()
+        REDACTED_BY_DEFAULT.iter().map(|s| s.to_string()).collect()
     };
     let config = AuditConfig {
         file,
@@ -1617,6 +1661,55 @@ fn audit(value: &Value) -> Result<AuditConfig, Invalid> {
         journal,
         arguments: keys.flag("arguments")?,
         redact,
+    };
+    keys.refuse_unknown()?;
+    Ok(config)
+}
+
+/// The keys whose values the audit log and spans never keep, by default.
+pub const REDACTED_BY_DEFAULT: [&str; 8] =
+    ["password", "passwd", "secret", "token", "key", "authorization", "cookie", "credential"];
+
+/// `tracing`: the receiver, the ratio, the resource's name, what spans carry.
+fn tracing(value: &Value) -> Result<TracingConfig, Invalid> {
+    let Value::Object(map) = value else {
+        return Err(Invalid::new(
+            "tracing",
+            format!("expected an object such as {{\"endpoint\": \"http://127.0.0.1:4318\"}}, found {}", kind(value)),
+        ));
+    };
+    let mut keys = Keys::new(map, "tracing", "tracing");
+    let Some(endpoint) = keys.string("endpoint")? else {
+        return Err(Invalid::new("tracing.endpoint", "missing: the OTLP/HTTP receiver, e.g. http://127.0.0.1:4318"));
+    };
+    if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
+        return Err(Invalid::new("tracing.endpoint", format!("`{endpoint}` is not an http:// or https:// URL")));
+    }
+    let sample_per_million = match keys.take("sample_ratio") {
+        None => 1_000_000,
+        Some(value) => match value.as_f64() {
+            Some(ratio) if (0.0..=1.0).contains(&ratio) => (ratio * 1e6).round() as u32,
+            _ => {
+                return Err(Invalid::new(
+                    "tracing.sample_ratio",
+                    format!("expected a number from 0 to 1, found {value}"),
+                ));
+            }
+        },
+    };
+    let service_name = keys.string("service_name")?.unwrap_or_else(|| "mcpgate".into());
+    if service_name.is_empty() {
+        return Err(Invalid::new("tracing.service_name", "empty: give a name, or leave the key out"));
+    }
+    let config = TracingConfig {
+        endpoint,
+        sample_per_million,
+        service_name,
+        capture_arguments: keys.flag("capture_arguments")?,
+        capture_results: keys.flag("capture_results")?,
+        redact: REDACTED_BY_DEFAULT.iter().map(|s| s.to_string()).collect(),
+        max_queue: keys.count("max_queue")?,
+        export_timeout: Duration::from_millis(keys.count("export_timeout_ms")? as u64),
     };
     keys.refuse_unknown()?;
     Ok(config)
@@ -2141,6 +2234,10 @@ mod tests {
             ("audit.file", json!(std::env::temp_dir().join("mcpgate-config-test-audit.jsonl"))),
             ("audit.redact", json!(["password"])),
             ("rate_limit", json!({})),
+            ("tracing", json!({})),
+            ("tracing.endpoint", json!("http://127.0.0.1:4318")),
+            ("tracing.sample_ratio", json!(0.01)),
+            ("tracing.service_name", json!("gate")),
             ("rate_limit.per_user", json!({})),
             ("rate_limit.per_tool", json!({})),
             ("rate_limit.tools", json!({})),
@@ -2201,7 +2298,7 @@ mod tests {
                 None => &mut root[key.name],
                 Some(("auth", "tokens[].token" | "tokens[].servers" | "tokens[].name"))
                 | Some(("auth", "tokens_file")) => continue,
-                Some((top @ ("auth" | "tls" | "tool_search" | "audit" | "rate_limit"), rest)) => {
+                Some((top @ ("auth" | "tls" | "tool_search" | "audit" | "rate_limit" | "tracing"), rest)) => {
                     rest.split('.').fold(&mut root[top], |at, part| &mut at[part])
                 }
                 Some(("mcpServers", rest)) => match rest.trim_start_matches("<name>.").split_once('.') {

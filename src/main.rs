@@ -437,6 +437,7 @@ fn serve(config: Config, source: Source, looked: watch::Looked, signals: sys::Si
         .map_err(io(format!("cannot listen on {listen}")))?;
     gateway.start_eager(None);
     gateway.configure_audit(gateway.current().config.audit.as_ref());
+    gateway.configure_tracing();
     let reaper = reaper::start(gateway.clone()).map_err(io("cannot start the reaper"))?;
     let watcher = peers::start(gateway.clone()).map_err(io("cannot start the peers' watcher"))?;
     let restorer = match restored {

@@ -87,34 +87,123 @@ pub const BUCKETS_MICROS: [u64; 13] = [
     60_000_000,
 ];
 
+/// The bounds the MCP conventions advise for `mcp.*.operation.duration`,
+/// in microseconds: 10 ms to 300 s.
+pub const OPERATION_BUCKETS_MICROS: [u64; 14] = [
+    10_000,
+    20_000,
+    50_000,
+    100_000,
+    200_000,
+    500_000,
+    1_000_000,
+    2_000_000,
+    5_000_000,
+    10_000_000,
+    30_000_000,
+    60_000_000,
+    120_000_000,
+    300_000_000,
+];
+
+/// Room for the longest list of bounds, and `+Inf`.
+const MAX_BUCKETS: usize = 15;
+
 /// Durations in fixed buckets: an observation is two relaxed additions,
 /// without a lock or an allocation.
-#[derive(Default, Debug)]
+#[derive(Debug)]
 pub struct Histogram {
-    /// Observations per bucket (not cumulative); the last is `+Inf`.
-    counts: [AtomicU64; BUCKETS_MICROS.len() + 1],
+    /// Observations per bucket (not cumulative); the one after the last bound is `+Inf`.
+    counts: [AtomicU64; MAX_BUCKETS],
     sum_micros: AtomicU64,
+    /// Upper bounds in microseconds.
+    bounds: &'static [u64],
+}
+
+impl Default for Histogram {
+    fn default() -> Histogram {
+        Histogram::with_bounds(&BUCKETS_MICROS)
+    }
 }
 
 impl Histogram {
+    /// With these upper bounds (in microseconds, at most 14).
+    pub const fn with_bounds(bounds: &'static [u64]) -> Histogram {
+        assert!(bounds.len() < MAX_BUCKETS);
+        Histogram { counts: [const { AtomicU64::new(0) }; MAX_BUCKETS], sum_micros: AtomicU64::new(0), bounds }
+    }
+
     pub fn observe(&self, took: Duration) {
         let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
-        let bucket = BUCKETS_MICROS.iter().position(|&bound| micros <= bound).unwrap_or(BUCKETS_MICROS.len());
+        let bucket = self.bounds.iter().position(|&bound| micros <= bound).unwrap_or(self.bounds.len());
         self.counts[bucket].fetch_add(1, Relaxed);
         self.sum_micros.fetch_add(micros, Relaxed);
+    }
+
+    /// Observations so far.
+    pub fn count(&self) -> u64 {
+        self.counts.iter().map(|c| c.load(Relaxed)).sum()
     }
 
     /// Cumulative counts by upper bound in seconds (the last, `+Inf`, is
     /// the count of all), and the sum in seconds.
     fn sample(&self) -> Sample {
         let mut total = 0;
-        let mut buckets = Vec::with_capacity(self.counts.len());
-        for (i, count) in self.counts.iter().enumerate() {
+        let mut buckets = Vec::with_capacity(self.bounds.len() + 1);
+        for (i, count) in self.counts[..=self.bounds.len()].iter().enumerate() {
             total += count.load(Relaxed);
-            let bound = BUCKETS_MICROS.get(i).map_or(f64::INFINITY, |&micros| micros as f64 / 1e6);
+            let bound = self.bounds.get(i).map_or(f64::INFINITY, |&micros| micros as f64 / 1e6);
             buckets.push((bound, total));
         }
         Sample::Histogram { buckets, sum: self.sum_micros.load(Relaxed) as f64 / 1e6 }
+    }
+}
+
+/// The methods of MCP (both eras) that durations are kept for by name;
+/// any other counts as `_OTHER`, so that a client sending made-up methods
+/// cannot grow `/metrics`.
+pub const METHODS: [&str; 23] = [
+    "initialize",
+    "ping",
+    "tools/list",
+    "tools/call",
+    "prompts/list",
+    "prompts/get",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "completion/complete",
+    "logging/setLevel",
+    "tasks/get",
+    "tasks/result",
+    "tasks/cancel",
+    "tasks/list",
+    "tasks/update",
+    "server/discover",
+    "subscriptions/listen",
+    "sampling/createMessage",
+    "elicitation/create",
+    "roots/list",
+];
+
+/// Durations of MCP operations by method (`mcp.server.operation.duration`
+/// and `mcp.client.operation.duration`), in the buckets the conventions
+/// advise; read as one histogram per method seen, labelled with it.
+#[derive(Debug)]
+pub struct MethodDurations([Histogram; METHODS.len() + 1]);
+
+impl Default for MethodDurations {
+    fn default() -> MethodDurations {
+        MethodDurations([const { Histogram::with_bounds(&OPERATION_BUCKETS_MICROS) }; METHODS.len() + 1])
+    }
+}
+
+impl MethodDurations {
+    pub fn observe(&self, method: &str, took: Duration) {
+        let at = METHODS.iter().position(|m| *m == method).unwrap_or(METHODS.len());
+        self.0[at].observe(took);
     }
 }
 
@@ -334,6 +423,20 @@ impl Metric for Histogram {
     }
 }
 
+impl Metric for MethodDurations {
+    const KIND: Kind = Kind::Histogram;
+    const LABELLED: bool = true;
+    fn read(&self, entry: &'static Entry, scope: Option<&str>, out: &mut Vec<Reading>) {
+        for (i, histogram) in self.0.iter().enumerate().filter(|(_, h)| h.count() > 0) {
+            let method = METHODS.get(i).copied().unwrap_or("_OTHER");
+            let mut reading = Reading::new(entry, scope, histogram.sample());
+            reading.labels.push((entry.label.unwrap_or("value"), method.to_string()));
+            reading.path.push(method.to_string());
+            out.push(reading);
+        }
+    }
+}
+
 impl Metric for Family {
     const KIND: Kind = Kind::Gauge;
     const LABELLED: bool = true;
@@ -519,6 +622,9 @@ stats! {
         auth_jwks_failures: Counter => "auth"."jwks_failures" as "mcpgate_auth_jwks_failures_total",
         /// Opaque tokens sent to the issuer's introspection endpoint.
         auth_introspections: Counter => "auth"."introspections" as "mcpgate_auth_introspections_total",
+
+        /// Seconds from reading an MCP request (or notification) of a client to its answer, by method (`mcp.server.operation.duration`).
+        operation_duration: MethodDurations => "mcp"."server_operation_duration_seconds" as "mcp_server_operation_duration_seconds" { mcp_method_name },
     }
 }
 
@@ -554,6 +660,8 @@ stats! {
         errors_exited: Counter => "servers"."errors.exited" as "mcpgate_server_errors_total" { kind = "exited" },
         /// Seconds from sending a forwarded request on a lane to its response or failure (the wait for a lane not included).
         request_duration: Histogram => "servers"."request_duration_seconds" as "mcpgate_server_request_duration_seconds",
+        /// Seconds from sending a request to the server (`initialize` included) to its answer or failure, by method (`mcp.client.operation.duration`).
+        operation_duration: MethodDurations => "servers"."operation_duration_seconds" as "mcp_client_operation_duration_seconds" { mcp_method_name },
     }
 }
 
@@ -602,6 +710,12 @@ stats! {
         audit_dropped: Counter => "audit"."dropped" as "mcpgate_audit_records_dropped_total",
         /// Times the audit file reached `audit.max_bytes` and was rotated.
         audit_rotations: Counter => "audit"."rotations" as "mcpgate_audit_rotations_total",
+        /// Spans the receiver of `tracing` accepted.
+        trace_exported: Counter => "tracing"."exported" as "mcpgate_trace_spans_exported_total",
+        /// Spans dropped: the exporter's queue was full, the memory budget refused them, or the receiver was down, slow or refused them.
+        trace_dropped: Counter => "tracing"."dropped" as "mcpgate_trace_spans_dropped_total",
+        /// Exports (batches of spans) that failed: the receiver could not be reached, took longer than `tracing.export_timeout_ms`, or answered an error.
+        trace_export_failures: Counter => "tracing"."export_failures" as "mcpgate_trace_export_failures_total",
         /// Seconds since an `initialize` was last refused (the uptime before any).
         sessions_since_refused: Gauge => "sessions"."secs_since_refused" as "mcpgate_sessions_seconds_since_refused",
         /// Calls of 2026-07-28 clients held now, waiting for the client's retry with answers to the server's requests (`max_held_calls`).
@@ -699,6 +813,8 @@ mod tests {
     fn every_counter_is_in_the_table_with_its_help() {
         let stats = Stats::default();
         stats.downstream_resumed.inc();
+        // A family by method reads as one histogram per method seen: one here.
+        stats.operation_duration.observe("ping", Duration::from_millis(1));
         let mut readings = Vec::new();
         stats.read(None, &mut readings);
         let resumed = readings.iter().find(|r| r.path == ["downstream", "resumed"]).unwrap();
@@ -715,9 +831,12 @@ mod tests {
         for e in &entries {
             assert!(!e.help().is_empty(), "{e:?}");
             assert!(!e.help().contains(['\n', '|']), "{e:?}: one line, no `|` (a Markdown cell)");
-            let name_ok = e.name.starts_with("mcpgate_")
+            // The MCP conventions' own metrics keep their names, as OpenTelemetry's
+            // Prometheus exporter writes them (`mcp.server.operation.duration` in seconds).
+            let semconv = e.name.starts_with("mcp_") && e.name.ends_with("_operation_duration_seconds");
+            let name_ok = (e.name.starts_with("mcpgate_") || semconv)
                 && e.name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
-            assert!(name_ok, "{}: mcpgate_ and snake_case", e.name);
+            assert!(name_ok, "{}: mcpgate_ (or an MCP convention's name) and snake_case", e.name);
             assert_eq!(e.kind == Kind::Counter, e.name.ends_with("_total"), "{}: _total for counters only", e.name);
             for reserved in ["_bucket", "_count", "_sum"] {
                 assert!(!e.name.ends_with(reserved), "{}", e.name);
@@ -756,6 +875,24 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l.starts_with(row)), "{row}\n{text}");
         }
+    }
+
+    #[test]
+    fn durations_by_method_keep_the_methods_of_mcp_and_count_the_rest_as_other() {
+        let d = MethodDurations::default();
+        d.observe("tools/call", Duration::from_millis(3));
+        d.observe("made/up", Duration::from_secs(400));
+        let entry = &Stats::TABLE.iter().find(|e| e.name == "mcp_server_operation_duration_seconds").unwrap();
+        let mut out = Vec::new();
+        d.read(entry, None, &mut out);
+        let labels: Vec<String> = out.iter().map(|r| r.labels[0].1.clone()).collect();
+        assert_eq!(labels, ["tools/call", "_OTHER"]);
+        let Sample::Histogram { buckets, .. } = &out[0].sample else { panic!("a histogram") };
+        assert_eq!(buckets[0], (0.01, 1), "the conventions' first bound is 10 ms");
+        assert_eq!(buckets.len(), OPERATION_BUCKETS_MICROS.len() + 1);
+        let Sample::Histogram { buckets, .. } = &out[1].sample else { panic!("a histogram") };
+        assert_eq!(buckets[buckets.len() - 2], (300.0, 0));
+        assert_eq!(buckets[buckets.len() - 1], (f64::INFINITY, 1));
     }
 
     #[test]

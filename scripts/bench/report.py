@@ -315,6 +315,68 @@ def auth_tls_section(rows, say, failures):
     return targets
 
 
+def govern_section(rows, say, failures):
+    """1g: what tracing (at a ratio of 1.0 and of 0.01) and the audit log add to each call's CPU in
+    mcpgate, next to the same calls without them, in the same rounds. Correctness (smoke too): no
+    call failed, no audit record was dropped."""
+    targets = []
+    govern = [r for r in rows if r["part"] == "govern"]
+    if not govern:
+        return targets
+    names = {"plain": "neither", "trace-1": "tracing, ratio 1.0", "trace-0.01": "tracing, ratio 0.01", "audit": "audit log"}
+    say("## 1g. Tracing and the audit log")
+    say("")
+    say(
+        "Four mcpgates in front of mcp-fixture, the points interleaved in each round: without tracing or an audit log, "
+        "tracing every call (`sample_ratio` 1.0: a SERVER and a CLIENT span each, exported as OTLP/HTTP protobuf to "
+        "a receiver that answers without decoding, scripts/bench/otlp_sink.py), tracing at 0.01, and the audit log (a "
+        "file). CPU: mcpgate's user + sys from `/proc` over the point, summed over the rounds and divided by the calls."
+    )
+    say("")
+    say("| clients | " + " | ".join(f"{names[v]}: CPU/call, p50" for v in names) + " |")
+    say("|---|" + "---|" * len(names))
+    cells: dict = {}
+    for r in govern:
+        res = r["result"]
+        if res["errors"]:
+            failures.append(f"govern: {res['errors']} failed calls with {names[r['variant']]} ({res['clients']} clients)")
+        c = cells.setdefault((res["clients"], r["variant"]), {"ticks": 0, "calls": 0, "tck": r["clk_tck"], "p50": []})
+        c["ticks"] += r["gateway_ticks"]
+        c["calls"] += res["calls"]
+        c["p50"].append(res["p50_us"])
+    for clients in sorted({k[0] for k in cells}):
+        cpu = {}
+        for v in names:
+            c = cells.get((clients, v))
+            if c:
+                cpu[v] = c["ticks"] * 1e6 / c["tck"] / max(c["calls"], 1)
+        base = cpu.get("plain")
+        if not base:
+            continue
+        shown = []
+        for v in names:
+            if v not in cpu:
+                shown.append("-")
+                continue
+            added = f" ({(cpu[v] / base - 1) * 100:+.1f} %)" if v != "plain" else ""
+            shown.append(f"{cpu[v]:.0f} µs{added}, {fmt_us(median(cells[(clients, v)]['p50']))}")
+        say(f"| {clients} | " + " | ".join(shown) + " |")
+        if "trace-0.01" in cpu:
+            r = cpu["trace-0.01"] / base - 1
+            name = f"tracing at a ratio of 0.01 adds <= 5 % CPU per call ({clients} client{'s' if clients > 1 else ''})"
+            targets.append((name, f"{r * 100:+.1f} % ({cpu['trace-0.01']:.0f} / {base:.0f} µs)", r <= 0.05, ""))
+    say("")
+    for r in rows:
+        if r["part"] == "govern-spans":
+            say(f"Spans of the gate traced at {names[r['variant']].split()[-1]}: {r['exported']} exported, {r['dropped']} dropped (a full queue drops).")
+        if r["part"] == "govern-audit":
+            say(f"Audit records: {r['written']} written, {r['dropped']} dropped.")
+            if r["dropped"]:
+                failures.append(f"govern: {r['dropped']} audit records dropped")
+    say("")
+    return targets
+
+
 def stdio_section(rows, fixture, say, failures):
     """Section 5, stdio servers; returns its rows for the targets table:
     (name, measured, met, note)."""
@@ -883,6 +945,7 @@ def main() -> int:
 
     cpu_targets = cpu_section(rows, say, failures)
     cpu_targets += auth_tls_section(rows, say, failures)
+    cpu_targets += govern_section(rows, say, failures)
 
     tool_search_section(rows, say, failures)
     list_cache_section(rows, say, failures)

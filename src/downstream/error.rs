@@ -105,6 +105,23 @@ impl DownstreamError {
         matches!(self, DownstreamError::Timeout(_) | DownstreamError::ConnectTimeout(_))
     }
 
+    /// Its kind, as the server's errors are counted: a span's `error.type`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            DownstreamError::Connect(_) | DownstreamError::ConnectTimeout(_) => "connect",
+            DownstreamError::Timeout(_) | DownstreamError::DeleteTimeout(_) => "timeout",
+            DownstreamError::Busy(_) => "busy",
+            DownstreamError::Status { .. } => "status",
+            DownstreamError::SessionGone => "session_gone",
+            DownstreamError::Protocol(_) => "protocol",
+            DownstreamError::Refused(_) => "refused",
+            DownstreamError::Closed | DownstreamError::Gone => "closed",
+            DownstreamError::Exhausted(_) => "exhausted",
+            DownstreamError::Cancelled => "cancelled",
+            DownstreamError::Exited(_) => "exited",
+        }
+    }
+
     /// The counter of its kind among a server's errors.
     pub(super) fn counter<'a>(&self, stats: &'a ServerStats) -> &'a Counter {
         match self {

@@ -41,6 +41,7 @@ mod error;
 pub mod flight;
 pub(crate) mod http;
 pub(crate) mod resolver;
+mod spans;
 mod sse;
 mod stdio;
 /// How mcpgate looks up servers' names (no thread per lookup); the
@@ -594,8 +595,12 @@ impl Server {
         init_params: &RawValue,
         inbox: Weak<dyn Inbox>,
     ) -> Result<Arc<Downstream>, DownstreamError> {
-        let body = jsonrpc::request(&Value::from(0), "initialize", Some(init_params));
-        let (link, answer) = self.connector.open(self, &body, opener)?;
+        let id = Value::from(0);
+        let (sent, traced) = spans::sending(self, None, "initialize", &id, Some(init_params));
+        let body = jsonrpc::request(&id, "initialize", Some(traced.as_deref().unwrap_or(init_params)));
+        let opened = self.connector.open(self, &body, opener);
+        sent.end(self, opened.as_ref().and_then(|(_, answer)| answer.as_ref()));
+        let (link, answer) = opened?;
         // From here the server may hold a session: every failure must close it.
         let old_transport = self.connector.answers_2024_11_05();
         let mut downstream = Downstream::new(self.clone(), link, opener.session);
@@ -827,14 +832,16 @@ impl Downstream {
             Err(LaneError::Stopped(Stop::Closing)) => return Err(DownstreamError::Gone),
             Err(LaneError::Stopped(why)) => return Err(self.server.stopped(why)),
         };
+        let (sent, traced) = spans::sending(&self.server, Some(self), method, id, params);
         let started = Instant::now();
-        let result = self.link.request(self, id, method, params, on_message, flight);
+        let result = self.link.request(self, id, method, traced.as_deref().or(params), on_message, flight);
         self.server.metrics.request_duration.observe(started.elapsed());
         // Whatever broke the exchange, a stop says why.
         let result = match (result, flight.stopped()) {
             (Err(_), Some(why)) => Err(self.server.stopped(why)),
             (result, _) => result,
         };
+        sent.end(&self.server, result.as_ref());
         self.server.record(&result, false);
         result
     }

@@ -76,7 +76,9 @@ pub(super) fn call_record(config: &AuditConfig, issuer: Option<&str>, call: &Fin
     record.insert("bytes_in".into(), raw.get().len().into());
     record.insert("bytes_out".into(), bytes_out.into());
     let meta = params.value("_meta");
-    if let Some(trace) = meta.as_ref().and_then(|m| m["traceparent"].as_str()).and_then(trace_id) {
+    // The call's trace: the one mcpgate records it in (`tracing`), else the client's `_meta`'s.
+    let traced = crate::runtime::trace::current().map(|c| c.span.trace_hex());
+    if let Some(trace) = traced.or_else(|| meta.as_ref().and_then(|m| m["traceparent"].as_str()).and_then(trace_id)) {
         record.insert("trace_id".into(), trace.into());
     }
     if config.arguments

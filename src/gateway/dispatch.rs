@@ -221,31 +221,7 @@ fn log_call(session: &Session, server: &Server, method: &str, params: &Params, o
     );
 }
 
-/// Whether a tool's result says `isError: true`: parsed when small; a large
-/// one is looked at where serializers put it, its first and last bytes, so
-/// that a call's answer is never read whole once more for this.
-pub(super) fn is_tool_error(result: &str) -> bool {
-    #[derive(serde::Deserialize)]
-    struct Flag {
-        #[serde(rename = "isError", default)]
-        is_error: bool,
-    }
-    const WHOLE: usize = 8 * 1024;
-    const ENDS: usize = 2 * 1024;
-    if result.len() <= WHOLE {
-        return serde_json::from_str::<Flag>(result).is_ok_and(|f| f.is_error);
-    }
-    let says_true = |part: &[u8]| {
-        let key = b"\"isError\"";
-        part.windows(key.len()).enumerate().filter(|(_, w)| w == key).any(|(at, _)| {
-            let rest = part[at + key.len()..].iter().skip_while(|b| b.is_ascii_whitespace());
-            let mut rest = rest.skip_while(|b| **b == b':').skip_while(|b| b.is_ascii_whitespace());
-            rest.by_ref().take(4).copied().eq(*b"true")
-        })
-    };
-    let bytes = result.as_bytes();
-    says_true(&bytes[..ENDS]) || says_true(&bytes[bytes.len() - ENDS..])
-}
+pub(super) use crate::protocol::spans::is_tool_error;
 
 /// A client's `notifications/cancelled` (its `params`): sent on to the
 /// server of the request it names, with the server's id for it.
@@ -815,21 +791,5 @@ impl Gateway {
         if let Err(e) = downstream.send(&body) {
             crate::limited!(warn, "server `{}`: forwarding the client's answer failed: {e}", downstream.server.name());
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::is_tool_error;
-
-    #[test]
-    fn a_tool_error_is_read_from_small_results_and_the_ends_of_large_ones() {
-        assert!(is_tool_error(r#"{"content": [], "isError": true}"#));
-        assert!(!is_tool_error(r#"{"content": [{"type": "text", "text": "\"isError\": true"}]}"#));
-        assert!(!is_tool_error(r#"{"content": [], "isError": false}"#));
-        let big = "x".repeat(100_000);
-        assert!(is_tool_error(&format!(r#"{{"content": [{{"type": "text", "text": "{big}"}}], "isError" : true}}"#)));
-        assert!(is_tool_error(&format!(r#"{{"isError":true, "content": [{{"type": "text", "text": "{big}"}}]}}"#)));
-        assert!(!is_tool_error(&format!(r#"{{"content": [{{"type": "text", "text": "{big}"}}], "isError": false}}"#)));
     }
 }

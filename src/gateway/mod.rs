@@ -31,6 +31,7 @@ mod rate;
 mod reload;
 mod search;
 pub mod searches;
+mod spans;
 mod stateless;
 mod streamable_http;
 
@@ -208,6 +209,7 @@ impl Gateway {
         self.children.stop();
         // Last: what the closes wrote is written out before the writer stops.
         self.configure_audit(None);
+        crate::runtime::trace::configure(None, None);
     }
 
     /// At shutdown: how many client sessions the state file keeps (their
@@ -318,6 +320,12 @@ impl Gateway {
         if let Some(old) = old {
             old.stop();
         }
+    }
+
+    /// Starts, changes or stops the span exporter as `tracing` says (at
+    /// start and on every reload).
+    pub fn configure_tracing(&self) {
+        crate::runtime::trace::configure(self.current().config.tracing.as_ref(), self.instance_id.as_deref());
     }
 
     /// What the audit log counted: written, dropped, rotations.

@@ -98,6 +98,7 @@ impl Gateway {
         *self.last_reload.lock() = outcome.clone();
         self.start_eager(None);
         self.configure_audit(self.current().config.audit.as_ref());
+        self.configure_tracing();
         outcome
     }
 

@@ -268,16 +268,32 @@ impl Gateway {
             Ok(m) => m,
             Err(e) => return HttpReply::error(400, &Value::Null, &e),
         };
+        let received = super::spans::received(&self.stats, req, &message);
+        let reply = self.post_message(req, &message, sink, access);
+        if let Some(received) = received {
+            received.answered(&reply);
+        }
+        reply
+    }
+
+    /// A `POST` of one message, read.
+    fn post_message(
+        &self,
+        req: &HttpRequest,
+        message: &Message,
+        sink: &mut dyn EventSink,
+        access: &Access,
+    ) -> HttpReply {
         // A discover that finds only the session era is answered as that era would answer it.
         let discover_refused = message.method() == "server/discover" && !self.offers_2026(access);
         if discover_refused && req.header(SESSION_HEADER).is_none() {
-            return self.discover_session_era(&message);
+            return self.discover_session_era(message);
         }
-        if !discover_refused && super::stateless::is_stateless(req, &message) {
-            return self.stateless(req, &message, sink, access);
+        if !discover_refused && super::stateless::is_stateless(req, message) {
+            return self.stateless(req, message, sink, access);
         }
         if message.method() == "initialize" && message.kind() == Ok(Kind::Request) {
-            return self.initialize(&message, access);
+            return self.initialize(message, access);
         }
         let session = match self.session_of(req, access) {
             Ok(s) => s,
@@ -295,7 +311,7 @@ impl Gateway {
         match message.kind() {
             Ok(Kind::Request) => {
                 let id = message.id.clone().unwrap_or(Value::Null);
-                if let Err(limited) = self.rate_check(&session, &message) {
+                if let Err(limited) = self.rate_check(&session, message) {
                     return limited.reply(&id, &session.who);
                 }
                 let _id = match session.claim_request_id(&id) {
@@ -308,15 +324,15 @@ impl Gateway {
                     stream: None,
                     ask_timeout: self.current().config.held_call_timeout,
                 };
-                let answer = self.request(&session, &message, &mut events);
+                let answer = self.request(&session, message, &mut events);
                 events.finish_with(&id, answer)
             }
             Ok(Kind::Notification) => {
-                self.client_notification(&session, &message);
+                self.client_notification(&session, message);
                 HttpReply::accepted()
             }
             Ok(Kind::Response) => {
-                self.client_answer(&session, &message);
+                self.client_answer(&session, message);
                 HttpReply::accepted()
             }
             Err(e) => HttpReply::error(400, &Value::Null, &e),
@@ -387,6 +403,8 @@ impl Gateway {
                 }
             };
             let id = message.id.clone().unwrap_or(Value::Null);
+            let received = super::spans::received(&self.stats, req, &message);
+            let before = answer.bytes.len();
             match message.kind() {
                 Ok(Kind::Request) if message.method() == "initialize" => {
                     let e = RpcError::new(jsonrpc::INVALID_REQUEST, "initialize cannot be part of a batch");
@@ -415,6 +433,11 @@ impl Gateway {
                 Ok(Kind::Notification) => self.client_notification(&session, &message),
                 Ok(Kind::Response) => self.client_answer(&session, &message),
                 Err(e) => answer.push(jsonrpc::error(&Value::Null, &e)),
+            }
+            if let Some(received) = received {
+                // What this entry added to the answer, if anything: its own answer.
+                let added = answer.bytes[before..].strip_prefix(b",").unwrap_or(&answer.bytes[before..]);
+                received.answered_with((!added.is_empty()).then_some(added));
             }
         }
         answer.reply()

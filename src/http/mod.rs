@@ -54,6 +54,10 @@ const HEADERS: &[&str] = &[
     "authorization",
     "mcp-method",
     "mcp-name",
+    // The W3C trace context of a client (`tracing`).
+    "traceparent",
+    "tracestate",
+    "baggage",
 ];
 
 /// The request headers handlers may read ([`HEADERS`]): lower-case names,

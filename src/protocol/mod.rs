@@ -1,8 +1,10 @@
 //! What travels on the wire, whoever carries it: JSON-RPC messages, SSE
-//! events, the protocol versions mcpgate speaks, and the rules of the
-//! 2026-07-28 era (`stateless`: no `initialize`, no session).
+//! events, the protocol versions mcpgate speaks, the rules of the
+//! 2026-07-28 era (`stateless`: no `initialize`, no session), and how a
+//! message is written on a trace's span (`spans`).
 
 pub mod jsonrpc;
+pub mod spans;
 pub mod sse;
 pub mod stateless;
 pub mod versions;

@@ -1,4 +1,5 @@
-//! What every floor uses: the audit log's writer, the state file and its journal, the threads and
+//! What every floor uses: the audit log's writer, traces and their
+//! exporter (`trace`, `otlp`), the state file and its journal, the threads and
 //! their roles, the memory budget, rate-limited logging, the clock, SHA-256
 //! and the comparison of secrets, the watch of files that reloads the
 //! configuration when it is saved, and the OS calls (`sys`, the only
@@ -7,10 +8,12 @@
 pub mod audit;
 pub mod clock;
 pub mod memory;
+pub mod otlp;
 pub mod ratelog;
 pub mod secret;
 pub mod sha256;
 pub mod state;
 pub mod sys;
 pub mod threads;
+pub mod trace;
 pub mod watch;

@@ -13,8 +13,14 @@ pub const STACK_BYTES: usize = 256 * 1024;
 /// The roles, as they appear in thread names and on the status page.
 pub const ROLES: &[&str] = &[
     "accept", "conn", "reader", "reaper", "signal", "fanout", "close", "state", "notify", "resolve", "stdio", "stderr",
-    "spawner", "hold", "watch", "audit",
+    "spawner", "hold", "watch", "audit", "trace",
 ];
+
+/// The roles whose threads do part of one request's work (its fan-out to
+/// several servers, a held call): they carry the trace context of the
+/// thread that starts them, so that the requests they send belong to the
+/// request's trace. Others (readers, the reaper) start no trace of anyone.
+const CARRY_TRACE: &[&str] = &["fanout", "hold"];
 
 /// Threads whose owner could not wait for them (a reader that did not stop
 /// within its bound, a name lookup past its timeout). The reaper joins
@@ -87,6 +93,14 @@ where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
+    if CARRY_TRACE.contains(&role)
+        && let Some(context) = super::trace::current()
+    {
+        return builder(role, detail).spawn(move || {
+            let _in = super::trace::enter(Some(context));
+            f()
+        });
+    }
     builder(role, detail).spawn(f)
 }
 
@@ -101,6 +115,14 @@ where
     F: FnOnce() -> T + Send + 'scope,
     T: Send + 'scope,
 {
+    if CARRY_TRACE.contains(&role)
+        && let Some(context) = super::trace::current()
+    {
+        return builder(role, detail).spawn_scoped(scope, move || {
+            let _in = super::trace::enter(Some(context));
+            f()
+        });
+    }
     builder(role, detail).spawn_scoped(scope, f)
 }
 

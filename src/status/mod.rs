@@ -60,6 +60,7 @@ pub fn readings(g: &Gateway) -> Vec<Reading> {
     let (stats, (spawned, reaped, live)) = settled(g);
     let p = process();
     let audit = g.audit_counts();
+    let traced = crate::runtime::trace::counts();
     let now = Now {
         build_info: Info::new(env!("CARGO_PKG_VERSION")),
         uptime: g.started.elapsed().as_secs().into(),
@@ -86,6 +87,9 @@ pub fn readings(g: &Gateway) -> Vec<Reading> {
         audit_written: audit.0.into(),
         audit_dropped: audit.1.into(),
         audit_rotations: audit.2.into(),
+        trace_exported: traced.0.into(),
+        trace_dropped: traced.1.into(),
+        trace_export_failures: traced.2.into(),
         sessions_since_refused: g.secs_since_session_refused().unwrap_or_else(|| g.started.elapsed().as_secs()).into(),
         calls_held: (g.held_calls() as u64).into(),
         processes_spawned: spawned.into(),

@@ -18,6 +18,7 @@
 //!   and one that never answers ([`Silent`]).
 //! - A fault-injecting TCP proxy ([`proxy`]) between mcpgate and a server:
 //!   black holes, half-open connections, resets, delays ([`Proxy`]).
+//! - An OTLP receiver ([`otlp`]): mcpgate's spans, decoded with the official protobuf types.
 //! - A token issuer ([`oauth`]): the tests' own signing keys, JWTs signed
 //!   with them, and a small server for their JWKS and introspection.
 //! - Assertions ([`assert`]): every downstream session closed exactly once
@@ -34,6 +35,7 @@ mod assert;
 mod client;
 mod modern;
 mod oauth;
+mod otlp;
 mod privileges;
 mod process;
 mod proxy;
@@ -44,6 +46,6 @@ mod stdio;
 
 #[allow(unused_imports)]
 pub use self::{
-    assert::*, client::*, modern::*, oauth::*, privileges::*, process::*, proxy::*, raw::*, scripted::*, state::*,
-    stdio::*,
+    assert::*, client::*, modern::*, oauth::*, otlp::*, privileges::*, process::*, proxy::*, raw::*, scripted::*,
+    state::*, stdio::*,
 };

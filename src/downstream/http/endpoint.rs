@@ -193,7 +193,7 @@ impl Endpoint {
         self.short.lock().pooled.agent.clone().shutdown();
     }
 
-    /// Adds the session, the protocol version and the configured headers.
+    /// Adds the session, the protocol version, the trace context and the configured headers.
     fn headers<B>(
         &self,
         mut request: ureq::RequestBuilder<B>,
@@ -210,6 +210,13 @@ impl Endpoint {
                 Some(known) => request.header(name, HeaderValue::from_static(known)),
                 None => request.header(name, version),
             };
+        }
+        // The trace context of the request being sent, if it is traced (`downstream/spans.rs`).
+        if let Some((traceparent, tracestate)) = crate::runtime::trace::outgoing_headers() {
+            request = request.header(HeaderName::from_static("traceparent"), traceparent);
+            if let Some(tracestate) = tracestate {
+                request = request.header(HeaderName::from_static("tracestate"), tracestate);
+            }
         }
         for (name, value) in &self.config.headers {
             request = request.header(name.as_str(), value.as_str());

@@ -1,0 +1,143 @@
+//! The few OTLP messages a trace export needs, as the official protobuf
+//! schema numbers them (`opentelemetry/proto/collector/trace/v1`,
+//! `trace/v1`, `common/v1`, `resource/v1`), encoded with prost: the body of
+//! `POST {endpoint}/v1/traces` with `Content-Type: application/x-protobuf`.
+//!
+//! Written here rather than taken from `opentelemetry-proto`: its trace
+//! types come only with its `trace` feature, which compiles the
+//! OpenTelemetry SDK and the `futures` executor into mcpgate (checked with
+//! `cargo tree`). The tests decode what this encodes with that crate's
+//! generated types (tests/tracing.rs), so a wrong field number fails there.
+
+/// `ExportTraceServiceRequest` (and `TracesData`, which has the same shape).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ExportTraceServiceRequest {
+    #[prost(message, repeated, tag = "1")]
+    pub resource_spans: Vec<ResourceSpans>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ResourceSpans {
+    #[prost(message, optional, tag = "1")]
+    pub resource: Option<Resource>,
+    #[prost(message, repeated, tag = "2")]
+    pub scope_spans: Vec<ScopeSpans>,
+    #[prost(string, tag = "3")]
+    pub schema_url: String,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Resource {
+    #[prost(message, repeated, tag = "1")]
+    pub attributes: Vec<KeyValue>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ScopeSpans {
+    #[prost(message, optional, tag = "1")]
+    pub scope: Option<InstrumentationScope>,
+    #[prost(message, repeated, tag = "2")]
+    pub spans: Vec<Span>,
+    #[prost(string, tag = "3")]
+    pub schema_url: String,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct InstrumentationScope {
+    #[prost(string, tag = "1")]
+    pub name: String,
+    #[prost(string, tag = "2")]
+    pub version: String,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Span {
+    #[prost(bytes = "vec", tag = "1")]
+    pub trace_id: Vec<u8>,
+    #[prost(bytes = "vec", tag = "2")]
+    pub span_id: Vec<u8>,
+    #[prost(string, tag = "3")]
+    pub trace_state: String,
+    #[prost(bytes = "vec", tag = "4")]
+    pub parent_span_id: Vec<u8>,
+    #[prost(string, tag = "5")]
+    pub name: String,
+    /// `SpanKind`: SERVER is 2, CLIENT 3.
+    #[prost(int32, tag = "6")]
+    pub kind: i32,
+    #[prost(fixed64, tag = "7")]
+    pub start_time_unix_nano: u64,
+    #[prost(fixed64, tag = "8")]
+    pub end_time_unix_nano: u64,
+    #[prost(message, repeated, tag = "9")]
+    pub attributes: Vec<KeyValue>,
+    #[prost(uint32, tag = "10")]
+    pub dropped_attributes_count: u32,
+    #[prost(message, repeated, tag = "13")]
+    pub links: Vec<Link>,
+    #[prost(message, optional, tag = "15")]
+    pub status: Option<Status>,
+    /// The W3C trace flags (bits 0-7), and whether the parent is remote (bits 8-9).
+    #[prost(fixed32, tag = "16")]
+    pub flags: u32,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Link {
+    #[prost(bytes = "vec", tag = "1")]
+    pub trace_id: Vec<u8>,
+    #[prost(bytes = "vec", tag = "2")]
+    pub span_id: Vec<u8>,
+    #[prost(string, tag = "3")]
+    pub trace_state: String,
+    #[prost(message, repeated, tag = "4")]
+    pub attributes: Vec<KeyValue>,
+    #[prost(fixed32, tag = "6")]
+    pub flags: u32,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Status {
+    #[prost(string, tag = "2")]
+    pub message: String,
+    /// `StatusCode`: UNSET 0, OK 1, ERROR 2.
+    #[prost(int32, tag = "3")]
+    pub code: i32,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct KeyValue {
+    #[prost(string, tag = "1")]
+    pub key: String,
+    #[prost(message, optional, tag = "2")]
+    pub value: Option<AnyValue>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct AnyValue {
+    #[prost(oneof = "Value", tags = "1, 2, 3")]
+    pub value: Option<Value>,
+}
+
+#[derive(Clone, PartialEq, prost::Oneof)]
+pub enum Value {
+    #[prost(string, tag = "1")]
+    StringValue(String),
+    #[prost(bool, tag = "2")]
+    BoolValue(bool),
+    #[prost(int64, tag = "3")]
+    IntValue(i64),
+}
+
+pub const SPAN_KIND_SERVER: i32 = 2;
+pub const SPAN_KIND_CLIENT: i32 = 3;
+pub const STATUS_ERROR: i32 = 2;
+/// `SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK` and `SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK`.
+pub const FLAG_HAS_IS_REMOTE: u32 = 0x100;
+pub const FLAG_IS_REMOTE: u32 = 0x200;
+
+impl KeyValue {
+    pub fn new(key: &str, value: Value) -> KeyValue {
+        KeyValue { key: key.to_string(), value: Some(AnyValue { value: Some(value) }) }
+    }
+}
