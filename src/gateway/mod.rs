@@ -21,6 +21,7 @@ use crate::runtime::state::Journal;
 use crate::session::{self, CloseReason, Session, Sessions};
 use crate::stats::Stats;
 
+mod authorize;
 pub mod check;
 mod dispatch;
 mod lists;
@@ -79,6 +80,8 @@ pub struct Gateway {
     pub journal: Arc<Journal>,
     /// The child processes of stdio servers.
     pub children: Arc<Children>,
+    /// Users' tokens at servers with `oauth`, and their sign-ins.
+    pub oauth: Arc<crate::downstream::oauth::Authorizer>,
     /// Recent name collisions between servers, for the status page.
     pub collisions: Mutex<Vec<String>>,
     /// Tools and prompts exposed under another name than `<prefix>__<name>`.
@@ -121,7 +124,13 @@ impl Gateway {
         let stats = Arc::new(Stats::default());
         let journal = Arc::new(Journal::new(config.state_file.as_deref(), config.instance_id.as_deref()));
         let children = Children::new(config.max_processes, config.stdio_grace, config.max_message_bytes);
-        let context = Context { stats: stats.clone(), journal: journal.clone(), children: children.clone() };
+        let oauth = crate::downstream::oauth::Authorizer::new(&config);
+        let context = Context {
+            stats: stats.clone(),
+            journal: journal.clone(),
+            children: children.clone(),
+            oauth: oauth.clone(),
+        };
         let servers = config.servers.iter().map(|s| new_server(s, &config, &context)).collect();
         let instance_id = config.instance_id.clone();
         Gateway {
@@ -130,6 +139,7 @@ impl Gateway {
             journal,
             stats,
             children,
+            oauth,
             collisions: Mutex::new(Vec::new()),
             renamed: Mutex::new(Vec::new()),
             lists: merged::MergedLists::default(),
@@ -156,7 +166,12 @@ impl Gateway {
 
     /// What every server shares.
     pub fn context(&self) -> Context {
-        Context { stats: self.stats.clone(), journal: self.journal.clone(), children: self.children.clone() }
+        Context {
+            stats: self.stats.clone(),
+            journal: self.journal.clone(),
+            children: self.children.clone(),
+            oauth: self.oauth.clone(),
+        }
     }
 
     /// The configuration and servers in force now.

@@ -62,6 +62,8 @@ pub(super) struct Head {
     pub method: String,
     /// The path of the target, without the query (from an absolute URL too).
     pub path: String,
+    /// The target's query, without `?`.
+    pub query: String,
     pub http11: bool,
     /// The headers handlers may read (lower-case names from [`HEADERS`]).
     pub headers: Headers,
@@ -402,6 +404,7 @@ fn parse_head_in<'b>(
     let method = req.method.unwrap_or_default().to_string();
     let http11 = req.version == Some(1);
     let path = target_path(req.path.unwrap_or_default(), &method)?;
+    let query = req.path.unwrap_or_default().split_once('?').map(|(_, q)| q.to_string()).unwrap_or_default();
     let mut headers = Headers::with_capacity(bytes.len());
     let mut params: Vec<(String, String)> = Vec::new();
     let mut length: Option<u64> = None;
@@ -466,7 +469,7 @@ fn parse_head_in<'b>(
         close = false;
     }
     let framing = framing(&codings, length, http11)?;
-    Ok(Head { method, path, http11, headers, params, framing, expect_continue, close })
+    Ok(Head { method, path, query, http11, headers, params, framing, expect_continue, close })
 }
 
 /// What can be refused before the head is complete: bytes that cannot

@@ -15,6 +15,8 @@ pub const INVALID_REQUEST: i64 = -32600;
 pub const METHOD_NOT_FOUND: i64 = -32601;
 pub const INVALID_PARAMS: i64 = -32602;
 pub const INTERNAL_ERROR: i64 = -32603;
+/// A URL elicitation must complete first (2025-11-25 only): the links are in `data.elicitations`.
+pub const URL_ELICITATION_REQUIRED: i64 = -32042;
 
 /// One JSON-RPC message as received. `id` is `Some(Value::Null)` when the
 /// field is present and null, `None` when absent.

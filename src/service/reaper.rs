@@ -1,7 +1,7 @@
 //! The reaper: one thread that closes idle sessions through the one close
 //! path, ends requests to servers silent past the request timeout, stops
-//! shared stdio processes nobody uses, and joins threads that outlived
-//! their owner's wait.
+//! shared stdio processes nobody uses, drops expired sign-ins, and joins
+//! threads that outlived their owner's wait.
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -57,6 +57,7 @@ pub fn start(gateway: Arc<Gateway>) -> std::io::Result<Reaper> {
                     }
                     reopen_lost(&gateway);
                     gateway.prune_lists();
+                    gateway.oauth.expire();
                     let current = gateway.current();
                     for server in &current.servers {
                         server.stop_idle(current.config.shared_idle);

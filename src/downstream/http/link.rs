@@ -8,8 +8,9 @@ use parking_lot::Mutex;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::endpoint::{Endpoint, Exchange, status_error};
+use super::endpoint::{Endpoint, Exchange, status_error, unauthorized};
 use super::reader::{self, Reader};
+use crate::downstream::oauth::{self, Authed};
 use crate::downstream::{Arrival, Downstream, DownstreamError, Flight, Inbox, Link, Opened, Server};
 use crate::limited;
 use crate::protocol::jsonrpc::{self, Message};
@@ -26,30 +27,40 @@ pub(crate) fn session_id_of(response: &ureq::http::Response<ureq::Body>) -> Resu
 }
 
 /// Sends `initialize` (id 0, the client's params) and reads the answer; the
-/// link carries the session id the server gave, if any.
-pub(crate) fn open(server: &Server, endpoint: &Arc<Endpoint>, body: &[u8]) -> Result<Opened, DownstreamError> {
+/// link carries the session id the server gave, if any. On a server with
+/// `oauth`, as the user of `authed` (a refusal is the link to sign in).
+pub(crate) fn open(
+    server: &Server,
+    endpoint: &Arc<Endpoint>,
+    body: &[u8],
+    authed: Option<Authed>,
+) -> Result<Opened, DownstreamError> {
     let id = Value::from(0);
-    let response = endpoint.post(&endpoint.agent, None, None, body)?;
-    let session_id = session_id_of(&response)?;
-    let flight = server.lanes.flight(0);
-    let exchange = Exchange {
-        session_id: session_id.as_deref(),
-        version: versions::NEWEST,
-        agent: &endpoint.agent,
-        flight: &flight,
-    };
-    let answer = endpoint.read_answer(server, response, &id, &mut |_| {}, &exchange);
-    if session_id.is_none() {
-        // Without a session id there is nothing to close if the answer is bad.
-        answer.as_ref().map_err(Clone::clone)?;
-    }
-    let link = HttpLink { endpoint: endpoint.clone(), session_id, resumed: false, reader: Mutex::new(None) };
+    let (session_id, answer) = oauth::with_bearer(authed.as_ref(), |bearer| {
+        let response = endpoint.post(&endpoint.agent, None, None, body, bearer)?;
+        let session_id = session_id_of(&response)?;
+        let flight = server.lanes.flight(0);
+        let exchange = Exchange {
+            session_id: session_id.as_deref(),
+            version: versions::NEWEST,
+            agent: &endpoint.agent,
+            flight: &flight,
+            bearer,
+        };
+        let answer = endpoint.read_answer(server, response, &id, &mut |_| {}, &exchange);
+        if session_id.is_none() {
+            // Without a session id there is nothing to close if the answer is bad.
+            answer.as_ref().map_err(Clone::clone)?;
+        }
+        Ok((session_id, answer))
+    })?;
+    let link = HttpLink { endpoint: endpoint.clone(), session_id, resumed: false, reader: Mutex::new(None), authed };
     Ok((Box::new(link), answer))
 }
 
 /// A downstream session taken over from the state file.
-pub(crate) fn resumed(endpoint: &Arc<Endpoint>, session_id: Option<String>) -> Box<dyn Link> {
-    Box::new(HttpLink { endpoint: endpoint.clone(), session_id, resumed: true, reader: Mutex::new(None) })
+pub(crate) fn resumed(endpoint: &Arc<Endpoint>, session_id: Option<String>, authed: Option<Authed>) -> Box<dyn Link> {
+    Box::new(HttpLink { endpoint: endpoint.clone(), session_id, resumed: true, reader: Mutex::new(None), authed })
 }
 
 /// One downstream session over HTTP.
@@ -63,6 +74,8 @@ struct HttpLink {
     resumed: bool,
     /// The `GET` stream's reader thread; taken by the close path.
     reader: Mutex<Option<Reader>>,
+    /// Its user, on a server with `oauth`: whose token it sends.
+    authed: Option<Authed>,
 }
 
 impl Link for HttpLink {
@@ -86,35 +99,41 @@ impl Link for HttpLink {
         if let Err(why) = flight.arm(Box::new(move || agent.clone().shutdown())) {
             return Err(d.server.stopped(why));
         }
-        let exchange = Exchange {
-            session_id: self.session_id.as_deref(),
-            version: &d.protocol_version,
-            agent: lane.agent(),
-            flight,
-        };
-        let result = endpoint
-            .post(lane.agent(), self.session_id.as_deref(), Some(&d.protocol_version), &body)
-            .and_then(|response| endpoint.read_answer(&d.server, response, id, on_message, &exchange));
+        let result = oauth::with_bearer(self.authed.as_ref(), |bearer| {
+            let exchange = Exchange {
+                session_id: self.session_id.as_deref(),
+                version: &d.protocol_version,
+                agent: lane.agent(),
+                flight,
+                bearer,
+            };
+            endpoint
+                .post(lane.agent(), self.session_id.as_deref(), Some(&d.protocol_version), &body, bearer)
+                .and_then(|response| endpoint.read_answer(&d.server, response, id, &mut *on_message, &exchange))
+        });
         lane.stopped = flight.disarm();
         result
     }
 
     fn send(&self, d: &Downstream, body: &[u8]) -> Result<(), DownstreamError> {
         let endpoint = &self.endpoint;
-        let response = endpoint.post(&endpoint.agent, self.session_id.as_deref(), Some(&d.protocol_version), body)?;
-        let status = response.status().as_u16();
-        match status {
-            200..=299 => {
-                let _ = response.into_body().with_config().limit(64 * 1024).read_to_vec();
-                Ok(())
+        oauth::with_bearer(self.authed.as_ref(), |bearer| {
+            let session = self.session_id.as_deref();
+            let response = endpoint.post(&endpoint.agent, session, Some(&d.protocol_version), body, bearer)?;
+            let status = response.status().as_u16();
+            match status {
+                200..=299 => {
+                    let _ = response.into_body().with_config().limit(64 * 1024).read_to_vec();
+                    Ok(())
+                }
+                404 if self.session_id.is_some() => Err(DownstreamError::SessionGone),
+                _ => Err(unauthorized(&response).unwrap_or_else(|| status_error(response))),
             }
-            404 if self.session_id.is_some() => Err(DownstreamError::SessionGone),
-            _ => Err(status_error(response)),
-        }
+        })
     }
 
     fn listen(&self, d: &Arc<Downstream>, inbox: Weak<dyn Inbox>) -> Result<(), DownstreamError> {
-        match reader::start(d, &self.endpoint, self.session_id.clone(), self.resumed, inbox) {
+        match reader::start(d, &self.endpoint, self.session_id.clone(), self.resumed, inbox, self.authed.clone()) {
             Ok(reader) => {
                 let mut slot = self.reader.lock();
                 if d.is_closing() {
@@ -149,7 +168,9 @@ impl Link for HttpLink {
             reader.join(d.server.limits.delete);
         }
         match &self.session_id {
-            Some(session) => self.endpoint.delete(session, &d.protocol_version),
+            Some(session) => oauth::with_bearer(self.authed.as_ref(), |bearer| {
+                self.endpoint.delete(session, &d.protocol_version, bearer)
+            }),
             None => Ok(()),
         }
     }

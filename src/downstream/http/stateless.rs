@@ -267,7 +267,8 @@ fn probe(server: &Server, endpoint: &Endpoint) -> Result<Era, DownstreamError> {
     let body = jsonrpc::request(&id, "server/discover", Some(&jsonrpc::raw(&params)));
     let response = endpoint.post_with(endpoint.short_agent(), headers("server/discover", None)?, &body)?;
     let flight = server.lanes.flight(0);
-    let exchange = Exchange { session_id: None, version: VERSION, agent: endpoint.short_agent(), flight: &flight };
+    let exchange =
+        Exchange { session_id: None, version: VERSION, agent: endpoint.short_agent(), flight: &flight, bearer: None };
     let Ok(answer) = endpoint.read_answer(server, response, &id, &mut |_| {}, &exchange) else {
         return Ok(Era::Session { also_2026: false });
     };
@@ -310,13 +311,14 @@ fn answers_initialize(server: &Server, endpoint: &Endpoint) -> Result<bool, Down
         version: versions::NEWEST,
         agent: endpoint.short_agent(),
         flight: &flight,
+        bearer: None,
     };
     let answer = endpoint.read_answer(server, response, &id, &mut |_| {}, &exchange);
     let result: Value =
         answer.ok().and_then(|a| a.result).and_then(|r| serde_json::from_str(r.get()).ok()).unwrap_or_default();
     let version = result["protocolVersion"].as_str().filter(|v| versions::supported(v));
     if let Some(session) = &session_id
-        && let Err(e) = endpoint.delete(session, version.unwrap_or(versions::NEWEST))
+        && let Err(e) = endpoint.delete(session, version.unwrap_or(versions::NEWEST), None)
     {
         log::warn!("server `{}`: DELETE of the session that asked its era: {e}", server.name());
     }
@@ -440,7 +442,7 @@ impl Link for StatelessLink {
         if let Err(why) = flight.arm(Box::new(move || agent.clone().shutdown())) {
             return Err(d.server.stopped(why));
         }
-        let exchange = Exchange { session_id: None, version: VERSION, agent: lane.agent(), flight };
+        let exchange = Exchange { session_id: None, version: VERSION, agent: lane.agent(), flight, bearer: None };
         let result = endpoint
             .post_with(lane.agent(), headers, &body)
             .and_then(|response| endpoint.read_answer(&d.server, response, id, on_message, &exchange));
