@@ -47,6 +47,12 @@
 #      provider and mcp-remote each sign in by themselves (discovery from the 401, registration,
 #      code with PKCE, token) and call a tool; opaque tokens by introspection; no token reaches
 #      the fixture;
+#   4h. servers that want OAuth (scripts/interop/oauth_out.sh): mcpgate as each user's OAuth client
+#      toward FastMCP servers with JWT verification, oidc-provider as their authorization server,
+#      headless Chromium consenting on its pages; the Python SDK (its -32042 error path, the
+#      2026-07-28 input request, two users through mcpgate's own OAuth) and the TypeScript SDK
+#      (elicitation/create): consent once, restart, refresh, logout, another user's link refused,
+#      token exchange, no token in the clear;
 #   5. the conformance suite's server scenarios against `mcp-fixture --conformance`, directly
 #      and behind mcpgate (`"prefix": ""`), side by side so a failure can be attributed;
 #   5b. the suite's pre-release with the 2026-07-28 scenarios (CONFORMANCE_NEXT_VERSION), run
@@ -411,6 +417,13 @@ step "4g. OAuth and HTTPS: oidc-provider, HAProxy over TLS, the Python and TypeS
 # shellcheck source=interop/oauth.sh
 source "$HERE/oauth.sh"
 oauth_step
+
+# --- 4h. servers that want OAuth ------------------------------------------------------------------
+
+step "4h. servers that want OAuth: oidc-provider, FastMCP, Chromium's consent, the Python and TypeScript SDKs"
+# shellcheck source=interop/oauth_out.sh
+source "$HERE/oauth_out.sh"
+oauth_out_step
 
 # --- 5. conformance server scenarios ---------------------------------------------------------
 

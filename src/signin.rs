@@ -383,6 +383,14 @@ fn logout(req: &HttpRequest, gateway: &Gateway, access: &Access) -> HttpReply {
     if let Err(why) = server_auth(gateway, &name) {
         return answer(404, json!({ "error": why }));
     }
+    // Its downstream sessions with the server end first, while their token still serves their DELETE.
+    if let Some(server) = gateway.current().server(&name).cloned() {
+        let mut open = Vec::new();
+        for session in gateway.sessions.snapshot().iter().filter(|s| s.user() == access.user()) {
+            open.extend(session.take_servers(std::slice::from_ref(&server)));
+        }
+        crate::downstream::close_all(&open, 8);
+    }
     match gateway.oauth.logout(&access.user(), &name) {
         Ok(had) => {
             log::info!("OAuth: {} signed out of server `{name}`", access.who());

@@ -420,3 +420,51 @@ fn mcpgate_login_signs_in_from_a_host_without_a_browser_and_logout_forgets() {
     assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("signed out"), "{out:?}");
     link_of(&client.call_tool("prot__whoami", json!({})));
 }
+
+/// What one user's stored token costs mcpgate's memory, for the notes (not a check: it prints).
+#[test]
+#[ignore = "a measurement: cargo test --test oauth_out resident -- --ignored --nocapture"]
+fn resident_memory_per_stored_token() {
+    const USERS: usize = 400;
+    const WARM: usize = 20;
+    let server = OAuthServer::start();
+    let dir = TempDir::new();
+    let mut c = config_with(&server, &dir, json!({}));
+    let tokens: Vec<Value> = (0..USERS).map(|n| json!({ "token": format!("user-token-{n:08}-0123456789") })).collect();
+    c["auth"] = json!({ "tokens": tokens });
+    c["oauth_client"] = json!({ "link_timeout_secs": 30 });
+    c["max_sessions"] = json!(USERS + 10);
+    let gate = Gate::start_checked(&c);
+    let mut before = 0;
+    let started = std::time::Instant::now();
+    for n in 0..USERS {
+        if n == WARM {
+            before = rss_bytes(gate.pid());
+        }
+        let token = format!("user-token-{n:08}-0123456789");
+        let mut client = gate.client_with_token(&token);
+        client.initialize_with(json!({ "elicitation": { "url": {} } }));
+        let link = link_of(&client.call_tool("prot__whoami", json!({})));
+        let id = link.split("e=").nth(1).unwrap().to_string();
+        let mut browser = Browser::default();
+        browser.open(&link);
+        let walk = browser.post(&format!("http://{}/oauth/connect", gate.addr), &format!("e={id}&token={token}"));
+        assert_eq!(walk.status, 200, "{}", walk.page);
+        assert_eq!(client.delete(), 200);
+    }
+    let signed_in = rss_bytes(gate.pid());
+    // The finished sign-ins expire (link_timeout_secs 30): what is left is the tokens.
+    std::thread::sleep(Duration::from_secs(40));
+    let after = rss_bytes(gate.pid());
+    let store = std::fs::metadata(dir.0.join("state.json.oauth")).unwrap().len();
+    let per = |rss: u64| (rss.saturating_sub(before)) as f64 / (USERS - WARM) as f64;
+    println!(
+        "{USERS} users signed in in {:.1} s; RSS {before} -> {signed_in} (with their finished sign-ins) -> {after} \
+         (tokens alone): {:.0} and {:.0} bytes per user; the store: {:.0} bytes per user",
+        started.elapsed().as_secs_f64(),
+        per(signed_in),
+        per(after),
+        store as f64 / USERS as f64
+    );
+    assert_eq!(gate.status()["servers"]["prot"]["oauth"]["users"], USERS);
+}

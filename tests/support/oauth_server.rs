@@ -62,6 +62,8 @@ struct Grant {
     subject: String,
     scope: String,
     expires: u64,
+    /// The client it was granted to: its refresh token serves that client only.
+    client: String,
 }
 
 #[derive(Default)]
@@ -325,8 +327,12 @@ fn authorize(s: &mut TcpStream, query: &str, sh: &Shared, issuer: &str) -> bool 
     if q.get("code_challenge_method").map(String::as_str) != Some("S256") || !q.contains_key("code_challenge") {
         return reply(s, "400 Bad Request", "text/plain", "", b"PKCE S256 is required");
     }
-    let grant =
-        Grant { subject: st.next_subject.clone(), scope: q.get("scope").cloned().unwrap_or_default(), expires: 0 };
+    let grant = Grant {
+        subject: st.next_subject.clone(),
+        scope: q.get("scope").cloned().unwrap_or_default(),
+        expires: 0,
+        client: client.clone(),
+    };
     let code = token(&mut st, "code");
     st.codes.insert(
         code.clone(),
@@ -399,6 +405,9 @@ fn token_endpoint(s: &mut TcpStream, body: &str, sh: &Shared, resource: &str) ->
             let Some(grant) = st.refresh.remove(f.get("refresh_token").map_or("", |r| r)) else {
                 return bad(s, "invalid_grant", "unknown or used refresh token");
             };
+            if f.get("client_id") != Some(&grant.client) {
+                return bad(s, "invalid_grant", "the refresh token was issued to another client");
+            }
             let out = issue(&mut st, &grant, true);
             json_reply(s, "200 OK", out)
         }
@@ -417,7 +426,7 @@ fn token_endpoint(s: &mut TcpStream, body: &str, sh: &Shared, resource: &str) ->
             if f.get("resource").map(String::as_str) != Some(resource) {
                 return bad(s, "invalid_target", "an exchange for another resource");
             }
-            let grant = Grant { subject: name.to_string(), scope: "read".into(), expires: 0 };
+            let grant = Grant { subject: name.to_string(), scope: "read".into(), expires: 0, client: String::new() };
             let mut out = issue(&mut st, &grant, false);
             out["issued_token_type"] = json!("urn:ietf:params:oauth:token-type:access_token");
             json_reply(s, "200 OK", out)

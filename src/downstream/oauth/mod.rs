@@ -181,6 +181,7 @@ struct Subject {
 struct Exchanged {
     token: String,
     expires: u64,
+    obtained: u64,
     /// SHA-256 of the subject token it was exchanged for.
     subject: [u8; 32],
 }
@@ -707,7 +708,7 @@ impl ServerAuth {
     }
 
     pub fn oauth_error(&self, why: impl std::fmt::Display) -> DownstreamError {
-        DownstreamError::OAuth(format!("cannot sign in to server `{}`: {why}", self.server))
+        DownstreamError::OAuth(format!("OAuth: {why}"))
     }
 
     /// The bearer token to send for `user` now: refreshed first when it is
@@ -731,7 +732,7 @@ impl ServerAuth {
         let Some(tokens) = st.tokens.clone() else {
             drop(st);
             return match self.known() {
-                Some(_) => Err(self.sign_in(user, &[], "to use it, sign in")),
+                Some(_) => Err(self.sign_in(user, &[], "needs you to sign in before it can be used")),
                 None => Ok(None),
             };
         };
@@ -746,7 +747,7 @@ impl ServerAuth {
             st.charge = None;
             drop(st);
             self.forget_record(user);
-            return Err(self.sign_in(user, &tokens.scopes, "your sign-in expired (no refresh token); sign in again"));
+            return Err(self.sign_in(user, &tokens.scopes, "needs you to sign in again: your sign-in expired"));
         }
         st.refreshing = true;
         drop(st);
@@ -767,7 +768,11 @@ impl ServerAuth {
                 slot.changed.notify_all();
                 self.forget_record(user);
                 log::info!("OAuth: server `{}`: {why}; user {} signs in again", self.server, short(user));
-                return Err(self.sign_in(user, &tokens.scopes, "your sign-in expired or was revoked; sign in again"));
+                return Err(self.sign_in(
+                    user,
+                    &tokens.scopes,
+                    "needs you to sign in again: your sign-in expired or was revoked",
+                ));
             }
             // The authorization server is down or slow: the token serves until it expires.
             Err(e) if !tokens.expired(now) => {
@@ -798,8 +803,8 @@ impl ServerAuth {
             pairs.push(("scope", scope.as_str()));
         }
         self.authorizer.counters(&self.server).refreshes.inc();
-        let result =
-            tokens::request(&agent, &target.token_endpoint, &target.issuer, &target.client, pairs, &tokens.scopes);
+        let client = tokens.client.as_ref().unwrap_or(&target.client);
+        let result = tokens::request(&agent, &target.token_endpoint, &target.issuer, client, pairs, &tokens.scopes);
         let mut fresh = match result {
             Ok(fresh) => fresh,
             Err(e) => {
@@ -874,7 +879,7 @@ impl ServerAuth {
             return Err(self.sign_in_with(
                 user,
                 &scopes,
-                "it needs more access than you gave it; sign in again to grant it",
+                "needs more access than you gave it: sign in again to grant it",
                 Some(&challenge),
             ));
         }
@@ -888,7 +893,7 @@ impl ServerAuth {
                 slot.state.lock().tokens = Some(forced);
                 return match self.bearer(user) {
                     Ok(Some(_)) => Ok(()),
-                    Ok(None) => Err(self.sign_in_with(user, &tokens.scopes, "sign in", Some(&challenge))),
+                    Ok(None) => Err(self.sign_in_with(user, &tokens.scopes, "needs you to sign in", Some(&challenge))),
                     Err(e) => Err(e),
                 };
             }
@@ -901,7 +906,11 @@ impl ServerAuth {
             self.forget_record(user);
         }
         let scopes = held.map(|t| t.scopes).unwrap_or_default();
-        let why = if sent.is_some() { "it refused your token; sign in again" } else { "to use it, sign in" };
+        let why = if sent.is_some() {
+            "refused your token: sign in again"
+        } else {
+            "needs you to sign in before it can be used"
+        };
         Err(self.sign_in_with(user, &scopes, why, Some(&challenge)))
     }
 
@@ -911,7 +920,7 @@ impl ServerAuth {
         if self.authorizer.slot(user, &self.server).state.lock().tokens.is_some() {
             return Ok(None);
         }
-        match self.sign_in_as(user, &[], "sign in", None, true) {
+        match self.sign_in_as(user, &[], "needs you to sign in", None, true) {
             DownstreamError::SignIn(sign_in) => Ok(Some(*sign_in)),
             other => Err(other),
         }
@@ -969,7 +978,7 @@ impl ServerAuth {
         DownstreamError::SignIn(Box::new(SignIn {
             server: self.server.clone(),
             message: format!(
-                "Server `{}` ({}) needs you to sign in at {}: {why}. Open {url}",
+                "Server `{}` ({}) {why}. Open {url} to sign in at {}",
                 self.server, self.url, target.issuer
             ),
             elicitation_id: id,
@@ -1075,9 +1084,10 @@ impl ServerAuth {
             })?;
             (subject.token.clone(), crate::runtime::sha256::digest(subject.token.as_bytes()))
         };
+        // Good for a while yet (as a refresh is made within a quarter of a token's life of its end).
         if let Some(held) = self.authorizer.exchanged.lock().get(&key)
             && held.subject == subject_hash
-            && held.expires > now + 30
+            && now + (held.expires.saturating_sub(held.obtained) / 4).min(60) < held.expires
         {
             return Ok(held.token.clone());
         }
@@ -1121,7 +1131,8 @@ impl ServerAuth {
         let expires = tokens.expires_at.unwrap_or(now + 300);
         let mut exchanged = self.authorizer.exchanged.lock();
         if exchanged.len() < 4096 || exchanged.contains_key(&key) {
-            exchanged.insert(key, Exchanged { token: tokens.access_token.clone(), expires, subject: subject_hash });
+            let token = tokens.access_token.clone();
+            exchanged.insert(key, Exchanged { token, expires, obtained: now, subject: subject_hash });
         }
         Ok(tokens.access_token)
     }

@@ -27,6 +27,10 @@ pub struct Tokens {
     pub scopes: Vec<String>,
     /// The issuer that granted them: tokens of another are not used.
     pub issuer: String,
+    /// The client they were granted to: their refresh goes as it (a
+    /// registration made since, for another redirect URI, would not do).
+    #[serde(default)]
+    pub client: Option<Client>,
 }
 
 impl std::fmt::Debug for Tokens {
@@ -121,6 +125,7 @@ pub fn request<'a>(
     };
     match (status, answer.json) {
         (200, Ok(json)) => tokens_of(&json, issuer, asked_scopes)
+            .map(|tokens| Tokens { client: Some(client.clone()), ..tokens })
             .map_err(|why| TokenError::Unavailable(format!("the token endpoint {token_endpoint}: {why}"))),
         (500..=599, _) => {
             Err(TokenError::Unavailable(format!("the token endpoint {token_endpoint} answered HTTP {status}")))
@@ -167,6 +172,7 @@ fn tokens_of(json: &Value, issuer: &str, asked: &[String]) -> Result<Tokens, Str
         obtained_at: now,
         scopes,
         issuer: issuer.to_string(),
+        client: None,
     })
 }
 
@@ -198,6 +204,7 @@ mod tests {
             obtained_at: 1_000,
             scopes: vec![],
             issuer: "i".into(),
+            client: None,
         };
         assert!(!t.stale(1_020));
         assert!(t.stale(1_031));
