@@ -495,7 +495,8 @@ fn serve(config: Config, source: Source, looked: watch::Looked, signals: sys::Si
     let loaded = config.state_file.as_deref().map(|path| StateFile::new(path).load());
     let gateway = Arc::new(Gateway::new(config));
     if let Some(why) = gateway.oauth.store_problem() {
-        return Err(Error::Usage(format!("OAuth: {why}")));
+        let invalid = config::Invalid::new("oauth_client.key_file", format!("OAuth: {why}"));
+        return Err(Error::Config(ConfigError { file: source.path.clone(), invalid }));
     }
     // Sessions come back before mcpgate listens (no server is asked
     // anything); their readers start, and what is to be closed is closed,

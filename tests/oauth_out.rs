@@ -468,3 +468,24 @@ fn resident_memory_per_stored_token() {
     );
     assert_eq!(gate.status()["servers"]["prot"]["oauth"]["users"], USERS);
 }
+
+#[test]
+fn a_key_file_others_may_read_stops_mcpgate_naming_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let server = OAuthServer::start();
+    let dir = TempDir::new();
+    let key = dir.0.join("oauth.key");
+    std::fs::write(&key, "ab".repeat(32)).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut c = config_with(&server, &dir, json!({}));
+    c["oauth_client"] = json!({ "key_file": key });
+    let path = dir.write_config(&c);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mcpgate"))
+        .args(["--config", path.to_str().unwrap(), "--listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(said.contains("oauth_client.key_file") && said.contains("chmod 600"), "{said}");
+    assert!(!dir.0.join("state.json.oauth").exists(), "nothing was written with it");
+}
