@@ -489,3 +489,39 @@ fn a_key_file_others_may_read_stops_mcpgate_naming_it() {
     assert!(said.contains("oauth_client.key_file") && said.contains("chmod 600"), "{said}");
     assert!(!dir.0.join("state.json.oauth").exists(), "nothing was written with it");
 }
+
+#[test]
+fn calls_that_find_the_token_refused_at_once_share_one_refresh() {
+    let server = OAuthServer::start();
+    let dir = TempDir::new();
+    let gate = Gate::start_checked(&config_with(&server, &dir, json!({})));
+    let mut client = url_client(&gate);
+    Browser::default().open(&link_of(&client.call_tool("prot__whoami", json!({}))));
+    assert_eq!(text(&client.call_tool("prot__whoami", json!({}))), "alice");
+    server.revoke_access();
+    let answers: Vec<String> = std::thread::scope(|scope| {
+        let calls: Vec<_> = (0..8)
+            .map(|_| {
+                let mut client = client.same_session();
+                scope.spawn(move || {
+                    let reply = client.call_tool("prot__whoami", json!({}));
+                    reply.body["result"]["content"][0]["text"].as_str().unwrap_or(&reply.body.to_string()).to_string()
+                })
+            })
+            .collect();
+        calls.into_iter().map(|c| c.join().unwrap()).collect()
+    });
+    assert!(answers.iter().all(|a| a == "alice"), "{answers:?}");
+    assert_eq!(server.count(|c| &c.refreshes), 1, "one refresh for all of them");
+    // A call whose token is refused after another call refreshed it goes again with the new one.
+    server.revoke_access();
+    let slow = std::thread::scope(|scope| {
+        let mut other = client.same_session();
+        let slow = scope.spawn(move || text(&other.call_tool("prot__slow", json!({}))));
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(text(&client.call_tool("prot__whoami", json!({}))), "alice");
+        slow.join().unwrap()
+    });
+    assert_eq!(slow, "alice");
+    assert_eq!(server.count(|c| &c.refreshes), 2);
+}

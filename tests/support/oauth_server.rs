@@ -440,6 +440,11 @@ fn mcp(s: &mut TcpStream, head: &str, body: &[u8], sh: &Shared, issuer: &str) ->
     let challenge =
         format!("Bearer resource_metadata=\"{issuer}/.well-known/oauth-protected-resource/mcp\", scope=\"read\"");
     let bearer = header(head, "authorization").and_then(|v| v.strip_prefix("Bearer ").map(str::to_string));
+    let message: Value = serde_json::from_slice(body).unwrap_or_default();
+    if message["params"]["name"] == "slow" {
+        // Its token is looked at only after a while: another request may refresh it meanwhile.
+        std::thread::sleep(Duration::from_millis(400));
+    }
     let grant = {
         let st = sh.state.lock().unwrap();
         bearer.as_deref().and_then(|t| st.access.get(t)).filter(|g| g.expires > now()).cloned()
@@ -454,7 +459,6 @@ fn mcp(s: &mut TcpStream, head: &str, body: &[u8], sh: &Shared, issuer: &str) ->
             b"{\"error\":\"unauthorized\"}",
         );
     };
-    let message: Value = serde_json::from_slice(body).unwrap_or_default();
     let id = message["id"].clone();
     let ok = |s: &mut TcpStream, result: Value| {
         json_reply(s, "200 OK", json!({"jsonrpc": "2.0", "id": id, "result": result}))
@@ -470,9 +474,10 @@ fn mcp(s: &mut TcpStream, head: &str, body: &[u8], sh: &Shared, issuer: &str) ->
             json!({"tools": [
                 {"name": "whoami", "inputSchema": {"type": "object"}},
                 {"name": "admin", "inputSchema": {"type": "object"}},
+                {"name": "slow", "inputSchema": {"type": "object"}},
             ]}),
         ),
-        ("tools/call", "whoami") => {
+        ("tools/call", "whoami" | "slow") => {
             sh.counts.calls.fetch_add(1, Ordering::AcqRel);
             ok(s, json!({"content": [{"type": "text", "text": grant.subject}]}))
         }

@@ -755,6 +755,13 @@ impl ServerAuth {
         let mut st = slot.state.lock();
         st.refreshing = false;
         let result = match outcome {
+            // Signed out while the refresh ran: what it wrote is taken back.
+            Ok(_) if st.tokens.is_none() => {
+                drop(st);
+                slot.changed.notify_all();
+                self.forget_record(user);
+                return Err(self.sign_in(user, &tokens.scopes, "needs you to sign in"));
+            }
             Ok(fresh) => {
                 let access = fresh.access_token.clone();
                 st.charge = Charge::new(fresh.size());
@@ -883,27 +890,40 @@ impl ServerAuth {
                 Some(&challenge),
             ));
         }
-        if let (Some(sent), Some(tokens)) = (sent, &held)
-            && tokens.access_token == sent
-        {
-            if attempt < RETRIES && tokens.refresh_token.is_some() {
-                // Revoked or expired early: one refresh, then the request again.
-                let mut forced = tokens.clone();
-                forced.expires_at = Some(0);
-                slot.state.lock().tokens = Some(forced);
-                return match self.bearer(user) {
-                    Ok(Some(_)) => Ok(()),
-                    Ok(None) => Err(self.sign_in_with(user, &tokens.scopes, "needs you to sign in", Some(&challenge))),
-                    Err(e) => Err(e),
-                };
-            }
+        if let Some(sent) = sent {
+            // Looked at and marked under the slot's lock: another request may have refreshed
+            // the token since this one was sent, or be refreshing it now.
             let mut st = slot.state.lock();
-            if st.tokens.as_ref().is_some_and(|t| t.access_token == sent) {
-                st.tokens = None;
-                st.charge = None;
+            let refreshable = attempt < RETRIES;
+            let refreshing = st.refreshing;
+            match &mut st.tokens {
+                // Refreshed meanwhile (or refreshing): the request goes again with the new one.
+                Some(tokens) if tokens.access_token != sent || refreshing => {
+                    drop(st);
+                    return if refreshable {
+                        self.bearer(user).map(|_| ())
+                    } else {
+                        Err(self.oauth_error("it refused the user's token again after a refresh"))
+                    };
+                }
+                // Revoked or expired early: one refresh, then the request again.
+                Some(tokens) if refreshable && tokens.refresh_token.is_some() => {
+                    tokens.expires_at = Some(0);
+                    drop(st);
+                    return match self.bearer(user) {
+                        Ok(Some(_)) => Ok(()),
+                        Ok(None) => Err(self.sign_in_with(user, &[], "needs you to sign in", Some(&challenge))),
+                        Err(e) => Err(e),
+                    };
+                }
+                Some(_) => {
+                    st.tokens = None;
+                    st.charge = None;
+                    drop(st);
+                    self.forget_record(user);
+                }
+                None => {}
             }
-            drop(st);
-            self.forget_record(user);
         }
         let scopes = held.map(|t| t.scopes).unwrap_or_default();
         let why = if sent.is_some() {
