@@ -51,7 +51,7 @@ oauth_out_step() {
     local prot=http://127.0.0.1:$prot_port/mcp exch=http://127.0.0.1:$exch_port/mcp
     echo "oidc-provider :$as_port, FastMCP prot :$prot_port, exch :$exch_port"
     local checks=(timeout 300 "$VPY" "$HERE/oauth_out_checks.py")
-    report() { timeout 60 "$VPY" "$HERE/report.py" checks --json "$1" --section "$section: $2" --out "$RESULTS"; }
+    oauth_out_report() { timeout 60 "$VPY" "$HERE/report.py" checks --json "$1" --section "$section: $2" --out "$RESULTS"; }
 
     # One user, mcpgate without `auth`, its state (and the store beside it) in $dir/one; on a port
     # of its own, as a gateway keeps its address (the redirect URI) across a restart.
@@ -64,7 +64,7 @@ EOF
     gw_port=$(wait_port oauth-out-one "$gw_pid" "$RUN/oauth-out-one.out")
     local gw=http://127.0.0.1:$gw_port/mcp one=(one --issuer "$issuer" --profile "$dir/chromium-alice" --state "$dir/one.state")
     run "${checks[@]}" "${one[@]}" --url "$gw" --phase first --json "$dir/first.json" || true
-    report "$dir/first.json" "one user (Python SDK, -32042)"
+    oauth_out_report "$dir/first.json" "one user (Python SDK, -32042)"
     cp "$RUN/oauth-out-one.err" "$dir/one-before-restart.err"
     stop_mcpgate oauth-out-one "$gw_pid" "$section"
     start oauth-out-one "$MCPGATE" --config "$dir/one.json"
@@ -72,17 +72,17 @@ EOF
     gw_port=$(wait_port oauth-out-one "$gw_pid" "$RUN/oauth-out-one.out")
     gw=http://127.0.0.1:$gw_port/mcp
     run "${checks[@]}" "${one[@]}" --url "$gw" --phase again --json "$dir/again.json" || true
-    report "$dir/again.json" "one user after a restart"
+    oauth_out_report "$dir/again.json" "one user after a restart"
     sleep $((OAUTH_OUT_TTL + 2))
     run "${checks[@]}" "${one[@]}" --url "$gw" --phase refresh --json "$dir/refresh.json" || true
-    report "$dir/refresh.json" "one user, the token expired"
+    oauth_out_report "$dir/refresh.json" "one user, the token expired"
     local said
     said=$(timeout 30 "$MCPGATE" logout prot --url "$gw" 2>&1 || true)
     run "${checks[@]}" "${one[@]}" --url "$gw" --phase signed-out --json "$dir/signed-out.json" || true
-    report "$dir/signed-out.json" "one user after \`mcpgate logout\` ($said)"
+    oauth_out_report "$dir/signed-out.json" "one user after \`mcpgate logout\` ($said)"
     # Signed out: a client of 2026-07-28 is asked through an input request, and signs in again.
     run "${checks[@]}" modern --url "$gw" --profile "$dir/chromium-alice" --json "$dir/modern.json" || true
-    report "$dir/modern.json" "Python SDK, 2026-07-28"
+    oauth_out_report "$dir/modern.json" "Python SDK, 2026-07-28"
 
     # The TypeScript SDK, with `oauth_client.ask` "elicitation": the call waits for the user.
     mkdir -p "$dir/ask"
@@ -95,7 +95,7 @@ EOF
     ask_port=$(wait_port oauth-out-ask "$ask_pid" "$RUN/oauth-out-ask.out")
     CLIENTS_DIR=$CLIENTS run timeout 240 node "$HERE/oauth_out_ts_client.mjs" --url "http://127.0.0.1:$ask_port/mcp" \
         --profile "$dir/chromium-alice" --login alice --out "$dir/ts.json" || true
-    report "$dir/ts.json" "TypeScript SDK, elicitation/create"
+    oauth_out_report "$dir/ts.json" "TypeScript SDK, elicitation/create"
 
     # Two users through mcpgate's own OAuth (the same issuer), and a server of exchanged tokens.
     mkdir -p "$dir/two"
@@ -114,7 +114,7 @@ EOF
     wait_port oauth-out-two "$two_pid" "$RUN/oauth-out-two.out" >/dev/null
     run "${checks[@]}" two --url "http://127.0.0.1:$two_port/mcp" --issuer "$issuer" --profiles "$dir/chromium" \
         --json "$dir/two-users.json" || true
-    report "$dir/two-users.json" "two users through mcpgate's OAuth (Python SDK)"
+    oauth_out_report "$dir/two-users.json" "two users through mcpgate's OAuth (Python SDK)"
 
     # No token in the clear: every token the authorization server issued, looked for in what
     # mcpgate wrote (its files, its logs) and shows (status page, status.json, /metrics).
