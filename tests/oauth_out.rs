@@ -525,3 +525,22 @@ fn calls_that_find_the_token_refused_at_once_share_one_refresh() {
     assert_eq!(slow, "alice");
     assert_eq!(server.count(|c| &c.refreshes), 2);
 }
+
+#[test]
+fn until_its_user_signs_in_a_server_lists_one_tool_that_gives_the_link() {
+    let server = OAuthServer::start();
+    let dir = TempDir::new();
+    let gate = Gate::start_checked(&config_with(&server, &dir, json!({})));
+    let mut client = url_client(&gate);
+    let names = client.tool_names();
+    assert_eq!(names, ["prot__sign_in"], "one tool of mcpgate's stands for the server's");
+    let link = link_of(&client.call_tool("prot__sign_in", json!({})));
+    let stream = client.open_stream();
+    assert_eq!(Browser::default().open(&link).status, 200);
+    let changed = stream.next_with_method("notifications/tools/list_changed", Duration::from_secs(10));
+    assert!(changed.is_some(), "the session hears that its tools changed");
+    stream.close();
+    let mut names = client.tool_names();
+    names.sort();
+    assert_eq!(names, ["prot__admin", "prot__slow", "prot__whoami"]);
+}

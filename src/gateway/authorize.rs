@@ -13,8 +13,10 @@
 //! - any other client: a tool result with `isError` and the link in its
 //!   text (for another method, an error naming it), so a person sees it.
 //!
-//! A call to a tool of such a server that nobody listed yet (nobody signed
-//! in to it, so its list is unknown) goes to it by its prefix, for the link.
+//! Until its user has signed in, such a server's tools are unknown: its
+//! part of `tools/list` is one tool of mcpgate's, `<prefix>__sign_in`, whose
+//! call (like a call of any `<prefix>__<name>`) gets the link; the user's
+//! sessions hear `list_changed` once they signed in.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -47,6 +49,26 @@ pub(super) const STATE_PREFIX: &str = "mcpgate-sign-in.";
 const INPUT_KEY: &str = "mcpgate-sign-in";
 /// How often a call waiting for its user looks whether the sign-in ended.
 const LOOK: Duration = Duration::from_millis(200);
+
+/// The tool that stands for a server's tools until its user signed in.
+pub(super) const SIGN_IN_TOOL: &str = "sign_in";
+
+/// A server's part of `tools/list` while its user must sign in to it: the
+/// [`SIGN_IN_TOOL`], saying so.
+pub(super) fn sign_in_list(server: &Server) -> Option<Arc<crate::catalog::ServerList>> {
+    let url = server.config.url().unwrap_or_default();
+    let tool = json!({
+        "name": SIGN_IN_TOOL,
+        "title": format!("Sign in to {}", server.name()),
+        "description": format!(
+            "Server `{}` ({url}) wants each user to sign in with OAuth before its tools can be used. Call this \
+             tool for the link to open; its own tools are listed once you have signed in.",
+            server.name()
+        ),
+        "inputSchema": { "type": "object", "properties": {} },
+    });
+    crate::catalog::ServerList::new(ListKind::Tools, vec![jsonrpc::raw(&tool)]).ok().map(Arc::new)
+}
 
 /// The link of a sign-in error mcpgate made (`session::rpc_error`).
 pub(super) fn link_of(e: &RpcError) -> Option<Link> {
