@@ -544,3 +544,20 @@ fn until_its_user_signs_in_a_server_lists_one_tool_that_gives_the_link() {
     names.sort();
     assert_eq!(names, ["prot__admin", "prot__slow", "prot__whoami"]);
 }
+
+#[test]
+fn a_server_that_takes_client_metadata_documents_gets_mcpgates_own_and_no_registration() {
+    let server = OAuthServer::start();
+    server.set_faults(Faults { metadata_documents: true, ..Faults::default() });
+    let dir = TempDir::new();
+    let gate = Gate::start_checked(&config_with(&server, &dir, json!({})));
+    let document = get_json(&format!("http://{}/oauth/client.json", gate.addr));
+    assert_eq!(document["client_id"], format!("http://{}/oauth/client.json", gate.addr));
+    assert_eq!(document["redirect_uris"][0], format!("http://{}/oauth/callback", gate.addr));
+    let mut client = url_client(&gate);
+    assert_eq!(Browser::default().open(&link_of(&client.call_tool("prot__whoami", json!({})))).status, 200);
+    assert_eq!(text(&client.call_tool("prot__whoami", json!({}))), "alice");
+    assert!(server.last_authorize().contains("client_id=http%3A%2F%2F127.0.0.1"), "{}", server.last_authorize());
+    assert_eq!(server.count(|c| &c.documents_fetched), 1);
+    assert_eq!(server.count(|c| &c.registrations), 0, "the document is the client: nothing registered");
+}
