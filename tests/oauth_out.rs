@@ -22,6 +22,23 @@ fn config_with(server: &OAuthServer, dir: &TempDir, oauth: Value) -> Value {
     c
 }
 
+/// The tests' server, a scratch directory for the state, and mcpgate in front of the server as
+/// `prot` with `oauth`.
+fn gate_for(oauth: Value) -> (OAuthServer, TempDir, Gate) {
+    let server = OAuthServer::start();
+    let dir = TempDir::new();
+    let gate = Gate::start_checked(&config_with(&server, &dir, oauth));
+    (server, dir, gate)
+}
+
+/// [`gate_for`] `{}`, and a session of a URL-elicitation client whose user signed in.
+fn signed_in() -> (OAuthServer, TempDir, Gate, Client) {
+    let (server, dir, gate) = gate_for(json!({}));
+    let mut client = url_client(&gate);
+    assert_eq!(Browser::default().open(&link_of(&client.call_tool("prot__whoami", json!({})))).status, 200);
+    (server, dir, gate, client)
+}
+
 /// The sign-in link of an error mcpgate answered a call with.
 fn link_of(reply: &Reply) -> String {
     assert_eq!(reply.error_code(), -32042, "{}", reply.body);
@@ -123,9 +140,7 @@ fn a_user_signs_in_once_keeps_the_sign_in_across_a_restart_refreshes_and_signs_o
 
 #[test]
 fn each_kind_of_client_gets_the_link_in_the_form_it_can_show() {
-    let server = OAuthServer::start();
-    let dir = TempDir::new();
-    let gate = Gate::start_checked(&config_with(&server, &dir, json!({})));
+    let (_server, _dir, gate) = gate_for(json!({}));
     // A client that declared no URL elicitation: a tool error with the link in its text.
     let mut plain = gate.open_session();
     let reply = plain.call_tool("prot__whoami", json!({}));
@@ -161,9 +176,7 @@ fn each_kind_of_client_gets_the_link_in_the_form_it_can_show() {
 
 #[test]
 fn a_callback_without_the_browser_cookie_or_state_or_twice_is_refused_saying_why() {
-    let server = OAuthServer::start();
-    let dir = TempDir::new();
-    let gate = Gate::start_checked(&config_with(&server, &dir, json!({})));
+    let (_server, _dir, gate) = gate_for(json!({}));
     let mut client = url_client(&gate);
     let link = link_of(&client.call_tool("prot__whoami", json!({})));
     // The link's browser gets to the authorization server; the callback is taken to another browser.
@@ -299,11 +312,7 @@ fn two_users_each_get_their_own_token_and_a_link_opened_by_the_other_is_refused(
 
 #[test]
 fn a_server_that_wants_more_scope_asks_the_user_again_for_it() {
-    let server = OAuthServer::start();
-    let dir = TempDir::new();
-    let gate = Gate::start_checked(&config_with(&server, &dir, json!({})));
-    let mut client = url_client(&gate);
-    Browser::default().open(&link_of(&client.call_tool("prot__whoami", json!({}))));
+    let (server, _dir, _gate, mut client) = signed_in();
     assert_eq!(text(&client.call_tool("prot__whoami", json!({}))), "alice");
     // `admin` needs scope `admin`: the server's 403 names it, and the user is asked for it.
     let link = link_of(&client.call_tool("prot__admin", json!({})));
@@ -314,11 +323,7 @@ fn a_server_that_wants_more_scope_asks_the_user_again_for_it() {
 
 #[test]
 fn a_revoked_refresh_token_sends_the_user_back_to_consent_once() {
-    let server = OAuthServer::start();
-    let dir = TempDir::new();
-    let gate = Gate::start_checked(&config_with(&server, &dir, json!({})));
-    let mut client = url_client(&gate);
-    Browser::default().open(&link_of(&client.call_tool("prot__whoami", json!({}))));
+    let (server, _dir, _gate, mut client) = signed_in();
     server.set_faults(Faults { revoke_refresh: true, ..Faults::default() });
     server.revoke_access();
     let reply = client.call_tool("prot__whoami", json!({}));
@@ -377,9 +382,7 @@ fn with_ask_elicitation_the_call_waits_for_the_user_and_goes_on_by_itself() {
 #[test]
 fn mcpgate_login_signs_in_from_a_host_without_a_browser_and_logout_forgets() {
     use std::io::{BufRead, Write};
-    let server = OAuthServer::start();
-    let dir = TempDir::new();
-    let gate = Gate::start_checked(&config_with(&server, &dir, json!({})));
+    let (_server, _dir, gate) = gate_for(json!({}));
     let base = format!("http://{}", gate.addr);
     let mut login = std::process::Command::new(env!("CARGO_BIN_EXE_mcpgate"))
         .args(["login", "prot", "--url", &base])
@@ -492,11 +495,7 @@ fn a_key_file_others_may_read_stops_mcpgate_naming_it() {
 
 #[test]
 fn calls_that_find_the_token_refused_at_once_share_one_refresh() {
-    let server = OAuthServer::start();
-    let dir = TempDir::new();
-    let gate = Gate::start_checked(&config_with(&server, &dir, json!({})));
-    let mut client = url_client(&gate);
-    Browser::default().open(&link_of(&client.call_tool("prot__whoami", json!({}))));
+    let (server, _dir, _gate, mut client) = signed_in();
     assert_eq!(text(&client.call_tool("prot__whoami", json!({}))), "alice");
     server.revoke_access();
     let answers: Vec<String> = std::thread::scope(|scope| {
@@ -528,9 +527,7 @@ fn calls_that_find_the_token_refused_at_once_share_one_refresh() {
 
 #[test]
 fn until_its_user_signs_in_a_server_lists_one_tool_that_gives_the_link() {
-    let server = OAuthServer::start();
-    let dir = TempDir::new();
-    let gate = Gate::start_checked(&config_with(&server, &dir, json!({})));
+    let (_server, _dir, gate) = gate_for(json!({}));
     let mut client = url_client(&gate);
     let names = client.tool_names();
     assert_eq!(names, ["prot__sign_in"], "one tool of mcpgate's stands for the server's");

@@ -21,7 +21,7 @@ use std::time::Duration;
 use base64::Engine;
 use serde_json::{Value, json};
 
-use super::scripted::{read_request, serve_connections};
+use super::scripted::{serve_connections, serve_requests};
 
 /// Ways the server misbehaves, set by a test.
 #[derive(Default, Clone)]
@@ -176,15 +176,8 @@ impl Drop for OAuthServer {
     }
 }
 
-fn serve(mut s: TcpStream, sh: &Shared) {
-    let _ = s.set_nonblocking(false);
-    let _ = s.set_read_timeout(Some(Duration::from_millis(100)));
-    let mut buf = Vec::new();
-    while let Some((head, body)) = read_request(&mut s, &mut buf, &sh.stop) {
-        if !answer(&mut s, &head, &body, sh) {
-            return;
-        }
-    }
+fn serve(s: TcpStream, sh: &Shared) {
+    serve_requests(s, sh, &sh.stop, answer);
 }
 
 fn header(head: &str, name: &str) -> Option<String> {

@@ -99,11 +99,22 @@ impl Drop for Scripted {
     }
 }
 
-fn serve(mut s: TcpStream, sh: &Shared) {
+fn serve(s: TcpStream, sh: &Shared) {
+    serve_requests(s, sh, &sh.stop, answer);
+}
+
+/// Answers the requests of one connection with `answer` (false: the
+/// connection ends) until the peer leaves or `stop` is set.
+pub fn serve_requests<S>(
+    mut s: TcpStream,
+    sh: &S,
+    stop: &AtomicBool,
+    answer: fn(&mut TcpStream, &str, &[u8], &S) -> bool,
+) {
     let _ = s.set_nonblocking(false);
     let _ = s.set_read_timeout(Some(Duration::from_millis(100)));
     let mut buf = Vec::new();
-    while let Some((head, body)) = read_request(&mut s, &mut buf, &sh.stop) {
+    while let Some((head, body)) = read_request(&mut s, &mut buf, stop) {
         if !answer(&mut s, &head, &body, sh) {
             return;
         }
