@@ -558,3 +558,15 @@ fn a_server_that_takes_client_metadata_documents_gets_mcpgates_own_and_no_regist
     assert_eq!(server.count(|c| &c.documents_fetched), 1);
     assert_eq!(server.count(|c| &c.registrations), 0, "the document is the client: nothing registered");
 }
+
+#[test]
+fn a_server_without_oauth_that_wants_it_is_named_with_the_key_that_turns_it_on() {
+    let server = OAuthServer::start();
+    let gate = Gate::start_checked(&config(&[("prot", server.url())]));
+    let mut client = gate.open_session();
+    let reply = client.call_tool("prot__whoami", json!({}));
+    let message = reply.error_message();
+    assert!(message.contains("prot") && message.contains("add \"oauth\": {}"), "{message}");
+    let log = gate.stderr_once(|log| log.contains("add \"oauth\": {}"));
+    assert!(log.contains("server `prot`") && log.contains("oauth-protected-resource/mcp"), "{log}");
+}
