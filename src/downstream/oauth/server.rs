@@ -527,8 +527,14 @@ pub fn with_bearer<T>(
     }
 }
 
-/// The bearer token to send for `authed` now, if there is one (a stream
-/// that reconnects: a refusal is seen on its next request).
+/// The bearer token to send for `authed` now, if the user holds one
+/// (refreshed when due), without starting a sign-in: for a stream that
+/// reconnects (a refusal is seen on its next request) and a session's
+/// `DELETE`, neither of which any user waits for.
 pub fn current_bearer(authed: Option<&Authed>) -> Option<String> {
-    authed.and_then(|a| a.auth.bearer(&a.user).ok().flatten())
+    let a = authed?;
+    if !a.auth.oauth.token_exchange && a.auth.authorizer.slot(&a.user, &a.auth.server).state.lock().tokens.is_none() {
+        return None;
+    }
+    a.auth.bearer(&a.user).ok().flatten()
 }
