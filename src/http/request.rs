@@ -457,6 +457,9 @@ fn parse_head_in<'b>(
             match headers.get(known) {
                 // A list may come in several lines (RFC 9110 §5.3); the others are single values.
                 Some(_) if *known == "accept" => headers.join(known, value.trim()),
+                // One Cookie header is all a browser sends (RFC 6265 §5.4); a second is left
+                // unread rather than refused: only the sign-in pages read it.
+                Some(_) if *known == "cookie" => {}
                 Some(_) => return Err(refuse(400, format!("header `{known}` is given more than once"))),
                 None => headers.push(known, value.trim()),
             }
