@@ -66,6 +66,12 @@
 #      OpenTelemetry SDK calls an HTTP and a stdio mcp-fixture through mcpgate with the Python SDK;
 #      one trace in Phoenix links the client's span, mcpgate's SERVER and CLIENT spans (with the
 #      MCP attributes), and each fixture received the CLIENT span's context;
+#   4k. servers that want OAuth (scripts/interop/oauth_out.sh): mcpgate as each user's OAuth client
+#      toward FastMCP servers with JWT verification, oidc-provider as their authorization server,
+#      headless Chromium consenting on its pages; the Python SDK (its -32042 error path, the
+#      2026-07-28 input request, two users through mcpgate's own OAuth) and the TypeScript SDK
+#      (elicitation/create): consent once, restart, refresh, logout, another user's link refused,
+#      token exchange, no token in the clear;
 #   5. the conformance suite's server scenarios against `mcp-fixture --conformance`, directly
 #      and behind mcpgate (`"prefix": ""`), side by side so a failure can be attributed;
 #   5b. the suite's pre-release with the 2026-07-28 scenarios (CONFORMANCE_NEXT_VERSION), run
@@ -504,6 +510,13 @@ step "4j. traces: mcpgate's spans read back from Arize Phoenix, from the client'
 # shellcheck source=interop/tracing.sh
 source "$HERE/tracing.sh"
 tracing_step
+
+# --- 4k. servers that want OAuth ------------------------------------------------------------------
+
+step "4k. servers that want OAuth: oidc-provider, FastMCP, Chromium's consent, the Python and TypeScript SDKs"
+# shellcheck source=interop/oauth_out.sh
+source "$HERE/oauth_out.sh"
+oauth_out_step
 
 # --- 5. conformance server scenarios ---------------------------------------------------------
 

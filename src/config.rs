@@ -24,10 +24,12 @@ mod env_file;
 pub mod import;
 mod jsonc;
 mod oauth;
+mod oauth_client;
 mod suggest;
 mod trust;
 
 pub use oauth::{Introspection, OAuthConfig};
+pub use oauth_client::{Ask, OAuthClientConfig, ServerOAuth};
 #[cfg(feature = "tls")]
 pub use trust::read_certs;
 pub use trust::{TlsFiles, Trust};
@@ -397,6 +399,46 @@ pub const KEYS: &[Key] = &[
         meaning: "Reload when the configuration file, or a server's `envFile`, changes on disk, as SIGHUP does: mcpgate looks every second (size, modification time, inode) and reloads once a change has held for a second. A file that does not load leaves the running configuration in force, with the reason in the log and on the status page.",
     },
     Key {
+        name: "oauth_client",
+        kind: Kind::Other("(defaults)"),
+        meaning: "mcpgate as each user's OAuth client toward servers with `oauth` (see docs/OAUTH.md: Servers that need OAuth): where users are sent back to, where their tokens are kept, and how a client is asked to sign in.",
+    },
+    Key {
+        name: "oauth_client.public_url",
+        kind: Kind::Other("`http://` and `listen`"),
+        meaning: "mcpgate's origin as a user's browser reaches it, e.g. `https://gate.example.com`: sign-in links (`/oauth/connect`), the callback (`/oauth/callback`, the redirect URI) and the client ID metadata document (`/oauth/client.json`) are under it. `https://`, or `http://` on a loopback address.",
+    },
+    Key {
+        name: "oauth_client.key_file",
+        kind: Kind::Other("the credential, else `oauth.key` beside the store"),
+        meaning: "A file of mode 0600 holding the key (32 bytes, or 64 hex digits) tokens are encrypted with (AES-256-GCM). Without it: systemd's credential `mcpgate-oauth-key` (`LoadCredential=`, read from `$CREDENTIALS_DIRECTORY`), else `oauth.key` beside the store, made at first start. Never in the configuration.",
+    },
+    Key {
+        name: "oauth_client.store_file",
+        kind: Kind::Other("beside the state file"),
+        meaning: "Where users' tokens and mcpgate's registrations are kept, encrypted, mode 0600: by default `<state_file>.oauth`; without a state file they are kept in memory only and a restart asks users again.",
+    },
+    Key {
+        name: "oauth_client.ask",
+        kind: Kind::Other("\"error\""),
+        meaning: "How a client of 2025-11-25 that declared URL elicitation is sent to sign in: `\"error\"`, the `-32042` error with the link (the call ends; the client retries it, once `notifications/elicitation/complete` came); `\"elicitation\"`, `elicitation/create` in the call's stream (the call waits for the user, at most `held_call_timeout_secs`, and goes on by itself). Other clients: a 2026-07-28 client gets an input request, one that declared neither a tool result with `isError` and the link.",
+    },
+    Key {
+        name: "oauth_client.link_timeout_secs",
+        kind: Kind::Number { default: Some(600), min: 30, max: 86400 },
+        meaning: "Seconds a sign-in link stays good; then a call gives a new one.",
+    },
+    Key {
+        name: "oauth_client.client_id",
+        kind: Kind::Other("registered"),
+        meaning: "mcpgate's own client at `auth.oauth.issuer`, with which it learns who opens a sign-in link (a user must be the one the link was made for). Without it mcpgate registers itself there (client ID metadata document, else dynamic registration).",
+    },
+    Key {
+        name: "oauth_client.client_secret",
+        kind: Kind::Other("none"),
+        meaning: "Its secret, for a confidential client; `${VAR}` expands.",
+    },
+    Key {
         name: "state_file",
         kind: Kind::Other("none"),
         meaning: "Path of the file that keeps live sessions across restarts (see docs/OPERATIONS.md: Restarts). Without it a restart ends every session.",
@@ -585,6 +627,51 @@ pub const KEYS: &[Key] = &[
         meaning: "PEM certificates trusted for this server only, besides `ca_file` and `trust_store`.",
     },
     Key {
+        name: "mcpServers.<name>.oauth",
+        kind: Kind::Other("off"),
+        meaning: "Each user signs in to this server (OAuth 2.1: discovery from its 401, PKCE, `resource`) and mcpgate keeps their tokens; `{}` discovers everything. A Streamable HTTP server only. See docs/OAUTH.md.",
+    },
+    Key {
+        name: "mcpServers.<name>.oauth.client_id",
+        kind: Kind::Other("registered"),
+        meaning: "A client made for mcpgate at the server's authorization server; without it mcpgate uses its client ID metadata document where the server supports it, else registers itself (RFC 7591), once.",
+    },
+    Key {
+        name: "mcpServers.<name>.oauth.client_secret",
+        kind: Kind::Other("none"),
+        meaning: "Its secret, for a confidential client; `${VAR}` expands.",
+    },
+    Key {
+        name: "mcpServers.<name>.oauth.client_metadata_url",
+        kind: Kind::Other("mcpgate's own"),
+        meaning: "The URL of a client ID metadata document of your own, used as the client id.",
+    },
+    Key {
+        name: "mcpServers.<name>.oauth.scopes",
+        kind: Kind::Other("what the server names"),
+        meaning: "Scopes asked for; by default those of the server's challenge, else of its metadata.",
+    },
+    Key {
+        name: "mcpServers.<name>.oauth.authorization_server",
+        kind: Kind::Other("from the metadata"),
+        meaning: "The issuer, for a server whose protected-resource metadata does not name one (RFC 8414 or OpenID metadata is read from it).",
+    },
+    Key {
+        name: "mcpServers.<name>.oauth.resource",
+        kind: Kind::Other("from the metadata"),
+        meaning: "The resource indicator (RFC 8707) sent with every authorization and token request.",
+    },
+    Key {
+        name: "mcpServers.<name>.oauth.token_exchange",
+        kind: Kind::Flag(false),
+        meaning: "Instead of consent, exchange the user's own token (of `auth.oauth`) for one of this server's audience (RFC 8693) at the issuer (`authorization_server`, else `auth.oauth.issuer`), as `client_id`; kept until it expires.",
+    },
+    Key {
+        name: "mcpServers.<name>.oauth.audience",
+        kind: Kind::Other("none"),
+        meaning: "With `token_exchange`: the `audience` asked for, besides the resource.",
+    },
+    Key {
         name: "mcpServers.<name>.command",
         kind: Kind::Other("(required)"),
         meaning: "A stdio server: the program mcpgate starts, found on `PATH` like a shell would, e.g. `\"npx\"`. It speaks MCP on its stdin and stdout; its stderr goes to mcpgate's log.",
@@ -734,6 +821,8 @@ pub struct Config {
     pub trust: Trust,
     pub status_public: bool,
     pub watch_config: bool,
+    /// mcpgate as the OAuth client of servers with `oauth`.
+    pub oauth_client: OAuthClientConfig,
     pub tool_search: ToolSearch,
     /// `audit`: none when it is not configured.
     pub audit: Option<AuditConfig>,
@@ -867,6 +956,8 @@ pub struct HttpConfig {
     pub headers: Vec<(String, String)>,
     /// The roots its TLS certificate is checked against.
     pub trust: Trust,
+    /// Each user signs in to it (`oauth`), or has their token exchanged.
+    pub oauth: Option<ServerOAuth>,
 }
 
 /// A stdio server: a program mcpgate starts and speaks to on its stdin and stdout.
@@ -983,6 +1074,11 @@ impl ServerConfig {
             Transport::Http(http) | Transport::Sse(http) => Some(&http.url),
             Transport::Stdio(_) => None,
         }
+    }
+
+    /// Whether each user signs in to it (`oauth`).
+    pub fn uses_oauth(&self) -> bool {
+        matches!(&self.transport, Transport::Http(HttpConfig { oauth: Some(_), .. }))
     }
 
     /// Where it is, for people: the URL, or the command line.
@@ -1112,6 +1208,8 @@ impl Config {
             trust: trust.clone(),
             status_public: keys.flag("status_public")?,
             watch_config: keys.flag("watch_config")?,
+            // Its secret is never written anywhere: no redaction list to keep.
+            oauth_client: oauth_client::oauth_client(keys.take("oauth_client"), listen, env, &mut Vec::new())?,
             tool_search: tool_search(keys.take("tool_search"))?,
             audit: keys.take("audit").map(audit).transpose()?,
             rate_limit: rate_limits(keys.take("rate_limit"))?,
@@ -1153,6 +1251,7 @@ impl Config {
             config.oauth = oauth.map(std::sync::Arc::new);
         }
         keys.refuse_unknown()?;
+        oauth_client::check_servers(&config)?;
         Ok(config)
     }
 
@@ -1419,7 +1518,14 @@ fn server(
     let transport = if stdio {
         Transport::Stdio(stdio_config(&mut keys, &path, env, &mut secrets)?)
     } else if sse {
-        Transport::Sse(http_config(&mut keys, &path, env, &mut secrets, trust)?)
+        let http = http_config(&mut keys, &path, env, &mut secrets, trust)?;
+        if http.oauth.is_some() {
+            return Err(Invalid::new(
+                format!("{path}.oauth"),
+                "is for Streamable HTTP servers, not `\"type\": \"sse\"`",
+            ));
+        }
+        Transport::Sse(http)
     } else {
         Transport::Http(http_config(&mut keys, &path, env, &mut secrets, trust)?)
     };
@@ -1494,7 +1600,11 @@ fn http_config(
         Some(file) => trust.with_ca_file(&file, &format!("{path}.ca_file"))?,
         None => trust.clone(),
     };
-    Ok(HttpConfig { url, headers, trust })
+    let oauth = match keys.take("oauth") {
+        Some(value) => Some(oauth_client::server_oauth(value, path, env, secrets)?),
+        None => None,
+    };
+    Ok(HttpConfig { url, headers, trust, oauth })
 }
 
 /// `command`, `args`, `env`, `cwd`: a stdio server, as Claude Desktop,
@@ -2277,9 +2387,31 @@ mod tests {
             ("auth.oauth.introspection.url", json!("https://idp.example.com/realms/x/introspect")),
             ("auth.oauth.introspection.client_id", json!("mcpgate")),
             ("auth.oauth.introspection.client_secret", json!("secret")),
+            ("oauth_client", json!({})),
+            ("oauth_client.public_url", json!("https://gate.example.com")),
+            ("oauth_client.key_file", json!("/etc/mcpgate/oauth.key")),
+            ("oauth_client.store_file", json!("/var/lib/mcpgate/oauth")),
+            ("oauth_client.ask", json!("elicitation")),
+            ("oauth_client.client_id", json!("mcpgate")),
+            ("oauth_client.client_secret", json!("secret")),
+            ("mcpServers.<name>.oauth", json!({})),
+            ("mcpServers.<name>.oauth.client_id", json!("mcpgate")),
+            ("mcpServers.<name>.oauth.client_secret", json!("secret")),
+            ("mcpServers.<name>.oauth.scopes", json!(["read"])),
+            ("mcpServers.<name>.oauth.authorization_server", json!("https://as.example.com")),
+            ("mcpServers.<name>.oauth.resource", json!("https://mcp.example.com/mcp")),
+            ("mcpServers.<name>.oauth.audience", json!("https://mcp.example.com")),
+            ("mcpServers.<name>.oauth.client_metadata_url", json!("https://gate.example.com/c.json")),
         ];
-        let mut root = json!({"mcpServers": {"a": {"url": "http://127.0.0.1:9/mcp"}, "b": {"command": "x"}}});
-        let bare = parse(&root.to_string()).unwrap();
+        // An exchange (for `audience`) on `a`; a metadata document (not with a client id) on `c`.
+        let bare =
+            parse(&json!({"mcpServers": {"a": {"url": "http://127.0.0.1:9/mcp"}, "b": {"command": "x"}}}).to_string())
+                .unwrap();
+        let mut root = json!({"mcpServers": {
+            "a": {"url": "http://127.0.0.1:9/mcp", "oauth": {"token_exchange": true}},
+            "b": {"command": "x"},
+            "c": {"url": "http://127.0.0.1:9/mcp", "oauth": {"client_metadata_url": "https://gate.example.com/c.json"}},
+        }});
         // Refused with `state_file`: `instance_id_is_a_short_token_and_state_dir_needs_it` reads it.
         for key in KEYS.iter().filter(|k| k.name != "state_dir") {
             let value = match key.kind {
@@ -2297,10 +2429,12 @@ mod tests {
             let at = match key.name.split_once('.') {
                 None => &mut root[key.name],
                 Some(("auth", "tokens[].token" | "tokens[].servers" | "tokens[].name"))
-                | Some(("auth", "tokens_file")) => continue,
-                Some((top @ ("auth" | "tls" | "tool_search" | "audit" | "rate_limit" | "tracing"), rest)) => {
-                    rest.split('.').fold(&mut root[top], |at, part| &mut at[part])
-                }
+                | Some(("auth", "tokens_file"))
+                | Some(("mcpServers", "<name>.oauth.client_metadata_url")) => continue,
+                Some((
+                    top @ ("auth" | "tls" | "tool_search" | "audit" | "rate_limit" | "tracing" | "oauth_client"),
+                    rest,
+                )) => rest.split('.').fold(&mut root[top], |at, part| &mut at[part]),
                 Some(("mcpServers", rest)) => match rest.trim_start_matches("<name>.").split_once('.') {
                     _ if rest == "<name>" => continue,
                     None => {

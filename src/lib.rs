@@ -8,6 +8,8 @@
 //!   restore at start.
 //! - [`routes`]: the application: which path goes where, after the checks
 //!   every request passes.
+//! - [`signin`]: the pages users sign in to servers that want OAuth
+//!   through (`/oauth/`), and what `mcpgate login` and `logout` ask.
 //! - [`status`]: `/status.json`, the status page and `/metrics`, drawn from
 //!   the gateway, its sessions and the counters.
 //! - [`gateway`]: MCP on `/mcp`: the HTTP side of each request
@@ -55,6 +57,7 @@ pub mod routes;
 pub mod runtime;
 pub mod service;
 pub mod session;
+pub mod signin;
 pub mod stats;
 pub mod status;
 pub mod tasks;

@@ -27,6 +27,8 @@ usage: mcpgate [--config FILE] [--listen ADDR]
        mcpgate --check [--start] [--config FILE]
        mcpgate --config-reference
        mcpgate status [--url URL]
+       mcpgate login SERVER [--url URL]
+       mcpgate logout SERVER [--url URL]
        mcpgate import FILE
 
   --config FILE       the JSON configuration (see docs/CONFIGURATION.md), or a client's
@@ -45,6 +47,12 @@ usage: mcpgate [--config FILE] [--listen ADDR]
                       code 0: healthy, 1: not healthy, 3: no status could be read.
   --url URL           where it runs (default http://127.0.0.1:8780); $MCPGATE_TOKEN, when
                       set, goes as its bearer token (needed beyond loopback with tokens)
+
+  login SERVER        sign in to SERVER (a server with `oauth`) on a running mcpgate, from a
+                      host without a browser: it prints a link to open in a browser anywhere,
+                      then asks for the address the browser ends on, and completes the sign-in.
+                      As the user of $MCPGATE_TOKEN (none: the one user without `auth`)
+  logout SERVER       forget that user's tokens for SERVER; its next call asks again
 
   import FILE         print a client's config file as mcpgate's own JSON on stdout, and on
                       stderr what it left out or needs (exit code 2: it does not load)
@@ -116,6 +124,12 @@ enum Command {
     Print(String),
     /// `mcpgate status`: the base URL of a running mcpgate.
     Status(String),
+    /// `mcpgate login` (true) or `logout` (false): the server and the base URL.
+    Sign {
+        login: bool,
+        server: String,
+        url: String,
+    },
     /// `mcpgate import FILE`.
     Import(PathBuf),
 }
@@ -132,6 +146,26 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Command, Error> {
             }
         }
         return Ok(Command::Status(url));
+    }
+    if let Some(verb @ ("login" | "logout")) = args.peek().map(String::as_str) {
+        let login = verb == "login";
+        args.next();
+        let mut url = "http://127.0.0.1:8780".to_string();
+        let mut server = None;
+        while let Some(arg) = args.next() {
+            match arg.as_str() {
+                "--url" => url = args.next().ok_or_else(|| Error::Usage("--url needs a value".into()))?,
+                other if server.is_none() && !other.starts_with('-') => server = Some(other.to_string()),
+                other => {
+                    return Err(Error::Usage(format!(
+                        "unknown argument `{other}` for `mcpgate {}`",
+                        if login { "login" } else { "logout" }
+                    )));
+                }
+            }
+        }
+        let server = server.ok_or_else(|| Error::Usage("name the SERVER to sign in to (or out of)".into()))?;
+        return Ok(Command::Sign { login, server, url });
     }
     if args.peek().map(String::as_str) == Some("import") {
         args.next();
@@ -190,6 +224,7 @@ fn run() -> Result<(), Error> {
             return Ok(());
         }
         Command::Status(url) => return status(&url),
+        Command::Sign { login, server, url } => return sign(login, &server, &url),
         Command::Import(file) => return import(&file),
         Command::Run(args) => args,
     };
@@ -315,16 +350,9 @@ fn tls_acceptor(_: &Config, _: &Source) -> Result<Tls, Error> {
 /// `mcpgate status`: reads `/status.json` of the mcpgate at `url` and
 /// prints what the status page says, in plain text.
 fn status(url: &str) -> Result<(), Error> {
-    let base = url.trim_end_matches('/');
-    let base = ["/mcp", "/status.json", "/status"].iter().find_map(|end| base.strip_suffix(end)).unwrap_or(base);
+    let base = base_url(url);
     let at = format!("{base}/status.json");
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .proxy(None)
-        .timeout_global(Some(std::time::Duration::from_secs(10)))
-        .build()
-        .into();
-    let mut request = agent.get(&at);
+    let mut request = cli_agent().get(&at);
     if let Ok(token) = std::env::var("MCPGATE_TOKEN") {
         request = request.header("Authorization", format!("Bearer {token}"));
     }
@@ -345,6 +373,85 @@ fn status(url: &str) -> Result<(), Error> {
     }
     print!("{}", mcpgate::status::summary::text(&value));
     if value["health"]["healthy"] == true { Ok(()) } else { Err(Error::Unhealthy) }
+}
+
+/// The base URL of a running mcpgate, from what a user may give: its `/mcp`
+/// URL, a status page's, or the base itself.
+fn base_url(url: &str) -> &str {
+    let base = url.trim_end_matches('/');
+    ["/mcp", "/status.json", "/status"].iter().find_map(|end| base.strip_suffix(end)).unwrap_or(base)
+}
+
+/// An agent for `mcpgate status`, `login` and `logout`: no proxy, 10 s a request.
+fn cli_agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .proxy(None)
+        .timeout_global(Some(std::time::Duration::from_secs(10)))
+        .build()
+        .into()
+}
+
+/// A JSON `POST` to a running mcpgate with `$MCPGATE_TOKEN`: its status and answer.
+fn cli_post(at: &str, body: serde_json::Value) -> Result<(u16, serde_json::Value), Error> {
+    let mut request = cli_agent().post(at).header("Content-Type", "application/json");
+    if let Ok(token) = std::env::var("MCPGATE_TOKEN") {
+        request = request.header("Authorization", format!("Bearer {token}"));
+    }
+    let mut response =
+        request.send(body.to_string().as_bytes()).map_err(|e| Error::NoStatus(format!("cannot reach {at}: {e}")))?;
+    let status = response.status().as_u16();
+    let text = response.body_mut().read_to_string().unwrap_or_default();
+    let value = serde_json::from_str(&text).unwrap_or_else(|_| serde_json::json!({ "error": text }));
+    Ok((status, value))
+}
+
+/// `mcpgate login SERVER` and `logout SERVER`, against the mcpgate at `url`.
+fn sign(login: bool, server: &str, url: &str) -> Result<(), Error> {
+    let base = base_url(url);
+    let failed = |value: &serde_json::Value| {
+        Error::NoStatus(value["error"].as_str().map_or_else(|| value.to_string(), str::to_string))
+    };
+    if !login {
+        let (status, value) = cli_post(&format!("{base}/oauth/logout"), serde_json::json!({ "server": server }))?;
+        if status != 200 {
+            return Err(failed(&value));
+        }
+        match value["forgot"].as_bool() {
+            Some(true) => println!("signed out of `{server}`: its tokens are forgotten"),
+            _ => println!("no tokens for `{server}` were held: nothing to forget"),
+        }
+        return Ok(());
+    }
+    let (status, value) = cli_post(&format!("{base}/oauth/login"), serde_json::json!({ "server": server }))?;
+    if status != 200 {
+        return Err(failed(&value));
+    }
+    if value["signed_in"] == true {
+        println!("signed in to `{server}` already (`mcpgate logout {server}` forgets it)");
+        return Ok(());
+    }
+    let link = value["url"].as_str().unwrap_or_default();
+    let callback = value["redirect_uri"].as_str().unwrap_or_default();
+    println!(
+        "Open this link in a browser, on any device, and sign in to `{server}`:
+
+    {link}
+"
+    );
+    println!("The browser then ends on an address that starts with {callback} (a page that");
+    println!("may not load, if this host is out of its reach). Paste that whole address here:");
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).map_err(io("cannot read the address"))?;
+    if line.trim().is_empty() {
+        return Err(Error::NoStatus("no address given: nothing was signed in".into()));
+    }
+    let (status, value) = cli_post(&format!("{base}/oauth/complete"), serde_json::json!({ "url": line.trim() }))?;
+    if status != 200 {
+        return Err(failed(&value));
+    }
+    println!("signed in to `{server}`");
+    Ok(())
 }
 
 /// Raises the soft limit on open files to the hard one, and says so when
@@ -419,6 +526,10 @@ fn serve(config: Config, source: Source, looked: watch::Looked, signals: sys::Si
     };
     let loaded = config.state_file.as_deref().map(|path| StateFile::new(path).load());
     let gateway = Arc::new(Gateway::new(config));
+    if let Some(why) = gateway.oauth.store_problem() {
+        let invalid = config::Invalid::new("oauth_client.key_file", format!("OAuth: {why}"));
+        return Err(Error::Config(ConfigError { file: source.path.clone(), invalid }));
+    }
     // Sessions come back before mcpgate listens (no server is asked
     // anything); their readers start, and what is to be closed is closed,
     // once it listens.
@@ -463,6 +574,7 @@ fn serve(config: Config, source: Source, looked: watch::Looked, signals: sys::Si
     })
     .map_err(io("cannot start the signal thread"))?;
     let addr = httpd.local_addr();
+    gateway.oauth.listening_at(&format!("{scheme}://{addr}"), &gateway.current().config);
     println!("listening on {scheme}://{addr}/mcp");
     if !addr.ip().is_loopback() && gateway.current().config.tokens.is_none() {
         log::warn!(

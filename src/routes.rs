@@ -41,6 +41,13 @@ const ROUTES: &[Route] = &[
     Route { path: "/status.json", methods: &["GET"], guard: Guard::Status },
     Route { path: "/metrics", methods: &["GET"], guard: Guard::Status },
     Route { path: "/reload", methods: &["POST"], guard: Guard::Status },
+    // Sign-ins at servers with `oauth` (`signin`): a browser's pages, then `mcpgate login`'s.
+    Route { path: "/oauth/connect", methods: &["GET", "POST"], guard: Guard::Anyone },
+    Route { path: "/oauth/callback", methods: &["GET"], guard: Guard::Anyone },
+    Route { path: "/oauth/client.json", methods: &["GET"], guard: Guard::Anyone },
+    Route { path: "/oauth/login", methods: &["GET", "POST"], guard: Guard::Token },
+    Route { path: "/oauth/complete", methods: &["POST"], guard: Guard::Token },
+    Route { path: "/oauth/logout", methods: &["POST"], guard: Guard::Token },
 ];
 
 /// The application behind the front door: the route table's handlers.
@@ -84,7 +91,12 @@ impl App for Routes {
         if let Some(metadata) = self.auth.metadata(req, config) {
             return metadata;
         }
-        if let Err(refused) = access::check_origin(req, config) {
+        // The sign-in pages post to themselves from mcpgate's public origin.
+        let own_page = req.path.starts_with("/oauth/")
+            && req
+                .header("origin")
+                .is_some_and(|o| o.eq_ignore_ascii_case(&gateway.oauth.client_settings().public_url));
+        if !own_page && let Err(refused) = access::check_origin(req, config) {
             return refuse(req, refused);
         }
         let Some(route) = ROUTES.iter().find(|r| r.path == req.path) else {
@@ -95,7 +107,10 @@ impl App for Routes {
         let access = match route.guard {
             Guard::Anyone => Access::Open,
             Guard::Token => match self.auth.authenticate(req, config, &gateway.stats) {
-                Ok(access) => access,
+                Ok(access) => {
+                    self.remember_subject(req, &access);
+                    access
+                }
                 Err(refused) => return refused.reply(),
             },
             Guard::Status => match self.auth.check_status(req, config, &gateway.stats) {
@@ -119,6 +134,9 @@ impl App for Routes {
             (_, "/status.json") => HttpReply::json(200, status::json(gateway).to_string().into_bytes()),
             (_, "/metrics") => HttpReply::text(200, status::prometheus::CONTENT_TYPE, status::metrics(gateway)),
             (_, "/reload") => self.reload(),
+            (_, path) if crate::signin::PATHS.contains(&path) => {
+                crate::signin::handle(req, gateway, &self.auth, &access)
+            }
             // Every route of the table has a handler above.
             (_, path) => HttpError::new(500, format!("bug: no handler for `{path}`")).reply(),
         }
@@ -188,6 +206,18 @@ impl Routes {
             }
         }
         outcome
+    }
+
+    /// Keeps a user's own access token where a server of theirs takes it in
+    /// exchange (`oauth.token_exchange`): in memory, until it expires.
+    fn remember_subject(&self, req: &HttpRequest, access: &Access) {
+        let Access::OAuth { grant, .. } = access else { return };
+        let exchanges = self.gateway.current().config.servers.iter().any(|s| {
+            matches!(&s.transport, crate::config::Transport::Http(h) if h.oauth.as_ref().is_some_and(|o| o.token_exchange))
+        });
+        if exchanges && let Some(token) = auth::presented(req) {
+            self.gateway.oauth.remember_subject(&access.user(), token, grant.expires);
+        }
     }
 
     /// `POST /reload`: the same as SIGHUP, with the outcome as JSON.

@@ -658,6 +658,8 @@ stats! {
         errors_cancelled: Counter => "servers"."errors.cancelled" as "mcpgate_server_errors_total" { kind = "cancelled" },
         /// A stdio server's process ended while the request ran.
         errors_exited: Counter => "servers"."errors.exited" as "mcpgate_server_errors_total" { kind = "exited" },
+        /// The server wanted a token: the user had to sign in (OAuth), or mcpgate could not get one, or it has none to send.
+        errors_authorization: Counter => "servers"."errors.authorization" as "mcpgate_server_errors_total" { kind = "authorization" },
         /// Seconds from sending a forwarded request on a lane to its response or failure (the wait for a lane not included).
         request_duration: Histogram => "servers"."request_duration_seconds" as "mcpgate_server_request_duration_seconds",
         /// Seconds from sending a request to the server (`initialize` included) to its answer or failure, by method (`mcp.client.operation.duration`).
@@ -769,9 +771,27 @@ stats! {
     }
 }
 
+stats! {
+    /// The sign-ins of each server with `oauth`; read with the label `server`. Counts only: never a token.
+    pub struct OAuthNow by server {
+        /// Users holding a token for the server now (signed in, or by exchange).
+        users: Gauge => "servers"."oauth.users" as "mcpgate_server_oauth_users",
+        /// Sign-ins that completed (and tokens got by exchange).
+        signins: Counter => "servers"."oauth.signins" as "mcpgate_server_oauth_signins_total",
+        /// Sign-ins waiting for their user now (a link given, not yet used).
+        waiting: Gauge => "servers"."oauth.waiting" as "mcpgate_server_oauth_signins_waiting",
+        /// Refreshes of a user's token asked of the authorization server.
+        refreshes: Counter => "servers"."oauth.refreshes" as "mcpgate_server_oauth_refreshes_total",
+        /// What failed: discovery, registration, a sign-in, a refresh or an exchange.
+        failures: Counter => "servers"."oauth.failures" as "mcpgate_server_oauth_failures_total",
+    }
+}
+
 /// Every entry of the table, in the order the outputs show them.
 pub fn table() -> impl Iterator<Item = &'static Entry> {
-    [Now::TABLE, Stats::TABLE, ServerNow::TABLE, ServerStats::TABLE, StdioNow::TABLE].into_iter().flatten()
+    [Now::TABLE, Stats::TABLE, ServerNow::TABLE, ServerStats::TABLE, StdioNow::TABLE, OAuthNow::TABLE]
+        .into_iter()
+        .flatten()
 }
 
 /// The table as Markdown, for the README: each entry with its type, its

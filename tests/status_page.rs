@@ -293,6 +293,8 @@ fn every_entry_of_the_table_is_in_the_json_the_page_and_the_metrics() {
     let fixture = Fixture::start("alpha", &[]);
     let mut c = config(&[("alpha", fixture.url())]);
     c["mcpServers"]["local"] = stdio_server("local", &[]);
+    // A server users sign in to: its sign-ins' counts are read for it.
+    c["mcpServers"]["signin"] = json!({ "url": "http://127.0.0.1:9/mcp", "oauth": {} });
     let gate = Gate::start_checked(&c);
     let mut client = gate.open_session();
     assert_eq!(client.tool_text("local__echo", json!({"text": "starts it"})), "starts it");

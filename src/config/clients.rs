@@ -78,7 +78,13 @@ pub const IN_SERVER: &[ClientKey] = &[
     ClientKey { key: "gallery", clients: "VS Code", read_as: None },
     ClientKey { key: "version", clients: "VS Code", read_as: None },
     ClientKey { key: "sandbox", clients: "VS Code", read_as: None },
-    ClientKey { key: "oauth", clients: "VS Code", read_as: None },
+    ClientKey {
+        key: "oauth",
+        clients: "VS Code, Claude Code",
+        read_as: Some(
+            "mcpgate's own `oauth` (each user signs in to the server through mcpgate); `clientId` and `clientSecret` are read as `client_id` and `client_secret`, Claude Code's `callbackPort` is ignored",
+        ),
+    },
     ClientKey { key: "auth", clients: "Cursor", read_as: None },
 ];
 
@@ -323,6 +329,16 @@ fn server(entry: &mut Map<String, Value>, name: &str, place: &Place, notes: &mut
             && let Value::Array(deny) = filter.entry("deny").or_insert_with(|| json!([]))
         {
             deny.extend(names.iter().cloned());
+        }
+    }
+    if let Some(Value::Object(oauth)) = entry.get_mut("oauth") {
+        for (theirs, ours) in [("clientId", "client_id"), ("clientSecret", "client_secret")] {
+            if let Some(value) = oauth.remove(theirs) {
+                oauth.entry(ours.to_string()).or_insert(value);
+            }
+        }
+        if oauth.remove("callbackPort").is_some() {
+            notes.ignored.push(at("oauth.callbackPort"));
         }
     }
     match entry.remove("sandboxEnabled") {

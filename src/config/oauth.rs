@@ -173,7 +173,7 @@ fn introspection(
 }
 
 /// `https://`, or `http://` on a loopback address; no fragment.
-fn check_url(url: &str, key: &str) -> Result<(), Invalid> {
+pub(super) fn check_url(url: &str, key: &str) -> Result<(), Invalid> {
     let uri: ureq::http::Uri = url.parse().map_err(|_| Invalid::new(key, format!("`{url}` is not a URL")))?;
     let host = uri.host().unwrap_or("").trim_matches(['[', ']']);
     let loopback =

@@ -11,7 +11,10 @@ impl Server {
     /// requests to it at once.
     pub fn new(config: ServerConfig, limits: Limits, lanes: usize, context: &Context) -> Server {
         let connector: Box<dyn Connector> = match &config.transport {
-            Transport::Http(http) => Box::new(http::HttpConnector::new(http.clone(), limits, lanes)),
+            Transport::Http(http) => {
+                let auth = context.oauth.for_server(&config.name, http);
+                Box::new(http::HttpConnector::new(http.clone(), limits, lanes, auth))
+            }
             Transport::Sse(http) => Box::new(sse::SseConnector::new(http.clone(), limits, lanes)),
             Transport::Stdio(stdio) => {
                 Box::new(stdio::StdioConnector::new(&config.name, stdio.clone(), context.children.clone()))

@@ -39,6 +39,15 @@ pub enum DownstreamError {
     Cancelled,
     /// A stdio server's process ended while the request ran: how.
     Exited(String),
+    /// The server wants OAuth and the user has not signed in (or must again):
+    /// the link to give them.
+    SignIn(Box<super::oauth::SignIn>),
+    /// mcpgate could not get the user a token for the server (its metadata,
+    /// its authorization server, the store): why, naming both.
+    OAuth(String),
+    /// The server answered 401 or 403 with its `WWW-Authenticate` (if any):
+    /// what a server with `oauth` signs in from; one without it wants a token.
+    Unauthorized { status: u16, challenge: Option<String> },
 }
 
 impl fmt::Display for DownstreamError {
@@ -69,6 +78,19 @@ impl fmt::Display for DownstreamError {
             DownstreamError::Exhausted(e) => write!(f, "{e}"),
             DownstreamError::Cancelled => write!(f, "the request was cancelled"),
             DownstreamError::Exited(how) => write!(f, "{how}"),
+            DownstreamError::SignIn(sign_in) => f.write_str(&sign_in.message),
+            DownstreamError::OAuth(why) => f.write_str(why),
+            DownstreamError::Unauthorized { status, challenge } => {
+                let said = challenge.as_deref().map(super::oauth::parse_challenge);
+                match said.flatten().and_then(|c| c.resource_metadata) {
+                    Some(metadata) => write!(
+                        f,
+                        "answered HTTP {status}: it wants each user to sign in with OAuth (its metadata: {metadata}); \
+                         add \"oauth\": {{}} to this server in mcpgate's configuration"
+                    ),
+                    None => write!(f, "answered HTTP {status}: it wants a token (`headers`, or `oauth`)"),
+                }
+            }
         }
     }
 }
@@ -95,7 +117,10 @@ impl DownstreamError {
             | DownstreamError::Closed
             | DownstreamError::Gone
             | DownstreamError::Exhausted(_)
-            | DownstreamError::Cancelled => false,
+            | DownstreamError::Cancelled
+            | DownstreamError::SignIn(_)
+            | DownstreamError::OAuth(_)
+            | DownstreamError::Unauthorized { .. } => false,
         }
     }
 
@@ -119,6 +144,9 @@ impl DownstreamError {
             DownstreamError::Exhausted(_) => "exhausted",
             DownstreamError::Cancelled => "cancelled",
             DownstreamError::Exited(_) => "exited",
+            DownstreamError::SignIn(_) | DownstreamError::OAuth(_) | DownstreamError::Unauthorized { .. } => {
+                "authorization"
+            }
         }
     }
 
@@ -136,6 +164,9 @@ impl DownstreamError {
             DownstreamError::Exhausted(_) => &stats.errors_exhausted,
             DownstreamError::Cancelled => &stats.errors_cancelled,
             DownstreamError::Exited(_) => &stats.errors_exited,
+            DownstreamError::SignIn(_) | DownstreamError::OAuth(_) | DownstreamError::Unauthorized { .. } => {
+                &stats.errors_authorization
+            }
         }
     }
 }

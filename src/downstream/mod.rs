@@ -40,6 +40,7 @@ pub mod deletes;
 mod error;
 pub mod flight;
 pub(crate) mod http;
+pub mod oauth;
 pub(crate) mod resolver;
 mod spans;
 mod sse;
@@ -85,6 +86,9 @@ pub struct Opener<'a> {
     pub client: &'a str,
     /// Its user: a token's or an OAuth subject's digest; `None` without `auth`.
     pub principal: Option<[u8; 32]>,
+    /// Its user whatever its token's scopes: whose tokens a server with
+    /// `oauth` gets.
+    pub user: Option<[u8; 32]>,
 }
 
 /// Whether what a user's sessions share of a server (a stdio server's
@@ -220,9 +224,9 @@ pub(crate) trait Connector: Send + Sync {
         Readiness::Ready
     }
     /// The link of a downstream session an earlier process opened, by the
-    /// session id the state file kept; `None` when this transport's sessions
+    /// session id the state file kept (and its user, for a server with `oauth`); `None` when this transport's sessions
     /// end with the process that opened them (a child, an HTTP+SSE stream).
-    fn resume(&self, _session_id: Option<String>) -> Option<Box<dyn Link>> {
+    fn resume(&self, _session_id: Option<String>, _user: Option<[u8; 32]>) -> Option<Box<dyn Link>> {
         None
     }
     /// Where the state file finds the server again after a restart: its
@@ -293,6 +297,8 @@ pub struct Context {
     pub journal: Arc<Journal>,
     pub children: Arc<Children>,
     pub deletes: Arc<Deletes>,
+    /// Users' tokens at servers with `oauth`.
+    pub oauth: Arc<oauth::Authorizer>,
 }
 
 /// One configured server, shared by every client session.
@@ -603,7 +609,7 @@ impl Server {
         let (link, answer) = opened?;
         // From here the server may hold a session: every failure must close it.
         let old_transport = self.connector.answers_2024_11_05();
-        let mut downstream = Downstream::new(self.clone(), link, opener.session);
+        let mut downstream = Downstream::new(self.clone(), link, opener.session, opener.user);
         let init = match answer.and_then(|m| initialize_result(&m, old_transport)) {
             Ok(init) => init,
             Err(e) => {
@@ -637,8 +643,9 @@ impl Server {
     /// stream): there is nothing to take over.
     pub fn saved_downstream(self: &Arc<Self>, saved: &SavedDownstream) -> Option<Arc<Downstream>> {
         let client = saved.client.as_deref().unwrap_or_default();
-        let link = self.connector.resume(saved.session_id.clone())?;
-        let mut downstream = Downstream::new(self.clone(), link, client);
+        let user = saved.user.as_deref().and_then(crate::runtime::sha256::from_hex);
+        let link = self.connector.resume(saved.session_id.clone(), user)?;
+        let mut downstream = Downstream::new(self.clone(), link, client, user);
         downstream.protocol_version = saved.protocol_version.clone();
         downstream.capabilities = saved.capabilities.clone();
         downstream.instructions = saved.instructions.clone();
@@ -685,6 +692,8 @@ pub struct Downstream {
     link: Box<dyn Link>,
     /// The client session it belongs to, for the state file ("" when none does).
     client: String,
+    /// Whose tokens it sends to a server with `oauth`.
+    user: Option<[u8; 32]>,
     pub protocol_version: String,
     pub capabilities: Value,
     pub instructions: Option<String>,
@@ -701,7 +710,7 @@ impl fmt::Debug for Downstream {
 }
 
 impl Downstream {
-    fn new(server: Arc<Server>, link: Box<dyn Link>, client: &str) -> Downstream {
+    fn new(server: Arc<Server>, link: Box<dyn Link>, client: &str, user: Option<[u8; 32]>) -> Downstream {
         if link.holds_session() {
             server.stats.downstream_opened.inc();
             server.stats.downstream_live.inc();
@@ -711,6 +720,7 @@ impl Downstream {
             server,
             link,
             client: client.to_string(),
+            user,
             protocol_version: versions::NEWEST.to_string(),
             capabilities: Value::Null,
             instructions: None,
@@ -755,6 +765,7 @@ impl Downstream {
             instructions: self.instructions.clone(),
             client: (!self.client.is_empty()).then(|| self.client.clone()),
             ends_with_process: !self.link.survives_restart(),
+            user: self.user.filter(|_| self.server.config.uses_oauth()).map(|u| crate::runtime::sha256::to_hex(&u)),
         }
     }
 

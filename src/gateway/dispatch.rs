@@ -44,6 +44,9 @@ pub(super) trait CallEvents {
     ) -> Option<Result<Map<String, Value>, String>> {
         None
     }
+    /// A notification of mcpgate's own about the call (a sign-in that
+    /// completed), where the client reads the call's answer.
+    fn notify(&mut self, _message: Vec<u8>) {}
 }
 
 /// Rounds of `input_required` one call may take before mcpgate gives up.
@@ -593,6 +596,9 @@ impl Gateway {
         if let Some(hidden) = self.hidden_by_filter(session, kind, exposed) {
             return Err(RpcError::invalid_params(hidden));
         }
+        if let Some(signing_in) = self.sign_in_owner(session, kind, exposed) {
+            return Ok(signing_in);
+        }
         let shown = crate::catalog::shortened(exposed);
         let list = self.merged_list(session, kind)?;
         // A server still starting is said as such, below, not as unavailable.
@@ -709,6 +715,9 @@ impl Gateway {
         events: &mut dyn CallEvents,
     ) -> Outcome {
         match call(session, server, message, params, events, &self.call_settings()) {
+            Outcome::Error(e) if super::authorize::link_of(&e).is_some() => {
+                self.sign_in_session_era(session, server, message, params, events, e)
+            }
             Outcome::Error(e) => self.cut_short_by_shutdown(server, e).into(),
             outcome => outcome,
         }

@@ -294,6 +294,21 @@ impl Gateway {
                     },
                 )),
                 Err(e) if e.message.contains("max_memory_mb") => *too_big.lock() = Some(e),
+                // A server its user must sign in to first: one tool of mcpgate's, which gives the link.
+                Err(e) if kind == ListKind::Tools && super::authorize::link_of(&e).is_some() => {
+                    left_out.store(true, std::sync::atomic::Ordering::Relaxed);
+                    if let Some(list) = super::authorize::sign_in_list(server) {
+                        found.lock().push((
+                            cur.rank(server.name()),
+                            ServerItems {
+                                server: server.name().to_string(),
+                                naming: naming(&server.config, &cur.config),
+                                filter: Default::default(),
+                                list,
+                            },
+                        ));
+                    }
+                }
                 Err(e) => {
                     left_out.store(true, std::sync::atomic::Ordering::Relaxed);
                     crate::limited!(

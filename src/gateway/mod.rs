@@ -22,6 +22,7 @@ use crate::session::{self, CloseReason, Session, Sessions};
 use crate::stats::Stats;
 
 mod audit;
+mod authorize;
 pub mod check;
 mod dispatch;
 mod lists;
@@ -84,6 +85,8 @@ pub struct Gateway {
     pub children: Arc<Children>,
     /// The `DELETE`s a fault lost, which the reaper sends again.
     pub deletes: Arc<crate::downstream::Deletes>,
+    /// Users' tokens at servers with `oauth`, and their sign-ins.
+    pub oauth: Arc<crate::downstream::oauth::Authorizer>,
     /// Recent name collisions between servers, for the status page.
     pub collisions: Mutex<Vec<String>>,
     /// Tools and prompts exposed under another name than `<prefix>__<name>`.
@@ -132,11 +135,13 @@ impl Gateway {
         let journal = Arc::new(Journal::new(config.state_file.as_deref(), config.instance_id.as_deref()));
         let children = Children::new(config.max_processes, config.stdio_grace, config.max_message_bytes);
         let deletes = Arc::new(crate::downstream::Deletes::default());
+        let oauth = crate::downstream::oauth::Authorizer::new(&config);
         let context = Context {
             stats: stats.clone(),
             journal: journal.clone(),
             children: children.clone(),
             deletes: deletes.clone(),
+            oauth: oauth.clone(),
         };
         let servers = config.servers.iter().map(|s| new_server(s, &config, &context)).collect();
         let instance_id = config.instance_id.clone();
@@ -147,6 +152,7 @@ impl Gateway {
             stats,
             children,
             deletes,
+            oauth,
             collisions: Mutex::new(Vec::new()),
             renamed: Mutex::new(Vec::new()),
             lists: merged::MergedLists::default(),
@@ -185,6 +191,7 @@ impl Gateway {
             journal: self.journal.clone(),
             children: self.children.clone(),
             deletes: self.deletes.clone(),
+            oauth: self.oauth.clone(),
         }
     }
 

@@ -59,6 +59,7 @@ impl Gateway {
             .changed
             .extend(servers.iter().filter(|s| old.server(s.name()).is_none()).map(|s| format!("{} (new)", s.name())));
         crate::runtime::memory::set_limit(new.max_memory);
+        self.oauth.configure(&new);
         *self.current.write() = Arc::new(Current { config: new, servers });
         // After the swap: an open that finishes now sees its server retired
         // and opens again on the one that replaced it.

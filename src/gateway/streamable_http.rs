@@ -645,6 +645,10 @@ impl CallEvents for PostStream<'_> {
         true
     }
 
+    fn notify(&mut self, message: Vec<u8>) {
+        self.send(message);
+    }
+
     fn input(
         &mut self,
         session: &Session,

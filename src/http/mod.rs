@@ -58,6 +58,8 @@ const HEADERS: &[&str] = &[
     "traceparent",
     "tracestate",
     "baggage",
+    // The sign-in pages' cookie (`/oauth/`): which browser opened a link.
+    "cookie",
 ];
 
 /// The request headers handlers may read ([`HEADERS`]): lower-case names,
@@ -109,6 +111,8 @@ pub struct HttpRequest {
     pub method: String,
     /// The path without the query.
     pub path: String,
+    /// The query, without its `?` (empty when none): the sign-in pages read it.
+    pub query: String,
     /// Lower-case names, from [`HEADERS`] only.
     pub headers: Headers,
     /// `Mcp-Param-*` headers (2026-07-28), lower-case names: forwarded as they came.

@@ -62,6 +62,8 @@ pub(super) struct Head {
     pub method: String,
     /// The path of the target, without the query (from an absolute URL too).
     pub path: String,
+    /// The target's query, without `?`.
+    pub query: String,
     pub http11: bool,
     /// The headers handlers may read (lower-case names from [`HEADERS`]).
     pub headers: Headers,
@@ -402,6 +404,7 @@ fn parse_head_in<'b>(
     let method = req.method.unwrap_or_default().to_string();
     let http11 = req.version == Some(1);
     let path = target_path(req.path.unwrap_or_default(), &method)?;
+    let query = req.path.unwrap_or_default().split_once('?').map(|(_, q)| q.to_string()).unwrap_or_default();
     let mut headers = Headers::with_capacity(bytes.len());
     let mut params: Vec<(String, String)> = Vec::new();
     let mut length: Option<u64> = None;
@@ -454,6 +457,9 @@ fn parse_head_in<'b>(
             match headers.get(known) {
                 // A list may come in several lines (RFC 9110 §5.3); the others are single values.
                 Some(_) if *known == "accept" => headers.join(known, value.trim()),
+                // One Cookie header is all a browser sends (RFC 6265 §5.4); a second is left
+                // unread rather than refused: only the sign-in pages read it.
+                Some(_) if *known == "cookie" => {}
                 Some(_) => return Err(refuse(400, format!("header `{known}` is given more than once"))),
                 None => headers.push(known, value.trim()),
             }
@@ -466,7 +472,7 @@ fn parse_head_in<'b>(
         close = false;
     }
     let framing = framing(&codings, length, http11)?;
-    Ok(Head { method, path, http11, headers, params, framing, expect_continue, close })
+    Ok(Head { method, path, query, http11, headers, params, framing, expect_continue, close })
 }
 
 /// What can be refused before the head is complete: bytes that cannot

@@ -391,6 +391,7 @@ fn request(head: Head, body: Vec<u8>, stream: &Arc<Stream>, peer: SocketAddr) ->
     HttpRequest {
         method: head.method,
         path: head.path,
+        query: head.query,
         headers: head.headers,
         params: head.params,
         body,

@@ -18,6 +18,8 @@ pub const INTERNAL_ERROR: i64 = -32603;
 /// mcpgate's own, in the range JSON-RPC leaves to servers: a call over a
 /// `rate_limit` (its `data.retryAfterSecs` says when to try again).
 pub const RATE_LIMITED: i64 = -32029;
+/// A URL elicitation must complete first (2025-11-25 only): the links are in `data.elicitations`.
+pub const URL_ELICITATION_REQUIRED: i64 = -32042;
 
 /// One JSON-RPC message as received. `id` is `Some(Value::Null)` when the
 /// field is present and null, `None` when absent.

@@ -85,6 +85,11 @@ pub struct SavedSession {
     /// subject's), never a token. Files before OAuth called it `token_sha256`.
     #[serde(default, alias = "token_sha256")]
     pub principal_sha256: Option<String>,
+    /// The digest of its user when it is not the principal's (an OAuth
+    /// issuer and subject, whatever the token's scopes): whose tokens at
+    /// servers with `oauth` it uses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_sha256: Option<String>,
     #[serde(default)]
     pub downstreams: Vec<SavedDownstream>,
 }
@@ -106,6 +111,10 @@ pub struct SavedDownstream {
     /// the process that held it. A restart opens a new one, never resumes it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub ends_with_process: bool,
+    /// Whose tokens it sends, on a server with `oauth` (hex digest): its
+    /// `DELETE` after a restart needs one too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
 }
 
 /// What a state file holds, whatever its format.
@@ -900,6 +909,7 @@ mod tests {
             instructions: None,
             client: None,
             ends_with_process: false,
+            user: None,
         }
     }
 
@@ -912,6 +922,7 @@ mod tests {
             last_active: 1,
             scope: None,
             principal_sha256: None,
+            user_sha256: None,
             downstreams: vec![downstream(n)],
         }
     }

@@ -1,8 +1,8 @@
 //! The reaper: one thread that closes idle sessions through the one close
 //! path, ends requests to servers silent past the request timeout, sends
 //! again the `DELETE`s a fault lost, stops shared stdio processes nobody
-//! uses, closes idle connections to servers, and joins threads that
-//! outlived their owner's wait.
+//! uses, closes idle connections to servers, drops expired sign-ins, and
+//! joins threads that outlived their owner's wait.
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -59,6 +59,7 @@ pub fn start(gateway: Arc<Gateway>) -> std::io::Result<Reaper> {
                     reopen_lost(&gateway);
                     gateway.deletes.retry_due(&gateway.stats);
                     gateway.prune_lists();
+                    gateway.oauth.expire();
                     let current = gateway.current();
                     for server in &current.servers {
                         server.stop_idle(current.config.shared_idle);

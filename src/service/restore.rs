@@ -199,6 +199,7 @@ pub(crate) fn server_for(gateway: &Gateway, saved: &SavedDownstream) -> Arc<Serv
             url: saved.url.clone(),
             headers: Vec::new(),
             trust: current.config.trust.clone(),
+            oauth: None,
         }),
         prefix: String::new(),
         separator: "__".into(),

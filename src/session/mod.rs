@@ -75,6 +75,7 @@ struct State {
 struct Owner {
     scope: Option<Vec<String>>,
     principal: Option<[u8; 32]>,
+    user: Option<[u8; 32]>,
     who: String,
     audited: Value,
 }
@@ -98,6 +99,9 @@ pub struct Session {
     /// Who created it (`Access::principal`: a token's SHA-256, an OAuth
     /// subject's digest): only the same principal reaches it.
     principal: Option<[u8; 32]>,
+    /// Its user whatever its token's scopes (`Access::user`): whose tokens
+    /// at servers with `oauth` its downstream sessions send.
+    user: Option<[u8; 32]>,
     /// The same in words, for the log (`Access::who`).
     pub who: String,
     /// The same as the audit log writes it (`Access::audited`).
@@ -132,6 +136,7 @@ impl Session {
             Owner {
                 scope: access.servers().map(<[String]>::to_vec),
                 principal: access.principal(),
+                user: access.user(),
                 who: access.who(),
                 audited: access.audited(),
             },
@@ -152,7 +157,12 @@ impl Session {
             saved.client_name.clone(),
             Owner {
                 scope: saved.scope.clone(),
-                principal: saved.principal_sha256.as_deref().and_then(parse_digest),
+                principal: saved.principal_sha256.as_deref().and_then(crate::runtime::sha256::from_hex),
+                user: saved
+                    .user_sha256
+                    .as_deref()
+                    .or(saved.principal_sha256.as_deref())
+                    .and_then(crate::runtime::sha256::from_hex),
                 who: match saved.principal_sha256.as_deref() {
                     Some(hex) => format!("user {}", &hex[..hex.len().min(8)]),
                     None => "anyone".into(),
@@ -176,7 +186,7 @@ impl Session {
         owner: Owner,
         last_active: Instant,
     ) -> Arc<Session> {
-        let Owner { scope, principal, who, audited } = owner;
+        let Owner { scope, principal, user, who, audited } = owner;
         let capabilities = serde_json::from_str::<Value>(init_params.get())
             .ok()
             .and_then(|mut p| p.get_mut("capabilities").map(Value::take));
@@ -190,6 +200,7 @@ impl Session {
             view,
             client_name,
             principal,
+            user,
             who,
             audited,
             scope,
@@ -289,6 +300,7 @@ impl Session {
             last_active: clock::unix_now().saturating_sub(idle.as_secs()),
             scope: self.scope.clone(),
             principal_sha256: self.principal.map(|t| crate::runtime::sha256::to_hex(&t)),
+            user_sha256: self.user.filter(|u| Some(*u) != self.principal).map(|u| crate::runtime::sha256::to_hex(&u)),
             downstreams,
         })
     }
@@ -312,6 +324,12 @@ impl Session {
     /// Its user: a token's or an OAuth subject's digest; `None` without `auth`.
     pub fn principal(&self) -> Option<[u8; 32]> {
         self.principal
+    }
+
+    /// Its user whatever its token's scopes (see `Access::user`): whose
+    /// tokens at servers with `oauth` it uses.
+    pub fn user(&self) -> Option<[u8; 32]> {
+        self.user
     }
 
     /// It made a call: from now on only `session_idle_timeout_secs` ends it.
@@ -361,24 +379,28 @@ impl Session {
 /// [`downstream::DownstreamError`] becomes JSON-RPC, for an open that failed
 /// and a request alike. The text is the error's, without the server's secrets.
 pub fn rpc_error(server: &Server, e: &downstream::DownstreamError) -> RpcError {
+    if let downstream::DownstreamError::SignIn(sign_in) = e {
+        // The 2025-11-25 form; each era's side turns it into what its client takes.
+        return RpcError {
+            code: jsonrpc::URL_ELICITATION_REQUIRED,
+            message: sign_in.message.clone(),
+            data: Some(serde_json::json!({
+                "elicitations": [{
+                    "mode": "url",
+                    "elicitationId": sign_in.elicitation_id,
+                    "url": sign_in.url,
+                    "message": sign_in.message,
+                }],
+                "server": server.name(),
+            })),
+        };
+    }
     RpcError::server(server.name(), described(server, e))
 }
 
 /// A downstream error as a person reads it, without the server's secrets.
 fn described(server: &Server, e: &downstream::DownstreamError) -> String {
     server.redact(&e.to_string())
-}
-
-/// 64 hex digits back into a digest.
-fn parse_digest(hex: &str) -> Option<[u8; 32]> {
-    let mut out = [0u8; 32];
-    if hex.len() != 64 {
-        return None;
-    }
-    for (i, byte) in out.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(out)
 }
 
 /// A reload retired the server while a session opened on it.
@@ -543,6 +565,14 @@ impl Session {
             .is_some_and(|p| p["capabilities"].get(capability).is_some_and(|c| !c.is_null()))
     }
 
+    /// Whether the client declared URL elicitation (2025-11-25:
+    /// `elicitation.url`): it can be sent to sign in with a link.
+    pub fn takes_url_elicitation(&self) -> bool {
+        serde_json::from_str::<Value>(self.init_params.get())
+            .ok()
+            .is_some_and(|p| p["capabilities"]["elicitation"].get("url").is_some_and(|c| !c.is_null()))
+    }
+
     /// Remembers `logging/setLevel` for servers this session opens later.
     pub fn remember_log_level(&self, params: Option<&RawValue>) {
         self.state.lock().log_level = params.map(|p| p.to_owned());
@@ -607,7 +637,12 @@ impl Session {
             downstream::close_all(&[d], 1);
         }
         let inbox: Weak<dyn Inbox> = self.me.clone();
-        let opener = downstream::Opener { session: &self.id, client: &self.client_name, principal: self.principal };
+        let opener = downstream::Opener {
+            session: &self.id,
+            client: &self.client_name,
+            principal: self.principal,
+            user: self.user,
+        };
         let result = server.open(&opener, &self.init_params, inbox);
         let mut st = self.state.lock();
         let outcome = match result {

@@ -74,6 +74,12 @@ impl Slots {
 
     /// Opening `name` failed: remembered, with whether mcpgate was short of a resource.
     pub(super) fn failed(&mut self, name: &str, error: String, e: &DownstreamError) {
+        if matches!(e, DownstreamError::SignIn(_)) {
+            // Not the server's failure: the user's sign-in, which the next
+            // request after it must find, without waiting `open_retry_secs`.
+            self.0.remove(name);
+            return;
+        }
         let exhausted = matches!(e, DownstreamError::Exhausted(_));
         self.0.insert(name.to_string(), Slot::Failed { error, at: Instant::now(), exhausted });
     }

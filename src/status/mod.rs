@@ -19,7 +19,7 @@ use serde_json::{Map, Value, json};
 use crate::gateway::{Current, Gateway};
 use crate::runtime::threads;
 use crate::session::{SlotView, View};
-use crate::stats::{Family, Info, Now, Reading, Sample, ServerNow, StdioNow};
+use crate::stats::{Family, Info, Now, OAuthNow, Reading, Sample, ServerNow, StdioNow};
 
 /// Sessions listed on the status page and in `/status.json`; the rest are counted.
 pub const SESSIONS_LISTED: usize = 50;
@@ -126,6 +126,17 @@ pub fn readings(g: &Gateway) -> Vec<Reading> {
                 exited: p.exited.into(),
                 killed: p.killed.into(),
                 restarts: p.restarts.into(),
+            }
+            .read(scope, &mut out);
+        }
+        if server.config.uses_oauth() {
+            let view = g.oauth.view(server.name());
+            OAuthNow {
+                users: view.users.into(),
+                signins: view.signins.into(),
+                waiting: view.waiting.into(),
+                refreshes: view.refreshes.into(),
+                failures: view.failures.into(),
             }
             .read(scope, &mut out);
         }

@@ -21,6 +21,9 @@
 //! - An OTLP receiver ([`otlp`]): mcpgate's spans, decoded with the official protobuf types.
 //! - A token issuer ([`oauth`]): the tests' own signing keys, JWTs signed
 //!   with them, and a small server for their JWKS and introspection.
+//! - A server that wants OAuth ([`oauth_server`]): a protected MCP server
+//!   and its authorization server in one, with faults to turn on, and a
+//!   [`Browser`] that walks the sign-in pages.
 //! - Assertions ([`assert`]): every downstream session closed exactly once
 //!   ([`assert_all_closed`]), mcpgate's count balanced ([`assert_balanced`],
 //!   [`assert_settled`]), and the one way to learn which downstream session
@@ -35,6 +38,7 @@ mod assert;
 mod client;
 mod modern;
 mod oauth;
+mod oauth_server;
 mod otlp;
 mod privileges;
 mod process;
@@ -46,6 +50,6 @@ mod stdio;
 
 #[allow(unused_imports)]
 pub use self::{
-    assert::*, client::*, modern::*, oauth::*, otlp::*, privileges::*, process::*, proxy::*, raw::*, scripted::*,
-    state::*, stdio::*,
+    assert::*, client::*, modern::*, oauth::*, oauth_server::*, otlp::*, privileges::*, process::*, proxy::*, raw::*,
+    scripted::*, state::*, stdio::*,
 };

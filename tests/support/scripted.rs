@@ -101,19 +101,30 @@ impl Drop for Scripted {
     }
 }
 
-fn serve(mut s: TcpStream, sh: &Shared) {
+fn serve(s: TcpStream, sh: &Shared) {
+    serve_requests(s, sh, &sh.stop, answer);
+}
+
+/// Answers the requests of one connection with `answer` (false: the
+/// connection ends) until the peer leaves or `stop` is set.
+pub fn serve_requests<S>(
+    mut s: TcpStream,
+    sh: &S,
+    stop: &AtomicBool,
+    answer: fn(&mut TcpStream, &str, &[u8], &S) -> bool,
+) {
     let _ = s.set_nonblocking(false);
     let _ = s.set_read_timeout(Some(Duration::from_millis(100)));
     let mut buf = Vec::new();
-    while let Some((head, body)) = read_request(&mut s, &mut buf, sh) {
+    while let Some((head, body)) = read_request(&mut s, &mut buf, stop) {
         if !answer(&mut s, &head, &body, sh) {
             return;
         }
     }
 }
 
-/// One request (head and Content-Length body); `None` when the peer closed or the test ended.
-fn read_request(s: &mut TcpStream, buf: &mut Vec<u8>, sh: &Shared) -> Option<(String, Vec<u8>)> {
+/// One request (head and Content-Length body); `None` when the peer closed or `stop` was set.
+pub fn read_request(s: &mut TcpStream, buf: &mut Vec<u8>, stop: &AtomicBool) -> Option<(String, Vec<u8>)> {
     let mut chunk = [0u8; 4096];
     loop {
         if let Some(end) = head_end(buf) {
@@ -129,15 +140,15 @@ fn read_request(s: &mut TcpStream, buf: &mut Vec<u8>, sh: &Shared) -> Option<(St
                 return Some((head, body));
             }
         }
-        if !wait_readable(s, &mut chunk, buf, sh) {
+        if !wait_readable(s, &mut chunk, buf, stop) {
             return None;
         }
     }
 }
 
 /// Reads once (100 ms at most); false when the peer closed, the read failed or the test ended.
-fn wait_readable(s: &mut TcpStream, chunk: &mut [u8], buf: &mut Vec<u8>, sh: &Shared) -> bool {
-    if sh.stop.load(Ordering::Acquire) {
+fn wait_readable(s: &mut TcpStream, chunk: &mut [u8], buf: &mut Vec<u8>, stop: &AtomicBool) -> bool {
+    if stop.load(Ordering::Acquire) {
         return false;
     }
     match s.read(chunk) {
@@ -224,7 +235,7 @@ fn answer(s: &mut TcpStream, head: &str, body: &[u8], sh: &Shared) -> bool {
         ("tools/call", "hang") => {
             // Never answers; holds the socket until the peer closes it or the test ends.
             let (mut chunk, mut sink) = ([0u8; 512], Vec::new());
-            while wait_readable(s, &mut chunk, &mut sink, sh) {
+            while wait_readable(s, &mut chunk, &mut sink, &sh.stop) {
                 sink.clear();
             }
             false

@@ -193,12 +193,14 @@ impl Endpoint {
         self.short.lock().pooled.agent.clone().shutdown();
     }
 
-    /// Adds the session, the protocol version, the trace context and the configured headers.
+    /// Adds the session, the protocol version, the trace context, the
+    /// configured headers and, on a server with `oauth`, the user's bearer token.
     fn headers<B>(
         &self,
         mut request: ureq::RequestBuilder<B>,
         session: Option<&str>,
         version: Option<&str>,
+        bearer: Option<&str>,
     ) -> ureq::RequestBuilder<B> {
         // Static names, and a version mcpgate speaks as a static value: no copies.
         if let Some(session) = session {
@@ -221,6 +223,9 @@ impl Endpoint {
         for (name, value) in &self.config.headers {
             request = request.header(name.as_str(), value.as_str());
         }
+        if let Some(token) = bearer {
+            request = request.header("Authorization", format!("Bearer {token}"));
+        }
         request
     }
 
@@ -239,7 +244,7 @@ impl Endpoint {
         for (name, value) in headers {
             request = request.header(name, value);
         }
-        self.headers(request, None, None).send(body).map_err(|e| self.transport_error(e))
+        self.headers(request, None, None, None).send(body).map_err(|e| self.transport_error(e))
     }
 
     /// The agent for short exchanges, while the returned guard lives.
@@ -257,12 +262,13 @@ impl Endpoint {
         session: Option<&str>,
         version: Option<&str>,
         body: &[u8],
+        bearer: Option<&str>,
     ) -> Result<Response<ureq::Body>, DownstreamError> {
         let request = agent
             .post(self.uri()?)
             .header("Content-Type", HeaderValue::from_static("application/json"))
             .header("Accept", HeaderValue::from_static("application/json, text/event-stream"));
-        self.headers(request, session, version).send(body).map_err(|e| self.transport_error(e))
+        self.headers(request, session, version, bearer).send(body).map_err(|e| self.transport_error(e))
     }
 
     /// Whether the server answers at all: a `ping` outside any session
@@ -276,7 +282,7 @@ impl Endpoint {
             .header("Content-Type", HeaderValue::from_static("application/json"))
             .header("Accept", HeaderValue::from_static("application/json, text/event-stream"));
         let answered = self
-            .headers(request, None, None)
+            .headers(request, None, None, None)
             .config()
             .timeout_global(Some(self.limits.connect + PROBE_WAIT))
             .build()
@@ -295,7 +301,7 @@ impl Endpoint {
         body: &[u8],
     ) -> Result<Response<ureq::Body>, DownstreamError> {
         let request = agent.post(url).header("Content-Type", "application/json");
-        self.headers(request, None, version).send(body).map_err(|e| self.transport_error(e))
+        self.headers(request, None, version, None).send(body).map_err(|e| self.transport_error(e))
     }
 
     /// The `GET` that opens an HTTP+SSE server's stream, which is its
@@ -307,7 +313,7 @@ impl Endpoint {
         agent: &Agent,
         head_timeout: Duration,
     ) -> Result<Response<ureq::Body>, DownstreamError> {
-        self.headers(agent.get(self.uri()?).header("Accept", "text/event-stream"), None, None)
+        self.headers(agent.get(self.uri()?).header("Accept", "text/event-stream"), None, None, None)
             .config()
             .timeout_recv_response(Some(head_timeout))
             .timeout_per_read(None)
@@ -324,9 +330,10 @@ impl Endpoint {
         version: &str,
         last_event_id: Option<&str>,
         head_timeout: Option<Duration>,
+        bearer: Option<&str>,
     ) -> Result<Response<ureq::Body>, DownstreamError> {
         let mut request =
-            self.headers(agent.get(self.uri()?).header("Accept", "text/event-stream"), session, Some(version));
+            self.headers(agent.get(self.uri()?).header("Accept", "text/event-stream"), session, Some(version), bearer);
         if let Some(id) = last_event_id {
             request = request.header("Last-Event-ID", id);
         }
@@ -340,12 +347,12 @@ impl Endpoint {
     /// Sends `DELETE` for a downstream session. Out of file descriptors, it
     /// tries again every 50 ms within `delete_timeout_secs`: closing
     /// sessions frees descriptors, and this DELETE is what must not be lost.
-    pub(crate) fn delete(&self, session: &str, version: &str) -> Result<(), DownstreamError> {
+    pub(crate) fn delete(&self, session: &str, version: &str, bearer: Option<&str>) -> Result<(), DownstreamError> {
         let deadline = Instant::now() + self.limits.delete;
         let agent = self.short_agent();
         let response = loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let request = self.headers(agent.delete(self.uri()?), Some(session), Some(version));
+            let request = self.headers(agent.delete(self.uri()?), Some(session), Some(version), bearer);
             match request.config().timeout_global(Some(left)).build().call() {
                 Ok(response) => break response,
                 Err(ureq::Error::Io(e))
@@ -364,6 +371,7 @@ impl Endpoint {
             200..=299 => Ok(()),
             // Already gone, or the server does not let clients end sessions: nothing is left open.
             404 | 405 => Ok(()),
+            401 => Err(DownstreamError::Unauthorized { status, challenge: None }),
             status => Err(DownstreamError::Status { status, detail: String::new() }),
         }
     }
@@ -428,6 +436,10 @@ impl Endpoint {
                 "answered HTTP {status} with `{mime}`, expected application/json or text/event-stream"
             ))),
             404 if exchange.session_id.is_some() => Err(DownstreamError::SessionGone),
+            401 | 403 if let Some(refused) = unauthorized(&response) => {
+                drain(response);
+                Err(refused)
+            }
             // The 2026-07-28 era answers errors with 400 or 404 and the JSON-RPC error in the body.
             400..=499 if exchange.version == crate::protocol::stateless::VERSION && json => {
                 let (bytes, _held) = self.read_message(response)?;
@@ -495,8 +507,14 @@ impl Endpoint {
                 return Err(server.stopped(why));
             }
             std::thread::sleep(retry.unwrap_or(Duration::from_millis(50)).min(self.limits.request));
-            let response =
-                self.get_stream(exchange.agent, exchange.session_id, exchange.version, Some(resume_from), None)?;
+            let response = self.get_stream(
+                exchange.agent,
+                exchange.session_id,
+                exchange.version,
+                Some(resume_from),
+                None,
+                exchange.bearer,
+            )?;
             let mime = response.body().mime_type().unwrap_or("").to_ascii_lowercase();
             if response.status().as_u16() != 200 || mime != "text/event-stream" {
                 return Err(DownstreamError::Protocol(format!(
@@ -655,4 +673,21 @@ pub(crate) struct Exchange<'a> {
     pub(crate) agent: &'a Agent,
     /// Told of every message; a stopped flight's stream is not resumed.
     pub(crate) flight: &'a Flight,
+    /// The user's token the request went with, for a resumed stream.
+    pub(crate) bearer: Option<&'a str>,
+}
+
+/// A 401, or a 403 `insufficient_scope`, as the error a link signs in
+/// from: with the server's `WWW-Authenticate`. Another 403 is another error.
+pub(crate) fn unauthorized(response: &Response<ureq::Body>) -> Option<DownstreamError> {
+    let status = response.status().as_u16();
+    let challenge = response.headers().get("www-authenticate").and_then(|v| v.to_str().ok()).map(str::to_string);
+    let scope = challenge.as_deref().and_then(crate::downstream::oauth::parse_challenge).and_then(|c| c.error);
+    (status == 401 || scope.as_deref() == Some("insufficient_scope"))
+        .then_some(DownstreamError::Unauthorized { status, challenge })
+}
+
+/// Reads a small refused answer's body, so its connection can be used again.
+fn drain(response: Response<ureq::Body>) {
+    let _ = response.into_body().with_config().limit(64 * 1024).read_to_vec();
 }

@@ -9,8 +9,9 @@ use parking_lot::Mutex;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::endpoint::{Endpoint, Exchange, status_error};
+use super::endpoint::{Endpoint, Exchange, status_error, unauthorized};
 use super::reader::{self, Reader};
+use crate::downstream::oauth::{self, Authed};
 use crate::downstream::{Arrival, Downstream, DownstreamError, Flight, Inbox, Link, Opened, Server};
 use crate::limited;
 use crate::protocol::jsonrpc::{self, Message};
@@ -27,38 +28,54 @@ pub(crate) fn session_id_of(response: &ureq::http::Response<ureq::Body>) -> Resu
 }
 
 /// Sends `initialize` (id 0, the client's params) and reads the answer; the
-/// link carries the session id the server gave, if any.
-pub(crate) fn open(server: &Server, endpoint: &Arc<Endpoint>, body: &[u8]) -> Result<Opened, DownstreamError> {
+/// link carries the session id the server gave, if any. On a server with
+/// `oauth`, as the user of `authed` (a refusal is the link to sign in).
+pub(crate) fn open(
+    server: &Server,
+    endpoint: &Arc<Endpoint>,
+    body: &[u8],
+    authed: Option<Authed>,
+) -> Result<Opened, DownstreamError> {
     let id = Value::from(0);
     let agent = endpoint.short_agent();
-    let response = endpoint.post(&agent, None, None, body)?;
-    let session_id = session_id_of(&response)?;
-    let flight = server.lanes.flight(0);
-    let exchange =
-        Exchange { session_id: session_id.as_deref(), version: versions::NEWEST, agent: &agent, flight: &flight };
-    let answer = endpoint.read_answer(server, response, &id, &mut |_| {}, &exchange);
-    if session_id.is_none() {
-        // Without a session id there is nothing to close if the answer is bad.
-        answer.as_ref().map_err(Clone::clone)?;
-    }
+    let (session_id, answer) = oauth::with_bearer(authed.as_ref(), |bearer| {
+        let response = endpoint.post(&agent, None, None, body, bearer)?;
+        let session_id = session_id_of(&response)?;
+        let flight = server.lanes.flight(0);
+        let exchange = Exchange {
+            session_id: session_id.as_deref(),
+            version: versions::NEWEST,
+            agent: &agent,
+            flight: &flight,
+            bearer,
+        };
+        let answer = endpoint.read_answer(server, response, &id, &mut |_| {}, &exchange);
+        if session_id.is_none() {
+            // Without a session id there is nothing to close if the answer is bad.
+            answer.as_ref().map_err(Clone::clone)?;
+        }
+        Ok((session_id, answer))
+    })?;
     let link = HttpLink {
         endpoint: endpoint.clone(),
         session_id,
         resumed: false,
         ended: AtomicBool::new(false),
         reader: Mutex::new(None),
+        authed,
     };
     Ok((Box::new(link), answer))
 }
 
 /// A downstream session taken over from the state file.
-pub(crate) fn resumed(endpoint: &Arc<Endpoint>, session_id: Option<String>) -> Box<dyn Link> {
+pub(crate) fn resumed(endpoint: &Arc<Endpoint>, session_id: Option<String>, authed: Option<Authed>) -> Box<dyn Link> {
     Box::new(HttpLink {
         endpoint: endpoint.clone(),
         session_id,
         resumed: true,
         ended: AtomicBool::new(false),
         reader: Mutex::new(None),
+        authed,
     })
 }
 
@@ -78,6 +95,8 @@ struct HttpLink {
     ended: AtomicBool,
     /// The `GET` stream's reader thread; taken by the close path.
     reader: Mutex<Option<Reader>>,
+    /// Its user, on a server with `oauth`: whose token it sends.
+    authed: Option<Authed>,
 }
 
 impl Link for HttpLink {
@@ -101,15 +120,18 @@ impl Link for HttpLink {
         if let Err(why) = flight.arm(Box::new(move || agent.clone().shutdown())) {
             return Err(d.server.stopped(why));
         }
-        let exchange = Exchange {
-            session_id: self.session_id.as_deref(),
-            version: &d.protocol_version,
-            agent: lane.agent(),
-            flight,
-        };
-        let result = endpoint
-            .post(lane.agent(), self.session_id.as_deref(), Some(&d.protocol_version), &body)
-            .and_then(|response| endpoint.read_answer(&d.server, response, id, on_message, &exchange));
+        let result = oauth::with_bearer(self.authed.as_ref(), |bearer| {
+            let exchange = Exchange {
+                session_id: self.session_id.as_deref(),
+                version: &d.protocol_version,
+                agent: lane.agent(),
+                flight,
+                bearer,
+            };
+            endpoint
+                .post(lane.agent(), self.session_id.as_deref(), Some(&d.protocol_version), &body, bearer)
+                .and_then(|response| endpoint.read_answer(&d.server, response, id, &mut *on_message, &exchange))
+        });
         lane.finish(flight, &result);
         self.ended_if_gone(result)
     }
@@ -117,20 +139,27 @@ impl Link for HttpLink {
     fn send(&self, d: &Downstream, body: &[u8]) -> Result<(), DownstreamError> {
         let endpoint = &self.endpoint;
         let agent = endpoint.short_agent();
-        let response = endpoint.post(&agent, self.session_id.as_deref(), Some(&d.protocol_version), body)?;
-        let status = response.status().as_u16();
-        match status {
-            200..=299 => {
-                let _ = response.into_body().with_config().limit(64 * 1024).read_to_vec();
-                Ok(())
+        let sent = oauth::with_bearer(self.authed.as_ref(), |bearer| {
+            let session = self.session_id.as_deref();
+            let response = endpoint.post(&agent, session, Some(&d.protocol_version), body, bearer)?;
+            let status = response.status().as_u16();
+            match status {
+                200..=299 => {
+                    let _ = response.into_body().with_config().limit(64 * 1024).read_to_vec();
+                    Ok(())
+                }
+                404 if self.session_id.is_some() => Err(DownstreamError::SessionGone),
+                _ => Err(unauthorized(&response).unwrap_or_else(|| status_error(response))),
             }
-            404 if self.session_id.is_some() => self.ended_if_gone(Err(DownstreamError::SessionGone)),
-            _ => Err(status_error(response)),
+        });
+        match sent {
+            Err(DownstreamError::SessionGone) => self.ended_if_gone(Err(DownstreamError::SessionGone)),
+            other => other,
         }
     }
 
     fn listen(&self, d: &Arc<Downstream>, inbox: Weak<dyn Inbox>) -> Result<(), DownstreamError> {
-        match reader::start(d, &self.endpoint, self.session_id.clone(), self.resumed, inbox) {
+        match reader::start(d, &self.endpoint, self.session_id.clone(), self.resumed, inbox, self.authed.clone()) {
             Ok(reader) => {
                 let mut slot = self.reader.lock();
                 if d.is_closing() {
@@ -166,7 +195,12 @@ impl Link for HttpLink {
         }
         match &self.session_id {
             Some(_) if self.ended.load(Ordering::Acquire) => Ok(()),
-            Some(session) => self.endpoint.delete(session, &d.protocol_version),
+            // With the user's token when they hold one: nobody waits on a sign-in for a DELETE.
+            Some(session) => self.endpoint.delete(
+                session,
+                &d.protocol_version,
+                oauth::current_bearer(self.authed.as_ref()).as_deref(),
+            ),
             None => Ok(()),
         }
     }

@@ -10,6 +10,7 @@
 use std::sync::Arc;
 
 use crate::config::HttpConfig;
+use crate::downstream::oauth::{Authed, ServerAuth};
 use crate::downstream::{Connector, DownstreamError, Limits, Link, Opened, Opener, Server};
 
 mod coalesce;
@@ -30,14 +31,22 @@ pub(crate) use reader::Reader;
 pub(crate) struct HttpConnector {
     endpoint: Arc<Endpoint>,
     stateless: Arc<stateless::Side>,
+    /// With `oauth`: its users' tokens.
+    auth: Option<Arc<ServerAuth>>,
 }
 
 impl HttpConnector {
-    pub(crate) fn new(config: HttpConfig, limits: Limits, lanes: usize) -> HttpConnector {
+    pub(crate) fn new(config: HttpConfig, limits: Limits, lanes: usize, auth: Option<ServerAuth>) -> HttpConnector {
         HttpConnector {
             endpoint: Arc::new(Endpoint::new(config, limits, lanes)),
             stateless: Arc::new(stateless::Side::default()),
+            auth: auth.map(Arc::new),
         }
+    }
+
+    /// The user of a downstream session, on a server with `oauth`.
+    fn authed(&self, user: Option<[u8; 32]>) -> Option<Authed> {
+        self.auth.as_ref().map(|auth| Authed { auth: auth.clone(), user })
     }
 }
 
@@ -47,15 +56,15 @@ impl Connector for HttpConnector {
     }
 
     /// A server of the stateless era gets a view; any other, `initialize`.
-    fn open(&self, server: &Arc<Server>, body: &[u8], _: &Opener) -> Result<Opened, DownstreamError> {
+    fn open(&self, server: &Arc<Server>, body: &[u8], opener: &Opener) -> Result<Opened, DownstreamError> {
         match stateless::open(server, &self.endpoint, &self.stateless, body)? {
             Some(opened) => Ok(opened),
-            None => link::open(server, &self.endpoint, body),
+            None => link::open(server, &self.endpoint, body, self.authed(opener.user)),
         }
     }
 
-    fn resume(&self, session_id: Option<String>) -> Option<Box<dyn Link>> {
-        Some(link::resumed(&self.endpoint, session_id))
+    fn resume(&self, session_id: Option<String>, user: Option<[u8; 32]>) -> Option<Box<dyn Link>> {
+        Some(link::resumed(&self.endpoint, session_id, self.authed(user)))
     }
 
     fn saved_url(&self) -> Option<&str> {

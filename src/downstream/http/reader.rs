@@ -99,6 +99,7 @@ pub(crate) fn start(
     session_id: Option<String>,
     resumed: bool,
     inbox: Weak<dyn Inbox>,
+    authed: Option<crate::downstream::oauth::Authed>,
 ) -> std::io::Result<Option<Reader>> {
     let server = downstream.server.clone();
     // Its own agent: shutting it down must not touch other requests.
@@ -109,6 +110,7 @@ pub(crate) fn start(
         &downstream.protocol_version,
         None,
         Some(server.limits.connect),
+        crate::downstream::oauth::current_bearer(authed.as_ref()).as_deref(),
     );
     let no_stream = |status: u16| status == 405 || (status == 404 && !resumed);
     if let Ok(response) = &first
@@ -120,7 +122,7 @@ pub(crate) fn start(
     let (reading, version, owner, endpoint) =
         (agent.clone(), downstream.protocol_version.clone(), server.clone(), endpoint.clone());
     let reader = Reader::spawn(&server, agent, move |stop| {
-        let stream = Stream { server: owner, endpoint, agent: reading, session_id, version, inbox, stop };
+        let stream = Stream { server: owner, endpoint, agent: reading, session_id, version, inbox, stop, authed };
         stream.run(first);
     })?;
     Ok(Some(reader))
@@ -136,6 +138,8 @@ struct Stream {
     inbox: Weak<dyn Inbox>,
     /// Never carries a message; disconnects when the reader must stop.
     stop: Receiver<()>,
+    /// Its user, on a server with `oauth`: whose token a reconnect sends.
+    authed: Option<crate::downstream::oauth::Authed>,
 }
 
 enum Ended {
@@ -161,6 +165,7 @@ impl Stream {
                     &self.version,
                     last_event_id.as_deref(),
                     None,
+                    crate::downstream::oauth::current_bearer(self.authed.as_ref()).as_deref(),
                 )
             });
             let delay = match self.read_once(opened, &mut last_event_id) {

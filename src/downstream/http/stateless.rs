@@ -268,7 +268,7 @@ fn probe(server: &Server, endpoint: &Endpoint) -> Result<Era, DownstreamError> {
     let agent = endpoint.short_agent();
     let response = endpoint.post_with(&agent, headers("server/discover", None)?, &body)?;
     let flight = server.lanes.flight(0);
-    let exchange = Exchange { session_id: None, version: VERSION, agent: &agent, flight: &flight };
+    let exchange = Exchange { session_id: None, version: VERSION, agent: &agent, flight: &flight, bearer: None };
     let Ok(answer) = endpoint.read_answer(server, response, &id, &mut |_| {}, &exchange) else {
         return Ok(Era::Session { also_2026: false });
     };
@@ -307,14 +307,19 @@ fn answers_initialize(server: &Server, endpoint: &Endpoint) -> Result<bool, Down
     let response = endpoint.post_with(&agent, Vec::new(), &body)?;
     let session_id = super::link::session_id_of(&response).ok().flatten();
     let flight = server.lanes.flight(0);
-    let exchange =
-        Exchange { session_id: session_id.as_deref(), version: versions::NEWEST, agent: &agent, flight: &flight };
+    let exchange = Exchange {
+        session_id: session_id.as_deref(),
+        version: versions::NEWEST,
+        agent: &agent,
+        flight: &flight,
+        bearer: None,
+    };
     let answer = endpoint.read_answer(server, response, &id, &mut |_| {}, &exchange);
     let result: Value =
         answer.ok().and_then(|a| a.result).and_then(|r| serde_json::from_str(r.get()).ok()).unwrap_or_default();
     let version = result["protocolVersion"].as_str().filter(|v| versions::supported(v));
     if let Some(session) = &session_id
-        && let Err(e) = endpoint.delete(session, version.unwrap_or(versions::NEWEST))
+        && let Err(e) = endpoint.delete(session, version.unwrap_or(versions::NEWEST), None)
     {
         log::warn!("server `{}`: DELETE of the session that asked its era: {e}", server.name());
     }
@@ -438,7 +443,7 @@ impl Link for StatelessLink {
         if let Err(why) = flight.arm(Box::new(move || agent.clone().shutdown())) {
             return Err(d.server.stopped(why));
         }
-        let exchange = Exchange { session_id: None, version: VERSION, agent: lane.agent(), flight };
+        let exchange = Exchange { session_id: None, version: VERSION, agent: lane.agent(), flight, bearer: None };
         let result = endpoint
             .post_with(lane.agent(), headers, &body)
             .and_then(|response| endpoint.read_answer(&d.server, response, id, on_message, &exchange));

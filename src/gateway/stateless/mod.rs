@@ -326,10 +326,14 @@ impl Gateway {
         let Checked { message, params, envelope } = checked;
         let envelope = &envelope;
         let id = message.id.clone().unwrap_or(Value::Null);
-        let params = match params {
+        let mut params = match params {
             Ok(params) => params,
             Err(e) => return error_reply(&id, &e),
         };
+        // A retry after mcpgate asked its user to sign in: what was for mcpgate goes no further.
+        if let Err(e) = self.sign_in_retry(&mut params, access.user()) {
+            return error_reply(&id, &e);
+        }
         if message.method() == "tools/call"
             && let Some(outcome) = self.own_tool(pool, &params)
         {
@@ -425,7 +429,7 @@ impl Gateway {
         id: &Value,
     ) -> HttpReply {
         let (outcome, streaming) = self.run_here(req, pool, &new, envelope, sink);
-        let outcome = match outcome {
+        let outcome = match self.sign_in_2026(new.call.method(), outcome, envelope) {
             // A task of the server's (the tasks extension): the client gets one of mcpgate's ids.
             Outcome::Forwarded(answer) if answer.result.as_ref().is_some_and(|r| stateless::is_task(r.get())) => {
                 Outcome::Forwarded(dispatch::tasks_from(pool, &new.server, answer))
@@ -609,6 +613,7 @@ impl Gateway {
                 }
                 Ok(HoldEvent::Done(outcome)) => {
                     held.thread.join();
+                    let outcome = self.sign_in_2026(&method, outcome, envelope);
                     return self.finish(id, &method, outcome, streaming.then_some(()));
                 }
                 Err(RecvTimeoutError::Timeout) => {

@@ -25,6 +25,9 @@ pub struct Grant {
     pub hidden: Vec<String>,
     /// SHA-256 of issuer, subject and `hidden`: what its sessions are bound to.
     pub principal: [u8; 32],
+    /// SHA-256 of issuer and subject: the user, whatever the token's scopes
+    /// (what the tokens mcpgate keeps for it at servers are bound to).
+    pub user: [u8; 32],
     /// Unix seconds.
     pub expires: u64,
 }

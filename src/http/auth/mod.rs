@@ -106,6 +106,16 @@ impl Access {
             Access::OAuth { grant, .. } => Some(grant.principal),
         }
     }
+
+    /// Who is calling, whatever its token reaches: a static token's SHA-256;
+    /// for OAuth the SHA-256 of its issuer and subject. What the tokens
+    /// mcpgate keeps for a user at its servers are bound to; `None` without `auth`.
+    pub fn user(&self) -> Option<[u8; 32]> {
+        match self {
+            Access::OAuth { grant, .. } => Some(grant.user),
+            other => other.principal(),
+        }
+    }
 }
 
 /// The checker of the OAuth configuration in force, kept across requests
@@ -124,6 +134,12 @@ pub struct Auth {
 fn said_refused(req: &HttpRequest, why: &str) {
     let peer = req.peer.map_or_else(|| "unknown".to_string(), |p| p.to_string());
     crate::limited!(warn, "{} {} from {peer} refused with 401: {why}", req.method, req.path);
+}
+
+/// The bearer token a request presents, if any: for a token exchange of
+/// the user's own token (`oauth.token_exchange`), never passed on as it is.
+pub fn presented(req: &HttpRequest) -> Option<&str> {
+    bearer(req)
 }
 
 /// The bearer token of a request, if it sends one.
@@ -228,6 +244,15 @@ impl Auth {
                 })
             }
         }
+    }
+
+    /// Who a bearer token is (a static token, or an access token of
+    /// `auth.oauth`), as for `/mcp`: for the sign-in pages, which must know
+    /// who opened a link.
+    pub fn check_bearer(&self, token: &str, config: &Config, stats: &Stats) -> Result<Access, String> {
+        let mut req = HttpRequest { method: "GET".into(), path: "/oauth/connect".into(), ..Default::default() };
+        req.headers.push("authorization", &format!("Bearer {token}"));
+        self.authenticate(&req, config, stats).map_err(|e| e.error.message)
     }
 
     /// The status pages and `/reload`: loopback clients always; others with

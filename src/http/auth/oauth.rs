@@ -94,7 +94,9 @@ impl OAuth {
         // Newlines cannot be in an issuer URL; a subject's are escaped by JSON.
         let bound = serde_json::json!([claims.issuer, claims.subject, hidden]).to_string();
         let principal = sha256::digest(format!("oauth\n{bound}").as_bytes());
-        Grant { subject: claims.subject, scopes: claims.scopes, hidden, principal, expires: claims.expires }
+        let user =
+            sha256::digest(format!("oauth-user\n{}", serde_json::json!([claims.issuer, claims.subject])).as_bytes());
+        Grant { subject: claims.subject, scopes: claims.scopes, hidden, principal, user, expires: claims.expires }
     }
 
     fn remember(&self, digest: [u8; 32], grant: Arc<Grant>, now: u64) {
