@@ -450,6 +450,16 @@ stats! {
         calls_rate_limited: Counter => "calls"."rate_limited" as "mcpgate_calls_rate_limited_total",
         /// Client sessions restored from the state file at start.
         sessions_restored: Counter => "sessions"."restored" as "mcpgate_sessions_restored_total",
+        /// Client sessions continued here after the instance that held them died (claimed from the session store).
+        sessions_continued: Counter => "sessions"."continued" as "mcpgate_sessions_continued_total",
+        /// Claims of a session another instance won first.
+        claims_lost: Counter => "sessions"."claims_lost" as "mcpgate_claims_lost_total",
+        /// Client sessions let go here because another instance took them over while this one was paused.
+        sessions_handed_over: Counter => "sessions"."handed_over" as "mcpgate_sessions_handed_over_total",
+        /// Requests passed to the instance that holds their session.
+        requests_forwarded: Counter => "sessions"."forwarded" as "mcpgate_requests_forwarded_total",
+        /// Reads and writes of the session store that failed.
+        store_errors: Counter => "store"."errors" as "mcpgate_store_errors_total",
 
         /// Downstream sessions a server created for mcpgate (it answered `initialize`).
         downstream_opened: Counter => "downstream"."opened" as "mcpgate_downstream_opened_total",
@@ -459,6 +469,8 @@ stats! {
         downstream_live: Gauge => "downstream"."live" as "mcpgate_downstream_live",
         /// Downstream sessions taken over from the state file (included in `opened`).
         downstream_resumed: Counter => "downstream"."resumed" as "mcpgate_downstream_resumed_total",
+        /// Downstream sessions let go to the instance that took their client session over (not closed: it uses them).
+        downstream_handed_over: Counter => "downstream"."handed_over" as "mcpgate_downstream_handed_over_total",
         /// Downstream sessions whose DELETE (or process stop) failed.
         downstream_delete_failures: Counter => "downstream"."delete_failures" as "mcpgate_downstream_delete_failures_total",
         /// Downstream sessions dropped without going through the close path: a bug if ever non-zero.

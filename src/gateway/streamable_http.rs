@@ -279,6 +279,9 @@ impl Gateway {
         if message.method() == "initialize" && message.kind() == Ok(Kind::Request) {
             return self.initialize(&message, access);
         }
+        if let Some(elsewhere) = self.elsewhere(req, sink) {
+            return elsewhere;
+        }
         let session = match self.session_of(req, access) {
             Ok(s) => s,
             Err(refused) => return refused.reply_to(message.id.as_ref().unwrap_or(&Value::Null)),
@@ -340,6 +343,9 @@ impl Gateway {
                 );
             }
         };
+        if let Some(elsewhere) = self.elsewhere(req, &mut NoStream) {
+            return elsewhere;
+        }
         let session = match self.session_of(req, access) {
             Ok(s) => s,
             Err(refused) => return refused.reply(),
@@ -547,6 +553,9 @@ impl Gateway {
         if !req.http11 {
             return HttpReply::bad(400, "the GET stream needs HTTP/1.1");
         }
+        if let Some(elsewhere) = self.elsewhere(req, &mut NoStream) {
+            return elsewhere;
+        }
         let session = match self.session_of(req, access) {
             Ok(s) => s,
             Err(refused) => return refused.reply(),
@@ -573,6 +582,9 @@ impl Gateway {
         let Some(id) = req.header(SESSION_HEADER) else {
             return HttpReply::bad(400, "DELETE /mcp needs the Mcp-Session-Id header");
         };
+        if let Some(elsewhere) = self.elsewhere(req, &mut NoStream) {
+            return elsewhere;
+        }
         match self.sessions.remove_if(id, |session| session.admits(access)) {
             Some(session) => {
                 self.close(vec![session], CloseReason::ClientDelete);

@@ -54,6 +54,8 @@ const HEADERS: &[&str] = &[
     "authorization",
     "mcp-method",
     "mcp-name",
+    // A request one mcpgate instance passed to the one holding its session.
+    "mcpgate-forwarded",
 ];
 
 /// The request headers handlers may read ([`HEADERS`]): lower-case names,

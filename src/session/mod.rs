@@ -113,6 +113,11 @@ pub struct Session {
     /// Set at its first call (anything but `initialize`, lists and `ping`):
     /// until then `unused_session_idle_secs` ends it when idle.
     used: std::sync::atomic::AtomicBool,
+    /// The epoch of this instance's hold on it in the session store.
+    epoch: std::sync::atomic::AtomicU64,
+    /// The store's count of possible losses when its hold was last checked
+    /// (see `SessionStore::losses`).
+    checked: std::sync::atomic::AtomicU64,
     me: Weak<Session>,
 }
 
@@ -209,6 +214,8 @@ impl Session {
             slot_changed: Condvar::new(),
             sessionless: std::sync::atomic::AtomicBool::new(false),
             used: std::sync::atomic::AtomicBool::new(false),
+            epoch: std::sync::atomic::AtomicU64::new(0),
+            checked: std::sync::atomic::AtomicU64::new(0),
             me: me.clone(),
         })
     }
@@ -322,6 +329,33 @@ impl Session {
     /// Whether it ever made a call (see [`Session::mark_used`]).
     pub fn is_used(&self) -> bool {
         self.used.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The epoch of this instance's hold on it in the session store.
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    pub fn set_epoch(&self, epoch: u64) {
+        self.epoch.store(epoch, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Whether its hold was checked since the store's `losses`-th possible loss.
+    pub fn checked_since(&self, losses: u64) -> bool {
+        self.checked.load(std::sync::atomic::Ordering::Acquire) >= losses
+    }
+
+    pub fn mark_checked(&self, losses: u64) {
+        self.checked.fetch_max(losses, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// Another instance took this session over: it ends here without a
+    /// word to its client or to the store, and its downstream sessions go
+    /// to [`downstream::hand_over_all`] (those of HTTP servers stay open
+    /// for the other instance).
+    pub fn hand_over(&self) {
+        let open = self.take_for_close(CloseReason::Refused);
+        downstream::hand_over_all(&open);
     }
 
     /// Makes this the session of the 2026-07-28 era's clients of one token.
@@ -957,6 +991,15 @@ impl Sessions {
         let removed = map.remove(id);
         memory::set_sessions(map.len());
         removed
+    }
+
+    /// Removes a session another instance took over, without a word to the
+    /// journal: it is that instance's now.
+    pub fn take_handed_over(&self, id: &str) -> Option<Arc<Session>> {
+        let mut map = self.map.lock();
+        let taken = map.remove(id);
+        memory::set_sessions(map.len());
+        taken
     }
 
     /// Removes and returns the sessions idle for at least `timeout`, or
