@@ -122,7 +122,7 @@ gate_config() {
   "listen": "127.0.0.1:$2",
   "instance_id": "$1",
   $store,
-  "session_idle_timeout_secs": $IDLE,
+  "session_idle_timeout_secs": $SCENARIO_IDLE,
   "delete_timeout_secs": 2,
   "mcpServers": {
     "alpha": { "url": "http://127.0.0.1:$ALPHA/mcp" },
@@ -202,6 +202,10 @@ run_scenario() { # run_scenario NAME: LB-STORE-EVENT, e.g. haproxy-redis-kill
     local name=$1 lb store event ports victim=gw-b
     IFS=- read -r lb store event <<<"$name"
     STORE=$store
+    # A pause is not idleness: the sessions of a paused instance must outlive it
+    # (past the idle timeout, the peers close them as nobody's).
+    SCENARIO_IDLE=$IDLE
+    [[ $event == stop ]] && SCENARIO_IDLE=60
     [[ $event == stop ]] && victim=gw-a
     RUN=$OUT/run-$name
     LOG_DIR=$RUN
@@ -225,12 +229,14 @@ run_scenario() { # run_scenario NAME: LB-STORE-EVENT, e.g. haproxy-redis-kill
     start_balancer "$lb"
     echo "$lb on 127.0.0.1:$LB; gw-a :${PORT[gw-a]} gw-b :${PORT[gw-b]} gw-c :${PORT[gw-c]}; alpha :$ALPHA beta :$BETA"
 
-    local what="kill -9 $victim" client_event=$event stop_secs=$((LEASE_MS * 5 / 2000))
-    [[ $event == stop ]] && what="SIGSTOP $victim for ${stop_secs} s (2.5 leases), then SIGCONT"
+    # Paused past the clients' call timeout (10 s): they give up the call stuck
+    # there and call on through the other instances, which take the sessions over.
+    local what="kill -9 $victim" client_event=$event stop_secs=$((LEASE_MS * 6 / 1000)) after=$AFTER
+    [[ $event == stop ]] && what="SIGSTOP $victim for ${stop_secs} s (6 leases), then SIGCONT" after=$((AFTER + stop_secs))
     [[ $event == outage ]] && what="redis-server stopped, then started" client_event=none
     step "$name: $CLIENTS clients for ${STEADY} s, then $what, then ${AFTER} s more"
-    timeout $((STEADY + AFTER + 120)) "$VPY" "$HERE/clients.py" --url "http://127.0.0.1:$LB/mcp" \
-        --clients "$CLIENTS" --steady "$STEADY" --after "$AFTER" --victim-pid "${GATE_PID[$victim]}" \
+    timeout $((STEADY + after + 120)) "$VPY" "$HERE/clients.py" --url "http://127.0.0.1:$LB/mcp" \
+        --clients "$CLIENTS" --steady "$STEADY" --after "$after" --victim-pid "${GATE_PID[$victim]}" \
         --victim-id "$victim" --tool alpha__add --event "$client_event" --stop-secs "$stop_secs" \
         --status "gw-a=http://127.0.0.1:${PORT[gw-a]}/status.json" \
         --status "gw-b=http://127.0.0.1:${PORT[gw-b]}/status.json" \
@@ -263,7 +269,7 @@ run_scenario() { # run_scenario NAME: LB-STORE-EVENT, e.g. haproxy-redis-kill
     # The probes' sessions are the clients' to close no more: they go when idle.
     step "$name: every downstream session closed"
     local settled_ok=0
-    WAIT_EVERY=0.5 wait_for $((3 * IDLE + 30)) "every downstream session closed" settled && settled_ok=1
+    WAIT_EVERY=0.5 wait_for $((3 * SCENARIO_IDLE + 30)) "every downstream session closed" settled && settled_ok=1
     local settle_s=$((SECONDS - ended_at))
     local alpha_s beta_s gates=""
     alpha_s=$(fixture_stats alpha "$ALPHA")

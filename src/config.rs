@@ -414,7 +414,7 @@ pub const KEYS: &[Key] = &[
     Key {
         name: "store",
         kind: Kind::Other("none"),
-        meaning: "Where the sessions are kept for instances on several hosts, instead of `state_file` and `state_dir`: a Redis URL, `redis://[:password@]host:port/db`, or `rediss://` for TLS (checked against `trust_store` and `ca_file`). Every session is recorded there before its client learns its id, and any instance continues a session whose instance died (see docs/SCALING.md). Needs `instance_id`.",
+        meaning: "Where the sessions are kept for instances on several hosts, instead of `state_file` and `state_dir`: a Redis URL, `redis://[:password@]host:port/db`, or `rediss://` for TLS (checked against the bundled roots and the system's). Every session is recorded there before its client learns its id, and any instance continues a session whose instance died (see docs/SCALING.md). Needs `instance_id`.",
     },
     Key {
         name: "store_lease_ms",

@@ -102,7 +102,8 @@ async def run_client(one: One, args: Any, state: dict[str, Any], deadline: float
                             one.failed_after.append(why)
                             if one.first_failure is None:
                                 one.first_failure = now
-                        if "terminated" in why.lower() or "404" in why:
+                        gone = ("terminated", "404", "unknown or ended session")
+                        if any(g in why.lower() for g in gone):
                             one.reinitialized += 1
                             break  # the session is gone: a new client initializes again
                     await anyio.sleep(args.pause)

@@ -490,6 +490,9 @@ impl Gateway {
         }
         let session =
             Session::new(session_id.clone(), version.to_string(), jsonrpc::raw(&init_params), client_name, access);
+        if let Some(store) = &self.store {
+            session.set_epoch(store.first_epoch());
+        }
         // Busy until answered, like any request: a server slower to start
         // than the idle timeout must not make a session dead on arrival.
         let _busy = session.begin_request(usize::MAX);

@@ -180,6 +180,10 @@ impl SessionStore for FileStore {
         &self.me
     }
 
+    fn first_epoch(&self) -> u64 {
+        0
+    }
+
     fn find(&self, id: &str) -> Result<Option<Found>, StoreError> {
         let Some((holder, ended)) = holder(&self.dir, id) else { return Ok(None) };
         if ended {

@@ -78,6 +78,8 @@ pub trait SessionStore: Send + Sync {
     fn name(&self) -> &str;
     /// This instance's id.
     fn me(&self) -> &str;
+    /// The epoch of a session this instance opens (`initialize`).
+    fn first_epoch(&self) -> u64;
     /// Who holds session `id`, and whether it is alive; `None` when the
     /// store does not have it.
     fn find(&self, id: &str) -> Result<Option<Found>, StoreError>;

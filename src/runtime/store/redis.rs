@@ -421,6 +421,10 @@ impl SessionStore for RedisStore {
         &self.me
     }
 
+    fn first_epoch(&self) -> u64 {
+        1
+    }
+
     fn find(&self, id: &str) -> Result<Option<Found>, StoreError> {
         let (owner, inc, epoch): (Option<String>, Option<String>, Option<u64>) =
             self.with(|conn| redis::cmd("HMGET").arg(Self::key(id)).arg("owner").arg("inc").arg("epoch").query(conn))?;
