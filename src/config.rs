@@ -2344,7 +2344,7 @@ mod tests {
 
     #[test]
     fn a_store_needs_an_instance_id_a_redis_url_and_no_state_file() {
-        let base = |extra: &str| format!(r#"{{"mcpServers": {{}}{extra}}}"#);
+        let base = |extra: &str| format!(r#"{{"mcpServers": {{"a": {{"url": "http://127.0.0.1:9/mcp"}}}}{extra}}}"#);
         let redis = parse(&base(r#", "instance_id": "gw-1", "store": "redis://:pw@127.0.0.1:6379/0""#)).unwrap();
         assert_eq!(redis.store.as_deref(), Some("redis://:pw@127.0.0.1:6379/0"));
         assert_eq!(redis.peer_url.as_deref(), Some("http://127.0.0.1:8780"), "the peers reach it where it listens");
