@@ -74,7 +74,7 @@ fn a_second_instance_with_the_same_id_in_the_same_state_dir_is_refused() {
 }
 
 #[test]
-fn a_dead_peers_downstream_sessions_are_closed_once_by_one_survivor() {
+fn a_dead_peers_session_goes_on_where_its_client_comes_and_the_rest_are_closed_once_by_one_survivor() {
     let (alpha, beta) = Fixture::alpha_and_beta();
     let dir = TempDir::new();
     let mut a = Gate::start_checked(&peer_config(&[&alpha, &beta], &dir.0, "a"));
@@ -85,10 +85,11 @@ fn a_dead_peers_downstream_sessions_are_closed_once_by_one_survivor() {
     a.kill();
     let killed = Instant::now();
 
-    // Its clients' next request reaches a peer, which does not know the session: 404, so they initialize again.
+    // A client's next request reaches a peer, which continues its session: same id, no initialize.
     let mut moved = Client::new(&b.url());
     moved.session = clients[0].session.clone();
-    assert_eq!(moved.call_tool("alpha__whoami", json!({})).status, 404);
+    assert_eq!(moved.call_tool("alpha__whoami", json!({})).status, 200);
+    assert!(b.stderr().contains("continued here from instance `a`"), "{}", b.stderr());
 
     let closed = wait_until(Duration::from_secs(4 * IDLE + 5), || {
         alpha.count("delete") == 4 && beta.count("delete") == 4 && !dir.0.join("a.state.json").exists()
@@ -106,8 +107,11 @@ fn a_dead_peers_downstream_sessions_are_closed_once_by_one_survivor() {
     std::thread::sleep(Duration::from_secs(2 * IDLE));
     assert_eq!((alpha.count("delete"), beta.count("delete")), (4, 4));
     assert_eq!((alpha.count("initialize"), beta.count("initialize")), (4, 4));
-    let adopters = [&b, &c].iter().filter(|g| g.stderr().contains("peer `a`")).count();
+    // The continued session was closed by b's idle eviction; the other three by the one survivor that took a over.
+    let adopters = [&b, &c].iter().filter(|g| g.stderr().contains("peer `a`: down")).count();
     assert_eq!(adopters, 1, "b: {}\nc: {}", b.stderr(), c.stderr());
+    let took_over = [&b, &c].iter().map(|g| g.stderr()).find(|e| e.contains("peer `a`: down")).unwrap_or_default();
+    assert!(took_over.contains("its 3 client session(s) end"), "{took_over}");
 }
 
 #[test]
