@@ -458,6 +458,10 @@ stats! {
         sessions_handed_over: Counter => "sessions"."handed_over" as "mcpgate_sessions_handed_over_total",
         /// Requests passed to the instance that holds their session.
         requests_forwarded: Counter => "sessions"."forwarded" as "mcpgate_requests_forwarded_total",
+        /// Calls in flight on a dead instance, resumed here by their client and run again (their tool is read-only or idempotent).
+        calls_run_again: Counter => "calls"."run_again" as "mcpgate_calls_run_again_total",
+        /// Calls in flight on a dead instance, resumed here by their client and answered with an error (not run again).
+        calls_lost_in_flight: Counter => "calls"."lost_in_flight" as "mcpgate_calls_lost_in_flight_total",
         /// Reads and writes of the session store that failed.
         store_errors: Counter => "store"."errors" as "mcpgate_store_errors_total",
 

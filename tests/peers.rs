@@ -141,3 +141,67 @@ fn a_peer_back_within_the_idle_timeout_resumes_its_sessions_and_no_survivor_clos
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!((alpha.count("initialize"), alpha.count("delete")), (3, 3));
 }
+
+/// The priming event id of a call's answer, read from its stream as the
+/// call runs; the stream is left open (the caller kills its instance).
+fn priming_of(gate: &Gate, session: &str, id: u64, tool: &str) -> (String, std::thread::JoinHandle<()>) {
+    let url = gate.url();
+    let session = session.to_string();
+    let tool = tool.to_string();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": {"ms": 3000}}});
+        let Ok(response) = ureq::post(&url)
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream")
+            .header("Mcp-Session-Id", &session)
+            .header("MCP-Protocol-Version", "2025-11-25")
+            .send(body.to_string().as_bytes())
+        else {
+            return;
+        };
+        let mut lines = std::io::BufReader::new(response.into_body().into_reader()).lines();
+        while let Some(Ok(line)) = lines.next() {
+            if let Some(id) = line.strip_prefix("id: ") {
+                let _ = tx.send(id.to_string());
+            }
+        }
+    });
+    let priming = rx.recv_timeout(Duration::from_secs(10)).expect("a call's answer opens with a priming event id");
+    (priming, reader)
+}
+
+/// GET with `Last-Event-ID`, as the SDKs resume a broken stream: the body.
+fn resume(gate: &Gate, session: &str, last: &str) -> String {
+    let response = ureq::get(&gate.url())
+        .header("Accept", "text/event-stream")
+        .header("Mcp-Session-Id", session)
+        .header("MCP-Protocol-Version", "2025-11-25")
+        .header("Last-Event-ID", last)
+        .call()
+        .expect("the resumed stream");
+    response.into_body().read_to_string().unwrap()
+}
+
+#[test]
+fn a_call_in_flight_on_a_dead_instance_is_run_again_elsewhere_only_if_its_tool_is_read_only() {
+    let (alpha, beta) = Fixture::alpha_and_beta();
+    let dir = TempDir::new();
+    let mut a = Gate::start_checked(&peer_config(&[&alpha, &beta], &dir.0, "a"));
+    let b = Gate::start_checked(&peer_config(&[&alpha, &beta], &dir.0, "b"));
+    let client = a.open_session();
+    let session = client.session.clone().unwrap();
+    // `slow` says it is read-only; `cancellable` says nothing.
+    let (read_only, r1) = priming_of(&a, &session, 41, "alpha__slow");
+    let (other, r2) = priming_of(&a, &session, 42, "alpha__cancellable");
+    assert!(read_only.contains('.'), "the priming event id carries the call: {read_only}");
+    a.kill();
+    let _ = (r1.join(), r2.join());
+
+    let again = resume(&b, &session, &read_only);
+    assert!(again.contains(r#""id":41,"result""#), "run again on b: {again}");
+    let lost = resume(&b, &session, &other);
+    assert!(lost.contains(r#""id":42,"error""#) && lost.contains("not run again"), "{lost}");
+    assert_eq!(alpha.count("initialize"), 1, "b continued the session: no new downstream session");
+}

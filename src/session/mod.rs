@@ -338,6 +338,17 @@ impl Session {
 
     pub fn set_epoch(&self, epoch: u64) {
         self.epoch.store(epoch, std::sync::atomic::Ordering::Release);
+        self.state.lock().streams.number_from(stream_base(epoch));
+    }
+
+    /// The request a client resuming a stream with `last_event_id` names,
+    /// when that stream was a `POST` answer of another holder of this
+    /// session (it died with the call in flight): its stream number and
+    /// the request as the priming event carried it.
+    pub fn foreign_call(&self, last_event_id: &str) -> Option<(u64, Vec<u8>)> {
+        let (stream, request) = streams::carried_request(last_event_id)?;
+        let base = stream_base(self.epoch());
+        self.state.lock().streams.is_foreign(stream, base).then_some((stream, request))
     }
 
     /// Whether its hold was checked since the store's `losses`-th possible loss.
@@ -804,9 +815,13 @@ impl Session {
     }
 
     /// The priming event that opens a stream for a 2025-11-25 client: an id
-    /// to resume from and how long to wait before reconnecting.
-    pub fn priming(&self, stream: u64) -> Option<Vec<u8>> {
-        versions::primes_streams(&self.protocol_version).then(|| streams::priming(stream))
+    /// to resume from and how long to wait before reconnecting; with the
+    /// `POST`'s `request`, the id carries it too (see `streams::priming_with`).
+    pub fn priming(&self, stream: u64, request: Option<&[u8]>) -> Option<Vec<u8>> {
+        versions::primes_streams(&self.protocol_version).then(|| match request {
+            Some(request) => streams::priming_with(stream, request),
+            None => streams::priming(stream),
+        })
     }
 
     /// Starts the SSE answer of a `POST`: its stream number.
@@ -926,6 +941,11 @@ impl Drop for RequestGuard<'_> {
         st.in_flight -= self.1;
         st.last_active = Instant::now();
     }
+}
+
+/// The first stream number of a holder at `epoch`: 2^24 numbers each.
+fn stream_base(epoch: u64) -> u64 {
+    epoch << 24
 }
 
 /// The first characters of a session id, enough to tell sessions apart in logs.
