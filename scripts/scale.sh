@@ -4,7 +4,8 @@
 # loopback, with a password) or one state_dir, behind HAProxy and behind
 # nginx, using config/haproxy.cfg and config/nginx.conf with only their
 # addresses changed; two mcp-fixture servers behind them; clients of the
-# official Python SDK (`mcp` 2.3.0) calling a tool every 0.25 s and holding
+# official Python SDK (`mcp` 2.3.0) and of the TypeScript SDK
+# (@modelcontextprotocol/sdk 1.32.2) calling a tool every 0.25 s and holding
 # GET streams.
 #
 # Scenarios (each with fresh instances and servers):
@@ -44,9 +45,9 @@ while (($#)); do
     shift
 done
 if [[ $MODE == smoke ]]; then
-    CLIENTS=15 STEADY=6 AFTER=8 IDLE=4
+    CLIENTS=15 TS_CLIENTS=5 STEADY=6 AFTER=8 IDLE=4
 else
-    CLIENTS=60 STEADY=20 AFTER=20 IDLE=10
+    CLIENTS=60 TS_CLIENTS=15 STEADY=20 AFTER=20 IDLE=10
 fi
 LEASE_MS=2000
 
@@ -243,6 +244,11 @@ run_scenario() { # run_scenario NAME: LB-STORE-EVENT, e.g. haproxy-redis-kill
         --status "gw-c=http://127.0.0.1:${PORT[gw-c]}/status.json" >"$RUN/report.json" 2>"$RUN/clients.err" &
     local driver=$! ended_at outage_down=- outage_up=-
     track "$driver"
+    CLIENTS_DIR=$ROOT/.interop/clients timeout $((STEADY + after + 120)) "$NODE_BIN/node" "$HERE/ts_clients.cjs" \
+        --url "http://127.0.0.1:$LB/mcp" --clients "$TS_CLIENTS" --steady "$STEADY" --after "$after" \
+        --tool alpha__add >"$RUN/ts.json" 2>"$RUN/ts.err" &
+    local ts_driver=$!
+    track "$ts_driver"
     if [[ $event == outage ]]; then
         sleep "$STEADY"
         stop_redis
@@ -258,10 +264,11 @@ run_scenario() { # run_scenario NAME: LB-STORE-EVENT, e.g. haproxy-redis-kill
     fi
     local rc=0
     wait "$driver" || rc=$?
+    wait "$ts_driver" || rc=$?
     ended_at=$SECONDS
     if ((rc != 0)); then
-        echo "error: the clients failed (exit $rc); see $RUN/clients.err" >&2
-        tail -20 "$RUN/clients.err" >&2
+        echo "error: the clients failed (exit $rc); see $RUN/clients.err and ts.err" >&2
+        tail -20 "$RUN/clients.err" "$RUN/ts.err" >&2
         check 0 "$name: the clients ran"
         stop_started
         return 0
@@ -280,10 +287,11 @@ run_scenario() { # run_scenario NAME: LB-STORE-EVENT, e.g. haproxy-redis-kill
     echo "per instance, sessions continued,handed_over,forwarded,claims_lost: $gates"
 
     step "$name: results"
-    python3 - "$name" "$event" "$RUN/report.json" "$alpha_s" "$beta_s" "$settled_ok" "$settle_s" "$outage_down" "$outage_up" <<'EOF' | tee "$RUN/checks.txt"
+    python3 - "$name" "$event" "$RUN/report.json" "$alpha_s" "$beta_s" "$settled_ok" "$settle_s" "$outage_down" "$outage_up" "$RUN/ts.json" <<'EOF' | tee "$RUN/checks.txt"
 import json, sys
-name, event, path, alpha, beta, settled, settle_s, down, up = sys.argv[1:]
+name, event, path, alpha, beta, settled, settle_s, down, up, ts_path = sys.argv[1:]
 r = json.load(open(path))
+ts = json.load(open(ts_path))
 fx = {"alpha": json.loads(alpha), "beta": json.loads(beta)}
 print("figures:", json.dumps({k: v for k, v in r.items() if k != "failures_sample"}))
 if r["failures_sample"]:
@@ -307,8 +315,15 @@ check(r["calls_failed_after"] <= bound and r["other_calls_failed"] == 0,
       f"after the {event}: {r['calls_failed_after']} call(s) failed, in flight at it (at most {bound}); "
       f"the {r['victim_clients']} clients of {r['victim']}: {r['victim_calls_after']} good calls after; "
       f"the other {r['other_clients']}: {r['other_calls_failed']} failed, {r['other_calls_after']} good")
+print("typescript:", json.dumps(ts))
+# A TypeScript client's call in flight at a kill or a pause may fail, one per client at most.
+check(ts["kept_their_id"] == ts["clients"] and ts["failed_before"] == 0
+      and ts["failed_after"] <= (ts["clients"] if event in ("kill", "stop") else 0),
+      f"TypeScript SDK: {ts['kept_their_id']} of {ts['clients']} kept their session id; {ts['calls_before']} calls "
+      f"before, {ts['calls_after']} after, {ts['failed_before']} + {ts['failed_after']} failed")
 served = sum(s["methods"].get("tools/call", 0) for s in fx.values())
-check(served <= r["calls_attempted"], f"the servers ran {served} calls for the {r['calls_attempted']} the clients made: none served twice")
+made = r["calls_attempted"] + ts["calls_before"] + ts["calls_after"] + ts["failed_before"] + ts["failed_after"]
+check(served <= made, f"the servers ran {served} calls for the {made} the clients made: none served twice")
 if event == "outage":
     check(down.startswith("503") and "does not" not in down and up == "200",
           f"initialize with redis-server down: {down} (names the store); once it is back: {up}, without a restart")
@@ -329,6 +344,8 @@ step "build (debug), engines, venv"
 (cd "$ROOT" && timeout 900 cargo build --quiet --bin mcpgate --bin mcp-fixture)
 install_engines
 install_venv "$VENV" "$PY_PINS"
+install_node
+install_npm "$ROOT/scripts/interop/clients" "$ROOT/.interop/clients"
 echo "$(haproxy -v | head -1); $(nginx -v 2>&1); $(redis-server --version | cut -d' ' -f1-3); $("$VPY" -c 'import importlib.metadata as m; print("mcp", m.version("mcp"))')"
 echo "mode $MODE: $CLIENTS clients, ${STEADY} s steady, ${AFTER} s after the event, idle timeout ${IDLE} s, lease ${LEASE_MS} ms"
 REDIS_PORT=$(free_port)
