@@ -1179,8 +1179,10 @@ impl Config {
             line(
                 "fixed",
                 &["other", "accept", "reaper", "signal", "state", "notify", "audit"],
-                "main, accept, reaper, signal, state, notify, and peers with state_dir, audit with audit",
-                6 + usize::from(self.state_dir.is_some()) + usize::from(self.audit.is_some()),
+                "main, accept, reaper, signal, state, notify, and peers with state_dir, the store's writer and heartbeat with store, audit with audit",
+                6 + usize::from(self.state_dir.is_some())
+                    + 2 * usize::from(self.store.is_some())
+                    + usize::from(self.audit.is_some()),
             ),
             line("connections", &["conn"], "max_connections", self.max_connections),
             line("readers", &["reader"], "max_sessions x HTTP servers", self.max_sessions * http),

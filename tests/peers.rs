@@ -90,6 +90,11 @@ fn a_dead_peers_session_goes_on_where_its_client_comes_and_the_rest_are_closed_o
     moved.session = clients[0].session.clone();
     assert_eq!(moved.call_tool("alpha__whoami", json!({})).status, 200);
     assert!(b.stderr().contains("continued here from instance `a`"), "{}", b.stderr());
+    let status = b.status();
+    assert_eq!(status["sessions"]["continued"], 1, "{}", status["sessions"]);
+    assert!(status["store"]["name"].as_str().is_some_and(|n| n.starts_with("state_dir ")), "{}", status["store"]);
+    let page = support::get_text(&b.url().replace("/mcp", "/status"));
+    assert!(page.contains("1 continued here from an instance that died"), "the status page says so");
 
     let closed = wait_until(Duration::from_secs(4 * IDLE + 5), || {
         alpha.count("delete") == 4 && beta.count("delete") == 4 && !dir.0.join("a.state.json").exists()
