@@ -210,3 +210,28 @@ fn a_call_in_flight_on_a_dead_instance_is_run_again_elsewhere_only_if_its_tool_i
     assert!(lost.contains(r#""id":42,"error""#) && lost.contains("not run again"), "{lost}");
     assert_eq!(alpha.count("initialize"), 1, "b continued the session: no new downstream session");
 }
+
+#[test]
+fn a_stdio_server_of_a_session_continued_elsewhere_starts_again_there() {
+    let alpha = Fixture::start("alpha", &[]);
+    let dir = TempDir::new();
+    let config = |id| {
+        let mut c = peer_config(&[&alpha], &dir.0, id);
+        c["mcpServers"]["local"] = support::stdio_server("local", &[]);
+        c
+    };
+    let mut a = Gate::start_checked(&config("a"));
+    let b = Gate::start_checked(&config("b"));
+    let mut client = a.open_session();
+    assert_eq!(client.tool_text("local__echo", json!({"text": "on a"})), "on a");
+    let id = client.session.clone();
+    a.kill();
+
+    // The same client, its next call through b: the process ended with a, b starts its own.
+    client.url = b.url();
+    assert_eq!(client.tool_text("local__echo", json!({"text": "on b"})), "on b");
+    assert_eq!(client.session, id, "the client kept its session id");
+    let status = b.status();
+    assert_eq!(status["servers"]["local"]["processes"]["spawned"], 1, "{}", status["servers"]["local"]);
+    assert_eq!(status["sessions"]["continued"], 1);
+}
