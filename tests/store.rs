@@ -242,3 +242,18 @@ fn a_store_that_does_not_answer_refuses_new_sessions_by_name_and_recovers_when_i
     let _ = again.wait();
     assert_eq!(recorded.map(|f| f.holder.epoch), Some(1), "the session queued in the outage is recorded after it");
 }
+
+#[test]
+fn an_instance_waking_from_a_pause_does_not_count_its_live_peers_dead() {
+    let Some(redis) = Redis::start() else { return };
+    let (b, c) = (redis_store(&redis.url(), "gw-b"), redis_store(&redis.url(), "gw-c"));
+    let writer = c.start_writer().unwrap();
+    c.change(Change::Opened(session(ID.replace("gw-a", "gw-c").as_str())));
+    Mirror::commit(&*c).unwrap();
+    beat_for(&[&b, &c], LEASE * 2);
+    // gw-b is paused for three leases while gw-c goes on beating.
+    beat_for(&[&c], LEASE * 3);
+    let found = b.find(&ID.replace("gw-a", "gw-c")).unwrap().unwrap();
+    assert!(found.alive, "gw-b's view of gw-c is three leases old: it cannot call gw-c dead");
+    c.stop_writer(writer);
+}

@@ -216,6 +216,11 @@ impl RedisStore {
         if instance == self.me && incarnation == self.incarnation {
             return true;
         }
+        // Paused, this instance's view of its peers is as old as the pause:
+        // it counts nobody dead until its heartbeat has seen them again.
+        if self.may_have_lost() {
+            return true;
+        }
         let peers = self.peers.lock();
         let Some(since) = peers.watching_since else { return true };
         if since.elapsed() < self.lease {
@@ -494,12 +499,16 @@ impl SessionStore for RedisStore {
     }
 
     fn beat(&self, active: &[(String, u64)]) -> Result<(), StoreError> {
-        {
+        let paused = {
             let mut last = self.last_beat.lock();
-            if last.elapsed() > self.lease * 3 / 4 {
-                self.losses.fetch_add(1, Ordering::AcqRel);
-            }
+            let late = last.elapsed() > self.lease * 3 / 4;
             *last = Instant::now();
+            late
+        };
+        if paused {
+            self.losses.fetch_add(1, Ordering::AcqRel);
+            // What it saw of its peers is as old as the pause: it watches them a whole lease again.
+            self.peers.lock().watching_since = None;
         }
         let result = self.beat_once(active);
         if result.is_err() {
