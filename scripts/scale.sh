@@ -285,6 +285,14 @@ run_scenario() { # run_scenario NAME: LB-STORE-EVENT, e.g. haproxy-redis-kill
         gates+="$id=$(curl -fsS --max-time 5 "http://127.0.0.1:${PORT[$id]}/status.json" 2>/dev/null | python3 -c 'import json,sys; s=json.load(sys.stdin)["sessions"]; print(",".join(str(s.get(k,0)) for k in ("continued","handed_over","forwarded","claims_lost")))' 2>/dev/null || echo dead) "
     done
     echo "per instance, sessions continued,handed_over,forwarded,claims_lost: $gates"
+    if [[ $event == stop ]]; then
+        # Waking, the paused instance lets go of what was taken and takes nothing from a live peer.
+        local woke=${gates#*"$victim="}
+        woke=${woke%% *}
+        IFS=, read -r woke_continued woke_handed _ <<<"$woke"
+        check "$([[ $woke_continued == 0 && $woke_handed -gt 0 ]] && echo 1 || echo 0)" \
+            "$name: $victim, waking, let go of $woke_handed session(s) taken over meanwhile and took $woke_continued from its live peers"
+    fi
 
     step "$name: results"
     python3 - "$name" "$event" "$RUN/report.json" "$alpha_s" "$beta_s" "$settled_ok" "$settle_s" "$outage_down" "$outage_up" "$RUN/ts.json" <<'EOF' | tee "$RUN/checks.txt"
