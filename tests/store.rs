@@ -257,3 +257,25 @@ fn an_instance_waking_from_a_pause_does_not_count_its_live_peers_dead() {
     assert!(found.alive, "gw-b's view of gw-c is three leases old: it cannot call gw-c dead");
     c.stop_writer(writer);
 }
+
+#[test]
+fn sessions_a_restarted_redis_lost_are_written_again_with_their_epoch_and_others_are_left_alone() {
+    let Some(redis) = Redis::start() else { return };
+    let a = redis_store(&redis.url(), "gw-a");
+    let writer = a.start_writer().unwrap();
+    a.change(Change::Opened(session(ID)));
+    Mirror::commit(&*a).unwrap();
+    assert_eq!(a.reassert(&[(session(ID), 1)]).unwrap(), 0, "still there: untouched");
+    // Redis comes back without its data.
+    let flushed = Command::new("redis-cli")
+        .args(["-p", &redis.port.to_string(), "-a", "pw", "--no-auth-warning", "FLUSHALL"])
+        .status()
+        .unwrap();
+    assert!(flushed.success());
+    assert_eq!(a.find(ID).unwrap(), None);
+    assert_eq!(a.reassert(&[(session(ID), 3)]).unwrap(), 1);
+    let found = a.find(ID).unwrap().expect("written again");
+    assert_eq!(found.holder, Holder { instance: "gw-a".into(), epoch: 3 });
+    assert!(a.holds(ID, 3).unwrap(), "the holder's epoch, not a new one");
+    a.stop_writer(writer);
+}

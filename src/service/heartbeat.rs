@@ -38,12 +38,16 @@ pub fn start(gateway: Arc<Gateway>) -> std::io::Result<Option<Heartbeat>> {
         let sweep_every = peers::interval(gateway.current().config.session_idle_timeout);
         let mut swept = Instant::now();
         let mut losses = 0;
-        beat(&gateway, &mut losses);
+        let mut answered = beat(&gateway, &mut losses);
         loop {
             select! {
                 recv(stopped) -> _ => return,
                 recv(ticks) -> _ => {
-                    beat(&gateway, &mut losses);
+                    let answers = beat(&gateway, &mut losses);
+                    if answers && !answered {
+                        reassert(&gateway);
+                    }
+                    answered = answers;
                     if swept.elapsed() >= sweep_every {
                         swept = Instant::now();
                         sweep(&gateway);
@@ -62,19 +66,39 @@ impl Heartbeat {
     }
 }
 
-/// One heartbeat; after a pause, the sessions another instance took are let go.
-fn beat(gateway: &Gateway, losses: &mut u64) {
+/// The store answers again after it did not: the sessions held here that
+/// it lost (a restart without its data) are written again.
+fn reassert(gateway: &Gateway) {
     let Some(store) = &gateway.store else { return };
+    let held: Vec<_> = gateway.sessions.snapshot().iter().filter_map(|s| Some((s.saved(true)?, s.epoch()))).collect();
+    match store.reassert(&held) {
+        Ok(0) => log::info!("{} answers again; it still had the {} session(s) held here", store.name(), held.len()),
+        Ok(n) => log::warn!(
+            "{} answers again, without {n} of the {} session(s) held here: written again",
+            store.name(),
+            held.len()
+        ),
+        Err(e) => {
+            gateway.stats.store_errors.inc();
+            crate::limited!(warn, "{e}: the sessions held here are written again when it answers");
+        }
+    }
+}
+
+/// One heartbeat (whether the store answered); after a pause, the
+/// sessions another instance took are let go.
+fn beat(gateway: &Gateway, losses: &mut u64) -> bool {
+    let Some(store) = &gateway.store else { return false };
     let active: Vec<(String, u64)> =
         gateway.sessions.snapshot().iter().filter_map(|s| Some((s.id.clone(), s.last_active_unix()?))).collect();
     if let Err(e) = store.beat(&active) {
         gateway.stats.store_errors.inc();
         crate::limited!(warn, "{e}: the sessions held here go on; new ones are refused until it answers");
-        return;
+        return false;
     }
     let now = store.losses();
     if now == *losses {
-        return;
+        return true;
     }
     *losses = now;
     let mut kept = 0;
@@ -95,6 +119,7 @@ fn beat(gateway: &Gateway, losses: &mut u64) {
         }
     }
     log::warn!("this instance was paused past its heartbeat: {kept} session(s) still held here, the rest let go");
+    true
 }
 
 /// Closes the sessions of dead instances that nobody continued within the

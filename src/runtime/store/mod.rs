@@ -119,6 +119,13 @@ pub trait SessionStore: Send + Sync {
     fn orphans(&self, idle: Duration) -> Result<Vec<(String, Holder)>, StoreError>;
     /// This instance stops: its peers may continue its sessions at once.
     fn leave(&self) {}
+    /// After the store did not answer: writes again each session this
+    /// instance holds (with its epoch) that the store no longer has (a
+    /// restart that lost its data), so that its peers find it again. How
+    /// many were written.
+    fn reassert(&self, _held: &[(SavedSession, u64)]) -> Result<usize, StoreError> {
+        Ok(0)
+    }
 }
 
 /// `id` is one mcpgate could have minted: `<instance>.<32 hex digits>` or

@@ -57,6 +57,16 @@ redis.call('HSET', KEYS[1], 'rec', ARGV[1], 'owner', ARGV[2], 'inc', ARGV[3], 'a
 redis.call('SADD', KEYS[2], ARGV[5])
 return 1";
 
+/// Writes a session this instance holds again, with its epoch, if the
+/// store lost it (ARGV: rec, owner, inc, epoch, active, id, then field and
+/// value pairs of its downstream sessions).
+const REASSERT: &str = r"
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'rec', ARGV[1], 'owner', ARGV[2], 'inc', ARGV[3], 'epoch', ARGV[4], 'active', ARGV[5])
+for i = 7, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+redis.call('SADD', KEYS[2], ARGV[6])
+return 1";
+
 /// Sets a field of a session this instance holds.
 const SET_MINE: &str = r"
 if redis.call('HGET', KEYS[1], 'owner') == ARGV[1] and redis.call('HGET', KEYS[1], 'inc') == ARGV[2] then
@@ -553,6 +563,37 @@ impl SessionStore for RedisStore {
 
     fn leave(&self) {
         let _ = self.with(|conn| redis::cmd("HDEL").arg(format!("{PREFIX}instances")).arg(&self.me).exec(conn));
+    }
+
+    fn reassert(&self, held: &[(SavedSession, u64)]) -> Result<usize, StoreError> {
+        let index = format!("{PREFIX}sessions");
+        let mut written = 0;
+        for chunk in held.chunks(256) {
+            let mut pipe = redis::pipe();
+            for (session, epoch) in chunk {
+                let mut record = session.clone();
+                let downstreams = std::mem::take(&mut record.downstreams);
+                let cmd = pipe
+                    .cmd("EVAL")
+                    .arg(REASSERT)
+                    .arg(2)
+                    .arg(Self::key(&session.id))
+                    .arg(&index)
+                    .arg(serde_json::to_string(&record).unwrap_or_default())
+                    .arg(&self.me)
+                    .arg(&self.incarnation)
+                    .arg(*epoch)
+                    .arg(clock::unix_now())
+                    .arg(&session.id);
+                for d in downstreams {
+                    let d = SavedDownstream { client: Some(session.id.clone()), ..d };
+                    cmd.arg(format!("d:{}", d.server)).arg(serde_json::to_string(&d).unwrap_or_default());
+                }
+            }
+            let counts: Vec<u64> = self.with(|conn| pipe.query(conn))?;
+            written += counts.iter().sum::<u64>() as usize;
+        }
+        Ok(written)
     }
 }
 
