@@ -1132,6 +1132,9 @@ impl Config {
             if config.state_file.is_some() {
                 return Err(Invalid::new("store", "set `store`, or `state_file`/`state_dir`, not more than one"));
             }
+            if !cfg!(feature = "redis") {
+                return Err(Invalid::new("store", "this mcpgate was built without the `redis` feature"));
+            }
             if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
                 return Err(Invalid::new(
                     "store",
@@ -2345,6 +2348,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "redis")]
     fn a_store_needs_an_instance_id_a_redis_url_and_no_state_file() {
         let base = |extra: &str| format!(r#"{{"mcpServers": {{"a": {{"url": "http://127.0.0.1:9/mcp"}}}}{extra}}}"#);
         let redis = parse(&base(r#", "instance_id": "gw-1", "store": "redis://:pw@127.0.0.1:6379/0""#)).unwrap();

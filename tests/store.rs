@@ -6,11 +6,14 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
+#[cfg(feature = "redis")]
 use std::process::{Child, Command, Stdio};
+#[cfg(feature = "redis")]
 use std::time::{Duration, Instant};
 
 use mcpgate::runtime::state::{Change, Mirror, SavedSession};
 use mcpgate::runtime::store::files::{self, FileStore};
+#[cfg(feature = "redis")]
 use mcpgate::runtime::store::redis::RedisStore;
 use mcpgate::runtime::store::{Claim, Holder, SessionStore};
 
@@ -105,6 +108,7 @@ fn a_session_of_a_live_instance_in_state_dir_cannot_be_claimed_and_of_a_dead_one
     assert_eq!(c.find(ID).unwrap(), None);
 }
 
+#[cfg(feature = "redis")]
 /// A `redis-server` of this test's own, on loopback with a password,
 /// stopped by its PID when dropped.
 struct Redis {
@@ -113,6 +117,7 @@ struct Redis {
     _dir: Scratch,
 }
 
+#[cfg(feature = "redis")]
 impl Redis {
     fn start() -> Option<Redis> {
         if Command::new("redis-server").arg("--version").stdout(Stdio::null()).status().is_err() {
@@ -141,6 +146,7 @@ impl Redis {
     }
 }
 
+#[cfg(feature = "redis")]
 impl Drop for Redis {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -148,12 +154,15 @@ impl Drop for Redis {
     }
 }
 
+#[cfg(feature = "redis")]
 const LEASE: Duration = Duration::from_millis(600);
 
+#[cfg(feature = "redis")]
 fn redis_store(url: &str, me: &str) -> std::sync::Arc<RedisStore> {
     std::sync::Arc::new(RedisStore::new(url, me, &format!("http://{me}"), LEASE).unwrap())
 }
 
+#[cfg(feature = "redis")]
 /// Beats `stores` for `time`: each sees the others' heartbeats move.
 fn beat_for(stores: &[&RedisStore], time: Duration) {
     let deadline = Instant::now() + time;
@@ -165,6 +174,7 @@ fn beat_for(stores: &[&RedisStore], time: Duration) {
     }
 }
 
+#[cfg(feature = "redis")]
 #[test]
 fn in_redis_a_session_is_claimed_only_once_its_holder_stops_beating_and_by_one_instance() {
     let Some(redis) = Redis::start() else { return };
@@ -206,6 +216,7 @@ fn in_redis_a_session_is_claimed_only_once_its_holder_stops_beating_and_by_one_i
     b.stop_writer(writer);
 }
 
+#[cfg(feature = "redis")]
 #[test]
 fn a_store_that_does_not_answer_refuses_new_sessions_by_name_and_recovers_when_it_answers() {
     let Some(redis) = Redis::start() else { return };
@@ -243,6 +254,7 @@ fn a_store_that_does_not_answer_refuses_new_sessions_by_name_and_recovers_when_i
     assert_eq!(recorded.map(|f| f.holder.epoch), Some(1), "the session queued in the outage is recorded after it");
 }
 
+#[cfg(feature = "redis")]
 #[test]
 fn an_instance_waking_from_a_pause_does_not_count_its_live_peers_dead() {
     let Some(redis) = Redis::start() else { return };
@@ -258,6 +270,7 @@ fn an_instance_waking_from_a_pause_does_not_count_its_live_peers_dead() {
     c.stop_writer(writer);
 }
 
+#[cfg(feature = "redis")]
 #[test]
 fn sessions_a_restarted_redis_lost_are_written_again_with_their_epoch_and_others_are_left_alone() {
     let Some(redis) = Redis::start() else { return };

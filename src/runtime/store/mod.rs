@@ -24,6 +24,10 @@ use std::time::Duration;
 use crate::runtime::state::SavedSession;
 
 pub mod files;
+#[cfg(feature = "redis")]
+pub mod redis;
+#[cfg(not(feature = "redis"))]
+#[path = "without_redis.rs"]
 pub mod redis;
 
 /// Who holds a session: an instance, and the epoch of its hold (one more
