@@ -292,3 +292,34 @@ fn sessions_a_restarted_redis_lost_are_written_again_with_their_epoch_and_others
     assert!(a.holds(ID, 3).unwrap(), "the holder's epoch, not a new one");
     a.stop_writer(writer);
 }
+
+#[cfg(feature = "redis")]
+#[test]
+fn a_close_a_dead_instance_had_under_way_is_finished_by_one_live_instance() {
+    let Some(redis) = Redis::start() else { return };
+    let (a, b, c) =
+        (redis_store(&redis.url(), "gw-a"), redis_store(&redis.url(), "gw-b"), redis_store(&redis.url(), "gw-c"));
+    let writer = a.start_writer().unwrap();
+    let downstream = mcpgate::runtime::state::SavedDownstream {
+        server: "alpha".into(),
+        url: "http://127.0.0.1:9/mcp".into(),
+        session_id: Some("s1".into()),
+        protocol_version: "2025-11-25".into(),
+        capabilities: serde_json::json!({}),
+        instructions: None,
+        client: Some(ID.into()),
+        ends_with_process: false,
+    };
+    a.change(Change::Closing(7, downstream.clone()));
+    Mirror::commit(&*a).unwrap();
+    beat_for(&[&a, &b, &c], LEASE * 2);
+    assert!(b.dead_closing().unwrap().is_empty(), "gw-a is alive: its closes are its own");
+    a.stop_writer(writer);
+    beat_for(&[&b, &c], LEASE * 2); // gw-a died with its DELETE under way
+    let dead = b.dead_closing().unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].1, downstream);
+    assert!(b.take_closing(&dead[0].0).unwrap(), "one live instance takes it");
+    assert!(!c.take_closing(&dead[0].0).unwrap(), "and only one");
+    assert!(c.dead_closing().unwrap().is_empty());
+}

@@ -18,7 +18,8 @@ use crate::downstream::{self, Downstream};
 use crate::gateway::Gateway;
 use crate::runtime::store::{Claim, Holder};
 use crate::runtime::threads;
-use crate::service::{peers, restore::server_for};
+use crate::service::peers;
+use crate::service::restore::{ended_at_server, server_for};
 use crate::session;
 
 /// DELETEs of orphaned sessions at once.
@@ -136,6 +137,7 @@ fn sweep(gateway: &Gateway) {
             return;
         }
     };
+    finish_dead_closes(gateway);
     let mut closed = 0;
     let mut list: Vec<Arc<Downstream>> = Vec::new();
     for (id, holder) in orphans {
@@ -151,6 +153,37 @@ fn sweep(gateway: &Gateway) {
         );
         downstream::close_all(&list, CLOSE_PARALLEL);
     }
+}
+
+/// Finishes the closes a dead instance had under way: each taken by one
+/// live instance, its server asked first whether the `DELETE` was answered
+/// before the death (as a restart does), then closed here.
+fn finish_dead_closes(gateway: &Gateway) {
+    let Some(store) = &gateway.store else { return };
+    let dead = match store.dead_closing() {
+        Ok(dead) => dead,
+        Err(e) => {
+            gateway.stats.store_errors.inc();
+            crate::limited!(warn, "{e}: what dead instances were closing is closed when it answers");
+            return;
+        }
+    };
+    let mut list = Vec::new();
+    for (field, saved) in dead {
+        if store.take_closing(&field).unwrap_or(false) {
+            list.extend(server_for(gateway, &saved).saved_downstream(&saved));
+        }
+    }
+    if list.is_empty() {
+        return;
+    }
+    let ended = ended_at_server(&list);
+    log::info!(
+        "{} downstream session(s) a dead instance was closing: {ended} had already ended at their server, the rest \
+         are closed here",
+        list.len()
+    );
+    downstream::close_all(&list, CLOSE_PARALLEL);
 }
 
 fn close_orphan(gateway: &Gateway, id: &str, holder: &Holder, list: &mut Vec<Arc<Downstream>>) -> bool {

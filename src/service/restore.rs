@@ -181,7 +181,7 @@ pub fn finish_restore(restored: Restored) -> std::io::Result<Option<JoinHandle<(
 /// `DELETE` was answered in the moment before the crash, ahead of the
 /// record that it was), and the close path then sends no second one. Any
 /// other answer, or none, leaves it to the `DELETE`. How many had ended.
-fn ended_at_server(closing: &[Arc<Downstream>]) -> usize {
+pub(crate) fn ended_at_server(closing: &[Arc<Downstream>]) -> usize {
     let ended = std::sync::atomic::AtomicUsize::new(0);
     threads::for_each_parallel("fanout", closing, RESTORE_PARALLEL, |d| {
         if let Err(DownstreamError::SessionGone) = d.request(&d.next_id(), "ping", None, &mut |_| {}) {

@@ -21,7 +21,7 @@
 
 use std::time::Duration;
 
-use crate::runtime::state::SavedSession;
+use crate::runtime::state::{SavedDownstream, SavedSession};
 
 pub mod files;
 #[cfg(feature = "redis")]
@@ -121,6 +121,16 @@ pub trait SessionStore: Send + Sync {
     /// The sessions of instances that are not alive, idle for at least
     /// `idle`: nobody continued them, and they are to be closed.
     fn orphans(&self, idle: Duration) -> Result<Vec<(String, Holder)>, StoreError>;
+    /// Downstream sessions whose `DELETE` a dead instance had under way
+    /// (by their field in the store), for a live one to finish.
+    fn dead_closing(&self) -> Result<Vec<(String, SavedDownstream)>, StoreError> {
+        Ok(Vec::new())
+    }
+    /// Takes one of [`SessionStore::dead_closing`]: true for the one
+    /// instance that gets it, which then closes it.
+    fn take_closing(&self, _field: &str) -> Result<bool, StoreError> {
+        Ok(false)
+    }
     /// This instance stops: its peers may continue its sessions at once.
     fn leave(&self) {}
     /// After the store did not answer: writes again each session this

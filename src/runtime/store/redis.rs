@@ -240,6 +240,19 @@ impl RedisStore {
         peers.seen.get(instance).is_some_and(|s| s.incarnation == incarnation && s.moved.elapsed() < self.lease)
     }
 
+    /// Whether an instance of incarnation `incarnation` is alive, as seen here.
+    fn incarnation_alive(&self, incarnation: &str) -> bool {
+        let instance = {
+            let peers = self.peers.lock();
+            peers.seen.iter().find(|(_, s)| s.incarnation == incarnation).map(|(id, _)| id.clone())
+        };
+        match instance {
+            Some(instance) => self.alive(&instance, incarnation),
+            // Unknown: dead, once this instance has watched its peers for a lease.
+            None => self.alive("", incarnation),
+        }
+    }
+
     fn peer_of(&self, instance: &str) -> Option<String> {
         self.peers.lock().seen.get(instance).map(|s| s.peer.clone())
     }
@@ -563,6 +576,22 @@ impl SessionStore for RedisStore {
 
     fn leave(&self) {
         let _ = self.with(|conn| redis::cmd("HDEL").arg(format!("{PREFIX}instances")).arg(&self.me).exec(conn));
+    }
+
+    fn dead_closing(&self) -> Result<Vec<(String, SavedDownstream)>, StoreError> {
+        let all: HashMap<String, String> =
+            self.with(|conn| redis::cmd("HGETALL").arg(format!("{PREFIX}closing")).query(conn))?;
+        Ok(all
+            .into_iter()
+            .filter(|(field, _)| field.split_once(':').is_some_and(|(inc, _)| !self.incarnation_alive(inc)))
+            .filter_map(|(field, value)| Some((field, serde_json::from_str(&value).ok()?)))
+            .collect())
+    }
+
+    fn take_closing(&self, field: &str) -> Result<bool, StoreError> {
+        let removed: u64 =
+            self.with(|conn| redis::cmd("HDEL").arg(format!("{PREFIX}closing")).arg(field).query(conn))?;
+        Ok(removed == 1)
     }
 
     fn reassert(&self, held: &[(SavedSession, u64)]) -> Result<usize, StoreError> {
