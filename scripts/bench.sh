@@ -751,6 +751,37 @@ for copies in 1 10; do
     for pid in "${fixture_pids[@]}"; do stop "$pid"; done
 done
 
+# --------------------------------------------------------- 7. the session store
+step "7. the session store: initialize and a call alone, with state_dir, and with Redis (redis-server on loopback)"
+install_debian "$OUT/apt.log" redis-server=redis-server
+REDIS_PORT=$(free_port)
+start redis redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --requirepass bench --save "" --appendonly no
+REDIS_PID=$PID
+wait_for 10 "redis-server answering" redis-cli -p "$REDIS_PORT" -a bench --no-auth-warning PING
+serve fixture-store "$BIN/mcp-fixture" --name a
+FIX_STORE=$ADDR; FIX_STORE_PID=$PID
+if [ $MODE = full ]; then STORE_INITS=500; STORE_CALLS=5000; else STORE_INITS=50; STORE_CALLS=300; fi
+for round in $(seq "$ROUNDS"); do
+    for store in alone state_dir redis; do
+        gate_config "$OUT/run/store-$store.json" 300 "a=$FIX_STORE"
+        rm -rf "$OUT/run/store-dir"
+        case $store in
+            state_dir) extra="\"instance_id\": \"gw-a\", \"state_dir\": \"$OUT/run/store-dir\"," ;;
+            redis) extra="\"instance_id\": \"gw-a\", \"store\": \"redis://:bench@127.0.0.1:$REDIS_PORT/0\"," ;;
+            *) extra="" ;;
+        esac
+        sed -i "s|^{|{$extra|" "$OUT/run/store-$store.json"
+        serve gate-store-$store "${MCPGATE[@]}" --config "$OUT/run/store-$store.json"
+        GATE_STORE=$ADDR; GATE_STORE_PID=$PID
+        line=$(python3 "$ROOT/scripts/bench/store_cost.py" --url "http://$GATE_STORE/mcp" \
+            --initializes "$STORE_INITS" --calls "$STORE_CALLS" --tool echo)
+        record "{\"part\":\"store\",\"store\":\"$store\",\"round\":$round,\"result\":$line}"
+        echo "  round $round, $store: $line" >&2
+        stop "$GATE_STORE_PID"
+    done
+done
+stop "$FIX_STORE_PID"; stop "$REDIS_PID"
+
 # ------------------------------------------------------------------ report
 step "report"
 python3 "$ROOT/scripts/bench/report.py" "$RESULTS" "$OUT/churn.csv" "$MODE" \

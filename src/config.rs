@@ -451,7 +451,22 @@ pub const KEYS: &[Key] = &[
     Key {
         name: "state_dir",
         kind: Kind::Other("none"),
-        meaning: "A directory shared by the instances on one host, instead of `state_file`: each keeps its state in `<instance_id>.state.json` there, under a lock, and closes the downstream sessions of a peer that stayed down longer than the idle timeout. Needs `instance_id`.",
+        meaning: "A directory shared by the instances on one host, instead of `state_file`: each keeps its state in `<instance_id>.state.json` there, under a lock; a session of an instance that died is continued by the peer its client reaches next (see docs/SCALING.md), and a peer closes the downstream sessions of one that stayed down longer than the idle timeout. Needs `instance_id`.",
+    },
+    Key {
+        name: "store",
+        kind: Kind::Other("none"),
+        meaning: "Where the sessions are kept for instances on several hosts, instead of `state_file` and `state_dir`: a Redis URL, `redis://[:password@]host:port/db`, or `rediss://` for TLS (checked against the bundled roots and the system's). Every session is recorded there before its client learns its id, and any instance continues a session whose instance died (see docs/SCALING.md). Needs `instance_id`.",
+    },
+    Key {
+        name: "store_lease_ms",
+        kind: Kind::Number { default: Some(5000), min: 500, max: 600000 },
+        meaning: "With `store`: milliseconds an instance's hold on its sessions lasts without a renewal (it renews every third of it). Past it, a peer may take over the sessions of an instance that stopped renewing (dead, or paused), and the paused one refuses them when it wakes.",
+    },
+    Key {
+        name: "peer_url",
+        kind: Kind::Other("http://<listen>"),
+        meaning: "With `state_dir` or `store`: where the other instances reach this one, to pass it a request of a session it holds (`https://` with `tls`). Needed when `listen` is an unspecified address (0.0.0.0).",
     },
     Key {
         name: "tool_search",
@@ -803,6 +818,12 @@ pub struct Config {
     pub instance_id: Option<String>,
     /// Shared with peer instances; `state_file` is then this instance's file in it.
     pub state_dir: Option<PathBuf>,
+    /// `store`: the Redis URL the sessions are kept at.
+    pub store: Option<String>,
+    /// `store_lease_ms`.
+    pub store_lease: Duration,
+    /// Where the peers reach this instance (`peer_url`), with `state_dir` or `store`.
+    pub peer_url: Option<String>,
     pub max_streams_per_session: usize,
     pub max_requests_per_session: usize,
     pub max_batch_entries: usize,
@@ -1195,6 +1216,9 @@ impl Config {
             state_file: keys.string("state_file")?.map(PathBuf::from),
             instance_id: None,
             state_dir: None,
+            store: None,
+            store_lease: Duration::from_millis(keys.count("store_lease_ms")? as u64),
+            peer_url: None,
             max_streams_per_session: keys.count("max_streams_per_session")?,
             max_requests_per_session: keys.count("max_requests_per_session")?,
             max_batch_entries: keys.count("max_batch_entries")?,
@@ -1244,6 +1268,41 @@ impl Config {
             config.state_file = Some(crate::runtime::state::state_path(&dir, id));
             config.state_dir = Some(dir);
         }
+        if let Some(url) = keys.string("store")? {
+            if config.instance_id.is_none() {
+                return Err(Invalid::new("store", "needs `instance_id`: it names this instance in the store"));
+            }
+            if config.state_file.is_some() {
+                return Err(Invalid::new("store", "set `store`, or `state_file`/`state_dir`, not more than one"));
+            }
+            if !cfg!(feature = "redis") {
+                return Err(Invalid::new("store", "this mcpgate was built without the `redis` feature"));
+            }
+            if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
+                return Err(Invalid::new(
+                    "store",
+                    "expected a Redis URL: redis://[:password@]host:port/db or rediss://",
+                ));
+            }
+            config.store = Some(url);
+        }
+        config.peer_url = match keys.string("peer_url")? {
+            Some(url) if url.starts_with("http://") || url.starts_with("https://") => {
+                Some(url.trim_end_matches('/').to_string())
+            }
+            Some(_) => return Err(Invalid::new("peer_url", "expected an http:// or https:// URL")),
+            None if config.listen.ip().is_unspecified() => None,
+            None => {
+                let scheme = if config.tls.is_some() { "https" } else { "http" };
+                Some(format!("{scheme}://{}", config.listen))
+            }
+        };
+        if config.peer_url.is_none() && (config.state_dir.is_some() || config.store.is_some()) {
+            return Err(Invalid::new(
+                "peer_url",
+                "needed with `state_dir` or `store` when `listen` is an unspecified address: where peers reach this instance",
+            ));
+        }
         if let Some(auth) = keys.take("auth") {
             // Tokens and the client secret are never written anywhere: no redaction list to keep.
             let (tokens, oauth) = auth_keys(auth, &config, env, &mut Vec::new())?;
@@ -1267,8 +1326,9 @@ impl Config {
             line(
                 "fixed",
                 &["other", "accept", "reaper", "signal", "state", "notify", "audit", "trace"],
-                "main, accept, reaper, signal, state, notify, and peers with state_dir, audit with audit, trace with tracing",
+                "main, accept, reaper, signal, state, notify, and peers with state_dir, the store's writer and heartbeat with store, audit with audit, trace with tracing",
                 6 + usize::from(self.state_dir.is_some())
+                    + 2 * usize::from(self.store.is_some())
                     + usize::from(self.audit.is_some())
                     + usize::from(self.tracing.is_some()),
             ),
@@ -2336,6 +2396,7 @@ mod tests {
             ("auth.tokens_file", json!(null)),
             ("state_file", json!("/tmp/mcpgate-test-state.json")),
             ("instance_id", json!("gw-1")),
+            ("peer_url", json!("http://10.0.0.5:8780")),
             ("tool_search", json!({})),
             ("tool_search.pinned", json!(["a__*"])),
             ("mcpServers", json!({})),
@@ -2412,8 +2473,8 @@ mod tests {
             "b": {"command": "x"},
             "c": {"url": "http://127.0.0.1:9/mcp", "oauth": {"client_metadata_url": "https://gate.example.com/c.json"}},
         }});
-        // Refused with `state_file`: `instance_id_is_a_short_token_and_state_dir_needs_it` reads it.
-        for key in KEYS.iter().filter(|k| k.name != "state_dir") {
+        // Refused with `state_file`: `instance_id_is_a_short_token_and_state_dir_needs_it` reads them.
+        for key in KEYS.iter().filter(|k| k.name != "state_dir" && k.name != "store") {
             let value = match key.kind {
                 Kind::Number { default: Some(n), .. } => json!(n),
                 Kind::Number { default: None, min, .. } => json!(min),
@@ -2519,6 +2580,25 @@ mod tests {
         let Invalid { key, problem } = parse(&base(both)).unwrap_err();
         assert_eq!(key, "state_dir");
         assert!(problem.contains("state_file"), "{problem}");
+    }
+
+    #[test]
+    #[cfg(feature = "redis")]
+    fn a_store_needs_an_instance_id_a_redis_url_and_no_state_file() {
+        let base = |extra: &str| format!(r#"{{"mcpServers": {{"a": {{"url": "http://127.0.0.1:9/mcp"}}}}{extra}}}"#);
+        let redis = parse(&base(r#", "instance_id": "gw-1", "store": "redis://:pw@127.0.0.1:6379/0""#)).unwrap();
+        assert_eq!(redis.store.as_deref(), Some("redis://:pw@127.0.0.1:6379/0"));
+        assert_eq!(redis.peer_url.as_deref(), Some("http://127.0.0.1:8780"), "the peers reach it where it listens");
+        assert_eq!(redis.store_lease, Duration::from_millis(5000));
+        for (extra, why) in [
+            (r#", "store": "redis://127.0.0.1""#, "instance_id"),
+            (r#", "instance_id": "a", "store": "http://127.0.0.1""#, "Redis URL"),
+            (r#", "instance_id": "a", "store": "redis://h", "state_file": "/x""#, "state_file"),
+            (r#", "instance_id": "a", "store": "redis://h", "listen": "0.0.0.0:8780""#, "unspecified"),
+        ] {
+            let Invalid { problem, .. } = parse(&base(extra)).unwrap_err();
+            assert!(problem.contains(why), "{extra}: {problem}");
+        }
     }
 
     /// A dotenv file with one variable, for `envFile`.

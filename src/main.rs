@@ -16,10 +16,11 @@ use mcpgate::gateway::Gateway;
 use mcpgate::http::{self, Httpd};
 use mcpgate::routes::Routes;
 use mcpgate::runtime::state::{self, StateFile};
+use mcpgate::runtime::store::SessionStore;
 use mcpgate::runtime::sys::{self, Signal};
 use mcpgate::runtime::{threads, watch};
 use mcpgate::service::notify::{self, Notifier};
-use mcpgate::service::{peers, reaper, restore};
+use mcpgate::service::{heartbeat, peers, reaper, restore};
 use mcpgate::session::CloseReason;
 
 const USAGE: &str = "\
@@ -535,6 +536,10 @@ fn serve(config: Config, source: Source, looked: watch::Looked, signals: sys::Si
     // once it listens.
     let restored = loaded.map(|loaded| restore::restore(&gateway, loaded));
     let writer = state::start(gateway.journal.clone(), gateway.clone()).map_err(io("cannot start the state writer"))?;
+    let store_writer = match &gateway.redis {
+        Some(redis) => Some(redis.start_writer().map_err(io("cannot start the session store's writer"))?),
+        None => None,
+    };
     let routes = Routes::new(gateway.clone(), source.clone()).with_watch(looked);
     #[cfg(feature = "tls")]
     let (routes, transport, scheme) = match &tls {
@@ -551,6 +556,7 @@ fn serve(config: Config, source: Source, looked: watch::Looked, signals: sys::Si
     gateway.configure_tracing();
     let reaper = reaper::start(gateway.clone()).map_err(io("cannot start the reaper"))?;
     let watcher = peers::start(gateway.clone()).map_err(io("cannot start the peers' watcher"))?;
+    let heart = heartbeat::start(gateway.clone()).map_err(io("cannot start the heartbeat"))?;
     let restorer = match restored {
         Some(restored) => restore::finish_restore(restored).map_err(io("cannot start the restore"))?,
         None => None,
@@ -649,6 +655,9 @@ fn serve(config: Config, source: Source, looked: watch::Looked, signals: sys::Si
     if let Some(watcher) = watcher {
         watcher.stop();
     }
+    if let Some(heart) = heart {
+        heart.stop();
+    }
     if let Some(restorer) = restorer {
         let _ = restorer.join();
     }
@@ -674,6 +683,12 @@ fn serve(config: Config, source: Source, looked: watch::Looked, signals: sys::Si
                 if let (Some(path), None) = (gateway.journal.path(), gateway.journal.error()) {
                     log::info!("{kept} session(s) kept in {}: clients resume them after a restart", path.display());
                 }
+            }
+            if let (Some(redis), Some(store_writer)) = (&gateway.redis, store_writer) {
+                redis.stop_writer(store_writer);
+                // Its peers continue its sessions from now on, without waiting for a lease.
+                redis.leave();
+                log::info!("{count} session(s) kept in {}: any instance continues them", redis.name());
             }
             gateway.shutdown();
             let _ = done_tx.send(count);

@@ -553,6 +553,20 @@ stats! {
         calls_rate_limited: Counter => "calls"."rate_limited" as "mcpgate_calls_rate_limited_total",
         /// Client sessions restored from the state file at start.
         sessions_restored: Counter => "sessions"."restored" as "mcpgate_sessions_restored_total",
+        /// Client sessions continued here after the instance that held them died (claimed from the session store).
+        sessions_continued: Counter => "sessions"."continued" as "mcpgate_sessions_continued_total",
+        /// Claims of a session another instance won first.
+        claims_lost: Counter => "sessions"."claims_lost" as "mcpgate_claims_lost_total",
+        /// Client sessions let go here because another instance took them over while this one was paused.
+        sessions_handed_over: Counter => "sessions"."handed_over" as "mcpgate_sessions_handed_over_total",
+        /// Requests passed to the instance that holds their session.
+        requests_forwarded: Counter => "sessions"."forwarded" as "mcpgate_requests_forwarded_total",
+        /// Calls in flight on a dead instance, resumed here by their client and run again (their tool is read-only or idempotent).
+        calls_run_again: Counter => "calls"."run_again" as "mcpgate_calls_run_again_total",
+        /// Calls in flight on a dead instance, resumed here by their client and answered with an error (not run again).
+        calls_lost_in_flight: Counter => "calls"."lost_in_flight" as "mcpgate_calls_lost_in_flight_total",
+        /// Reads and writes of the session store that failed.
+        store_errors: Counter => "store"."errors" as "mcpgate_store_errors_total",
 
         /// Downstream sessions a server created for mcpgate (it answered `initialize`).
         downstream_opened: Counter => "downstream"."opened" as "mcpgate_downstream_opened_total",
@@ -562,6 +576,8 @@ stats! {
         downstream_live: Gauge => "downstream"."live" as "mcpgate_downstream_live",
         /// Downstream sessions taken over from the state file (included in `opened`).
         downstream_resumed: Counter => "downstream"."resumed" as "mcpgate_downstream_resumed_total",
+        /// Downstream sessions let go to the instance that took their client session over (not closed: it uses them).
+        downstream_handed_over: Counter => "downstream"."handed_over" as "mcpgate_downstream_handed_over_total",
         /// Downstream sessions whose DELETE (or process stop) failed at their close.
         downstream_delete_failures: Counter => "downstream"."delete_failures" as "mcpgate_downstream_delete_failures_total",
         /// DELETEs sent again: lost to a fault that may pass (no connection, no answer in time, 5xx, 429), or held until the state file could record their closing.

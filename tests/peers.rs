@@ -74,7 +74,7 @@ fn a_second_instance_with_the_same_id_in_the_same_state_dir_is_refused() {
 }
 
 #[test]
-fn a_dead_peers_downstream_sessions_are_closed_once_by_one_survivor() {
+fn a_dead_peers_session_goes_on_where_its_client_comes_and_the_rest_are_closed_once_by_one_survivor() {
     let (alpha, beta) = Fixture::alpha_and_beta();
     let dir = TempDir::new();
     let mut a = Gate::start_checked(&peer_config(&[&alpha, &beta], &dir.0, "a"));
@@ -85,10 +85,16 @@ fn a_dead_peers_downstream_sessions_are_closed_once_by_one_survivor() {
     a.kill();
     let killed = Instant::now();
 
-    // Its clients' next request reaches a peer, which does not know the session: 404, so they initialize again.
+    // A client's next request reaches a peer, which continues its session: same id, no initialize.
     let mut moved = Client::new(&b.url());
     moved.session = clients[0].session.clone();
-    assert_eq!(moved.call_tool("alpha__whoami", json!({})).status, 404);
+    assert_eq!(moved.call_tool("alpha__whoami", json!({})).status, 200);
+    assert!(b.stderr().contains("continued here from instance `a`"), "{}", b.stderr());
+    let status = b.status();
+    assert_eq!(status["sessions"]["continued"], 1, "{}", status["sessions"]);
+    assert!(status["store"]["name"].as_str().is_some_and(|n| n.starts_with("state_dir ")), "{}", status["store"]);
+    let page = support::get_text(&b.url().replace("/mcp", "/status"));
+    assert!(page.contains("1 continued here from an instance that died"), "the status page says so");
 
     let closed = wait_until(Duration::from_secs(4 * IDLE + 5), || {
         alpha.count("delete") == 4 && beta.count("delete") == 4 && !dir.0.join("a.state.json").exists()
@@ -106,8 +112,11 @@ fn a_dead_peers_downstream_sessions_are_closed_once_by_one_survivor() {
     std::thread::sleep(Duration::from_secs(2 * IDLE));
     assert_eq!((alpha.count("delete"), beta.count("delete")), (4, 4));
     assert_eq!((alpha.count("initialize"), beta.count("initialize")), (4, 4));
-    let adopters = [&b, &c].iter().filter(|g| g.stderr().contains("peer `a`")).count();
+    // The continued session was closed by b's idle eviction; the other three by the one survivor that took a over.
+    let adopters = [&b, &c].iter().filter(|g| g.stderr().contains("peer `a`: down")).count();
     assert_eq!(adopters, 1, "b: {}\nc: {}", b.stderr(), c.stderr());
+    let took_over = [&b, &c].iter().map(|g| g.stderr()).find(|e| e.contains("peer `a`: down")).unwrap_or_default();
+    assert!(took_over.contains("its 3 client session(s) end"), "{took_over}");
 }
 
 #[test]
@@ -136,4 +145,93 @@ fn a_peer_back_within_the_idle_timeout_resumes_its_sessions_and_no_survivor_clos
     assert!(wait_until(Duration::from_secs(15), || alpha.count("delete") == 3), "{}", alpha.stats());
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!((alpha.count("initialize"), alpha.count("delete")), (3, 3));
+}
+
+/// The priming event id of a call's answer, read from its stream as the
+/// call runs; the stream is left open (the caller kills its instance).
+fn priming_of(gate: &Gate, session: &str, id: u64, tool: &str) -> (String, std::thread::JoinHandle<()>) {
+    let url = gate.url();
+    let session = session.to_string();
+    let tool = tool.to_string();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": {"ms": 3000}}});
+        let Ok(response) = ureq::post(&url)
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream")
+            .header("Mcp-Session-Id", &session)
+            .header("MCP-Protocol-Version", "2025-11-25")
+            .send(body.to_string().as_bytes())
+        else {
+            return;
+        };
+        let mut lines = std::io::BufReader::new(response.into_body().into_reader()).lines();
+        while let Some(Ok(line)) = lines.next() {
+            if let Some(id) = line.strip_prefix("id: ") {
+                let _ = tx.send(id.to_string());
+            }
+        }
+    });
+    let priming = rx.recv_timeout(Duration::from_secs(10)).expect("a call's answer opens with a priming event id");
+    (priming, reader)
+}
+
+/// GET with `Last-Event-ID`, as the SDKs resume a broken stream: the body.
+fn resume(gate: &Gate, session: &str, last: &str) -> String {
+    let response = ureq::get(&gate.url())
+        .header("Accept", "text/event-stream")
+        .header("Mcp-Session-Id", session)
+        .header("MCP-Protocol-Version", "2025-11-25")
+        .header("Last-Event-ID", last)
+        .call()
+        .expect("the resumed stream");
+    response.into_body().read_to_string().unwrap()
+}
+
+#[test]
+fn a_call_in_flight_on_a_dead_instance_is_run_again_elsewhere_only_if_its_tool_is_read_only() {
+    let (alpha, beta) = Fixture::alpha_and_beta();
+    let dir = TempDir::new();
+    let mut a = Gate::start_checked(&peer_config(&[&alpha, &beta], &dir.0, "a"));
+    let b = Gate::start_checked(&peer_config(&[&alpha, &beta], &dir.0, "b"));
+    let client = a.open_session();
+    let session = client.session.clone().unwrap();
+    // `slow` says it is read-only; `cancellable` says nothing.
+    let (read_only, r1) = priming_of(&a, &session, 41, "alpha__slow");
+    let (other, r2) = priming_of(&a, &session, 42, "alpha__cancellable");
+    assert!(read_only.contains('.'), "the priming event id carries the call: {read_only}");
+    a.kill();
+    let _ = (r1.join(), r2.join());
+
+    let again = resume(&b, &session, &read_only);
+    assert!(again.contains(r#""id":41,"result""#), "run again on b: {again}");
+    let lost = resume(&b, &session, &other);
+    assert!(lost.contains(r#""id":42,"error""#) && lost.contains("not run again"), "{lost}");
+    assert_eq!(alpha.count("initialize"), 1, "b continued the session: no new downstream session");
+}
+
+#[test]
+fn a_stdio_server_of_a_session_continued_elsewhere_starts_again_there() {
+    let alpha = Fixture::start("alpha", &[]);
+    let dir = TempDir::new();
+    let config = |id| {
+        let mut c = peer_config(&[&alpha], &dir.0, id);
+        c["mcpServers"]["local"] = support::stdio_server("local", &[]);
+        c
+    };
+    let mut a = Gate::start_checked(&config("a"));
+    let b = Gate::start_checked(&config("b"));
+    let mut client = a.open_session();
+    assert_eq!(client.tool_text("local__echo", json!({"text": "on a"})), "on a");
+    let id = client.session.clone();
+    a.kill();
+
+    // The same client, its next call through b: the process ended with a, b starts its own.
+    client.url = b.url();
+    assert_eq!(client.tool_text("local__echo", json!({"text": "on b"})), "on b");
+    assert_eq!(client.session, id, "the client kept its session id");
+    let status = b.status();
+    assert_eq!(status["servers"]["local"]["processes"]["spawned"], 1, "{}", status["servers"]["local"]);
+    assert_eq!(status["sessions"]["continued"], 1);
 }

@@ -1,9 +1,11 @@
 """Clients of scripts/scale.sh: N official Python SDK clients (`mcp` 2.3.0,
 `mcp.Client`, handshake era) behind one load balancer, each calling a tool
 in a loop while the SDK holds its GET stream. After --steady seconds it
-kills one mcpgate instance (SIGKILL, --victim-pid) and goes on for --after
-seconds. A client whose call fails initializes again (a new `mcp.Client`),
-as an application does when its session is gone.
+kills one mcpgate instance (SIGKILL, --victim-pid; or --event stop: SIGSTOP
+for --stop-secs, then SIGCONT; or --event none) and goes on for --after
+seconds. A failed call is counted and the client calls on with the same
+session; only a session the SDK says is terminated makes it initialize
+again (a new `mcp.Client`), as an application does, and that is counted.
 
 Prints one JSON report on stdout: per-instance sessions before the kill,
 calls and failures before and after it, and how long the victim's clients
@@ -49,6 +51,7 @@ class One:
         self.sessions: list[str] = []
         self.instances: set[str] = set()
         self.moved_before_kill = False
+        self.reinitialized = 0
 
 
 def instance_of(session: str | None) -> str:
@@ -99,7 +102,10 @@ async def run_client(one: One, args: Any, state: dict[str, Any], deadline: float
                             one.failed_after.append(why)
                             if one.first_failure is None:
                                 one.first_failure = now
-                        break  # a new client: initialize again
+                        gone = ("terminated", "404", "unknown or ended session")
+                        if any(g in why.lower() for g in gone):
+                            one.reinitialized += 1
+                            break  # the session is gone: a new client initializes again
                     await anyio.sleep(args.pause)
         except Exception as e:
             # Connecting failed (a failed call), or closing a session already gone did (not a call).
@@ -125,6 +131,8 @@ async def main() -> int:
     p.add_argument("--victim-id", required=True)
     p.add_argument("--tool", default="alpha__add")
     p.add_argument("--status", action="append", default=[], help="ID=URL of an instance's /status.json")
+    p.add_argument("--event", choices=["kill", "stop", "none"], default="kill")
+    p.add_argument("--stop-secs", type=float, default=5)
     args = p.parse_args()
 
     ones = [One(n) for n in range(args.clients)]
@@ -149,8 +157,14 @@ async def main() -> int:
                     status_live[name] = json.load(r)["sessions"]["live"]
             except Exception as e:
                 status_live[name] = f"{type(e).__name__}: {e}"
-        os.kill(args.victim_pid, signal.SIGKILL)
+        if args.event == "kill":
+            os.kill(args.victim_pid, signal.SIGKILL)
+        elif args.event == "stop":
+            os.kill(args.victim_pid, signal.SIGSTOP)
         state["killed_at"] = time.monotonic()
+        if args.event == "stop":
+            await anyio.sleep(args.stop_secs)
+            os.kill(args.victim_pid, signal.SIGCONT)
 
     victims = [o for o in ones if o.instance_at_kill == args.victim_id]
     others = [o for o in ones if o.instance_at_kill != args.victim_id]
@@ -177,6 +191,10 @@ async def main() -> int:
         "other_calls_failed": sum(len(o.failed_after) for o in others),
         "other_calls_after": sum(o.calls_after for o in others),
         "sessions_initialized": sum(len(o.sessions) for o in ones),
+        "clients_reinitialized": sum(o.reinitialized > 0 for o in ones),
+        "clients_kept_their_id": sum(len(set(o.sessions)) == 1 for o in ones),
+        "calls_failed_after": sum(len(o.failed_after) for o in ones),
+        "calls_attempted": sum(o.calls_before + o.calls_after + len(o.failed_before) + len(o.failed_after) for o in ones),
         "close_errors_of_dead_sessions": sum(len(o.exit_errors) for o in ones),
         "failures_sample": sorted({w for o in ones for w in o.failed_before + o.failed_after + o.exit_errors})[:8],
     }

@@ -188,6 +188,14 @@ pub(crate) trait Link: Send + Sync {
     /// Its second, in parallel with other closes: end the session at the
     /// server (join the reader and `DELETE`; or let the child go and reap it).
     fn end(&self, d: &Downstream) -> Result<(), DownstreamError>;
+    /// After `stop`, for a session another instance took over: let go of it
+    /// here. Ended, as a close ends it, where it cannot outlive this process
+    /// (a child, an HTTP+SSE stream: that instance opens its own); a
+    /// Streamable HTTP session is left open at its server, which that
+    /// instance goes on with.
+    fn hand_over(&self, d: &Downstream) -> Result<(), DownstreamError> {
+        self.end(d)
+    }
 }
 
 /// A downstream session's link, and the server's answer to its
@@ -929,6 +937,36 @@ impl Drop for Downstream {
         if !self.closing.load(Ordering::Acquire) {
             self.server.stats.downstream_leaked.inc();
             log::error!("bug: a downstream session of `{}` was dropped without being closed", self.server.name());
+        }
+    }
+}
+
+/// Lets go of downstream sessions whose client session another instance
+/// took over: like [`close_all`], but a session that outlives this process
+/// is not ended at its server, and nothing is written to the journal (the
+/// other instance holds them now). Counted as handed over, not closed.
+pub fn hand_over_all(list: &[Arc<Downstream>]) {
+    let claimed: Vec<&Arc<Downstream>> = list
+        .iter()
+        .filter(|d| !d.closing.swap(true, Ordering::AcqRel))
+        .inspect(|d| {
+            d.server.lanes.stop_owned_by(d.owner());
+            d.link.stop(d);
+        })
+        .collect();
+    for d in claimed {
+        if let Err(e) = d.link.hand_over(d) {
+            limited!(
+                warn,
+                "server `{}`: letting go of a session failed: {}",
+                d.server.name(),
+                d.server.redact(&e.to_string())
+            );
+        }
+        d.server.live_sessions.dec();
+        if d.link.holds_session() {
+            d.server.stats.downstream_live.dec();
+            d.server.stats.downstream_handed_over.inc();
         }
     }
 }

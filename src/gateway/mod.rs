@@ -17,7 +17,10 @@ use crate::downstream::children::Children;
 use crate::downstream::{Context, Limits, Server};
 use crate::http::{HttpError, HttpReply};
 use crate::protocol::jsonrpc::{self, RpcError};
-use crate::runtime::state::Journal;
+use crate::runtime::state::{Journal, Mirror};
+use crate::runtime::store::SessionStore;
+use crate::runtime::store::files::FileStore;
+use crate::runtime::store::redis::RedisStore;
 use crate::session::{self, CloseReason, Session, Sessions};
 use crate::stats::Stats;
 
@@ -25,6 +28,8 @@ mod audit;
 mod authorize;
 pub mod check;
 mod dispatch;
+mod failover;
+mod forward;
 mod lists;
 mod merged;
 mod outcome;
@@ -81,6 +86,11 @@ pub struct Gateway {
     pub stats: Arc<Stats>,
     /// Where opens and closes of downstream sessions are written ahead.
     pub journal: Arc<Journal>,
+    /// Who holds each session, for instances that continue each other's
+    /// (`state_dir` or `store`); `None` for an instance alone.
+    pub store: Option<Arc<dyn SessionStore>>,
+    /// The Redis store (`store`), whose writer thread `main` starts and stops.
+    pub redis: Option<Arc<RedisStore>>,
     /// The child processes of stdio servers.
     pub children: Arc<Children>,
     /// The `DELETE`s a fault lost, which the reaper sends again.
@@ -132,7 +142,8 @@ impl Gateway {
     pub fn new(config: Config) -> Gateway {
         crate::runtime::memory::set_limit(config.max_memory);
         let stats = Arc::new(Stats::default());
-        let journal = Arc::new(Journal::new(config.state_file.as_deref(), config.instance_id.as_deref()));
+        let (journal, store, redis) = open_store(&config);
+        let journal = Arc::new(journal);
         let children = Children::new(config.max_processes, config.stdio_grace, config.max_message_bytes);
         let deletes = Arc::new(crate::downstream::Deletes::default());
         let oauth = crate::downstream::oauth::Authorizer::new(&config);
@@ -149,6 +160,8 @@ impl Gateway {
             current: parking_lot::RwLock::new(Arc::new(Current { config, servers })),
             sessions: Sessions::new(journal.clone()),
             journal,
+            store,
+            redis,
             stats,
             children,
             deletes,
@@ -222,7 +235,7 @@ impl Gateway {
     /// At shutdown: how many client sessions the state file keeps (their
     /// downstream sessions are closed; see [`Sessions::take_all`]).
     pub fn keep_clients(&self) -> usize {
-        if self.journal.path().is_some() { self.sessions.len() } else { 0 }
+        if self.journal.path().is_some() || self.redis.is_some() { self.sessions.len() } else { 0 }
     }
 
     /// Closes sessions already removed from the table: idle, deleted or at shutdown.
@@ -370,6 +383,36 @@ impl Gateway {
             server.warm(principal, std::time::Duration::ZERO, None);
         }
     }
+}
+
+/// The journal, and the session store when instances continue each
+/// other's sessions: `state_dir` (the files, the journal its own) or
+/// `store` (Redis, the journal's changes mirrored there, no file).
+fn open_store(config: &Config) -> (Journal, Option<Arc<dyn SessionStore>>, Option<Arc<RedisStore>>) {
+    let journal = Journal::new(config.state_file.as_deref(), config.instance_id.as_deref());
+    let (Some(id), Some(peer)) = (&config.instance_id, &config.peer_url) else { return (journal, None, None) };
+    if let Some(url) = &config.store {
+        match RedisStore::new(url, id, peer, config.store_lease) {
+            Ok(redis) => {
+                let redis = Arc::new(redis);
+                let mirror: Arc<dyn Mirror> = redis.clone();
+                return (journal.with_mirror(mirror), Some(redis.clone()), Some(redis));
+            }
+            Err(e) => log::error!("{e}: sessions are kept in this instance only"),
+        }
+    }
+    if let Some(dir) = &config.state_dir {
+        let files = Arc::new(FileStore::new(dir, id));
+        if let Err(e) = files.announce(peer) {
+            log::error!(
+                "{}: cannot say where this instance is reached ({e}): peers cannot pass it requests",
+                files.name()
+            );
+        }
+        let mirror: Arc<dyn Mirror> = files.clone();
+        return (journal.with_mirror(mirror), Some(files), None);
+    }
+    (journal, None, None)
 }
 
 fn visible(current: &Current, session: &Session) -> Vec<Arc<Server>> {

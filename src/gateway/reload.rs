@@ -33,6 +33,9 @@ impl Gateway {
             ("state_file", old.config.state_file != new.state_file),
             ("instance_id", old.config.instance_id != new.instance_id),
             ("state_dir", old.config.state_dir != new.state_dir),
+            ("store", old.config.store != new.store),
+            ("store_lease_ms", old.config.store_lease != new.store_lease),
+            ("peer_url", old.config.peer_url != new.peer_url),
             // The files of `tls` are read again on reload; HTTPS on or off is the listener's.
             ("tls", old.config.tls.is_some() != new.tls.is_some()),
         ] {

@@ -35,6 +35,9 @@ pub(super) struct PostStream<'a> {
     /// How long the client may take to answer what mcpgate asks it for a
     /// server of the 2026-07-28 era (`held_call_timeout_secs`).
     ask_timeout: std::time::Duration,
+    /// The request, carried in the priming event's id (a call, with a
+    /// session store: another instance can answer it if this one dies).
+    request: Option<&'a [u8]>,
 }
 
 impl PostStream<'_> {
@@ -57,7 +60,7 @@ impl PostStream<'_> {
     pub(super) fn start(&mut self) {
         if self.stream.is_none()
             && let Some(stream) = self.start_stream()
-            && self.session.priming(stream).is_none()
+            && self.session.priming(stream, None).is_none()
         {
             let _ = self.sink.event(b": mcpgate: the server is working on it\n\n");
         }
@@ -73,7 +76,7 @@ impl PostStream<'_> {
             return None;
         }
         let stream = self.session.open_post_stream();
-        if let Some(priming) = self.session.priming(stream) {
+        if let Some(priming) = self.session.priming(stream, self.request) {
             // A client that went away can resume from the replay log.
             let _ = self.sink.event(&priming);
         }
@@ -295,6 +298,9 @@ impl Gateway {
         if message.method() == "initialize" && message.kind() == Ok(Kind::Request) {
             return self.initialize(message, access);
         }
+        if let Some(elsewhere) = self.elsewhere(req, sink) {
+            return elsewhere;
+        }
         let session = match self.session_of(req, access) {
             Ok(s) => s,
             Err(refused) => return refused.reply_to(message.id.as_ref().unwrap_or(&Value::Null)),
@@ -318,12 +324,22 @@ impl Gateway {
                     Ok(claim) => claim,
                     Err(e) => return HttpReply::json(200, jsonrpc::error(&id, &e)),
                 };
+                // With a store, a call's answer streams from the start: its
+                // priming event carries it, so that the instance a client
+                // resumes on, if this one dies, can answer it.
+                let carried = self.store.is_some()
+                    && message.method() == "tools/call"
+                    && versions::primes_streams(&session.protocol_version);
                 let mut events = PostStream {
                     session: &session,
                     sink,
                     stream: None,
                     ask_timeout: self.current().config.held_call_timeout,
+                    request: carried.then_some(req.body.trim_ascii_start()),
                 };
+                if carried {
+                    events.start();
+                }
                 let answer = self.request(&session, message, &mut events);
                 events.finish_with(&id, answer)
             }
@@ -356,6 +372,9 @@ impl Gateway {
                 );
             }
         };
+        if let Some(elsewhere) = self.elsewhere(req, &mut NoStream) {
+            return elsewhere;
+        }
         let session = match self.session_of(req, access) {
             Ok(s) => s,
             Err(refused) => return refused.reply(),
@@ -422,6 +441,7 @@ impl Gateway {
                             sink: &mut NoStream,
                             stream: None,
                             ask_timeout: config.held_call_timeout,
+                            request: None,
                         };
                         let outcome = self.request(&session, &message, &mut events);
                         if let Some(bytes) = answer_bytes(&id, outcome) {
@@ -507,6 +527,9 @@ impl Gateway {
         }
         let session =
             Session::new(session_id.clone(), version.to_string(), jsonrpc::raw(&init_params), client_name, access);
+        if let Some(store) = &self.store {
+            session.set_epoch(store.first_epoch());
+        }
         // Busy until answered, like any request: a server slower to start
         // than the idle timeout must not make a session dead on arrival.
         let _busy = session.begin_request(usize::MAX);
@@ -570,10 +593,16 @@ impl Gateway {
         if !req.http11 {
             return HttpReply::bad(400, "the GET stream needs HTTP/1.1");
         }
+        if let Some(elsewhere) = self.elsewhere(req, &mut NoStream) {
+            return elsewhere;
+        }
         let session = match self.session_of(req, access) {
             Ok(s) => s,
             Err(refused) => return refused.reply(),
         };
+        if let Some((stream, request)) = req.header("last-event-id").and_then(|id| session.foreign_call(id)) {
+            return self.answer_foreign_call(&session, stream, &request);
+        }
         match session.attach_stream(req.header("last-event-id"), self.current().config.max_streams_per_session) {
             Ok(attached) => HttpReply::stream(StreamReply {
                 first: attached.first,
@@ -589,6 +618,58 @@ impl Gateway {
         }
     }
 
+    /// A client resumes, here, the answer of a call that was in flight on
+    /// the instance that held its session before (it died, and this one
+    /// continued the session): the call, as its priming event carried it,
+    /// is run again if its tool says it is read-only or idempotent, and
+    /// otherwise answered with an error: it may have run, and is never
+    /// run twice behind the client's back.
+    fn answer_foreign_call(&self, session: &Arc<Session>, stream: u64, request: &[u8]) -> HttpReply {
+        let Ok(message) = Message::parse(request) else { return HttpReply::sse(Vec::new()) };
+        let id = message.id.clone().unwrap_or(Value::Null);
+        let answer = if self.safe_to_run_again(session, &message) {
+            self.stats.calls_run_again.inc();
+            log::info!(
+                "session {}: a read-only call in flight on its last instance is run again here",
+                session::short(&session.id)
+            );
+            let _busy = session.begin_request(usize::MAX);
+            let mut events = PostStream {
+                session,
+                sink: &mut NoStream,
+                stream: None,
+                ask_timeout: self.current().config.held_call_timeout,
+                request: None,
+            };
+            let outcome = self.request(session, &message, &mut events);
+            answer_bytes(&id, outcome).unwrap_or_default()
+        } else {
+            self.stats.calls_lost_in_flight.inc();
+            let e = RpcError::internal(
+                "this call was in flight on the mcpgate instance that held this session when it stopped: it may or may \
+                 not have run, and it is not run again (its tool does not say it is read-only or idempotent)",
+            );
+            jsonrpc::error(&id, &e)
+        };
+        HttpReply::sse(crate::protocol::sse::encode(Some(&format!("{stream}-1")), &answer))
+    }
+
+    /// Whether `message` calls a tool whose annotations say it is
+    /// read-only or idempotent: running it again changes nothing.
+    fn safe_to_run_again(&self, session: &Arc<Session>, message: &Message) -> bool {
+        let name = match message.params_object() {
+            Ok(params) if message.method() == "tools/call" => {
+                params.get("name").and_then(Value::as_str).map(str::to_string)
+            }
+            _ => None,
+        };
+        let Some(name) = name else { return false };
+        let Ok(list) = self.merged_list(session, crate::catalog::ListKind::Tools) else { return false };
+        let Some(found) = list.find(&name) else { return false };
+        let tool: Value = serde_json::from_str(found.json).unwrap_or_default();
+        tool["annotations"]["readOnlyHint"] == true || tool["annotations"]["idempotentHint"] == true
+    }
+
     fn delete(&self, req: &HttpRequest, access: &Access) -> HttpReply {
         if let Some(refused) = no_stream_in_2026(req) {
             return refused;
@@ -596,6 +677,9 @@ impl Gateway {
         let Some(id) = req.header(SESSION_HEADER) else {
             return HttpReply::bad(400, "DELETE /mcp needs the Mcp-Session-Id header");
         };
+        if let Some(elsewhere) = self.elsewhere(req, &mut NoStream) {
+            return elsewhere;
+        }
         // The end of a session is answered once it is on disk: a crash
         // would bring back a session ended before, and its downstream
         // sessions would be closed twice (before, it was answered 200 while

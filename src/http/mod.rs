@@ -60,6 +60,8 @@ const HEADERS: &[&str] = &[
     "baggage",
     // The sign-in pages' cookie (`/oauth/`): which browser opened a link.
     "cookie",
+    // A request one mcpgate instance passed to the one holding its session.
+    "mcpgate-forwarded",
 ];
 
 /// The request headers handlers may read ([`HEADERS`]): lower-case names,

@@ -13,6 +13,7 @@ pub mod ratelog;
 pub mod secret;
 pub mod sha256;
 pub mod state;
+pub mod store;
 pub mod sys;
 pub mod threads;
 pub mod trace;

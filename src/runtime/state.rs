@@ -493,6 +493,8 @@ pub enum StateError {
     Slow { path: PathBuf },
     /// The writer has stopped (shutdown).
     Stopped,
+    /// The shared session store (`store`) could not be written: which, and why.
+    Store { store: String, why: String },
 }
 
 impl std::fmt::Display for StateError {
@@ -501,6 +503,7 @@ impl std::fmt::Display for StateError {
             StateError::Failed { path, why } => write!(f, "cannot write the state file {}: {why}", path.display()),
             StateError::Slow { path } => write!(f, "the state file {} was not written within 5 s", path.display()),
             StateError::Stopped => f.write_str("the state file writer has stopped"),
+            StateError::Store { store, why } => write!(f, "the session store {store} failed: {why}"),
         }
     }
 }
@@ -511,6 +514,8 @@ impl std::error::Error for StateError {}
 /// state file, every call returns at once.
 pub struct Journal {
     file: Option<StateFile>,
+    /// The shared store the changes go to as well, if any.
+    mirror: Option<std::sync::Arc<dyn Mirror>>,
     /// Written into the file.
     instance_id: Option<String>,
     /// Guards the records to append and how far writing got; `wake` tells
@@ -544,6 +549,7 @@ impl Journal {
     pub fn new(path: Option<&Path>, instance_id: Option<&str>) -> Journal {
         Journal {
             file: path.map(StateFile::new),
+            mirror: None,
             instance_id: instance_id.map(str::to_string),
             state: Mutex::new(JournalState { rewrite: true, ..JournalState::default() }),
             wake: Condvar::new(),
@@ -551,8 +557,20 @@ impl Journal {
         }
     }
 
+    /// The journal with every change mirrored to the session store too.
+    pub fn with_mirror(mut self, mirror: std::sync::Arc<dyn Mirror>) -> Journal {
+        self.mirror = Some(mirror);
+        self
+    }
+
     pub fn path(&self) -> Option<&Path> {
         self.file.as_ref().map(StateFile::path)
+    }
+
+    fn mirror(&self, change: impl FnOnce() -> Change) {
+        if let Some(mirror) = &self.mirror {
+            mirror.change(change());
+        }
     }
 
     /// The last write's error, if it failed.
@@ -572,6 +590,9 @@ impl Journal {
     /// Waits until every record queued so far is on disk (at most 5 s):
     /// what must be durable before a client is answered.
     pub fn commit(&self) -> Result<(), StateError> {
+        if let Some(mirror) = &self.mirror {
+            mirror.commit()?;
+        }
         let Some(file) = &self.file else { return Ok(()) };
         let mut st = self.state.lock();
         let target = st.queued;
@@ -613,18 +634,21 @@ impl Journal {
 
     /// A client session opens: in the file before anyone learns its id.
     pub fn opened_session(&self, session: SavedSession) {
+        self.mirror(|| Change::Opened(session.clone()));
         self.queue([Record::Session(session)]);
     }
 
     /// A downstream session of client session `client` opened.
     pub fn opened_downstream(&self, client: &str, mut downstream: SavedDownstream) {
         downstream.client = Some(client.to_string());
+        self.mirror(|| Change::Downstream(downstream.clone()));
         self.queue([Record::Downstream(downstream)]);
     }
 
     /// A client session ended: its record goes (its downstream sessions
     /// were marked closing first).
     pub fn ended(&self, client: &str) {
+        self.mirror(|| Change::Ended(client.to_string()));
         self.queue([Record::End(client.to_string())]);
     }
 
@@ -632,12 +656,15 @@ impl Journal {
     /// Each is marked and its record queued under one lock, so that a
     /// rewrite (which takes both at once) sees both or neither.
     pub fn closing(&self, entries: impl IntoIterator<Item = (usize, SavedDownstream)>) {
+        let entries: Vec<(u64, SavedDownstream)> = entries.into_iter().map(|(k, d)| (k as u64, d)).collect();
+        for (key, downstream) in &entries {
+            self.mirror(|| Change::Closing(*key, downstream.clone()));
+        }
         if self.file.is_none() {
             return;
         }
         let mut st = self.state.lock();
         for (key, downstream) in entries {
-            let key = key as u64;
             // Marked once, though several paths may mark it.
             if st.closing.get(&key) != Some(&downstream) {
                 st.push(&Record::Closing { key, downstream: downstream.clone() });
@@ -661,6 +688,9 @@ impl Journal {
     /// Their `DELETE` is done: they leave the file with the next write
     /// (unmarked and recorded under one lock, as [`Journal::closing`]).
     pub fn closed(&self, keys: &[usize]) {
+        for key in keys {
+            self.mirror(|| Change::Closed(*key as u64));
+        }
         if self.file.is_none() {
             return;
         }
@@ -681,6 +711,29 @@ impl JournalState {
         self.pending.extend(line(record));
         self.queued += 1;
     }
+}
+
+/// One change of the sessions, as the journal mirrors it to a shared store
+/// (`runtime::store`): the same events as its records, in the same order.
+#[derive(Debug, Clone)]
+pub enum Change {
+    /// A client session opened here, before its client learns its id.
+    Opened(SavedSession),
+    /// A downstream session of a client session opened (`client` is set).
+    Downstream(SavedDownstream),
+    /// A downstream session is being closed: its key here, and what it is.
+    Closing(u64, SavedDownstream),
+    /// Its `DELETE` is done.
+    Closed(u64),
+    /// A client session ended.
+    Ended(String),
+}
+
+/// Where the journal mirrors its changes besides (or instead of) the file:
+/// the shared store. `commit` waits until what was given is stored.
+pub trait Mirror: Send + Sync {
+    fn change(&self, change: Change);
+    fn commit(&self) -> Result<(), StateError>;
 }
 
 /// What the writer reads of the gateway: the client sessions as the file

@@ -18,8 +18,7 @@
 //! whole file.
 
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions, TryLockError};
-use std::os::unix::fs::OpenOptionsExt;
+use std::fs::{File, TryLockError};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -31,6 +30,7 @@ use crate::config::valid_instance_id;
 use crate::downstream::{self, Downstream};
 use crate::gateway::Gateway;
 use crate::runtime::state::{Loaded, StateFile};
+use crate::runtime::store::files::{self, lock_path, open_lock};
 use crate::runtime::threads;
 use crate::service::restore::server_for;
 
@@ -39,21 +39,6 @@ use crate::service::restore::server_for;
 pub const LOCK_WAIT: Duration = Duration::from_secs(5);
 /// DELETEs of a dead peer's downstream sessions at once.
 const CLOSE_PARALLEL: usize = 16;
-
-fn lock_path(dir: &Path, id: &str) -> PathBuf {
-    dir.join(format!("{id}.lock"))
-}
-
-fn open_lock(path: &Path) -> std::io::Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-}
 
 /// Why this instance's lock could not be taken; each says what to do.
 #[derive(Debug)]
@@ -206,11 +191,14 @@ fn take_over(gateway: &Gateway, peer: &str, state: &Path) -> Option<Vec<Arc<Down
         Loaded::Absent | Loaded::Rejected => return Some(Vec::new()),
         Loaded::Saved(saved) | Loaded::Damaged(saved) => saved,
     };
-    let clients = saved.sessions.len();
+    // A session a peer claimed from it is that peer's now: not closed here.
+    let dir = state.parent().unwrap_or(Path::new("."));
+    let sessions: Vec<_> = saved.sessions.iter().filter(|s| !files::moved_away(dir, peer, &s.id)).collect();
+    let clients = sessions.len();
     let list: Vec<Arc<Downstream>> = saved
         .closing
         .iter()
-        .chain(saved.sessions.iter().flat_map(|s| &s.downstreams))
+        .chain(sessions.iter().flat_map(|s| &s.downstreams))
         // An HTTP+SSE session was the peer's stream: it ended with the peer.
         .filter(|d| !d.ends_with_process)
         .filter_map(|d| server_for(gateway, d).saved_downstream(d))

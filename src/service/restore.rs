@@ -21,6 +21,7 @@ use crate::config::{HttpConfig, ServerConfig, Transport};
 use crate::downstream::{self, Downstream, DownstreamError, Server};
 use crate::gateway::Gateway;
 use crate::runtime::state::{self, Loaded, SavedDownstream, SavedSession};
+use crate::runtime::store::files;
 use crate::runtime::threads;
 use crate::session::Session;
 
@@ -74,8 +75,16 @@ pub fn restore(gateway: &Gateway, loaded: Loaded) -> Restored {
     // Ended with the old process: nothing to close, nothing to take over.
     let resumable = |saved: &&SavedDownstream| !saved.ends_with_process;
     done.closing.extend(saved.closing.iter().filter(resumable).filter_map(to_close));
-    let (mut restored, mut expired) = (0, 0);
+    let (mut restored, mut expired, mut moved) = (0, 0, 0);
+    let config = &current.config;
     for mut session in saved.sessions {
+        // Claimed by a peer while this instance was down: the peer's now, to continue or close.
+        if let (Some(dir), Some(me)) = (&config.state_dir, &gateway.instance_id)
+            && files::moved_away(dir, me, &session.id)
+        {
+            moved += 1;
+            continue;
+        }
         if !trusted || stopped.saturating_sub(session.last_active) >= timeout {
             expired += 1;
             gateway.stats.sessions_expired_at_start.inc();
@@ -114,11 +123,11 @@ pub fn restore(gateway: &Gateway, loaded: Loaded) -> Restored {
     // Closing before the first write of this process: none of it may fall out of the file.
     gateway.journal.closing(done.closing.iter().chain(&done.close).filter_map(|d| d.closing_record()));
     let to_close = done.closing.len() + done.close.len();
-    if restored + expired + to_close + done.reopen.len() > 0 {
+    if restored + expired + moved + to_close + done.reopen.len() > 0 {
         log::info!(
-            "state file: {restored} session(s) restored, {expired} expired or not trusted; {to_close} downstream \
-             session(s) to close ({} of them were closing), {} of HTTP+SSE servers to open anew (they ended with the \
-             old process)",
+            "state file: {restored} session(s) restored, {expired} expired or not trusted, {moved} continued by a peer \
+             meanwhile; {to_close} downstream session(s) to close ({} of them were closing), {} of HTTP+SSE servers to \
+             open anew (they ended with the old process)",
             done.closing.len(),
             done.reopen.len()
         );
@@ -172,7 +181,7 @@ pub fn finish_restore(restored: Restored) -> std::io::Result<Option<JoinHandle<(
 /// `DELETE` was answered in the moment before the crash, ahead of the
 /// record that it was), and the close path then sends no second one. Any
 /// other answer, or none, leaves it to the `DELETE`. How many had ended.
-fn ended_at_server(closing: &[Arc<Downstream>]) -> usize {
+pub(crate) fn ended_at_server(closing: &[Arc<Downstream>]) -> usize {
     let ended = std::sync::atomic::AtomicUsize::new(0);
     threads::for_each_parallel("fanout", closing, RESTORE_PARALLEL, |d| {
         if let Err(DownstreamError::SessionGone) = d.request(&d.next_id(), "ping", None, &mut |_| {}) {

@@ -117,6 +117,11 @@ pub struct Session {
     /// Set at its first call (anything but `initialize`, lists and `ping`):
     /// until then `unused_session_idle_secs` ends it when idle.
     used: std::sync::atomic::AtomicBool,
+    /// The epoch of this instance's hold on it in the session store.
+    epoch: std::sync::atomic::AtomicU64,
+    /// The store's count of possible losses when its hold was last checked
+    /// (see `SessionStore::losses`).
+    checked: std::sync::atomic::AtomicU64,
     me: Weak<Session>,
 }
 
@@ -220,6 +225,8 @@ impl Session {
             slot_changed: Condvar::new(),
             sessionless: std::sync::atomic::AtomicBool::new(false),
             used: std::sync::atomic::AtomicBool::new(false),
+            epoch: std::sync::atomic::AtomicU64::new(0),
+            checked: std::sync::atomic::AtomicU64::new(0),
             me: me.clone(),
         })
     }
@@ -340,6 +347,44 @@ impl Session {
     /// Whether it ever made a call (see [`Session::mark_used`]).
     pub fn is_used(&self) -> bool {
         self.used.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The epoch of this instance's hold on it in the session store.
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    pub fn set_epoch(&self, epoch: u64) {
+        self.epoch.store(epoch, std::sync::atomic::Ordering::Release);
+        self.state.lock().streams.number_from(stream_base(epoch));
+    }
+
+    /// The request a client resuming a stream with `last_event_id` names,
+    /// when that stream was a `POST` answer of another holder of this
+    /// session (it died with the call in flight): its stream number and
+    /// the request as the priming event carried it.
+    pub fn foreign_call(&self, last_event_id: &str) -> Option<(u64, Vec<u8>)> {
+        let (stream, request) = streams::carried_request(last_event_id)?;
+        let base = stream_base(self.epoch());
+        self.state.lock().streams.is_foreign(stream, base).then_some((stream, request))
+    }
+
+    /// Whether its hold was checked since the store's `losses`-th possible loss.
+    pub fn checked_since(&self, losses: u64) -> bool {
+        self.checked.load(std::sync::atomic::Ordering::Acquire) >= losses
+    }
+
+    pub fn mark_checked(&self, losses: u64) {
+        self.checked.fetch_max(losses, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// Another instance took this session over: it ends here without a
+    /// word to its client or to the store, and its downstream sessions go
+    /// to [`downstream::hand_over_all`] (those of HTTP servers stay open
+    /// for the other instance).
+    pub fn hand_over(&self) {
+        let open = self.take_for_close(CloseReason::Refused);
+        downstream::hand_over_all(&open);
     }
 
     /// Makes this the session of the 2026-07-28 era's clients of one token.
@@ -835,9 +880,13 @@ impl Session {
     }
 
     /// The priming event that opens a stream for a 2025-11-25 client: an id
-    /// to resume from and how long to wait before reconnecting.
-    pub fn priming(&self, stream: u64) -> Option<Vec<u8>> {
-        versions::primes_streams(&self.protocol_version).then(|| streams::priming(stream))
+    /// to resume from and how long to wait before reconnecting; with the
+    /// `POST`'s `request`, the id carries it too (see `streams::priming_with`).
+    pub fn priming(&self, stream: u64, request: Option<&[u8]>) -> Option<Vec<u8>> {
+        versions::primes_streams(&self.protocol_version).then(|| match request {
+            Some(request) => streams::priming_with(stream, request),
+            None => streams::priming(stream),
+        })
     }
 
     /// Starts the SSE answer of a `POST`: its stream number.
@@ -959,6 +1008,11 @@ impl Drop for RequestGuard<'_> {
     }
 }
 
+/// The first stream number of a holder at `epoch`: 2^24 numbers each.
+fn stream_base(epoch: u64) -> u64 {
+    epoch << 24
+}
+
 /// The first characters of a session id, enough to tell sessions apart in logs.
 pub fn short(id: &str) -> &str {
     &id[..id.len().min(8)]
@@ -1022,6 +1076,15 @@ impl Sessions {
         let removed = map.remove(id);
         memory::set_sessions(map.len());
         removed
+    }
+
+    /// Removes a session another instance took over, without a word to the
+    /// journal: it is that instance's now.
+    pub fn take_handed_over(&self, id: &str) -> Option<Arc<Session>> {
+        let mut map = self.map.lock();
+        let taken = map.remove(id);
+        memory::set_sessions(map.len());
+        taken
     }
 
     /// Removes and returns the sessions idle for at least `timeout`, or

@@ -257,10 +257,37 @@ pub(super) fn priming(stream: u64) -> Vec<u8> {
     sse::priming(&format!("{stream}-0"), Some(RETRY_MS))
 }
 
-/// `<stream>-<seq>` back into numbers.
+/// The priming event of a `POST` answer that carries its request (at most
+/// [`MAX_CARRIED`] bytes of it, base64url after a dot): a client that
+/// resumes the stream on another instance, after this one died, names the
+/// call that was in flight, and that instance can answer it.
+pub(super) fn priming_with(stream: u64, request: &[u8]) -> Vec<u8> {
+    use base64::Engine;
+    if request.len() > MAX_CARRIED {
+        return priming(stream);
+    }
+    let carried = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(request);
+    sse::priming(&format!("{stream}-0.{carried}"), Some(RETRY_MS))
+}
+
+/// The most bytes of a request a priming event id carries.
+const MAX_CARRIED: usize = 1024;
+
+/// `<stream>-<seq>` back into numbers (a request carried after a dot is not read).
 fn parse_event_id(id: &str) -> Option<(u64, u64)> {
     let (stream, seq) = id.trim().split_once('-')?;
+    let seq = seq.split_once('.').map_or(seq, |(seq, _)| seq);
     Some((stream.parse().ok()?, seq.parse().ok()?))
+}
+
+/// The request a priming event id of another holder's `POST` stream
+/// carries, with its stream number.
+pub(super) fn carried_request(id: &str) -> Option<(u64, Vec<u8>)> {
+    use base64::Engine;
+    let (stream, rest) = id.trim().split_once('-')?;
+    let (_, carried) = rest.split_once('.')?;
+    let request = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(carried).ok()?;
+    Some((stream.parse().ok()?, request))
 }
 
 impl Streams {
@@ -373,6 +400,18 @@ impl Streams {
                 Err(_) => true,
             }
         });
+    }
+
+    /// Stream numbers start at `base` from now on (a holder's epoch): the
+    /// ids of a session continued elsewhere never repeat another holder's.
+    pub(super) fn number_from(&mut self, base: u64) {
+        self.next = self.next.max(base);
+    }
+
+    /// Whether `stream` is one of another holder of the session: below this
+    /// holder's numbers and unknown here.
+    pub(super) fn is_foreign(&self, stream: u64, base: u64) -> bool {
+        stream < base && !self.posts.contains_key(&stream) && self.replay.after(stream, 0).is_empty()
     }
 
     /// Starts the SSE answer of a `POST`: its stream number.

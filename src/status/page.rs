@@ -172,6 +172,21 @@ fn sessions(out: &mut String, v: &Value) {
     let live = v["sessions"]["live"].as_u64().unwrap_or(0);
     let listed = v["sessions"]["list"].as_array().map_or(&[][..], Vec::as_slice);
     let _ = write!(out, "<h2>Sessions: {live} live</h2>");
+    if let Some(store) = v["store"]["name"].as_str() {
+        let n = |section: &str, key: &str| v[section][key].as_u64().unwrap_or(0);
+        let _ = write!(
+            out,
+            "<p>Kept in the session store {}: {} continued here from an instance that died, {} let go to another \
+             after a pause, {} requests passed to the instance holding their session, {} claims lost, \
+             {} store errors.</p>",
+            escape(store),
+            n("sessions", "continued"),
+            n("sessions", "handed_over"),
+            n("sessions", "forwarded"),
+            n("sessions", "claims_lost"),
+            n("store", "errors"),
+        );
+    }
     if listed.is_empty() {
         out.push_str("<p class=\"dim\">No client session is open.</p>");
         return;

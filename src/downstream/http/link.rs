@@ -187,6 +187,14 @@ impl Link for HttpLink {
         }
     }
 
+    /// Another instance goes on with the session: the reader is joined, no `DELETE`.
+    fn hand_over(&self, d: &Downstream) -> Result<(), DownstreamError> {
+        if let Some(reader) = self.reader.lock().take() {
+            reader.join(d.server.limits.delete);
+        }
+        Ok(())
+    }
+
     /// Joins the reader (its socket closes, freeing a descriptor for the
     /// DELETE even when descriptors ran out), then sends `DELETE`.
     fn end(&self, d: &Downstream) -> Result<(), DownstreamError> {
