@@ -941,19 +941,25 @@ impl Drop for Downstream {
     }
 }
 
-/// Lets go of downstream sessions whose client session another instance
-/// took over: like [`close_all`], but a session that outlives this process
-/// is not ended at its server, and nothing is written to the journal (the
-/// other instance holds them now). Counted as handed over, not closed.
-pub fn hand_over_all(list: &[Arc<Downstream>]) {
-    let claimed: Vec<&Arc<Downstream>> = list
-        .iter()
+/// Marks each session of `list` not already closing as closing, and stops
+/// its requests and its listening: what both ways of letting a session go
+/// begin with. Returns the ones this call marked (a session is let go once).
+fn stop_each_once(list: &[Arc<Downstream>]) -> Vec<&Arc<Downstream>> {
+    list.iter()
         .filter(|d| !d.closing.swap(true, Ordering::AcqRel))
         .inspect(|d| {
             d.server.lanes.stop_owned_by(d.owner());
             d.link.stop(d);
         })
-        .collect();
+        .collect()
+}
+
+/// Lets go of downstream sessions whose client session another instance
+/// took over: like [`close_all`], but a session that outlives this process
+/// is not ended at its server, and nothing is written to the journal (the
+/// other instance holds them now). Counted as handed over, not closed.
+pub fn hand_over_all(list: &[Arc<Downstream>]) {
+    let claimed = stop_each_once(list);
     for d in claimed {
         if let Err(e) = d.link.hand_over(d) {
             limited!(
@@ -986,14 +992,7 @@ pub fn hand_over_all(list: &[Arc<Downstream>]) {
 /// `DELETE` was lost to a fault that may pass, its `DELETE` is owed
 /// ([`Deletes`]): tried again by the reaper, and kept in the file until done.
 pub fn close_all(list: &[Arc<Downstream>], parallel: usize) {
-    let claimed: Vec<&Arc<Downstream>> = list
-        .iter()
-        .filter(|d| !d.closing.swap(true, Ordering::AcqRel))
-        .inspect(|d| {
-            d.server.lanes.stop_owned_by(d.owner());
-            d.link.stop(d);
-        })
-        .collect();
+    let claimed = stop_each_once(list);
     let Some(first) = claimed.first() else { return };
     // Written ahead: a crash from here on leaves these marked closing, and
     // the next start sends their DELETE.
