@@ -156,6 +156,9 @@ fn each_rung_of_the_checks_answers_with_its_code_and_status() {
     assert!(version.body["error"]["data"]["supported"].as_array().is_some_and(|s| s.contains(&json!(ERA))));
     let unknown = client.send(json!(6), "no/such", json!({}), &[]);
     assert_eq!((unknown.status, unknown.error_code()), (404, -32601), "{unknown:?}");
+    // `ping` is of the session era alone (the conformance suite's server-stateless).
+    let ping = client.send(json!(7), "ping", json!({}), &[]);
+    assert_eq!((ping.status, ping.error_code()), (404, -32601), "{ping:?}");
     assert_eq!(fx.count("requests"), reached, "a refused request reached the server: {}", fx.stats());
     // The session era's GET and DELETE are not of this era.
     let agent = http_agent(Some(Duration::from_secs(5)));

@@ -156,11 +156,6 @@ impl Gateway {
         if message.method() == "server/discover" {
             return self.discover(&id, access);
         }
-        if message.method() == "ping" {
-            // The era's spec left it out, but a server may answer it still;
-            // mcpgate is the server its clients talk to, so it answers for itself.
-            return self.finish(&id, "ping", Outcome::Result(json!({})), None);
-        }
         let pool = match self.pool(access) {
             Ok(pool) => pool,
             Err(reply) => return reply,
