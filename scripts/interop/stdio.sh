@@ -55,7 +55,8 @@ stdio_step() {
   }
 }
 EOF
-    start mcpgate-stdio "$MCPGATE" --config "$RUN/mcpgate-stdio.json"
+    # INTEROP_GATEWAY_ONLY: in mcpgate's environment, neither base nor passed through (stdio_spec.json).
+    start mcpgate-stdio env INTEROP_GATEWAY_ONLY=not-for-servers "$MCPGATE" --config "$RUN/mcpgate-stdio.json"
     local gw_pid=$PID gw_port
     gw_port=$(wait_port mcpgate-stdio "$gw_pid" "$RUN/mcpgate-stdio.out")
     # $gw_pid is `timeout`'s (see start); mcpgate is its child.

@@ -7,7 +7,7 @@ Session A (declaring sampling, elicitation and roots): initialize, the tools of
 all four (exactly the lists of stdio_spec.json), the filesystem server's roots
 request at its start (answered by A), write_file/read_text_file, memory
 create_entities/read_graph, echo, server-everything's environment (its own `env`
-and mcpgate's base variables, nothing else of mcpgate's), get_current_time,
+and mcpgate's base and env_passthrough variables, nothing else of mcpgate's), get_current_time,
 progress, sampling, elicitation, roots. Then session B, while A is open: B sees A's entity, an update
 of the resource A subscribed to when B writes (one process), and, by status.json
 and /proc, one memory process for the two sessions and one of each other server
@@ -144,7 +144,7 @@ async def all_tools(c: Client) -> tuple[list[str], int]:
     return names, pages
 
 
-async def session_checks(s: Session, spec: dict[str, Any], fs_dir: str) -> None:
+async def session_checks(s: Session, spec: dict[str, Any], fs_dir: str, gateway_pid: int) -> None:
     c = s.client
     record(
         "initialize through mcpgate (four stdio servers behind it)",
@@ -238,12 +238,25 @@ async def session_checks(s: Session, spec: dict[str, Any], fs_dir: str) -> None:
     async def environment() -> tuple[bool, str]:
         r = await s.call("everything__get-env", {})
         env = json.loads(text_of(r))
-        allowed = set(spec["base_env"]) | set(spec["everything_env"])
+        gateway = gateway_environ(gateway_pid)
+        passed = [k for k in gateway if any(k.startswith(p[:-1]) if p.endswith("*") else k == p for p in spec["passthrough_env"])]
+        allowed = set(spec["base_env"]) | set(spec["everything_env"]) | set(passed)
         extra = sorted(set(env) - allowed)
         own = all(env.get(k) == v for k, v in spec["everything_env"].items())
-        return own and not extra and "PATH" in env, f"{sorted(env)}" + (f"; not expected: {extra}" if extra else "")
+        # What it passes of mcpgate's own environment is mcpgate's value, unchanged.
+        changed = sorted(k for k in passed if k in env and k not in spec["everything_env"] and env[k] != gateway[k])
+        # The variable stdio.sh set for mcpgate alone is in mcpgate's environment and not the server's.
+        secret = spec["gateway_only_env"]
+        leak_checked = secret in gateway and secret not in env
+        ok = own and not extra and not changed and leak_checked and "PATH" in env
+        return ok, (
+            f"{sorted(env)}"
+            + (f"; not expected: {extra}" if extra else "")
+            + (f"; changed from mcpgate's: {changed}" if changed else "")
+            + ("" if leak_checked else f"; {secret} not in mcpgate's environment or passed on")
+        )
 
-    await check("everything: its environment is its own `env` and mcpgate's base variables only (get-env)", environment, CALL_TIMEOUT)
+    await check("everything: its environment is its own `env`, mcpgate's base variables and env_passthrough only (get-env)", environment, CALL_TIMEOUT)
 
     async def now_in_tokyo() -> tuple[bool, str]:
         r = await s.call("time__get_current_time", {"timezone": "Asia/Tokyo"})
@@ -309,6 +322,13 @@ async def session_checks(s: Session, spec: dict[str, Any], fs_dir: str) -> None:
         return f"file://{s.root}" in text_of(r), short(text_of(r), 100)
 
     await check("everything: roots (get-roots-list has the client's root)", roots, CALL_TIMEOUT)
+
+
+def gateway_environ(pid: int) -> dict[str, str]:
+    """mcpgate's own environment, from /proc."""
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        pairs = [item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item]
+    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
 
 
 def status(url: str) -> dict[str, Any]:
@@ -393,7 +413,7 @@ async def run(args: argparse.Namespace) -> None:
     t0 = time.monotonic()
     async with a.client:
         print(f"INFO  session A initialized in {time.monotonic() - t0:.2f} s", flush=True)
-        await session_checks(a, spec, args.roots)
+        await session_checks(a, spec, args.roots, args.gateway_pid)
         t1 = time.monotonic()
         async with b.client:
             print(f"INFO  session B initialized in {time.monotonic() - t1:.2f} s", flush=True)
