@@ -59,13 +59,27 @@ function issues(result) {
 
 // Validates one message; returns the failures, [] when it is valid. Each failure has a category:
 // `id-null` for an error answer with "id": null (known of mcpgate), else the schema's name.
-function check(message, methodOf) {
-  const failures = checkOnly(message, methodOf);
+function check(message, methodOf, modern = false) {
+  const failures = checkOnly(message, methodOf, modern);
   const idNull = message && typeof message === "object" && "error" in message && message.id === null;
   return failures.map((f) => ({ category: idNull ? "id-null" : f.schema, ...f }));
 }
 
-function checkOnly(message, methodOf) {
+// What a result of 2026-07-28 carries beyond the session era's (SDK 1.32.2 knows that era only):
+// `resultType`, which it must carry, and the cache hints `ttlMs` and `cacheScope`, which it may.
+const RESULT_TYPES = ["complete", "input_required", "task"];
+function eraFields(result) {
+  const errors = [];
+  if (!RESULT_TYPES.includes(result.resultType)) errors.push(`resultType ${JSON.stringify(result.resultType)}: not one of ${RESULT_TYPES.join(", ")}`);
+  if ("ttlMs" in result && !(Number.isInteger(result.ttlMs) && result.ttlMs >= 0)) errors.push(`ttlMs ${JSON.stringify(result.ttlMs)}: not a count of ms`);
+  if ("cacheScope" in result && !["public", "private"].includes(result.cacheScope)) errors.push(`cacheScope ${JSON.stringify(result.cacheScope)}`);
+  const { resultType, ttlMs, cacheScope, ...rest } = result; // eslint-disable-line no-unused-vars
+  return [errors, rest];
+}
+
+// `modern`: the answer to a request of 2026-07-28 (its MCP-Protocol-Version header): its result is
+// checked for that era's fields, and the rest against the session era's schema of its method.
+function checkOnly(message, methodOf, modern) {
   if (message === null || typeof message !== "object" || Array.isArray(message)) {
     return [{ schema: "JSON object", errors: [`not a JSON-RPC object: ${JSON.stringify(message).slice(0, 120)}`] }];
   }
@@ -73,7 +87,12 @@ function checkOnly(message, methodOf) {
   const base = T.JSONRPCMessageSchema.safeParse(message);
   if (!base.success) failures.push({ schema: "JSONRPCMessageSchema", errors: issues(base) });
   const [name, schema] = schemaFor(message, methodOf);
-  const payload = "result" in message ? message.result : message;
+  let payload = "result" in message ? message.result : message;
+  if (modern && "result" in message && payload && typeof payload === "object") {
+    const [errors, rest] = eraFields(payload);
+    if (errors.length) failures.push({ schema: `2026-07-28 result (${name})`, errors });
+    payload = rest;
+  }
   const specific = schema.safeParse(payload);
   if (!specific.success) failures.push({ schema: name, errors: issues(specific) });
   return failures;
@@ -106,9 +125,10 @@ function validateTaps(dir, match) {
         }
         const session = request.headers["mcp-session-id"] || (statuses.get(r.seq) || { headers: {} }).headers["mcp-session-id"] || "";
         const methodOf = (id) => methods.get(`${session} ${JSON.stringify(id)}`) || methods.get(` ${JSON.stringify(id)}`);
+        const modern = request.headers["mcp-protocol-version"] === "2026-07-28";
         for (const message of [].concat(r.data)) {
           report.messages++;
-          for (const f of check(message, methodOf)) {
+          for (const f of check(message, methodOf, modern)) {
             const response = statuses.get(r.seq);
             report.failures.push({
               run: file.replace(/\.jsonl$/, ""),
