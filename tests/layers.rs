@@ -2,8 +2,14 @@
 //! says each imports only from the floors below it. This reads every `use`
 //! and every `crate::` path in `src/` and fails on one that runs up, or
 //! sideways into a module `lib.rs` does not place.
+//!
+//! Inside each folder the same holds without a list: its files, each of its
+//! subfolders as one, and the folder's own module (`mod.rs`, or `config.rs`
+//! beside `config/`) import each other without a loop, so they stand on
+//! floors. A loop the code has today is allowed by name in [`ALLOWED`],
+//! with why; the list can only shrink.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -134,4 +140,403 @@ fn the_check_sees_an_import_that_runs_up() {
     // that cannot fail proves nothing.
     let text = "use crate::gateway::Gateway; // crate::status in a comment\nlet s = \"crate::routes\";\ncrate::limited!(warn, \"x\");";
     assert_eq!(imports(&code(text)), vec!["gateway".to_string()]);
+}
+
+// Floors inside each folder of `src/`: the files of a folder, and each of
+// its subfolders as one unit, import each other without a loop.
+
+/// A file's module path from the crate root: `src/gateway/stateless/mod.rs`
+/// is `gateway::stateless`, `src/config.rs` is `config`, `lib.rs` the root.
+fn module_path(file: &Path) -> Vec<String> {
+    let relative = file.strip_prefix(SRC).unwrap().with_extension("");
+    let mut path: Vec<String> = relative.iter().map(|c| c.to_str().unwrap().to_string()).collect();
+    if matches!(path.last().map(String::as_str), Some("mod" | "lib")) {
+        path.pop();
+    }
+    path
+}
+
+#[derive(Clone, Debug, PartialEq)]
+enum Token {
+    Word(String),
+    Path,
+    Open,
+    Close,
+    Comma,
+    Star,
+    Bang,
+    Other,
+}
+
+/// The tokens of a file, as far as a path needs them: comments, strings
+/// (raw ones, and those over several lines too) and char literals are none.
+fn tokens(text: &str) -> Vec<Token> {
+    let mut out = Vec::new();
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        let ahead = |n: usize| chars.clone().nth(n);
+        if c == '/' && ahead(0) == Some('/') {
+            chars.by_ref().find(|&c| c == '\n');
+        } else if c == '/' && ahead(0) == Some('*') {
+            chars.next();
+            while let Some(c) = chars.next() {
+                if c == '*' && chars.peek() == Some(&'/') {
+                    chars.next();
+                    break;
+                }
+            }
+        } else if c.is_ascii_alphanumeric() || c == '_' {
+            let mut word = c.to_string();
+            while let Some(&next) = chars.peek().filter(|n| n.is_ascii_alphanumeric() || **n == '_') {
+                word.push(next);
+                chars.next();
+            }
+            if matches!(word.as_str(), "r" | "br") && matches!(chars.peek(), Some('"' | '#')) {
+                // A raw string: r"..." or r#"..."#, its end the quote and as many #.
+                let hashes = chars.by_ref().take_while(|&c| c == '#').count();
+                while let Some(c) = chars.next() {
+                    if c == '"' && (0..hashes).all(|n| chars.clone().nth(n) == Some('#')) {
+                        chars.by_ref().take(hashes).for_each(drop);
+                        break;
+                    }
+                }
+                out.push(Token::Other);
+            } else {
+                out.push(Token::Word(word));
+            }
+        } else if c == '"' {
+            while let Some(c) = chars.next() {
+                if c == '\\' {
+                    chars.next();
+                } else if c == '"' {
+                    break;
+                }
+            }
+            out.push(Token::Other);
+        } else if c == ':' && chars.peek() == Some(&':') {
+            chars.next();
+            out.push(Token::Path);
+        } else if c == '\'' {
+            // A char literal ('{', '\'') or a lifetime: what a literal holds is no token.
+            let ahead: Vec<char> = chars.clone().take(2).collect();
+            if ahead.first() == Some(&'\\') {
+                chars.nth(1);
+                chars.by_ref().find(|&c| c == '\'');
+            } else if ahead.get(1) == Some(&'\'') {
+                chars.nth(1);
+            }
+            out.push(Token::Other);
+        } else if !c.is_whitespace() {
+            out.push(match c {
+                '{' => Token::Open,
+                '}' => Token::Close,
+                ',' => Token::Comma,
+                '*' => Token::Star,
+                '!' => Token::Bang,
+                _ => Token::Other,
+            });
+        }
+    }
+    out
+}
+
+/// The paths a use tree or a path expression at `at` names, each whole (a
+/// group `a::{b, c::d}` gives `a::b` and `a::c::d`), and where it ends.
+fn paths_at(tokens: &[Token], mut at: usize, mut path: Vec<String>, out: &mut Vec<Vec<String>>) -> usize {
+    loop {
+        match tokens.get(at) {
+            Some(Token::Word(w)) => {
+                if w != "self" {
+                    path.push(w.clone());
+                }
+                at += 1;
+            }
+            Some(Token::Star) => {
+                out.push(path);
+                return at + 1;
+            }
+            Some(Token::Open) => {
+                at += 1;
+                while !matches!(tokens.get(at), None | Some(Token::Close)) {
+                    at = paths_at(tokens, at, path.clone(), out);
+                    // an `as` alias, then the comma
+                    while !matches!(tokens.get(at), None | Some(Token::Close | Token::Comma)) {
+                        at += 1;
+                    }
+                    at += usize::from(tokens.get(at) == Some(&Token::Comma));
+                }
+                return at + 1;
+            }
+            _ => {
+                out.push(path);
+                return at;
+            }
+        }
+        if tokens.get(at) != Some(&Token::Path) {
+            out.push(path);
+            return at;
+        }
+        at += 1;
+    }
+}
+
+/// A path a file names, resolved from where it stands (`crate`, `self`,
+/// `super`, or a child module's name), and whether a `use` of the file's
+/// own scope names it (which other files may then name through it).
+struct Named {
+    path: Vec<String>,
+    used_at_top: bool,
+}
+
+fn named_paths(own: &[String], text: &str, modules: &BTreeMap<Vec<String>, PathBuf>) -> Vec<Named> {
+    let tokens = tokens(text);
+    // Inline modules (`mod tests { ... }`) with the depth they open at.
+    let mut inline: Vec<(String, usize)> = Vec::new();
+    let mut depth: usize = 0;
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < tokens.len() {
+        let starts_path = tokens.get(at + 1) == Some(&Token::Path) && (at == 0 || tokens[at - 1] != Token::Path);
+        match &tokens[at] {
+            Token::Open => depth += 1,
+            Token::Close => {
+                depth = depth.checked_sub(1).expect("no more braces closed than opened");
+                if inline.last().is_some_and(|(_, opened)| *opened == depth) {
+                    inline.pop();
+                }
+            }
+            Token::Word(w) if w == "mod" => {
+                if let (Some(Token::Word(name)), Some(Token::Open)) = (tokens.get(at + 1), tokens.get(at + 2)) {
+                    inline.push((name.clone(), depth));
+                }
+            }
+            Token::Word(w) if starts_path => {
+                let mut here = own.to_vec();
+                here.extend(inline.iter().map(|(name, _)| name.clone()));
+                let (base, next) = match w.as_str() {
+                    "crate" => (Vec::new(), at + 2),
+                    "self" => (here, at + 2),
+                    "super" => {
+                        let mut next = at;
+                        while tokens.get(next) == Some(&Token::Word("super".into()))
+                            && tokens.get(next + 1) == Some(&Token::Path)
+                        {
+                            here.pop();
+                            next += 2;
+                        }
+                        (here, next)
+                    }
+                    child if modules.contains_key(&[here.as_slice(), &[child.to_string()]].concat()) => (here, at),
+                    _ => {
+                        at += 1;
+                        continue;
+                    }
+                };
+                let mut found = Vec::new();
+                let end = paths_at(&tokens, next, base, &mut found);
+                // `crate::name!`: an exported macro sits at the root, whatever defines it.
+                if tokens.get(end) != Some(&Token::Bang) {
+                    let used_at_top = inline.is_empty() && at > 0 && tokens[at - 1] == Token::Word("use".into());
+                    out.extend(found.into_iter().map(|path| Named { path, used_at_top }));
+                }
+                at = end.max(at + 1);
+                continue;
+            }
+            _ => {}
+        }
+        at += 1;
+    }
+    out
+}
+
+/// The module a path reaches: its longest prefix that is a module, and,
+/// when that is a folder's own module, through its `use` of the next name
+/// (`super::Gateway` is `gateway`, `crate::downstream::DownstreamError` is
+/// `downstream::error`).
+fn resolve(
+    mut path: Vec<String>,
+    modules: &BTreeMap<Vec<String>, PathBuf>,
+    uses: &BTreeMap<Vec<String>, BTreeMap<String, Vec<String>>>,
+) -> Vec<String> {
+    for _ in 0..8 {
+        let module = (0..=path.len()).rev().map(|n| &path[..n]).find(|p| modules.contains_key(*p)).unwrap().to_vec();
+        // A folder's own module hands on the names its `use`s bring in; a
+        // file that names another's `use` imports that file.
+        let face = modules.keys().any(|m| m.len() > module.len() && m.starts_with(&module));
+        let through = path.get(module.len()).filter(|_| face).and_then(|name| uses.get(&module)?.get(name));
+        match through {
+            Some(target) if *target != path[..=module.len()] => {
+                path = [target.as_slice(), &path[module.len() + 1..]].concat();
+            }
+            _ => return module,
+        }
+    }
+    panic!("a `use` loop at {path:?}")
+}
+
+/// A folder of `src/` (`gateway/stateless`) and its units: each file by its
+/// name (`holds`), each subfolder as one (`stateless/`), and the file that
+/// is the folder's own module (`mod.rs`, or `config.rs` beside `config/`) as
+/// `mod`.
+type Edge = (String, String, String);
+
+/// Every import between two units of one folder, with the files and the
+/// paths that make it.
+fn folder_edges() -> BTreeMap<Edge, Vec<String>> {
+    let mut files = Vec::new();
+    sources(Path::new(SRC), &mut files);
+    files.retain(|f| !f.ends_with("main.rs"));
+    let modules: BTreeMap<Vec<String>, PathBuf> = files.iter().map(|f| (module_path(f), f.clone())).collect();
+    let named: BTreeMap<Vec<String>, Vec<Named>> = files
+        .iter()
+        .map(|f| (module_path(f), named_paths(&module_path(f), &fs::read_to_string(f).unwrap(), &modules)))
+        .collect();
+    let uses = named
+        .iter()
+        .map(|(module, paths)| {
+            let by_name = paths
+                .iter()
+                .filter(|n| n.used_at_top && n.path.len() > module.len().min(1))
+                .map(|n| (n.path.last().unwrap().clone(), n.path.clone()))
+                .collect();
+            (module.clone(), by_name)
+        })
+        .collect();
+    let unit = |path: &[String], at: usize| match path.get(at) {
+        None => "mod".to_string(),
+        Some(name) if modules.keys().any(|m| m.len() > at + 1 && m[..=at] == path[..=at]) => format!("{name}/"),
+        Some(name) => name.clone(),
+    };
+    let mut edges: BTreeMap<Edge, Vec<String>> = BTreeMap::new();
+    for (own, paths) in &named {
+        for n in paths {
+            let target = resolve(n.path.clone(), &modules, &uses);
+            let common = own.iter().zip(&target).take_while(|(a, b)| a == b).count();
+            if common == 0 || target == *own {
+                continue;
+            }
+            let edge = (own[..common].join("/"), unit(own, common), unit(&target, common));
+            let file = modules[own].strip_prefix(SRC).unwrap().display();
+            edges.entry(edge).or_default().push(format!("{file}: {}", n.path.join("::")));
+        }
+    }
+    for why in edges.values_mut() {
+        why.dedup();
+    }
+    edges
+}
+
+/// The units `from` reaches in one folder's arrows.
+fn reach(arrows: &BTreeSet<(&str, &str)>, from: &str) -> BTreeSet<String> {
+    let mut seen = BTreeSet::new();
+    let mut next = vec![from.to_string()];
+    while let Some(unit) = next.pop() {
+        for (_, to) in arrows.iter().filter(|(f, _)| *f == unit) {
+            if seen.insert(to.to_string()) {
+                next.push(to.to_string());
+            }
+        }
+    }
+    seen
+}
+
+/// What is wrong with a folder's arrows, given the arrows allowed to run
+/// up: an arrow of a loop not allowed, an allowance no arrow of the code
+/// makes, or one that closes no loop (the list can only shrink).
+fn floor_faults(edges: &BTreeMap<Edge, Vec<String>>, allowed: &[(&str, &str, &str, &str)]) -> Vec<String> {
+    let allowed: BTreeSet<Edge> =
+        allowed.iter().map(|(folder, from, to, _)| (folder.to_string(), from.to_string(), to.to_string())).collect();
+    let mut faults = Vec::new();
+    for edge in allowed.difference(&edges.keys().cloned().collect()) {
+        faults.push(format!("allowed, but no longer in the code (take it off the list): {edge:?}"));
+    }
+    let folders: BTreeSet<&String> = edges.keys().map(|(folder, ..)| folder).collect();
+    for folder in folders {
+        let arrows: BTreeSet<(&str, &str)> = edges
+            .keys()
+            .filter(|edge| edge.0 == *folder && !allowed.contains(*edge))
+            .map(|(_, from, to)| (from.as_str(), to.as_str()))
+            .collect();
+        for (from, to) in &arrows {
+            if reach(&arrows, to).contains(*from) {
+                let why = &edges[&(folder.clone(), from.to_string(), to.to_string())];
+                faults.push(format!("{folder}: {from} -> {to} closes a loop: {why:?}"));
+            }
+        }
+        for (_, from, to) in allowed.iter().filter(|edge| edge.0 == *folder) {
+            if edges.contains_key(&(folder.clone(), from.clone(), to.clone())) && !reach(&arrows, to).contains(from) {
+                faults
+                    .push(format!("allowed, but closes no loop now (take it off the list): {folder}: {from} -> {to}"));
+            }
+        }
+    }
+    faults
+}
+
+/// The arrows that close a loop today, each allowed by name with why: the
+/// check fails on any other loop, and on an allowance the code no longer
+/// needs, so this list can only shrink. (folder, from, to, why)
+///
+/// Of the arrows of a loop, the fewest are allowed, and where the choice is
+/// free, those that run up: a folder's own module defines what its files
+/// share, so it stands low, and its arrows to them run up.
+const ALLOWED: &[(&str, &str, &str, &str)] = &[
+    // config.rs defines what its files share (`Config`, `Invalid`, `Keys`,
+    // `expand`) and also runs the parse that calls them.
+    ("config", "mod", "clients", "the parse adapts other clients' files"),
+    ("config", "mod", "oauth", "the parse reads `oauth` through it"),
+    ("config", "mod", "oauth_client", "the parse reads `oauth_client` through it"),
+    ("config", "mod", "suggest", "the parse names unknown keys through it"),
+    ("config", "mod", "trust", "the parse reads `tls` and the roots through it"),
+    ("config", "suggest", "clients", "the keys known at a place are config's and clients' files'"),
+    // downstream/mod.rs defines `Downstream` and `Server`, which its files use.
+    ("downstream", "mod", "deletes", "a close asks `worth_retrying` of a failed DELETE"),
+    ("downstream", "mod", "spans", "a send writes its span, which reads the `Downstream`"),
+    ("downstream", "error", "oauth/", "a `DownstreamError` holds a `SignIn`; `oauth/` answers them"),
+    ("downstream", "oauth/", "http/", "OAuth fetches through `http/tls.rs`; `http/` signs in through `oauth/`"),
+    // downstream/oauth/mod.rs defines `Target`, `User` and `Authorizer`.
+    ("downstream/oauth", "mod", "flow", "the `Authorizer` runs the flows, which read `Target` and `User`"),
+    ("downstream/oauth", "mod", "server", "hands on `ServerAuth`, which reads the `Authorizer`"),
+    // Issue 44's split of `Gateway` removes these two.
+    ("gateway", "mod", "stateless/", "`Gateway` holds the stateless side's `Holds` and `Watch`"),
+    ("gateway", "authorize", "dispatch", "a sign-in link's call is a `dispatch::call`, and dispatch asks `link_of`"),
+    ("http", "mod", "server", "hands on `Httpd`, which serves the `HttpRequest` and `HttpReply` of mod.rs"),
+    ("runtime", "trace", "threads", "each thread started carries the trace on, and trace sends on a thread"),
+];
+
+#[test]
+fn no_two_files_of_a_folder_import_each_other_in_a_loop() {
+    let mut faults = floor_faults(&folder_edges(), ALLOWED);
+    let architecture = fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/ARCHITECTURE.md")).unwrap();
+    let said = format!("The {} arrows that close a loop today", ALLOWED.len());
+    if !architecture.split_whitespace().collect::<Vec<_>>().join(" ").contains(&said) {
+        faults.push(format!("docs/ARCHITECTURE.md says how many arrows are allowed: \"{said}\""));
+    }
+    assert!(
+        faults.is_empty(),
+        "inside a folder, files (and each subfolder as one) stand on floors: a file imports only those below it. \
+         Move what two files need of each other to the lower one, or name a `use` from the file that defines it; \
+         take an allowance the code no longer needs off ALLOWED (and its count off docs/ARCHITECTURE.md):\n{}",
+        faults.join("\n")
+    );
+}
+
+#[test]
+fn the_folder_check_sees_a_loop_and_an_allowance_not_needed() {
+    // The parser and the check, on code they must refuse.
+    let modules: BTreeMap<Vec<String>, PathBuf> =
+        [vec![], vec!["g".into()], vec!["g".into(), "a".into()], vec!["g".into(), "b".into()]]
+            .into_iter()
+            .map(|m| (m, PathBuf::new()))
+            .collect();
+    let text = "use super::{b::{self, X}, Y};\n// super::c in a comment\nlet s = \"super::c\";\nmod tests { use super::*; fn f() { super::super::b::z(); } }";
+    let paths: Vec<String> =
+        named_paths(&["g".into(), "a".into()], text, &modules).iter().map(|n| n.path.join("::")).collect();
+    assert_eq!(paths, ["g::b", "g::b::X", "g::Y", "g::a", "g::b::z"]);
+    let edge = |from: &str, to: &str| (("g".to_string(), from.to_string(), to.to_string()), vec![String::new()]);
+    let looped: BTreeMap<Edge, Vec<String>> = [edge("a", "b"), edge("b", "a"), edge("b", "mod")].into_iter().collect();
+    assert_eq!(floor_faults(&looped, &[]).len(), 2, "both arrows of a loop are named");
+    assert!(floor_faults(&looped, &[("g", "b", "a", "")]).is_empty());
+    assert_eq!(floor_faults(&looped, &[("g", "b", "a", ""), ("g", "b", "mod", "")]).len(), 1, "closes no loop");
+    assert_eq!(floor_faults(&looped, &[("g", "b", "a", ""), ("g", "a", "c", "")]).len(), 1, "not in the code");
 }

@@ -11,6 +11,7 @@ use super::outcome::Outcome;
 use crate::config::AuditConfig;
 use crate::downstream::Server;
 use crate::protocol::jsonrpc::Params;
+use crate::protocol::spans::is_tool_error;
 use crate::runtime::audit::{MAX_LINE, Record, redacted};
 use crate::runtime::clock;
 use crate::session::{CloseReason, Session};
@@ -55,7 +56,7 @@ pub(super) fn call_record(config: &AuditConfig, issuer: Option<&str>, call: &Fin
                 let code = serde_json::from_str::<Value>(error.get()).ok().and_then(|e| e["code"].as_i64());
                 ("error", code, error.get().len())
             }
-            (None, Some(result)) if method == "tools/call" && super::dispatch::is_tool_error(result.get()) => {
+            (None, Some(result)) if method == "tools/call" && is_tool_error(result.get()) => {
                 ("tool_error", None, result.get().len())
             }
             (None, result) => ("ok", None, result.as_ref().map_or(0, |r| r.get().len())),

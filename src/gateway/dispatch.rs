@@ -12,6 +12,7 @@ use serde_json::{Map, Value, json};
 
 use crate::downstream::{Arrival, Downstream, DownstreamError, Server};
 use crate::protocol::jsonrpc::{self, Message, Params, RpcError};
+use crate::protocol::spans::is_tool_error;
 use crate::runtime::threads;
 use crate::session::{self, Session};
 
@@ -223,8 +224,6 @@ fn log_call(session: &Session, server: &Server, method: &str, params: &Params, o
         took.as_millis()
     );
 }
-
-pub(super) use crate::protocol::spans::is_tool_error;
 
 /// A client's `notifications/cancelled` (its `params`): sent on to the
 /// server of the request it names, with the server's id for it.

@@ -7,9 +7,10 @@
 use serde_json::{Map, Value};
 
 use super::jsonrpc::{INVALID_PARAMS, Message, Params, RpcError};
+use super::versions;
 
-/// The one protocol version of this era.
-pub const VERSION: &str = "2026-07-28";
+/// The one protocol version of this era, kept with the others in `versions`.
+pub use versions::STATELESS as VERSION;
 
 /// `params._meta` keys of every request.
 pub const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
@@ -220,7 +221,7 @@ pub fn missing_extension(extension: &str, why: &str) -> RpcError {
 /// -32022 naming every version mcpgate speaks, of both eras.
 pub fn unsupported(requested: &str) -> RpcError {
     let mut supported = vec![VERSION];
-    supported.extend_from_slice(super::versions::SUPPORTED);
+    supported.extend_from_slice(versions::SUPPORTED);
     RpcError {
         code: UNSUPPORTED_PROTOCOL_VERSION,
         message: format!("unsupported protocol version `{requested}`; mcpgate speaks {}", supported.join(", ")),

@@ -14,11 +14,15 @@ pub const NEWEST: &str = SUPPORTED[0];
 /// transport to speak it.
 pub const HTTP_SSE: &str = "2024-11-05";
 
+/// The version of the 2026-07-28 era (`stateless`): no `initialize`, no
+/// session, so no `initialize` negotiates it: not in `SUPPORTED`.
+pub const STATELESS: &str = "2026-07-28";
+
 /// Whether mcpgate speaks `version`.
 /// The version as one of mcpgate's own constants, if it is one of the
 /// versions it speaks (either era's).
 pub fn known(version: &str) -> Option<&'static str> {
-    SUPPORTED.iter().chain(&[HTTP_SSE, crate::protocol::stateless::VERSION]).find(|v| **v == version).copied()
+    SUPPORTED.iter().chain(&[HTTP_SSE, STATELESS]).find(|v| **v == version).copied()
 }
 
 pub fn supported(version: &str) -> bool {

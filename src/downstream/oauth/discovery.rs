@@ -129,7 +129,7 @@ pub fn protected_resource(
 ) -> Result<ProtectedResource, String> {
     let mut tried = Vec::new();
     for url in resource_metadata_urls(server_url, from_challenge) {
-        if let Err(why) = super::check_endpoint(&url) {
+        if let Err(why) = fetch::check_endpoint(&url) {
             tried.push(format!("{url}: {why}"));
             continue;
         }
@@ -213,7 +213,7 @@ pub fn check_metadata(issuer: &str, url: &str, doc: &Value) -> Result<Authorizat
     }
     let endpoint = |name: &str| -> Result<String, String> {
         let value = doc[name].as_str().ok_or_else(|| format!("the metadata at {url} has no `{name}`"))?;
-        super::check_endpoint(value).map_err(|why| format!("the metadata at {url}: `{name}` {why}"))?;
+        fetch::check_endpoint(value).map_err(|why| format!("the metadata at {url}: `{name}` {why}"))?;
         Ok(value.to_string())
     };
     let authorization_endpoint = endpoint("authorization_endpoint")?;
@@ -249,7 +249,7 @@ pub fn check_metadata(issuer: &str, url: &str, doc: &Value) -> Result<Authorizat
 
 /// The issuer's metadata, from the first place that answers.
 pub fn authorization_server(agent: &Agent, issuer: &str) -> Result<AuthorizationServer, String> {
-    super::check_endpoint(issuer).map_err(|why| format!("the issuer `{issuer}` {why}"))?;
+    fetch::check_endpoint(issuer).map_err(|why| format!("the issuer `{issuer}` {why}"))?;
     let mut tried = Vec::new();
     for url in metadata_urls(issuer) {
         match fetch::get_json(agent, &url) {

@@ -126,6 +126,28 @@ pub(super) fn post_json(agent: &Agent, url: &str, body: &Value) -> Result<Answer
     read(url, response)
 }
 
+/// `https://`, or `http://` on a loopback address; no fragment: where a
+/// token or a code may be sent.
+pub(crate) fn check_endpoint(url: &str) -> Result<(), String> {
+    let uri: ureq::http::Uri = url.parse().map_err(|_| format!("`{url}` is not a URL"))?;
+    let host = uri.host().unwrap_or("").trim_matches(['[', ']']);
+    let loopback =
+        host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    if host.is_empty() || url.contains('#') {
+        return Err(format!("`{url}` has no host, or has a fragment"));
+    }
+    match uri.scheme_str() {
+        Some("https") => Ok(()),
+        Some("http") if loopback => Ok(()),
+        _ => Err(format!("`{url}` is not https:// (http:// is taken on a loopback address only)")),
+    }
+}
+
+/// Visible ASCII only, at most 200 characters: what an error page may say of a server's words.
+pub fn printable(text: &str) -> String {
+    text.chars().take(200).map(|c| if (' '..='~').contains(&c) { c } else { '?' }).collect()
+}
+
 /// `application/x-www-form-urlencoded` of `pairs`.
 pub(crate) fn form(pairs: &[(&str, &str)]) -> String {
     pairs.iter().map(|(k, v)| format!("{}={}", encode(k), encode(v))).collect::<Vec<_>>().join("&")

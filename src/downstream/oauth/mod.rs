@@ -66,23 +66,6 @@ pub fn user_key(user: &User) -> String {
 const KNOWN_FOR: Duration = Duration::from_secs(3600);
 const FAILED_FOR: Duration = Duration::from_secs(10);
 
-/// `https://`, or `http://` on a loopback address; no fragment: where a
-/// token or a code may be sent.
-pub(crate) fn check_endpoint(url: &str) -> Result<(), String> {
-    let uri: ureq::http::Uri = url.parse().map_err(|_| format!("`{url}` is not a URL"))?;
-    let host = uri.host().unwrap_or("").trim_matches(['[', ']']);
-    let loopback =
-        host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
-    if host.is_empty() || url.contains('#') {
-        return Err(format!("`{url}` has no host, or has a fragment"));
-    }
-    match uri.scheme_str() {
-        Some("https") => Ok(()),
-        Some("http") if loopback => Ok(()),
-        _ => Err(format!("`{url}` is not https:// (http:// is taken on a loopback address only)")),
-    }
-}
-
 /// An authorization server and mcpgate's client there, for one resource:
 /// what an authorization, a refresh or an exchange is made against.
 #[derive(Debug)]
@@ -579,11 +562,11 @@ impl Authorizer {
     fn trade(&self, query: &str, id: &str, attempt: &flow::Attempt) -> Result<Completed, String> {
         let target = &attempt.target;
         if let Some(error) = fetch::query_value(query, "error") {
-            let said = fetch::query_value(query, "error_description").map(|d| format!(" ({})", tokens::printable(&d)));
+            let said = fetch::query_value(query, "error_description").map(|d| format!(" ({})", fetch::printable(&d)));
             return Err(format!(
                 "{} answered `{}`{}: nothing was signed in",
                 target.issuer,
-                tokens::printable(&error),
+                fetch::printable(&error),
                 said.unwrap_or_default()
             ));
         }
@@ -592,7 +575,7 @@ impl Authorizer {
             Some(iss) if iss != target.issuer => {
                 return Err(format!(
                     "the callback says it comes from issuer `{}`, not {}: refused (RFC 9207, a mix-up attack)",
-                    tokens::printable(&iss),
+                    fetch::printable(&iss),
                     target.issuer
                 ));
             }

@@ -54,7 +54,7 @@ pub fn metadata_document(url: &str, redirect_uri: &str) -> Value {
 /// Whether an authorization server can fetch a document at `url`: it is
 /// `https://`, or `http://` on loopback (a server on the same host).
 fn fetchable(url: &str) -> bool {
-    url.starts_with("https://") || super::check_endpoint(url).is_ok()
+    url.starts_with("https://") || fetch::check_endpoint(url).is_ok()
 }
 
 /// The client to use at `server` without registering: configured, or the
@@ -122,11 +122,7 @@ pub fn register(
     let json = answer.json?;
     if !(200..300).contains(&answer.status) {
         let error = json["error_description"].as_str().or(json["error"].as_str()).unwrap_or("");
-        return Err(format!(
-            "registration at {endpoint} answered HTTP {}: {}",
-            answer.status,
-            super::tokens::printable(error)
-        ));
+        return Err(format!("registration at {endpoint} answered HTTP {}: {}", answer.status, fetch::printable(error)));
     }
     let client_id = json["client_id"]
         .as_str()

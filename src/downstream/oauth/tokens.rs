@@ -8,7 +8,7 @@ use base64::Engine;
 use serde_json::Value;
 use ureq::Agent;
 
-use super::fetch;
+use super::fetch::{self, printable};
 use super::register::Client;
 
 /// What a user holds for one server. Never logged: its `Debug` hides the tokens.
@@ -143,11 +143,6 @@ pub fn request<'a>(
         }
         (_, Err(why)) => Err(TokenError::Unavailable(why)),
     }
-}
-
-/// Visible ASCII only, at most 200 characters: what an error page may say of a server's words.
-pub fn printable(text: &str) -> String {
-    text.chars().take(200).map(|c| if (' '..='~').contains(&c) { c } else { '?' }).collect()
 }
 
 /// The tokens of a 200 answer.
