@@ -348,20 +348,18 @@ pub fn set_nonblocking(fd: &impl std::os::fd::AsRawFd) -> io::Result<()> {
 /// Waits until `fd` has something to read (or its end), at most `timeout`;
 /// false on timeout.
 pub fn wait_readable(fd: &impl std::os::fd::AsRawFd, timeout: std::time::Duration) -> io::Result<bool> {
-    let mut poll = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-    let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
-    // SAFETY: `poll` is a live local and the count is 1.
-    let n = unsafe { libc::poll(&mut poll, 1, ms) };
-    if n < 0 {
-        let e = io::Error::last_os_error();
-        return if e.kind() == io::ErrorKind::Interrupted { Ok(false) } else { Err(e) };
-    }
-    Ok(n > 0)
+    wait_for(fd, libc::POLLIN, timeout)
 }
 
 /// Waits until `fd` can be written, at most `timeout`; false on timeout.
 pub fn wait_writable(fd: &impl std::os::fd::AsRawFd, timeout: std::time::Duration) -> io::Result<bool> {
-    let mut poll = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLOUT, revents: 0 };
+    wait_for(fd, libc::POLLOUT, timeout)
+}
+
+/// Waits until `fd` is ready for `events`, at most `timeout`; false on
+/// timeout or on a signal.
+fn wait_for(fd: &impl std::os::fd::AsRawFd, events: libc::c_short, timeout: std::time::Duration) -> io::Result<bool> {
+    let mut poll = libc::pollfd { fd: fd.as_raw_fd(), events, revents: 0 };
     let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
     // SAFETY: `poll` is a live local and the count is 1.
     let n = unsafe { libc::poll(&mut poll, 1, ms) };
