@@ -711,12 +711,6 @@ impl List {
         Ok((kept, built))
     }
 
-    /// Bytes of the search index, if it was built: what the list holds
-    /// beyond its items.
-    pub fn tool_index_bytes(&self) -> usize {
-        self.tool_index.get().map_or(0, |(index, _)| index.bytes())
-    }
-
     /// One page of `items` (some of its entries, or others of the same
     /// kind) as a result object, with the same cursors as [`List::page`].
     pub fn page_of(&self, items: &[&Value], cursor: Option<&str>, size: usize) -> Result<Value, RpcError> {
