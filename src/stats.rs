@@ -318,18 +318,13 @@ pub struct Entry {
     /// an [`Info`]'s), e.g. `role`.
     pub(crate) label: Option<&'static str>,
     /// A fact in its label ([`Info`]): 1 for Prometheus, the text in `/status.json`.
-    pub info: bool,
+    pub(crate) info: bool,
 }
 
 impl Entry {
     /// What it means: its doc lines, without the space each starts with.
     pub(crate) fn help(&self) -> &'static str {
         self.doc.trim()
-    }
-
-    /// The names of all its labels: the scope's, the variant's, its own.
-    pub fn labels(&self) -> Vec<&'static str> {
-        self.scope.into_iter().chain(self.variant.map(|v| v.0)).chain(self.label).collect()
     }
 }
 
@@ -352,7 +347,7 @@ pub(crate) enum Sample {
 pub(crate) struct Reading {
     pub(crate) entry: &'static Entry,
     /// The scope's (`server`), then the variant's, then a family's.
-    pub labels: Vec<(&'static str, String)>,
+    pub(crate) labels: Vec<(&'static str, String)>,
     /// Section, scope, key (split at dots), a family's label value.
     pub path: Vec<String>,
     pub(crate) sample: Sample,

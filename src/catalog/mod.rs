@@ -282,10 +282,6 @@ impl ServerList {
         self.items.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
-    }
-
     /// The key of the `i`th item: its name, URI or template as the server knows it.
     pub(crate) fn key(&self, i: usize) -> &str {
         let (start, end) = self.items[i].key;

@@ -89,7 +89,7 @@ impl AuditLog {
     }
 
     /// Hands `record` to the writer; dropped (and counted) if it cannot wait.
-    pub fn write(&self, record: Record) {
+    pub(crate) fn write(&self, record: Record) {
         let Some(charge) = Charge::new(record.line.len()) else {
             self.counts.dropped.fetch_add(1, Ordering::Relaxed);
             return;
@@ -109,7 +109,7 @@ impl AuditLog {
     }
 
     /// Writes what is queued and stops the writer (shutdown, or a reload that changed `audit`).
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         drop(self.queue.lock().take());
         if let Some(thread) = self.thread.lock().take() {
             let _ = thread.join();

@@ -123,7 +123,7 @@ pub struct Saved {
     pub(crate) format: u32,
     /// The `instance_id` of the mcpgate that wrote it: its session ids start with it.
     #[serde(default)]
-    pub instance_id: Option<String>,
+    pub(crate) instance_id: Option<String>,
     /// Downstream sessions whose `DELETE` had not been seen through.
     #[serde(default)]
     pub(crate) closing: Vec<SavedDownstream>,
@@ -438,7 +438,7 @@ impl StateFile {
     /// Writes `bytes` as the whole file, atomically: a reader (or a crash)
     /// sees the old file or the new one. The temporary file is created anew
     /// (never through a symlink), readable by mcpgate's user only.
-    pub fn replace(&self, bytes: &[u8]) -> std::io::Result<()> {
+    pub(crate) fn replace(&self, bytes: &[u8]) -> std::io::Result<()> {
         let tmp = self.path.with_extension("tmp");
         // A temporary file left by a crash, or a symlink someone planted: gone.
         match std::fs::remove_file(&tmp) {

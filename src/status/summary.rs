@@ -162,7 +162,7 @@ pub(crate) fn era(s: &Value) -> Option<&str> {
 }
 
 /// A server's transport, with its era when it is not the sessions' one: `http 2026-07-28`.
-pub fn transport(s: &Value) -> String {
+pub(crate) fn transport(s: &Value) -> String {
     let transport = s["transport"].as_str().unwrap_or("");
     match era(s) {
         Some(era) => format!("{transport} {era}"),
