@@ -24,7 +24,7 @@ use std::time::Duration;
 pub struct Counter(AtomicU64);
 
 impl Counter {
-    pub fn inc(&self) {
+    pub(crate) fn inc(&self) {
         self.0.fetch_add(1, Relaxed);
     }
 
@@ -45,11 +45,11 @@ impl From<u64> for Counter {
 pub struct Gauge(AtomicU64);
 
 impl Gauge {
-    pub fn inc(&self) {
+    pub(crate) fn inc(&self) {
         self.0.fetch_add(1, Relaxed);
     }
 
-    pub fn dec(&self) {
+    pub(crate) fn dec(&self) {
         self.0.fetch_sub(1, Relaxed);
     }
 
@@ -58,7 +58,7 @@ impl Gauge {
     }
 
     /// Counts one for as long as the returned guard lives (a thread's body).
-    pub fn enter(&self) -> GaugeGuard<'_> {
+    pub(crate) fn enter(&self) -> GaugeGuard<'_> {
         self.inc();
         GaugeGuard(self)
     }
@@ -71,7 +71,7 @@ impl From<u64> for Gauge {
     }
 }
 
-pub struct GaugeGuard<'a>(&'a Gauge);
+pub(crate) struct GaugeGuard<'a>(&'a Gauge);
 
 impl Drop for GaugeGuard<'_> {
     fn drop(&mut self) {
@@ -82,14 +82,14 @@ impl Drop for GaugeGuard<'_> {
 /// Upper bounds of the latency buckets, in microseconds: 5 ms to 60 s
 /// (above, the `+Inf` bucket). Requests to MCP servers take from a
 /// millisecond (a list) to a minute (a tool that runs long).
-pub const BUCKETS_MICROS: [u64; 13] = [
+pub(crate) const BUCKETS_MICROS: [u64; 13] = [
     5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000, 2_500_000, 5_000_000, 10_000_000, 30_000_000,
     60_000_000,
 ];
 
 /// The bounds the MCP conventions advise for `mcp.*.operation.duration`,
 /// in microseconds: 10 ms to 300 s.
-pub const OPERATION_BUCKETS_MICROS: [u64; 14] = [
+pub(crate) const OPERATION_BUCKETS_MICROS: [u64; 14] = [
     10_000,
     20_000,
     50_000,
@@ -128,12 +128,12 @@ impl Default for Histogram {
 
 impl Histogram {
     /// With these upper bounds (in microseconds, at most 14).
-    pub const fn with_bounds(bounds: &'static [u64]) -> Histogram {
+    pub(crate) const fn with_bounds(bounds: &'static [u64]) -> Histogram {
         assert!(bounds.len() < MAX_BUCKETS);
         Histogram { counts: [const { AtomicU64::new(0) }; MAX_BUCKETS], sum_micros: AtomicU64::new(0), bounds }
     }
 
-    pub fn observe(&self, took: Duration) {
+    pub(crate) fn observe(&self, took: Duration) {
         let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
         let bucket = self.bounds.iter().position(|&bound| micros <= bound).unwrap_or(self.bounds.len());
         self.counts[bucket].fetch_add(1, Relaxed);
@@ -141,7 +141,7 @@ impl Histogram {
     }
 
     /// Observations so far.
-    pub fn count(&self) -> u64 {
+    pub(crate) fn count(&self) -> u64 {
         self.counts.iter().map(|c| c.load(Relaxed)).sum()
     }
 
@@ -162,7 +162,7 @@ impl Histogram {
 /// The methods of MCP (both eras) that durations are kept for by name;
 /// any other counts as `_OTHER`, so that a client sending made-up methods
 /// cannot grow `/metrics`.
-pub const METHODS: [&str; 23] = [
+pub(crate) const METHODS: [&str; 23] = [
     "initialize",
     "ping",
     "tools/list",
@@ -201,7 +201,7 @@ impl Default for MethodDurations {
 }
 
 impl MethodDurations {
-    pub fn observe(&self, method: &str, took: Duration) {
+    pub(crate) fn observe(&self, method: &str, took: Duration) {
         let at = METHODS.iter().position(|m| *m == method).unwrap_or(METHODS.len());
         self.0[at].observe(took);
     }
@@ -210,7 +210,7 @@ impl MethodDurations {
 /// Gauges whose label values are known only when read, e.g. threads by
 /// role; the label's name is declared with the entry (`{ role }`).
 #[derive(Default, Debug)]
-pub struct Family(Vec<(String, u64)>);
+pub(crate) struct Family(Vec<(String, u64)>);
 
 impl Family {
     pub fn new(values: Vec<(String, u64)>) -> Family {
@@ -221,13 +221,7 @@ impl Family {
 /// Counters whose label values are known only when read, e.g. calls by
 /// tool (see [`Tally`]); the label's name is declared with the entry.
 #[derive(Default, Debug)]
-pub struct CounterFamily(Vec<(String, u64)>);
-
-impl CounterFamily {
-    pub fn new(values: Vec<(String, u64)>) -> CounterFamily {
-        CounterFamily(values)
-    }
-}
+pub(crate) struct CounterFamily(Vec<(String, u64)>);
 
 /// Calls and failed calls by name (a server's tools), for a labelled
 /// counter: at most [`Tally::NAMES`] names, the rest counted as `(other)`,
@@ -239,11 +233,11 @@ pub struct Tally {
 }
 
 impl Tally {
-    pub const NAMES: usize = 100;
-    pub const OTHER: &'static str = "(other)";
+    pub(crate) const NAMES: usize = 100;
+    pub(crate) const OTHER: &'static str = "(other)";
 
     /// One call of `name`; `failed` when it ended in an error.
-    pub fn note(&self, name: &str, failed: bool) {
+    pub(crate) fn note(&self, name: &str, failed: bool) {
         let mut counts = self.counts.lock();
         let at = match counts.iter().position(|(n, _, _)| n == name) {
             Some(at) => at,
@@ -264,7 +258,7 @@ impl Tally {
     }
 
     /// Calls by name, and failed calls by name.
-    pub fn read(&self) -> (CounterFamily, CounterFamily) {
+    pub(crate) fn read(&self) -> (CounterFamily, CounterFamily) {
         let counts = self.counts.lock();
         let calls = counts.iter().map(|(n, c, _)| (n.clone(), *c)).collect();
         let failed = counts.iter().map(|(n, _, f)| (n.clone(), *f)).collect();
@@ -275,7 +269,7 @@ impl Tally {
 /// A fact carried by a label, with the value 1 (`mcpgate_build_info{version=...}`);
 /// `/status.json` shows the fact itself.
 #[derive(Default, Debug)]
-pub struct Info(String);
+pub(crate) struct Info(String);
 
 impl Info {
     pub fn new(text: impl Into<String>) -> Info {
@@ -307,41 +301,36 @@ impl Kind {
 pub struct Entry {
     /// Its place in `/status.json`: `section.key` (a key with a dot nests
     /// further; an empty section is the top level).
-    pub section: &'static str,
-    pub key: &'static str,
+    pub(crate) section: &'static str,
+    pub(crate) key: &'static str,
     /// Its Prometheus name: `mcpgate_` first, `_total` last for counters,
     /// base units (seconds, bytes).
     pub name: &'static str,
     /// Its doc lines where it is declared, as written: see [`Entry::help`].
-    pub doc: &'static str,
+    pub(crate) doc: &'static str,
     pub kind: Kind,
     /// The label of the thing its struct is read for, e.g. `server`.
     pub scope: Option<&'static str>,
     /// The label that tells it from the other entries of its family, e.g.
     /// `("reason", "idle")`.
-    pub variant: Option<(&'static str, &'static str)>,
+    pub(crate) variant: Option<(&'static str, &'static str)>,
     /// The label whose values are known only when read (a [`Family`]'s,
     /// an [`Info`]'s), e.g. `role`.
-    pub label: Option<&'static str>,
+    pub(crate) label: Option<&'static str>,
     /// A fact in its label ([`Info`]): 1 for Prometheus, the text in `/status.json`.
-    pub info: bool,
+    pub(crate) info: bool,
 }
 
 impl Entry {
     /// What it means: its doc lines, without the space each starts with.
-    pub fn help(&self) -> &'static str {
+    pub(crate) fn help(&self) -> &'static str {
         self.doc.trim()
-    }
-
-    /// The names of all its labels: the scope's, the variant's, its own.
-    pub fn labels(&self) -> Vec<&'static str> {
-        self.scope.into_iter().chain(self.variant.map(|v| v.0)).chain(self.label).collect()
     }
 }
 
 /// A value as read.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Sample {
+pub(crate) enum Sample {
     Number(u64),
     /// Cumulative counts by upper bound in seconds, the last `+Inf`; the sum in seconds.
     Histogram {
@@ -355,13 +344,13 @@ pub enum Sample {
 /// One value of the table now: its entry, all its labels, its place in
 /// `/status.json`, and the value.
 #[derive(Debug, Clone)]
-pub struct Reading {
-    pub entry: &'static Entry,
+pub(crate) struct Reading {
+    pub(crate) entry: &'static Entry,
     /// The scope's (`server`), then the variant's, then a family's.
-    pub labels: Vec<(&'static str, String)>,
+    pub(crate) labels: Vec<(&'static str, String)>,
     /// Section, scope, key (split at dots), a family's label value.
     pub path: Vec<String>,
-    pub sample: Sample,
+    pub(crate) sample: Sample,
 }
 
 impl Reading {
@@ -383,7 +372,7 @@ impl Reading {
     }
 
     /// The number, for a counter or a gauge.
-    pub fn number(&self) -> Option<u64> {
+    pub(crate) fn number(&self) -> Option<u64> {
         match self.sample {
             Sample::Number(n) => Some(n),
             _ => None,
@@ -392,7 +381,7 @@ impl Reading {
 }
 
 /// What can stand in the table: its kind, and how it is read.
-pub trait Metric {
+pub(crate) trait Metric {
     const KIND: Kind;
     /// Whether its values carry a label of their own, declared with the entry.
     const LABELLED: bool = false;
@@ -486,7 +475,7 @@ macro_rules! stats {
     (@label $label:ident $value:literal) => { None::<&'static str> };
     (
         $(#[doc = $sdoc:literal])+
-        pub struct $name:ident $(by $scope:ident)? {
+        $vis:vis struct $name:ident $(by $scope:ident)? {
             $(
                 $(#[doc = $doc:literal])+
                 $field:ident: $ty:ident => $section:literal . $key:literal as $metric:literal
@@ -496,16 +485,16 @@ macro_rules! stats {
     ) => {
         $(#[doc = $sdoc])+
         #[derive(Default, Debug)]
-        pub struct $name {
+        $vis struct $name {
             $( $(#[doc = $doc])+ pub $field: $ty, )*
         }
 
         impl $name {
             /// The label of what it is read for, if any.
-            pub const SCOPE: Option<&'static str> = stats!(@label $($scope)?);
+            pub(crate) const SCOPE: Option<&'static str> = stats!(@label $($scope)?);
 
             /// Its entries, in the order declared.
-            pub const TABLE: &'static [Entry] = &[$(Entry {
+            pub(crate) const TABLE: &'static [Entry] = &[$(Entry {
                 section: $section,
                 key: $key,
                 name: $metric,
@@ -520,7 +509,7 @@ macro_rules! stats {
             /// Adds its readings to `out`, in the order declared; `scope`
             /// (the server's name, for a struct read `by server`) labels
             /// every one and places it under its value in `/status.json`.
-            pub fn read(&self, scope: Option<&str>, out: &mut Vec<Reading>) {
+            pub(crate) fn read(&self, scope: Option<&str>, out: &mut Vec<Reading>) {
                 let mut entries = Self::TABLE.iter();
                 $( if let Some(entry) = entries.next() { self.$field.read(entry, scope, out); } )*
             }
@@ -685,7 +674,7 @@ stats! {
 
 stats! {
     /// What the process and the gateway hold now, read when an output is drawn.
-    pub struct Now {
+    pub(crate) struct Now {
         /// The version of mcpgate that runs.
         build_info: Info => ""."version" as "mcpgate_build_info" { version },
         /// Seconds since mcpgate started.
@@ -753,7 +742,7 @@ stats! {
 
 stats! {
     /// What each server holds now; read with the label `server`.
-    pub struct ServerNow by server {
+    pub(crate) struct ServerNow by server {
         /// 0 while the server is down: its last failure was a connect, a refusal, an error status, a protocol error, its process ending, or any failure to open a session, and nothing succeeded since; else 1 (a timeout or a busy lane alone does not make it down).
         up: Gauge => "servers"."up" as "mcpgate_server_up",
         /// Downstream sessions open on the server now.
@@ -769,7 +758,7 @@ stats! {
 
 stats! {
     /// The child processes of each stdio server; read with the label `server`.
-    pub struct StdioNow by server {
+    pub(crate) struct StdioNow by server {
         /// Processes of the server shared by sessions that are starting now (no answer to `initialize` yet).
         starting: Gauge => "servers"."processes.starting" as "mcpgate_server_processes_starting",
         /// Processes of the server running now.
@@ -789,7 +778,7 @@ stats! {
 
 stats! {
     /// The sign-ins of each server with `oauth`; read with the label `server`. Counts only: never a token.
-    pub struct OAuthNow by server {
+    pub(crate) struct OAuthNow by server {
         /// Users holding a token for the server now (signed in, or by exchange).
         users: Gauge => "servers"."oauth.users" as "mcpgate_server_oauth_users",
         /// Sign-ins that completed (and tokens got by exchange).

@@ -122,11 +122,6 @@ pub fn to_extension(task: &Map<String, Value>) -> Map<String, Value> {
     out
 }
 
-/// Whether a task's status is final.
-pub fn is_terminal(status: &str) -> bool {
-    matches!(status, "completed" | "failed" | "cancelled")
-}
-
 /// Replaces every task id in `value` (a result or params object) with what
 /// `map` gives for it; ids it gives nothing for are left as they are.
 pub fn rewrite_ids(value: &mut Value, map: &mut dyn FnMut(&str) -> Option<String>) {

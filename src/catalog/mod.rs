@@ -19,7 +19,7 @@ use crate::runtime::memory::Charge;
 
 pub mod search;
 
-pub use search::ToolIndex;
+pub(crate) use search::ToolIndex;
 
 /// The four lists MCP paginates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -31,13 +31,14 @@ pub enum ListKind {
 }
 
 impl ListKind {
-    pub const ALL: [ListKind; 4] = [ListKind::Tools, ListKind::Prompts, ListKind::Resources, ListKind::Templates];
+    pub(crate) const ALL: [ListKind; 4] =
+        [ListKind::Tools, ListKind::Prompts, ListKind::Resources, ListKind::Templates];
 
-    pub fn from_method(method: &str) -> Option<ListKind> {
+    pub(crate) fn from_method(method: &str) -> Option<ListKind> {
         ListKind::ALL.into_iter().find(|k| k.method() == method)
     }
 
-    pub fn method(self) -> &'static str {
+    pub(crate) fn method(self) -> &'static str {
         match self {
             ListKind::Tools => "tools/list",
             ListKind::Prompts => "prompts/list",
@@ -47,7 +48,7 @@ impl ListKind {
     }
 
     /// The result field that holds the items.
-    pub fn field(self) -> &'static str {
+    pub(crate) fn field(self) -> &'static str {
         match self {
             ListKind::Tools => "tools",
             ListKind::Prompts => "prompts",
@@ -57,7 +58,7 @@ impl ListKind {
     }
 
     /// The server capability that says the list exists.
-    pub fn capability(self) -> &'static str {
+    pub(crate) fn capability(self) -> &'static str {
         match self {
             ListKind::Tools => "tools",
             ListKind::Prompts => "prompts",
@@ -66,7 +67,7 @@ impl ListKind {
     }
 
     /// The item field that identifies it.
-    pub fn key(self) -> &'static str {
+    pub(crate) fn key(self) -> &'static str {
         match self {
             ListKind::Tools | ListKind::Prompts => "name",
             ListKind::Resources => "uri",
@@ -79,7 +80,7 @@ impl ListKind {
     }
 
     /// The `list_changed` notification that makes this list stale.
-    pub fn changed_notification(self) -> &'static str {
+    pub(crate) fn changed_notification(self) -> &'static str {
         match self {
             ListKind::Tools => "notifications/tools/list_changed",
             ListKind::Prompts => "notifications/prompts/list_changed",
@@ -90,21 +91,21 @@ impl ListKind {
 
 /// How a server's tool and prompt names are exposed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Naming {
-    pub prefix: String,
-    pub separator: String,
+pub(crate) struct Naming {
+    pub(crate) prefix: String,
+    pub(crate) separator: String,
     /// The longest exposed name (`tool_name_max`).
-    pub max: usize,
+    pub(crate) max: usize,
 }
 
 impl Naming {
     /// `<prefix><separator><name>`, or the name alone with an empty prefix.
-    pub fn raw(&self, name: &str) -> String {
+    pub(crate) fn raw(&self, name: &str) -> String {
         if self.prefix.is_empty() { name.to_string() } else { format!("{}{}{name}", self.prefix, self.separator) }
     }
 
     /// Whether `text` is [`Naming::raw`] of `name`, without making it.
-    pub fn spells(&self, name: &str, text: &str) -> bool {
+    pub(crate) fn spells(&self, name: &str, text: &str) -> bool {
         if self.prefix.is_empty() {
             return text == name;
         }
@@ -121,7 +122,7 @@ impl Naming {
 /// tool's own name stays readable, and ends in `-` and 8 hex digits of the
 /// SHA-256 of the full name: the same at every start and reload, and
 /// distinct. The server always gets its own name back.
-pub fn exposed_name(naming: &Naming, name: &str) -> String {
+pub(crate) fn exposed_name(naming: &Naming, name: &str) -> String {
     let raw = naming.raw(name);
     let clean = fit_charset(&raw);
     if (1..=naming.max).contains(&clean.len()) {
@@ -157,19 +158,19 @@ fn hashed(clean: &str, raw: &str, max: usize) -> String {
 /// (URIs for resources) the server itself uses. Empty `allow`: all.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Filter {
-    pub allow: Vec<String>,
-    pub deny: Vec<String>,
+    pub(crate) allow: Vec<String>,
+    pub(crate) deny: Vec<String>,
 }
 
 impl Filter {
-    pub fn admits(&self, name: &str) -> bool {
+    pub(crate) fn admits(&self, name: &str) -> bool {
         (self.allow.is_empty() || self.allow.iter().any(|g| glob(g, name))) && !self.deny.iter().any(|g| glob(g, name))
     }
 }
 
 /// Whether `text` matches `pattern`, where `*` is any run of characters and
 /// `?` any one.
-pub fn glob(pattern: &str, text: &str) -> bool {
+pub(crate) fn glob(pattern: &str, text: &str) -> bool {
     let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
     let (mut pi, mut ti, mut star, mut mark) = (0, 0, None, 0);
     while ti < t.len() {
@@ -198,7 +199,7 @@ pub fn glob(pattern: &str, text: &str) -> bool {
 pub struct Renamed {
     pub name: String,
     pub server: String,
-    pub original: String,
+    pub(crate) original: String,
 }
 
 /// The longest name the status page and the log show whole.
@@ -206,7 +207,7 @@ const SHOWN_NAME: usize = 128;
 
 /// `name` as shown to people: whole when short, else its first characters,
 /// its length and a hash of the whole, so two long names stay apart.
-pub fn shortened(name: &str) -> String {
+pub(crate) fn shortened(name: &str) -> String {
     if name.len() <= SHOWN_NAME {
         return name.to_string();
     }
@@ -233,7 +234,7 @@ pub struct ServerList {
     items: Vec<Span>,
     /// The cache hints its pages carried (2026-07-28), merged; `None` when
     /// they carried none (the session era's).
-    pub hints: Option<CacheHints>,
+    pub(crate) hints: Option<CacheHints>,
     charge: Charge,
 }
 
@@ -259,7 +260,7 @@ impl std::error::Error for OverBudget {}
 
 impl ServerList {
     /// A list of `kind` to fill item by item, as its pages come.
-    pub fn builder(kind: ListKind) -> ListBuilder {
+    pub(crate) fn builder(kind: ListKind) -> ListBuilder {
         ListBuilder(ServerList::empty(kind))
     }
 
@@ -273,43 +274,39 @@ impl ServerList {
     }
 
     /// An empty list: a server that does not offer this kind.
-    pub fn empty(kind: ListKind) -> ServerList {
+    pub(crate) fn empty(kind: ListKind) -> ServerList {
         ServerList { kind, text: String::new(), items: Vec::new(), hints: None, charge: Charge::empty() }
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.items.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
-    }
-
     /// The key of the `i`th item: its name, URI or template as the server knows it.
-    pub fn key(&self, i: usize) -> &str {
+    pub(crate) fn key(&self, i: usize) -> &str {
         let (start, end) = self.items[i].key;
         &self.text[start as usize..end as usize]
     }
 
     /// The JSON of the `i`th item, as the server wrote it.
-    pub fn json(&self, i: usize) -> &str {
+    pub(crate) fn json(&self, i: usize) -> &str {
         let (start, end) = self.items[i].json;
         &self.text[start as usize..end as usize]
     }
 
     /// Bytes it holds against `max_memory_mb`.
-    pub fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         self.charge.bytes()
     }
 }
 
 /// A [`ServerList`] being filled, charged as it grows.
-pub struct ListBuilder(ServerList);
+pub(crate) struct ListBuilder(ServerList);
 
 impl ListBuilder {
     /// Adds an item, or says why it does not fit in `max_memory_mb`. An
     /// item without its key is left out (no client could name it).
-    pub fn push(&mut self, item: &RawValue) -> Result<(), OverBudget> {
+    pub(crate) fn push(&mut self, item: &RawValue) -> Result<(), OverBudget> {
         /// Borrowed from the JSON unless written with escapes (serde borrows
         /// a `Cow` field, not one inside an `Option`).
         #[derive(serde::Deserialize)]
@@ -366,7 +363,7 @@ impl ListBuilder {
     }
 
     /// The list, its buffers cut to what they hold.
-    pub fn finish(mut self) -> ServerList {
+    pub(crate) fn finish(mut self) -> ServerList {
         self.0.text.shrink_to_fit();
         self.0.items.shrink_to_fit();
         self.0
@@ -445,7 +442,7 @@ impl ServerLists {
     }
 
     /// The list held now, if any; never fetches.
-    pub fn current(&self, kind: ListKind, view: u64) -> Option<Arc<ServerList>> {
+    pub(crate) fn current(&self, kind: ListKind, view: u64) -> Option<Arc<ServerList>> {
         match self.state.lock().lists.get(&(kind, view)) {
             Some(Held::Ready(list)) => Some(list.clone()),
             _ => None,
@@ -454,13 +451,13 @@ impl ServerLists {
 
     /// Whether `list` is the list held now (a merged list's source still
     /// current); compared under the lock, with no reference taken.
-    pub fn holds(&self, kind: ListKind, view: u64, list: &Arc<ServerList>) -> bool {
+    pub(crate) fn holds(&self, kind: ListKind, view: u64, list: &Arc<ServerList>) -> bool {
         matches!(self.state.lock().lists.get(&(kind, view)), Some(Held::Ready(held)) if Arc::ptr_eq(held, list))
     }
 
     /// The server's lists of `kinds` changed: they are fetched anew when
     /// next asked for. The bytes of the lists let go.
-    pub fn invalidate(&self, kinds: &[ListKind]) -> usize {
+    pub(crate) fn invalidate(&self, kinds: &[ListKind]) -> usize {
         let mut st = self.state.lock();
         for kind in kinds {
             *st.epochs.entry(*kind).or_default() += 1;
@@ -478,12 +475,12 @@ impl ServerLists {
 
     /// Forgets every list (the server restarted, or no session uses it);
     /// the bytes of the lists let go.
-    pub fn clear(&self) -> usize {
+    pub(crate) fn clear(&self) -> usize {
         self.invalidate(&ListKind::ALL)
     }
 
     /// Bytes of the lists held now.
-    pub fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         self.state
             .lock()
             .lists
@@ -498,18 +495,18 @@ impl ServerLists {
 
 /// The view a client's `capabilities` make of a server's lists: equal
 /// capabilities, equal lists. A hash of their JSON with sorted keys.
-pub fn list_view_of(capabilities: &Value) -> u64 {
+pub(crate) fn list_view_of(capabilities: &Value) -> u64 {
     let digest = crate::runtime::sha256::digest(capabilities.to_string().as_bytes());
     u64::from_le_bytes([digest[0], digest[1], digest[2], digest[3], digest[4], digest[5], digest[6], digest[7]])
 }
 
 /// What one server listed, in the order of the configuration.
-pub struct ServerItems {
+pub(crate) struct ServerItems {
     pub server: String,
-    pub naming: Naming,
+    pub(crate) naming: Naming,
     /// Its filter for this kind of list.
-    pub filter: Filter,
-    pub list: Arc<ServerList>,
+    pub(crate) filter: Filter,
+    pub(crate) list: Arc<ServerList>,
 }
 
 /// One item of a merged list: where it comes from and its exposed name.
@@ -527,18 +524,18 @@ struct Entry {
 pub struct Found<'a> {
     pub server: &'a str,
     /// The name, URI or template as the server knows it.
-    pub original: &'a str,
+    pub(crate) original: &'a str,
     /// What the client sees.
-    pub exposed: &'a str,
+    pub(crate) exposed: &'a str,
     /// The item's JSON as the server wrote it (its name not yet exposed).
-    pub json: &'a str,
+    pub(crate) json: &'a str,
 }
 
 /// A merged list: each server's list (shared with every other merge that
 /// uses it) and, for each item exposed, its exposed name, with an index from
 /// that name to the item. Charged for the names and the index.
 #[derive(Debug)]
-pub struct List {
+pub(crate) struct List {
     pub kind: ListKind,
     sources: Vec<(String, Arc<ServerList>)>,
     entries: Vec<Entry>,
@@ -560,7 +557,10 @@ impl List {
     /// that become one only when made to fit: the later gets a hash suffix.
     /// Returns the list, one line per collision, and the renamed items; or
     /// why the merge does not fit in `max_memory_mb`.
-    pub fn merge(kind: ListKind, servers: Vec<ServerItems>) -> Result<(List, Vec<String>, Vec<Renamed>), OverBudget> {
+    pub(crate) fn merge(
+        kind: ListKind,
+        servers: Vec<ServerItems>,
+    ) -> Result<(List, Vec<String>, Vec<Renamed>), OverBudget> {
         let mut list = List {
             kind,
             sources: Vec::new(),
@@ -643,43 +643,39 @@ impl List {
         Found { server, original: items.key(i), exposed: &entry.exposed, json: items.json(i) }
     }
 
-    pub fn find(&self, exposed: &str) -> Option<Found<'_>> {
+    pub(crate) fn find(&self, exposed: &str) -> Option<Found<'_>> {
         self.index.get(exposed).map(|&i| self.found(&self.entries[i as usize]))
     }
 
     /// The `i`th item.
-    pub fn item(&self, i: usize) -> Option<Found<'_>> {
+    pub(crate) fn item(&self, i: usize) -> Option<Found<'_>> {
         self.entries.get(i).map(|e| self.found(e))
     }
 
     /// Every item, in order.
-    pub fn items(&self) -> impl Iterator<Item = Found<'_>> {
+    pub(crate) fn items(&self) -> impl Iterator<Item = Found<'_>> {
         self.entries.iter().map(|e| self.found(e))
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.entries.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
     }
 
     /// Bytes it holds of its own against `max_memory_mb`: the exposed names
     /// and their index (its sources are their servers', the search index
     /// is shown apart).
-    pub fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         self._charge.bytes()
     }
 
     /// The server lists it was merged from: the same `Arc`s are what makes
     /// it current.
-    pub fn sources(&self) -> impl Iterator<Item = (&str, &Arc<ServerList>)> {
+    pub(crate) fn sources(&self) -> impl Iterator<Item = (&str, &Arc<ServerList>)> {
         self.sources.iter().map(|(name, list)| (name.as_str(), list))
     }
 
     /// The item as the client sees it: the server's, with its exposed name.
-    pub fn exposed_item(&self, found: Found<'_>) -> Value {
+    pub(crate) fn exposed_item(&self, found: Found<'_>) -> Value {
         let mut item: Value = serde_json::from_str(found.json).unwrap_or(Value::Null);
         if self.kind.renamed()
             && let Value::Object(object) = &mut item
@@ -692,7 +688,7 @@ impl List {
     /// The search index of its items, built on the first call and charged
     /// to `max_memory_mb` for as long as the list lives; and whether this
     /// call built it. An index that does not fit is not kept: why.
-    pub fn tool_index(&self) -> Result<(&ToolIndex, bool), OverBudget> {
+    pub(crate) fn tool_index(&self) -> Result<(&ToolIndex, bool), OverBudget> {
         if let Some((index, _)) = self.tool_index.get() {
             return Ok((index, false));
         }
@@ -711,22 +707,16 @@ impl List {
         Ok((kept, built))
     }
 
-    /// Bytes of the search index, if it was built: what the list holds
-    /// beyond its items.
-    pub fn tool_index_bytes(&self) -> usize {
-        self.tool_index.get().map_or(0, |(index, _)| index.bytes())
-    }
-
     /// One page of `items` (some of its entries, or others of the same
     /// kind) as a result object, with the same cursors as [`List::page`].
-    pub fn page_of(&self, items: &[&Value], cursor: Option<&str>, size: usize) -> Result<Value, RpcError> {
+    pub(crate) fn page_of(&self, items: &[&Value], cursor: Option<&str>, size: usize) -> Result<Value, RpcError> {
         page_items(self.kind, items, cursor, size)
     }
 
     /// The cache hints of the merged list: the shortest life and the
     /// narrowest scope of its servers' lists, `otherwise` standing for a
     /// server whose list carried none.
-    pub fn cache_hints(&self, otherwise: CacheHints) -> CacheHints {
+    pub(crate) fn cache_hints(&self, otherwise: CacheHints) -> CacheHints {
         self.sources
             .iter()
             .map(|(_, list)| list.hints.unwrap_or(otherwise))
@@ -735,7 +725,7 @@ impl List {
     }
 
     /// One page as a result object: the items and, when more follow, `nextCursor`.
-    pub fn page(&self, cursor: Option<&str>, size: usize) -> Result<Value, RpcError> {
+    pub(crate) fn page(&self, cursor: Option<&str>, size: usize) -> Result<Value, RpcError> {
         let start = match cursor {
             None => 0,
             Some(c) => decode_cursor(c)
@@ -785,7 +775,7 @@ fn decode_cursor(cursor: &str) -> Option<usize> {
 /// Whether `uri` fits an RFC 6570 template such as `file:///{path}`: the
 /// literal parts must appear in order; each expression matches one or more
 /// characters (`{+x}` and `{#x}` may cross `/`, plain `{x}` may not).
-pub fn template_matches(template: &str, uri: &str) -> bool {
+pub(crate) fn template_matches(template: &str, uri: &str) -> bool {
     let mut parts = Vec::new();
     let mut rest = template;
     while let Some(open) = rest.find('{') {

@@ -41,7 +41,7 @@ const STOP_WORDS: &[&str] = &[
     "then", "this", "to", "us", "we", "what", "when", "where", "which", "with", "you", "your",
 ];
 /// Longest query mcpgate reads, in bytes; the rest is ignored.
-pub const MAX_QUERY_BYTES: usize = 1024;
+pub(crate) const MAX_QUERY_BYTES: usize = 1024;
 /// Most words of one query that are looked up.
 const MAX_QUERY_WORDS: usize = 32;
 
@@ -55,7 +55,7 @@ struct Posting {
 
 /// The inverted index of one merged tool list.
 #[derive(Debug)]
-pub struct ToolIndex {
+pub(crate) struct ToolIndex {
     /// Each tool's field lengths, in words, in the order of the list.
     lengths: Vec<[u16; FIELDS]>,
     /// The average of each field's length.
@@ -67,15 +67,15 @@ pub struct ToolIndex {
 
 /// A tool found: its place in the list's entries, and its score.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Hit {
-    pub entry: usize,
-    pub score: f32,
+pub(crate) struct Hit {
+    pub(crate) entry: usize,
+    pub(crate) score: f32,
 }
 
 impl ToolIndex {
     /// Indexes tools, each the name its server knows it by and its
     /// definition, in the order of their list.
-    pub fn build<S: AsRef<str>>(tools: impl IntoIterator<Item = (S, Value)>) -> ToolIndex {
+    pub(crate) fn build<S: AsRef<str>>(tools: impl IntoIterator<Item = (S, Value)>) -> ToolIndex {
         let mut lengths = Vec::new();
         let mut words: HashMap<Box<str>, Vec<Posting>> = HashMap::new();
         let mut totals = [0f64; FIELDS];
@@ -107,14 +107,14 @@ impl ToolIndex {
     }
 
     /// The tools indexed.
-    pub fn tools(&self) -> usize {
+    pub(crate) fn tools(&self) -> usize {
         self.lengths.len()
     }
 
     /// What the index holds on the heap, in bytes (an estimate that counts
     /// each allocation's payload and the map's slots): what it is charged
     /// against `max_memory_mb`.
-    pub fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         self.bytes
     }
 
@@ -128,7 +128,7 @@ impl ToolIndex {
     /// The best `limit` tools for `query` among those `admit` lets
     /// through (by their place in the list), best first; a tie keeps the
     /// list's order. A query with no word that tells anything finds nothing.
-    pub fn search(&self, query: &str, limit: usize, admit: impl Fn(usize) -> bool) -> Vec<Hit> {
+    pub(crate) fn search(&self, query: &str, limit: usize, admit: impl Fn(usize) -> bool) -> Vec<Hit> {
         let query = &query[..query.floor_char_boundary(MAX_QUERY_BYTES)];
         let mut asked = tokens(query);
         asked.sort_unstable();
@@ -230,7 +230,7 @@ fn fields(original: &str, item: &Value) -> [String; FIELDS] {
 /// The words of `text` as the index keeps them: split at anything that is
 /// not a letter or a digit, at camelCase and at digits; lower case; stop
 /// words left out; stemmed.
-pub fn tokens(text: &str) -> Vec<String> {
+pub(crate) fn tokens(text: &str) -> Vec<String> {
     let mut out = Vec::new();
     for run in text.split(|c: char| !c.is_alphanumeric()) {
         let chars: Vec<char> = run.chars().collect();

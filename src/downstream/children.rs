@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Sender, bounded, unbounded};
 use parking_lot::Mutex;
 
+use crate::runtime::backoff::Backoff;
 use crate::runtime::sys;
 use crate::runtime::threads;
 use crate::stats::{Counter, Gauge};
@@ -324,9 +325,8 @@ pub(crate) fn reap_all(pids: &[u32]) {
     }
 }
 
-/// First pause of [`exits_within`]; each next one is twice as long, up to [`WAIT_PAUSE_MAX`].
-const WAIT_PAUSE_MIN: Duration = Duration::from_micros(100);
-const WAIT_PAUSE_MAX: Duration = Duration::from_millis(10);
+/// Pauses of [`exits_within`]: the first, then each next one twice as long, up to 10 ms.
+const WAIT_PAUSE: Backoff = Backoff::new(Duration::from_micros(100), Duration::from_millis(10));
 
 /// Waits up to `grace` for the child `pid` to exit, without reaping it,
 /// looking again after 0.1 ms, then after twice as long each time, up to
@@ -335,7 +335,7 @@ const WAIT_PAUSE_MAX: Duration = Duration::from_millis(10);
 /// close, take 10 ms.
 pub(crate) fn exits_within(pid: u32, grace: Duration) -> bool {
     let deadline = Instant::now() + grace;
-    let mut pause = WAIT_PAUSE_MIN;
+    let mut pause = WAIT_PAUSE.steps();
     loop {
         if sys::has_exited(pid) {
             return true;
@@ -344,7 +344,6 @@ pub(crate) fn exits_within(pid: u32, grace: Duration) -> bool {
         if left.is_zero() {
             return false;
         }
-        std::thread::sleep(pause.min(left));
-        pause = (pause * 2).min(WAIT_PAUSE_MAX);
+        std::thread::sleep(pause.next_delay().min(left));
     }
 }

@@ -20,6 +20,7 @@ use parking_lot::Mutex;
 
 use super::{Downstream, DownstreamError};
 use crate::limited;
+use crate::runtime::backoff::Backoff;
 use crate::runtime::threads;
 use crate::stats::Stats;
 
@@ -30,9 +31,8 @@ const MAX_OWED: usize = 4096;
 /// Tried again per reaper tick, at most, and this many at once.
 const PER_TICK: usize = 64;
 const PARALLEL: usize = 16;
-/// The first wait before a try, doubled after each failed one up to [`BACKOFF_MAX`].
-const BACKOFF_MIN: Duration = Duration::from_secs(1);
-const BACKOFF_MAX: Duration = Duration::from_secs(60);
+/// The first wait before a try, doubled after each failed one up to a minute.
+const BACKOFF: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
 
 /// The `DELETE`s owed, shared by every server (one per gateway).
 #[derive(Default)]
@@ -75,7 +75,7 @@ impl Deletes {
     /// Owes the `DELETE` of `d` (state file key `key`): tried again after
     /// the backoff; `journaled`: its closing is on disk already.
     pub(super) fn owe(&self, d: Arc<Downstream>, key: usize, journaled: bool, stats: &Stats) {
-        let due = Instant::now() + if journaled { BACKOFF_MIN } else { Duration::ZERO };
+        let due = Instant::now() + if journaled { BACKOFF.first } else { Duration::ZERO };
         let dropped = {
             let mut owed = self.owed.lock();
             owed.push(Owed { d, key, journaled, attempts: 0, due });
@@ -146,7 +146,7 @@ fn try_once(owed: &Owed, stats: &Stats) -> Option<Owed> {
         key: owed.key,
         journaled,
         attempts,
-        due: Instant::now() + backoff(attempts),
+        due: Instant::now() + BACKOFF.delay(attempts),
     };
     if !owed.journaled && journal.commit().is_err() {
         // Still not on disk: ending it now could close it twice after a crash.
@@ -185,21 +185,16 @@ fn give_up(owed: Owed, stats: &Stats, why: &str) {
     let _ = d.server.journal.commit();
 }
 
-/// The wait before the next try, after `attempts` failed ones.
-fn backoff(attempts: u32) -> Duration {
-    (BACKOFF_MIN * 2u32.saturating_pow(attempts.min(16))).min(BACKOFF_MAX)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn an_owed_delete_is_tried_again_with_backoff_for_about_six_minutes() {
-        let waits: Vec<Duration> = (0..ATTEMPTS).map(backoff).collect();
-        assert_eq!(waits[0], BACKOFF_MIN);
+        let waits: Vec<Duration> = (0..ATTEMPTS).map(|n| BACKOFF.delay(n)).collect();
+        assert_eq!(waits[0], Duration::from_secs(1));
         assert!(waits.windows(2).all(|w| w[0] <= w[1]), "{waits:?}");
-        assert_eq!(*waits.last().unwrap(), BACKOFF_MAX);
+        assert_eq!(*waits.last().unwrap(), Duration::from_secs(60));
         let total: Duration = waits[..ATTEMPTS as usize - 1].iter().sum();
         assert!(total > Duration::from_secs(300) && total < Duration::from_secs(600), "{total:?}");
     }

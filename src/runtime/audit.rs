@@ -24,7 +24,7 @@ use crate::runtime::memory::Charge;
 use crate::runtime::threads;
 
 /// The longest line written: a record's arguments are cut to fit.
-pub const MAX_LINE: usize = 64 * 1024;
+pub(crate) const MAX_LINE: usize = 64 * 1024;
 /// Lines waiting for the writer at most.
 const QUEUE: usize = 4096;
 /// Where journald takes structured records (`sd_journal_send`'s socket).
@@ -34,41 +34,41 @@ const JOURNAL_SOCKET: &str = "/run/systemd/journal/socket";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuditConfig {
     /// The file, or none (journal only).
-    pub file: Option<PathBuf>,
+    pub(crate) file: Option<PathBuf>,
     /// The most bytes of one file before it is rotated.
-    pub max_bytes: u64,
+    pub(crate) max_bytes: u64,
     /// Rotated files kept besides the current one.
-    pub files: usize,
+    pub(crate) files: usize,
     /// Whether records go to the journal too, as fields.
-    pub journal: bool,
+    pub(crate) journal: bool,
     /// Whether call arguments are kept (redacted by key).
-    pub arguments: bool,
+    pub(crate) arguments: bool,
     /// Keys whose values are replaced by `***` (matched as parts of a key, in any case).
-    pub redact: Vec<String>,
+    pub(crate) redact: Vec<String>,
 }
 
 /// One record: its JSON line, and the fields the journal gets.
-pub struct Record {
-    pub line: String,
+pub(crate) struct Record {
+    pub(crate) line: String,
     /// `MCP_TOOL=...` and the like, and `MESSAGE=`.
-    pub fields: Vec<(&'static str, String)>,
+    pub(crate) fields: Vec<(&'static str, String)>,
 }
 
 /// What the writer counts, for the status page.
 #[derive(Default, Debug)]
-pub struct Counts {
-    pub written: AtomicU64,
+pub(crate) struct Counts {
+    pub(crate) written: AtomicU64,
     /// Dropped: the queue was full, the memory budget refused it, or the disk did.
-    pub dropped: AtomicU64,
-    pub rotations: AtomicU64,
+    pub(crate) dropped: AtomicU64,
+    pub(crate) rotations: AtomicU64,
 }
 
 /// The running audit log: the queue to its writer thread.
-pub struct AuditLog {
-    pub config: AuditConfig,
+pub(crate) struct AuditLog {
+    pub(crate) config: AuditConfig,
     queue: Mutex<Option<Sender<(Record, Charge)>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
-    pub counts: Arc<Counts>,
+    pub(crate) counts: Arc<Counts>,
 }
 
 impl AuditLog {
@@ -89,7 +89,7 @@ impl AuditLog {
     }
 
     /// Hands `record` to the writer; dropped (and counted) if it cannot wait.
-    pub fn write(&self, record: Record) {
+    pub(crate) fn write(&self, record: Record) {
         let Some(charge) = Charge::new(record.line.len()) else {
             self.counts.dropped.fetch_add(1, Ordering::Relaxed);
             return;
@@ -109,7 +109,7 @@ impl AuditLog {
     }
 
     /// Writes what is queued and stops the writer (shutdown, or a reload that changed `audit`).
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         drop(self.queue.lock().take());
         if let Some(thread) = self.thread.lock().take() {
             let _ = thread.join();
@@ -235,7 +235,7 @@ impl Journal {
 
 /// A copy of `value` with the values of keys that look secret (a part of
 /// the key is one of `redact`, in any case) replaced by `***`, at any depth.
-pub fn redacted(value: &serde_json::Value, redact: &[String]) -> serde_json::Value {
+pub(crate) fn redacted(value: &serde_json::Value, redact: &[String]) -> serde_json::Value {
     use serde_json::Value;
     match value {
         Value::Object(map) => Value::Object(

@@ -11,12 +11,12 @@ use std::time::{Duration, SystemTime};
 /// left of its deadline, a new value almost every time; setting it again
 /// is a system call per read and per write, which this saves for clients'
 /// connections and servers' alike.
-pub fn timeout_fits(set: Duration, left: Duration) -> bool {
+pub(crate) fn timeout_fits(set: Duration, left: Duration) -> bool {
     set >= left && set - left <= left / 16
 }
 
 /// Seconds since the Unix epoch, now.
-pub fn unix_now() -> u64 {
+pub(crate) fn unix_now() -> u64 {
     SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
@@ -35,7 +35,7 @@ fn civil(days: u64) -> (i64, usize, i64) {
 }
 
 /// `Sun, 06 Nov 1994 08:49:37 GMT` (RFC 9110 §5.6.7).
-pub fn http_date(at: SystemTime) -> String {
+pub(crate) fn http_date(at: SystemTime) -> String {
     let secs = at.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let (days, rest) = (secs / 86_400, secs % 86_400);
     let weekday = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"][(days % 7) as usize];

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// A session's share is never less than this: one ordinary large message.
-pub const MIN_SHARE: usize = 1 << 20;
+pub(crate) const MIN_SHARE: usize = 1 << 20;
 
 struct Budget {
     limit: AtomicUsize,
@@ -42,26 +42,26 @@ static BUDGET: Budget = Budget {
 };
 
 /// Sets the limit (from `max_memory_mb`, at start and on reload).
-pub fn set_limit(bytes: usize) {
+pub(crate) fn set_limit(bytes: usize) {
     BUDGET.limit.store(bytes, Ordering::Relaxed);
 }
 
-pub fn limit() -> usize {
+pub(crate) fn limit() -> usize {
     BUDGET.limit.load(Ordering::Relaxed)
 }
 
 /// Bytes held now.
-pub fn used() -> usize {
+pub(crate) fn used() -> usize {
     BUDGET.used.load(Ordering::Relaxed)
 }
 
 /// Charges refused so far.
-pub fn refused() -> u64 {
+pub(crate) fn refused() -> u64 {
     BUDGET.refused.load(Ordering::Relaxed)
 }
 
 /// Seconds since the last charge was refused; `None` before any.
-pub fn secs_since_refused() -> Option<u64> {
+pub(crate) fn secs_since_refused() -> Option<u64> {
     match BUDGET.last_refused.load(Ordering::Relaxed) {
         0 => None,
         at => Some(super::clock::unix_now().saturating_sub(at)),
@@ -69,7 +69,7 @@ pub fn secs_since_refused() -> Option<u64> {
 }
 
 /// How many client sessions share the budget now.
-pub fn set_sessions(live: usize) {
+pub(crate) fn set_sessions(live: usize) {
     BUDGET.sessions.store(live, Ordering::Relaxed);
 }
 
@@ -77,7 +77,7 @@ pub fn set_sessions(live: usize) {
 /// limit divided by the live sessions, and at least [`MIN_SHARE`]. The
 /// other half is room for what is in flight: events arriving from servers
 /// and bodies being read, which must not wait for slow clients.
-pub fn share() -> usize {
+pub(crate) fn share() -> usize {
     (limit() / 2 / BUDGET.sessions.load(Ordering::Relaxed).max(1)).max(MIN_SHARE)
 }
 
@@ -95,16 +95,16 @@ impl Charge {
     }
 
     /// A charge of nothing, to grow.
-    pub fn empty() -> Charge {
+    pub(crate) fn empty() -> Charge {
         Charge { bytes: 0 }
     }
 
-    pub fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         self.bytes
     }
 
     /// Charges `more` bytes; false (and nothing charged) past the limit.
-    pub fn grow(&mut self, more: usize) -> bool {
+    pub(crate) fn grow(&mut self, more: usize) -> bool {
         let limit = limit();
         let taken = BUDGET.used.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
             used.checked_add(more).filter(|&total| total <= limit)
@@ -119,7 +119,7 @@ impl Charge {
     }
 
     /// Gives back what is above `bytes`.
-    pub fn shrink_to(&mut self, bytes: usize) {
+    pub(crate) fn shrink_to(&mut self, bytes: usize) {
         if bytes < self.bytes {
             BUDGET.used.fetch_sub(self.bytes - bytes, Ordering::Relaxed);
             self.bytes = bytes;
@@ -136,7 +136,7 @@ impl Drop for Charge {
 /// A charge counted also in a tally of its own: what one session, or one
 /// part of mcpgate, holds. Given back to both when dropped.
 #[derive(Debug)]
-pub struct Tallied {
+pub(crate) struct Tallied {
     charge: Charge,
     tally: Arc<AtomicUsize>,
 }
@@ -167,7 +167,7 @@ pub struct Held {
 }
 
 /// An event as it is queued and kept.
-pub type Event = Arc<Held>;
+pub(crate) type Event = Arc<Held>;
 
 impl Held {
     /// Holds `bytes` for a session, or gives them back when the budget is spent.
@@ -193,7 +193,7 @@ impl std::ops::Deref for Held {
 /// Taken by the unit tests that charge the budget: it is one per process,
 /// and one of them sets a limit of a few bytes.
 #[cfg(test)]
-pub static TEST_BUDGET: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+pub(crate) static TEST_BUDGET: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
 
 #[cfg(test)]
 mod tests {

@@ -1,4 +1,4 @@
-//! What every floor uses: the audit log's writer, traces and their
+//! What every floor uses: the backoff of every retry loop, the audit log's writer, traces and their
 //! exporter (`trace`, `otlp`), the state file and its journal, the threads and
 //! their roles, the memory budget, rate-limited logging, the clock, SHA-256
 //! and the comparison of secrets, the watch of files that reloads the
@@ -6,6 +6,7 @@
 //! `unsafe` code).
 
 pub mod audit;
+pub mod backoff;
 pub mod clock;
 pub mod memory;
 pub mod otlp;

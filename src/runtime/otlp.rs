@@ -11,112 +11,112 @@
 
 /// `ExportTraceServiceRequest` (and `TracesData`, which has the same shape).
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct ExportTraceServiceRequest {
+pub(crate) struct ExportTraceServiceRequest {
     #[prost(message, repeated, tag = "1")]
-    pub resource_spans: Vec<ResourceSpans>,
+    pub(crate) resource_spans: Vec<ResourceSpans>,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct ResourceSpans {
+pub(crate) struct ResourceSpans {
     #[prost(message, optional, tag = "1")]
-    pub resource: Option<Resource>,
+    pub(crate) resource: Option<Resource>,
     #[prost(message, repeated, tag = "2")]
-    pub scope_spans: Vec<ScopeSpans>,
+    pub(crate) scope_spans: Vec<ScopeSpans>,
     #[prost(string, tag = "3")]
-    pub schema_url: String,
+    pub(crate) schema_url: String,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct Resource {
+pub(crate) struct Resource {
     #[prost(message, repeated, tag = "1")]
-    pub attributes: Vec<KeyValue>,
+    pub(crate) attributes: Vec<KeyValue>,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct ScopeSpans {
+pub(crate) struct ScopeSpans {
     #[prost(message, optional, tag = "1")]
     pub scope: Option<InstrumentationScope>,
     #[prost(message, repeated, tag = "2")]
-    pub spans: Vec<Span>,
+    pub(crate) spans: Vec<Span>,
     #[prost(string, tag = "3")]
-    pub schema_url: String,
+    pub(crate) schema_url: String,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct InstrumentationScope {
+pub(crate) struct InstrumentationScope {
     #[prost(string, tag = "1")]
     pub name: String,
     #[prost(string, tag = "2")]
-    pub version: String,
+    pub(crate) version: String,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Span {
     #[prost(bytes = "vec", tag = "1")]
-    pub trace_id: Vec<u8>,
+    pub(crate) trace_id: Vec<u8>,
     #[prost(bytes = "vec", tag = "2")]
-    pub span_id: Vec<u8>,
+    pub(crate) span_id: Vec<u8>,
     #[prost(string, tag = "3")]
-    pub trace_state: String,
+    pub(crate) trace_state: String,
     #[prost(bytes = "vec", tag = "4")]
-    pub parent_span_id: Vec<u8>,
+    pub(crate) parent_span_id: Vec<u8>,
     #[prost(string, tag = "5")]
     pub name: String,
     /// `SpanKind`: SERVER is 2, CLIENT 3.
     #[prost(int32, tag = "6")]
     pub kind: i32,
     #[prost(fixed64, tag = "7")]
-    pub start_time_unix_nano: u64,
+    pub(crate) start_time_unix_nano: u64,
     #[prost(fixed64, tag = "8")]
-    pub end_time_unix_nano: u64,
+    pub(crate) end_time_unix_nano: u64,
     #[prost(message, repeated, tag = "9")]
-    pub attributes: Vec<KeyValue>,
+    pub(crate) attributes: Vec<KeyValue>,
     #[prost(uint32, tag = "10")]
-    pub dropped_attributes_count: u32,
+    pub(crate) dropped_attributes_count: u32,
     #[prost(message, repeated, tag = "13")]
-    pub links: Vec<Link>,
+    pub(crate) links: Vec<Link>,
     #[prost(message, optional, tag = "15")]
-    pub status: Option<Status>,
+    pub(crate) status: Option<Status>,
     /// The W3C trace flags (bits 0-7), and whether the parent is remote (bits 8-9).
     #[prost(fixed32, tag = "16")]
-    pub flags: u32,
+    pub(crate) flags: u32,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct Link {
+pub(crate) struct Link {
     #[prost(bytes = "vec", tag = "1")]
-    pub trace_id: Vec<u8>,
+    pub(crate) trace_id: Vec<u8>,
     #[prost(bytes = "vec", tag = "2")]
-    pub span_id: Vec<u8>,
+    pub(crate) span_id: Vec<u8>,
     #[prost(string, tag = "3")]
-    pub trace_state: String,
+    pub(crate) trace_state: String,
     #[prost(message, repeated, tag = "4")]
-    pub attributes: Vec<KeyValue>,
+    pub(crate) attributes: Vec<KeyValue>,
     #[prost(fixed32, tag = "6")]
-    pub flags: u32,
+    pub(crate) flags: u32,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct Status {
+pub(crate) struct Status {
     #[prost(string, tag = "2")]
-    pub message: String,
+    pub(crate) message: String,
     /// `StatusCode`: UNSET 0, OK 1, ERROR 2.
     #[prost(int32, tag = "3")]
-    pub code: i32,
+    pub(crate) code: i32,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct KeyValue {
+pub(crate) struct KeyValue {
     #[prost(string, tag = "1")]
-    pub key: String,
+    pub(crate) key: String,
     #[prost(message, optional, tag = "2")]
-    pub value: Option<AnyValue>,
+    pub(crate) value: Option<AnyValue>,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct AnyValue {
+pub(crate) struct AnyValue {
     #[prost(oneof = "Value", tags = "1, 2, 3")]
-    pub value: Option<Value>,
+    pub(crate) value: Option<Value>,
 }
 
 #[derive(Clone, PartialEq, prost::Oneof)]
@@ -129,12 +129,12 @@ pub enum Value {
     IntValue(i64),
 }
 
-pub const SPAN_KIND_SERVER: i32 = 2;
-pub const SPAN_KIND_CLIENT: i32 = 3;
-pub const STATUS_ERROR: i32 = 2;
+pub(crate) const SPAN_KIND_SERVER: i32 = 2;
+pub(crate) const SPAN_KIND_CLIENT: i32 = 3;
+pub(crate) const STATUS_ERROR: i32 = 2;
 /// `SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK` and `SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK`.
-pub const FLAG_HAS_IS_REMOTE: u32 = 0x100;
-pub const FLAG_IS_REMOTE: u32 = 0x200;
+pub(crate) const FLAG_HAS_IS_REMOTE: u32 = 0x100;
+pub(crate) const FLAG_IS_REMOTE: u32 = 0x200;
 
 impl KeyValue {
     pub fn new(key: &str, value: Value) -> KeyValue {

@@ -14,7 +14,7 @@ fn epoch() -> Instant {
 }
 
 /// One call site's limit; a `static` beside the log line it guards.
-pub struct RateLimit {
+pub(crate) struct RateLimit {
     every_ms: u64,
     /// Milliseconds since the epoch, plus one, of the last line written (0: never).
     last: AtomicU64,
@@ -28,7 +28,7 @@ impl RateLimit {
 
     /// Whether a line may be written now: `Some(n)` with the number of
     /// lines suppressed since the last one, `None` to stay quiet.
-    pub fn allow(&self) -> Option<u64> {
+    pub(crate) fn allow(&self) -> Option<u64> {
         let now = epoch().elapsed().as_millis() as u64 + 1;
         let last = self.last.load(Ordering::Relaxed);
         if last != 0 && now.saturating_sub(last) < self.every_ms {
@@ -44,7 +44,7 @@ impl RateLimit {
 }
 
 /// `" (and 12 more like it in the last 10 s)"`, or nothing.
-pub fn more(suppressed: u64, every: &RateLimit) -> String {
+pub(crate) fn more(suppressed: u64, every: &RateLimit) -> String {
     if suppressed == 0 {
         String::new()
     } else {

@@ -2,7 +2,7 @@
 //! depend on where they differ, so a client cannot find a token byte by byte.
 
 /// Whether `a == b`, looking at every byte of the longer one.
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     let mut diff = a.len() ^ b.len();
     for i in 0..a.len().max(b.len()) {
         let x = a.get(i).copied().unwrap_or(0);

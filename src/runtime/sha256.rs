@@ -16,7 +16,7 @@ const K: [u32; 64] = [
 ];
 
 /// The SHA-256 digest of `data`.
-pub fn digest(data: &[u8]) -> [u8; 32] {
+pub(crate) fn digest(data: &[u8]) -> [u8; 32] {
     let mut h: [u32; 8] =
         [0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19];
     let mut message = data.to_vec();
@@ -57,7 +57,7 @@ pub fn digest(data: &[u8]) -> [u8; 32] {
 }
 
 /// HMAC-SHA-256 of `message` under `key`.
-pub fn hmac(key: &[u8], message: &[u8]) -> [u8; 32] {
+pub(crate) fn hmac(key: &[u8], message: &[u8]) -> [u8; 32] {
     let mut block = [0u8; 64];
     if key.len() > 64 {
         block[..32].copy_from_slice(&digest(key));
@@ -72,17 +72,17 @@ pub fn hmac(key: &[u8], message: &[u8]) -> [u8; 32] {
 }
 
 /// The digest as 64 lower-case hex digits.
-pub fn hex(data: &[u8]) -> String {
+pub(crate) fn hex(data: &[u8]) -> String {
     to_hex(&digest(data))
 }
 
 /// `bytes` as lower-case hex digits, two per byte.
-pub fn to_hex(bytes: &[u8]) -> String {
+pub(crate) fn to_hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// 64 hex digits back into a digest.
-pub fn from_hex(hex: &str) -> Option<[u8; 32]> {
+pub(crate) fn from_hex(hex: &str) -> Option<[u8; 32]> {
     let mut out = [0u8; 32];
     if hex.len() != 64 {
         return None;

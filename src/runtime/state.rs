@@ -59,13 +59,13 @@ const COMMIT_WAIT: Duration = Duration::from_secs(5);
 const REWRITE_AT: u64 = 1 << 20;
 
 /// The state file of instance `id` in a shared `state_dir`.
-pub fn state_path(dir: &Path, id: &str) -> PathBuf {
+pub(crate) fn state_path(dir: &Path, id: &str) -> PathBuf {
     dir.join(format!("{id}.state.json"))
 }
 
 /// Activity alone (no session opened or closed) is written at most this
 /// often, and at least four times per idle timeout.
-pub fn activity_every(idle_timeout: Duration) -> Duration {
+pub(crate) fn activity_every(idle_timeout: Duration) -> Duration {
     (idle_timeout / 4).clamp(LOOK_EVERY, Duration::from_secs(30))
 }
 
@@ -120,20 +120,20 @@ pub struct SavedDownstream {
 /// What a state file holds, whatever its format.
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct Saved {
-    pub format: u32,
+    pub(crate) format: u32,
     /// The `instance_id` of the mcpgate that wrote it: its session ids start with it.
     #[serde(default)]
-    pub instance_id: Option<String>,
+    pub(crate) instance_id: Option<String>,
     /// Downstream sessions whose `DELETE` had not been seen through.
     #[serde(default)]
-    pub closing: Vec<SavedDownstream>,
-    pub sessions: Vec<SavedSession>,
+    pub(crate) closing: Vec<SavedDownstream>,
+    pub(crate) sessions: Vec<SavedSession>,
     /// When the file was last written (its mtime), in unix seconds: the
     /// writer touches it at least every `activity_every`, so mcpgate ran
     /// until about then. A session's idle time ends there: the time it was
     /// down is not the client's idleness.
     #[serde(skip)]
-    pub written: Option<u64>,
+    pub(crate) written: Option<u64>,
 }
 
 /// The first line of a journal.
@@ -438,7 +438,7 @@ impl StateFile {
     /// Writes `bytes` as the whole file, atomically: a reader (or a crash)
     /// sees the old file or the new one. The temporary file is created anew
     /// (never through a symlink), readable by mcpgate's user only.
-    pub fn replace(&self, bytes: &[u8]) -> std::io::Result<()> {
+    pub(crate) fn replace(&self, bytes: &[u8]) -> std::io::Result<()> {
         let tmp = self.path.with_extension("tmp");
         // A temporary file left by a crash, or a symlink someone planted: gone.
         match std::fs::remove_file(&tmp) {
@@ -558,7 +558,7 @@ impl Journal {
     }
 
     /// The journal with every change mirrored to the session store too.
-    pub fn with_mirror(mut self, mirror: std::sync::Arc<dyn Mirror>) -> Journal {
+    pub(crate) fn with_mirror(mut self, mirror: std::sync::Arc<dyn Mirror>) -> Journal {
         self.mirror = Some(mirror);
         self
     }
@@ -581,7 +581,7 @@ impl Journal {
     /// Why the file cannot be written now, when its last write failed
     /// (the writer tries again every 250 ms; the activity it writes at
     /// least every 30 s finds a failing file even while nothing else is).
-    pub fn failing(&self) -> Option<StateError> {
+    pub(crate) fn failing(&self) -> Option<StateError> {
         let file = self.file.as_ref()?;
         let why = self.state.lock().failure.as_ref().map(|(_, e)| e.clone())?;
         Some(StateError::Failed { path: file.path.clone(), why })
@@ -589,7 +589,7 @@ impl Journal {
 
     /// Waits until every record queued so far is on disk (at most 5 s):
     /// what must be durable before a client is answered.
-    pub fn commit(&self) -> Result<(), StateError> {
+    pub(crate) fn commit(&self) -> Result<(), StateError> {
         if let Some(mirror) = &self.mirror {
             mirror.commit()?;
         }
@@ -633,13 +633,13 @@ impl Journal {
     }
 
     /// A client session opens: in the file before anyone learns its id.
-    pub fn opened_session(&self, session: SavedSession) {
+    pub(crate) fn opened_session(&self, session: SavedSession) {
         self.mirror(|| Change::Opened(session.clone()));
         self.queue([Record::Session(session)]);
     }
 
     /// A downstream session of client session `client` opened.
-    pub fn opened_downstream(&self, client: &str, mut downstream: SavedDownstream) {
+    pub(crate) fn opened_downstream(&self, client: &str, mut downstream: SavedDownstream) {
         downstream.client = Some(client.to_string());
         self.mirror(|| Change::Downstream(downstream.clone()));
         self.queue([Record::Downstream(downstream)]);
@@ -647,7 +647,7 @@ impl Journal {
 
     /// A client session ended: its record goes (its downstream sessions
     /// were marked closing first).
-    pub fn ended(&self, client: &str) {
+    pub(crate) fn ended(&self, client: &str) {
         self.mirror(|| Change::Ended(client.to_string()));
         self.queue([Record::End(client.to_string())]);
     }
@@ -655,7 +655,7 @@ impl Journal {
     /// Marks downstream sessions as closing; written with the next write.
     /// Each is marked and its record queued under one lock, so that a
     /// rewrite (which takes both at once) sees both or neither.
-    pub fn closing(&self, entries: impl IntoIterator<Item = (usize, SavedDownstream)>) {
+    pub(crate) fn closing(&self, entries: impl IntoIterator<Item = (usize, SavedDownstream)>) {
         let entries: Vec<(u64, SavedDownstream)> = entries.into_iter().map(|(k, d)| (k as u64, d)).collect();
         for (key, downstream) in &entries {
             self.mirror(|| Change::Closing(*key, downstream.clone()));
@@ -687,7 +687,7 @@ impl Journal {
 
     /// Their `DELETE` is done: they leave the file with the next write
     /// (unmarked and recorded under one lock, as [`Journal::closing`]).
-    pub fn closed(&self, keys: &[usize]) {
+    pub(crate) fn closed(&self, keys: &[usize]) {
         for key in keys {
             self.mirror(|| Change::Closed(*key as u64));
         }

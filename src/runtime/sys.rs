@@ -73,7 +73,7 @@ pub fn terminate_self() {
 /// that RSS follows the sessions that are live after many have closed.
 /// musl has no `malloc_trim`: its allocator (mallocng) returns freed
 /// groups to the kernel by itself, so there it does nothing.
-pub fn release_free_memory() {
+pub(crate) fn release_free_memory() {
     // SAFETY: malloc_trim only walks glibc's own heap metadata.
     #[cfg(target_env = "gnu")]
     unsafe {
@@ -98,7 +98,7 @@ pub fn limit_malloc_arenas() {
 /// Fills `buf` from the kernel's random source (`getrandom(2)`): no file
 /// descriptor needed, so session ids can still be minted when descriptors
 /// run out (opening /dev/urandom then failed every `initialize`).
-pub fn random(buf: &mut [u8]) -> io::Result<()> {
+pub(crate) fn random(buf: &mut [u8]) -> io::Result<()> {
     let mut filled = 0;
     while filled < buf.len() {
         let rest = &mut buf[filled..];
@@ -143,13 +143,13 @@ fn rlim(value: libc::rlim_t) -> u64 {
 }
 
 /// The user id this process acts as (what owns the files it writes).
-pub fn effective_uid() -> u32 {
+pub(crate) fn effective_uid() -> u32 {
     // SAFETY: geteuid has no arguments and cannot fail.
     unsafe { libc::geteuid() }
 }
 
 /// The soft limit on open files now.
-pub fn fd_limit() -> u64 {
+pub(crate) fn fd_limit() -> u64 {
     let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: `limit` is a live local of the type getrlimit fills.
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
@@ -160,7 +160,7 @@ pub fn fd_limit() -> u64 {
 
 /// Descriptors open in this process, from `/proc/self/fd`; `None` when
 /// that cannot be read (no descriptor left to read it with, say).
-pub fn open_fds() -> Option<u64> {
+pub(crate) fn open_fds() -> Option<u64> {
     // One of the entries is the descriptor read_dir itself holds.
     std::fs::read_dir("/proc/self/fd").ok().map(|d| d.count().saturating_sub(1) as u64)
 }
@@ -188,7 +188,7 @@ pub fn reset_on_close(socket: &impl std::os::fd::AsRawFd) {
 /// end the connection (a read then fails): a peer that vanished without a
 /// FIN (a host lost behind a partition, or rebooted) is found even while
 /// nothing is read or written.
-pub fn keep_alive(
+pub(crate) fn keep_alive(
     socket: &impl std::os::fd::AsRawFd,
     idle: std::time::Duration,
     interval: std::time::Duration,
@@ -220,7 +220,7 @@ pub fn keep_alive(
 /// `RLIMIT_NPROC` (less this process's threads; under systemd's
 /// `DynamicUser` the user runs nothing else) and its cgroup's `pids.max`
 /// (systemd's `TasksMax`). `None` when neither limits it.
-pub fn thread_headroom() -> Option<u64> {
+pub(crate) fn thread_headroom() -> Option<u64> {
     let threads = std::fs::read_dir("/proc/self/task").map_or(0, |d| d.count() as u64);
     let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: `limit` is a live local of the type getrlimit fills.
@@ -249,7 +249,7 @@ fn cgroup_pids_left() -> Option<u64> {
 /// that forked the child, so children are started from one long-lived
 /// thread (see `downstream::children`). A child whose parent died before the
 /// setting took is refused at once.
-pub fn die_with_parent(command: &mut std::process::Command) {
+pub(crate) fn die_with_parent(command: &mut std::process::Command) {
     use std::os::unix::process::CommandExt;
     let parent = std::process::id() as libc::pid_t;
     // SAFETY: between fork and exec only async-signal-safe calls are made
@@ -273,7 +273,7 @@ pub fn die_with_parent(command: &mut std::process::Command) {
 /// does not reset: a child would never see the SIGTERM of its close path
 /// (nor a SIGINT or SIGHUP), and every child that needed a signal would
 /// wait a second grace for SIGKILL.
-pub fn unblock_signals(command: &mut std::process::Command) {
+pub(crate) fn unblock_signals(command: &mut std::process::Command) {
     use std::os::unix::process::CommandExt;
     // SAFETY: between fork and exec only async-signal-safe calls are made
     // (sigemptyset, pthread_sigmask) on a local set; nothing is allocated.
@@ -292,7 +292,7 @@ pub fn unblock_signals(command: &mut std::process::Command) {
 
 /// Sends `signal` to every process of the group `pgid` (a child started as
 /// a group leader, with what it started).
-pub fn signal_group(pgid: u32, signal: ChildSignal) -> io::Result<()> {
+pub(crate) fn signal_group(pgid: u32, signal: ChildSignal) -> io::Result<()> {
     let signal = match signal {
         ChildSignal::Terminate => libc::SIGTERM,
         ChildSignal::Kill => libc::SIGKILL,
@@ -308,7 +308,7 @@ pub fn signal_group(pgid: u32, signal: ChildSignal) -> io::Result<()> {
 /// `WNOWAIT`): until it is waited for, its pid, hence the id of the group it
 /// leads, cannot be reused. A pid that is no child to wait for (already
 /// reaped) counts as ended.
-pub fn has_exited(pid: u32) -> bool {
+pub(crate) fn has_exited(pid: u32) -> bool {
     loop {
         // SAFETY: siginfo_t is plain data; zeroed, its pid reads 0 when no
         // child has ended (WNOHANG), and waitid only writes into it.
@@ -327,13 +327,13 @@ pub fn has_exited(pid: u32) -> bool {
 
 /// The signals mcpgate sends its children.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ChildSignal {
+pub(crate) enum ChildSignal {
     Terminate,
     Kill,
 }
 
 /// Makes writes to `fd` (a child's stdin) return at once instead of blocking.
-pub fn set_nonblocking(fd: &impl std::os::fd::AsRawFd) -> io::Result<()> {
+pub(crate) fn set_nonblocking(fd: &impl std::os::fd::AsRawFd) -> io::Result<()> {
     let fd = fd.as_raw_fd();
     // SAFETY: fcntl on an open descriptor borrowed from a live owner.
     unsafe {
@@ -347,21 +347,19 @@ pub fn set_nonblocking(fd: &impl std::os::fd::AsRawFd) -> io::Result<()> {
 
 /// Waits until `fd` has something to read (or its end), at most `timeout`;
 /// false on timeout.
-pub fn wait_readable(fd: &impl std::os::fd::AsRawFd, timeout: std::time::Duration) -> io::Result<bool> {
-    let mut poll = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-    let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
-    // SAFETY: `poll` is a live local and the count is 1.
-    let n = unsafe { libc::poll(&mut poll, 1, ms) };
-    if n < 0 {
-        let e = io::Error::last_os_error();
-        return if e.kind() == io::ErrorKind::Interrupted { Ok(false) } else { Err(e) };
-    }
-    Ok(n > 0)
+pub(crate) fn wait_readable(fd: &impl std::os::fd::AsRawFd, timeout: std::time::Duration) -> io::Result<bool> {
+    wait_for(fd, libc::POLLIN, timeout)
 }
 
 /// Waits until `fd` can be written, at most `timeout`; false on timeout.
-pub fn wait_writable(fd: &impl std::os::fd::AsRawFd, timeout: std::time::Duration) -> io::Result<bool> {
-    let mut poll = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLOUT, revents: 0 };
+pub(crate) fn wait_writable(fd: &impl std::os::fd::AsRawFd, timeout: std::time::Duration) -> io::Result<bool> {
+    wait_for(fd, libc::POLLOUT, timeout)
+}
+
+/// Waits until `fd` is ready for `events`, at most `timeout`; false on
+/// timeout or on a signal.
+fn wait_for(fd: &impl std::os::fd::AsRawFd, events: libc::c_short, timeout: std::time::Duration) -> io::Result<bool> {
+    let mut poll = libc::pollfd { fd: fd.as_raw_fd(), events, revents: 0 };
     let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
     // SAFETY: `poll` is a live local and the count is 1.
     let n = unsafe { libc::poll(&mut poll, 1, ms) };
@@ -385,7 +383,7 @@ fn peek(socket: &impl std::os::fd::AsRawFd) -> io::Result<usize> {
 /// Whether the peer of `socket` has closed its side: a peek that finds the
 /// end of the stream. Data waiting (a pipelined request) or nothing yet
 /// both mean it is still there.
-pub fn peer_closed(socket: &impl std::os::fd::AsRawFd) -> bool {
+pub(crate) fn peer_closed(socket: &impl std::os::fd::AsRawFd) -> bool {
     match peek(socket) {
         Ok(n) => n == 0,
         Err(e) => !matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted),
@@ -395,7 +393,7 @@ pub fn peer_closed(socket: &impl std::os::fd::AsRawFd) -> bool {
 /// Whether a kept-alive connection to a server can carry another request:
 /// open, and nothing waiting on it (bytes nobody asked for mean the
 /// connection is out of step).
-pub fn idle_and_open(socket: &impl std::os::fd::AsRawFd) -> bool {
+pub(crate) fn idle_and_open(socket: &impl std::os::fd::AsRawFd) -> bool {
     // A peek that does not wait is interrupted only by a signal that came
     // in the instant it ran: tried a few times, then taken as not reusable.
     for _ in 0..4 {
@@ -424,7 +422,7 @@ pub fn become_subreaper() -> io::Result<()> {
 
 /// Reaps `pid`, a child of mcpgate's, if it has ended (`waitpid` with
 /// `WNOHANG`); true when it is reaped now or is no child of mcpgate's.
-pub fn reap(pid: u32) -> bool {
+pub(crate) fn reap(pid: u32) -> bool {
     let mut status = 0;
     loop {
         // SAFETY: `status` is a live local that waitpid only writes.
@@ -438,7 +436,7 @@ pub fn reap(pid: u32) -> bool {
 }
 
 /// Sends SIGKILL to the one process `pid`.
-pub fn kill(pid: u32) -> io::Result<()> {
+pub(crate) fn kill(pid: u32) -> io::Result<()> {
     // SAFETY: kill has no memory effects; a positive pid names one process.
     if unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) } != 0 {
         return Err(io::Error::last_os_error());

@@ -8,10 +8,10 @@ use std::thread::{Builder, JoinHandle, Scope, ScopedJoinHandle};
 /// Stack size for every mcpgate thread. The deepest path is serde_json at its
 /// recursion limit of 128 plus rustls; 256 KiB leaves room. Only touched
 /// pages count towards RSS.
-pub const STACK_BYTES: usize = 256 * 1024;
+pub(crate) const STACK_BYTES: usize = 256 * 1024;
 
 /// The roles, as they appear in thread names and on the status page.
-pub const ROLES: &[&str] = &[
+pub(crate) const ROLES: &[&str] = &[
     "accept", "conn", "reader", "reaper", "signal", "fanout", "close", "state", "notify", "resolve", "stdio", "stderr",
     "spawner", "hold", "watch", "audit", "trace",
 ];
@@ -36,7 +36,7 @@ const JOIN_AT: usize = 16;
 
 /// Hands a thread to be joined later, when it has finished; those already
 /// finished are joined now once [`JOIN_AT`] wait.
-pub fn join_later(handle: JoinHandle<()>) {
+pub(crate) fn join_later(handle: JoinHandle<()>) {
     let ready = {
         let mut list = LATE.lock();
         list.push(handle);
@@ -49,7 +49,7 @@ pub fn join_later(handle: JoinHandle<()>) {
 }
 
 /// Joins the threads handed to [`join_later`] that have finished.
-pub fn join_late() {
+pub(crate) fn join_late() {
     let ready = take_finished(&mut LATE.lock());
     join_all(ready);
 }
@@ -105,7 +105,7 @@ where
 }
 
 /// Starts a scoped thread of `role`, joined when the scope ends.
-pub fn spawn_scoped<'scope, 'env, F, T>(
+pub(crate) fn spawn_scoped<'scope, 'env, F, T>(
     scope: &'scope Scope<'scope, 'env>,
     role: &str,
     detail: &str,
@@ -128,7 +128,7 @@ where
 
 /// Runs `f` on every item, on up to `parallel` scoped threads of `role`;
 /// inline when there is one item or a thread cannot be started.
-pub fn for_each_parallel<T: Sync>(role: &str, items: &[T], parallel: usize, f: impl Fn(&T) + Sync) {
+pub(crate) fn for_each_parallel<T: Sync>(role: &str, items: &[T], parallel: usize, f: impl Fn(&T) + Sync) {
     use std::sync::atomic::{AtomicUsize, Ordering};
     let threads = parallel.min(items.len());
     if threads <= 1 {
@@ -154,7 +154,7 @@ pub fn for_each_parallel<T: Sync>(role: &str, items: &[T], parallel: usize, f: i
 
 /// Threads of this process by role, from `/proc/self/task/*/comm`; threads
 /// not named by mcpgate count as `other`.
-pub fn count_by_role() -> Vec<(String, u64)> {
+pub(crate) fn count_by_role() -> Vec<(String, u64)> {
     let mut counts: Vec<(String, u64)> = ROLES.iter().map(|r| (r.to_string(), 0)).collect();
     counts.push(("other".into(), 0));
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return counts };

@@ -44,26 +44,26 @@ const BATCH_WAIT: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TracingConfig {
     /// Where spans go: `{endpoint}/v1/traces` (the endpoint itself when it ends so).
-    pub endpoint: String,
+    pub(crate) endpoint: String,
     /// The share of traces started here that are recorded, in millionths.
-    pub sample_per_million: u32,
+    pub(crate) sample_per_million: u32,
     /// `service.name` of the resource.
-    pub service_name: String,
+    pub(crate) service_name: String,
     /// Whether a tool call's arguments go on its spans (`gen_ai.tool.call.arguments`), redacted.
-    pub capture_arguments: bool,
+    pub(crate) capture_arguments: bool,
     /// Whether a tool call's result goes on its spans (`gen_ai.tool.call.result`), redacted.
-    pub capture_results: bool,
+    pub(crate) capture_results: bool,
     /// Keys whose values never go on a span (parts of a key, any case).
-    pub redact: Vec<String>,
+    pub(crate) redact: Vec<String>,
     /// Spans waiting for the exporter at most.
-    pub max_queue: usize,
+    pub(crate) max_queue: usize,
     /// The most one export may take.
-    pub export_timeout: Duration,
+    pub(crate) export_timeout: Duration,
 }
 
 impl TracingConfig {
     /// The URL spans are posted to.
-    pub fn traces_url(&self) -> String {
+    pub(crate) fn traces_url(&self) -> String {
         let base = self.endpoint.trim_end_matches('/');
         if base.ends_with("/v1/traces") { base.to_string() } else { format!("{base}/v1/traces") }
     }
@@ -71,10 +71,10 @@ impl TracingConfig {
 
 /// The identity of one span, as `traceparent` carries it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SpanContext {
-    pub trace_id: [u8; 16],
-    pub span_id: [u8; 8],
-    pub sampled: bool,
+pub(crate) struct SpanContext {
+    pub(crate) trace_id: [u8; 16],
+    pub(crate) span_id: [u8; 8],
+    pub(crate) sampled: bool,
 }
 
 impl SpanContext {
@@ -95,11 +95,11 @@ impl SpanContext {
         (trace_id != [0; 16] && span_id != [0; 8]).then_some(SpanContext { trace_id, span_id, sampled: flags & 1 == 1 })
     }
 
-    pub fn traceparent(&self) -> String {
+    pub(crate) fn traceparent(&self) -> String {
         format!("00-{}-{}-{:02x}", to_hex(&self.trace_id), to_hex(&self.span_id), u8::from(self.sampled))
     }
 
-    pub fn trace_hex(&self) -> String {
+    pub(crate) fn trace_hex(&self) -> String {
         to_hex(&self.trace_id)
     }
 }
@@ -128,17 +128,17 @@ fn to_hex(bytes: &[u8]) -> String {
 /// A trace context as it travels: the span, and what goes along with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Context {
-    pub span: SpanContext,
-    pub tracestate: Option<String>,
-    pub baggage: Option<String>,
+    pub(crate) span: SpanContext,
+    pub(crate) tracestate: Option<String>,
+    pub(crate) baggage: Option<String>,
     /// It came from outside this process (a client's header or `_meta`).
-    pub remote: bool,
+    pub(crate) remote: bool,
 }
 
 impl Context {
     /// The context of `traceparent` and what came with it; `None` for a
     /// `traceparent` that is not valid (then the others are dropped too).
-    pub fn from_parts(traceparent: &str, tracestate: Option<&str>, baggage: Option<&str>) -> Option<Context> {
+    pub(crate) fn from_parts(traceparent: &str, tracestate: Option<&str>, baggage: Option<&str>) -> Option<Context> {
         // Both are lists a receiver may cut; past these sizes they are dropped rather than kept.
         fn keep(v: Option<&str>, max: usize) -> Option<&str> {
             v.map(str::trim).filter(|v| !v.is_empty() && v.len() <= max)
@@ -169,7 +169,7 @@ thread_local! {
 }
 
 /// The thread's current context, if any.
-pub fn current() -> Option<Context> {
+pub(crate) fn current() -> Option<Context> {
     if !enabled() {
         return None;
     }
@@ -177,24 +177,24 @@ pub fn current() -> Option<Context> {
 }
 
 /// Makes `context` the thread's current one until the guard is dropped.
-pub fn enter(context: Option<Context>) -> Entered {
+pub(crate) fn enter(context: Option<Context>) -> Entered {
     Entered(CURRENT.with(|c| c.replace(context)), &CURRENT)
 }
 
 /// Makes `context` the one the thread's next request to a server carries
 /// in its headers, until the guard is dropped.
-pub fn sending(context: Option<Context>) -> Entered {
+pub(crate) fn sending(context: Option<Context>) -> Entered {
     Entered(OUTGOING.with(|c| c.replace(context)), &OUTGOING)
 }
 
 /// The `traceparent` (and `tracestate`) of the request this thread sends
 /// now, for its HTTP headers.
-pub fn outgoing_headers() -> Option<(String, Option<String>)> {
+pub(crate) fn outgoing_headers() -> Option<(String, Option<String>)> {
     OUTGOING.with(|c| c.borrow().as_ref().map(|ctx| (ctx.span.traceparent(), ctx.tracestate.clone())))
 }
 
 /// Gives back the context that was there before.
-pub struct Entered(Option<Context>, &'static std::thread::LocalKey<RefCell<Option<Context>>>);
+pub(crate) struct Entered(Option<Context>, &'static std::thread::LocalKey<RefCell<Option<Context>>>);
 
 impl Drop for Entered {
     fn drop(&mut self) {
@@ -234,7 +234,7 @@ fn new_span_id() -> [u8; 8] {
 
 /// A span's value of one attribute.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Attr {
+pub(crate) enum Attr {
     Str(String),
     Int(i64),
 }
@@ -268,7 +268,7 @@ pub enum Kind {
 #[derive(Debug)]
 pub struct Span {
     kind: Kind,
-    pub context: SpanContext,
+    pub(crate) context: SpanContext,
     /// The parent's id, and whether it is remote.
     parent: Option<([u8; 8], bool)>,
     tracestate: Option<String>,
@@ -282,12 +282,12 @@ pub struct Span {
 }
 
 impl Span {
-    pub fn set_name(&mut self, name: impl Into<String>) {
+    pub(crate) fn set_name(&mut self, name: impl Into<String>) {
         self.name = name.into();
     }
 
     /// Sets `key` (once: a later value replaces it).
-    pub fn set(&mut self, key: &'static str, value: impl Into<Attr>) {
+    pub(crate) fn set(&mut self, key: &'static str, value: impl Into<Attr>) {
         let value = value.into();
         match self.attributes.iter_mut().find(|(k, _)| *k == key) {
             Some(slot) => slot.1 = value,
@@ -295,17 +295,17 @@ impl Span {
         }
     }
 
-    pub fn link(&mut self, to: SpanContext) {
+    pub(crate) fn link(&mut self, to: SpanContext) {
         self.links.push(to);
     }
 
     /// Marks it failed: status ERROR, saying `why`.
-    pub fn fail(&mut self, why: impl Into<String>) {
+    pub(crate) fn fail(&mut self, why: impl Into<String>) {
         self.error = Some(why.into());
     }
 
     /// Ends it now and hands it to the exporter.
-    pub fn end(self) {
+    pub(crate) fn end(self) {
         let Some(tracer) = tracer() else { return };
         tracer.send(self);
     }
@@ -377,15 +377,15 @@ impl Span {
 /// What [`begin`] decided: the span to record (if sampled), and the
 /// context requests made under it carry (if any).
 #[derive(Debug, Default)]
-pub struct Begun {
-    pub span: Option<Span>,
-    pub context: Option<Context>,
+pub(crate) struct Begun {
+    pub(crate) span: Option<Span>,
+    pub(crate) context: Option<Context>,
 }
 
 /// Starts a span of `kind` under `parent` (remote, or this process's own),
 /// or a new trace when there is none and the ratio draws it. Without
 /// tracing configured: nothing, and nothing to pass on.
-pub fn begin(kind: Kind, parent: Option<Context>) -> Begun {
+pub(crate) fn begin(kind: Kind, parent: Option<Context>) -> Begun {
     if !enabled() {
         return Begun::default();
     }
@@ -437,11 +437,11 @@ static SAMPLE_PER_MILLION: AtomicU32 = AtomicU32::new(0);
 static TRACER: RwLock<Option<Arc<Tracer>>> = RwLock::new(None);
 
 /// Spans exported, spans dropped, and exports that failed, since start.
-pub fn counts() -> (u64, u64, u64) {
+pub(crate) fn counts() -> (u64, u64, u64) {
     (EXPORTED.load(Ordering::Relaxed), DROPPED.load(Ordering::Relaxed), FAILED_EXPORTS.load(Ordering::Relaxed))
 }
 
-pub fn enabled() -> bool {
+pub(crate) fn enabled() -> bool {
     ENABLED.load(Ordering::Relaxed)
 }
 
@@ -453,7 +453,7 @@ fn tracer() -> Option<Arc<Tracer>> {
 }
 
 /// The configuration in force, if tracing is on.
-pub fn config() -> Option<Arc<TracingConfig>> {
+pub(crate) fn config() -> Option<Arc<TracingConfig>> {
     tracer().map(|t| t.config.clone())
 }
 
@@ -461,7 +461,7 @@ pub fn config() -> Option<Arc<TracingConfig>> {
 /// it), stopping the exporter before (it sends what it holds first);
 /// `None` stops it. `instance` names this process among others
 /// (`service.instance.id`); without it, a random id of this run does.
-pub fn configure(config: Option<&TracingConfig>, instance: Option<&str>) {
+pub(crate) fn configure(config: Option<&TracingConfig>, instance: Option<&str>) {
     if TRACER.read().as_ref().map(|t| &*t.config) == config {
         return;
     }

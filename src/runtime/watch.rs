@@ -47,7 +47,7 @@ pub struct Stamp {
 pub type Looked = Vec<(PathBuf, Option<Stamp>)>;
 
 /// What `path` looks like now.
-pub fn stamp(path: &Path) -> Option<Stamp> {
+pub(crate) fn stamp(path: &Path) -> Option<Stamp> {
     let meta = std::fs::metadata(path).ok()?;
     Some(Stamp { len: meta.len(), modified: meta.modified().ok(), dev: meta.dev(), inode: meta.ino() })
 }
@@ -59,7 +59,7 @@ pub fn look<'a>(files: impl IntoIterator<Item = &'a Path>) -> Looked {
 
 /// The watch of one configuration's files.
 #[derive(Debug, Default)]
-pub struct Watch {
+pub(crate) struct Watch {
     /// Guards what the files looked like at the last reload, and a change
     /// seen once since; only compared under it (the looks are taken before).
     state: Mutex<State>,
@@ -74,14 +74,9 @@ struct State {
 }
 
 impl Watch {
-    /// A watch from what the files looked like before they were read.
-    pub fn new(seen: Looked) -> Watch {
-        Watch { state: Mutex::new(State { seen, pending: None }) }
-    }
-
     /// A reload read the files as `before` shows them; `now` are the files
     /// of the configuration in force after it (a new `envFile` is looked at now).
-    pub fn reloaded(&self, mut before: Looked, now: &[PathBuf]) {
+    pub(crate) fn reloaded(&self, mut before: Looked, now: &[PathBuf]) {
         let new: Vec<&Path> =
             now.iter().filter(|f| !before.iter().any(|(b, _)| b == *f)).map(PathBuf::as_path).collect();
         before.extend(look(new));
@@ -91,7 +86,7 @@ impl Watch {
 
     /// Whether `files` changed since the last reload, and have looked the
     /// same for the last two looks: time to reload.
-    pub fn changed(&self, files: &[PathBuf]) -> bool {
+    pub(crate) fn changed(&self, files: &[PathBuf]) -> bool {
         let now = look(files.iter().map(PathBuf::as_path));
         let mut state = self.state.lock();
         let differs = now.iter().any(|(f, s)| state.seen.iter().find(|(g, _)| g == f).is_none_or(|(_, t)| t != s));
@@ -118,7 +113,8 @@ mod tests {
         let (config, env) = (dir.join("mcpgate.json"), dir.join(".env"));
         std::fs::write(&config, "{}").unwrap();
         let files = vec![config.clone()];
-        let watch = Watch::new(look([config.as_path()]));
+        let watch = Watch::default();
+        watch.reloaded(look([config.as_path()]), &files);
         assert!(!watch.changed(&files), "nothing changed");
 
         std::fs::write(&config, "{\"a\": 1}").unwrap();

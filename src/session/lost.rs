@@ -10,8 +10,12 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use crate::runtime::backoff::Backoff;
+
 /// Losses of one server's stream closer than this apart count as a streak.
 const LOST_STREAK: Duration = Duration::from_secs(60);
+/// Reopens of a lost stream: 0.5 s, doubling, up to 30 s.
+const REOPEN: Backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
 
 /// The lost downstream sessions of one session, the servers whose reopen
 /// failed, and each server's streak.
@@ -79,8 +83,7 @@ fn lost_again((count, at): (u32, Instant), now: Instant) -> u32 {
 /// How long the `n`th loss in a row waits before its session is reopened,
 /// as the reader's own reconnects do: 0.5 s, doubling, up to 30 s.
 fn reopen_delay(n: u32) -> Duration {
-    let half_seconds = 1u64 << n.saturating_sub(1).min(6);
-    Duration::from_millis(500 * half_seconds).min(Duration::from_secs(30))
+    REOPEN.delay(n.saturating_sub(1))
 }
 
 #[cfg(test)]

@@ -22,19 +22,19 @@ use crate::session::{SlotView, View};
 use crate::stats::{Family, Info, Now, OAuthNow, Reading, Sample, ServerNow, StdioNow};
 
 /// Sessions listed on the status page and in `/status.json`; the rest are counted.
-pub const SESSIONS_LISTED: usize = 50;
+pub(crate) const SESSIONS_LISTED: usize = 50;
 
 /// Times the balances are read again before an imbalance is reported: see [`settled`].
 const BALANCE_READS: usize = 5;
 
 /// What `/proc/self` says about the process.
-pub struct Process {
-    pub threads: u64,
-    pub rss_bytes: u64,
-    pub open_fds: u64,
+pub(crate) struct Process {
+    pub(crate) threads: u64,
+    pub(crate) rss_bytes: u64,
+    pub(crate) open_fds: u64,
 }
 
-pub fn process() -> Process {
+pub(crate) fn process() -> Process {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let field = |name: &str| -> u64 {
         status
@@ -54,7 +54,7 @@ fn unix(t: Option<SystemTime>) -> Value {
 }
 
 /// The table now: the gateway's readings, then each server's (labelled `server`).
-pub fn readings(g: &Gateway) -> Vec<Reading> {
+pub(crate) fn readings(g: &Gateway) -> Vec<Reading> {
     let current = g.current();
     let mut out = Vec::with_capacity(256);
     let (stats, (spawned, reaped, live)) = settled(g);
@@ -176,12 +176,12 @@ fn number(readings: &[Reading], section: &str, key: &str) -> u64 {
 }
 
 /// `/status.json`.
-pub fn json(g: &Gateway) -> Value {
+pub(crate) fn json(g: &Gateway) -> Value {
     json_from(g, &readings(g))
 }
 
 /// `/status.json` from readings already taken.
-pub fn json_from(g: &Gateway, readings: &[Reading]) -> Value {
+pub(crate) fn json_from(g: &Gateway, readings: &[Reading]) -> Value {
     let current = g.current();
     let mut out = json!({
         "state": {
@@ -350,13 +350,13 @@ fn sessions(g: &Gateway, current: &Current) -> (Vec<Value>, usize) {
 }
 
 /// The status page.
-pub fn html(g: &Gateway) -> String {
+pub(crate) fn html(g: &Gateway) -> String {
     let readings = readings(g);
     page::render(&json_from(g, &readings), &readings)
 }
 
 /// `/metrics`, in Prometheus' text format.
-pub fn metrics(g: &Gateway) -> String {
+pub(crate) fn metrics(g: &Gateway) -> String {
     prometheus::render(&readings(g))
 }
 

@@ -12,7 +12,7 @@ use super::summary::{self, bytes, duration};
 use crate::stats::{Reading, Sample};
 
 /// Seconds between refreshes.
-pub const REFRESH_SECS: u64 = 5;
+pub(crate) const REFRESH_SECS: u64 = 5;
 
 const STYLE: &str = "\
 body{font:15px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0 auto;max-width:80em;padding:.5em 1em;color:#202124}\
@@ -38,7 +38,7 @@ details summary{cursor:pointer;margin:1.4em 0 .4em;font-weight:600}\
 td.wrap{min-width:11em}header,.err{overflow-wrap:anywhere}}";
 
 /// The page, from `/status.json` and the readings it was drawn from.
-pub fn render(v: &Value, readings: &[Reading]) -> String {
+pub(crate) fn render(v: &Value, readings: &[Reading]) -> String {
     let (healthy, problems) = summary::health(v);
     let mut out = String::with_capacity(32 * 1024);
     let _ = write!(
@@ -379,7 +379,7 @@ fn every_reading(out: &mut String, readings: &[Reading]) {
 }
 
 /// Text made safe for HTML, in an element or an attribute.
-pub fn escape(text: &str) -> String {
+pub(crate) fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {

@@ -6,10 +6,10 @@ use std::fmt::Write;
 
 use crate::stats::{Reading, Sample};
 
-pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+pub(crate) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// The readings as Prometheus reads them.
-pub fn render(readings: &[Reading]) -> String {
+pub(crate) fn render(readings: &[Reading]) -> String {
     let mut names: Vec<&str> = Vec::new();
     for reading in readings {
         if !names.contains(&reading.entry.name) {

@@ -7,7 +7,7 @@ use serde_json::Value;
 /// Whether the status is healthy, and each problem in words: the downstream
 /// or process balance broken, a session leaked, a server down, memory
 /// charges refused, the state file failing, the last reload refused.
-pub fn health(v: &Value) -> (bool, Vec<String>) {
+pub(crate) fn health(v: &Value) -> (bool, Vec<String>) {
     let mut problems = Vec::new();
     let n = |section: &str, key: &str| v[section][key].as_u64().unwrap_or(0);
     if v["downstream"]["balanced"] == false {
@@ -69,7 +69,7 @@ pub fn health(v: &Value) -> (bool, Vec<String>) {
 }
 
 /// The servers in configuration order.
-pub fn servers(v: &Value) -> Vec<(&str, &Value)> {
+pub(crate) fn servers(v: &Value) -> Vec<(&str, &Value)> {
     let mut list: Vec<(&str, &Value)> =
         v["servers"].as_object().map(|m| m.iter().map(|(k, s)| (k.as_str(), s)).collect()).unwrap_or_default();
     list.sort_by_key(|(name, s)| (s["rank"].as_u64().unwrap_or(u64::MAX), name.to_string()));
@@ -77,7 +77,7 @@ pub fn servers(v: &Value) -> Vec<(&str, &Value)> {
 }
 
 /// The one line on top: healthy or not, and why.
-pub fn headline(v: &Value) -> String {
+pub(crate) fn headline(v: &Value) -> String {
     let (healthy, problems) = health(v);
     if healthy {
         let servers = servers(v);
@@ -101,7 +101,7 @@ pub fn headline(v: &Value) -> String {
 }
 
 /// A count of bytes in B, KiB, MiB or GiB.
-pub fn bytes(n: u64) -> String {
+pub(crate) fn bytes(n: u64) -> String {
     const KIB: f64 = 1024.0;
     let x = n as f64;
     if n < 1024 {
@@ -116,7 +116,7 @@ pub fn bytes(n: u64) -> String {
 }
 
 /// Seconds as `42 s`, `3 min 5 s`, `2 h 10 min` or `3 d 4 h`.
-pub fn duration(secs: u64) -> String {
+pub(crate) fn duration(secs: u64) -> String {
     match secs {
         0..60 => format!("{secs} s"),
         60..3600 => format!("{} min {} s", secs / 60, secs % 60),
@@ -126,7 +126,7 @@ pub fn duration(secs: u64) -> String {
 }
 
 /// Seconds (a latency) as `850 µs`, `12.3 ms` or `2.50 s`.
-pub fn latency(secs: f64) -> String {
+pub(crate) fn latency(secs: f64) -> String {
     if secs < 0.001 {
         format!("{:.0} µs", secs * 1e6)
     } else if secs < 1.0 {
@@ -137,14 +137,14 @@ pub fn latency(secs: f64) -> String {
 }
 
 /// How long ago a unix time in `v` was, by the status' own clock.
-pub fn ago(v: &Value, at: &Value) -> Option<String> {
+pub(crate) fn ago(v: &Value, at: &Value) -> Option<String> {
     let (now, at) = (v["now"].as_u64()?, at.as_u64()?);
     Some(format!("{} ago", duration(now.saturating_sub(at))))
 }
 
 /// A server's state in words: `down`, `starting` (a process that has not
 /// answered `initialize` yet), `not tried` (no exchange yet), or `up`.
-pub fn state(s: &Value) -> &'static str {
+pub(crate) fn state(s: &Value) -> &'static str {
     if s["up"] == 0 {
         "down"
     } else if s["processes"]["starting"].as_u64().unwrap_or(0) > 0 {
@@ -157,12 +157,12 @@ pub fn state(s: &Value) -> &'static str {
 }
 
 /// The protocol era of a server when it is not the sessions' one: `2026-07-28`.
-pub fn era(s: &Value) -> Option<&str> {
+pub(crate) fn era(s: &Value) -> Option<&str> {
     s["era"].as_str().filter(|era| *era != "session")
 }
 
 /// A server's transport, with its era when it is not the sessions' one: `http 2026-07-28`.
-pub fn transport(s: &Value) -> String {
+pub(crate) fn transport(s: &Value) -> String {
     let transport = s["transport"].as_str().unwrap_or("");
     match era(s) {
         Some(era) => format!("{transport} {era}"),
@@ -171,7 +171,7 @@ pub fn transport(s: &Value) -> String {
 }
 
 /// A server's errors: the total, and each kind that happened.
-pub fn errors(s: &Value) -> (u64, String) {
+pub(crate) fn errors(s: &Value) -> (u64, String) {
     let Some(kinds) = s["errors"].as_object() else { return (0, String::new()) };
     let mut happened: Vec<(&str, u64)> =
         kinds.iter().filter_map(|(k, n)| n.as_u64().filter(|n| *n > 0).map(|n| (k.as_str(), n))).collect();
@@ -181,7 +181,7 @@ pub fn errors(s: &Value) -> (u64, String) {
 }
 
 /// A server's mean latency, when it answered anything.
-pub fn mean_latency(s: &Value) -> Option<String> {
+pub(crate) fn mean_latency(s: &Value) -> Option<String> {
     let h = &s["request_duration_seconds"];
     let count = h["count"].as_u64().filter(|n| *n > 0)?;
     Some(latency(h["sum"].as_f64()? / count as f64))
@@ -201,7 +201,7 @@ pub fn downstreams(session: &Value) -> String {
 }
 
 /// The thread budget by group: (group, roles, live threads of them, budget, set by).
-pub fn threads(v: &Value) -> Vec<(String, String, u64, u64, String)> {
+pub(crate) fn threads(v: &Value) -> Vec<(String, String, u64, u64, String)> {
     let by_role = &v["process"]["threads_by_role"];
     let Some(groups) = v["threads"]["budget_by_group"].as_object() else { return Vec::new() };
     let mut rows: Vec<(String, String, u64, u64, String)> = Vec::new();

@@ -16,11 +16,11 @@ use super::endpoint::Endpoint;
 use crate::downstream::{Downstream, DownstreamError, Inbox, Server};
 use crate::protocol::jsonrpc::Message;
 use crate::protocol::sse;
+use crate::runtime::backoff::Backoff;
 use crate::runtime::threads;
 
-/// Reconnect delays of a dropped stream: exponential with jitter.
-const BACKOFF_MIN: Duration = Duration::from_millis(500);
-const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// Reconnect delays of a dropped stream: 0.5 s doubling to 30 s, jittered.
+const BACKOFF: Backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
 /// A stream that stayed up this long resets the backoff.
 const STABLE_AFTER: Duration = Duration::from_secs(10);
 
@@ -152,7 +152,7 @@ enum Ended {
 impl Stream {
     fn run(&self, first: Result<Response<ureq::Body>, DownstreamError>) {
         let mut last_event_id: Option<String> = None;
-        let mut backoff = Backoff::new();
+        let mut backoff = BACKOFF.steps().jittered();
         let mut first = Some(first);
         loop {
             if self.stopped() {
@@ -174,7 +174,7 @@ impl Stream {
                     if stayed_up >= STABLE_AFTER {
                         backoff.reset();
                     }
-                    retry.unwrap_or_else(|| backoff.next())
+                    retry.unwrap_or_else(|| backoff.next_delay())
                 }
             };
             if let Err(RecvTimeoutError::Disconnected) = self.stop.recv_timeout(delay) {
@@ -279,49 +279,20 @@ impl Stream {
     }
 }
 
-/// Exponential backoff from [`BACKOFF_MIN`] to [`BACKOFF_MAX`], each delay
-/// drawn between half and all of the current step.
-struct Backoff {
-    step: Duration,
-    seed: u64,
-}
-
-impl Backoff {
-    fn new() -> Backoff {
-        use std::hash::{BuildHasher, RandomState};
-        Backoff { step: BACKOFF_MIN, seed: RandomState::new().hash_one(Instant::now()) | 1 }
-    }
-
-    fn reset(&mut self) {
-        self.step = BACKOFF_MIN;
-    }
-
-    fn next(&mut self) -> Duration {
-        // xorshift64: enough randomness to keep readers from reconnecting in step.
-        self.seed ^= self.seed << 13;
-        self.seed ^= self.seed >> 7;
-        self.seed ^= self.seed << 17;
-        let step = self.step;
-        self.step = (self.step * 2).min(BACKOFF_MAX);
-        let half = step / 2;
-        half + Duration::from_nanos(self.seed % (half.as_nanos() as u64 + 1))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn backoff_grows_to_its_cap_with_jitter_and_resets() {
-        let mut b = Backoff::new();
-        let delays: Vec<Duration> = (0..12).map(|_| b.next()).collect();
-        assert!(delays[0] >= BACKOFF_MIN / 2 && delays[0] <= BACKOFF_MIN);
-        assert!(delays.iter().all(|d| *d <= BACKOFF_MAX));
-        assert!(delays[11] >= BACKOFF_MAX / 2, "{delays:?}");
+        let mut b = BACKOFF.steps().jittered();
+        let delays: Vec<Duration> = (0..12).map(|_| b.next_delay()).collect();
+        assert!(delays[0] >= BACKOFF.first / 2 && delays[0] <= BACKOFF.first);
+        assert!(delays.iter().all(|d| *d <= BACKOFF.cap));
+        assert!(delays[11] >= BACKOFF.cap / 2, "{delays:?}");
         let total: Duration = delays.iter().sum();
         assert!(total >= Duration::from_secs(60), "never spins: {total:?}");
         b.reset();
-        assert!(b.next() <= BACKOFF_MIN);
+        assert!(b.next_delay() <= BACKOFF.first);
     }
 }

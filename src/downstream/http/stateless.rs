@@ -37,6 +37,7 @@ use crate::downstream::{Arrival, Downstream, DownstreamError, Flight, Inbox, Lin
 use crate::protocol::jsonrpc::{self, Kind, Message};
 use crate::protocol::stateless::{self as era, META_CAPABILITIES, META_CLIENT_INFO, META_VERSION, VERSION};
 use crate::protocol::{sse, versions};
+use crate::runtime::backoff::Backoff;
 use crate::runtime::threads;
 
 /// What an HTTP server of the 2026-07-28 era needs beside its endpoint:
@@ -145,8 +146,8 @@ impl Era {
 }
 
 /// Reconnects of a dropped standing listen: 1 s, doubling up to 30 s.
-const LISTEN_BACKOFF_MIN: Duration = Duration::from_secs(1);
-const LISTEN_BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// A listen that stayed up longer than the cap starts the streak again.
+const LISTEN_BACKOFF: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
 
 /// `_meta` mcpgate sends as a client of its own (the probe, the listen).
 fn own_meta() -> Value {
@@ -575,7 +576,7 @@ impl Listen {
 /// after a drop (with backoff) until stopped.
 fn run(server: &Arc<Server>, endpoint: &Endpoint, side: &Side, agent: &Agent, stop: &AtomicBool) {
     let _live = server.stats.threads_readers.enter();
-    let mut backoff = LISTEN_BACKOFF_MIN;
+    let mut backoff = LISTEN_BACKOFF.steps();
     while !stop.load(Ordering::Acquire) {
         let started = Instant::now();
         let params = json!({
@@ -628,15 +629,14 @@ fn run(server: &Arc<Server>, endpoint: &Endpoint, side: &Side, agent: &Agent, st
             }
             Err(e) => log::debug!("server `{}`: subscriptions/listen: {e}", server.name()),
         }
-        if started.elapsed() > LISTEN_BACKOFF_MAX {
-            backoff = LISTEN_BACKOFF_MIN;
+        if started.elapsed() > LISTEN_BACKOFF.cap {
+            backoff.reset();
         }
         // Wait before listening again, looking for the stop.
-        let until = Instant::now() + backoff;
+        let until = Instant::now() + backoff.next_delay();
         while Instant::now() < until && !stop.load(Ordering::Acquire) {
             std::thread::sleep(Duration::from_millis(50));
         }
-        backoff = (backoff * 2).min(LISTEN_BACKOFF_MAX);
     }
 }
 

@@ -419,12 +419,6 @@ fn wants_store(config: &Config) -> bool {
     })
 }
 
-/// Checks, before mcpgate starts, that the store and its key can be had
-/// (a key file others may read stops it here, naming the file).
-pub fn check_store(config: &Config) -> Result<(), String> {
-    if wants_store(config) { open_store(config).map(|_| ()) } else { Ok(()) }
-}
-
 /// Whose sign-ins and tokens a link serves.
 impl Authorizer {
     /// The sign-in `id`, if it is there (waiting, or ended and not expired).

@@ -152,11 +152,6 @@ impl Store {
         Ok(store)
     }
 
-    /// Whether records outlive this process.
-    pub fn persistent(&self) -> bool {
-        self.path.is_some()
-    }
-
     fn seal(&self, name: &str, plain: &[u8]) -> Option<String> {
         let mut nonce = [0u8; NONCE_LEN];
         crate::runtime::sys::random(&mut nonce).ok()?;

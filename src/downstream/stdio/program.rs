@@ -28,6 +28,7 @@ use crate::config::{BASE_ENV, Sharing, StdioConfig};
 use crate::downstream::children::{Children, Holder, Sweep, exits_within, pipe_of};
 use crate::downstream::{DownstreamError, Opener, Processes, Server};
 use crate::protocol::jsonrpc;
+use crate::runtime::backoff::Backoff;
 use crate::runtime::ratelog::RateLimit;
 use crate::runtime::sys::{self, ChildSignal};
 use crate::runtime::threads;
@@ -39,8 +40,7 @@ const STABLE_AFTER: Duration = Duration::from_secs(30);
 /// to say how it ended (its exit status, its last stderr lines).
 pub(super) const ENDED_WITHIN: Duration = Duration::from_secs(1);
 /// Backoff between starts of a server whose children keep failing.
-const BACKOFF_MIN: Duration = Duration::from_secs(1);
-const BACKOFF_MAX: Duration = Duration::from_secs(60);
+const BACKOFF: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
 
 /// What a stdio server keeps: its command, its counts, its backoff, and
 /// its shared child.
@@ -54,7 +54,7 @@ pub(super) struct Program {
     killed: Counter,
     restarts: Counter,
     /// Guards the backoff after children that failed on their own.
-    backoff: Mutex<Backoff>,
+    backoff: Mutex<Streak>,
     /// Guards the shared children, by whose they are: a user's digest
     /// (`"sharing": "user"`, `None` without `auth`), or `None` for all
     /// (`"shared"`). Held across a fork, not across a wait.
@@ -67,7 +67,7 @@ pub(super) struct Program {
 }
 
 #[derive(Default)]
-struct Backoff {
+struct Streak {
     /// Children in a row that ended on their own within [`STABLE_AFTER`].
     failures: u32,
     until: Option<Instant>,
@@ -86,7 +86,7 @@ impl Program {
             exited: Counter::default(),
             killed: Counter::default(),
             restarts: Counter::default(),
-            backoff: Mutex::new(Backoff::default()),
+            backoff: Mutex::new(Streak::default()),
             shared: Mutex::new(HashMap::new()),
             retired: AtomicBool::new(false),
             stderr: RateLimit::new(Duration::from_secs(10)),
@@ -454,12 +454,25 @@ impl Program {
             backoff.failures = 0;
             backoff.until = None;
         } else {
-            // The first failure restarts at once; then 1 s, 2 s, 4 s, ... 60 s.
             backoff.failures += 1;
-            backoff.until = (backoff.failures > 1).then(|| {
-                let step = BACKOFF_MIN.saturating_mul(1 << (backoff.failures - 2).min(6)).min(BACKOFF_MAX);
-                Instant::now() + step
-            });
+            backoff.until = restart_delay(backoff.failures).map(|wait| Instant::now() + wait);
         }
+    }
+}
+
+/// The wait before the next start after `failures` in a row: the first
+/// failure restarts at once; then 1 s, 2 s, 4 s, ... 60 s.
+fn restart_delay(failures: u32) -> Option<Duration> {
+    (failures > 1).then(|| BACKOFF.delay(failures - 2))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failing_server_restarts_at_once_then_after_one_second_doubling_to_a_minute() {
+        let waits: Vec<Option<u64>> = (1..=9).map(|n| restart_delay(n).map(|d| d.as_secs())).collect();
+        assert_eq!(waits, [None, Some(1), Some(2), Some(4), Some(8), Some(16), Some(32), Some(60), Some(60)]);
     }
 }

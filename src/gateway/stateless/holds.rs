@@ -62,8 +62,9 @@ pub(in crate::gateway) enum HoldEvent {
     Done(Outcome),
 }
 
-/// A call whose client was answered `input_required`, waiting for its retry.
-pub(in crate::gateway) struct Held {
+/// A call that runs on a thread of its own, for a client that may be
+/// answered `input_required` and retry: what [`Holds::hold`] keeps.
+pub(in crate::gateway) struct HeldCall {
     pub events: Receiver<HoldEvent>,
     /// The session the call runs on, and its id there (to cancel it).
     pub pool: Arc<Session>,
@@ -73,7 +74,13 @@ pub(in crate::gateway) struct Held {
     pub thread: HoldThread,
     /// The method the client called.
     pub method: String,
-    token: Option<[u8; 32]>,
+    /// Whose call it is: only a `requestState` made for it takes the call back.
+    pub token: Option<[u8; 32]>,
+}
+
+/// A call whose client was answered `input_required`, waiting for its retry.
+struct Held {
+    call: HeldCall,
     /// Milliseconds since the epoch.
     expires: u64,
 }
@@ -181,21 +188,20 @@ impl Holds {
 
     /// Holds a call, at most `max` at once: its `requestState`, or the
     /// call back when there is no room (the caller cancels it).
-    pub fn hold(&self, number: u64, held: HeldParts, timeout: Duration, max: usize) -> Result<String, Box<HeldParts>> {
+    pub fn hold(&self, number: u64, held: HeldCall, timeout: Duration, max: usize) -> Result<String, Box<HeldCall>> {
         let expires = now_ms() + timeout.as_millis() as u64;
         let mut map = self.held.lock();
         if map.len() >= max {
             return Err(Box::new(held));
         }
         let state = format!("{STATE_PREFIX}{number}.{expires}.{}", self.mac(number, expires, held.token.as_ref()));
-        let HeldParts { events, pool, call_id, asks, thread, method, token } = held;
-        map.insert(number, Held { events, pool, call_id, asks, thread, method, token, expires });
+        map.insert(number, Held { call: held, expires });
         Ok(state)
     }
 
     /// The held call `state` names, taken out of the table, if `state` is
     /// one mcpgate issued for `token` and still good.
-    pub fn take(&self, state: &str, token: Option<&[u8; 32]>) -> Result<Held, Refused> {
+    pub fn take(&self, state: &str, token: Option<&[u8; 32]>) -> Result<HeldCall, Refused> {
         let Some(state) = state.strip_prefix(STATE_PREFIX) else { return Err(Refused::Forged) };
         let mut parts = state.splitn(3, '.');
         let (Some(number), Some(expires), Some(mac)) = (parts.next(), parts.next(), parts.next()) else {
@@ -211,45 +217,20 @@ impl Holds {
             self.held.lock().remove(&number);
             return Err(Refused::Expired);
         }
-        self.held.lock().remove(&number).ok_or(Refused::Gone)
+        self.held.lock().remove(&number).map(|h| h.call).ok_or(Refused::Gone)
     }
 
     /// The held calls past their time, taken out (the reaper cancels them).
-    pub fn expired(&self) -> Vec<Held> {
+    pub fn expired(&self) -> Vec<HeldCall> {
         let now = now_ms();
         let mut map = self.held.lock();
         let stale: Vec<u64> = map.iter().filter(|(_, h)| h.expires < now).map(|(n, _)| *n).collect();
-        stale.into_iter().filter_map(|n| map.remove(&n)).collect()
+        stale.into_iter().filter_map(|n| map.remove(&n)).map(|h| h.call).collect()
     }
 
     /// Every held call (shutdown).
-    pub fn take_all(&self) -> Vec<Held> {
-        self.held.lock().drain().map(|(_, h)| h).collect()
-    }
-}
-
-/// A call about to be held: what [`Holds::hold`] keeps.
-pub(in crate::gateway) struct HeldParts {
-    pub events: Receiver<HoldEvent>,
-    pub pool: Arc<Session>,
-    pub call_id: Value,
-    pub asks: Vec<u64>,
-    pub thread: HoldThread,
-    pub method: String,
-    pub token: Option<[u8; 32]>,
-}
-
-impl From<Held> for HeldParts {
-    fn from(held: Held) -> HeldParts {
-        HeldParts {
-            events: held.events,
-            pool: held.pool,
-            call_id: held.call_id,
-            asks: held.asks,
-            thread: held.thread,
-            method: held.method,
-            token: held.token,
-        }
+    pub fn take_all(&self) -> Vec<HeldCall> {
+        self.held.lock().drain().map(|(_, h)| h.call).collect()
     }
 }
 

@@ -47,7 +47,7 @@ use crate::session::{ListenFilter, Session};
 use super::dispatch::{self, CallEvents, instructions};
 use super::{Gateway, accepts, new_session_id, too_busy};
 use crate::gateway::outcome::Outcome;
-use holds::{HeldParts, HoldEvent, HoldThread};
+use holds::{HeldCall, HoldEvent, HoldThread};
 
 pub(super) mod holds;
 mod tasks;
@@ -337,8 +337,7 @@ impl Gateway {
         let token = access.principal();
         let held = match params.str("requestState").filter(|s| s.starts_with(holds::STATE_PREFIX)) {
             Some(state) => match self.holds.take(&state, token.as_ref()) {
-                Ok(held) => {
-                    let mut held = HeldParts::from(held);
+                Ok(mut held) => {
                     self.deliver_answers(&mut held, params.value("inputResponses"));
                     held
                 }
@@ -460,7 +459,7 @@ impl Gateway {
         pool: &Arc<Session>,
         new: NewCall,
         token: Option<[u8; 32]>,
-    ) -> Result<HeldParts, RpcError> {
+    ) -> Result<HeldCall, RpcError> {
         let NewCall { number, call_id, call, server, params } = new;
         let request_bytes = call.params.as_deref().map_or(0, |p| p.get().len());
         let charge = Tallied::new(holds::THREAD_BYTES + 2 * request_bytes, self.holds.tally())
@@ -492,7 +491,7 @@ impl Gateway {
             pool.remove_caller(number);
             RpcError::internal(format!("mcpgate cannot start a thread now ({e}); retry later"))
         })?;
-        Ok(HeldParts {
+        Ok(HeldCall {
             events: rx,
             pool: pool.clone(),
             call_id,
@@ -520,7 +519,7 @@ impl Gateway {
 
     /// The client's answers to the server's requests of a held call go to
     /// the server; one the client left out is answered with an error.
-    fn deliver_answers(&self, held: &mut HeldParts, answers: Option<Value>) {
+    fn deliver_answers(&self, held: &mut HeldCall, answers: Option<Value>) {
         let answers = match answers {
             Some(Value::Object(answers)) => answers,
             _ => Map::new(),
@@ -545,7 +544,7 @@ impl Gateway {
     fn wait_for(
         &self,
         req: &HttpRequest,
-        mut held: HeldParts,
+        mut held: HeldCall,
         envelope: &Envelope,
         sink: &mut dyn EventSink,
         id: &Value,

@@ -109,7 +109,7 @@ impl FileStore {
     }
 
     /// Says where this instance is reached, for its peers to pass it requests.
-    pub fn announce(&self, peer_url: &str) -> std::io::Result<()> {
+    pub(crate) fn announce(&self, peer_url: &str) -> std::io::Result<()> {
         self.write_file(&self.dir.join(format!("{}.peer", self.me)), peer_url.as_bytes())
     }
 

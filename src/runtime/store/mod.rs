@@ -62,8 +62,8 @@ pub enum Claim {
 /// The store could not be read or written: which one, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoreError {
-    pub store: String,
-    pub why: String,
+    pub(crate) store: String,
+    pub(crate) why: String,
 }
 
 impl std::fmt::Display for StoreError {
@@ -144,7 +144,7 @@ pub trait SessionStore: Send + Sync {
 
 /// `id` is one mcpgate could have minted: `<instance>.<32 hex digits>` or
 /// 32 hex digits. Anything else is never looked up (nor made a file name).
-pub fn plausible_id(id: &str) -> bool {
+pub(crate) fn plausible_id(id: &str) -> bool {
     let hex = match id.split_once('.') {
         Some((instance, hex)) => {
             let name = (1..=32).contains(&instance.len());
@@ -159,7 +159,7 @@ pub fn plausible_id(id: &str) -> bool {
 }
 
 /// The instance that minted session `id`.
-pub fn minted_by(id: &str) -> Option<&str> {
+pub(crate) fn minted_by(id: &str) -> Option<&str> {
     id.split_once('.').map(|(instance, _)| instance)
 }
 

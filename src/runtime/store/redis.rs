@@ -154,7 +154,7 @@ pub struct RedisStore {
     /// Guards the activity last written per session.
     active_written: Mutex<HashMap<String, u64>>,
     /// Reads and writes that failed.
-    pub errors: AtomicU64,
+    pub(crate) errors: AtomicU64,
 }
 
 impl RedisStore {
@@ -187,7 +187,7 @@ impl RedisStore {
     }
 
     /// How often the heartbeat runs: a quarter of the lease.
-    pub fn beat_every(&self) -> Duration {
+    pub(crate) fn beat_every(&self) -> Duration {
         self.lease / 4
     }
 

@@ -18,7 +18,7 @@ impl RedisStore {
         Err(StoreError { store: url.to_string(), why: "this mcpgate was built without the `redis` feature".into() })
     }
 
-    pub fn beat_every(&self) -> Duration {
+    pub(crate) fn beat_every(&self) -> Duration {
         match *self {}
     }
 
