@@ -24,8 +24,6 @@ pub const META_SUBSCRIPTION: &str = "io.modelcontextprotocol/subscriptionId";
 /// without parsing it; they must agree with it.
 pub const HEADER_METHOD: &str = "mcp-method";
 pub const HEADER_NAME: &str = "mcp-name";
-/// Prefix of the headers that mirror a tool's arguments (`x-mcp-header`).
-pub const HEADER_PARAM_PREFIX: &str = "mcp-param-";
 
 /// A routing header disagrees with the body (or appears twice).
 pub const HEADER_MISMATCH: i64 = -32020;
