@@ -325,3 +325,55 @@ fn a_close_a_dead_instance_had_under_way_is_finished_by_one_live_instance() {
     assert!(!c.take_closing(&dead[0].0).unwrap(), "and only one");
     assert!(c.dead_closing().unwrap().is_empty());
 }
+
+/// The claim's script names the claimer holder at once; its adoption (the
+/// session into the table, its journal written) comes after. Another
+/// request for the session on the claimer, or one a peer forwards to it,
+/// that asks the store in between must not be told "held here" while the
+/// table does not have it yet: mcpgate answered such a request 404
+/// (`scripts/scale.sh --smoke`, haproxy-redis-kill: a TypeScript client's
+/// call after the kill got "unknown or ended session"). A find on the
+/// claimer waits for its adoption to end.
+#[cfg(feature = "redis")]
+#[test]
+fn a_find_on_the_instance_adopting_a_session_answers_once_the_adoption_ended() {
+    let Some(redis) = Redis::start() else { return };
+    let (a, b) = (redis_store(&redis.url(), "gw-a"), redis_store(&redis.url(), "gw-b"));
+    let writer = a.start_writer().unwrap();
+    a.change(Change::Opened(session(ID)));
+    Mirror::commit(&*a).unwrap();
+    a.stop_writer(writer);
+    beat_for(&[&b], LEASE * 2);
+    let found = b.find(ID).unwrap().unwrap();
+    assert!(!found.alive, "gw-a stopped beating");
+
+    let adopted = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (claimer, flag) = (b.clone(), adopted.clone());
+    let holder = found.holder.clone();
+    let claim = std::thread::spawn(move || {
+        claimer.claim(ID, &holder, &mut |_, _| {
+            std::thread::sleep(Duration::from_millis(800)); // a slow adoption: journal, readers
+            flag.store(true, std::sync::atomic::Ordering::SeqCst);
+            true
+        })
+    });
+    // Asked while the claim runs: each answer "held by gw-b" must come after the adoption.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut early = 0;
+    let mut asked = 0;
+    while !claim.is_finished() && Instant::now() < deadline {
+        if let Some(now) = b.find(ID).unwrap()
+            && now.holder.instance == "gw-b"
+        {
+            asked += 1;
+            if !adopted.load(std::sync::atomic::Ordering::SeqCst) {
+                early += 1;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let won = claim.join().unwrap().unwrap();
+    assert!(matches!(won, Claim::Won { .. }), "{won:?}");
+    assert_eq!(early, 0, "{early} of {asked} finds said gw-b holds it before gw-b had adopted it");
+    assert!(b.find(ID).unwrap().is_some_and(|f| f.alive && f.holder.instance == "gw-b"));
+}

@@ -153,11 +153,56 @@ pub struct RedisStore {
     losses: AtomicU64,
     /// Guards the activity last written per session.
     active_written: Mutex<HashMap<String, u64>>,
+    /// Guards the sessions this instance is claiming: the script names it
+    /// holder before the adoption puts the session in its table, and a find
+    /// in between waits (`adopted`) rather than answer "held here".
+    adopting: Mutex<std::collections::HashSet<String>>,
+    adopted: Condvar,
     /// Reads and writes that failed.
     pub(crate) errors: AtomicU64,
 }
 
+/// A claim under way on this instance, from before its script runs to
+/// after its adoption: finds of the session wait for it (`wait_adopted`).
+struct Adopting<'a> {
+    store: &'a RedisStore,
+    id: String,
+}
+
+impl<'a> Adopting<'a> {
+    /// After any claim of `id` already under way here: two requests of one
+    /// client may both find its holder dead, and the second must not end
+    /// the first's wait when it loses.
+    fn begin(store: &'a RedisStore, id: &str) -> Adopting<'a> {
+        let deadline = Instant::now() + ADOPTION_WAIT;
+        let mut adopting = store.adopting.lock();
+        while adopting.contains(id) && !store.adopted.wait_until(&mut adopting, deadline).timed_out() {}
+        adopting.insert(id.to_string());
+        Adopting { store, id: id.to_string() }
+    }
+}
+
+impl Drop for Adopting<'_> {
+    fn drop(&mut self) {
+        self.store.adopting.lock().remove(&self.id);
+        self.store.adopted.notify_all();
+    }
+}
+
+/// How long a find waits for a claim of its session on this instance: a
+/// claim's script and its adoption (the journal's commit, bounded by the
+/// store's I/O timeout) take far less.
+const ADOPTION_WAIT: Duration = Duration::from_secs(10);
+
 impl RedisStore {
+    /// Until no claim of session `id` runs on this instance (at most
+    /// `ADOPTION_WAIT`).
+    fn wait_adopted(&self, id: &str) {
+        let deadline = Instant::now() + ADOPTION_WAIT;
+        let mut adopting = self.adopting.lock();
+        while adopting.contains(id) && !self.adopted.wait_until(&mut adopting, deadline).timed_out() {}
+    }
+
     /// A store at `url` for instance `me`, reached by its peers at
     /// `peer_url`. Nothing is connected yet: the first write or heartbeat does.
     pub fn new(url: &str, me: &str, peer_url: &str, lease: Duration) -> Result<RedisStore, StoreError> {
@@ -182,6 +227,8 @@ impl RedisStore {
             last_beat: Mutex::new(Instant::now()),
             losses: AtomicU64::new(0),
             active_written: Mutex::new(HashMap::new()),
+            adopting: Mutex::new(std::collections::HashSet::new()),
+            adopted: Condvar::new(),
             errors: AtomicU64::new(0),
         })
     }
@@ -454,6 +501,7 @@ impl SessionStore for RedisStore {
     }
 
     fn find(&self, id: &str) -> Result<Option<Found>, StoreError> {
+        self.wait_adopted(id);
         let (owner, inc, epoch): (Option<String>, Option<String>, Option<u64>) =
             self.with(|conn| redis::cmd("HMGET").arg(Self::key(id)).arg("owner").arg("inc").arg("epoch").query(conn))?;
         let (Some(owner), Some(inc), Some(epoch)) = (owner, inc, epoch) else { return Ok(None) };
@@ -468,6 +516,7 @@ impl SessionStore for RedisStore {
         seen: &Holder,
         adopt: &mut dyn FnMut(&SavedSession, u64) -> bool,
     ) -> Result<Claim, StoreError> {
+        let _adopting = Adopting::begin(self, id);
         let answer: Value = self.with(|conn| {
             redis::cmd("EVAL")
                 .arg(CLAIM)
