@@ -43,6 +43,7 @@ mod streamable_http;
 
 pub use crate::protocol::stateless::UNSUPPORTED_PROTOCOL_VERSION;
 pub use crate::protocol::{SESSION_HEADER, VERSION_HEADER};
+pub use stateless::Stateless;
 
 /// Pages of one server's list mcpgate follows before it stops.
 const MAX_PAGES: usize = 1000;
@@ -118,13 +119,8 @@ pub struct Gateway {
     trimmed_at: std::sync::atomic::AtomicU64,
     /// Sessions closed since then: the reaper gives their memory back.
     trim_owed: std::sync::atomic::AtomicBool,
-    /// The session of the 2026-07-28 era's clients, per principal (a token's
-    /// or an OAuth subject's digest, hashed; "" without `auth`).
-    pools: Mutex<std::collections::HashMap<String, Arc<Session>>>,
-    /// Calls of that era waiting for their client's retry.
-    holds: stateless::holds::Holds,
-    /// Calls of that era running on their connection thread, watched for their client leaving.
-    watch: stateless::watch::Watch,
+    /// The 2026-07-28 era's pools, held calls and watched calls.
+    pub stateless: Stateless,
     /// Guards when the last `initialize` was refused (a limit, the memory,
     /// the state file): the health says so while it is recent.
     session_refused_at: Mutex<Option<Instant>>,
@@ -176,25 +172,13 @@ impl Gateway {
             draining: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             trimmed_at: std::sync::atomic::AtomicU64::new(0),
             trim_owed: std::sync::atomic::AtomicBool::new(false),
-            pools: Mutex::new(std::collections::HashMap::new()),
-            holds: stateless::holds::Holds::new(),
+            stateless: Stateless::new(),
             session_refused_at: Mutex::new(None),
             rates: rate::RateLimiter::default(),
             audit: Mutex::new(None),
-            watch: stateless::watch::Watch::default(),
             instance_id,
             started: Instant::now(),
         }
-    }
-
-    /// Calls of the 2026-07-28 era held for their client's retry, for the status page.
-    pub fn held_calls(&self) -> usize {
-        self.holds.len()
-    }
-
-    /// Bytes the calls of the 2026-07-28 era on their own threads hold, for the status page.
-    pub fn sessionless_call_bytes(&self) -> usize {
-        self.holds.charged()
     }
 
     /// What every server shares.
@@ -219,10 +203,7 @@ impl Gateway {
     pub fn shutdown(&self) {
         self.stopping.store(true, std::sync::atomic::Ordering::Release);
         self.draining.store(true, std::sync::atomic::Ordering::Release);
-        self.watch.stop();
-        for held in self.holds.take_all() {
-            self.cancel(&held.pool, &held.call_id, "mcpgate is shutting down");
-        }
+        self.stateless.stop();
         // Every server at once: each stops its processes, each with its grace.
         let servers = self.current().servers.clone();
         crate::runtime::threads::for_each_parallel("close", &servers, servers.len(), |server| server.shutdown());

@@ -46,7 +46,7 @@ pub fn start(gateway: Arc<Gateway>) -> std::io::Result<Reaper> {
                         server.lanes.expire(current.config.request_timeout);
                     }
                     gateway.settle_memory();
-                    gateway.expire_holds();
+                    gateway.stateless.expire_holds();
                 }
                 recv(ticks) -> _ => {
                     // Read each time: a reload may change them.

@@ -74,7 +74,7 @@ pub fn readings(g: &Gateway) -> Vec<Reading> {
         memory_buffered: (crate::runtime::memory::used() as u64).into(),
         memory_limit: (crate::runtime::memory::limit() as u64).into(),
         memory_share: (crate::runtime::memory::share() as u64).into(),
-        memory_sessionless_calls: (g.sessionless_call_bytes() as u64).into(),
+        memory_sessionless_calls: (g.stateless.call_bytes() as u64).into(),
         memory_list_cache: (g.list_cache_bytes() as u64).into(),
         memory_refused: crate::runtime::memory::refused().into(),
         memory_since_refused: crate::runtime::memory::secs_since_refused()
@@ -91,7 +91,7 @@ pub fn readings(g: &Gateway) -> Vec<Reading> {
         trace_dropped: traced.1.into(),
         trace_export_failures: traced.2.into(),
         sessions_since_refused: g.secs_since_session_refused().unwrap_or_else(|| g.started.elapsed().as_secs()).into(),
-        calls_held: (g.held_calls() as u64).into(),
+        calls_held: (g.stateless.held_calls() as u64).into(),
         processes_spawned: spawned.into(),
         processes_reaped: reaped.into(),
         processes_live: live.into(),

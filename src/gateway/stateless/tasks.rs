@@ -230,7 +230,7 @@ impl Gateway {
     fn ask(&self, pool: &Arc<Session>, server: &Arc<Server>, method: &str, params: Params) -> Outcome {
         let call = Message {
             jsonrpc: Some("2.0".into()),
-            id: Some(Value::String(format!("mcpgate-call-{}", self.holds.next()))),
+            id: Some(Value::String(format!("mcpgate-call-{}", self.stateless.next_call()))),
             method: Some(method.to_string().into()),
             params: Some(params.to_raw()),
             result: None,
