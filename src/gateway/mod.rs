@@ -2,8 +2,9 @@
 //! servers, and the client sessions. A request comes in at
 //! `streamable_http` (HTTP; the 2026-07-28 era's requests go on to
 //! `stateless/`, with its pools, held and watched calls), is answered or
-//! forwarded by `dispatch`, whose lists come from `lists` (cached in
-//! `merged`) and `catalog`; every handler answers with an `outcome`.
+//! forwarded by `dispatch`, whose lists come from `lists` (kept, with
+//! the names their merges collided on or renamed, by `merged`'s `Lists`)
+//! and `catalog`; every handler answers with an `outcome`.
 //! `reload` swaps the configuration; `search` is the `tool_search` mode's
 //! two tools, and `searches` what it has seen.
 
@@ -43,14 +44,11 @@ mod streamable_http;
 
 pub use crate::protocol::stateless::UNSUPPORTED_PROTOCOL_VERSION;
 pub use crate::protocol::{SESSION_HEADER, VERSION_HEADER};
+pub use merged::Lists;
 pub use stateless::Stateless;
 
 /// Pages of one server's list mcpgate follows before it stops.
 const MAX_PAGES: usize = 1000;
-/// Collision lines kept for the status page.
-const MAX_COLLISIONS: usize = 50;
-/// Renamed tools and prompts kept for the status page.
-const MAX_RENAMED: usize = 500;
 
 /// The configuration in force and its servers; replaced whole on reload.
 pub struct Current {
@@ -98,12 +96,9 @@ pub struct Gateway {
     pub deletes: Arc<crate::downstream::Deletes>,
     /// Users' tokens at servers with `oauth`, and their sign-ins.
     pub oauth: Arc<crate::downstream::oauth::Authorizer>,
-    /// Recent name collisions between servers, for the status page.
-    pub collisions: Mutex<Vec<String>>,
-    /// Tools and prompts exposed under another name than `<prefix>__<name>`.
-    pub renamed: Mutex<Vec<crate::catalog::Renamed>>,
-    /// The merged lists, one per kind and view, shared by the sessions.
-    lists: merged::MergedLists,
+    /// The merged lists, one per kind and view, shared by the sessions, and
+    /// the collisions and renames their merges found.
+    pub lists: Lists,
     /// What the `tool_search` mode has seen: its queries and its index.
     pub searches: searches::Searches,
     /// Guards the outcome of the last reload; `reloading` serializes reloads.
@@ -162,9 +157,7 @@ impl Gateway {
             children,
             deletes,
             oauth,
-            collisions: Mutex::new(Vec::new()),
-            renamed: Mutex::new(Vec::new()),
-            lists: merged::MergedLists::default(),
+            lists: Lists::default(),
             searches: searches::Searches::default(),
             last_reload: Mutex::new(ReloadOutcome::default()),
             reloading: Mutex::new(()),

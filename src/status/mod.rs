@@ -195,8 +195,8 @@ pub fn json_from(g: &Gateway, readings: &[Reading]) -> Value {
             "max_processes": current.config.max_processes,
             "session_idle_timeout_secs": current.config.session_idle_timeout.as_secs(),
         },
-        "collisions": *g.collisions.lock(),
-        "renamed_tools": g.renamed.lock().iter().map(|r| json!({"name": r.name, "server": r.server, "original": r.original})).collect::<Vec<_>>(),
+        "collisions": g.lists.collisions(),
+        "renamed_tools": g.lists.renamed().iter().map(|r| json!({"name": r.name, "server": r.server, "original": r.original})).collect::<Vec<_>>(),
         "reload": reload(&g.last_reload.lock()),
         "tool_search": {
             "enabled": current.config.tool_search.enabled,
