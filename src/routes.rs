@@ -201,7 +201,7 @@ impl Routes {
                     log::error!("HTTPS: {why}; the certificate and key in force stay");
                     let error = outcome.error.take().map_or(why.to_string(), |e| format!("{e}; {why}"));
                     outcome.error = Some(error);
-                    self.gateway.last_reload.lock().error = outcome.error.clone();
+                    self.gateway.life.reload_failed(outcome.error.clone());
                 }
             }
         }

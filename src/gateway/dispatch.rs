@@ -736,7 +736,7 @@ impl Gateway {
 
     /// A request's error while mcpgate shuts down names the shutdown, not what it did to the request.
     fn cut_short_by_shutdown(&self, server: &Server, e: RpcError) -> RpcError {
-        if self.stopping.load(std::sync::atomic::Ordering::Acquire) {
+        if self.life.stopping() {
             RpcError::server(server.name(), "mcpgate is shutting down; the request was cut short")
         } else {
             e

@@ -388,7 +388,7 @@ impl Gateway {
         }
         let_go += self.lists.prune(&current.servers);
         if let_go > 0 {
-            self.release_memory();
+            self.life.release_memory();
         }
     }
 

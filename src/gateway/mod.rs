@@ -5,11 +5,11 @@
 //! forwarded by `dispatch`, whose lists come from `lists` (kept, with
 //! the names their merges collided on or renamed, by `merged`'s `Lists`)
 //! and `catalog`; every handler answers with an `outcome`.
-//! `reload` swaps the configuration; `search` is the `tool_search` mode's
-//! two tools, and `searches` what it has seen.
+//! `reload` swaps the configuration, and `life` keeps the reload and
+//! shutdown state; `search` is the `tool_search` mode's two tools, and
+//! `searches` what it has seen.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use parking_lot::Mutex;
 
@@ -31,6 +31,7 @@ pub mod check;
 mod dispatch;
 mod failover;
 mod forward;
+mod life;
 mod lists;
 mod merged;
 mod outcome;
@@ -44,6 +45,7 @@ mod streamable_http;
 
 pub use crate::protocol::stateless::UNSUPPORTED_PROTOCOL_VERSION;
 pub use crate::protocol::{SESSION_HEADER, VERSION_HEADER};
+pub use life::{Life, ReloadOutcome};
 pub use merged::Lists;
 pub use stateless::Stateless;
 
@@ -66,15 +68,6 @@ impl Current {
     fn rank(&self, name: &str) -> usize {
         self.servers.iter().position(|s| s.name() == name).unwrap_or(usize::MAX)
     }
-}
-
-/// What the last reload did, for the status page.
-#[derive(Debug, Clone, Default)]
-pub struct ReloadOutcome {
-    pub at: Option<std::time::SystemTime>,
-    pub error: Option<String>,
-    pub changed: Vec<String>,
-    pub restart_needed: Vec<String>,
 }
 
 /// The gateway: configuration, servers, sessions and counters.
@@ -101,24 +94,10 @@ pub struct Gateway {
     pub lists: Lists,
     /// What the `tool_search` mode has seen: its queries and its index.
     pub searches: searches::Searches,
-    /// Guards the outcome of the last reload; `reloading` serializes reloads.
-    pub last_reload: Mutex<ReloadOutcome>,
-    reloading: Mutex<()>,
-    /// Set at shutdown, once every session is closed: requests still waiting
-    /// on a server are cut short, and say why.
-    stopping: std::sync::atomic::AtomicBool,
-    /// Set at shutdown: downstream sessions a reload retired are closed now,
-    /// without waiting for their calls.
-    draining: Arc<std::sync::atomic::AtomicBool>,
-    /// Milliseconds since start at the last `release_memory`.
-    trimmed_at: std::sync::atomic::AtomicU64,
-    /// Sessions closed since then: the reaper gives their memory back.
-    trim_owed: std::sync::atomic::AtomicBool,
+    /// Its start, reloads, shutdown, memory given back and refused sessions.
+    pub life: Life,
     /// The 2026-07-28 era's pools, held calls and watched calls.
     pub stateless: Stateless,
-    /// Guards when the last `initialize` was refused (a limit, the memory,
-    /// the state file): the health says so while it is recent.
-    session_refused_at: Mutex<Option<Instant>>,
     /// The buckets of `rate_limit`, by user and tool.
     rates: rate::RateLimiter,
     /// Guards the audit log in force (`audit`); a reload that changes it
@@ -126,7 +105,6 @@ pub struct Gateway {
     audit: Mutex<Option<Arc<crate::runtime::audit::AuditLog>>>,
     /// `instance_id` as at start (a reload does not change it): starts every session id.
     pub instance_id: Option<String>,
-    pub started: Instant,
 }
 
 impl Gateway {
@@ -159,18 +137,11 @@ impl Gateway {
             oauth,
             lists: Lists::default(),
             searches: searches::Searches::default(),
-            last_reload: Mutex::new(ReloadOutcome::default()),
-            reloading: Mutex::new(()),
-            stopping: std::sync::atomic::AtomicBool::new(false),
-            draining: Arc::new(std::sync::atomic::AtomicBool::new(false)),
-            trimmed_at: std::sync::atomic::AtomicU64::new(0),
-            trim_owed: std::sync::atomic::AtomicBool::new(false),
+            life: Life::new(),
             stateless: Stateless::new(),
-            session_refused_at: Mutex::new(None),
             rates: rate::RateLimiter::default(),
             audit: Mutex::new(None),
             instance_id,
-            started: Instant::now(),
         }
     }
 
@@ -194,8 +165,7 @@ impl Gateway {
     /// processes and the thread that starts processes; for the end of
     /// shutdown, after every session was closed.
     pub fn shutdown(&self) {
-        self.stopping.store(true, std::sync::atomic::Ordering::Release);
-        self.draining.store(true, std::sync::atomic::Ordering::Release);
+        self.life.stop();
         self.stateless.stop();
         // Every server at once: each stops its processes, each with its grace.
         let servers = self.current().servers.clone();
@@ -221,32 +191,7 @@ impl Gateway {
         }
         let parallel = (self.current().servers.len() * sessions.len()).clamp(1, 32);
         session::close_sessions(sessions, reason, parallel, &self.stats);
-        self.release_memory();
-    }
-
-    /// Gives freed memory back to the kernel after sessions close, at most
-    /// every 100 ms: RSS then follows the sessions that are live. A close
-    /// within 100 ms of the last trim leaves it owed to the reaper
-    /// ([`Gateway::settle_memory`]), so the last of a burst is not missed.
-    fn release_memory(&self) {
-        use std::sync::atomic::Ordering;
-        let now = self.started.elapsed().as_millis() as u64;
-        let last = self.trimmed_at.load(Ordering::Relaxed);
-        if now.saturating_sub(last) >= 100
-            && self.trimmed_at.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
-        {
-            self.trim_owed.store(false, Ordering::Relaxed);
-            crate::runtime::sys::release_free_memory();
-        } else {
-            self.trim_owed.store(true, Ordering::Relaxed);
-        }
-    }
-
-    /// Pays a trim a burst of closes left owed; the reaper calls it.
-    pub fn settle_memory(&self) {
-        if self.trim_owed.load(std::sync::atomic::Ordering::Relaxed) {
-            self.release_memory();
-        }
+        self.life.release_memory();
     }
 }
 
@@ -255,7 +200,7 @@ impl Gateway {
     /// An `initialize` was refused: counted, and its time kept for the health.
     fn refused_session(&self) {
         self.stats.sessions_refused.inc();
-        *self.session_refused_at.lock() = Some(Instant::now());
+        self.life.session_refused();
     }
 
     /// Takes one call of `message` from the buckets of the session's user
@@ -328,11 +273,6 @@ impl Gateway {
         self.audit.lock().as_ref().map_or((0, 0, 0), |a| {
             (a.counts.written.load(Relaxed), a.counts.dropped.load(Relaxed), a.counts.rotations.load(Relaxed))
         })
-    }
-
-    /// Seconds since an `initialize` was last refused; `None` if none was.
-    pub fn secs_since_session_refused(&self) -> Option<u64> {
-        self.session_refused_at.lock().map(|at| at.elapsed().as_secs())
     }
 
     /// Starts the processes of `"start": "eager"` servers ahead, unless they

@@ -18,7 +18,7 @@ impl Gateway {
     /// sessions are left alone; sessions whose lists change (a server, or
     /// `tool_search`) are told with `list_changed`. Settings of the listener need a restart and are reported.
     pub fn reload(&self, new: Config) -> ReloadOutcome {
-        let _one_at_a_time = self.reloading.lock();
+        let _one_at_a_time = self.life.one_reload_at_a_time();
         let old = self.current();
         let mut outcome = ReloadOutcome { at: Some(std::time::SystemTime::now()), ..Default::default() };
         for (key, differs) in [
@@ -84,7 +84,7 @@ impl Gateway {
         }
         let closed = closing.len();
         let wait = self.current().config.request_timeout;
-        downstream::close_when_idle(closing, wait, self.draining.clone());
+        downstream::close_when_idle(closing, wait, self.life.draining());
         for server in &retired {
             // A shared process nobody uses now stops at once.
             server.stop_idle(Duration::ZERO);
@@ -99,7 +99,7 @@ impl Gateway {
                 format!("; these take effect after a restart: {}", outcome.restart_needed.join(", "))
             }
         );
-        *self.last_reload.lock() = outcome.clone();
+        self.life.reloaded(&outcome);
         self.start_eager(None);
         self.configure_audit(self.current().config.audit.as_ref());
         self.configure_tracing();
@@ -123,7 +123,7 @@ impl Gateway {
                     error: Some(e.to_string()),
                     ..Default::default()
                 };
-                *self.last_reload.lock() = outcome.clone();
+                self.life.reloaded(&outcome);
                 outcome
             }
         }

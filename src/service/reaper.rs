@@ -45,7 +45,7 @@ pub fn start(gateway: Arc<Gateway>) -> std::io::Result<Reaper> {
                     for server in &current.servers {
                         server.lanes.expire(current.config.request_timeout);
                     }
-                    gateway.settle_memory();
+                    gateway.life.settle_memory();
                     gateway.stateless.expire_holds();
                 }
                 recv(ticks) -> _ => {

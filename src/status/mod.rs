@@ -63,7 +63,7 @@ pub fn readings(g: &Gateway) -> Vec<Reading> {
     let traced = crate::runtime::trace::counts();
     let now = Now {
         build_info: Info::new(env!("CARGO_PKG_VERSION")),
-        uptime: g.started.elapsed().as_secs().into(),
+        uptime: g.life.started().elapsed().as_secs().into(),
         threads: p.threads.into(),
         threads_by_role: Family::new(threads::count_by_role()),
         rss_bytes: p.rss_bytes.into(),
@@ -78,7 +78,7 @@ pub fn readings(g: &Gateway) -> Vec<Reading> {
         memory_list_cache: (g.list_cache_bytes() as u64).into(),
         memory_refused: crate::runtime::memory::refused().into(),
         memory_since_refused: crate::runtime::memory::secs_since_refused()
-            .unwrap_or_else(|| g.started.elapsed().as_secs())
+            .unwrap_or_else(|| g.life.started().elapsed().as_secs())
             .into(),
         tool_search_index_tools: (g.searches.index_size().0 as u64).into(),
         tool_search_index_bytes: (g.searches.index_size().1 as u64).into(),
@@ -90,7 +90,11 @@ pub fn readings(g: &Gateway) -> Vec<Reading> {
         trace_exported: traced.0.into(),
         trace_dropped: traced.1.into(),
         trace_export_failures: traced.2.into(),
-        sessions_since_refused: g.secs_since_session_refused().unwrap_or_else(|| g.started.elapsed().as_secs()).into(),
+        sessions_since_refused: g
+            .life
+            .secs_since_session_refused()
+            .unwrap_or_else(|| g.life.started().elapsed().as_secs())
+            .into(),
         calls_held: (g.stateless.held_calls() as u64).into(),
         processes_spawned: spawned.into(),
         processes_reaped: reaped.into(),
@@ -99,7 +103,7 @@ pub fn readings(g: &Gateway) -> Vec<Reading> {
         processes_since_refused: g
             .children
             .secs_since_refused()
-            .unwrap_or_else(|| g.started.elapsed().as_secs())
+            .unwrap_or_else(|| g.life.started().elapsed().as_secs())
             .into(),
     };
     now.read(None, &mut out);
@@ -197,7 +201,7 @@ pub fn json_from(g: &Gateway, readings: &[Reading]) -> Value {
         },
         "collisions": g.lists.collisions(),
         "renamed_tools": g.lists.renamed().iter().map(|r| json!({"name": r.name, "server": r.server, "original": r.original})).collect::<Vec<_>>(),
-        "reload": reload(&g.last_reload.lock()),
+        "reload": reload(&g.life.last_reload()),
         "tool_search": {
             "enabled": current.config.tool_search.enabled,
             "pinned": current.config.tool_search.pinned,
