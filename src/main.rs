@@ -552,7 +552,7 @@ fn serve(config: Config, source: Source, looked: watch::Looked, signals: sys::Si
     let mut httpd = Httpd::start_with(listen, app.clone(), options, gateway.stats.clone(), transport)
         .map_err(io(format!("cannot listen on {listen}")))?;
     gateway.start_eager(None);
-    gateway.configure_audit(gateway.current().config.audit.as_ref());
+    gateway.govern.configure_audit(gateway.current().config.audit.as_ref());
     gateway.configure_tracing();
     let reaper = reaper::start(gateway.clone()).map_err(io("cannot start the reaper"))?;
     let watcher = peers::start(gateway.clone()).map_err(io("cannot start the peers' watcher"))?;

@@ -176,7 +176,11 @@ pub(super) struct CallSettings {
 
 impl Gateway {
     pub(super) fn call_settings(&self) -> CallSettings {
-        CallSettings { open_retry: self.current().config.open_retry, audit: self.audit_log(), issuer: self.issuer() }
+        CallSettings {
+            open_retry: self.current().config.open_retry,
+            audit: self.govern.audit_log(),
+            issuer: self.issuer(),
+        }
     }
 }
 

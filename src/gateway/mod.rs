@@ -6,12 +6,10 @@
 //! the names their merges collided on or renamed, by `merged`'s `Lists`)
 //! and `catalog`; every handler answers with an `outcome`.
 //! `reload` swaps the configuration, and `life` keeps the reload and
-//! shutdown state; `search` is the `tool_search` mode's two tools, and
-//! `searches` what it has seen.
+//! shutdown state; `govern` the rate limits and the audit log; `search`
+//! is the `tool_search` mode's two tools, and `searches` what it has seen.
 
 use std::sync::Arc;
-
-use parking_lot::Mutex;
 
 use crate::config::Config;
 use crate::downstream::children::Children;
@@ -31,6 +29,7 @@ pub mod check;
 mod dispatch;
 mod failover;
 mod forward;
+mod govern;
 mod life;
 mod lists;
 mod merged;
@@ -45,6 +44,7 @@ mod streamable_http;
 
 pub use crate::protocol::stateless::UNSUPPORTED_PROTOCOL_VERSION;
 pub use crate::protocol::{SESSION_HEADER, VERSION_HEADER};
+pub use govern::Govern;
 pub use life::{Life, ReloadOutcome};
 pub use merged::Lists;
 pub use stateless::Stateless;
@@ -98,11 +98,8 @@ pub struct Gateway {
     pub life: Life,
     /// The 2026-07-28 era's pools, held calls and watched calls.
     pub stateless: Stateless,
-    /// The buckets of `rate_limit`, by user and tool.
-    rates: rate::RateLimiter,
-    /// Guards the audit log in force (`audit`); a reload that changes it
-    /// stops the old writer and starts a new one.
-    audit: Mutex<Option<Arc<crate::runtime::audit::AuditLog>>>,
+    /// The rate limits' buckets and the audit log.
+    pub govern: Govern,
     /// `instance_id` as at start (a reload does not change it): starts every session id.
     pub instance_id: Option<String>,
 }
@@ -139,8 +136,7 @@ impl Gateway {
             searches: searches::Searches::default(),
             life: Life::new(),
             stateless: Stateless::new(),
-            rates: rate::RateLimiter::default(),
-            audit: Mutex::new(None),
+            govern: Govern::default(),
             instance_id,
         }
     }
@@ -172,7 +168,7 @@ impl Gateway {
         crate::runtime::threads::for_each_parallel("close", &servers, servers.len(), |server| server.shutdown());
         self.children.stop();
         // Last: what the closes wrote is written out before the writer stops.
-        self.configure_audit(None);
+        self.govern.configure_audit(None);
         crate::runtime::trace::configure(None, None);
     }
 
@@ -184,7 +180,7 @@ impl Gateway {
 
     /// Closes sessions already removed from the table: idle, deleted or at shutdown.
     pub fn close(&self, sessions: Vec<Arc<Session>>, reason: CloseReason) {
-        if let Some(audit) = self.audit_log() {
+        if let Some(audit) = self.govern.audit_log() {
             for session in &sessions {
                 audit.write(audit::session_record(session, self.issuer().as_deref(), Some(reason)));
             }
@@ -206,73 +202,18 @@ impl Gateway {
     /// Takes one call of `message` from the buckets of the session's user
     /// (`rate_limit`); over a limit, which one and when to retry.
     fn rate_check(&self, session: &Session, message: &crate::protocol::jsonrpc::Message) -> Result<(), rate::Limited> {
-        let cur = self.current();
-        if !cur.config.rate_limit.enabled || !rate::counted(message.method()) {
-            return Ok(());
-        }
-        let name =
-            message.params_object().ok().and_then(|p| p.get("name").and_then(|n| n.as_str()).map(str::to_string));
-        let tool = name.unwrap_or_else(|| message.method().to_string());
-        let result = self.rates.take(&cur.config, session.principal(), &tool);
-        if let Err(limited) = &result {
-            self.stats.calls_rate_limited.inc();
-            crate::limited!(info, "call of `{tool}` for {} refused: over {}", session.who, limited.limit);
-            if let Some(audit) = self.audit_log() {
-                let issuer = self.issuer();
-                audit.write(audit::refused_record(session, issuer.as_deref(), message.method(), &tool, &limited.limit));
-            }
-        }
-        result
+        self.govern.rate_check(&self.current().config, &self.stats, session, message)
     }
 
     /// The issuer of `auth.oauth`, if any: the audit log names it with a subject.
     fn issuer(&self) -> Option<String> {
-        self.current().config.oauth.as_ref().map(|o| o.issuer.clone())
-    }
-
-    /// Buckets of `rate_limit` held now.
-    pub fn rate_buckets(&self) -> usize {
-        self.rates.len()
-    }
-
-    /// The audit log in force, if `audit` is configured.
-    fn audit_log(&self) -> Option<Arc<crate::runtime::audit::AuditLog>> {
-        self.audit.lock().clone()
-    }
-
-    /// Starts the audit log of `config` (at start, and on a reload that
-    /// changed `audit`), stopping the one before; a file that cannot be
-    /// opened is said in the log, and the calls go on unaudited.
-    pub fn configure_audit(&self, config: Option<&crate::config::AuditConfig>) {
-        let same = self.audit.lock().as_ref().map(|a| &a.config) == config;
-        if same {
-            return;
-        }
-        let new = config.and_then(|c| match crate::runtime::audit::AuditLog::start(c.clone()) {
-            Ok(log) => Some(Arc::new(log)),
-            Err(e) => {
-                log::error!("audit log: cannot start it ({e}): calls are not audited until a reload that works");
-                None
-            }
-        });
-        let old = std::mem::replace(&mut *self.audit.lock(), new);
-        if let Some(old) = old {
-            old.stop();
-        }
+        govern::issuer(&self.current().config)
     }
 
     /// Starts, changes or stops the span exporter as `tracing` says (at
     /// start and on every reload).
     pub fn configure_tracing(&self) {
         crate::runtime::trace::configure(self.current().config.tracing.as_ref(), self.instance_id.as_deref());
-    }
-
-    /// What the audit log counted: written, dropped, rotations.
-    pub fn audit_counts(&self) -> (u64, u64, u64) {
-        use std::sync::atomic::Ordering::Relaxed;
-        self.audit.lock().as_ref().map_or((0, 0, 0), |a| {
-            (a.counts.written.load(Relaxed), a.counts.dropped.load(Relaxed), a.counts.rotations.load(Relaxed))
-        })
     }
 
     /// Starts the processes of `"start": "eager"` servers ahead, unless they

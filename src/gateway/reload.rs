@@ -101,7 +101,7 @@ impl Gateway {
         );
         self.life.reloaded(&outcome);
         self.start_eager(None);
-        self.configure_audit(self.current().config.audit.as_ref());
+        self.govern.configure_audit(self.current().config.audit.as_ref());
         self.configure_tracing();
         outcome
     }

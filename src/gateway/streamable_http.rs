@@ -568,7 +568,7 @@ impl Gateway {
             let e = RpcError::internal(format!("{why}; try again later"));
             return HttpError::unavailable(e).reply_to(&id);
         }
-        if let Some(audit) = self.audit_log() {
+        if let Some(audit) = self.govern.audit_log() {
             audit.write(super::audit::session_record(&session, self.issuer().as_deref(), None));
         }
         let mut result = json!({

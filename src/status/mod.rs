@@ -59,7 +59,7 @@ pub fn readings(g: &Gateway) -> Vec<Reading> {
     let mut out = Vec::with_capacity(256);
     let (stats, (spawned, reaped, live)) = settled(g);
     let p = process();
-    let audit = g.audit_counts();
+    let audit = g.govern.audit_counts();
     let traced = crate::runtime::trace::counts();
     let now = Now {
         build_info: Info::new(env!("CARGO_PKG_VERSION")),
@@ -83,7 +83,7 @@ pub fn readings(g: &Gateway) -> Vec<Reading> {
         tool_search_index_tools: (g.searches.index_size().0 as u64).into(),
         tool_search_index_bytes: (g.searches.index_size().1 as u64).into(),
         sessions_live: (g.sessions.len() as u64).into(),
-        rate_buckets: (g.rate_buckets() as u64).into(),
+        rate_buckets: (g.govern.rate_buckets() as u64).into(),
         audit_written: audit.0.into(),
         audit_dropped: audit.1.into(),
         audit_rotations: audit.2.into(),

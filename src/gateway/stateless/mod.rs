@@ -349,7 +349,7 @@ impl Gateway {
             return Err(HttpError::unavailable(e).reply());
         }
         self.stats.sessions_created.inc();
-        if let Some(audit) = self.audit_log() {
+        if let Some(audit) = self.govern.audit_log() {
             audit.write(super::audit::session_record(&pool, self.issuer().as_deref(), None));
         }
         pools.insert(key, pool.clone());
