@@ -527,7 +527,7 @@ fn serve(config: Config, source: Source, looked: watch::Looked, signals: sys::Si
     };
     let loaded = config.state_file.as_deref().map(|path| StateFile::new(path).load());
     let gateway = Arc::new(Gateway::new(config));
-    if let Some(why) = gateway.oauth.store_problem() {
+    if let Some(why) = gateway.downstreams.oauth.store_problem() {
         let invalid = config::Invalid::new("oauth_client.key_file", format!("OAuth: {why}"));
         return Err(Error::Config(ConfigError { file: source.path.clone(), invalid }));
     }
@@ -580,7 +580,7 @@ fn serve(config: Config, source: Source, looked: watch::Looked, signals: sys::Si
     })
     .map_err(io("cannot start the signal thread"))?;
     let addr = httpd.local_addr();
-    gateway.oauth.listening_at(&format!("{scheme}://{addr}"), &gateway.current().config);
+    gateway.downstreams.oauth.listening_at(&format!("{scheme}://{addr}"), &gateway.current().config);
     println!("listening on {scheme}://{addr}/mcp");
     if !addr.ip().is_loopback() && gateway.current().config.tokens.is_none() {
         log::warn!(
@@ -705,7 +705,7 @@ fn serve(config: Config, source: Source, looked: watch::Looked, signals: sys::Si
                     "shutdown_timeout_secs ({} s) passed with {} downstream session(s) and {} process(es) still closing; exiting without them{}",
                     shutdown_timeout.as_secs(),
                     gateway.stats.downstream_live.get(),
-                    gateway.children.live.get(),
+                    gateway.downstreams.children.live.get(),
                     if gateway.journal.path().is_some() { ": the next start sends their DELETEs" } else { "" }
                 );
                 return Ok(());
@@ -723,7 +723,7 @@ fn serve(config: Config, source: Source, looked: watch::Looked, signals: sys::Si
     }
     let _ = signal_thread.join();
     let s = &gateway.stats;
-    let c = &gateway.children;
+    let c = &gateway.downstreams.children;
     log::info!(
         "stopped in {} ms: {count} session(s) closed; downstream opened {}, closed {}, live {}, DELETE failures {}; \
          processes spawned {}, reaped {}, live {}",

@@ -105,7 +105,7 @@ impl Gateway {
     fn signed_in(&self, id: &str, within: Duration) -> bool {
         let deadline = Instant::now() + within;
         loop {
-            match self.oauth.flow(id) {
+            match self.downstreams.oauth.flow(id) {
                 Some(FlowView { done: Some(done), .. }) => return done.is_ok(),
                 Some(_) if Instant::now() < deadline => std::thread::sleep(LOOK),
                 _ => return false,
@@ -132,7 +132,7 @@ impl Gateway {
         }
         if cur.config.oauth_client.ask == Ask::Error || !events.takes_input() {
             // Told on its GET stream when the user is done.
-            self.oauth.given_to(&link.id, &session.id);
+            self.downstreams.oauth.given_to(&link.id, &session.id);
             return e.into();
         }
         let mut request = Map::new();
@@ -198,7 +198,7 @@ impl Gateway {
         let action = params.value("inputResponses").and_then(|r| r[INPUT_KEY]["action"].as_str().map(str::to_string));
         params.remove("requestState");
         params.remove("inputResponses");
-        match self.oauth.flow(id) {
+        match self.downstreams.oauth.flow(id) {
             Some(flow) if flow.user != user => Err(RpcError::invalid_params(
                 "this requestState names another user's sign-in: retry the call without it",
             )),

@@ -6,13 +6,13 @@
 //! the names their merges collided on or renamed, by `merged`'s `Lists`)
 //! and `catalog`; every handler answers with an `outcome`.
 //! `reload` swaps the configuration, and `life` keeps the reload and
-//! shutdown state; `govern` the rate limits and the audit log; `search`
-//! is the `tool_search` mode's two tools, and `searches` what it has seen.
+//! shutdown state; `govern` the rate limits and the audit log;
+//! `downstreams` what the servers share; `search` is the `tool_search`
+//! mode's two tools, and `searches` what it has seen.
 
 use std::sync::Arc;
 
 use crate::config::Config;
-use crate::downstream::children::Children;
 use crate::downstream::{Context, Limits, Server};
 use crate::http::{HttpError, HttpReply};
 use crate::protocol::jsonrpc::{self, RpcError};
@@ -27,6 +27,7 @@ mod audit;
 mod authorize;
 pub mod check;
 mod dispatch;
+mod downstreams;
 mod failover;
 mod forward;
 mod govern;
@@ -44,6 +45,7 @@ mod streamable_http;
 
 pub use crate::protocol::stateless::UNSUPPORTED_PROTOCOL_VERSION;
 pub use crate::protocol::{SESSION_HEADER, VERSION_HEADER};
+pub use downstreams::Downstreams;
 pub use govern::Govern;
 pub use life::{Life, ReloadOutcome};
 pub use merged::Lists;
@@ -83,12 +85,8 @@ pub struct Gateway {
     pub store: Option<Arc<dyn SessionStore>>,
     /// The Redis store (`store`), whose writer thread `main` starts and stops.
     pub redis: Option<Arc<RedisStore>>,
-    /// The child processes of stdio servers.
-    pub children: Arc<Children>,
-    /// The `DELETE`s a fault lost, which the reaper sends again.
-    pub deletes: Arc<crate::downstream::Deletes>,
-    /// Users' tokens at servers with `oauth`, and their sign-ins.
-    pub oauth: Arc<crate::downstream::oauth::Authorizer>,
+    /// What the servers share: child processes, lost `DELETE`s, OAuth tokens.
+    pub downstreams: Downstreams,
     /// The merged lists, one per kind and view, shared by the sessions, and
     /// the collisions and renames their merges found.
     pub lists: Lists,
@@ -110,16 +108,8 @@ impl Gateway {
         let stats = Arc::new(Stats::default());
         let (journal, store, redis) = open_store(&config);
         let journal = Arc::new(journal);
-        let children = Children::new(config.max_processes, config.stdio_grace, config.max_message_bytes);
-        let deletes = Arc::new(crate::downstream::Deletes::default());
-        let oauth = crate::downstream::oauth::Authorizer::new(&config);
-        let context = Context {
-            stats: stats.clone(),
-            journal: journal.clone(),
-            children: children.clone(),
-            deletes: deletes.clone(),
-            oauth: oauth.clone(),
-        };
+        let downstreams = Downstreams::new(&config);
+        let context = downstreams.context(&stats, &journal);
         let servers = config.servers.iter().map(|s| new_server(s, &config, &context)).collect();
         let instance_id = config.instance_id.clone();
         Gateway {
@@ -129,9 +119,7 @@ impl Gateway {
             store,
             redis,
             stats,
-            children,
-            deletes,
-            oauth,
+            downstreams,
             lists: Lists::default(),
             searches: searches::Searches::default(),
             life: Life::new(),
@@ -143,13 +131,7 @@ impl Gateway {
 
     /// What every server shares.
     pub fn context(&self) -> Context {
-        Context {
-            stats: self.stats.clone(),
-            journal: self.journal.clone(),
-            children: self.children.clone(),
-            deletes: self.deletes.clone(),
-            oauth: self.oauth.clone(),
-        }
+        self.downstreams.context(&self.stats, &self.journal)
     }
 
     /// The configuration and servers in force now.
@@ -166,7 +148,7 @@ impl Gateway {
         // Every server at once: each stops its processes, each with its grace.
         let servers = self.current().servers.clone();
         crate::runtime::threads::for_each_parallel("close", &servers, servers.len(), |server| server.shutdown());
-        self.children.stop();
+        self.downstreams.children.stop();
         // Last: what the closes wrote is written out before the writer stops.
         self.govern.configure_audit(None);
         crate::runtime::trace::configure(None, None);

@@ -47,7 +47,7 @@ impl Gateway {
             && old.config.calls_per_server == new.calls_per_server;
         let mut servers = Vec::with_capacity(new.servers.len());
         let context = self.context();
-        self.children.configure(new.max_processes, new.stdio_grace, new.max_message_bytes);
+        self.downstreams.children.configure(new.max_processes, new.stdio_grace, new.max_message_bytes);
         for config in &new.servers {
             match old.server(&config.name) {
                 Some(server) if server.config == *config && same_limits => servers.push(server.clone()),
@@ -62,7 +62,7 @@ impl Gateway {
             .changed
             .extend(servers.iter().filter(|s| old.server(s.name()).is_none()).map(|s| format!("{} (new)", s.name())));
         crate::runtime::memory::set_limit(new.max_memory);
-        self.oauth.configure(&new);
+        self.downstreams.oauth.configure(&new);
         *self.current.write() = Arc::new(Current { config: new, servers });
         // After the swap: an open that finishes now sees its server retired
         // and opens again on the one that replaced it.

@@ -57,16 +57,16 @@ pub fn start(gateway: Arc<Gateway>) -> std::io::Result<Reaper> {
                         gateway.close(idle, CloseReason::Idle);
                     }
                     reopen_lost(&gateway);
-                    gateway.deletes.retry_due(&gateway.stats);
+                    gateway.downstreams.deletes.retry_due(&gateway.stats);
                     gateway.prune_lists();
-                    gateway.oauth.expire();
+                    gateway.downstreams.oauth.expire();
                     let current = gateway.current();
                     for server in &current.servers {
                         server.stop_idle(current.config.shared_idle);
                         server.probe_if_silent();
                     }
                     gateway.start_eager(None);
-                    gateway.children.reap_left_behind();
+                    gateway.downstreams.children.reap_left_behind();
                     threads::join_late();
                 }
             }

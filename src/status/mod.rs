@@ -99,8 +99,9 @@ pub fn readings(g: &Gateway) -> Vec<Reading> {
         processes_spawned: spawned.into(),
         processes_reaped: reaped.into(),
         processes_live: live.into(),
-        processes_refused: g.children.refusals.get().into(),
+        processes_refused: g.downstreams.children.refusals.get().into(),
         processes_since_refused: g
+            .downstreams
             .children
             .secs_since_refused()
             .unwrap_or_else(|| g.life.started().elapsed().as_secs())
@@ -134,7 +135,7 @@ pub fn readings(g: &Gateway) -> Vec<Reading> {
             .read(scope, &mut out);
         }
         if server.config.uses_oauth() {
-            let view = g.oauth.view(server.name());
+            let view = g.downstreams.oauth.view(server.name());
             OAuthNow {
                 users: view.users.into(),
                 signins: view.signins.into(),
@@ -154,7 +155,7 @@ pub fn readings(g: &Gateway) -> Vec<Reading> {
 /// additions: when a read falls there, it is read again, a millisecond
 /// later, a few times, so that a transient is not reported as a leak.
 fn settled(g: &Gateway) -> (Vec<Reading>, (u64, u64, u64)) {
-    let c = &g.children;
+    let c = &g.downstreams.children;
     let mut attempt = 1;
     loop {
         let mut stats = Vec::with_capacity(crate::stats::Stats::TABLE.len());
