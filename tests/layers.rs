@@ -499,7 +499,7 @@ const ALLOWED: &[(&str, &str, &str, &str)] = &[
     ("downstream/oauth", "mod", "server", "hands on `ServerAuth`, which reads the `Authorizer`"),
     // Issue 44's split of `Gateway` removes these two.
     ("gateway", "mod", "stateless/", "`Gateway` holds the stateless side's owner, `Stateless`"),
-    ("gateway", "authorize", "dispatch", "a sign-in link's call is a `dispatch::call`, and dispatch asks `link_of`"),
+    ("gateway", "authorize", "dispatch", "a sign-in asks through a call's `CallEvents`, and dispatch asks `link_of`"),
     ("http", "mod", "server", "hands on `Httpd`, which serves the `HttpRequest` and `HttpReply` of mod.rs"),
     ("runtime", "trace", "threads", "each thread started carries the trace on, and trace sends on a thread"),
 ];

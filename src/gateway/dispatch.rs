@@ -16,6 +16,7 @@ use crate::protocol::spans::is_tool_error;
 use crate::runtime::threads;
 use crate::session::{self, Session};
 
+use super::authorize::{self, SignIn};
 use super::lists::{Paging, fetch_pages, filter_for, naming};
 use super::outcome::Outcome;
 use super::{Gateway, visible};
@@ -599,7 +600,7 @@ impl Gateway {
         if let Some(hidden) = self.hidden_by_filter(session, kind, exposed) {
             return Err(RpcError::invalid_params(hidden));
         }
-        if let Some(signing_in) = self.sign_in_owner(session, kind, exposed) {
+        if let Some(signing_in) = authorize::sign_in_owner(&self.current(), session, kind, exposed) {
             return Ok(signing_in);
         }
         let shown = crate::catalog::shortened(exposed);
@@ -718,8 +719,17 @@ impl Gateway {
         events: &mut dyn CallEvents,
     ) -> Outcome {
         match call(session, server, message, params, events, &self.call_settings()) {
-            Outcome::Error(e) if super::authorize::link_of(&e).is_some() => {
-                self.sign_in_session_era(session, server, message, params, events, e)
+            Outcome::Error(e) if authorize::link_of(&e).is_some() => {
+                let oauth = &self.downstreams.oauth;
+                match authorize::sign_in_session_era(oauth, &self.current().config, session, server, message, events, e)
+                {
+                    SignIn::Told(outcome) => outcome,
+                    // Signed in: the call again, once.
+                    SignIn::Signed => authorize::again(
+                        message.method(),
+                        call(session, server, message, params, events, &self.call_settings()),
+                    ),
+                }
             }
             Outcome::Error(e) => self.cut_short_by_shutdown(server, e).into(),
             outcome => outcome,

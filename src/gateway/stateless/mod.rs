@@ -44,6 +44,7 @@ use crate::runtime::memory::{self, Tallied};
 use crate::runtime::{sha256, threads};
 use crate::session::{ListenFilter, Session};
 
+use super::authorize::{sign_in_2026, sign_in_retry};
 use super::dispatch::{self, CallEvents, instructions};
 use super::{Gateway, accepts, new_session_id, too_busy};
 use crate::gateway::outcome::Outcome;
@@ -374,7 +375,8 @@ impl Gateway {
             Err(e) => return error_reply(&id, &e),
         };
         // A retry after mcpgate asked its user to sign in: what was for mcpgate goes no further.
-        if let Err(e) = self.sign_in_retry(&mut params, access.user()) {
+        let within = self.current().config.held_call_timeout;
+        if let Err(e) = sign_in_retry(&self.downstreams.oauth, within, &mut params, access.user()) {
             return error_reply(&id, &e);
         }
         if message.method() == "tools/call"
@@ -472,7 +474,7 @@ impl Gateway {
         id: &Value,
     ) -> HttpReply {
         let (outcome, streaming) = self.run_here(req, pool, &new, envelope, sink);
-        let outcome = match self.sign_in_2026(new.call.method(), outcome, envelope) {
+        let outcome = match sign_in_2026(new.call.method(), outcome, envelope) {
             // A task of the server's (the tasks extension): the client gets one of mcpgate's ids.
             Outcome::Forwarded(answer) if answer.result.as_ref().is_some_and(|r| stateless::is_task(r.get())) => {
                 Outcome::Forwarded(dispatch::tasks_from(pool, &new.server, answer))
@@ -662,7 +664,7 @@ impl Gateway {
                 }
                 Ok(HoldEvent::Done(outcome)) => {
                     held.thread.join();
-                    let outcome = self.sign_in_2026(&method, outcome, envelope);
+                    let outcome = sign_in_2026(&method, outcome, envelope);
                     return self.finish(id, &method, outcome, streaming.then_some(()));
                 }
                 Err(RecvTimeoutError::Timeout) => {
