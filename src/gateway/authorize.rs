@@ -31,8 +31,7 @@ use crate::protocol::jsonrpc::{self, Message, Params, RpcError};
 use crate::protocol::stateless::Envelope;
 use crate::session::Session;
 
-use super::dispatch::CallEvents;
-use super::outcome::Outcome;
+use super::outcome::{CallEvents, Outcome};
 use super::{Current, visible};
 
 /// What mcpgate's sign-in error carries.

@@ -18,38 +18,9 @@ use crate::session::{self, Session};
 
 use super::authorize::{self, SignIn};
 use super::lists::{Paging, fetch_pages, filter_for, naming};
-use super::outcome::Outcome;
+use super::outcome::{CallEvents, Outcome};
 use super::{Gateway, visible};
 use crate::catalog::ListKind;
-
-/// Where what a server sends during a call goes, before its answer.
-pub(super) trait CallEvents {
-    /// The server's answer became a stream: more may come, and it may take long.
-    fn streaming(&mut self);
-    /// A message from `server` about the call: progress, a log message, a
-    /// request to the client.
-    fn message(&mut self, session: &Session, server: &Server, message: Message);
-    /// Whether `input` asks a client: only a session-era client's call
-    /// does. Otherwise a result is passed on unread (to a client of the
-    /// 2026-07-28 era, which asks and retries itself), and a large one is
-    /// not scanned for an `input_required` that nobody would answer.
-    fn takes_input(&self) -> bool {
-        false
-    }
-    /// A server of the 2026-07-28 era answered `input_required`: asks the
-    /// client each of `requests` (key → `{method, params}`) and gives its
-    /// answers (key → result), or why not; `None` passes the result on.
-    fn input(
-        &mut self,
-        _session: &Session,
-        _requests: &Map<String, Value>,
-    ) -> Option<Result<Map<String, Value>, String>> {
-        None
-    }
-    /// A notification of mcpgate's own about the call (a sign-in that
-    /// completed), where the client reads the call's answer.
-    fn notify(&mut self, _message: Vec<u8>) {}
-}
 
 /// Rounds of `input_required` one call may take before mcpgate gives up.
 const MAX_INPUT_ROUNDS: usize = 8;

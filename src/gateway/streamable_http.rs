@@ -17,9 +17,8 @@ use crate::protocol::versions::{self, SUPPORTED};
 use crate::runtime::memory::Charge;
 use crate::session::{self, CloseReason, Session};
 
-use super::dispatch::CallEvents;
 use super::dispatch::instructions;
-use super::outcome::Outcome;
+use super::outcome::{CallEvents, Outcome};
 use super::{Gateway, SESSION_HEADER, UNSUPPORTED_PROTOCOL_VERSION, VERSION_HEADER, visible};
 use super::{accepts, new_session_id, too_busy};
 use crate::downstream::Server;

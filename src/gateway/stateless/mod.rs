@@ -45,9 +45,9 @@ use crate::runtime::{sha256, threads};
 use crate::session::{ListenFilter, Session};
 
 use super::authorize::{sign_in_2026, sign_in_retry};
-use super::dispatch::{self, CallEvents, instructions};
+use super::dispatch::{self, instructions};
 use super::{Gateway, accepts, new_session_id, too_busy};
-use crate::gateway::outcome::Outcome;
+use crate::gateway::outcome::{CallEvents, Outcome};
 use holds::{HeldParts, HoldEvent, HoldThread};
 
 pub(super) mod holds;
