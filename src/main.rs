@@ -311,7 +311,7 @@ fn check(config: Config, source: &Source, start: bool) -> Result<(), Error> {
     config.state_file = None;
     config.state_dir = None;
     let gateway = Gateway::new(config);
-    let tried = gateway.try_servers();
+    let tried = mcpgate::gateway::check::try_servers(&gateway.current(), &gateway.stats);
     gateway.shutdown();
     let all = tried.len();
     let mut failed = 0;

@@ -21,8 +21,11 @@ use crate::runtime::threads;
 use crate::session::Session;
 
 use super::outcome::Outcome;
-use super::{Gateway, MAX_PAGES, visible};
+use super::{Gateway, visible};
 use crate::catalog::{List, ListKind, ServerItems, ServerList};
+
+/// Pages of one server's list mcpgate follows before it stops.
+const MAX_PAGES: usize = 1000;
 
 /// What bounds the pages mcpgate reads of one server's list.
 #[derive(Debug, Clone, Copy)]

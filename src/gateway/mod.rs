@@ -51,9 +51,6 @@ pub use life::{Life, ReloadOutcome};
 pub use merged::Lists;
 pub use stateless::Stateless;
 
-/// Pages of one server's list mcpgate follows before it stops.
-const MAX_PAGES: usize = 1000;
-
 /// The configuration in force and its servers; replaced whole on reload.
 pub struct Current {
     pub config: Config,
