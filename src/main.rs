@@ -536,7 +536,7 @@ fn serve(config: Config, source: Source, looked: watch::Looked, signals: sys::Si
     // once it listens.
     let restored = loaded.map(|loaded| restore::restore(&gateway, loaded));
     let writer = state::start(gateway.journal.clone(), gateway.clone()).map_err(io("cannot start the state writer"))?;
-    let store_writer = match &gateway.redis {
+    let store_writer = match &gateway.peers.redis {
         Some(redis) => Some(redis.start_writer().map_err(io("cannot start the session store's writer"))?),
         None => None,
     };
@@ -684,7 +684,7 @@ fn serve(config: Config, source: Source, looked: watch::Looked, signals: sys::Si
                     log::info!("{kept} session(s) kept in {}: clients resume them after a restart", path.display());
                 }
             }
-            if let (Some(redis), Some(store_writer)) = (&gateway.redis, store_writer) {
+            if let (Some(redis), Some(store_writer)) = (&gateway.peers.redis, store_writer) {
                 redis.stop_writer(store_writer);
                 // Its peers continue its sessions from now on, without waiting for a lease.
                 redis.leave();

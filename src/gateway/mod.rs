@@ -7,8 +7,9 @@
 //! and `catalog`; every handler answers with an `outcome`.
 //! `reload` swaps the configuration, and `life` keeps the reload and
 //! shutdown state; `govern` the rate limits and the audit log;
-//! `downstreams` what the servers share; `search` is the `tool_search`
-//! mode's two tools, and `searches` what it has seen.
+//! `downstreams` what the servers share; `peers` the session store shared
+//! with other instances; `search` is the `tool_search` mode's two tools,
+//! and `searches` what it has seen.
 
 use std::sync::Arc;
 
@@ -16,10 +17,7 @@ use crate::config::Config;
 use crate::downstream::{Context, Limits, Server};
 use crate::http::{HttpError, HttpReply};
 use crate::protocol::jsonrpc::{self, RpcError};
-use crate::runtime::state::{Journal, Mirror};
-use crate::runtime::store::SessionStore;
-use crate::runtime::store::files::FileStore;
-use crate::runtime::store::redis::RedisStore;
+use crate::runtime::state::Journal;
 use crate::session::{self, CloseReason, Session, Sessions};
 use crate::stats::Stats;
 
@@ -35,6 +33,7 @@ mod life;
 mod lists;
 mod merged;
 mod outcome;
+mod peers;
 mod rate;
 mod reload;
 mod search;
@@ -49,6 +48,7 @@ pub use downstreams::Downstreams;
 pub use govern::Govern;
 pub use life::{Life, ReloadOutcome};
 pub use merged::Lists;
+pub use peers::Peers;
 pub use stateless::Stateless;
 
 /// The configuration in force and its servers; replaced whole on reload.
@@ -77,11 +77,8 @@ pub struct Gateway {
     pub stats: Arc<Stats>,
     /// Where opens and closes of downstream sessions are written ahead.
     pub journal: Arc<Journal>,
-    /// Who holds each session, for instances that continue each other's
-    /// (`state_dir` or `store`); `None` for an instance alone.
-    pub store: Option<Arc<dyn SessionStore>>,
-    /// The Redis store (`store`), whose writer thread `main` starts and stops.
-    pub redis: Option<Arc<RedisStore>>,
+    /// The session store shared with the instances that continue each other's sessions.
+    pub peers: Peers,
     /// What the servers share: child processes, lost `DELETE`s, OAuth tokens.
     pub downstreams: Downstreams,
     /// The merged lists, one per kind and view, shared by the sessions, and
@@ -103,7 +100,7 @@ impl Gateway {
     pub fn new(config: Config) -> Gateway {
         crate::runtime::memory::set_limit(config.max_memory);
         let stats = Arc::new(Stats::default());
-        let (journal, store, redis) = open_store(&config);
+        let (journal, peers) = peers::open_store(&config);
         let journal = Arc::new(journal);
         let downstreams = Downstreams::new(&config);
         let context = downstreams.context(&stats, &journal);
@@ -113,8 +110,7 @@ impl Gateway {
             current: parking_lot::RwLock::new(Arc::new(Current { config, servers })),
             sessions: Sessions::new(journal.clone()),
             journal,
-            store,
-            redis,
+            peers,
             stats,
             downstreams,
             lists: Lists::default(),
@@ -154,7 +150,7 @@ impl Gateway {
     /// At shutdown: how many client sessions the state file keeps (their
     /// downstream sessions are closed; see [`Sessions::take_all`]).
     pub fn keep_clients(&self) -> usize {
-        if self.journal.path().is_some() || self.redis.is_some() { self.sessions.len() } else { 0 }
+        if self.journal.path().is_some() || self.peers.redis.is_some() { self.sessions.len() } else { 0 }
     }
 
     /// Closes sessions already removed from the table: idle, deleted or at shutdown.
@@ -217,36 +213,6 @@ impl Gateway {
             server.warm(principal, std::time::Duration::ZERO, None);
         }
     }
-}
-
-/// The journal, and the session store when instances continue each
-/// other's sessions: `state_dir` (the files, the journal its own) or
-/// `store` (Redis, the journal's changes mirrored there, no file).
-fn open_store(config: &Config) -> (Journal, Option<Arc<dyn SessionStore>>, Option<Arc<RedisStore>>) {
-    let journal = Journal::new(config.state_file.as_deref(), config.instance_id.as_deref());
-    let (Some(id), Some(peer)) = (&config.instance_id, &config.peer_url) else { return (journal, None, None) };
-    if let Some(url) = &config.store {
-        match RedisStore::new(url, id, peer, config.store_lease) {
-            Ok(redis) => {
-                let redis = Arc::new(redis);
-                let mirror: Arc<dyn Mirror> = redis.clone();
-                return (journal.with_mirror(mirror), Some(redis.clone()), Some(redis));
-            }
-            Err(e) => log::error!("{e}: sessions are kept in this instance only"),
-        }
-    }
-    if let Some(dir) = &config.state_dir {
-        let files = Arc::new(FileStore::new(dir, id));
-        if let Err(e) = files.announce(peer) {
-            log::error!(
-                "{}: cannot say where this instance is reached ({e}): peers cannot pass it requests",
-                files.name()
-            );
-        }
-        let mirror: Arc<dyn Mirror> = files.clone();
-        return (journal.with_mirror(mirror), Some(files), None);
-    }
-    (journal, None, None)
 }
 
 fn visible(current: &Current, session: &Session) -> Vec<Arc<Server>> {

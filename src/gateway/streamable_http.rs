@@ -326,7 +326,7 @@ impl Gateway {
                 // With a store, a call's answer streams from the start: its
                 // priming event carries it, so that the instance a client
                 // resumes on, if this one dies, can answer it.
-                let carried = self.store.is_some()
+                let carried = self.peers.store.is_some()
                     && message.method() == "tools/call"
                     && versions::primes_streams(&session.protocol_version);
                 let mut events = PostStream {
@@ -526,7 +526,7 @@ impl Gateway {
         }
         let session =
             Session::new(session_id.clone(), version.to_string(), jsonrpc::raw(&init_params), client_name, access);
-        if let Some(store) = &self.store {
+        if let Some(store) = &self.peers.store {
             session.set_epoch(store.first_epoch());
         }
         // Busy until answered, like any request: a server slower to start

@@ -264,7 +264,7 @@ pub fn json_from(g: &Gateway, readings: &[Reading]) -> Value {
         entry["state"] = Value::from(summary::state(entry));
     }
     // Where the sessions are kept for the other instances, if anywhere (never a password).
-    out["store"]["name"] = g.store.as_ref().map(|store| store.name().to_string()).into();
+    out["store"]["name"] = g.peers.store.as_ref().map(|store| store.name().to_string()).into();
     let (listed, unlisted) = sessions(g, &current);
     out["sessions"]["list"] = listed.into();
     out["sessions"]["unlisted"] = Value::from(unlisted);
