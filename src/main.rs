@@ -311,7 +311,7 @@ fn check(config: Config, source: &Source, start: bool) -> Result<(), Error> {
     config.state_file = None;
     config.state_dir = None;
     let gateway = Gateway::new(config);
-    let tried = gateway.try_servers();
+    let tried = mcpgate::gateway::check::try_servers(&gateway.current(), &gateway.stats);
     gateway.shutdown();
     let all = tried.len();
     let mut failed = 0;
@@ -527,7 +527,7 @@ fn serve(config: Config, source: Source, looked: watch::Looked, signals: sys::Si
     };
     let loaded = config.state_file.as_deref().map(|path| StateFile::new(path).load());
     let gateway = Arc::new(Gateway::new(config));
-    if let Some(why) = gateway.oauth.store_problem() {
+    if let Some(why) = gateway.downstreams.oauth.store_problem() {
         let invalid = config::Invalid::new("oauth_client.key_file", format!("OAuth: {why}"));
         return Err(Error::Config(ConfigError { file: source.path.clone(), invalid }));
     }
@@ -536,7 +536,7 @@ fn serve(config: Config, source: Source, looked: watch::Looked, signals: sys::Si
     // once it listens.
     let restored = loaded.map(|loaded| restore::restore(&gateway, loaded));
     let writer = state::start(gateway.journal.clone(), gateway.clone()).map_err(io("cannot start the state writer"))?;
-    let store_writer = match &gateway.redis {
+    let store_writer = match &gateway.peers.redis {
         Some(redis) => Some(redis.start_writer().map_err(io("cannot start the session store's writer"))?),
         None => None,
     };
@@ -552,7 +552,7 @@ fn serve(config: Config, source: Source, looked: watch::Looked, signals: sys::Si
     let mut httpd = Httpd::start_with(listen, app.clone(), options, gateway.stats.clone(), transport)
         .map_err(io(format!("cannot listen on {listen}")))?;
     gateway.start_eager(None);
-    gateway.configure_audit(gateway.current().config.audit.as_ref());
+    gateway.govern.configure_audit(gateway.current().config.audit.as_ref());
     gateway.configure_tracing();
     let reaper = reaper::start(gateway.clone()).map_err(io("cannot start the reaper"))?;
     let watcher = peers::start(gateway.clone()).map_err(io("cannot start the peers' watcher"))?;
@@ -580,7 +580,7 @@ fn serve(config: Config, source: Source, looked: watch::Looked, signals: sys::Si
     })
     .map_err(io("cannot start the signal thread"))?;
     let addr = httpd.local_addr();
-    gateway.oauth.listening_at(&format!("{scheme}://{addr}"), &gateway.current().config);
+    gateway.downstreams.oauth.listening_at(&format!("{scheme}://{addr}"), &gateway.current().config);
     println!("listening on {scheme}://{addr}/mcp");
     if !addr.ip().is_loopback() && gateway.current().config.tokens.is_none() {
         log::warn!(
@@ -684,7 +684,7 @@ fn serve(config: Config, source: Source, looked: watch::Looked, signals: sys::Si
                     log::info!("{kept} session(s) kept in {}: clients resume them after a restart", path.display());
                 }
             }
-            if let (Some(redis), Some(store_writer)) = (&gateway.redis, store_writer) {
+            if let (Some(redis), Some(store_writer)) = (&gateway.peers.redis, store_writer) {
                 redis.stop_writer(store_writer);
                 // Its peers continue its sessions from now on, without waiting for a lease.
                 redis.leave();
@@ -705,7 +705,7 @@ fn serve(config: Config, source: Source, looked: watch::Looked, signals: sys::Si
                     "shutdown_timeout_secs ({} s) passed with {} downstream session(s) and {} process(es) still closing; exiting without them{}",
                     shutdown_timeout.as_secs(),
                     gateway.stats.downstream_live.get(),
-                    gateway.children.live.get(),
+                    gateway.downstreams.children.live.get(),
                     if gateway.journal.path().is_some() { ": the next start sends their DELETEs" } else { "" }
                 );
                 return Ok(());
@@ -723,7 +723,7 @@ fn serve(config: Config, source: Source, looked: watch::Looked, signals: sys::Si
     }
     let _ = signal_thread.join();
     let s = &gateway.stats;
-    let c = &gateway.children;
+    let c = &gateway.downstreams.children;
     log::info!(
         "stopped in {} ms: {count} session(s) closed; downstream opened {}, closed {}, live {}, DELETE failures {}; \
          processes spawned {}, reaped {}, live {}",

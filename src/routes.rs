@@ -95,7 +95,7 @@ impl App for Routes {
         let own_page = req.path.starts_with("/oauth/")
             && req
                 .header("origin")
-                .is_some_and(|o| o.eq_ignore_ascii_case(&gateway.oauth.client_settings().public_url));
+                .is_some_and(|o| o.eq_ignore_ascii_case(&gateway.downstreams.oauth.client_settings().public_url));
         if !own_page && let Err(refused) = access::check_origin(req, config) {
             return refuse(req, refused);
         }
@@ -201,7 +201,7 @@ impl Routes {
                     log::error!("HTTPS: {why}; the certificate and key in force stay");
                     let error = outcome.error.take().map_or(why.to_string(), |e| format!("{e}; {why}"));
                     outcome.error = Some(error);
-                    self.gateway.last_reload.lock().error = outcome.error.clone();
+                    self.gateway.life.reload_failed(outcome.error.clone());
                 }
             }
         }
@@ -216,7 +216,7 @@ impl Routes {
             matches!(&s.transport, crate::config::Transport::Http(h) if h.oauth.as_ref().is_some_and(|o| o.token_exchange))
         });
         if exchanges && let Some(token) = auth::presented(req) {
-            self.gateway.oauth.remember_subject(&access.user(), token, grant.expires);
+            self.gateway.downstreams.oauth.remember_subject(&access.user(), token, grant.expires);
         }
     }
 

@@ -108,7 +108,7 @@ fn server_auth(gateway: &Gateway, name: &str) -> Result<ServerAuth, String> {
     let server = cur.server(name).ok_or_else(|| format!("no server is named `{name}`"))?;
     match &server.config.transport {
         Transport::Http(http) if http.oauth.as_ref().is_some_and(|o| !o.token_exchange) => {
-            gateway.oauth.for_server(name, http).ok_or_else(|| format!("server `{name}` has no `oauth`"))
+            gateway.downstreams.oauth.for_server(name, http).ok_or_else(|| format!("server `{name}` has no `oauth`"))
         }
         _ => Err(format!("server `{name}` does not sign users in (it has no `oauth`, or exchanges tokens)")),
     }
@@ -121,7 +121,7 @@ pub fn handle(req: &HttpRequest, gateway: &Gateway, auth: &Auth, access: &Access
         ("GET", "/oauth/connect") => connect(req, gateway, auth),
         ("POST", "/oauth/connect") => prove_with_token(req, gateway, auth),
         ("GET", "/oauth/callback") => callback(req, gateway, auth),
-        ("GET", "/oauth/client.json") => answer(200, gateway.oauth.metadata_document()),
+        ("GET", "/oauth/client.json") => answer(200, gateway.downstreams.oauth.metadata_document()),
         ("POST", "/oauth/login") => login(req, gateway, access),
         ("GET", "/oauth/login") => login_state(req, gateway, access),
         ("POST", "/oauth/complete") => complete(req, gateway, access),
@@ -132,13 +132,13 @@ pub fn handle(req: &HttpRequest, gateway: &Gateway, auth: &Auth, access: &Access
 
 /// Whether pages are served over HTTPS (the cookie is then `Secure`).
 fn secure(gateway: &Gateway) -> bool {
-    gateway.oauth.client_settings().public_url.starts_with("https://")
+    gateway.downstreams.oauth.client_settings().public_url.starts_with("https://")
 }
 
 /// `GET /oauth/connect?e=ID`: who opened the link, then the server's sign-in.
 fn connect(req: &HttpRequest, gateway: &Gateway, _auth: &Auth) -> HttpReply {
     let id = oauth::fetch::query_value(&req.query, "e").unwrap_or_default();
-    let Some(FlowView { user, server, identified, done }) = gateway.oauth.flow(&id) else {
+    let Some(FlowView { user, server, identified, done }) = gateway.downstreams.oauth.flow(&id) else {
         return said(
             404,
             "This sign-in link is unknown or expired",
@@ -162,13 +162,13 @@ fn connect(req: &HttpRequest, gateway: &Gateway, _auth: &Auth) -> HttpReply {
                 "This link was made for a user of mcpgate, which no longer asks who its users are.",
             );
         }
-        gateway.oauth.identified(&id);
+        gateway.downstreams.oauth.identified(&id);
         return to_authorization(gateway, &id, &server);
     }
     let via_issuer = oauth::fetch::query_value(&req.query, "via").as_deref() == Some("issuer");
     let only_oauth = config.tokens.as_ref().is_some_and(Vec::is_empty);
     if config.oauth.is_some() && (via_issuer || only_oauth) {
-        return match gateway.oauth.identity_start(&id) {
+        return match gateway.downstreams.oauth.identity_start(&id) {
             Ok((url, cookie)) => {
                 redirect(&url, &id, &cookie, secure(gateway), config.oauth_client.link_timeout.as_secs())
             }
@@ -203,7 +203,7 @@ fn to_authorization(gateway: &Gateway, id: &str, server: &str) -> HttpReply {
         Ok(auth) => auth,
         Err(why) => return said(404, "Cannot sign in", &why),
     };
-    match gateway.oauth.authorize(id, &auth) {
+    match gateway.downstreams.oauth.authorize(id, &auth) {
         Ok((url, cookie)) => {
             let age = gateway.current().config.oauth_client.link_timeout.as_secs();
             redirect(&url, id, &cookie, secure(gateway), age)
@@ -239,7 +239,7 @@ fn prove_with_token(req: &HttpRequest, gateway: &Gateway, auth: &Auth) -> HttpRe
     let form = String::from_utf8_lossy(&req.body);
     let id = oauth::fetch::query_value(&form, "e").unwrap_or_default();
     let token = oauth::fetch::query_value(&form, "token").unwrap_or_default();
-    let Some(FlowView { user, server, .. }) = gateway.oauth.flow(&id) else {
+    let Some(FlowView { user, server, .. }) = gateway.downstreams.oauth.flow(&id) else {
         return said(
             404,
             "This sign-in link is unknown or expired",
@@ -249,7 +249,7 @@ fn prove_with_token(req: &HttpRequest, gateway: &Gateway, auth: &Auth) -> HttpRe
     let config = &gateway.current().config;
     match auth.check_bearer(token.trim(), config, &gateway.stats) {
         Ok(access) if same_user(&access, &user) => {
-            gateway.oauth.identified(&id);
+            gateway.downstreams.oauth.identified(&id);
             to_authorization(gateway, &id, &server)
         }
         Ok(access) => other_user(gateway, &access.who()),
@@ -259,15 +259,15 @@ fn prove_with_token(req: &HttpRequest, gateway: &Gateway, auth: &Auth) -> HttpRe
 
 /// `GET /oauth/callback`: an authorization server sent the browser back.
 fn callback(req: &HttpRequest, gateway: &Gateway, auth: &Auth) -> HttpReply {
-    match gateway.oauth.callback(&req.query, &cookies(req), None) {
+    match gateway.downstreams.oauth.callback(&req.query, &cookies(req), None) {
         Ok(Completed::Identity { id, access_token }) => {
             let config = &gateway.current().config;
-            let Some(FlowView { user, server, .. }) = gateway.oauth.flow(&id) else {
+            let Some(FlowView { user, server, .. }) = gateway.downstreams.oauth.flow(&id) else {
                 return said(404, "This sign-in link expired", "Call the tool again in your client for a new link.");
             };
             match auth.check_bearer(&access_token, config, &gateway.stats) {
                 Ok(access) if same_user(&access, &user) => {
-                    gateway.oauth.identified(&id);
+                    gateway.downstreams.oauth.identified(&id);
                     to_authorization(gateway, &id, &server)
                 }
                 Ok(access) => other_user(gateway, &access.who()),
@@ -329,7 +329,7 @@ fn login(req: &HttpRequest, gateway: &Gateway, access: &Access) -> HttpReply {
                 "server": name,
                 "id": sign_in.elicitation_id,
                 "url": sign_in.url,
-                "redirect_uri": gateway.oauth.client_settings().redirect_uri(),
+                "redirect_uri": gateway.downstreams.oauth.client_settings().redirect_uri(),
             }),
         ),
         Err(e) => answer(502, json!({ "error": e.to_string() })),
@@ -339,7 +339,7 @@ fn login(req: &HttpRequest, gateway: &Gateway, access: &Access) -> HttpReply {
 /// `GET /oauth/login?e=ID`: how the caller's sign-in stands.
 fn login_state(req: &HttpRequest, gateway: &Gateway, access: &Access) -> HttpReply {
     let id = oauth::fetch::query_value(&req.query, "e").unwrap_or_default();
-    match gateway.oauth.login_state(&id, &access.user()) {
+    match gateway.downstreams.oauth.login_state(&id, &access.user()) {
         None => answer(404, json!({ "state": "unknown", "error": "no such sign-in of yours (expired?)" })),
         Some(None) => answer(200, json!({ "state": "waiting" })),
         Some(Some(Ok(()))) => answer(200, json!({ "state": "done" })),
@@ -353,7 +353,7 @@ fn complete(req: &HttpRequest, gateway: &Gateway, access: &Access) -> HttpReply 
     let Some(url) = field(req, "url") else {
         return answer(400, json!({ "error": "the body must be {\"url\": \"<the address the browser ended on>\"}" }));
     };
-    let redirect_uri = gateway.oauth.client_settings().redirect_uri();
+    let redirect_uri = gateway.downstreams.oauth.client_settings().redirect_uri();
     let query = match url.trim().split_once('?') {
         Some((base, query)) if base == redirect_uri => query.split('#').next().unwrap_or("").to_string(),
         _ => {
@@ -363,7 +363,7 @@ fn complete(req: &HttpRequest, gateway: &Gateway, access: &Access) -> HttpReply 
             );
         }
     };
-    match gateway.oauth.callback(&query, &[], Some(access.user())) {
+    match gateway.downstreams.oauth.callback(&query, &[], Some(access.user())) {
         Ok(Completed::Authorized { id, server, user, sessions }) => {
             tell_sessions(gateway, &id, &user, &sessions);
             answer(200, json!({ "signed_in": true, "server": server }))
@@ -391,7 +391,7 @@ fn logout(req: &HttpRequest, gateway: &Gateway, access: &Access) -> HttpReply {
         }
         crate::downstream::close_all(&open, 8);
     }
-    match gateway.oauth.logout(&access.user(), &name) {
+    match gateway.downstreams.oauth.logout(&access.user(), &name) {
         Ok(had) => {
             log::info!("OAuth: {} signed out of server `{name}`", access.who());
             answer(200, json!({ "forgot": had, "server": name }))

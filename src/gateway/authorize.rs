@@ -24,16 +24,15 @@ use std::time::{Duration, Instant};
 use serde_json::{Map, Value, json};
 
 use crate::catalog::ListKind;
-use crate::config::Ask;
+use crate::config::{Ask, Config};
 use crate::downstream::Server;
-use crate::downstream::oauth::FlowView;
+use crate::downstream::oauth::{Authorizer, FlowView};
 use crate::protocol::jsonrpc::{self, Message, Params, RpcError};
 use crate::protocol::stateless::Envelope;
 use crate::session::Session;
 
-use super::dispatch::{CallEvents, call};
-use super::outcome::Outcome;
-use super::{Gateway, visible};
+use super::outcome::{CallEvents, Outcome};
+use super::{Current, visible};
 
 /// What mcpgate's sign-in error carries.
 pub(super) struct Link {
@@ -99,141 +98,157 @@ fn plain(method: &str, link: &Link) -> Outcome {
     }
 }
 
-impl Gateway {
-    /// Waits (at most `within`) for the sign-in `id` to end: whether it
-    /// ended well.
-    fn signed_in(&self, id: &str, within: Duration) -> bool {
-        let deadline = Instant::now() + within;
-        loop {
-            match self.oauth.flow(id) {
-                Some(FlowView { done: Some(done), .. }) => return done.is_ok(),
-                Some(_) if Instant::now() < deadline => std::thread::sleep(LOOK),
-                _ => return false,
-            }
+/// Waits (at most `within`) for the sign-in `id` to end: whether it
+/// ended well.
+fn signed_in(oauth: &Authorizer, id: &str, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    loop {
+        match oauth.flow(id) {
+            Some(FlowView { done: Some(done), .. }) => return done.is_ok(),
+            Some(_) if Instant::now() < deadline => std::thread::sleep(LOOK),
+            _ => return false,
         }
     }
+}
 
-    /// A session-era call (`message`, with `params`) whose server needs its
-    /// user to sign in (`e`, mcpgate's sign-in error): the outcome its client takes.
-    pub(super) fn sign_in_session_era(
-        &self,
-        session: &Arc<Session>,
-        server: &Arc<Server>,
-        message: &Message,
-        params: &Params,
-        events: &mut dyn CallEvents,
-        e: RpcError,
-    ) -> Outcome {
-        let Some(link) = link_of(&e) else { return e.into() };
-        let cur = self.current();
-        let url_elicitation = session.protocol_version.as_str() >= "2025-11-25" && session.takes_url_elicitation();
-        if !url_elicitation {
-            return plain(message.method(), &link);
-        }
-        if cur.config.oauth_client.ask == Ask::Error || !events.takes_input() {
-            // Told on its GET stream when the user is done.
-            self.oauth.given_to(&link.id, &session.id);
-            return e.into();
-        }
-        let mut request = Map::new();
-        request.insert(
-            INPUT_KEY.into(),
-            json!({ "method": "elicitation/create", "params": {
-                "mode": "url", "elicitationId": link.id, "url": link.url, "message": link.message,
-            }}),
+/// How a session-era call that met a sign-in goes on.
+pub(super) enum SignIn {
+    /// What its client takes.
+    Told(Outcome),
+    /// The user signed in: the call again, once, and its outcome through [`again`].
+    Signed,
+}
+
+/// A session-era call (`message`) whose server needs its user to sign in
+/// (`e`, mcpgate's sign-in error), under `config`: what its client takes,
+/// or that the user signed in while the call waited.
+pub(super) fn sign_in_session_era(
+    oauth: &Authorizer,
+    config: &Config,
+    session: &Arc<Session>,
+    server: &Arc<Server>,
+    message: &Message,
+    events: &mut dyn CallEvents,
+    e: RpcError,
+) -> SignIn {
+    let Some(link) = link_of(&e) else { return SignIn::Told(e.into()) };
+    let url_elicitation = session.protocol_version.as_str() >= "2025-11-25" && session.takes_url_elicitation();
+    if !url_elicitation {
+        return SignIn::Told(plain(message.method(), &link));
+    }
+    if config.oauth_client.ask == Ask::Error || !events.takes_input() {
+        // Told on its GET stream when the user is done.
+        oauth.given_to(&link.id, &session.id);
+        return SignIn::Told(e.into());
+    }
+    let mut request = Map::new();
+    request.insert(
+        INPUT_KEY.into(),
+        json!({ "method": "elicitation/create", "params": {
+            "mode": "url", "elicitationId": link.id, "url": link.url, "message": link.message,
+        }}),
+    );
+    let answered = match events.input(session, &request) {
+        Some(Ok(answers)) => answers.get(INPUT_KEY).and_then(|a| a["action"].as_str()).map(str::to_string),
+        Some(Err(why)) => return SignIn::Told(RpcError::server(server.name(), why).into()),
+        None => None,
+    };
+    if answered.as_deref() != Some("accept") {
+        let what = answered.unwrap_or_else(|| "no answer".into());
+        let e = RpcError::server(server.name(), format!("the user did not sign in ({what}); {}", link.message));
+        return SignIn::Told(e.into());
+    }
+    if !signed_in(oauth, &link.id, config.held_call_timeout) {
+        let e = RpcError::server(
+            server.name(),
+            format!("the sign-in did not complete within held_call_timeout_secs; {}", link.message),
         );
-        let answered = match events.input(session, &request) {
-            Some(Ok(answers)) => answers.get(INPUT_KEY).and_then(|a| a["action"].as_str()).map(str::to_string),
-            Some(Err(why)) => return RpcError::server(server.name(), why).into(),
-            None => None,
-        };
-        if answered.as_deref() != Some("accept") {
-            let what = answered.unwrap_or_else(|| "no answer".into());
-            return RpcError::server(server.name(), format!("the user did not sign in ({what}); {}", link.message))
-                .into();
-        }
-        if !self.signed_in(&link.id, cur.config.held_call_timeout) {
-            return RpcError::server(
-                server.name(),
-                format!("the sign-in did not complete within held_call_timeout_secs; {}", link.message),
-            )
-            .into();
-        }
-        let done = json!({ "elicitationId": link.id });
-        events.notify(jsonrpc::notification("notifications/elicitation/complete", Some(&jsonrpc::raw(&done))));
-        // Signed in: the call again, once; a second refusal is said as it is.
-        match call(session, server, message, params, events, &self.call_settings()) {
-            Outcome::Error(e) => match link_of(&e) {
-                Some(again) => plain(message.method(), &again),
-                None => e.into(),
-            },
-            outcome => outcome,
-        }
+        return SignIn::Told(e.into());
     }
+    let done = json!({ "elicitationId": link.id });
+    events.notify(jsonrpc::notification("notifications/elicitation/complete", Some(&jsonrpc::raw(&done))));
+    SignIn::Signed
+}
 
-    /// A 2026-07-28 call whose server needs its user to sign in: an input
-    /// request when the client declared URL elicitation, else the plain form.
-    pub(super) fn sign_in_2026(&self, method: &str, outcome: Outcome, envelope: &Envelope) -> Outcome {
-        let Outcome::Error(e) = outcome else { return outcome };
-        let Some(link) = link_of(&e) else { return e.into() };
-        if envelope.capabilities["elicitation"].get("url").is_none_or(Value::is_null) {
-            return plain(method, &link);
-        }
-        Outcome::Result(json!({
-            "resultType": "input_required",
-            "inputRequests": { INPUT_KEY: { "method": "elicitation/create", "params": {
-                "mode": "url", "url": link.url, "message": link.message,
-            }}},
-            "requestState": format!("{STATE_PREFIX}{}", link.id),
-        }))
+/// The outcome of the call made again after its user signed in: a second
+/// refusal is said as it is.
+pub(super) fn again(method: &str, outcome: Outcome) -> Outcome {
+    match outcome {
+        Outcome::Error(e) => match link_of(&e) {
+            Some(again) => plain(method, &again),
+            None => e.into(),
+        },
+        outcome => outcome,
     }
+}
 
-    /// A 2026-07-28 retry after a sign-in (`requestState` of [`STATE_PREFIX`]):
-    /// what was for mcpgate leaves the params; the user's answer is read,
-    /// and a sign-in of theirs still running is waited for. An error when
-    /// the user declined, or the sign-in is another user's.
-    pub(super) fn sign_in_retry(&self, params: &mut Params, user: Option<[u8; 32]>) -> Result<(), RpcError> {
-        let Some(state) = params.str("requestState") else { return Ok(()) };
-        let Some(id) = state.strip_prefix(STATE_PREFIX) else { return Ok(()) };
-        let action = params.value("inputResponses").and_then(|r| r[INPUT_KEY]["action"].as_str().map(str::to_string));
-        params.remove("requestState");
-        params.remove("inputResponses");
-        match self.oauth.flow(id) {
-            Some(flow) if flow.user != user => Err(RpcError::invalid_params(
-                "this requestState names another user's sign-in: retry the call without it",
-            )),
-            Some(FlowView { server, .. }) if action.as_deref() != Some("accept") => Err(RpcError::server(
-                &server,
-                format!("the user did not sign in ({})", action.unwrap_or_else(|| "no answer".into())),
-            )),
-            Some(_) => {
-                // Opened, not finished yet: a while, then the call says what it finds.
-                self.signed_in(id, self.current().config.held_call_timeout);
-                Ok(())
-            }
-            // Finished and gone, or expired: the call finds out which.
-            None => Ok(()),
-        }
+/// A 2026-07-28 call whose server needs its user to sign in: an input
+/// request when the client declared URL elicitation, else the plain form.
+pub(super) fn sign_in_2026(method: &str, outcome: Outcome, envelope: &Envelope) -> Outcome {
+    let Outcome::Error(e) = outcome else { return outcome };
+    let Some(link) = link_of(&e) else { return e.into() };
+    if envelope.capabilities["elicitation"].get("url").is_none_or(Value::is_null) {
+        return plain(method, &link);
     }
+    Outcome::Result(json!({
+        "resultType": "input_required",
+        "inputRequests": { INPUT_KEY: { "method": "elicitation/create", "params": {
+            "mode": "url", "url": link.url, "message": link.message,
+        }}},
+        "requestState": format!("{STATE_PREFIX}{}", link.id),
+    }))
+}
 
-    /// The server a call of `exposed` (not in the merged list) goes to: one
-    /// with `oauth`, among those the session sees, whose prefix it has and
-    /// whose list nobody has read yet (nobody signed in): the call gets the
-    /// link. With the name the server knows.
-    pub(super) fn sign_in_owner(
-        &self,
-        session: &Session,
-        kind: ListKind,
-        exposed: &str,
-    ) -> Option<(Arc<Server>, Option<String>)> {
-        let cur = self.current();
-        visible(&cur, session).into_iter().find_map(|server| {
-            let c = &server.config;
-            if !c.uses_oauth() || c.prefix.is_empty() || server.lists.current(kind, session.list_view()).is_some() {
-                return None;
-            }
-            let original = exposed.strip_prefix(&format!("{}{}", c.prefix, c.separator))?;
-            Some((server.clone(), Some(original.to_string())))
-        })
+/// A 2026-07-28 retry after a sign-in (`requestState` of [`STATE_PREFIX`]):
+/// what was for mcpgate leaves the params; the user's answer is read,
+/// and a sign-in of theirs still running is waited for. An error when
+/// the user declined, or the sign-in is another user's. A sign-in waited
+/// for is waited for `within` at most.
+pub(super) fn sign_in_retry(
+    oauth: &Authorizer,
+    within: Duration,
+    params: &mut Params,
+    user: Option<[u8; 32]>,
+) -> Result<(), RpcError> {
+    let Some(state) = params.str("requestState") else { return Ok(()) };
+    let Some(id) = state.strip_prefix(STATE_PREFIX) else { return Ok(()) };
+    let action = params.value("inputResponses").and_then(|r| r[INPUT_KEY]["action"].as_str().map(str::to_string));
+    params.remove("requestState");
+    params.remove("inputResponses");
+    match oauth.flow(id) {
+        Some(flow) if flow.user != user => {
+            Err(RpcError::invalid_params("this requestState names another user's sign-in: retry the call without it"))
+        }
+        Some(FlowView { server, .. }) if action.as_deref() != Some("accept") => Err(RpcError::server(
+            &server,
+            format!("the user did not sign in ({})", action.unwrap_or_else(|| "no answer".into())),
+        )),
+        Some(_) => {
+            // Opened, not finished yet: a while, then the call says what it finds.
+            signed_in(oauth, id, within);
+            Ok(())
+        }
+        // Finished and gone, or expired: the call finds out which.
+        None => Ok(()),
     }
+}
+
+/// The server a call of `exposed` (not in the merged list) goes to: one
+/// with `oauth`, among those the session sees, whose prefix it has and
+/// whose list nobody has read yet (nobody signed in): the call gets the
+/// link. With the name the server knows.
+pub(super) fn sign_in_owner(
+    cur: &Current,
+    session: &Session,
+    kind: ListKind,
+    exposed: &str,
+) -> Option<(Arc<Server>, Option<String>)> {
+    visible(cur, session).into_iter().find_map(|server| {
+        let c = &server.config;
+        if !c.uses_oauth() || c.prefix.is_empty() || server.lists.current(kind, session.list_view()).is_some() {
+            return None;
+        }
+        let original = exposed.strip_prefix(&format!("{}{}", c.prefix, c.separator))?;
+        Some((server.clone(), Some(original.to_string())))
+    })
 }

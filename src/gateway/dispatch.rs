@@ -16,39 +16,11 @@ use crate::protocol::spans::is_tool_error;
 use crate::runtime::threads;
 use crate::session::{self, Session};
 
+use super::authorize::{self, SignIn};
 use super::lists::{Paging, fetch_pages, filter_for, naming};
-use super::outcome::Outcome;
+use super::outcome::{CallEvents, Outcome};
 use super::{Gateway, visible};
 use crate::catalog::ListKind;
-
-/// Where what a server sends during a call goes, before its answer.
-pub(super) trait CallEvents {
-    /// The server's answer became a stream: more may come, and it may take long.
-    fn streaming(&mut self);
-    /// A message from `server` about the call: progress, a log message, a
-    /// request to the client.
-    fn message(&mut self, session: &Session, server: &Server, message: Message);
-    /// Whether `input` asks a client: only a session-era client's call
-    /// does. Otherwise a result is passed on unread (to a client of the
-    /// 2026-07-28 era, which asks and retries itself), and a large one is
-    /// not scanned for an `input_required` that nobody would answer.
-    fn takes_input(&self) -> bool {
-        false
-    }
-    /// A server of the 2026-07-28 era answered `input_required`: asks the
-    /// client each of `requests` (key → `{method, params}`) and gives its
-    /// answers (key → result), or why not; `None` passes the result on.
-    fn input(
-        &mut self,
-        _session: &Session,
-        _requests: &Map<String, Value>,
-    ) -> Option<Result<Map<String, Value>, String>> {
-        None
-    }
-    /// A notification of mcpgate's own about the call (a sign-in that
-    /// completed), where the client reads the call's answer.
-    fn notify(&mut self, _message: Vec<u8>) {}
-}
 
 /// Rounds of `input_required` one call may take before mcpgate gives up.
 const MAX_INPUT_ROUNDS: usize = 8;
@@ -176,7 +148,11 @@ pub(super) struct CallSettings {
 
 impl Gateway {
     pub(super) fn call_settings(&self) -> CallSettings {
-        CallSettings { open_retry: self.current().config.open_retry, audit: self.audit_log(), issuer: self.issuer() }
+        CallSettings {
+            open_retry: self.current().config.open_retry,
+            audit: self.govern.audit_log(),
+            issuer: self.issuer(),
+        }
     }
 }
 
@@ -595,7 +571,7 @@ impl Gateway {
         if let Some(hidden) = self.hidden_by_filter(session, kind, exposed) {
             return Err(RpcError::invalid_params(hidden));
         }
-        if let Some(signing_in) = self.sign_in_owner(session, kind, exposed) {
+        if let Some(signing_in) = authorize::sign_in_owner(&self.current(), session, kind, exposed) {
             return Ok(signing_in);
         }
         let shown = crate::catalog::shortened(exposed);
@@ -714,8 +690,17 @@ impl Gateway {
         events: &mut dyn CallEvents,
     ) -> Outcome {
         match call(session, server, message, params, events, &self.call_settings()) {
-            Outcome::Error(e) if super::authorize::link_of(&e).is_some() => {
-                self.sign_in_session_era(session, server, message, params, events, e)
+            Outcome::Error(e) if authorize::link_of(&e).is_some() => {
+                let oauth = &self.downstreams.oauth;
+                match authorize::sign_in_session_era(oauth, &self.current().config, session, server, message, events, e)
+                {
+                    SignIn::Told(outcome) => outcome,
+                    // Signed in: the call again, once.
+                    SignIn::Signed => authorize::again(
+                        message.method(),
+                        call(session, server, message, params, events, &self.call_settings()),
+                    ),
+                }
             }
             Outcome::Error(e) => self.cut_short_by_shutdown(server, e).into(),
             outcome => outcome,
@@ -736,7 +721,7 @@ impl Gateway {
 
     /// A request's error while mcpgate shuts down names the shutdown, not what it did to the request.
     fn cut_short_by_shutdown(&self, server: &Server, e: RpcError) -> RpcError {
-        if self.stopping.load(std::sync::atomic::Ordering::Acquire) {
+        if self.life.stopping() {
             RpcError::server(server.name(), "mcpgate is shutting down; the request was cut short")
         } else {
             e

@@ -32,7 +32,7 @@ impl Gateway {
     /// nobody does, and the request gets 404); else the answer: the holder's,
     /// or an error.
     pub(super) fn elsewhere(&self, req: &HttpRequest, sink: &mut dyn EventSink) -> Option<HttpReply> {
-        let store = self.store.as_ref()?;
+        let store = self.peers.store.as_ref()?;
         let id = req.header(SESSION_HEADER)?;
         if let Some(session) = self.sessions.get(id)
             && self.still_held(store.as_ref(), &session)

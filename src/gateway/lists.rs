@@ -21,8 +21,11 @@ use crate::runtime::threads;
 use crate::session::Session;
 
 use super::outcome::Outcome;
-use super::{Gateway, MAX_COLLISIONS, MAX_PAGES, MAX_RENAMED, visible};
-use crate::catalog::{List, ListKind, Renamed, ServerItems, ServerList};
+use super::{Gateway, visible};
+use crate::catalog::{List, ListKind, ServerItems, ServerList};
+
+/// Pages of one server's list mcpgate follows before it stops.
+const MAX_PAGES: usize = 1000;
 
 /// What bounds the pages mcpgate reads of one server's list.
 #[derive(Debug, Clone, Copy)]
@@ -328,7 +331,7 @@ impl Gateway {
         found.sort_by_key(|(rank, _)| *rank);
         let (list, collisions, renamed) = List::merge(kind, found.into_iter().map(|(_, items)| items).collect())
             .map_err(|why| RpcError::internal(format!("{why}: raise max_memory_mb")))?;
-        self.note_names(collisions, renamed);
+        self.lists.note_names(collisions, renamed);
         let list = Arc::new(list);
         if !left_out.into_inner() {
             self.lists.keep(kind, view, list.clone());
@@ -373,34 +376,6 @@ impl Gateway {
         Ok(find(&*self.merged_list(session, kind)?))
     }
 
-    /// Keeps the renamed items and the collisions for the status page (each
-    /// table bounded, the names in it shortened), and logs new collisions.
-    fn note_names(&self, collisions: Vec<String>, renamed: Vec<Renamed>) {
-        if !renamed.is_empty() {
-            let mut kept = self.renamed.lock();
-            for entry in renamed {
-                if !kept.contains(&entry) {
-                    if kept.len() == MAX_RENAMED {
-                        kept.remove(0);
-                    }
-                    kept.push(entry);
-                }
-            }
-        }
-        if !collisions.is_empty() {
-            let mut kept = self.collisions.lock();
-            for line in collisions {
-                if !kept.contains(&line) {
-                    log::warn!("{line}");
-                    if kept.len() == MAX_COLLISIONS {
-                        kept.remove(0);
-                    }
-                    kept.push(line);
-                }
-            }
-        }
-    }
-
     /// Lets go of the lists of servers no session uses any more, and of the
     /// merged lists made of them, and gives the memory back to the kernel;
     /// the reaper's job. A server's lists end so within a round of the
@@ -416,7 +391,7 @@ impl Gateway {
         }
         let_go += self.lists.prune(&current.servers);
         if let_go > 0 {
-            self.release_memory();
+            self.life.release_memory();
         }
     }
 

@@ -1,26 +1,38 @@
 //! The merged lists kept for reuse: one per kind and view, shared by every
 //! session with that view, and found again only while each of its sources
-//! is still the list its server holds.
+//! is still the list its server holds; and what the merges said of names,
+//! for the status page: the collisions between servers and the renamed
+//! items.
 
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::catalog::{List, ListKind};
+use crate::catalog::{List, ListKind, Renamed};
 use crate::downstream::Server;
 
 /// The merged lists, one per kind and view (the client capabilities and the
-/// servers a session sees), shared by every session with that view.
+/// servers a session sees), shared by every session with that view, and
+/// the names their merges collided on or renamed.
 #[derive(Default)]
-pub(super) struct MergedLists {
+pub struct Lists {
     /// Guards the lists, newest first; at most [`MAX_MERGED`].
     lists: Mutex<Vec<(u64, Arc<List>)>>,
+    /// Recent name collisions between servers, at most [`MAX_COLLISIONS`].
+    collisions: Mutex<Vec<String>>,
+    /// Tools and prompts exposed under another name than `<prefix>__<name>`,
+    /// at most [`MAX_RENAMED`].
+    renamed: Mutex<Vec<Renamed>>,
 }
 
 /// Merged lists kept at once: kinds × views; the oldest go first.
 const MAX_MERGED: usize = 64;
+/// Collision lines kept for the status page.
+const MAX_COLLISIONS: usize = 50;
+/// Renamed tools and prompts kept for the status page.
+const MAX_RENAMED: usize = 500;
 
-impl MergedLists {
+impl Lists {
     /// The list of `kind` for `view` over `servers`, if one is kept whose
     /// every source is still the list its server holds. Run for each call
     /// that names a tool or prompt: it allocates nothing.
@@ -66,6 +78,44 @@ impl MergedLists {
     /// Bytes the merged lists hold of their own (see [`List::bytes`]).
     pub(super) fn bytes(&self) -> usize {
         self.lists.lock().iter().map(|(_, list)| list.bytes()).sum()
+    }
+
+    /// Keeps the renamed items and the collisions for the status page (each
+    /// table bounded, the names in it shortened), and logs new collisions.
+    pub(super) fn note_names(&self, collisions: Vec<String>, renamed: Vec<Renamed>) {
+        if !renamed.is_empty() {
+            let mut kept = self.renamed.lock();
+            for entry in renamed {
+                if !kept.contains(&entry) {
+                    if kept.len() == MAX_RENAMED {
+                        kept.remove(0);
+                    }
+                    kept.push(entry);
+                }
+            }
+        }
+        if !collisions.is_empty() {
+            let mut kept = self.collisions.lock();
+            for line in collisions {
+                if !kept.contains(&line) {
+                    log::warn!("{line}");
+                    if kept.len() == MAX_COLLISIONS {
+                        kept.remove(0);
+                    }
+                    kept.push(line);
+                }
+            }
+        }
+    }
+
+    /// The recent name collisions between servers, for the status page.
+    pub fn collisions(&self) -> Vec<String> {
+        self.collisions.lock().clone()
+    }
+
+    /// The renamed tools and prompts, for the status page.
+    pub fn renamed(&self) -> Vec<Renamed> {
+        self.renamed.lock().clone()
     }
 }
 

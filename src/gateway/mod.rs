@@ -2,25 +2,22 @@
 //! servers, and the client sessions. A request comes in at
 //! `streamable_http` (HTTP; the 2026-07-28 era's requests go on to
 //! `stateless/`, with its pools, held and watched calls), is answered or
-//! forwarded by `dispatch`, whose lists come from `lists` (cached in
-//! `merged`) and `catalog`; every handler answers with an `outcome`.
-//! `reload` swaps the configuration; `search` is the `tool_search` mode's
-//! two tools, and `searches` what it has seen.
+//! forwarded by `dispatch`, whose lists come from `lists` (kept, with
+//! the names their merges collided on or renamed, by `merged`'s `Lists`)
+//! and `catalog`; every handler answers with an `outcome`.
+//! `reload` swaps the configuration, and `life` keeps the reload and
+//! shutdown state; `govern` the rate limits and the audit log;
+//! `downstreams` what the servers share; `peers` the session store shared
+//! with other instances; `search` is the `tool_search` mode's two tools,
+//! and `searches` what it has seen.
 
 use std::sync::Arc;
-use std::time::Instant;
-
-use parking_lot::Mutex;
 
 use crate::config::Config;
-use crate::downstream::children::Children;
 use crate::downstream::{Context, Limits, Server};
 use crate::http::{HttpError, HttpReply};
 use crate::protocol::jsonrpc::{self, RpcError};
-use crate::runtime::state::{Journal, Mirror};
-use crate::runtime::store::SessionStore;
-use crate::runtime::store::files::FileStore;
-use crate::runtime::store::redis::RedisStore;
+use crate::runtime::state::Journal;
 use crate::session::{self, CloseReason, Session, Sessions};
 use crate::stats::Stats;
 
@@ -28,11 +25,15 @@ mod audit;
 mod authorize;
 pub mod check;
 mod dispatch;
+mod downstreams;
 mod failover;
 mod forward;
+mod govern;
+mod life;
 mod lists;
 mod merged;
 mod outcome;
+mod peers;
 mod rate;
 mod reload;
 mod search;
@@ -43,13 +44,12 @@ mod streamable_http;
 
 pub use crate::protocol::stateless::UNSUPPORTED_PROTOCOL_VERSION;
 pub use crate::protocol::{SESSION_HEADER, VERSION_HEADER};
-
-/// Pages of one server's list mcpgate follows before it stops.
-const MAX_PAGES: usize = 1000;
-/// Collision lines kept for the status page.
-const MAX_COLLISIONS: usize = 50;
-/// Renamed tools and prompts kept for the status page.
-const MAX_RENAMED: usize = 500;
+pub use downstreams::Downstreams;
+pub use govern::Govern;
+pub use life::{Life, ReloadOutcome};
+pub use merged::Lists;
+pub use peers::Peers;
+pub use stateless::Stateless;
 
 /// The configuration in force and its servers; replaced whole on reload.
 pub struct Current {
@@ -69,15 +69,6 @@ impl Current {
     }
 }
 
-/// What the last reload did, for the status page.
-#[derive(Debug, Clone, Default)]
-pub struct ReloadOutcome {
-    pub at: Option<std::time::SystemTime>,
-    pub error: Option<String>,
-    pub changed: Vec<String>,
-    pub restart_needed: Vec<String>,
-}
-
 /// The gateway: configuration, servers, sessions and counters.
 pub struct Gateway {
     /// Guards only the swap of the whole `Current`; readers clone the Arc.
@@ -86,126 +77,54 @@ pub struct Gateway {
     pub stats: Arc<Stats>,
     /// Where opens and closes of downstream sessions are written ahead.
     pub journal: Arc<Journal>,
-    /// Who holds each session, for instances that continue each other's
-    /// (`state_dir` or `store`); `None` for an instance alone.
-    pub store: Option<Arc<dyn SessionStore>>,
-    /// The Redis store (`store`), whose writer thread `main` starts and stops.
-    pub redis: Option<Arc<RedisStore>>,
-    /// The child processes of stdio servers.
-    pub children: Arc<Children>,
-    /// The `DELETE`s a fault lost, which the reaper sends again.
-    pub deletes: Arc<crate::downstream::Deletes>,
-    /// Users' tokens at servers with `oauth`, and their sign-ins.
-    pub oauth: Arc<crate::downstream::oauth::Authorizer>,
-    /// Recent name collisions between servers, for the status page.
-    pub collisions: Mutex<Vec<String>>,
-    /// Tools and prompts exposed under another name than `<prefix>__<name>`.
-    pub renamed: Mutex<Vec<crate::catalog::Renamed>>,
-    /// The merged lists, one per kind and view, shared by the sessions.
-    lists: merged::MergedLists,
+    /// The session store shared with the instances that continue each other's sessions.
+    pub peers: Peers,
+    /// What the servers share: child processes, lost `DELETE`s, OAuth tokens.
+    pub downstreams: Downstreams,
+    /// The merged lists, one per kind and view, shared by the sessions, and
+    /// the collisions and renames their merges found.
+    pub lists: Lists,
     /// What the `tool_search` mode has seen: its queries and its index.
     pub searches: searches::Searches,
-    /// Guards the outcome of the last reload; `reloading` serializes reloads.
-    pub last_reload: Mutex<ReloadOutcome>,
-    reloading: Mutex<()>,
-    /// Set at shutdown, once every session is closed: requests still waiting
-    /// on a server are cut short, and say why.
-    stopping: std::sync::atomic::AtomicBool,
-    /// Set at shutdown: downstream sessions a reload retired are closed now,
-    /// without waiting for their calls.
-    draining: Arc<std::sync::atomic::AtomicBool>,
-    /// Milliseconds since start at the last `release_memory`.
-    trimmed_at: std::sync::atomic::AtomicU64,
-    /// Sessions closed since then: the reaper gives their memory back.
-    trim_owed: std::sync::atomic::AtomicBool,
-    /// The session of the 2026-07-28 era's clients, per principal (a token's
-    /// or an OAuth subject's digest, hashed; "" without `auth`).
-    pools: Mutex<std::collections::HashMap<String, Arc<Session>>>,
-    /// Calls of that era waiting for their client's retry.
-    holds: stateless::holds::Holds,
-    /// Calls of that era running on their connection thread, watched for their client leaving.
-    watch: stateless::watch::Watch,
-    /// Guards when the last `initialize` was refused (a limit, the memory,
-    /// the state file): the health says so while it is recent.
-    session_refused_at: Mutex<Option<Instant>>,
-    /// The buckets of `rate_limit`, by user and tool.
-    rates: rate::RateLimiter,
-    /// Guards the audit log in force (`audit`); a reload that changes it
-    /// stops the old writer and starts a new one.
-    audit: Mutex<Option<Arc<crate::runtime::audit::AuditLog>>>,
+    /// Its start, reloads, shutdown, memory given back and refused sessions.
+    pub life: Life,
+    /// The 2026-07-28 era's pools, held calls and watched calls.
+    pub stateless: Stateless,
+    /// The rate limits' buckets and the audit log.
+    pub govern: Govern,
     /// `instance_id` as at start (a reload does not change it): starts every session id.
     pub instance_id: Option<String>,
-    pub started: Instant,
 }
 
 impl Gateway {
     pub fn new(config: Config) -> Gateway {
         crate::runtime::memory::set_limit(config.max_memory);
         let stats = Arc::new(Stats::default());
-        let (journal, store, redis) = open_store(&config);
+        let (journal, peers) = peers::open_store(&config);
         let journal = Arc::new(journal);
-        let children = Children::new(config.max_processes, config.stdio_grace, config.max_message_bytes);
-        let deletes = Arc::new(crate::downstream::Deletes::default());
-        let oauth = crate::downstream::oauth::Authorizer::new(&config);
-        let context = Context {
-            stats: stats.clone(),
-            journal: journal.clone(),
-            children: children.clone(),
-            deletes: deletes.clone(),
-            oauth: oauth.clone(),
-        };
+        let downstreams = Downstreams::new(&config);
+        let context = downstreams.context(&stats, &journal);
         let servers = config.servers.iter().map(|s| new_server(s, &config, &context)).collect();
         let instance_id = config.instance_id.clone();
         Gateway {
             current: parking_lot::RwLock::new(Arc::new(Current { config, servers })),
             sessions: Sessions::new(journal.clone()),
             journal,
-            store,
-            redis,
+            peers,
             stats,
-            children,
-            deletes,
-            oauth,
-            collisions: Mutex::new(Vec::new()),
-            renamed: Mutex::new(Vec::new()),
-            lists: merged::MergedLists::default(),
+            downstreams,
+            lists: Lists::default(),
             searches: searches::Searches::default(),
-            last_reload: Mutex::new(ReloadOutcome::default()),
-            reloading: Mutex::new(()),
-            stopping: std::sync::atomic::AtomicBool::new(false),
-            draining: Arc::new(std::sync::atomic::AtomicBool::new(false)),
-            trimmed_at: std::sync::atomic::AtomicU64::new(0),
-            trim_owed: std::sync::atomic::AtomicBool::new(false),
-            pools: Mutex::new(std::collections::HashMap::new()),
-            holds: stateless::holds::Holds::new(),
-            session_refused_at: Mutex::new(None),
-            rates: rate::RateLimiter::default(),
-            audit: Mutex::new(None),
-            watch: stateless::watch::Watch::default(),
+            life: Life::new(),
+            stateless: Stateless::new(),
+            govern: Govern::default(),
             instance_id,
-            started: Instant::now(),
         }
-    }
-
-    /// Calls of the 2026-07-28 era held for their client's retry, for the status page.
-    pub fn held_calls(&self) -> usize {
-        self.holds.len()
-    }
-
-    /// Bytes the calls of the 2026-07-28 era on their own threads hold, for the status page.
-    pub fn sessionless_call_bytes(&self) -> usize {
-        self.holds.charged()
     }
 
     /// What every server shares.
     pub fn context(&self) -> Context {
-        Context {
-            stats: self.stats.clone(),
-            journal: self.journal.clone(),
-            children: self.children.clone(),
-            deletes: self.deletes.clone(),
-            oauth: self.oauth.clone(),
-        }
+        self.downstreams.context(&self.stats, &self.journal)
     }
 
     /// The configuration and servers in force now.
@@ -217,62 +136,33 @@ impl Gateway {
     /// processes and the thread that starts processes; for the end of
     /// shutdown, after every session was closed.
     pub fn shutdown(&self) {
-        self.stopping.store(true, std::sync::atomic::Ordering::Release);
-        self.draining.store(true, std::sync::atomic::Ordering::Release);
-        self.watch.stop();
-        for held in self.holds.take_all() {
-            self.cancel(&held.pool, &held.call_id, "mcpgate is shutting down");
-        }
+        self.life.stop();
+        self.stateless.stop();
         // Every server at once: each stops its processes, each with its grace.
         let servers = self.current().servers.clone();
         crate::runtime::threads::for_each_parallel("close", &servers, servers.len(), |server| server.shutdown());
-        self.children.stop();
+        self.downstreams.children.stop();
         // Last: what the closes wrote is written out before the writer stops.
-        self.configure_audit(None);
+        self.govern.configure_audit(None);
         crate::runtime::trace::configure(None, None);
     }
 
     /// At shutdown: how many client sessions the state file keeps (their
     /// downstream sessions are closed; see [`Sessions::take_all`]).
     pub fn keep_clients(&self) -> usize {
-        if self.journal.path().is_some() || self.redis.is_some() { self.sessions.len() } else { 0 }
+        if self.journal.path().is_some() || self.peers.redis.is_some() { self.sessions.len() } else { 0 }
     }
 
     /// Closes sessions already removed from the table: idle, deleted or at shutdown.
     pub fn close(&self, sessions: Vec<Arc<Session>>, reason: CloseReason) {
-        if let Some(audit) = self.audit_log() {
+        if let Some(audit) = self.govern.audit_log() {
             for session in &sessions {
                 audit.write(audit::session_record(session, self.issuer().as_deref(), Some(reason)));
             }
         }
         let parallel = (self.current().servers.len() * sessions.len()).clamp(1, 32);
         session::close_sessions(sessions, reason, parallel, &self.stats);
-        self.release_memory();
-    }
-
-    /// Gives freed memory back to the kernel after sessions close, at most
-    /// every 100 ms: RSS then follows the sessions that are live. A close
-    /// within 100 ms of the last trim leaves it owed to the reaper
-    /// ([`Gateway::settle_memory`]), so the last of a burst is not missed.
-    fn release_memory(&self) {
-        use std::sync::atomic::Ordering;
-        let now = self.started.elapsed().as_millis() as u64;
-        let last = self.trimmed_at.load(Ordering::Relaxed);
-        if now.saturating_sub(last) >= 100
-            && self.trimmed_at.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
-        {
-            self.trim_owed.store(false, Ordering::Relaxed);
-            crate::runtime::sys::release_free_memory();
-        } else {
-            self.trim_owed.store(true, Ordering::Relaxed);
-        }
-    }
-
-    /// Pays a trim a burst of closes left owed; the reaper calls it.
-    pub fn settle_memory(&self) {
-        if self.trim_owed.load(std::sync::atomic::Ordering::Relaxed) {
-            self.release_memory();
-        }
+        self.life.release_memory();
     }
 }
 
@@ -281,84 +171,24 @@ impl Gateway {
     /// An `initialize` was refused: counted, and its time kept for the health.
     fn refused_session(&self) {
         self.stats.sessions_refused.inc();
-        *self.session_refused_at.lock() = Some(Instant::now());
+        self.life.session_refused();
     }
 
     /// Takes one call of `message` from the buckets of the session's user
     /// (`rate_limit`); over a limit, which one and when to retry.
     fn rate_check(&self, session: &Session, message: &crate::protocol::jsonrpc::Message) -> Result<(), rate::Limited> {
-        let cur = self.current();
-        if !cur.config.rate_limit.enabled || !rate::counted(message.method()) {
-            return Ok(());
-        }
-        let name =
-            message.params_object().ok().and_then(|p| p.get("name").and_then(|n| n.as_str()).map(str::to_string));
-        let tool = name.unwrap_or_else(|| message.method().to_string());
-        let result = self.rates.take(&cur.config, session.principal(), &tool);
-        if let Err(limited) = &result {
-            self.stats.calls_rate_limited.inc();
-            crate::limited!(info, "call of `{tool}` for {} refused: over {}", session.who, limited.limit);
-            if let Some(audit) = self.audit_log() {
-                let issuer = self.issuer();
-                audit.write(audit::refused_record(session, issuer.as_deref(), message.method(), &tool, &limited.limit));
-            }
-        }
-        result
+        self.govern.rate_check(&self.current().config, &self.stats, session, message)
     }
 
     /// The issuer of `auth.oauth`, if any: the audit log names it with a subject.
     fn issuer(&self) -> Option<String> {
-        self.current().config.oauth.as_ref().map(|o| o.issuer.clone())
-    }
-
-    /// Buckets of `rate_limit` held now.
-    pub fn rate_buckets(&self) -> usize {
-        self.rates.len()
-    }
-
-    /// The audit log in force, if `audit` is configured.
-    fn audit_log(&self) -> Option<Arc<crate::runtime::audit::AuditLog>> {
-        self.audit.lock().clone()
-    }
-
-    /// Starts the audit log of `config` (at start, and on a reload that
-    /// changed `audit`), stopping the one before; a file that cannot be
-    /// opened is said in the log, and the calls go on unaudited.
-    pub fn configure_audit(&self, config: Option<&crate::config::AuditConfig>) {
-        let same = self.audit.lock().as_ref().map(|a| &a.config) == config;
-        if same {
-            return;
-        }
-        let new = config.and_then(|c| match crate::runtime::audit::AuditLog::start(c.clone()) {
-            Ok(log) => Some(Arc::new(log)),
-            Err(e) => {
-                log::error!("audit log: cannot start it ({e}): calls are not audited until a reload that works");
-                None
-            }
-        });
-        let old = std::mem::replace(&mut *self.audit.lock(), new);
-        if let Some(old) = old {
-            old.stop();
-        }
+        govern::issuer(&self.current().config)
     }
 
     /// Starts, changes or stops the span exporter as `tracing` says (at
     /// start and on every reload).
     pub fn configure_tracing(&self) {
         crate::runtime::trace::configure(self.current().config.tracing.as_ref(), self.instance_id.as_deref());
-    }
-
-    /// What the audit log counted: written, dropped, rotations.
-    pub fn audit_counts(&self) -> (u64, u64, u64) {
-        use std::sync::atomic::Ordering::Relaxed;
-        self.audit.lock().as_ref().map_or((0, 0, 0), |a| {
-            (a.counts.written.load(Relaxed), a.counts.dropped.load(Relaxed), a.counts.rotations.load(Relaxed))
-        })
-    }
-
-    /// Seconds since an `initialize` was last refused; `None` if none was.
-    pub fn secs_since_session_refused(&self) -> Option<u64> {
-        self.session_refused_at.lock().map(|at| at.elapsed().as_secs())
     }
 
     /// Starts the processes of `"start": "eager"` servers ahead, unless they
@@ -383,36 +213,6 @@ impl Gateway {
             server.warm(principal, std::time::Duration::ZERO, None);
         }
     }
-}
-
-/// The journal, and the session store when instances continue each
-/// other's sessions: `state_dir` (the files, the journal its own) or
-/// `store` (Redis, the journal's changes mirrored there, no file).
-fn open_store(config: &Config) -> (Journal, Option<Arc<dyn SessionStore>>, Option<Arc<RedisStore>>) {
-    let journal = Journal::new(config.state_file.as_deref(), config.instance_id.as_deref());
-    let (Some(id), Some(peer)) = (&config.instance_id, &config.peer_url) else { return (journal, None, None) };
-    if let Some(url) = &config.store {
-        match RedisStore::new(url, id, peer, config.store_lease) {
-            Ok(redis) => {
-                let redis = Arc::new(redis);
-                let mirror: Arc<dyn Mirror> = redis.clone();
-                return (journal.with_mirror(mirror), Some(redis.clone()), Some(redis));
-            }
-            Err(e) => log::error!("{e}: sessions are kept in this instance only"),
-        }
-    }
-    if let Some(dir) = &config.state_dir {
-        let files = Arc::new(FileStore::new(dir, id));
-        if let Err(e) = files.announce(peer) {
-            log::error!(
-                "{}: cannot say where this instance is reached ({e}): peers cannot pass it requests",
-                files.name()
-            );
-        }
-        let mirror: Arc<dyn Mirror> = files.clone();
-        return (journal.with_mirror(mirror), Some(files), None);
-    }
-    (journal, None, None)
 }
 
 fn visible(current: &Current, session: &Session) -> Vec<Arc<Server>> {

@@ -18,7 +18,7 @@ impl Gateway {
     /// sessions are left alone; sessions whose lists change (a server, or
     /// `tool_search`) are told with `list_changed`. Settings of the listener need a restart and are reported.
     pub fn reload(&self, new: Config) -> ReloadOutcome {
-        let _one_at_a_time = self.reloading.lock();
+        let _one_at_a_time = self.life.one_reload_at_a_time();
         let old = self.current();
         let mut outcome = ReloadOutcome { at: Some(std::time::SystemTime::now()), ..Default::default() };
         for (key, differs) in [
@@ -47,7 +47,7 @@ impl Gateway {
             && old.config.calls_per_server == new.calls_per_server;
         let mut servers = Vec::with_capacity(new.servers.len());
         let context = self.context();
-        self.children.configure(new.max_processes, new.stdio_grace, new.max_message_bytes);
+        self.downstreams.children.configure(new.max_processes, new.stdio_grace, new.max_message_bytes);
         for config in &new.servers {
             match old.server(&config.name) {
                 Some(server) if server.config == *config && same_limits => servers.push(server.clone()),
@@ -62,7 +62,7 @@ impl Gateway {
             .changed
             .extend(servers.iter().filter(|s| old.server(s.name()).is_none()).map(|s| format!("{} (new)", s.name())));
         crate::runtime::memory::set_limit(new.max_memory);
-        self.oauth.configure(&new);
+        self.downstreams.oauth.configure(&new);
         *self.current.write() = Arc::new(Current { config: new, servers });
         // After the swap: an open that finishes now sees its server retired
         // and opens again on the one that replaced it.
@@ -84,7 +84,7 @@ impl Gateway {
         }
         let closed = closing.len();
         let wait = self.current().config.request_timeout;
-        downstream::close_when_idle(closing, wait, self.draining.clone());
+        downstream::close_when_idle(closing, wait, self.life.draining());
         for server in &retired {
             // A shared process nobody uses now stops at once.
             server.stop_idle(Duration::ZERO);
@@ -99,9 +99,9 @@ impl Gateway {
                 format!("; these take effect after a restart: {}", outcome.restart_needed.join(", "))
             }
         );
-        *self.last_reload.lock() = outcome.clone();
+        self.life.reloaded(&outcome);
         self.start_eager(None);
-        self.configure_audit(self.current().config.audit.as_ref());
+        self.govern.configure_audit(self.current().config.audit.as_ref());
         self.configure_tracing();
         outcome
     }
@@ -123,7 +123,7 @@ impl Gateway {
                     error: Some(e.to_string()),
                     ..Default::default()
                 };
-                *self.last_reload.lock() = outcome.clone();
+                self.life.reloaded(&outcome);
                 outcome
             }
         }

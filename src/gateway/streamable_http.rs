@@ -17,9 +17,8 @@ use crate::protocol::versions::{self, SUPPORTED};
 use crate::runtime::memory::Charge;
 use crate::session::{self, CloseReason, Session};
 
-use super::dispatch::CallEvents;
 use super::dispatch::instructions;
-use super::outcome::Outcome;
+use super::outcome::{CallEvents, Outcome};
 use super::{Gateway, SESSION_HEADER, UNSUPPORTED_PROTOCOL_VERSION, VERSION_HEADER, visible};
 use super::{accepts, new_session_id, too_busy};
 use crate::downstream::Server;
@@ -327,7 +326,7 @@ impl Gateway {
                 // With a store, a call's answer streams from the start: its
                 // priming event carries it, so that the instance a client
                 // resumes on, if this one dies, can answer it.
-                let carried = self.store.is_some()
+                let carried = self.peers.store.is_some()
                     && message.method() == "tools/call"
                     && versions::primes_streams(&session.protocol_version);
                 let mut events = PostStream {
@@ -527,7 +526,7 @@ impl Gateway {
         }
         let session =
             Session::new(session_id.clone(), version.to_string(), jsonrpc::raw(&init_params), client_name, access);
-        if let Some(store) = &self.store {
+        if let Some(store) = &self.peers.store {
             session.set_epoch(store.first_epoch());
         }
         // Busy until answered, like any request: a server slower to start
@@ -568,7 +567,7 @@ impl Gateway {
             let e = RpcError::internal(format!("{why}; try again later"));
             return HttpError::unavailable(e).reply_to(&id);
         }
-        if let Some(audit) = self.audit_log() {
+        if let Some(audit) = self.govern.audit_log() {
             audit.write(super::audit::session_record(&session, self.issuer().as_deref(), None));
         }
         let mut result = json!({

@@ -45,8 +45,8 @@ pub fn start(gateway: Arc<Gateway>) -> std::io::Result<Reaper> {
                     for server in &current.servers {
                         server.lanes.expire(current.config.request_timeout);
                     }
-                    gateway.settle_memory();
-                    gateway.expire_holds();
+                    gateway.life.settle_memory();
+                    gateway.stateless.expire_holds();
                 }
                 recv(ticks) -> _ => {
                     // Read each time: a reload may change them.
@@ -57,16 +57,16 @@ pub fn start(gateway: Arc<Gateway>) -> std::io::Result<Reaper> {
                         gateway.close(idle, CloseReason::Idle);
                     }
                     reopen_lost(&gateway);
-                    gateway.deletes.retry_due(&gateway.stats);
+                    gateway.downstreams.deletes.retry_due(&gateway.stats);
                     gateway.prune_lists();
-                    gateway.oauth.expire();
+                    gateway.downstreams.oauth.expire();
                     let current = gateway.current();
                     for server in &current.servers {
                         server.stop_idle(current.config.shared_idle);
                         server.probe_if_silent();
                     }
                     gateway.start_eager(None);
-                    gateway.children.reap_left_behind();
+                    gateway.downstreams.children.reap_left_behind();
                     threads::join_late();
                 }
             }

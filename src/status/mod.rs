@@ -59,11 +59,11 @@ pub(crate) fn readings(g: &Gateway) -> Vec<Reading> {
     let mut out = Vec::with_capacity(256);
     let (stats, (spawned, reaped, live)) = settled(g);
     let p = process();
-    let audit = g.audit_counts();
+    let audit = g.govern.audit_counts();
     let traced = crate::runtime::trace::counts();
     let now = Now {
         build_info: Info::new(env!("CARGO_PKG_VERSION")),
-        uptime: g.started.elapsed().as_secs().into(),
+        uptime: g.life.started().elapsed().as_secs().into(),
         threads: p.threads.into(),
         threads_by_role: Family::new(threads::count_by_role()),
         rss_bytes: p.rss_bytes.into(),
@@ -74,32 +74,37 @@ pub(crate) fn readings(g: &Gateway) -> Vec<Reading> {
         memory_buffered: (crate::runtime::memory::used() as u64).into(),
         memory_limit: (crate::runtime::memory::limit() as u64).into(),
         memory_share: (crate::runtime::memory::share() as u64).into(),
-        memory_sessionless_calls: (g.sessionless_call_bytes() as u64).into(),
+        memory_sessionless_calls: (g.stateless.call_bytes() as u64).into(),
         memory_list_cache: (g.list_cache_bytes() as u64).into(),
         memory_refused: crate::runtime::memory::refused().into(),
         memory_since_refused: crate::runtime::memory::secs_since_refused()
-            .unwrap_or_else(|| g.started.elapsed().as_secs())
+            .unwrap_or_else(|| g.life.started().elapsed().as_secs())
             .into(),
         tool_search_index_tools: (g.searches.index_size().0 as u64).into(),
         tool_search_index_bytes: (g.searches.index_size().1 as u64).into(),
         sessions_live: (g.sessions.len() as u64).into(),
-        rate_buckets: (g.rate_buckets() as u64).into(),
+        rate_buckets: (g.govern.rate_buckets() as u64).into(),
         audit_written: audit.0.into(),
         audit_dropped: audit.1.into(),
         audit_rotations: audit.2.into(),
         trace_exported: traced.0.into(),
         trace_dropped: traced.1.into(),
         trace_export_failures: traced.2.into(),
-        sessions_since_refused: g.secs_since_session_refused().unwrap_or_else(|| g.started.elapsed().as_secs()).into(),
-        calls_held: (g.held_calls() as u64).into(),
+        sessions_since_refused: g
+            .life
+            .secs_since_session_refused()
+            .unwrap_or_else(|| g.life.started().elapsed().as_secs())
+            .into(),
+        calls_held: (g.stateless.held_calls() as u64).into(),
         processes_spawned: spawned.into(),
         processes_reaped: reaped.into(),
         processes_live: live.into(),
-        processes_refused: g.children.refusals.get().into(),
+        processes_refused: g.downstreams.children.refusals.get().into(),
         processes_since_refused: g
+            .downstreams
             .children
             .secs_since_refused()
-            .unwrap_or_else(|| g.started.elapsed().as_secs())
+            .unwrap_or_else(|| g.life.started().elapsed().as_secs())
             .into(),
     };
     now.read(None, &mut out);
@@ -130,7 +135,7 @@ pub(crate) fn readings(g: &Gateway) -> Vec<Reading> {
             .read(scope, &mut out);
         }
         if server.config.uses_oauth() {
-            let view = g.oauth.view(server.name());
+            let view = g.downstreams.oauth.view(server.name());
             OAuthNow {
                 users: view.users.into(),
                 signins: view.signins.into(),
@@ -150,7 +155,7 @@ pub(crate) fn readings(g: &Gateway) -> Vec<Reading> {
 /// additions: when a read falls there, it is read again, a millisecond
 /// later, a few times, so that a transient is not reported as a leak.
 fn settled(g: &Gateway) -> (Vec<Reading>, (u64, u64, u64)) {
-    let c = &g.children;
+    let c = &g.downstreams.children;
     let mut attempt = 1;
     loop {
         let mut stats = Vec::with_capacity(crate::stats::Stats::TABLE.len());
@@ -195,9 +200,9 @@ pub(crate) fn json_from(g: &Gateway, readings: &[Reading]) -> Value {
             "max_processes": current.config.max_processes,
             "session_idle_timeout_secs": current.config.session_idle_timeout.as_secs(),
         },
-        "collisions": *g.collisions.lock(),
-        "renamed_tools": g.renamed.lock().iter().map(|r| json!({"name": r.name, "server": r.server, "original": r.original})).collect::<Vec<_>>(),
-        "reload": reload(&g.last_reload.lock()),
+        "collisions": g.lists.collisions(),
+        "renamed_tools": g.lists.renamed().iter().map(|r| json!({"name": r.name, "server": r.server, "original": r.original})).collect::<Vec<_>>(),
+        "reload": reload(&g.life.last_reload()),
         "tool_search": {
             "enabled": current.config.tool_search.enabled,
             "pinned": current.config.tool_search.pinned,
@@ -259,7 +264,7 @@ pub(crate) fn json_from(g: &Gateway, readings: &[Reading]) -> Value {
         entry["state"] = Value::from(summary::state(entry));
     }
     // Where the sessions are kept for the other instances, if anywhere (never a password).
-    out["store"]["name"] = g.store.as_ref().map(|store| store.name().to_string()).into();
+    out["store"]["name"] = g.peers.store.as_ref().map(|store| store.name().to_string()).into();
     let (listed, unlisted) = sessions(g, &current);
     out["sessions"]["list"] = listed.into();
     out["sessions"]["unlisted"] = Value::from(unlisted);

@@ -44,9 +44,10 @@ use crate::runtime::memory::{self, Tallied};
 use crate::runtime::{sha256, threads};
 use crate::session::{ListenFilter, Session};
 
-use super::dispatch::{self, CallEvents, instructions};
+use super::authorize::{sign_in_2026, sign_in_retry};
+use super::dispatch::{self, instructions};
 use super::{Gateway, accepts, new_session_id, too_busy};
-use crate::gateway::outcome::Outcome;
+use crate::gateway::outcome::{CallEvents, Outcome};
 use holds::{HeldCall, HoldEvent, HoldThread};
 
 pub(super) mod holds;
@@ -63,6 +64,54 @@ const LOOK: Duration = Duration::from_millis(250);
 /// (for a server whose list says nothing of it), and `server/discover`.
 const LIST_TTL_MS: u64 = 5_000;
 const DISCOVER_TTL_MS: u64 = 60_000;
+
+/// What the 2026-07-28 era keeps across requests: its pools, its held
+/// calls and its watched calls.
+pub struct Stateless {
+    /// The session of the era's clients, per principal (a token's or an
+    /// OAuth subject's digest, hashed; "" without `auth`).
+    pools: parking_lot::Mutex<std::collections::HashMap<String, Arc<Session>>>,
+    /// Calls of the era waiting for their client's retry.
+    holds: holds::Holds,
+    /// Calls of the era running on their connection thread, watched for their client leaving.
+    watch: watch::Watch,
+}
+
+impl Stateless {
+    pub(super) fn new() -> Stateless {
+        Stateless { pools: Default::default(), holds: holds::Holds::new(), watch: watch::Watch::default() }
+    }
+
+    /// Calls held for their client's retry, for the status page.
+    pub fn held_calls(&self) -> usize {
+        self.holds.len()
+    }
+
+    /// Bytes the calls on their own threads hold, for the status page.
+    pub fn call_bytes(&self) -> usize {
+        self.holds.charged()
+    }
+
+    /// A new number for a call of mcpgate's in a pool.
+    fn next_call(&self) -> u64 {
+        self.holds.next()
+    }
+
+    /// Cancels the held calls past `held_call_timeout_secs`; the reaper's job.
+    pub fn expire_holds(&self) {
+        for held in self.holds.expired() {
+            dispatch::cancel_call(&held.pool, &held.call_id, "its client did not retry within held_call_timeout_secs");
+        }
+    }
+
+    /// At shutdown: stops the watcher, and cancels every held call.
+    pub(super) fn stop(&self) {
+        self.watch.stop();
+        for held in self.holds.take_all() {
+            dispatch::cancel_call(&held.pool, &held.call_id, "mcpgate is shutting down");
+        }
+    }
+}
 
 /// The request headers the era's checks read.
 struct RequestHeaders<'a>(&'a HttpRequest);
@@ -280,7 +329,7 @@ impl Gateway {
     /// first needed (and again after it was evicted).
     fn pool(&self, access: &Access) -> Result<Arc<Session>, HttpReply> {
         let key = access.principal().map(|p| sha256::hex(&p)).unwrap_or_default();
-        let mut pools = self.pools.lock();
+        let mut pools = self.stateless.pools.lock();
         if let Some(pool) = pools.get(&key).filter(|p| self.sessions.get(&p.id).is_some()) {
             return Ok(pool.clone());
         }
@@ -301,7 +350,7 @@ impl Gateway {
             return Err(HttpError::unavailable(e).reply());
         }
         self.stats.sessions_created.inc();
-        if let Some(audit) = self.audit_log() {
+        if let Some(audit) = self.govern.audit_log() {
             audit.write(super::audit::session_record(&pool, self.issuer().as_deref(), None));
         }
         pools.insert(key, pool.clone());
@@ -326,7 +375,8 @@ impl Gateway {
             Err(e) => return error_reply(&id, &e),
         };
         // A retry after mcpgate asked its user to sign in: what was for mcpgate goes no further.
-        if let Err(e) = self.sign_in_retry(&mut params, access.user()) {
+        let within = self.current().config.held_call_timeout;
+        if let Err(e) = sign_in_retry(&self.downstreams.oauth, within, &mut params, access.user()) {
             return error_reply(&id, &e);
         }
         if message.method() == "tools/call"
@@ -336,7 +386,7 @@ impl Gateway {
         }
         let token = access.principal();
         let held = match params.str("requestState").filter(|s| s.starts_with(holds::STATE_PREFIX)) {
-            Some(state) => match self.holds.take(&state, token.as_ref()) {
+            Some(state) => match self.stateless.holds.take(&state, token.as_ref()) {
                 Ok(mut held) => {
                     self.deliver_answers(&mut held, params.value("inputResponses"));
                     held
@@ -375,7 +425,7 @@ impl Gateway {
         params: Params<'p>,
     ) -> Result<NewCall<'p>, RpcError> {
         // The call's own id in the pool: clients of this era may all use id 1.
-        let number = self.holds.next();
+        let number = self.stateless.next_call();
         let call_id = Value::String(format!("mcpgate-call-{number}"));
         let call = Message {
             jsonrpc: Some("2.0".into()),
@@ -423,7 +473,7 @@ impl Gateway {
         id: &Value,
     ) -> HttpReply {
         let (outcome, streaming) = self.run_here(req, pool, &new, envelope, sink);
-        let outcome = match self.sign_in_2026(new.call.method(), outcome, envelope) {
+        let outcome = match sign_in_2026(new.call.method(), outcome, envelope) {
             // A task of the server's (the tasks extension): the client gets one of mcpgate's ids.
             Outcome::Forwarded(answer) if answer.result.as_ref().is_some_and(|r| stateless::is_task(r.get())) => {
                 Outcome::Forwarded(dispatch::tasks_from(pool, &new.server, answer))
@@ -444,7 +494,8 @@ impl Gateway {
         envelope: &Envelope,
         sink: &mut dyn EventSink,
     ) -> (Outcome, Option<()>) {
-        let _watching = self.watch.add(new.number, req.client.as_ref(), pool, &new.call_id, dispatch::cancel_call);
+        let _watching =
+            self.stateless.watch.add(new.number, req.client.as_ref(), pool, &new.call_id, dispatch::cancel_call);
         let mut events = HereEvents { sink, envelope, streaming: false };
         let outcome = dispatch::call(pool, &new.server, &new.call, &new.params, &mut events, &self.call_settings());
         (outcome, events.streaming.then_some(()))
@@ -462,13 +513,13 @@ impl Gateway {
     ) -> Result<HeldCall, RpcError> {
         let NewCall { number, call_id, call, server, params } = new;
         let request_bytes = call.params.as_deref().map_or(0, |p| p.get().len());
-        let charge = Tallied::new(holds::THREAD_BYTES + 2 * request_bytes, self.holds.tally())
+        let charge = Tallied::new(holds::THREAD_BYTES + 2 * request_bytes, self.stateless.holds.tally())
             .ok_or_else(|| RpcError::internal("mcpgate holds its limit of max_memory_mb; retry shortly"))?;
         let params = params.into_owned();
         let method = call.method().to_string();
         let (tx, rx) = bounded(64);
         let settings = self.call_settings();
-        let events = HoldEvents { tx, tally: self.holds.tally().clone() };
+        let events = HoldEvents { tx, tally: self.stateless.holds.tally().clone() };
         let asks = events.clone();
         pool.add_caller(
             number,
@@ -584,8 +635,13 @@ impl Gateway {
                         None => json!({ "method": asked }),
                     };
                     let config = &self.current().config;
-                    let number = self.holds.next();
-                    return match self.holds.hold(number, held, config.held_call_timeout, config.max_held_calls) {
+                    let number = self.stateless.next_call();
+                    return match self.stateless.holds.hold(
+                        number,
+                        held,
+                        config.held_call_timeout,
+                        config.max_held_calls,
+                    ) {
                         Ok(state) => {
                             let result = json!({
                                 "resultType": "input_required",
@@ -607,7 +663,7 @@ impl Gateway {
                 }
                 Ok(HoldEvent::Done(outcome)) => {
                     held.thread.join();
-                    let outcome = self.sign_in_2026(&method, outcome, envelope);
+                    let outcome = sign_in_2026(&method, outcome, envelope);
                     return self.finish(id, &method, outcome, streaming.then_some(()));
                 }
                 Err(RecvTimeoutError::Timeout) => {
@@ -644,13 +700,6 @@ impl Gateway {
     /// Cancels the call `call_id` of `pool`, as a client's cancel would.
     pub(super) fn cancel(&self, pool: &Arc<Session>, call_id: &Value, reason: &str) {
         dispatch::cancel_call(pool, call_id, reason);
-    }
-
-    /// Cancels the held calls past `held_call_timeout_secs`; the reaper's job.
-    pub fn expire_holds(&self) {
-        for held in self.holds.expired() {
-            self.cancel(&held.pool, &held.call_id, "its client did not retry within held_call_timeout_secs");
-        }
     }
 
     /// The answer of this era: the result with what the era requires of

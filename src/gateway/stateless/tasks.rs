@@ -43,8 +43,8 @@ use crate::tasks::{self, Support};
 use super::{NewCall, error_reply};
 use crate::catalog::ListKind;
 use crate::gateway::Gateway;
-use crate::gateway::dispatch::{self, CallEvents};
-use crate::gateway::outcome::Outcome;
+use crate::gateway::dispatch;
+use crate::gateway::outcome::{CallEvents, Outcome};
 
 /// What a status message says of a session-era task that waits for input.
 const INPUT_NOT_BRIDGED: &str = "the server waits for input on its tasks/result stream (protocol 2025-11-25), \
@@ -230,7 +230,7 @@ impl Gateway {
     fn ask(&self, pool: &Arc<Session>, server: &Arc<Server>, method: &str, params: Params) -> Outcome {
         let call = Message {
             jsonrpc: Some("2.0".into()),
-            id: Some(Value::String(format!("mcpgate-call-{}", self.holds.next()))),
+            id: Some(Value::String(format!("mcpgate-call-{}", self.stateless.next_call()))),
             method: Some(method.to_string().into()),
             params: Some(params.to_raw()),
             result: None,
