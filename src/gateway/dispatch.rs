@@ -19,6 +19,7 @@ use crate::session::{self, Session};
 use super::authorize::{self, SignIn};
 use super::lists::{Paging, fetch_pages, filter_for, naming};
 use super::outcome::{CallEvents, Outcome};
+use super::search::{Route, ToolSearch};
 use super::{Gateway, visible};
 use crate::catalog::ListKind;
 
@@ -371,7 +372,7 @@ impl Gateway {
             }
             caps.insert(kind.into(), cap);
         }
-        if super::search::enabled(self) && !caps.contains_key("tools") {
+        if ToolSearch::enabled(&self.current().config) && !caps.contains_key("tools") {
             // find_tools and call_tool are there whatever the servers offer.
             caps.insert("tools".into(), json!({ "listChanged": true }));
         }
@@ -395,11 +396,14 @@ impl Gateway {
             Ok(p) => p,
             Err(e) => return e.into(),
         };
-        if method == "tools/call"
-            && let Some(outcome) = self.own_tool(session, &params)
-        {
-            return outcome;
-        }
+        let params = match method {
+            "tools/call" => match self.tool_search(session, params, true) {
+                Ok(Route::Answer(outcome)) => return outcome,
+                Ok(Route::Call(params)) => params,
+                Err(e) => return e.into(),
+            },
+            _ => params,
+        };
         // A task-augmented call answers with the server's task id: the client gets one of its session's.
         let task_ids = (method == "tools/call" && params.contains("task")) || method.starts_with("tasks/");
         let result = match method {
@@ -492,16 +496,9 @@ impl Gateway {
         message: &Message,
         mut params: Params<'p>,
     ) -> Result<(Arc<Server>, Params<'p>), RpcError> {
-        let Some(mut name) = params.text("name") else {
+        let Some(name) = params.text("name") else {
             return Err(RpcError::invalid_params(format!("{} needs `name` (a string)", message.method())));
         };
-        if kind == ListKind::Tools {
-            params = self.unwrap_call_tool(&name, params)?;
-            if name == super::search::CALL_TOOL {
-                name = params.text("name").unwrap_or_default();
-            }
-            self.note_tool_call(session, &name);
-        }
         let (server, renamed) = self.owner(session, kind, &name)?;
         // Written again only when the server knows it by another name (a prefix).
         if let Some(original) = renamed {

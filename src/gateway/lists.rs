@@ -21,6 +21,7 @@ use crate::runtime::threads;
 use crate::session::Session;
 
 use super::outcome::Outcome;
+use super::search::ToolSearch;
 use super::{Gateway, visible};
 use crate::catalog::{List, ListKind, ServerItems, ServerList};
 
@@ -204,12 +205,13 @@ impl Gateway {
             Ok(list) => list,
             Err(e) => return (e.into(), None),
         };
-        let page = if kind == ListKind::Tools && super::search::enabled(self) {
-            self.search_page(&list, cursor).map_or_else(Outcome::from, Outcome::Result)
-        } else {
-            list.page(cursor, self.current().config.page_size).map_or_else(Outcome::from, Outcome::Result)
+        let config = &self.current().config;
+        let page = match kind {
+            ListKind::Tools => ToolSearch::page(config, &list, cursor),
+            _ => None,
         };
-        (page, Some(list))
+        let page = page.unwrap_or_else(|| list.page(cursor, config.page_size));
+        (page.map_or_else(Outcome::from, Outcome::Result), Some(list))
     }
 
     /// The merged list of `kind` this session sees: the one held for its

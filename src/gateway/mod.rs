@@ -8,8 +8,8 @@
 //! `reload` swaps the configuration, and `life` keeps the reload and
 //! shutdown state; `govern` the rate limits and the audit log;
 //! `downstreams` what the servers share; `peers` the session store shared
-//! with other instances; `search` is the `tool_search` mode's two tools,
-//! and `searches` what it has seen.
+//! with other instances; `search`'s `ToolSearch` is the `tool_search` mode's
+//! two tools, and `searches` what it has seen.
 
 use std::sync::Arc;
 
@@ -49,6 +49,7 @@ pub use govern::Govern;
 pub use life::{Life, ReloadOutcome};
 pub use merged::Lists;
 pub use peers::Peers;
+pub use search::ToolSearch;
 pub use stateless::Stateless;
 
 /// The configuration in force and its servers; replaced whole on reload.
@@ -84,8 +85,8 @@ pub struct Gateway {
     /// The merged lists, one per kind and view, shared by the sessions, and
     /// the collisions and renames their merges found.
     pub lists: Lists,
-    /// What the `tool_search` mode has seen: its queries and its index.
-    pub searches: searches::Searches,
+    /// The `tool_search` mode, with what it has seen: its queries and its index.
+    pub search: ToolSearch,
     /// Its start, reloads, shutdown, memory given back and refused sessions.
     pub life: Life,
     /// The 2026-07-28 era's pools, held calls and watched calls.
@@ -114,7 +115,7 @@ impl Gateway {
             stats,
             downstreams,
             lists: Lists::default(),
-            searches: searches::Searches::default(),
+            search: ToolSearch::default(),
             life: Life::new(),
             stateless: Stateless::new(),
             govern: Govern::default(),
@@ -183,6 +184,20 @@ impl Gateway {
     /// The issuer of `auth.oauth`, if any: the audit log names it with a subject.
     fn issuer(&self) -> Option<String> {
         govern::issuer(&self.current().config)
+    }
+
+    /// What tool search makes of a `tools/call` of `session` (`new`: not
+    /// the retry of a held call): the one place either era asks it.
+    fn tool_search<'p>(
+        &self,
+        session: &Arc<Session>,
+        params: jsonrpc::Params<'p>,
+        new: bool,
+    ) -> Result<search::Route<'p>, RpcError> {
+        let cur = self.current();
+        let tools = || self.merged_list(session, crate::catalog::ListKind::Tools);
+        let scope = search::Scope { config: &cur.config, servers: &cur.servers, stats: &self.stats, tools: &tools };
+        self.search.tools_call(&scope, session, params, new)
     }
 
     /// Starts, changes or stops the span exporter as `tracing` says (at

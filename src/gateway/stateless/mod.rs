@@ -46,6 +46,7 @@ use crate::session::{ListenFilter, Session};
 
 use super::authorize::{sign_in_2026, sign_in_retry};
 use super::dispatch::{self, instructions};
+use super::search::Route;
 use super::{Gateway, accepts, new_session_id, too_busy};
 use crate::gateway::outcome::{CallEvents, Outcome};
 use holds::{HeldCall, HoldEvent, HoldThread};
@@ -379,13 +380,16 @@ impl Gateway {
         if let Err(e) = sign_in_retry(&self.downstreams.oauth, within, &mut params, access.user()) {
             return error_reply(&id, &e);
         }
-        if message.method() == "tools/call"
-            && let Some(outcome) = self.own_tool(pool, &params)
-        {
-            return self.finish(&id, message.method(), outcome, None);
+        let state = params.str("requestState").filter(|s| s.starts_with(holds::STATE_PREFIX));
+        if message.method() == "tools/call" {
+            params = match self.tool_search(pool, params, state.is_none()) {
+                Ok(Route::Answer(outcome)) => return self.finish(&id, message.method(), outcome, None),
+                Ok(Route::Call(params)) => params,
+                Err(e) => return error_reply(&id, &e),
+            };
         }
         let token = access.principal();
-        let held = match params.str("requestState").filter(|s| s.starts_with(holds::STATE_PREFIX)) {
+        let held = match state {
             Some(state) => match self.stateless.holds.take(&state, token.as_ref()) {
                 Ok(mut held) => {
                     self.deliver_answers(&mut held, params.value("inputResponses"));

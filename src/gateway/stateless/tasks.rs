@@ -45,6 +45,7 @@ use crate::catalog::ListKind;
 use crate::gateway::Gateway;
 use crate::gateway::dispatch;
 use crate::gateway::outcome::{CallEvents, Outcome};
+use crate::gateway::search::ToolSearch;
 
 /// What a status message says of a session-era task that waits for input.
 const INPUT_NOT_BRIDGED: &str = "the server waits for input on its tasks/result stream (protocol 2025-11-25), \
@@ -95,7 +96,7 @@ impl Gateway {
         let Ok(params) = Params::of(call) else { return Support::Forbidden };
         let Some(name) = params.str("name") else { return Support::Forbidden };
         // mcpgate's own `call_tool` (tool search) names the tool it calls in its arguments.
-        let name = self.unwrap_call_tool(&name, params).ok().and_then(|p| p.str("name")).unwrap_or(name);
+        let name = ToolSearch::called_tool(&self.current().config, &self.stats, name, params);
         let Ok(list) = self.merged_list(pool, ListKind::Tools) else { return Support::Forbidden };
         let tool = list.find(&name).and_then(|found| serde_json::from_str::<Value>(found.json).ok());
         tool.as_ref().map_or(Support::Forbidden, Support::of)
