@@ -2,9 +2,11 @@
 //! servers, and the client sessions. A request comes in at
 //! `streamable_http` (HTTP; the 2026-07-28 era's requests go on to
 //! `stateless/`, with its pools, held and watched calls), is answered or
-//! forwarded by `dispatch`, whose lists come from `lists` (kept, with
-//! the names their merges collided on or renamed, by `merged`'s `Lists`)
-//! and `catalog`; every handler answers with an `outcome`.
+//! forwarded by `dispatch`, whose lists come from `lists` (`Lists`, in
+//! `merged`, keeps them with the names their merges collided on or
+//! renamed) and `catalog`; `current` is the configuration in force, and
+//! `reopen` runs work on a downstream session, opened anew if need be;
+//! every handler answers with an `outcome`.
 //! `reload` swaps the configuration, and `life` keeps the reload and
 //! shutdown state; `govern` the rate limits and the audit log;
 //! `downstreams` what the servers share; `peers` the session store shared
@@ -24,6 +26,7 @@ use crate::stats::Stats;
 mod audit;
 mod authorize;
 pub mod check;
+mod current;
 mod dispatch;
 mod downstreams;
 mod failover;
@@ -36,6 +39,7 @@ mod outcome;
 mod peers;
 mod rate;
 mod reload;
+mod reopen;
 mod search;
 pub mod searches;
 mod spans;
@@ -44,6 +48,8 @@ mod streamable_http;
 
 pub use crate::protocol::stateless::UNSUPPORTED_PROTOCOL_VERSION;
 pub use crate::protocol::{SESSION_HEADER, VERSION_HEADER};
+pub use current::Current;
+use current::visible;
 pub use downstreams::Downstreams;
 pub use govern::Govern;
 pub use life::{Life, ReloadOutcome};
@@ -51,24 +57,6 @@ pub use merged::Lists;
 pub use peers::Peers;
 pub use search::ToolSearch;
 pub use stateless::Stateless;
-
-/// The configuration in force and its servers; replaced whole on reload.
-pub struct Current {
-    pub config: Config,
-    /// In configuration order: the first wins a name collision.
-    pub servers: Vec<Arc<Server>>,
-}
-
-impl Current {
-    pub fn server(&self, name: &str) -> Option<&Arc<Server>> {
-        self.servers.iter().find(|s| s.name() == name)
-    }
-
-    /// Position in the configuration, for collision order.
-    fn rank(&self, name: &str) -> usize {
-        self.servers.iter().position(|s| s.name() == name).unwrap_or(usize::MAX)
-    }
-}
 
 /// The gateway: configuration, servers, sessions and counters.
 pub struct Gateway {
@@ -121,6 +109,11 @@ impl Gateway {
             govern: Govern::default(),
             instance_id,
         }
+    }
+
+    /// What the merged lists read of the gateway.
+    fn in_force(&self) -> lists::InForce<'_> {
+        lists::InForce { current: self.current(), life: &self.life }
     }
 
     /// What every server shares.
@@ -195,7 +188,7 @@ impl Gateway {
         new: bool,
     ) -> Result<search::Route<'p>, RpcError> {
         let cur = self.current();
-        let tools = || self.merged_list(session, crate::catalog::ListKind::Tools);
+        let tools = || self.lists.merged(&self.in_force(), session, crate::catalog::ListKind::Tools);
         let scope = search::Scope { config: &cur.config, servers: &cur.servers, stats: &self.stats, tools: &tools };
         self.search.tools_call(&scope, session, params, new)
     }
@@ -228,10 +221,6 @@ impl Gateway {
             server.warm(principal, std::time::Duration::ZERO, None);
         }
     }
-}
-
-fn visible(current: &Current, session: &Session) -> Vec<Arc<Server>> {
-    current.servers.iter().filter(|s| session.allows(s.name())).cloned().collect()
 }
 
 fn new_server(config: &crate::config::ServerConfig, all: &Config, context: &Context) -> Arc<Server> {

@@ -663,7 +663,9 @@ impl Gateway {
             _ => None,
         };
         let Some(name) = name else { return false };
-        let Ok(list) = self.merged_list(session, crate::catalog::ListKind::Tools) else { return false };
+        let Ok(list) = self.lists.merged(&self.in_force(), session, crate::catalog::ListKind::Tools) else {
+            return false;
+        };
         let Some(found) = list.find(&name) else { return false };
         let tool: Value = serde_json::from_str(found.json).unwrap_or_default();
         tool["annotations"]["readOnlyHint"] == true || tool["annotations"]["idempotentHint"] == true

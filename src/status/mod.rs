@@ -75,7 +75,7 @@ pub(crate) fn readings(g: &Gateway) -> Vec<Reading> {
         memory_limit: (crate::runtime::memory::limit() as u64).into(),
         memory_share: (crate::runtime::memory::share() as u64).into(),
         memory_sessionless_calls: (g.stateless.call_bytes() as u64).into(),
-        memory_list_cache: (g.list_cache_bytes() as u64).into(),
+        memory_list_cache: (g.lists.cache_bytes(&g.current()) as u64).into(),
         memory_refused: crate::runtime::memory::refused().into(),
         memory_since_refused: crate::runtime::memory::secs_since_refused()
             .unwrap_or_else(|| g.life.started().elapsed().as_secs())

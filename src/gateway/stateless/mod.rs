@@ -196,7 +196,7 @@ impl Gateway {
         };
         let method = message.method();
         if let Some(kind) = ListKind::from_method(method) {
-            let (page, list) = self.list_page_of(&pool, kind, message);
+            let (page, list) = self.lists.page_of(&self.in_force(), &pool, kind, message);
             // Merged by mcpgate from its servers' lists: the shortest life
             // and the narrowest scope of theirs, private too when tokens decide
             // what a client sees.
@@ -677,7 +677,7 @@ impl Gateway {
     /// What the tasks extension reads of the gateway, for a request of `pool`.
     fn tasks<T>(&self, pool: &Arc<Session>, work: impl FnOnce(&tasks::Tasks) -> T) -> T {
         let cur = self.current();
-        let tools = || self.merged_list(pool, ListKind::Tools);
+        let tools = || self.lists.merged(&self.in_force(), pool, ListKind::Tools);
         work(&tasks::Tasks {
             config: &cur.config,
             servers: &cur.servers,
