@@ -111,6 +111,17 @@ impl Gateway {
         }
     }
 
+    /// What failing over a session to or from another instance reads of the gateway.
+    pub fn failover(&self) -> failover::Failover<'_> {
+        failover::Failover {
+            peers: &self.peers,
+            current: self.current(),
+            sessions: &self.sessions,
+            stats: &self.stats,
+            journal: &self.journal,
+        }
+    }
+
     /// What the merged lists read of the gateway.
     fn in_force(&self) -> lists::InForce<'_> {
         lists::InForce { current: self.current(), life: &self.life }
