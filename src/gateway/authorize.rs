@@ -31,8 +31,8 @@ use crate::protocol::jsonrpc::{self, Message, Params, RpcError};
 use crate::protocol::stateless::Envelope;
 use crate::session::Session;
 
+use super::current::{Current, visible};
 use super::outcome::{CallEvents, Outcome};
-use super::{Current, visible};
 
 /// What mcpgate's sign-in error carries.
 pub(super) struct Link {

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use serde_json::json;
 
-use super::Current;
-use super::dispatch::run_with_reopen;
+use super::current::Current;
 use super::lists::{Paging, fetch_pages};
+use super::reopen::run_with_reopen;
 use crate::downstream::Server;
 use crate::http::auth::Access;
 use crate::protocol::jsonrpc;

@@ -18,7 +18,11 @@ use crate::session::{self, Session};
 
 use super::authorize::{self, SignIn};
 use super::lists::{Paging, fetch_pages, filter_for, naming};
+use super::merged::Lists;
 use super::outcome::{CallEvents, Outcome};
+use super::reopen::cut_short;
+use super::reopen::run_with_reopen;
+use super::search::{Route, ToolSearch};
 use super::{Gateway, visible};
 use crate::catalog::ListKind;
 
@@ -235,37 +239,6 @@ pub(super) fn refuse_request(session: &Session, server: &Server, request: &Messa
     }
 }
 
-/// Runs `work` on the session's downstream session with `server`, opening
-/// it if needed (needs no gateway: a held call's thread runs it). If the server no longer knows that session (HTTP 404: it
-/// restarted; or its process had ended before the request was sent), the
-/// downstream session is closed, opened anew, and `work` runs once more:
-/// the client never sees a half-alive session.
-pub(super) fn run_with_reopen<T>(
-    session: &Session,
-    server: &Arc<Server>,
-    open_retry: Duration,
-    mut work: impl FnMut(&Downstream) -> Result<T, DownstreamError>,
-) -> Result<T, RpcError> {
-    let downstream = session.downstream(server, open_retry)?;
-    let result = match work(&downstream) {
-        // Closed before it was sent (a reload took it from its slot): sent
-        // once more, on the session of the server now in force.
-        Err(DownstreamError::Gone) => work(&*session.downstream(server, open_retry)?),
-        Err(DownstreamError::SessionGone) => {
-            crate::limited!(
-                warn,
-                "server `{}` no longer knows session {}'s downstream session: opening a new one and retrying once",
-                server.name(),
-                session::short(&session.id)
-            );
-            let downstream = session.reopen(server, &downstream)?;
-            work(&downstream)
-        }
-        other => other,
-    };
-    result.map_err(|e| session::rpc_error(server, &e))
-}
-
 /// A server's answer with its task ids rewritten to the client's.
 pub(super) fn tasks_from(session: &Session, server: &Server, mut answer: Message) -> Message {
     if let Some(result) = &answer.result
@@ -371,7 +344,7 @@ impl Gateway {
             }
             caps.insert(kind.into(), cap);
         }
-        if super::search::enabled(self) && !caps.contains_key("tools") {
+        if ToolSearch::enabled(&self.current().config) && !caps.contains_key("tools") {
             // find_tools and call_tool are there whatever the servers offer.
             caps.insert("tools".into(), json!({ "listChanged": true }));
         }
@@ -389,17 +362,20 @@ impl Gateway {
     pub(super) fn request(&self, session: &Arc<Session>, message: &Message, events: &mut dyn CallEvents) -> Outcome {
         let method = message.method();
         if let Some(kind) = ListKind::from_method(method) {
-            return self.list_page(session, kind, message);
+            return self.lists.page(&self.in_force(), session, kind, message);
         }
         let params = match Params::of(message) {
             Ok(p) => p,
             Err(e) => return e.into(),
         };
-        if method == "tools/call"
-            && let Some(outcome) = self.own_tool(session, &params)
-        {
-            return outcome;
-        }
+        let params = match method {
+            "tools/call" => match self.tool_search(session, params, true) {
+                Ok(Route::Answer(outcome)) => return outcome,
+                Ok(Route::Call(params)) => params,
+                Err(e) => return e.into(),
+            },
+            _ => params,
+        };
         // A task-augmented call answers with the server's task id: the client gets one of its session's.
         let task_ids = (method == "tools/call" && params.contains("task")) || method.starts_with("tasks/");
         let result = match method {
@@ -492,16 +468,9 @@ impl Gateway {
         message: &Message,
         mut params: Params<'p>,
     ) -> Result<(Arc<Server>, Params<'p>), RpcError> {
-        let Some(mut name) = params.text("name") else {
+        let Some(name) = params.text("name") else {
             return Err(RpcError::invalid_params(format!("{} needs `name` (a string)", message.method())));
         };
-        if kind == ListKind::Tools {
-            params = self.unwrap_call_tool(&name, params)?;
-            if name == super::search::CALL_TOOL {
-                name = params.text("name").unwrap_or_default();
-            }
-            self.note_tool_call(session, &name);
-        }
         let (server, renamed) = self.owner(session, kind, &name)?;
         // Written again only when the server knows it by another name (a prefix).
         if let Some(original) = renamed {
@@ -556,7 +525,7 @@ impl Gateway {
         kind: ListKind,
         exposed: &str,
     ) -> Result<(Arc<Server>, Option<String>), RpcError> {
-        let found = self.find_in_list(session, kind, |list| {
+        let found = self.lists.find_in_list(&self.in_force(), session, kind, |list| {
             list.find(exposed).map(|found| (found.server.to_string(), found.original.to_string()))
         })?;
         if let Some((name, original)) = found {
@@ -575,9 +544,9 @@ impl Gateway {
             return Ok(signing_in);
         }
         let shown = crate::catalog::shortened(exposed);
-        let list = self.merged_list(session, kind)?;
+        let list = self.lists.merged(&self.in_force(), session, kind)?;
         // A server still starting is said as such, below, not as unavailable.
-        let starting = self.starting(session, kind);
+        let starting = Lists::starting(&self.in_force(), session, kind);
         let unavailable: Vec<(Arc<Server>, String)> = self
             .left_out(session, &list)
             .into_iter()
@@ -651,10 +620,11 @@ impl Gateway {
     /// The server of a resource: the one listing it, else the one whose
     /// template matches, else the only server offering resources.
     fn resource_owner(&self, session: &Arc<Session>, uri: &str) -> Result<Arc<Server>, RpcError> {
-        let mut owner =
-            self.find_in_list(session, ListKind::Resources, |l| l.find(uri).map(|e| e.server.to_string()))?;
+        let mut owner = self.lists.find_in_list(&self.in_force(), session, ListKind::Resources, |l| {
+            l.find(uri).map(|e| e.server.to_string())
+        })?;
         if owner.is_none() {
-            owner = self.find_in_list(session, ListKind::Templates, |templates| {
+            owner = self.lists.find_in_list(&self.in_force(), session, ListKind::Templates, |templates| {
                 templates
                     .items()
                     .find(|e| crate::catalog::template_matches(e.original, uri))
@@ -721,11 +691,7 @@ impl Gateway {
 
     /// A request's error while mcpgate shuts down names the shutdown, not what it did to the request.
     fn cut_short_by_shutdown(&self, server: &Server, e: RpcError) -> RpcError {
-        if self.life.stopping() {
-            RpcError::server(server.name(), "mcpgate is shutting down; the request was cut short")
-        } else {
-            e
-        }
+        cut_short(&self.life, server, e)
     }
 
     fn set_level(&self, session: &Arc<Session>, message: &Message) -> Outcome {

@@ -14,19 +14,34 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::current::Current;
 use super::forward::{self, FORWARDED, Unreachable};
-use super::{Gateway, SESSION_HEADER};
+use super::peers::Peers;
 use crate::http::{EventSink, HttpError, HttpReply, HttpRequest};
+use crate::protocol::SESSION_HEADER;
 use crate::protocol::jsonrpc::RpcError;
 use crate::runtime::clock;
+use crate::runtime::state::Journal;
 use crate::runtime::state::SavedSession;
 use crate::runtime::store::{Claim, SessionStore, StoreError, plausible_id};
+use crate::session::Sessions;
 use crate::session::{self, Session};
+use crate::stats::Stats;
 
 /// How long a request waits between two looks at a holder it cannot reach.
 const LOOK_AGAIN: Duration = Duration::from_millis(200);
 
-impl Gateway {
+/// What failing over reads of the gateway: the session store and the
+/// configuration in force, the sessions, the counters and the journal.
+pub struct Failover<'a> {
+    pub(super) peers: &'a Peers,
+    pub(super) current: Arc<Current>,
+    pub(super) sessions: &'a Sessions,
+    pub(super) stats: &'a Stats,
+    pub(super) journal: &'a Journal,
+}
+
+impl Failover<'_> {
     /// For a request that names a session: `None` when it is to be answered
     /// here (this instance holds the session, now or after claiming it, or
     /// nobody does, and the request gets 404); else the answer: the holder's,
@@ -42,7 +57,7 @@ impl Gateway {
         if !plausible_id(id) {
             return None;
         }
-        let config = self.current().config.clone();
+        let config = self.current.config.clone();
         // A holder that cannot be reached is dead once its lease has run out.
         let deadline = Instant::now() + config.store_lease + Duration::from_secs(2);
         loop {
@@ -165,7 +180,7 @@ impl Gateway {
     /// journal), its Streamable HTTP servers' sessions taken over by id.
     /// False when it cannot be kept (the session limit, the journal).
     fn adopt(&self, saved: &SavedSession, epoch: u64) -> bool {
-        let current = self.current();
+        let current = &self.current;
         // Its idle time starts now: a client is using it.
         let saved = SavedSession { last_active: clock::unix_now(), ..saved.clone() };
         let live = Session::restore(&saved);

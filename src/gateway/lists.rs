@@ -20,8 +20,12 @@ use crate::protocol::stateless::CacheHints;
 use crate::runtime::threads;
 use crate::session::Session;
 
+use super::current::{Current, visible};
+use super::life::Life;
+use super::merged::Lists;
 use super::outcome::Outcome;
-use super::{Gateway, visible};
+use super::reopen::{cut_short, run_with_reopen};
+use super::search::ToolSearch;
 use crate::catalog::{List, ListKind, ServerItems, ServerList};
 
 /// Pages of one server's list mcpgate follows before it stops.
@@ -178,15 +182,24 @@ pub(super) fn filter_for(server: &crate::config::ServerConfig, kind: ListKind) -
     }
 }
 
-impl Gateway {
-    pub(super) fn list_page(&self, session: &Arc<Session>, kind: ListKind, message: &Message) -> Outcome {
-        self.list_page_of(session, kind, message).0
+/// What the merged lists read of the gateway: the configuration and
+/// servers in force, and its life (a shutdown cuts a fetch short; a prune
+/// gives memory back).
+pub(super) struct InForce<'a> {
+    pub current: Arc<Current>,
+    pub life: &'a Life,
+}
+
+impl Lists {
+    pub(super) fn page(&self, cx: &InForce, session: &Arc<Session>, kind: ListKind, message: &Message) -> Outcome {
+        self.page_of(cx, session, kind, message).0
     }
 
-    /// [`Gateway::list_page`], and the merged list it came from (none on
+    /// [`Lists::page`], and the merged list it came from (none on
     /// an error before it was made).
-    pub(super) fn list_page_of(
+    pub(super) fn page_of(
         &self,
+        cx: &InForce,
         session: &Arc<Session>,
         kind: ListKind,
         message: &Message,
@@ -200,16 +213,17 @@ impl Gateway {
             Some(Value::String(c)) => Some(c.as_str()),
             Some(_) => return (RpcError::invalid_params("`cursor` must be a string").into(), None),
         };
-        let list = match self.merged_list(session, kind) {
+        let list = match self.merged(cx, session, kind) {
             Ok(list) => list,
             Err(e) => return (e.into(), None),
         };
-        let page = if kind == ListKind::Tools && super::search::enabled(self) {
-            self.search_page(&list, cursor).map_or_else(Outcome::from, Outcome::Result)
-        } else {
-            list.page(cursor, self.current().config.page_size).map_or_else(Outcome::from, Outcome::Result)
+        let config = &cx.current.config;
+        let page = match kind {
+            ListKind::Tools => ToolSearch::page(config, &list, cursor),
+            _ => None,
         };
-        (page, Some(list))
+        let page = page.unwrap_or_else(|| list.page(cursor, config.page_size));
+        (page.map_or_else(Outcome::from, Outcome::Result), Some(list))
     }
 
     /// The merged list of `kind` this session sees: the one held for its
@@ -220,13 +234,13 @@ impl Gateway {
     /// a server whose process is still starting past `list_wait_ms`: the
     /// session gets `list_changed` when it is ready. One that does not fit
     /// in `max_memory_mb` is an error naming it.
-    pub(super) fn merged_list(&self, session: &Arc<Session>, kind: ListKind) -> Result<Arc<List>, RpcError> {
-        let cur = self.current();
+    pub(super) fn merged(&self, cx: &InForce, session: &Arc<Session>, kind: ListKind) -> Result<Arc<List>, RpcError> {
+        let cur = &cx.current;
         let view = session.list_view();
-        if let Some(list) = self.lists.find(kind, view, cur.servers.iter().filter(|s| session.allows(s.name()))) {
+        if let Some(list) = self.find(kind, view, cur.servers.iter().filter(|s| session.allows(s.name()))) {
             return Ok(list);
         }
-        let servers = visible(&cur, session);
+        let servers = visible(cur, session);
         let paging = Paging::of(&cur.config);
         let wait = cur.config.connect_timeout + cur.config.request_timeout;
         let found: Mutex<Vec<(usize, ServerItems)>> = Mutex::new(Vec::new());
@@ -259,7 +273,7 @@ impl Gateway {
                     let mut over = None;
                     let mut hints = None;
                     let mut list =
-                        self.run_on_server(session, server, |d| {
+                        run_with_reopen(session, server, cur.config.open_retry, |d| {
                             let mut list = ServerList::builder(kind);
                             read_pages(d, kind.method(), kind.field(), paging, &mut hints, &mut |item| match list
                                 .push(item)
@@ -271,7 +285,8 @@ impl Gateway {
                                 }
                             })?;
                             Ok(list.finish())
-                        })?;
+                        })
+                        .map_err(|e| cut_short(cx.life, server, e))?;
                     if let Some(why) = over {
                         return Err(RpcError::server(
                             server.name(),
@@ -331,23 +346,23 @@ impl Gateway {
         found.sort_by_key(|(rank, _)| *rank);
         let (list, collisions, renamed) = List::merge(kind, found.into_iter().map(|(_, items)| items).collect())
             .map_err(|why| RpcError::internal(format!("{why}: raise max_memory_mb")))?;
-        self.lists.note_names(collisions, renamed);
+        self.note_names(collisions, renamed);
         let list = Arc::new(list);
         if !left_out.into_inner() {
-            self.lists.keep(kind, view, list.clone());
+            self.keep(kind, view, list.clone());
         }
         Ok(list)
     }
 
     /// The servers this session sees whose part of the list of `kind` is
     /// not held and whose process is still starting.
-    pub(super) fn starting(&self, session: &Session, kind: ListKind) -> Vec<Arc<Server>> {
+    pub(super) fn starting(cx: &InForce, session: &Session, kind: ListKind) -> Vec<Arc<Server>> {
         let view = session.list_view();
-        visible(&self.current(), session)
+        visible(&cx.current, session)
             .into_iter()
             .filter(|s| {
                 s.lists.current(kind, view).is_none()
-                    && !session.failed_within(s.name(), self.current().config.open_retry)
+                    && !session.failed_within(s.name(), cx.current.config.open_retry)
                     && s.warm(session.principal(), std::time::Duration::ZERO, None) == Readiness::Starting
             })
             .collect()
@@ -359,21 +374,22 @@ impl Gateway {
     /// before a process was ready goes to it, not to "unknown tool".
     pub(super) fn find_in_list<T>(
         &self,
+        cx: &InForce,
         session: &Arc<Session>,
         kind: ListKind,
         find: impl Fn(&List) -> Option<T>,
     ) -> Result<Option<T>, RpcError> {
-        if let Some(found) = find(&*self.merged_list(session, kind)?) {
+        if let Some(found) = find(&*self.merged(cx, session, kind)?) {
             return Ok(Some(found));
         }
-        let starting = self.starting(session, kind);
+        let starting = Lists::starting(cx, session, kind);
         if starting.is_empty() {
             return Ok(None);
         }
         threads::for_each_parallel("fanout", &starting, starting.len(), |server| {
             server.warm(session.principal(), server.limits.start, None);
         });
-        Ok(find(&*self.merged_list(session, kind)?))
+        Ok(find(&*self.merged(cx, session, kind)?))
     }
 
     /// Lets go of the lists of servers no session uses any more, and of the
@@ -381,23 +397,22 @@ impl Gateway {
     /// the reaper's job. A server's lists end so within a round of the
     /// reaper after its last session closed (`session_idle_timeout_secs` /
     /// 10, at most 5 s).
-    pub fn prune_lists(&self) {
-        let current = self.current();
+    pub fn prune_all(&self, current: &Current, life: &Life) {
         let mut let_go = 0;
         for server in &current.servers {
             if server.live_sessions.get() == 0 {
                 let_go += server.lists.clear();
             }
         }
-        let_go += self.lists.prune(&current.servers);
+        let_go += self.prune(&current.servers);
         if let_go > 0 {
-            self.life.release_memory();
+            life.release_memory();
         }
     }
 
     /// Bytes of the lists held for the sessions: each server's, and the
     /// merged ones' own, for the status page.
-    pub fn list_cache_bytes(&self) -> usize {
-        self.current().servers.iter().map(|s| s.lists.bytes()).sum::<usize>() + self.lists.bytes()
+    pub fn cache_bytes(&self, current: &Current) -> usize {
+        current.servers.iter().map(|s| s.lists.bytes()).sum::<usize>() + self.bytes()
     }
 }

@@ -2,14 +2,16 @@
 //! servers, and the client sessions. A request comes in at
 //! `streamable_http` (HTTP; the 2026-07-28 era's requests go on to
 //! `stateless/`, with its pools, held and watched calls), is answered or
-//! forwarded by `dispatch`, whose lists come from `lists` (kept, with
-//! the names their merges collided on or renamed, by `merged`'s `Lists`)
-//! and `catalog`; every handler answers with an `outcome`.
+//! forwarded by `dispatch`, whose lists come from `lists` (`Lists`, in
+//! `merged`, keeps them with the names their merges collided on or
+//! renamed) and `catalog`; `current` is the configuration in force, and
+//! `reopen` runs work on a downstream session, opened anew if need be;
+//! every handler answers with an `outcome`.
 //! `reload` swaps the configuration, and `life` keeps the reload and
 //! shutdown state; `govern` the rate limits and the audit log;
 //! `downstreams` what the servers share; `peers` the session store shared
-//! with other instances; `search` is the `tool_search` mode's two tools,
-//! and `searches` what it has seen.
+//! with other instances; `search`'s `ToolSearch` is the `tool_search` mode's
+//! two tools, and `searches` what it has seen.
 
 use std::sync::Arc;
 
@@ -24,6 +26,7 @@ use crate::stats::Stats;
 mod audit;
 mod authorize;
 pub mod check;
+mod current;
 mod dispatch;
 mod downstreams;
 mod failover;
@@ -36,6 +39,7 @@ mod outcome;
 mod peers;
 mod rate;
 mod reload;
+mod reopen;
 mod search;
 pub mod searches;
 mod spans;
@@ -44,30 +48,15 @@ mod streamable_http;
 
 pub use crate::protocol::stateless::UNSUPPORTED_PROTOCOL_VERSION;
 pub use crate::protocol::{SESSION_HEADER, VERSION_HEADER};
+pub use current::Current;
+use current::visible;
 pub use downstreams::Downstreams;
 pub use govern::Govern;
 pub use life::{Life, ReloadOutcome};
 pub use merged::Lists;
 pub use peers::Peers;
+pub use search::ToolSearch;
 pub use stateless::Stateless;
-
-/// The configuration in force and its servers; replaced whole on reload.
-pub struct Current {
-    pub config: Config,
-    /// In configuration order: the first wins a name collision.
-    pub servers: Vec<Arc<Server>>,
-}
-
-impl Current {
-    pub fn server(&self, name: &str) -> Option<&Arc<Server>> {
-        self.servers.iter().find(|s| s.name() == name)
-    }
-
-    /// Position in the configuration, for collision order.
-    fn rank(&self, name: &str) -> usize {
-        self.servers.iter().position(|s| s.name() == name).unwrap_or(usize::MAX)
-    }
-}
 
 /// The gateway: configuration, servers, sessions and counters.
 pub struct Gateway {
@@ -84,8 +73,8 @@ pub struct Gateway {
     /// The merged lists, one per kind and view, shared by the sessions, and
     /// the collisions and renames their merges found.
     pub lists: Lists,
-    /// What the `tool_search` mode has seen: its queries and its index.
-    pub searches: searches::Searches,
+    /// The `tool_search` mode, with what it has seen: its queries and its index.
+    pub search: ToolSearch,
     /// Its start, reloads, shutdown, memory given back and refused sessions.
     pub life: Life,
     /// The 2026-07-28 era's pools, held calls and watched calls.
@@ -114,12 +103,28 @@ impl Gateway {
             stats,
             downstreams,
             lists: Lists::default(),
-            searches: searches::Searches::default(),
+            search: ToolSearch::default(),
             life: Life::new(),
             stateless: Stateless::new(),
             govern: Govern::default(),
             instance_id,
         }
+    }
+
+    /// What failing over a session to or from another instance reads of the gateway.
+    pub fn failover(&self) -> failover::Failover<'_> {
+        failover::Failover {
+            peers: &self.peers,
+            current: self.current(),
+            sessions: &self.sessions,
+            stats: &self.stats,
+            journal: &self.journal,
+        }
+    }
+
+    /// What the merged lists read of the gateway.
+    fn in_force(&self) -> lists::InForce<'_> {
+        lists::InForce { current: self.current(), life: &self.life }
     }
 
     /// What every server shares.
@@ -185,6 +190,20 @@ impl Gateway {
         govern::issuer(&self.current().config)
     }
 
+    /// What tool search makes of a `tools/call` of `session` (`new`: not
+    /// the retry of a held call): the one place either era asks it.
+    fn tool_search<'p>(
+        &self,
+        session: &Arc<Session>,
+        params: jsonrpc::Params<'p>,
+        new: bool,
+    ) -> Result<search::Route<'p>, RpcError> {
+        let cur = self.current();
+        let tools = || self.lists.merged(&self.in_force(), session, crate::catalog::ListKind::Tools);
+        let scope = search::Scope { config: &cur.config, servers: &cur.servers, stats: &self.stats, tools: &tools };
+        self.search.tools_call(&scope, session, params, new)
+    }
+
     /// Starts, changes or stops the span exporter as `tracing` says (at
     /// start and on every reload).
     pub fn configure_tracing(&self) {
@@ -213,10 +232,6 @@ impl Gateway {
             server.warm(principal, std::time::Duration::ZERO, None);
         }
     }
-}
-
-fn visible(current: &Current, session: &Session) -> Vec<Arc<Server>> {
-    current.servers.iter().filter(|s| session.allows(s.name())).cloned().collect()
 }
 
 fn new_server(config: &crate::config::ServerConfig, all: &Config, context: &Context) -> Arc<Server> {

@@ -18,20 +18,21 @@
 //! For the status page, [`Searches`] keeps the most asked queries and how
 //! often their first result was the next tool called: a bounded table
 //! ([`MAX_QUERIES`] queries of [`MAX_QUERY_CHARS`] characters), whatever
-//! clients send; it lives in `searches`.
+//! clients send; [`ToolSearch`] keeps it.
 
 use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
-use crate::catalog::{List, ListKind, glob};
-use crate::config::ToolSearch;
+use crate::catalog::{List, glob};
+use crate::config::Config;
+use crate::downstream::Server;
 use crate::protocol::jsonrpc::{Params, RpcError};
 use crate::session::Session;
+use crate::stats::Stats;
 
 use super::outcome::Outcome;
-use super::searches::normalise;
-use super::{Gateway, visible};
+use super::searches::{Searches, normalise};
 
 pub const FIND_TOOLS: &str = "find_tools";
 pub const CALL_TOOL: &str = "call_tool";
@@ -40,11 +41,6 @@ pub const CALL_TOOL: &str = "call_tool";
 const SERVERS_NAMED: usize = 20;
 /// Tool names an empty query shows per server, as examples.
 const EXAMPLES: usize = 5;
-
-/// Whether the mode is on.
-pub(super) fn enabled(gateway: &Gateway) -> bool {
-    gateway.current().config.tool_search.enabled
-}
 
 /// `call_tool`'s params made into those of the direct call: `name` and
 /// `arguments` from its arguments; `_meta` (the progress token) and `task`
@@ -76,7 +72,7 @@ pub(super) fn unwrap_call<'p>(mut params: Params<'p>) -> Result<Params<'p>, RpcE
 
 /// The two tools of the mode, as `tools/list` shows them; `find_tools`
 /// names the servers of `list` and their tool counts.
-fn own_tools(list: &List, config: &ToolSearch) -> [Value; 2] {
+fn own_tools(list: &List, config: &crate::config::ToolSearch) -> [Value; 2] {
     let counts = counts(list);
     let mut servers: Vec<String> =
         counts.iter().take(SERVERS_NAMED).map(|(name, n, _)| format!("`{name}` ({n} tools)")).collect();
@@ -155,53 +151,129 @@ fn tool_error(text: String) -> Value {
     json!({"content": [{"type": "text", "text": text}], "isError": true})
 }
 
-impl Gateway {
+/// What the mode reads of the gateway for one session's `tools/call`:
+/// the configuration and servers in force, the counters, and the
+/// session's merged list of tools, made only when a search needs it.
+pub(super) struct Scope<'a> {
+    pub config: &'a Config,
+    pub servers: &'a [Arc<Server>],
+    pub stats: &'a Stats,
+    pub tools: &'a dyn Fn() -> Result<Arc<List>, RpcError>,
+}
+
+/// What becomes of a `tools/call` with the mode on or off.
+pub(super) enum Route<'p> {
+    /// `find_tools`: answered here.
+    Answer(Outcome),
+    /// Any other tool, `call_tool` unwrapped into the direct call it stands for.
+    Call(Params<'p>),
+}
+
+/// The `tool_search` mode: what it has seen, and what it does to a
+/// `tools/list` and a `tools/call`.
+#[derive(Default)]
+pub struct ToolSearch {
+    /// Its queries and its index, for the status page.
+    pub seen: Searches,
+}
+
+impl ToolSearch {
+    /// Whether the mode is on.
+    pub(super) fn enabled(config: &Config) -> bool {
+        config.tool_search.enabled
+    }
+
     /// With the mode on, a page of `tools/list`: mcpgate's two tools, then
-    /// the pinned ones of `list`.
-    pub(super) fn search_page(&self, list: &List, cursor: Option<&str>) -> Result<Value, RpcError> {
-        let cur = self.current();
-        let config = &cur.config.tool_search;
-        let own = own_tools(list, config);
+    /// the pinned ones of `list`; `None` with it off.
+    pub(super) fn page(config: &Config, list: &List, cursor: Option<&str>) -> Option<Result<Value, RpcError>> {
+        if !Self::enabled(config) {
+            return None;
+        }
+        let search = &config.tool_search;
+        let own = own_tools(list, search);
         let pinned: Vec<Value> = list
             .items()
             .filter(|found| {
                 let name = found.exposed;
-                name != FIND_TOOLS && name != CALL_TOOL && config.pinned.iter().any(|g| glob(g, name))
+                name != FIND_TOOLS && name != CALL_TOOL && search.pinned.iter().any(|g| glob(g, name))
             })
             .map(|found| list.exposed_item(found))
             .collect();
         let items: Vec<&Value> = own.iter().chain(&pinned).collect();
-        list.page_of(&items, cursor, cur.config.page_size)
+        Some(list.page_of(&items, cursor, config.page_size))
     }
 
-    /// A `tools/call` of `find_tools` with the mode on: its answer; `None`
-    /// for any other call.
-    pub(super) fn own_tool(&self, session: &Arc<Session>, params: &Params) -> Option<Outcome> {
-        if !enabled(self) || params.str("name").as_deref() != Some(FIND_TOOLS) {
-            return None;
+    /// A `tools/call`: `find_tools` answered; `call_tool` unwrapped (and
+    /// counted) into the direct call; a call of any tool counted as a hit
+    /// when its session's last search found it first. `new` is false for
+    /// the retry of a held call, counted when it was new: only `find_tools`
+    /// is answered, the params are left as they are.
+    pub(super) fn tools_call<'p>(
+        &self,
+        scope: &Scope,
+        session: &Arc<Session>,
+        params: Params<'p>,
+        new: bool,
+    ) -> Result<Route<'p>, RpcError> {
+        if !Self::enabled(scope.config) {
+            return Ok(Route::Call(params));
         }
+        if params.str("name").as_deref() == Some(FIND_TOOLS) {
+            return Ok(Route::Answer(self.own_tool(scope, session, &params)));
+        }
+        let Some(name) = params.text("name").filter(|_| new) else { return Ok(Route::Call(params)) };
+        let (params, name) = match name == CALL_TOOL {
+            true => {
+                let params = Self::unwrap_call_tool(scope.stats, params)?;
+                let name = params.text("name").unwrap_or_default().into_owned();
+                (params, name)
+            }
+            false => (params, name.into_owned()),
+        };
+        if self.seen.called(&session.id, &name) {
+            scope.stats.tool_search_hits.inc();
+        }
+        Ok(Route::Call(params))
+    }
+
+    /// The tool a `tools/call` of `name` calls: through `call_tool`, the
+    /// one in its arguments (counted as one of its calls).
+    pub(super) fn called_tool(config: &Config, stats: &Stats, name: String, params: Params) -> String {
+        if name != CALL_TOOL || !Self::enabled(config) {
+            return name;
+        }
+        Self::unwrap_call_tool(stats, params).ok().and_then(|p| p.str("name")).unwrap_or(name)
+    }
+
+    fn unwrap_call_tool<'p>(stats: &Stats, params: Params<'p>) -> Result<Params<'p>, RpcError> {
+        stats.tool_search_calls.inc();
+        unwrap_call(params)
+    }
+
+    /// A `tools/call` of `find_tools`: its answer.
+    fn own_tool(&self, scope: &Scope, session: &Arc<Session>, params: &Params) -> Outcome {
         let arguments = params.value("arguments").unwrap_or(Value::Null);
         let query = match &arguments["query"] {
             Value::String(q) => q.clone(),
             Value::Null => String::new(),
-            _ => return Some(Outcome::Result(tool_error(format!("{FIND_TOOLS}: `query` must be a string")))),
+            _ => return Outcome::Result(tool_error(format!("{FIND_TOOLS}: `query` must be a string"))),
         };
         let server = match &arguments["server"] {
             Value::String(s) if !s.is_empty() => Some(s.clone()),
             Value::String(_) | Value::Null => None,
-            _ => return Some(Outcome::Result(tool_error(format!("{FIND_TOOLS}: `server` must be a string")))),
+            _ => return Outcome::Result(tool_error(format!("{FIND_TOOLS}: `server` must be a string"))),
         };
-        Some(Outcome::Result(self.find_tools(session, &query, server.as_deref())))
+        Outcome::Result(self.find_tools(scope, session, &query, server.as_deref()))
     }
 
-    fn find_tools(&self, session: &Arc<Session>, query: &str, server: Option<&str>) -> Value {
-        self.stats.tool_searches.inc();
-        let list = match self.merged_list(session, ListKind::Tools) {
+    fn find_tools(&self, scope: &Scope, session: &Arc<Session>, query: &str, server: Option<&str>) -> Value {
+        scope.stats.tool_searches.inc();
+        let list = match (scope.tools)() {
             Ok(list) => list,
             Err(e) => return tool_error(format!("{FIND_TOOLS}: {}", e.message)),
         };
-        let cur = self.current();
-        let reachable: Vec<String> = visible(&cur, session).iter().map(|s| s.name().to_string()).collect();
+        let reachable: Vec<String> =
+            scope.servers.iter().filter(|s| session.allows(s.name())).map(|s| s.name().to_string()).collect();
         if let Some(server) = server
             && !reachable.iter().any(|s| s == server)
         {
@@ -211,21 +283,21 @@ impl Gateway {
             ));
         }
         if query.trim().is_empty() {
-            return tool_result(self.servers_answer(session, &list, server));
+            return tool_result(servers_answer(session, &list, server));
         }
         let (index, built) = match list.tool_index() {
             Ok(index) => index,
             Err(why) => return tool_error(format!("{FIND_TOOLS}: {why}; raise max_memory_mb")),
         };
         if built {
-            self.stats.tool_search_indexes_built.inc();
-            self.searches.built(index.tools(), index.bytes());
+            scope.stats.tool_search_indexes_built.inc();
+            self.seen.built(index.tools(), index.bytes());
         }
-        let limit = cur.config.tool_search.max_results;
+        let limit = scope.config.tool_search.max_results;
         let hits = index.search(query, limit, |i| server.is_none_or(|s| list.item(i).is_some_and(|f| f.server == s)));
         let tools: Vec<Value> = hits.iter().filter_map(|h| list.item(h.entry)).map(|f| list.exposed_item(f)).collect();
         let first = tools.first().and_then(|t| t["name"].as_str());
-        self.searches.asked(&session.id, query, first);
+        self.seen.asked(&session.id, query, first);
         if tools.is_empty() {
             return tool_result(json!({
                 "tools": [],
@@ -237,51 +309,34 @@ impl Gateway {
         }
         tool_result(json!({ "tools": tools }))
     }
+}
 
-    /// The answer to an empty query: each server with its tool count and
-    /// a few of its tools' names; those that could not be reached, with why.
-    fn servers_answer(&self, session: &Session, list: &List, only: Option<&str>) -> Value {
-        let servers: Vec<Value> = counts(list)
-            .into_iter()
-            .filter(|(name, _, _)| only.is_none_or(|o| o == name))
-            .map(|(name, tools, examples)| json!({"server": name, "tools": tools, "examples": examples}))
-            .collect();
-        let mut answer = Map::new();
-        answer.insert("servers".into(), Value::Array(servers));
-        let failed: Vec<Value> = session
-            .failed_servers()
-            .into_iter()
-            .filter(|(name, _)| only.is_none_or(|o| o == name))
-            .map(|(name, error)| json!({"server": name, "error": error}))
-            .collect();
-        if !failed.is_empty() {
-            answer.insert("unavailable".into(), Value::Array(failed));
-        }
-        Value::Object(answer)
+/// The answer to an empty query: each server with its tool count and
+/// a few of its tools' names; those that could not be reached, with why.
+fn servers_answer(session: &Session, list: &List, only: Option<&str>) -> Value {
+    let servers: Vec<Value> = counts(list)
+        .into_iter()
+        .filter(|(name, _, _)| only.is_none_or(|o| o == name))
+        .map(|(name, tools, examples)| json!({"server": name, "tools": tools, "examples": examples}))
+        .collect();
+    let mut answer = Map::new();
+    answer.insert("servers".into(), Value::Array(servers));
+    let failed: Vec<Value> = session
+        .failed_servers()
+        .into_iter()
+        .filter(|(name, _)| only.is_none_or(|o| o == name))
+        .map(|(name, error)| json!({"server": name, "error": error}))
+        .collect();
+    if !failed.is_empty() {
+        answer.insert("unavailable".into(), Value::Array(failed));
     }
-
-    /// A `tools/call` of `call_tool` with the mode on: the params of the
-    /// direct call it stands for. Any other call's params as they are.
-    pub(super) fn unwrap_call_tool<'p>(&self, name: &str, params: Params<'p>) -> Result<Params<'p>, RpcError> {
-        if name != CALL_TOOL || !enabled(self) {
-            return Ok(params);
-        }
-        self.stats.tool_search_calls.inc();
-        unwrap_call(params)
-    }
-
-    /// `session` calls the tool `exposed`: counts a hit for its last search.
-    pub(super) fn note_tool_call(&self, session: &Session, exposed: &str) {
-        if enabled(self) && self.searches.called(&session.id, exposed) {
-            self.stats.tool_search_hits.inc();
-        }
-    }
+    Value::Object(answer)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::{Filter, Naming, ServerItems, ServerList};
+    use crate::catalog::{Filter, ListKind, Naming, ServerItems, ServerList};
 
     fn list() -> List {
         let _budget = crate::runtime::memory::TEST_BUDGET.lock();
@@ -336,7 +391,8 @@ mod tests {
 
     #[test]
     fn find_tools_names_the_servers_and_their_counts() {
-        let [find, call] = own_tools(&list(), &ToolSearch { enabled: true, pinned: vec![], max_results: 4 });
+        let [find, call] =
+            own_tools(&list(), &crate::config::ToolSearch { enabled: true, pinned: vec![], max_results: 4 });
         let description = find["description"].as_str().unwrap();
         assert!(description.contains("`files` (2 tools), `web` (1 tools)"), "{description}");
         assert!(description.contains("up to 4 matching tools"), "{description}");

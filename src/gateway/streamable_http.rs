@@ -297,7 +297,7 @@ impl Gateway {
         if message.method() == "initialize" && message.kind() == Ok(Kind::Request) {
             return self.initialize(message, access);
         }
-        if let Some(elsewhere) = self.elsewhere(req, sink) {
+        if let Some(elsewhere) = self.failover().elsewhere(req, sink) {
             return elsewhere;
         }
         let session = match self.session_of(req, access) {
@@ -371,7 +371,7 @@ impl Gateway {
                 );
             }
         };
-        if let Some(elsewhere) = self.elsewhere(req, &mut NoStream) {
+        if let Some(elsewhere) = self.failover().elsewhere(req, &mut NoStream) {
             return elsewhere;
         }
         let session = match self.session_of(req, access) {
@@ -592,7 +592,7 @@ impl Gateway {
         if !req.http11 {
             return HttpReply::bad(400, "the GET stream needs HTTP/1.1");
         }
-        if let Some(elsewhere) = self.elsewhere(req, &mut NoStream) {
+        if let Some(elsewhere) = self.failover().elsewhere(req, &mut NoStream) {
             return elsewhere;
         }
         let session = match self.session_of(req, access) {
@@ -663,7 +663,9 @@ impl Gateway {
             _ => None,
         };
         let Some(name) = name else { return false };
-        let Ok(list) = self.merged_list(session, crate::catalog::ListKind::Tools) else { return false };
+        let Ok(list) = self.lists.merged(&self.in_force(), session, crate::catalog::ListKind::Tools) else {
+            return false;
+        };
         let Some(found) = list.find(&name) else { return false };
         let tool: Value = serde_json::from_str(found.json).unwrap_or_default();
         tool["annotations"]["readOnlyHint"] == true || tool["annotations"]["idempotentHint"] == true
@@ -676,7 +678,7 @@ impl Gateway {
         let Some(id) = req.header(SESSION_HEADER) else {
             return HttpReply::bad(400, "DELETE /mcp needs the Mcp-Session-Id header");
         };
-        if let Some(elsewhere) = self.elsewhere(req, &mut NoStream) {
+        if let Some(elsewhere) = self.failover().elsewhere(req, &mut NoStream) {
             return elsewhere;
         }
         // The end of a session is answered once it is on disk: a crash

@@ -112,7 +112,7 @@ fn beat(gateway: &Gateway, losses: &mut u64) -> bool {
                 session.mark_checked(now);
                 kept += 1;
             }
-            Ok(false) => gateway.let_go(&session.id),
+            Ok(false) => gateway.failover().let_go(&session.id),
             Err(e) => {
                 gateway.stats.store_errors.inc();
                 crate::limited!(warn, "{e}: a session held here goes on unchecked");

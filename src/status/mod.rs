@@ -75,13 +75,13 @@ pub(crate) fn readings(g: &Gateway) -> Vec<Reading> {
         memory_limit: (crate::runtime::memory::limit() as u64).into(),
         memory_share: (crate::runtime::memory::share() as u64).into(),
         memory_sessionless_calls: (g.stateless.call_bytes() as u64).into(),
-        memory_list_cache: (g.list_cache_bytes() as u64).into(),
+        memory_list_cache: (g.lists.cache_bytes(&g.current()) as u64).into(),
         memory_refused: crate::runtime::memory::refused().into(),
         memory_since_refused: crate::runtime::memory::secs_since_refused()
             .unwrap_or_else(|| g.life.started().elapsed().as_secs())
             .into(),
-        tool_search_index_tools: (g.searches.index_size().0 as u64).into(),
-        tool_search_index_bytes: (g.searches.index_size().1 as u64).into(),
+        tool_search_index_tools: (g.search.seen.index_size().0 as u64).into(),
+        tool_search_index_bytes: (g.search.seen.index_size().1 as u64).into(),
         sessions_live: (g.sessions.len() as u64).into(),
         rate_buckets: (g.govern.rate_buckets() as u64).into(),
         audit_written: audit.0.into(),
@@ -207,7 +207,7 @@ pub(crate) fn json_from(g: &Gateway, readings: &[Reading]) -> Value {
             "enabled": current.config.tool_search.enabled,
             "pinned": current.config.tool_search.pinned,
             "max_results": current.config.tool_search.max_results,
-            "top_queries": g.searches.top().iter().map(|q| json!({"query": q.query, "asked": q.asked, "first_result_called": q.hits})).collect::<Vec<_>>(),
+            "top_queries": g.search.seen.top().iter().map(|q| json!({"query": q.query, "asked": q.asked, "first_result_called": q.hits})).collect::<Vec<_>>(),
         },
     });
     // Every counter and gauge, in its place.

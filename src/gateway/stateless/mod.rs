@@ -46,10 +46,13 @@ use crate::session::{ListenFilter, Session};
 
 use super::authorize::{sign_in_2026, sign_in_retry};
 use super::dispatch::{self, instructions};
+use super::search::Route;
 use super::{Gateway, accepts, new_session_id, too_busy};
 use crate::gateway::outcome::{CallEvents, Outcome};
+use call::{NewCall, answer, error_reply, finish_with, log_level_of, own_hints};
 use holds::{HeldCall, HoldEvent, HoldThread};
 
+mod call;
 pub(super) mod holds;
 mod tasks;
 pub(super) mod watch;
@@ -63,7 +66,6 @@ const LOOK: Duration = Duration::from_millis(250);
 /// How long a client may keep mcpgate's own answers, in ms: a merged list
 /// (for a server whose list says nothing of it), and `server/discover`.
 const LIST_TTL_MS: u64 = 5_000;
-const DISCOVER_TTL_MS: u64 = 60_000;
 
 /// What the 2026-07-28 era keeps across requests: its pools, its held
 /// calls and its watched calls.
@@ -146,32 +148,12 @@ fn is_bare_probe(req: &HttpRequest, message: &Message) -> bool {
     !has_meta && req.header(VERSION_HEADER).is_none_or(crate::protocol::versions::supported)
 }
 
-/// The level of a `notifications/message`, read from the message as it
-/// came; `None` for any other message.
-fn log_level_of(message: &Message) -> Option<String> {
-    if message.method() != "notifications/message" {
-        return None;
-    }
-    #[derive(serde::Deserialize)]
-    struct Level {
-        level: Option<String>,
-    }
-    let params = message.params.as_deref().and_then(|p| serde_json::from_str::<Level>(p.get()).ok());
-    // A message without a level is held to the strictest wish.
-    Some(params.and_then(|p| p.level).unwrap_or_else(|| "debug".into()))
-}
-
 /// A request of this era as it came and was checked: its params, read
 /// once, and what it says of its client.
 struct Checked<'a> {
     message: &'a Message,
     params: Result<Params<'a>, RpcError>,
     envelope: Envelope,
-}
-
-/// An error answer of this era: its HTTP status follows its code.
-fn error_reply(id: &Value, e: &RpcError) -> HttpReply {
-    HttpReply::error(stateless::http_status(e.code), id, e)
 }
 
 impl Gateway {
@@ -214,16 +196,16 @@ impl Gateway {
         };
         let method = message.method();
         if let Some(kind) = ListKind::from_method(method) {
-            let (page, list) = self.list_page_of(&pool, kind, message);
+            let (page, list) = self.lists.page_of(&self.in_force(), &pool, kind, message);
             // Merged by mcpgate from its servers' lists: the shortest life
             // and the narrowest scope of theirs, private too when tokens decide
             // what a client sees.
-            let own = self.own_hints(LIST_TTL_MS);
+            let own = own_hints(self.current().config.tokens.is_some(), LIST_TTL_MS);
             let hints = list.map_or(own, |list| {
                 let merged = list.cache_hints(own);
                 CacheHints { private: merged.private || own.private, ..merged }
             });
-            return self.finish_with(&id, method, page, None, hints);
+            return finish_with(&id, method, page, None, hints);
         }
         match method {
             "tools/call" | "prompts/get" | "resources/read" | "completion/complete" => {
@@ -235,7 +217,9 @@ impl Gateway {
                 self.stateless_call(req, &pool, Checked { message, params, envelope }, sink, access)
             }
             "subscriptions/listen" => self.listen(req, &pool, message),
-            "tasks/get" | "tasks/update" | "tasks/cancel" => self.task_request(&pool, message),
+            "tasks/get" | "tasks/update" | "tasks/cancel" => {
+                self.tasks(&pool, |tasks| tasks.task_request(&pool, message))
+            }
             _ => {
                 let e = RpcError::new(
                     jsonrpc::METHOD_NOT_FOUND,
@@ -300,7 +284,7 @@ impl Gateway {
         // core protocol in this era for an extension (see `tasks`), and
         // resource subscriptions (`subscriptions/listen`'s
         // `resourceSubscriptions`) are not bridged.
-        let offers_tasks = self.offers_tasks(&capabilities, &opened);
+        let offers_tasks = tasks::offers_tasks(&capabilities, &opened);
         if let Value::Object(caps) = &mut capabilities {
             caps.remove("tasks");
             if offers_tasks && let Value::Object(extensions) = caps.entry("extensions").or_insert_with(|| json!({})) {
@@ -379,13 +363,16 @@ impl Gateway {
         if let Err(e) = sign_in_retry(&self.downstreams.oauth, within, &mut params, access.user()) {
             return error_reply(&id, &e);
         }
-        if message.method() == "tools/call"
-            && let Some(outcome) = self.own_tool(pool, &params)
-        {
-            return self.finish(&id, message.method(), outcome, None);
+        let state = params.str("requestState").filter(|s| s.starts_with(holds::STATE_PREFIX));
+        if message.method() == "tools/call" {
+            params = match self.tool_search(pool, params, state.is_none()) {
+                Ok(Route::Answer(outcome)) => return self.finish(&id, message.method(), outcome, None),
+                Ok(Route::Call(params)) => params,
+                Err(e) => return error_reply(&id, &e),
+            };
         }
         let token = access.principal();
-        let held = match params.str("requestState").filter(|s| s.starts_with(holds::STATE_PREFIX)) {
+        let held = match state {
             Some(state) => match self.stateless.holds.take(&state, token.as_ref()) {
                 Ok(mut held) => {
                     self.deliver_answers(&mut held, params.value("inputResponses"));
@@ -401,8 +388,10 @@ impl Gateway {
                 if new.server.era() == Some(stateless::VERSION) {
                     return self.call_here(req, pool, new, envelope, sink, &id);
                 }
-                match self.as_task(pool, &new, envelope) {
-                    Ok(true) => return self.create_task(req, pool, new, envelope, sink, &id),
+                match self.tasks(pool, |tasks| tasks.as_task(pool, &new, envelope)) {
+                    Ok(true) => {
+                        return self.tasks(pool, |tasks| tasks.create_task(req, pool, new, envelope, sink, &id));
+                    }
                     Ok(false) => {}
                     Err(e) => return error_reply(&id, &e),
                 }
@@ -472,7 +461,8 @@ impl Gateway {
         sink: &mut dyn EventSink,
         id: &Value,
     ) -> HttpReply {
-        let (outcome, streaming) = self.run_here(req, pool, &new, envelope, sink);
+        let watch = &self.stateless.watch;
+        let (outcome, streaming) = call::run_here(watch, &self.call_settings(), req, pool, &new, envelope, sink);
         let outcome = match sign_in_2026(new.call.method(), outcome, envelope) {
             // A task of the server's (the tasks extension): the client gets one of mcpgate's ids.
             Outcome::Forwarded(answer) if answer.result.as_ref().is_some_and(|r| stateless::is_task(r.get())) => {
@@ -481,24 +471,6 @@ impl Gateway {
             outcome => outcome,
         };
         self.finish(id, new.call.method(), outcome, streaming)
-    }
-
-    /// Runs a new call on this connection's thread, its client watched (it
-    /// cancels by closing its stream); what the server sends on the way goes
-    /// to `sink` as SSE. The outcome, and whether a stream was started.
-    fn run_here(
-        &self,
-        req: &HttpRequest,
-        pool: &Arc<Session>,
-        new: &NewCall,
-        envelope: &Envelope,
-        sink: &mut dyn EventSink,
-    ) -> (Outcome, Option<()>) {
-        let _watching =
-            self.stateless.watch.add(new.number, req.client.as_ref(), pool, &new.call_id, dispatch::cancel_call);
-        let mut events = HereEvents { sink, envelope, streaming: false };
-        let outcome = dispatch::call(pool, &new.server, &new.call, &new.params, &mut events, &self.call_settings());
-        (outcome, events.streaming.then_some(()))
     }
 
     /// Starts a new call to a session-era server on a thread of its own:
@@ -702,73 +674,24 @@ impl Gateway {
         dispatch::cancel_call(pool, call_id, reason);
     }
 
-    /// The answer of this era: the result with what the era requires of
-    /// it, or the error with its status; the last event of the stream when
-    /// one was started.
-    /// A result passed on from a server keeps the cache hints it came with;
-    /// one without gets [`CacheHints::UNKNOWN`], never public.
+    /// What the tasks extension reads of the gateway, for a request of `pool`.
+    fn tasks<T>(&self, pool: &Arc<Session>, work: impl FnOnce(&tasks::Tasks) -> T) -> T {
+        let cur = self.current();
+        let tools = || self.lists.merged(&self.in_force(), pool, ListKind::Tools);
+        work(&tasks::Tasks {
+            config: &cur.config,
+            servers: &cur.servers,
+            stats: &self.stats,
+            holds: &self.stateless.holds,
+            watch: &self.stateless.watch,
+            settings: self.call_settings(),
+            tools: &tools,
+        })
+    }
+
+    /// [`answer`] under the configuration in force.
     fn finish(&self, id: &Value, method: &str, outcome: Outcome, streaming: Option<()>) -> HttpReply {
-        let hints = if method == "server/discover" { self.own_hints(DISCOVER_TTL_MS) } else { CacheHints::UNKNOWN };
-        self.finish_with(id, method, outcome, streaming, hints)
-    }
-
-    /// The cache hints of an answer of mcpgate's own: private when tokens
-    /// decide what a client sees.
-    fn own_hints(&self, ttl_ms: u64) -> CacheHints {
-        CacheHints { ttl_ms, private: self.current().config.tokens.is_some() }
-    }
-
-    /// [`Gateway::finish`], with `hints` for a result of a cacheable method
-    /// that carries none.
-    fn finish_with(
-        &self,
-        id: &Value,
-        method: &str,
-        outcome: Outcome,
-        streaming: Option<()>,
-        hints: CacheHints,
-    ) -> HttpReply {
-        let (bytes, status) = match outcome {
-            // Complete as it came (a server of this era's call result): passed on unparsed, and
-            // when not a stream, written around the server's bytes rather than copied.
-            Outcome::Forwarded(Message { result: Some(result), .. })
-                if !stateless::is_cacheable(method) && stateless::has_result_type(result.get()) =>
-            {
-                return match streaming {
-                    Some(()) => HttpReply::sse(sse::encode(None, &jsonrpc::result_text(id, &result))),
-                    None => HttpReply::answer(id, result),
-                };
-            }
-            Outcome::Result(Value::Object(mut result)) => {
-                stateless::complete_result(method, &mut result, hints);
-                (jsonrpc::result(id, &jsonrpc::raw(&Value::Object(result))), 200)
-            }
-            Outcome::Result(other) => (jsonrpc::result(id, &jsonrpc::raw(&other)), 200),
-            Outcome::Forwarded(answer) => match (&answer.result, &answer.error) {
-                (Some(result), _) => match serde_json::from_str::<Value>(result.get()) {
-                    Ok(Value::Object(mut result)) => {
-                        stateless::complete_result(method, &mut result, hints);
-                        (jsonrpc::result(id, &jsonrpc::raw(&Value::Object(result))), 200)
-                    }
-                    _ => (jsonrpc::result_text(id, result), 200),
-                },
-                (None, Some(error)) => {
-                    let code = serde_json::from_str::<Value>(error.get()).ok().and_then(|e| e["code"].as_i64());
-                    (jsonrpc::raw_error(id, error), code.map_or(200, stateless::http_status))
-                }
-                (None, None) => {
-                    let e = RpcError::internal("the server's response had neither result nor error");
-                    (jsonrpc::error(id, &e), 200)
-                }
-            },
-            Outcome::Error(e) => (jsonrpc::error(id, &e), stateless::http_status(e.code)),
-            // Cancelled: its client is gone.
-            Outcome::Cancelled => return HttpReply::empty(200),
-        };
-        match streaming {
-            Some(()) => HttpReply::sse(sse::encode(None, &bytes)),
-            None => HttpReply::json(status, bytes),
-        }
+        answer(self.current().config.tokens.is_some(), id, method, outcome, streaming)
     }
 
     /// `subscriptions/listen`: a stream of the list changes the client
@@ -798,56 +721,6 @@ impl Gateway {
                 }
             }),
         })
-    }
-}
-
-/// A call about to run: see [`Gateway::new_call`].
-struct NewCall<'a> {
-    number: u64,
-    call_id: Value,
-    call: Message,
-    server: Arc<Server>,
-    params: Params<'a>,
-}
-
-/// What a server of this era sends during a call that runs where it was
-/// read: straight to the answer, as SSE.
-struct HereEvents<'a> {
-    sink: &'a mut dyn EventSink,
-    envelope: &'a Envelope,
-    streaming: bool,
-}
-
-impl CallEvents for HereEvents<'_> {
-    fn streaming(&mut self) {}
-
-    fn message(&mut self, session: &Session, server: &Server, message: Message) {
-        if message.kind() == Ok(Kind::Request) {
-            if server.era() == Some(stateless::VERSION) {
-                // This era has no server requests on a stream: it asks through its result.
-                log::debug!(
-                    "server `{}` sent a request mid-call (protocol {}); ignored",
-                    server.name(),
-                    stateless::VERSION
-                );
-            } else {
-                // A session-era server's task call: its client is never asked mid-call.
-                dispatch::refuse_request(
-                    session,
-                    server,
-                    &message,
-                    "a task's call takes no requests (protocol 2026-07-28)",
-                );
-            }
-            return;
-        }
-        if log_level_of(&message).is_some_and(|level| !self.envelope.wants_log(&level)) {
-            return;
-        }
-        let Some(bytes) = session.to_client(server, message) else { return };
-        if self.sink.can_stream() && self.sink.event(&sse::encode(None, &bytes)).is_ok() {
-            self.streaming = true;
-        }
     }
 }
 

@@ -40,26 +40,44 @@ use crate::protocol::stateless::{self, Envelope};
 use crate::session::Session;
 use crate::tasks::{self, Support};
 
-use super::{NewCall, error_reply};
-use crate::catalog::ListKind;
-use crate::gateway::Gateway;
-use crate::gateway::dispatch;
+use super::call::{self, NewCall, answer, error_reply};
+use super::holds::Holds;
+use super::watch::Watch;
+use crate::catalog::List;
+use crate::config::Config;
+use crate::gateway::dispatch::{self, CallSettings};
 use crate::gateway::outcome::{CallEvents, Outcome};
+use crate::gateway::search::ToolSearch;
+use crate::stats::Stats;
 
 /// What a status message says of a session-era task that waits for input.
 const INPUT_NOT_BRIDGED: &str = "the server waits for input on its tasks/result stream (protocol 2025-11-25), \
                                  which mcpgate does not bridge to clients of 2026-07-28";
 
-impl Gateway {
-    /// Whether `server/discover` offers the extension: some server of the
-    /// pool runs calls as tasks.
-    pub(super) fn offers_tasks(&self, capabilities: &Value, opened: &[Arc<crate::downstream::Downstream>]) -> bool {
-        capabilities["tasks"]["requests"]["tools"]["call"].is_object()
-            || opened
-                .iter()
-                .any(|d| d.server.era() == Some(stateless::VERSION) && tasks::declares_extension(&d.capabilities))
-    }
+/// Whether `server/discover` offers the extension: some server of the
+/// pool runs calls as tasks.
+pub(super) fn offers_tasks(capabilities: &Value, opened: &[Arc<crate::downstream::Downstream>]) -> bool {
+    capabilities["tasks"]["requests"]["tools"]["call"].is_object()
+        || opened
+            .iter()
+            .any(|d| d.server.era() == Some(stateless::VERSION) && tasks::declares_extension(&d.capabilities))
+}
 
+/// What the extension reads of the gateway for one request of a pool: the
+/// configuration and servers in force, the counters, the era's held and watched calls, what
+/// a call needs, and the pool's merged tools, made only when a tool's task
+/// support is asked.
+pub(super) struct Tasks<'a> {
+    pub config: &'a Config,
+    pub servers: &'a [Arc<Server>],
+    pub stats: &'a Stats,
+    pub holds: &'a Holds,
+    pub watch: &'a Watch,
+    pub settings: CallSettings,
+    pub tools: &'a dyn Fn() -> Result<Arc<List>, RpcError>,
+}
+
+impl Tasks<'_> {
     /// How a new `tools/call` to a session-era server runs: as a task
     /// (true) when the client declares the extension and the server runs
     /// the tool as one; refused when the tool requires a task and the
@@ -74,7 +92,7 @@ impl Gateway {
         if !offered {
             return Ok(false);
         }
-        let support = self.task_support(pool, &new.call);
+        let support = self.task_support(&new.call);
         let declared = tasks::declares_extension(&envelope.capabilities);
         match support {
             Support::Forbidden => Ok(false),
@@ -91,12 +109,12 @@ impl Gateway {
     }
 
     /// The `execution.taskSupport` of the tool a call names, as its server listed it.
-    fn task_support(&self, pool: &Arc<Session>, call: &Message) -> Support {
+    fn task_support(&self, call: &Message) -> Support {
         let Ok(params) = Params::of(call) else { return Support::Forbidden };
         let Some(name) = params.str("name") else { return Support::Forbidden };
         // mcpgate's own `call_tool` (tool search) names the tool it calls in its arguments.
-        let name = self.unwrap_call_tool(&name, params).ok().and_then(|p| p.str("name")).unwrap_or(name);
-        let Ok(list) = self.merged_list(pool, ListKind::Tools) else { return Support::Forbidden };
+        let name = ToolSearch::called_tool(self.config, self.stats, name, params);
+        let Ok(list) = (self.tools)() else { return Support::Forbidden };
         let tool = list.find(&name).and_then(|found| serde_json::from_str::<Value>(found.json).ok());
         tool.as_ref().map_or(Support::Forbidden, Support::of)
     }
@@ -113,7 +131,7 @@ impl Gateway {
         id: &Value,
     ) -> HttpReply {
         new.params.set("task", &json!({}));
-        let (outcome, streaming) = self.run_here(req, pool, &new, envelope, sink);
+        let (outcome, streaming) = call::run_here(self.watch, &self.settings, req, pool, &new, envelope, sink);
         let outcome = match outcome {
             Outcome::Forwarded(answer) => match result_of(&answer) {
                 Some(mut result) => {
@@ -147,7 +165,7 @@ impl Gateway {
             return error_reply(&id, &RpcError::invalid_params(format!("{method} needs `taskId` (a string)")));
         };
         let target = pool.task_target(&exposed);
-        let server = target.as_ref().and_then(|(name, _)| self.current().server(name).cloned());
+        let server = target.as_ref().and_then(|(name, _)| self.servers.iter().find(|s| s.name() == name).cloned());
         let (Some((_, theirs)), Some(server)) = (target, server) else {
             // The extension acknowledges an update or cancel of any id.
             if method != "tasks/get" {
@@ -225,18 +243,23 @@ impl Gateway {
         Outcome::Result(Value::Object(out))
     }
 
+    /// [`answer`] under the configuration in force.
+    fn finish(&self, id: &Value, method: &str, outcome: Outcome, streaming: Option<()>) -> HttpReply {
+        answer(self.config.tokens.is_some(), id, method, outcome, streaming)
+    }
+
     /// Sends `method` with `params` to `server` on the pool, as mcpgate's
     /// own request: its answer, or why there is none.
     fn ask(&self, pool: &Arc<Session>, server: &Arc<Server>, method: &str, params: Params) -> Outcome {
         let call = Message {
             jsonrpc: Some("2.0".into()),
-            id: Some(Value::String(format!("mcpgate-call-{}", self.stateless.next_call()))),
+            id: Some(Value::String(format!("mcpgate-call-{}", self.holds.next()))),
             method: Some(method.to_string().into()),
             params: Some(params.to_raw()),
             result: None,
             error: None,
         };
-        dispatch::call(pool, server, &call, &params, &mut Quiet, &self.call_settings())
+        dispatch::call(pool, server, &call, &params, &mut Quiet, &self.settings)
     }
 }
 
