@@ -77,6 +77,30 @@ function eraFields(result) {
   return [errors, rest];
 }
 
+// An input-required result: `inputRequests`, a map of keys to requests (each with a method), and an
+// optional opaque `requestState` string.
+function inputRequired(result) {
+  const errors = [];
+  const asks = result.inputRequests;
+  if (!asks || typeof asks !== "object" || Array.isArray(asks) || Object.keys(asks).length === 0) {
+    errors.push(`inputRequests ${JSON.stringify(asks)}: not a map of requests`);
+  } else {
+    for (const [key, ask] of Object.entries(asks)) {
+      if (!ask || typeof ask.method !== "string") errors.push(`inputRequests.${key}: no method`);
+    }
+  }
+  if ("requestState" in result && typeof result.requestState !== "string") errors.push("requestState: not a string");
+  return errors;
+}
+
+// A task result (the tasks extension, flat): its `taskId` and `status`.
+function task(result) {
+  const errors = [];
+  if (typeof result.taskId !== "string" || !result.taskId) errors.push(`taskId ${JSON.stringify(result.taskId)}`);
+  if (typeof result.status !== "string") errors.push(`status ${JSON.stringify(result.status)}`);
+  return errors;
+}
+
 // `modern`: the answer to a request of 2026-07-28 (its MCP-Protocol-Version header): its result is
 // checked for that era's fields, and the rest against the session era's schema of its method.
 function checkOnly(message, methodOf, modern) {
@@ -90,7 +114,11 @@ function checkOnly(message, methodOf, modern) {
   let payload = "result" in message ? message.result : message;
   if (modern && "result" in message && payload && typeof payload === "object") {
     const [errors, rest] = eraFields(payload);
+    // Only a complete result is the method's; the others are the era's own shapes.
+    if (payload.resultType === "input_required") errors.push(...inputRequired(rest));
+    if (payload.resultType === "task") errors.push(...task(rest));
     if (errors.length) failures.push({ schema: `2026-07-28 result (${name})`, errors });
+    if (payload.resultType !== "complete") return failures;
     payload = rest;
   }
   const specific = schema.safeParse(payload);
