@@ -535,8 +535,9 @@ fn serve(config: Config, source: Source, looked: watch::Looked, signals: sys::Si
     // anything); their readers start, and what is to be closed is closed,
     // once it listens.
     let restored = loaded.map(|loaded| restore::restore(&gateway, loaded));
-    let writer = state::start(gateway.journal.clone(), gateway.clone()).map_err(io("cannot start the state writer"))?;
-    let store_writer = match &gateway.peers.redis {
+    let writer =
+        state::start(gateway.store.journal.clone(), gateway.clone()).map_err(io("cannot start the state writer"))?;
+    let store_writer = match &gateway.store.redis {
         Some(redis) => Some(redis.start_writer().map_err(io("cannot start the session store's writer"))?),
         None => None,
     };
@@ -674,17 +675,17 @@ fn serve(config: Config, source: Source, looked: watch::Looked, signals: sys::Si
             let kept = gateway.keep_clients();
             // The table empties here while the file keeps the clients' sessions:
             // no rewrite may read it from now on.
-            gateway.journal.appends_only();
+            gateway.store.journal.appends_only();
             let sessions = gateway.sessions.take_all();
             let count = sessions.len();
             gateway.close(sessions, CloseReason::Shutdown);
             if let Some(writer) = writer {
                 writer.stop();
-                if let (Some(path), None) = (gateway.journal.path(), gateway.journal.error()) {
+                if let (Some(path), None) = (gateway.store.journal.path(), gateway.store.journal.error()) {
                     log::info!("{kept} session(s) kept in {}: clients resume them after a restart", path.display());
                 }
             }
-            if let (Some(redis), Some(store_writer)) = (&gateway.peers.redis, store_writer) {
+            if let (Some(redis), Some(store_writer)) = (&gateway.store.redis, store_writer) {
                 redis.stop_writer(store_writer);
                 // Its peers continue its sessions from now on, without waiting for a lease.
                 redis.leave();
@@ -706,7 +707,7 @@ fn serve(config: Config, source: Source, looked: watch::Looked, signals: sys::Si
                     shutdown_timeout.as_secs(),
                     gateway.stats.downstream_live.get(),
                     gateway.downstreams.children.live.get(),
-                    if gateway.journal.path().is_some() { ": the next start sends their DELETEs" } else { "" }
+                    if gateway.store.journal.path().is_some() { ": the next start sends their DELETEs" } else { "" }
                 );
                 return Ok(());
             }

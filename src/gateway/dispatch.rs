@@ -362,7 +362,7 @@ impl Gateway {
     pub(super) fn request(&self, session: &Arc<Session>, message: &Message, events: &mut dyn CallEvents) -> Outcome {
         let method = message.method();
         if let Some(kind) = ListKind::from_method(method) {
-            return self.lists.page(&self.in_force(), session, kind, message);
+            return self.offered.lists.page(&self.in_force(), session, kind, message);
         }
         let params = match Params::of(message) {
             Ok(p) => p,
@@ -525,7 +525,7 @@ impl Gateway {
         kind: ListKind,
         exposed: &str,
     ) -> Result<(Arc<Server>, Option<String>), RpcError> {
-        let found = self.lists.find_in_list(&self.in_force(), session, kind, |list| {
+        let found = self.offered.lists.find_in_list(&self.in_force(), session, kind, |list| {
             list.find(exposed).map(|found| (found.server.to_string(), found.original.to_string()))
         })?;
         if let Some((name, original)) = found {
@@ -544,7 +544,7 @@ impl Gateway {
             return Ok(signing_in);
         }
         let shown = crate::catalog::shortened(exposed);
-        let list = self.lists.merged(&self.in_force(), session, kind)?;
+        let list = self.offered.lists.merged(&self.in_force(), session, kind)?;
         // A server still starting is said as such, below, not as unavailable.
         let starting = Lists::starting(&self.in_force(), session, kind);
         let unavailable: Vec<(Arc<Server>, String)> = self
@@ -620,11 +620,11 @@ impl Gateway {
     /// The server of a resource: the one listing it, else the one whose
     /// template matches, else the only server offering resources.
     fn resource_owner(&self, session: &Arc<Session>, uri: &str) -> Result<Arc<Server>, RpcError> {
-        let mut owner = self.lists.find_in_list(&self.in_force(), session, ListKind::Resources, |l| {
+        let mut owner = self.offered.lists.find_in_list(&self.in_force(), session, ListKind::Resources, |l| {
             l.find(uri).map(|e| e.server.to_string())
         })?;
         if owner.is_none() {
-            owner = self.lists.find_in_list(&self.in_force(), session, ListKind::Templates, |templates| {
+            owner = self.offered.lists.find_in_list(&self.in_force(), session, ListKind::Templates, |templates| {
                 templates
                     .items()
                     .find(|e| crate::catalog::template_matches(e.original, uri))

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use super::current::Current;
 use super::forward::{self, FORWARDED, Unreachable};
-use super::peers::Peers;
+use super::peers::Store;
 use crate::http::{EventSink, HttpError, HttpReply, HttpRequest};
 use crate::protocol::SESSION_HEADER;
 use crate::protocol::jsonrpc::RpcError;
@@ -34,7 +34,7 @@ const LOOK_AGAIN: Duration = Duration::from_millis(200);
 /// What failing over reads of the gateway: the session store and the
 /// configuration in force, the sessions, the counters and the journal.
 pub struct Failover<'a> {
-    pub(super) peers: &'a Peers,
+    pub(super) store: &'a Store,
     pub(super) current: Arc<Current>,
     pub(super) sessions: &'a Sessions,
     pub(super) stats: &'a Stats,
@@ -47,7 +47,7 @@ impl Failover<'_> {
     /// nobody does, and the request gets 404); else the answer: the holder's,
     /// or an error.
     pub(super) fn elsewhere(&self, req: &HttpRequest, sink: &mut dyn EventSink) -> Option<HttpReply> {
-        let store = self.peers.store.as_ref()?;
+        let store = self.store.shared.as_ref()?;
         let id = req.header(SESSION_HEADER)?;
         if let Some(session) = self.sessions.get(id)
             && self.still_held(store.as_ref(), &session)

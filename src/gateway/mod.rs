@@ -9,7 +9,8 @@
 //! every handler answers with an `outcome`.
 //! `reload` swaps the configuration, and `life` keeps the reload and
 //! shutdown state; `govern` the rate limits and the audit log;
-//! `downstreams` what the servers share; `peers` the session store shared
+//! `downstreams` what the servers share; `peers` the `Store`: the journal,
+//! and the session store shared
 //! with other instances; `search`'s `ToolSearch` is the `tool_search` mode's
 //! two tools, and `searches` what it has seen.
 
@@ -19,7 +20,6 @@ use crate::config::Config;
 use crate::downstream::{Context, Limits, Server};
 use crate::http::{HttpError, HttpReply};
 use crate::protocol::jsonrpc::{self, RpcError};
-use crate::runtime::state::Journal;
 use crate::session::{self, CloseReason, Session, Sessions};
 use crate::stats::Stats;
 
@@ -54,7 +54,7 @@ pub use downstreams::Downstreams;
 pub use govern::Govern;
 pub use life::{Life, ReloadOutcome};
 pub use merged::Lists;
-pub use peers::Peers;
+pub use peers::Store;
 pub use search::ToolSearch;
 pub use stateless::Stateless;
 
@@ -64,61 +64,61 @@ pub struct Gateway {
     current: parking_lot::RwLock<Arc<Current>>,
     pub sessions: Sessions,
     pub stats: Arc<Stats>,
-    /// Where opens and closes of downstream sessions are written ahead.
-    pub journal: Arc<Journal>,
-    /// The session store shared with the instances that continue each other's sessions.
-    pub peers: Peers,
+    /// The journal, and the session store shared with the instances that
+    /// continue each other's sessions.
+    pub store: Store,
     /// What the servers share: child processes, lost `DELETE`s, OAuth tokens.
     pub downstreams: Downstreams,
-    /// The merged lists, one per kind and view, shared by the sessions, and
-    /// the collisions and renames their merges found.
-    pub lists: Lists,
-    /// The `tool_search` mode, with what it has seen: its queries and its index.
-    pub search: ToolSearch,
+    /// What the sessions are offered: the merged lists, and tool search over them.
+    pub offered: Offered,
     /// Its start, reloads, shutdown, memory given back and refused sessions.
     pub life: Life,
     /// The 2026-07-28 era's pools, held calls and watched calls.
     pub stateless: Stateless,
     /// The rate limits' buckets and the audit log.
     pub govern: Govern,
-    /// `instance_id` as at start (a reload does not change it): starts every session id.
-    pub instance_id: Option<String>,
+}
+
+/// What the sessions are offered: the merged lists, and the `tool_search`
+/// mode's view of the tools among them.
+#[derive(Default)]
+pub struct Offered {
+    /// The merged lists, one per kind and view, shared by the sessions, and
+    /// the collisions and renames their merges found.
+    pub lists: Lists,
+    /// The `tool_search` mode, with what it has seen: its queries and its index.
+    pub search: ToolSearch,
 }
 
 impl Gateway {
     pub fn new(config: Config) -> Gateway {
         crate::runtime::memory::set_limit(config.max_memory);
         let stats = Arc::new(Stats::default());
-        let (journal, peers) = peers::open_store(&config);
-        let journal = Arc::new(journal);
+        let store = peers::open_store(&config);
         let downstreams = Downstreams::new(&config);
-        let context = downstreams.context(&stats, &journal);
+        let context = downstreams.context(&stats, &store.journal);
         let servers = config.servers.iter().map(|s| new_server(s, &config, &context)).collect();
-        let instance_id = config.instance_id.clone();
         Gateway {
             current: parking_lot::RwLock::new(Arc::new(Current { config, servers })),
-            sessions: Sessions::new(journal.clone()),
-            journal,
-            peers,
+            sessions: Sessions::new(store.journal.clone()),
+            store,
             stats,
             downstreams,
-            lists: Lists::default(),
-            search: ToolSearch::default(),
+            offered: Offered::default(),
             life: Life::new(),
             stateless: Stateless::new(),
             govern: Govern::default(),
-            instance_id,
         }
     }
 
     /// What failing over a session to or from another instance reads of the gateway.
     pub fn failover(&self) -> failover::Failover<'_> {
         failover::Failover {
-            peers: &self.peers,
+            store: &self.store,
             current: self.current(),
             sessions: &self.sessions,
             stats: &self.stats,
-            journal: &self.journal,
+            journal: &self.store.journal,
         }
     }
 
@@ -129,7 +129,7 @@ impl Gateway {
 
     /// What every server shares.
     pub fn context(&self) -> Context {
-        self.downstreams.context(&self.stats, &self.journal)
+        self.downstreams.context(&self.stats, &self.store.journal)
     }
 
     /// The configuration and servers in force now.
@@ -155,7 +155,7 @@ impl Gateway {
     /// At shutdown: how many client sessions the state file keeps (their
     /// downstream sessions are closed; see [`Sessions::take_all`]).
     pub fn keep_clients(&self) -> usize {
-        if self.journal.path().is_some() || self.peers.redis.is_some() { self.sessions.len() } else { 0 }
+        if self.store.journal.path().is_some() || self.store.redis.is_some() { self.sessions.len() } else { 0 }
     }
 
     /// Closes sessions already removed from the table: idle, deleted or at shutdown.
@@ -199,15 +199,15 @@ impl Gateway {
         new: bool,
     ) -> Result<search::Route<'p>, RpcError> {
         let cur = self.current();
-        let tools = || self.lists.merged(&self.in_force(), session, crate::catalog::ListKind::Tools);
+        let tools = || self.offered.lists.merged(&self.in_force(), session, crate::catalog::ListKind::Tools);
         let scope = search::Scope { config: &cur.config, servers: &cur.servers, stats: &self.stats, tools: &tools };
-        self.search.tools_call(&scope, session, params, new)
+        self.offered.search.tools_call(&scope, session, params, new)
     }
 
     /// Starts, changes or stops the span exporter as `tracing` says (at
     /// start and on every reload).
     pub fn configure_tracing(&self) {
-        crate::runtime::trace::configure(self.current().config.tracing.as_ref(), self.instance_id.as_deref());
+        crate::runtime::trace::configure(self.current().config.tracing.as_ref(), self.store.instance_id.as_deref());
     }
 
     /// Starts the processes of `"start": "eager"` servers ahead, unless they

@@ -326,7 +326,7 @@ impl Gateway {
                 // With a store, a call's answer streams from the start: its
                 // priming event carries it, so that the instance a client
                 // resumes on, if this one dies, can answer it.
-                let carried = self.peers.store.is_some()
+                let carried = self.store.shared.is_some()
                     && message.method() == "tools/call"
                     && versions::primes_streams(&session.protocol_version);
                 let mut events = PostStream {
@@ -509,7 +509,7 @@ impl Gateway {
         let client_name = client_info["name"].as_str().unwrap_or("unknown").chars().take(64).collect();
         let init_params =
             json!({ "protocolVersion": version, "capabilities": capabilities, "clientInfo": client_info });
-        let session_id = match new_session_id(self.instance_id.as_deref()) {
+        let session_id = match new_session_id(self.store.instance_id.as_deref()) {
             Ok(s) => s,
             Err(e) => {
                 return HttpReply::error(
@@ -526,7 +526,7 @@ impl Gateway {
         }
         let session =
             Session::new(session_id.clone(), version.to_string(), jsonrpc::raw(&init_params), client_name, access);
-        if let Some(store) = &self.peers.store {
+        if let Some(store) = &self.store.shared {
             session.set_epoch(store.first_epoch());
         }
         // Busy until answered, like any request: a server slower to start
@@ -549,7 +549,7 @@ impl Gateway {
         let opened = self.open_all(&session);
         // The session and its downstream sessions are in the state file
         // before the client learns its id: after a crash it is restored.
-        if let Err(e) = self.journal.commit()
+        if let Err(e) = self.store.journal.commit()
             && let Some(session) = self.sessions.remove_if(&session_id, |_| true)
         {
             self.close(vec![session], CloseReason::Refused);
@@ -663,7 +663,7 @@ impl Gateway {
             _ => None,
         };
         let Some(name) = name else { return false };
-        let Ok(list) = self.lists.merged(&self.in_force(), session, crate::catalog::ListKind::Tools) else {
+        let Ok(list) = self.offered.lists.merged(&self.in_force(), session, crate::catalog::ListKind::Tools) else {
             return false;
         };
         let Some(found) = list.find(&name) else { return false };
@@ -687,14 +687,14 @@ impl Gateway {
         // the state file could not be written, and after a crash its
         // servers got a second DELETE). A file that cannot be written now
         // leaves it as it is, for the client to end later.
-        if let Some(e) = self.journal.failing() {
+        if let Some(e) = self.store.journal.failing() {
             let e = RpcError::internal(format!("{e}; the session was not ended: DELETE it again later"));
             return HttpError::unavailable(e).reply();
         }
         match self.sessions.remove_if(id, |session| session.admits(access)) {
             Some(session) => {
                 self.close(vec![session], CloseReason::ClientDelete);
-                if let Err(e) = self.journal.commit() {
+                if let Err(e) = self.store.journal.commit() {
                     // The file failed meanwhile: the session is ended, and its
                     // downstream sessions close once the file can be written.
                     let e = RpcError::internal(format!(

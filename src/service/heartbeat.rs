@@ -32,7 +32,7 @@ pub struct Heartbeat {
 
 /// Starts the heartbeat, when the sessions are in Redis.
 pub fn start(gateway: Arc<Gateway>) -> std::io::Result<Option<Heartbeat>> {
-    let Some(redis) = gateway.peers.redis.clone() else { return Ok(None) };
+    let Some(redis) = gateway.store.redis.clone() else { return Ok(None) };
     let (stop, stopped) = bounded::<()>(0);
     let handle = threads::spawn("state", "heartbeat", move || {
         let ticks = tick(redis.beat_every());
@@ -70,7 +70,7 @@ impl Heartbeat {
 /// The store answers again after it did not: the sessions held here that
 /// it lost (a restart without its data) are written again.
 fn reassert(gateway: &Gateway) {
-    let Some(store) = &gateway.peers.store else { return };
+    let Some(store) = &gateway.store.shared else { return };
     let held: Vec<_> = gateway.sessions.snapshot().iter().filter_map(|s| Some((s.saved(true)?, s.epoch()))).collect();
     match store.reassert(&held) {
         Ok(0) => log::info!("{} answers again; it still had the {} session(s) held here", store.name(), held.len()),
@@ -89,7 +89,7 @@ fn reassert(gateway: &Gateway) {
 /// One heartbeat (whether the store answered); after a pause, the
 /// sessions another instance took are let go.
 fn beat(gateway: &Gateway, losses: &mut u64) -> bool {
-    let Some(store) = &gateway.peers.store else { return false };
+    let Some(store) = &gateway.store.shared else { return false };
     let active: Vec<(String, u64)> =
         gateway.sessions.snapshot().iter().filter_map(|s| Some((s.id.clone(), s.last_active_unix()?))).collect();
     if let Err(e) = store.beat(&active) {
@@ -127,7 +127,7 @@ fn beat(gateway: &Gateway, losses: &mut u64) -> bool {
 /// idle timeout: each claimed first (so one instance closes it), then its
 /// downstream sessions closed and its record ended.
 fn sweep(gateway: &Gateway) {
-    let Some(store) = &gateway.peers.store else { return };
+    let Some(store) = &gateway.store.shared else { return };
     let idle = gateway.current().config.session_idle_timeout;
     let orphans = match store.orphans(idle) {
         Ok(orphans) => orphans,
@@ -159,7 +159,7 @@ fn sweep(gateway: &Gateway) {
 /// live instance, its server asked first whether the `DELETE` was answered
 /// before the death (as a restart does), then closed here.
 fn finish_dead_closes(gateway: &Gateway) {
-    let Some(store) = &gateway.peers.store else { return };
+    let Some(store) = &gateway.store.shared else { return };
     let dead = match store.dead_closing() {
         Ok(dead) => dead,
         Err(e) => {
@@ -187,7 +187,7 @@ fn finish_dead_closes(gateway: &Gateway) {
 }
 
 fn close_orphan(gateway: &Gateway, id: &str, holder: &Holder, list: &mut Vec<Arc<Downstream>>) -> bool {
-    let Some(store) = &gateway.peers.store else { return false };
+    let Some(store) = &gateway.store.shared else { return false };
     let mut taken = Vec::new();
     let claim = store.claim(id, holder, &mut |saved, _| {
         taken = saved
@@ -201,8 +201,8 @@ fn close_orphan(gateway: &Gateway, id: &str, holder: &Holder, list: &mut Vec<Arc
     match claim {
         Ok(Claim::Won { .. }) => {
             // Marked closing before it ends: a crash from here on leaves them to close.
-            gateway.journal.closing(taken.iter().filter_map(|d| d.closing_record()));
-            gateway.journal.ended(id);
+            gateway.store.journal.closing(taken.iter().filter_map(|d| d.closing_record()));
+            gateway.store.journal.ended(id);
             log::debug!("session {} of dead instance `{}` closed here", session::short(id), holder.instance);
             list.extend(taken);
             true

@@ -107,7 +107,7 @@ pub struct Watcher {
 /// Starts the watcher, when the instance has a `state_dir`.
 pub fn start(gateway: Arc<Gateway>) -> std::io::Result<Option<Watcher>> {
     let config = gateway.current().config.clone();
-    let (Some(dir), Some(id)) = (config.state_dir.clone(), gateway.instance_id.clone()) else {
+    let (Some(dir), Some(id)) = (config.state_dir.clone(), gateway.store.instance_id.clone()) else {
         return Ok(None);
     };
     let (stop, stopped) = bounded::<()>(0);
@@ -205,9 +205,9 @@ fn take_over(gateway: &Gateway, peer: &str, state: &Path) -> Option<Vec<Arc<Down
         .collect();
     let records: Vec<_> = list.iter().filter_map(|d| d.closing_record()).collect();
     let keys: Vec<usize> = records.iter().map(|(key, _)| *key).collect();
-    gateway.journal.closing(records);
-    if let Err(e) = gateway.journal.commit() {
-        gateway.journal.closed(&keys);
+    gateway.store.journal.closing(records);
+    if let Err(e) = gateway.store.journal.commit() {
+        gateway.store.journal.closed(&keys);
         log::error!("peer `{peer}`: its downstream sessions cannot be taken over ({e}); trying again later");
         return None;
     }

@@ -58,7 +58,7 @@ pub fn start(gateway: Arc<Gateway>) -> std::io::Result<Reaper> {
                     }
                     reopen_lost(&gateway);
                     gateway.downstreams.deletes.retry_due(&gateway.stats);
-                    gateway.lists.prune_all(&gateway.current(), &gateway.life);
+                    gateway.offered.lists.prune_all(&gateway.current(), &gateway.life);
                     gateway.downstreams.oauth.expire();
                     let current = gateway.current();
                     for server in &current.servers {

@@ -52,12 +52,12 @@ pub fn restore(gateway: &Gateway, loaded: Loaded) -> Restored {
         Loaded::Saved(saved) => (saved, true),
         Loaded::Damaged(saved) => (saved, false),
     };
-    if saved.instance_id.is_some() && saved.instance_id != gateway.instance_id {
+    if saved.instance_id.is_some() && saved.instance_id != gateway.store.instance_id {
         log::warn!(
             "state file: written by instance `{}`, this is `{}`: its sessions keep their ids, which a balancer \
              routes by the instance they name",
             saved.instance_id.as_deref().unwrap_or_default(),
-            gateway.instance_id.as_deref().unwrap_or("(none)")
+            gateway.store.instance_id.as_deref().unwrap_or("(none)")
         );
     }
     let current = gateway.current();
@@ -79,7 +79,7 @@ pub fn restore(gateway: &Gateway, loaded: Loaded) -> Restored {
     let config = &current.config;
     for mut session in saved.sessions {
         // Claimed by a peer while this instance was down: the peer's now, to continue or close.
-        if let (Some(dir), Some(me)) = (&config.state_dir, &gateway.instance_id)
+        if let (Some(dir), Some(me)) = (&config.state_dir, &gateway.store.instance_id)
             && files::moved_away(dir, me, &session.id)
         {
             moved += 1;
@@ -121,7 +121,7 @@ pub fn restore(gateway: &Gateway, loaded: Loaded) -> Restored {
         }
     }
     // Closing before the first write of this process: none of it may fall out of the file.
-    gateway.journal.closing(done.closing.iter().chain(&done.close).filter_map(|d| d.closing_record()));
+    gateway.store.journal.closing(done.closing.iter().chain(&done.close).filter_map(|d| d.closing_record()));
     let to_close = done.closing.len() + done.close.len();
     if restored + expired + moved + to_close + done.reopen.len() > 0 {
         log::info!(

@@ -75,13 +75,13 @@ pub(crate) fn readings(g: &Gateway) -> Vec<Reading> {
         memory_limit: (crate::runtime::memory::limit() as u64).into(),
         memory_share: (crate::runtime::memory::share() as u64).into(),
         memory_sessionless_calls: (g.stateless.call_bytes() as u64).into(),
-        memory_list_cache: (g.lists.cache_bytes(&g.current()) as u64).into(),
+        memory_list_cache: (g.offered.lists.cache_bytes(&g.current()) as u64).into(),
         memory_refused: crate::runtime::memory::refused().into(),
         memory_since_refused: crate::runtime::memory::secs_since_refused()
             .unwrap_or_else(|| g.life.started().elapsed().as_secs())
             .into(),
-        tool_search_index_tools: (g.search.seen.index_size().0 as u64).into(),
-        tool_search_index_bytes: (g.search.seen.index_size().1 as u64).into(),
+        tool_search_index_tools: (g.offered.search.seen.index_size().0 as u64).into(),
+        tool_search_index_bytes: (g.offered.search.seen.index_size().1 as u64).into(),
         sessions_live: (g.sessions.len() as u64).into(),
         rate_buckets: (g.govern.rate_buckets() as u64).into(),
         audit_written: audit.0.into(),
@@ -190,8 +190,8 @@ pub(crate) fn json_from(g: &Gateway, readings: &[Reading]) -> Value {
     let current = g.current();
     let mut out = json!({
         "state": {
-            "file": g.journal.path().map(|p| p.display().to_string()),
-            "error": g.journal.error(),
+            "file": g.store.journal.path().map(|p| p.display().to_string()),
+            "error": g.store.journal.error(),
         },
         "limits": {
             "calls_per_server": current.config.calls_per_server,
@@ -200,14 +200,14 @@ pub(crate) fn json_from(g: &Gateway, readings: &[Reading]) -> Value {
             "max_processes": current.config.max_processes,
             "session_idle_timeout_secs": current.config.session_idle_timeout.as_secs(),
         },
-        "collisions": g.lists.collisions(),
-        "renamed_tools": g.lists.renamed().iter().map(|r| json!({"name": r.name, "server": r.server, "original": r.original})).collect::<Vec<_>>(),
+        "collisions": g.offered.lists.collisions(),
+        "renamed_tools": g.offered.lists.renamed().iter().map(|r| json!({"name": r.name, "server": r.server, "original": r.original})).collect::<Vec<_>>(),
         "reload": reload(&g.life.last_reload()),
         "tool_search": {
             "enabled": current.config.tool_search.enabled,
             "pinned": current.config.tool_search.pinned,
             "max_results": current.config.tool_search.max_results,
-            "top_queries": g.search.seen.top().iter().map(|q| json!({"query": q.query, "asked": q.asked, "first_result_called": q.hits})).collect::<Vec<_>>(),
+            "top_queries": g.offered.search.seen.top().iter().map(|q| json!({"query": q.query, "asked": q.asked, "first_result_called": q.hits})).collect::<Vec<_>>(),
         },
     });
     // Every counter and gauge, in its place.
@@ -264,7 +264,7 @@ pub(crate) fn json_from(g: &Gateway, readings: &[Reading]) -> Value {
         entry["state"] = Value::from(summary::state(entry));
     }
     // Where the sessions are kept for the other instances, if anywhere (never a password).
-    out["store"]["name"] = g.peers.store.as_ref().map(|store| store.name().to_string()).into();
+    out["store"]["name"] = g.store.shared.as_ref().map(|store| store.name().to_string()).into();
     let (listed, unlisted) = sessions(g, &current);
     out["sessions"]["list"] = listed.into();
     out["sessions"]["unlisted"] = Value::from(unlisted);

@@ -196,7 +196,7 @@ impl Gateway {
         };
         let method = message.method();
         if let Some(kind) = ListKind::from_method(method) {
-            let (page, list) = self.lists.page_of(&self.in_force(), &pool, kind, message);
+            let (page, list) = self.offered.lists.page_of(&self.in_force(), &pool, kind, message);
             // Merged by mcpgate from its servers' lists: the shortest life
             // and the narrowest scope of theirs, private too when tokens decide
             // what a client sees.
@@ -317,7 +317,7 @@ impl Gateway {
         if let Some(pool) = pools.get(&key).filter(|p| self.sessions.get(&p.id).is_some()) {
             return Ok(pool.clone());
         }
-        let id = new_session_id(self.instance_id.as_deref()).map_err(|e| {
+        let id = new_session_id(self.store.instance_id.as_deref()).map_err(|e| {
             HttpReply::error(503, &Value::Null, &RpcError::internal(format!("no randomness for a session id: {e}")))
         })?;
         let params = json!({
@@ -677,7 +677,7 @@ impl Gateway {
     /// What the tasks extension reads of the gateway, for a request of `pool`.
     fn tasks<T>(&self, pool: &Arc<Session>, work: impl FnOnce(&tasks::Tasks) -> T) -> T {
         let cur = self.current();
-        let tools = || self.lists.merged(&self.in_force(), pool, ListKind::Tools);
+        let tools = || self.offered.lists.merged(&self.in_force(), pool, ListKind::Tools);
         work(&tasks::Tasks {
             config: &cur.config,
             servers: &cur.servers,
