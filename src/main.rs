@@ -549,13 +549,14 @@ fn serve(config: Config, source: Source, looked: watch::Looked, signals: sys::Si
     };
     #[cfg(not(feature = "tls"))]
     let (transport, scheme, ()) = (http::Transport::Plain, "http", tls);
+    let stateless = routes.stateless.clone();
     let app = Arc::new(routes);
     let mut httpd = Httpd::start_with(listen, app.clone(), options, gateway.stats.clone(), transport)
         .map_err(io(format!("cannot listen on {listen}")))?;
     gateway.start_eager(None);
     gateway.govern.configure_audit(gateway.current().config.audit.as_ref());
     gateway.configure_tracing();
-    let reaper = reaper::start(gateway.clone()).map_err(io("cannot start the reaper"))?;
+    let reaper = reaper::start(gateway.clone(), stateless.clone()).map_err(io("cannot start the reaper"))?;
     let watcher = peers::start(gateway.clone()).map_err(io("cannot start the peers' watcher"))?;
     let heart = heartbeat::start(gateway.clone()).map_err(io("cannot start the heartbeat"))?;
     let restorer = match restored {
@@ -669,6 +670,7 @@ fn serve(config: Config, source: Source, looked: watch::Looked, signals: sys::Si
     let (done_tx, done_rx) = crossbeam_channel::bounded::<usize>(1);
     let closer = {
         let gateway = gateway.clone();
+        let stateless = stateless.clone();
         threads::spawn("close", "shutdown", move || {
             // With a state file, clients keep their sessions across the restart:
             // the client side is kept, the downstream sessions are closed all the same.
@@ -691,6 +693,8 @@ fn serve(config: Config, source: Source, looked: watch::Looked, signals: sys::Si
                 redis.leave();
                 log::info!("{count} session(s) kept in {}: any instance continues them", redis.name());
             }
+            // The calls of 2026-07-28 clients held for their retry are cancelled, then everything else stops.
+            stateless.stop();
             gateway.shutdown();
             let _ = done_tx.send(count);
         })

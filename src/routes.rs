@@ -9,6 +9,8 @@ use serde_json::json;
 
 use crate::config::Source;
 use crate::gateway::Gateway;
+use crate::gateway::stateless::Stateless;
+use crate::gateway::streamable_http;
 use crate::http::access;
 use crate::http::auth::{self, Access, Auth};
 use crate::http::{App, EventSink, HttpError, HttpReply, HttpRequest};
@@ -53,6 +55,8 @@ const ROUTES: &[Route] = &[
 /// The application behind the front door: the route table's handlers.
 pub struct Routes {
     pub gateway: Arc<Gateway>,
+    /// The 2026-07-28 era's pools, held calls and watched calls.
+    pub stateless: Arc<Stateless>,
     /// The configuration file, for `POST /reload`.
     pub source: Source,
     /// What its files looked like when they were last read: a save reloads.
@@ -128,11 +132,15 @@ impl App for Routes {
             return refused.reply();
         }
         match (req.method.as_str(), route.path) {
-            (_, "/mcp") => gateway.handle(req, sink, &access),
+            (_, "/mcp") => streamable_http::handle(gateway, &self.stateless, req, sink, &access),
             (_, "/healthz") => HttpReply::text(200, "text/plain", "ok\n".into()),
-            (_, "/status") => HttpReply::text(200, "text/html; charset=utf-8", status::html(gateway)),
-            (_, "/status.json") => HttpReply::json(200, status::json(gateway).to_string().into_bytes()),
-            (_, "/metrics") => HttpReply::text(200, status::prometheus::CONTENT_TYPE, status::metrics(gateway)),
+            (_, "/status") => HttpReply::text(200, "text/html; charset=utf-8", status::html(gateway, &self.stateless)),
+            (_, "/status.json") => {
+                HttpReply::json(200, status::json(gateway, &self.stateless).to_string().into_bytes())
+            }
+            (_, "/metrics") => {
+                HttpReply::text(200, status::prometheus::CONTENT_TYPE, status::metrics(gateway, &self.stateless))
+            }
             (_, "/reload") => self.reload(),
             (_, path) if crate::signin::PATHS.contains(&path) => {
                 crate::signin::handle(req, gateway, &self.auth, &access)
@@ -147,6 +155,7 @@ impl Routes {
     pub fn new(gateway: Arc<Gateway>, source: Source) -> Routes {
         Routes {
             gateway,
+            stateless: Arc::default(),
             source,
             watch: Watch::default(),
             auth: Auth::new(),

@@ -497,8 +497,6 @@ const ALLOWED: &[(&str, &str, &str, &str)] = &[
     // downstream/oauth/mod.rs defines `Target`, `User` and `Authorizer`.
     ("downstream/oauth", "mod", "flow", "the `Authorizer` runs the flows, which read `Target` and `User`"),
     ("downstream/oauth", "mod", "server", "hands on `ServerAuth`, which reads the `Authorizer`"),
-    // Issue 44's split of `Gateway` is to remove this one.
-    ("gateway", "mod", "stateless/", "`Gateway` holds the stateless side's owner, `Stateless`"),
     ("http", "mod", "server", "hands on `Httpd`, which serves the `HttpRequest` and `HttpReply` of mod.rs"),
     ("runtime", "trace", "threads", "each thread started carries the trace on, and trace sends on a thread"),
 ];

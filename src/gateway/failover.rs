@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 use super::current::Current;
 use super::forward::{self, FORWARDED, Unreachable};
 use super::peers::Store;
-use crate::http::{EventSink, HttpError, HttpReply, HttpRequest};
+use crate::http::{EventSink, HttpReply, HttpRequest};
+
+use super::refusal::{self, Why};
 use crate::protocol::SESSION_HEADER;
 use crate::protocol::jsonrpc::RpcError;
 use crate::runtime::clock;
@@ -74,11 +76,11 @@ impl Failover<'_> {
                 let holder = &found.holder.instance;
                 if req.header(FORWARDED).is_some() {
                     let e = RpcError::internal(format!("this session is held by instance `{holder}`"));
-                    return Some(HttpError::unavailable(e).with_header("Retry-After", "1").reply());
+                    return Some(refusal::reply(Why::Moving, &e));
                 }
                 let Some(peer) = &found.peer else {
                     let e = RpcError::internal(format!("instance `{holder}` holds this session and gave no peer_url"));
-                    return Some(HttpError::unavailable(e).reply());
+                    return Some(refusal::reply(Why::Unavailable, &e));
                 };
                 let passed = forward::forward(
                     peer,
@@ -102,7 +104,7 @@ impl Failover<'_> {
                         let e = RpcError::internal(format!(
                             "instance `{holder}` holds this session and cannot be reached at {peer}: {why}"
                         ));
-                        return Some(HttpError::unavailable(e).reply());
+                        return Some(refusal::reply(Why::Unavailable, &e));
                     }
                 }
             }
@@ -121,7 +123,7 @@ impl Failover<'_> {
                     self.stats.claims_lost.inc();
                     if Instant::now() >= deadline {
                         let e = RpcError::internal("another instance took this session over as this one tried");
-                        return Some(HttpError::unavailable(e).with_header("Retry-After", "1").reply());
+                        return Some(refusal::reply(Why::Moving, &e));
                     }
                 }
                 Err(e) => return Some(self.store_failed(&e)),
@@ -133,7 +135,7 @@ impl Failover<'_> {
     fn store_failed(&self, e: &StoreError) -> HttpReply {
         self.stats.store_errors.inc();
         crate::limited!(warn, "{e}: a request for a session this instance does not hold got 503");
-        HttpError::unavailable(RpcError::internal(format!("{e}; try again later"))).reply()
+        refusal::reply(Why::Unavailable, &RpcError::internal(format!("{e}; try again later")))
     }
 
     /// Whether this instance still holds `session`: asked of the store only

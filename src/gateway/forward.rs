@@ -22,6 +22,8 @@ use crate::protocol::jsonrpc::RpcError;
 use crate::runtime::memory::Held;
 use crate::runtime::threads;
 
+use super::refusal::{self, Why};
+
 /// The header that marks a request one instance passed to another.
 pub const FORWARDED: &str = "mcpgate-forwarded";
 
@@ -86,13 +88,16 @@ pub(super) fn forward(
     builder = builder.header(FORWARDED, me);
     let request = match builder.body(req.body.clone()) {
         Ok(request) => request,
-        Err(e) => return Ok(refused(500, &format!("cannot pass the request on: {e}"))),
+        Err(e) => return Ok(refused(Why::Internal, &format!("cannot pass the request on: {e}"))),
     };
     let response = match agent.run(request) {
         Ok(response) => response,
         Err(e) if never_sent(&e) => return Err(Unreachable(e.to_string())),
         Err(e) => {
-            return Ok(refused(502, &format!("the instance holding this session at {peer} did not answer: {e}")));
+            return Ok(refused(
+                Why::PeerFailed,
+                &format!("the instance holding this session at {peer} did not answer: {e}"),
+            ));
         }
     };
     let status = response.status().as_u16();
@@ -116,7 +121,7 @@ pub(super) fn forward(
         match body.as_reader().take(MAX_EVENT as u64).read_to_end(&mut bytes) {
             Ok(_) if bytes.is_empty() => HttpReply::empty(status),
             Ok(_) => HttpReply::json(status, bytes),
-            Err(e) => refused(502, &format!("the instance holding this session broke off its answer: {e}")),
+            Err(e) => refused(Why::PeerFailed, &format!("the instance holding this session broke off its answer: {e}")),
         }
     };
     if let Some(retry) = retry_after {
@@ -164,7 +169,7 @@ fn stream_back(agent: ureq::Agent, body: impl Read + Send + 'static, keepalive: 
     });
     let reader = match reader {
         Ok(handle) => handle,
-        Err(e) => return refused(503, &format!("mcpgate cannot start a thread now ({e})")),
+        Err(e) => return refused(Why::Unavailable, &format!("mcpgate cannot start a thread now ({e})")),
     };
     HttpReply::stream(StreamReply {
         first: Vec::new(),
@@ -177,8 +182,8 @@ fn stream_back(agent: ureq::Agent, body: impl Read + Send + 'static, keepalive: 
     })
 }
 
-fn refused(status: u16, message: &str) -> HttpReply {
-    HttpReply::error(status, &serde_json::Value::Null, &RpcError::internal(message))
+fn refused(why: Why, message: &str) -> HttpReply {
+    refusal::reply(why, &RpcError::internal(message))
 }
 
 #[cfg(test)]

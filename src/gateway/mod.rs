@@ -1,24 +1,26 @@
-//! MCP on `/mcp`: the gateway holds the configuration in force with its
-//! servers, and the client sessions. A request comes in at
-//! `streamable_http` (HTTP; the 2026-07-28 era's requests go on to
-//! `stateless/`, with its pools, held and watched calls), is answered or
-//! forwarded by `dispatch`, whose lists come from `lists` (`Lists`, in
-//! `merged`, keeps them with the names their merges collided on or
-//! renamed) and `catalog`; `current` is the configuration in force, and
-//! `reopen` runs work on a downstream session, opened anew if need be;
-//! every handler answers with an `outcome`.
+//! MCP on `/mcp`. `Gateway` (here and in `reload`) is the state and its
+//! life: the configuration and servers in force, the sessions, the
+//! counters, the journal and the shutdown flags. A request comes in at
+//! `streamable_http::handle` (the HTTP adapter of both eras; the 2026-07-28
+//! era's requests go on to `stateless/`, whose `Stateless` owns its pools,
+//! held and watched calls), is answered or forwarded by `dispatch`'s
+//! functions, whose lists come from `lists` (`Lists`, in `merged`, keeps
+//! them with the names their merges collided on or renamed) and `catalog`;
+//! `current` is the configuration in force, and `reopen` runs work on a
+//! downstream session, opened anew if need be; every handler answers with
+//! an `outcome`, and `refusal` chooses the HTTP status of every error.
 //! `reload` swaps the configuration, and `life` keeps the reload and
 //! shutdown state; `govern` the rate limits and the audit log;
 //! `downstreams` what the servers share; `peers` the `Store`: the journal,
-//! and the session store shared
-//! with other instances; `search`'s `ToolSearch` is the `tool_search` mode's
-//! two tools, and `searches` what it has seen.
+//! and the session store shared with other instances; `search`'s
+//! `ToolSearch` is the `tool_search` mode's two tools, and `searches` what
+//! it has seen.
 
 use std::sync::Arc;
 
 use crate::config::Config;
 use crate::downstream::{Context, Limits, Server};
-use crate::http::{HttpError, HttpReply};
+use crate::http::HttpReply;
 use crate::protocol::jsonrpc::{self, RpcError};
 use crate::session::{self, CloseReason, Session, Sessions};
 use crate::stats::Stats;
@@ -38,13 +40,14 @@ mod merged;
 mod outcome;
 mod peers;
 mod rate;
+mod refusal;
 mod reload;
 mod reopen;
 mod search;
 pub mod searches;
 mod spans;
-mod stateless;
-mod streamable_http;
+pub mod stateless;
+pub mod streamable_http;
 
 pub use crate::protocol::stateless::UNSUPPORTED_PROTOCOL_VERSION;
 pub use crate::protocol::{SESSION_HEADER, VERSION_HEADER};
@@ -56,7 +59,6 @@ pub use life::{Life, ReloadOutcome};
 pub use merged::Lists;
 pub use peers::Store;
 pub use search::ToolSearch;
-pub use stateless::Stateless;
 
 /// The gateway: configuration, servers, sessions and counters.
 pub struct Gateway {
@@ -73,8 +75,6 @@ pub struct Gateway {
     pub offered: Offered,
     /// Its start, reloads, shutdown, memory given back and refused sessions.
     pub life: Life,
-    /// The 2026-07-28 era's pools, held calls and watched calls.
-    pub stateless: Stateless,
     /// The rate limits' buckets and the audit log.
     pub govern: Govern,
 }
@@ -106,7 +106,6 @@ impl Gateway {
             downstreams,
             offered: Offered::default(),
             life: Life::new(),
-            stateless: Stateless::new(),
             govern: Govern::default(),
         }
     }
@@ -142,7 +141,6 @@ impl Gateway {
     /// shutdown, after every session was closed.
     pub fn shutdown(&self) {
         self.life.stop();
-        self.stateless.stop();
         // Every server at once: each stops its processes, each with its grace.
         let servers = self.current().servers.clone();
         crate::runtime::threads::for_each_parallel("close", &servers, servers.len(), |server| server.shutdown());
@@ -183,6 +181,15 @@ impl Gateway {
     /// (`rate_limit`); over a limit, which one and when to retry.
     fn rate_check(&self, session: &Session, message: &crate::protocol::jsonrpc::Message) -> Result<(), rate::Limited> {
         self.govern.rate_check(&self.current().config, &self.stats, session, message)
+    }
+
+    /// What a call reads of the gateway, for a call that runs on a thread of its own too.
+    fn call_settings(&self) -> outcome::CallSettings {
+        outcome::CallSettings {
+            open_retry: self.current().config.open_retry,
+            audit: self.govern.audit_log(),
+            issuer: self.issuer(),
+        }
     }
 
     /// The issuer of `auth.oauth`, if any: the audit log names it with a subject.
@@ -245,7 +252,7 @@ pub(super) fn too_busy(session: &Session) -> HttpReply {
         jsonrpc::INVALID_REQUEST,
         "this session has too many requests in flight (max_requests_per_session); retry later",
     );
-    HttpError::too_busy(e).reply()
+    refusal::reply(refusal::Why::TooBusy, &e)
 }
 
 /// Whether an `Accept` header admits `mime` (directly or by a wildcard).

@@ -1,7 +1,11 @@
 //! What answers one JSON-RPC request, whichever era asked: every method
 //! handler returns it, and each era's HTTP side (`streamable_http`, `stateless`) turns it into bytes.
 //! And where what a server sends during a call goes before that answer
-//! (`CallEvents`), which each era's side writes.
+//! (`CallEvents`), which each era's side writes, and what a call reads of
+//! the gateway (`CallSettings`).
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::{Map, Value};
 
@@ -52,4 +56,14 @@ pub(super) trait CallEvents {
     /// A notification of mcpgate's own about the call (a sign-in that
     /// completed), where the client reads the call's answer.
     fn notify(&mut self, _message: Vec<u8>) {}
+}
+
+/// What a call needs of the gateway, which a held call's thread cannot
+/// borrow: taken when the call starts.
+#[derive(Clone)]
+pub(super) struct CallSettings {
+    pub open_retry: Duration,
+    /// The audit log in force, if any, and the OAuth issuer its records name.
+    pub audit: Option<Arc<crate::runtime::audit::AuditLog>>,
+    pub issuer: Option<String>,
 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use crate::config::{Config, Rate};
-use crate::http::{HttpError, HttpReply};
+use crate::http::HttpReply;
 use crate::protocol::jsonrpc::{self, RpcError};
 use crate::runtime::memory::Charge;
 
@@ -46,9 +46,7 @@ impl Limited {
 
     /// The HTTP answer for a request alone: 429 with `Retry-After`.
     pub(super) fn reply(&self, id: &serde_json::Value, who: &str) -> HttpReply {
-        HttpError::with_error(429, self.error(who))
-            .with_header("Retry-After", self.retry_secs().to_string())
-            .reply_to(id)
+        super::refusal::reply_to(super::refusal::Why::RateLimited(self.retry_secs()), id, &self.error(who))
     }
 }
 

@@ -32,21 +32,6 @@ pub const MISSING_CAPABILITY: i64 = -32021;
 /// The protocol version is not one the receiver speaks.
 pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 
-/// The HTTP status of an error answer, by its code (2026-07-28 transport):
-/// the codes of a bad request 400, an unknown method 404, the others 200.
-pub fn http_status(code: i64) -> u16 {
-    match code {
-        super::jsonrpc::PARSE_ERROR
-        | super::jsonrpc::INVALID_REQUEST
-        | INVALID_PARAMS
-        | HEADER_MISMATCH
-        | MISSING_CAPABILITY
-        | UNSUPPORTED_PROTOCOL_VERSION => 400,
-        super::jsonrpc::METHOD_NOT_FOUND => 404,
-        _ => 200,
-    }
-}
-
 /// The methods whose request names its target in `Mcp-Name`, and the
 /// params member that holds it.
 pub fn name_member(method: &str) -> Option<&'static str> {
@@ -450,7 +435,7 @@ mod tests {
         let old_headers =
             H(vec![("mcp-protocol-version", "2099-01-01"), ("mcp-method", "tools/call"), ("mcp-name", "echo")]);
         let e = checked(&old, &old_headers).unwrap_err();
-        assert_eq!((e.code, http_status(e.code)), (UNSUPPORTED_PROTOCOL_VERSION, 400));
+        assert_eq!(e.code, UNSUPPORTED_PROTOCOL_VERSION);
         assert_eq!(e.data.unwrap()["supported"][0], VERSION);
     }
 

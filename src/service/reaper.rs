@@ -11,6 +11,7 @@ use std::time::Duration;
 use crossbeam_channel::{Sender, bounded, select, tick};
 
 use crate::gateway::Gateway;
+use crate::gateway::stateless::Stateless;
 use crate::runtime::threads;
 use crate::session::CloseReason;
 
@@ -28,7 +29,7 @@ pub fn interval(idle_timeout: Duration) -> Duration {
     (idle_timeout / 10).clamp(Duration::from_millis(100), Duration::from_secs(5))
 }
 
-pub fn start(gateway: Arc<Gateway>) -> std::io::Result<Reaper> {
+pub fn start(gateway: Arc<Gateway>, stateless: Arc<Stateless>) -> std::io::Result<Reaper> {
     let (stop, stopped) = bounded::<()>(0);
     let handle = threads::spawn("reaper", "", move || {
         let _live = gateway.stats.threads_reaper.enter();
@@ -46,7 +47,7 @@ pub fn start(gateway: Arc<Gateway>) -> std::io::Result<Reaper> {
                         server.lanes.expire(current.config.request_timeout);
                     }
                     gateway.life.settle_memory();
-                    gateway.stateless.expire_holds();
+                    stateless.expire_holds();
                 }
                 recv(ticks) -> _ => {
                     // Read each time: a reload may change them.

@@ -16,6 +16,7 @@ pub mod summary;
 
 use serde_json::{Map, Value, json};
 
+use crate::gateway::stateless::Stateless;
 use crate::gateway::{Current, Gateway};
 use crate::runtime::threads;
 use crate::session::{SlotView, View};
@@ -54,7 +55,7 @@ fn unix(t: Option<SystemTime>) -> Value {
 }
 
 /// The table now: the gateway's readings, then each server's (labelled `server`).
-pub(crate) fn readings(g: &Gateway) -> Vec<Reading> {
+pub(crate) fn readings(g: &Gateway, st: &Stateless) -> Vec<Reading> {
     let current = g.current();
     let mut out = Vec::with_capacity(256);
     let (stats, (spawned, reaped, live)) = settled(g);
@@ -74,7 +75,7 @@ pub(crate) fn readings(g: &Gateway) -> Vec<Reading> {
         memory_buffered: (crate::runtime::memory::used() as u64).into(),
         memory_limit: (crate::runtime::memory::limit() as u64).into(),
         memory_share: (crate::runtime::memory::share() as u64).into(),
-        memory_sessionless_calls: (g.stateless.call_bytes() as u64).into(),
+        memory_sessionless_calls: (st.call_bytes() as u64).into(),
         memory_list_cache: (g.offered.lists.cache_bytes(&g.current()) as u64).into(),
         memory_refused: crate::runtime::memory::refused().into(),
         memory_since_refused: crate::runtime::memory::secs_since_refused()
@@ -95,7 +96,7 @@ pub(crate) fn readings(g: &Gateway) -> Vec<Reading> {
             .secs_since_session_refused()
             .unwrap_or_else(|| g.life.started().elapsed().as_secs())
             .into(),
-        calls_held: (g.stateless.held_calls() as u64).into(),
+        calls_held: (st.held_calls() as u64).into(),
         processes_spawned: spawned.into(),
         processes_reaped: reaped.into(),
         processes_live: live.into(),
@@ -181,8 +182,8 @@ fn number(readings: &[Reading], section: &str, key: &str) -> u64 {
 }
 
 /// `/status.json`.
-pub(crate) fn json(g: &Gateway) -> Value {
-    json_from(g, &readings(g))
+pub(crate) fn json(g: &Gateway, st: &Stateless) -> Value {
+    json_from(g, &readings(g, st))
 }
 
 /// `/status.json` from readings already taken.
@@ -355,14 +356,14 @@ fn sessions(g: &Gateway, current: &Current) -> (Vec<Value>, usize) {
 }
 
 /// The status page.
-pub(crate) fn html(g: &Gateway) -> String {
-    let readings = readings(g);
+pub(crate) fn html(g: &Gateway, st: &Stateless) -> String {
+    let readings = readings(g, st);
     page::render(&json_from(g, &readings), &readings)
 }
 
 /// `/metrics`, in Prometheus' text format.
-pub(crate) fn metrics(g: &Gateway) -> String {
-    prometheus::render(&readings(g))
+pub(crate) fn metrics(g: &Gateway, st: &Stateless) -> String {
+    prometheus::render(&readings(g, st))
 }
 
 #[cfg(test)]

@@ -13,8 +13,9 @@ use crate::protocol::stateless::{self, CacheHints, Envelope};
 use crate::session::Session;
 
 use super::watch::Watch;
-use crate::gateway::dispatch::{self, CallSettings};
-use crate::gateway::outcome::{CallEvents, Outcome};
+use crate::gateway::dispatch;
+use crate::gateway::outcome::{CallEvents, CallSettings, Outcome};
+use crate::gateway::refusal::{self, Why};
 
 /// How long a client may keep mcpgate's answer to `server/discover`, in ms.
 const DISCOVER_TTL_MS: u64 = 60_000;
@@ -48,7 +49,7 @@ pub(super) fn run_here(
 
 /// An error answer of this era: its HTTP status follows its code.
 pub(super) fn error_reply(id: &Value, e: &RpcError) -> HttpReply {
-    HttpReply::error(stateless::http_status(e.code), id, e)
+    refusal::reply_to(Why::Answer2026(e.code), id, e)
 }
 
 /// The answer of this era: the result with what the era requires of
@@ -103,14 +104,14 @@ pub(super) fn finish_with(
             },
             (None, Some(error)) => {
                 let code = serde_json::from_str::<Value>(error.get()).ok().and_then(|e| e["code"].as_i64());
-                (jsonrpc::raw_error(id, error), code.map_or(200, stateless::http_status))
+                (jsonrpc::raw_error(id, error), refusal::status_2026(code))
             }
             (None, None) => {
                 let e = RpcError::internal("the server's response had neither result nor error");
                 (jsonrpc::error(id, &e), 200)
             }
         },
-        Outcome::Error(e) => (jsonrpc::error(id, &e), stateless::http_status(e.code)),
+        Outcome::Error(e) => (jsonrpc::error(id, &e), refusal::status_2026(Some(e.code))),
         // Cancelled: its client is gone.
         Outcome::Cancelled => return HttpReply::empty(200),
     };

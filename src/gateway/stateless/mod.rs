@@ -36,7 +36,7 @@ use serde_json::{Map, Value, json};
 
 use crate::downstream::Server;
 use crate::http::auth::Access;
-use crate::http::{EventSink, HttpError, HttpReply, HttpRequest, StreamReply};
+use crate::http::{EventSink, HttpReply, HttpRequest, StreamReply};
 use crate::protocol::jsonrpc::{self, Kind, Message, Params, RpcError};
 use crate::protocol::stateless::{self, CacheHints, Envelope};
 use crate::protocol::{VERSION_HEADER, sse, versions};
@@ -46,9 +46,10 @@ use crate::session::{ListenFilter, Session};
 
 use super::authorize::{sign_in_2026, sign_in_retry};
 use super::dispatch::{self, instructions};
+use super::refusal::{self, Why};
 use super::search::Route;
 use super::{Gateway, accepts, new_session_id, too_busy};
-use crate::gateway::outcome::{CallEvents, Outcome};
+use crate::gateway::outcome::{CallEvents, CallSettings, Outcome};
 use call::{NewCall, answer, error_reply, finish_with, log_level_of, own_hints};
 use holds::{HeldCall, HoldEvent, HoldThread};
 
@@ -79,11 +80,13 @@ pub struct Stateless {
     watch: watch::Watch,
 }
 
-impl Stateless {
-    pub(super) fn new() -> Stateless {
+impl Default for Stateless {
+    fn default() -> Stateless {
         Stateless { pools: Default::default(), holds: holds::Holds::new(), watch: watch::Watch::default() }
     }
+}
 
+impl Stateless {
     /// Calls held for their client's retry, for the status page.
     pub fn held_calls(&self) -> usize {
         self.holds.len()
@@ -107,7 +110,7 @@ impl Stateless {
     }
 
     /// At shutdown: stops the watcher, and cancels every held call.
-    pub(super) fn stop(&self) {
+    pub fn stop(&self) {
         self.watch.stop();
         for held in self.holds.take_all() {
             dispatch::cancel_call(&held.pool, &held.call_id, "mcpgate is shutting down");
@@ -156,10 +159,11 @@ struct Checked<'a> {
     envelope: Envelope,
 }
 
-impl Gateway {
+impl Stateless {
     /// A `POST` of the 2026-07-28 era.
-    pub(super) fn stateless(
+    pub(super) fn post(
         &self,
+        g: &Gateway,
         req: &HttpRequest,
         message: &Message,
         sink: &mut dyn EventSink,
@@ -176,7 +180,7 @@ impl Gateway {
         }
         let id = message.id.clone().unwrap_or(Value::Null);
         if message.method() == "server/discover" && is_bare_probe(req, message) {
-            return self.discover(&id, access);
+            return self.discover(g, &id, access);
         }
         // Read once: the checks, mcpgate's own tools, and the call.
         let params = Params::of(message);
@@ -185,22 +189,22 @@ impl Gateway {
             Err(e) => return error_reply(&id, &e),
         };
         if message.method() == "server/discover" {
-            return self.discover(&id, access);
+            return self.discover(g, &id, access);
         }
-        let pool = match self.pool(access) {
+        let pool = match self.pool(g, access) {
             Ok(pool) => pool,
             Err(reply) => return reply,
         };
-        let Some(_request) = pool.begin_request(self.current().config.max_requests_per_session) else {
+        let Some(_request) = pool.begin_request(g.current().config.max_requests_per_session) else {
             return too_busy(&pool);
         };
         let method = message.method();
         if let Some(kind) = ListKind::from_method(method) {
-            let (page, list) = self.offered.lists.page_of(&self.in_force(), &pool, kind, message);
+            let (page, list) = g.offered.lists.page_of(&g.in_force(), &pool, kind, message);
             // Merged by mcpgate from its servers' lists: the shortest life
             // and the narrowest scope of theirs, private too when tokens decide
             // what a client sees.
-            let own = own_hints(self.current().config.tokens.is_some(), LIST_TTL_MS);
+            let own = own_hints(g.current().config.tokens.is_some(), LIST_TTL_MS);
             let hints = list.map_or(own, |list| {
                 let merged = list.cache_hints(own);
                 CacheHints { private: merged.private || own.private, ..merged }
@@ -211,14 +215,14 @@ impl Gateway {
             "tools/call" | "prompts/get" | "resources/read" | "completion/complete" => {
                 // A retry with the answers a held call asked for is that call, counted when it came.
                 let retry = params.as_ref().is_ok_and(|p| p.contains("inputResponses"));
-                if !retry && let Err(limited) = self.rate_check(&pool, message) {
+                if !retry && let Err(limited) = g.rate_check(&pool, message) {
                     return limited.reply(&id, &pool.who);
                 }
-                self.stateless_call(req, &pool, Checked { message, params, envelope }, sink, access)
+                self.stateless_call(g, req, &pool, Checked { message, params, envelope }, sink, access)
             }
-            "subscriptions/listen" => self.listen(req, &pool, message),
+            "subscriptions/listen" => self.listen(g, req, &pool, message),
             "tasks/get" | "tasks/update" | "tasks/cancel" => {
-                self.tasks(&pool, |tasks| tasks.task_request(&pool, message))
+                self.tasks(g, &pool, |tasks| tasks.task_request(&pool, message))
             }
             _ => {
                 let e = RpcError::new(
@@ -240,8 +244,8 @@ impl Gateway {
     /// that cannot be asked now counts as the session era, which mcpgate
     /// bridges to every server. A client pinned to 2026-07-28 sends no
     /// discover and is served whatever its servers speak.
-    pub(super) fn offers_2026(&self, access: &Access) -> bool {
-        let cur = self.current();
+    pub(super) fn offers_2026(&self, g: &Gateway, access: &Access) -> bool {
+        let cur = g.current();
         let scope = access.servers();
         let servers: Vec<&Arc<Server>> =
             cur.servers.iter().filter(|s| scope.is_none_or(|names| names.iter().any(|n| n == s.name()))).collect();
@@ -262,7 +266,7 @@ impl Gateway {
     /// Every SDK's `auto` mode reads it as "not of 2026-07-28" and sends
     /// `initialize` (-32022 would not do: the Rust SDK's reads it as a
     /// version to retry at, and gives up).
-    pub(super) fn discover_session_era(&self, message: &Message) -> HttpReply {
+    pub(super) fn discover_session_era(message: &Message) -> HttpReply {
         let e = RpcError::new(
             jsonrpc::INVALID_REQUEST,
             "server/discover: the servers behind mcpgate speak the session era, and so does mcpgate to clients that \
@@ -273,13 +277,13 @@ impl Gateway {
 
     /// `server/discover`: the versions mcpgate speaks, and what its
     /// servers offer together.
-    fn discover(&self, id: &Value, access: &Access) -> HttpReply {
-        let pool = match self.pool(access) {
+    fn discover(&self, g: &Gateway, id: &Value, access: &Access) -> HttpReply {
+        let pool = match self.pool(g, access) {
             Ok(pool) => pool,
             Err(reply) => return reply,
         };
-        let opened = self.open_all(&pool);
-        let mut capabilities = self.capabilities(&pool, &opened);
+        let opened = dispatch::open_all(g, &pool);
+        let mut capabilities = dispatch::capabilities(g, &pool, &opened);
         // Offered only what this era's clients are served: tasks left the
         // core protocol in this era for an extension (see `tasks`), and
         // resource subscriptions (`subscriptions/listen`'s
@@ -303,22 +307,22 @@ impl Gateway {
                 "io.modelcontextprotocol/serverInfo": { "name": "mcpgate", "version": env!("CARGO_PKG_VERSION") },
             },
         });
-        if let Some(text) = instructions(&super::visible(&self.current(), &pool), &opened) {
+        if let Some(text) = instructions(&super::visible(&g.current(), &pool), &opened) {
             result["instructions"] = Value::String(text);
         }
-        self.finish(id, "server/discover", Outcome::Result(result), None)
+        self.finish(g, id, "server/discover", Outcome::Result(result), None)
     }
 
     /// The session of this era's clients of `access`'s token, made when
     /// first needed (and again after it was evicted).
-    fn pool(&self, access: &Access) -> Result<Arc<Session>, HttpReply> {
+    fn pool(&self, g: &Gateway, access: &Access) -> Result<Arc<Session>, HttpReply> {
         let key = access.principal().map(|p| sha256::hex(&p)).unwrap_or_default();
-        let mut pools = self.stateless.pools.lock();
-        if let Some(pool) = pools.get(&key).filter(|p| self.sessions.get(&p.id).is_some()) {
+        let mut pools = self.pools.lock();
+        if let Some(pool) = pools.get(&key).filter(|p| g.sessions.get(&p.id).is_some()) {
             return Ok(pool.clone());
         }
-        let id = new_session_id(self.store.instance_id.as_deref()).map_err(|e| {
-            HttpReply::error(503, &Value::Null, &RpcError::internal(format!("no randomness for a session id: {e}")))
+        let id = new_session_id(g.store.instance_id.as_deref()).map_err(|e| {
+            refusal::reply(Why::Internal, &RpcError::internal(format!("no randomness for a session id: {e}")))
         })?;
         let params = json!({
             "protocolVersion": versions::NEWEST,
@@ -328,14 +332,14 @@ impl Gateway {
         let pool =
             Session::new(id, versions::NEWEST.into(), jsonrpc::raw(&params), "protocol 2026-07-28".into(), access);
         pool.mark_sessionless();
-        if !self.sessions.insert(pool.clone(), self.current().config.max_sessions) {
-            self.refused_session();
+        if !g.sessions.insert(pool.clone(), g.current().config.max_sessions) {
+            g.refused_session();
             let e = RpcError::internal("mcpgate holds its limit of sessions (max_sessions); retry later");
-            return Err(HttpError::unavailable(e).reply());
+            return Err(refusal::reply(Why::Unavailable, &e));
         }
-        self.stats.sessions_created.inc();
-        if let Some(audit) = self.govern.audit_log() {
-            audit.write(super::audit::session_record(&pool, self.issuer().as_deref(), None));
+        g.stats.sessions_created.inc();
+        if let Some(audit) = g.govern.audit_log() {
+            audit.write(super::audit::session_record(&pool, g.issuer().as_deref(), None));
         }
         pools.insert(key, pool.clone());
         Ok(pool)
@@ -345,6 +349,7 @@ impl Gateway {
     /// `completion/complete`): new, or a retry carrying `requestState`.
     fn stateless_call(
         &self,
+        g: &Gateway,
         req: &HttpRequest,
         pool: &Arc<Session>,
         checked: Checked<'_>,
@@ -359,49 +364,50 @@ impl Gateway {
             Err(e) => return error_reply(&id, &e),
         };
         // A retry after mcpgate asked its user to sign in: what was for mcpgate goes no further.
-        let within = self.current().config.held_call_timeout;
-        if let Err(e) = sign_in_retry(&self.downstreams.oauth, within, &mut params, access.user()) {
+        let within = g.current().config.held_call_timeout;
+        if let Err(e) = sign_in_retry(&g.downstreams.oauth, within, &mut params, access.user()) {
             return error_reply(&id, &e);
         }
         let state = params.str("requestState").filter(|s| s.starts_with(holds::STATE_PREFIX));
         if message.method() == "tools/call" {
-            params = match self.tool_search(pool, params, state.is_none()) {
-                Ok(Route::Answer(outcome)) => return self.finish(&id, message.method(), outcome, None),
+            params = match g.tool_search(pool, params, state.is_none()) {
+                Ok(Route::Answer(outcome)) => return self.finish(g, &id, message.method(), outcome, None),
                 Ok(Route::Call(params)) => params,
                 Err(e) => return error_reply(&id, &e),
             };
         }
         let token = access.principal();
         let held = match state {
-            Some(state) => match self.stateless.holds.take(&state, token.as_ref()) {
+            Some(state) => match self.holds.take(&state, token.as_ref()) {
                 Ok(mut held) => {
-                    self.deliver_answers(&mut held, params.value("inputResponses"));
+                    Self::deliver_answers(&mut held, params.value("inputResponses"));
                     held
                 }
                 Err(e) => return error_reply(&id, &holds::refused(&e)),
             },
             None => {
-                let new = match self.new_call(pool, message, params) {
+                let new = match self.new_call(g, pool, message, params) {
                     Ok(new) => new,
                     Err(e) => return error_reply(&id, &e),
                 };
                 if new.server.era() == Some(stateless::VERSION) {
-                    return self.call_here(req, pool, new, envelope, sink, &id);
+                    let (outcome, streaming) = self.call_here(&g.call_settings(), req, pool, &new, envelope, sink);
+                    return self.finish(g, &id, new.call.method(), outcome, streaming);
                 }
-                match self.tasks(pool, |tasks| tasks.as_task(pool, &new, envelope)) {
+                match self.tasks(g, pool, |tasks| tasks.as_task(pool, &new, envelope)) {
                     Ok(true) => {
-                        return self.tasks(pool, |tasks| tasks.create_task(req, pool, new, envelope, sink, &id));
+                        return self.tasks(g, pool, |tasks| tasks.create_task(req, pool, new, envelope, sink, &id));
                     }
                     Ok(false) => {}
                     Err(e) => return error_reply(&id, &e),
                 }
-                match self.start_holdable_call(pool, new, token) {
+                match self.start_holdable_call(g, pool, new, token) {
                     Ok(held) => held,
                     Err(e) => return error_reply(&id, &e),
                 }
             }
         };
-        self.wait_for(req, held, envelope, sink, &id)
+        self.wait_for(g, req, held, envelope, sink, &id)
     }
 
     /// A new call, on the pool's downstream session with the server that
@@ -409,12 +415,13 @@ impl Gateway {
     /// the request as the pool sends it, its server and params.
     fn new_call<'p>(
         &self,
+        g: &Gateway,
         pool: &Arc<Session>,
         message: &Message,
         params: Params<'p>,
     ) -> Result<NewCall<'p>, RpcError> {
         // The call's own id in the pool: clients of this era may all use id 1.
-        let number = self.stateless.next_call();
+        let number = self.next_call();
         let call_id = Value::String(format!("mcpgate-call-{number}"));
         let call = Message {
             jsonrpc: Some("2.0".into()),
@@ -425,7 +432,7 @@ impl Gateway {
             result: None,
             error: None,
         };
-        let (server, mut params) = self.target(pool, &call, params)?;
+        let (server, mut params) = self.target(g, pool, &call, params)?;
         if server.era() != Some(stateless::VERSION) {
             // A session-era server: what describes the hop from the client to
             // mcpgate (its _meta, a retry's answers and state) stays here.
@@ -454,15 +461,14 @@ impl Gateway {
     /// answer (the server's own keep-alives are not relayed either).
     fn call_here(
         &self,
+        settings: &CallSettings,
         req: &HttpRequest,
         pool: &Arc<Session>,
-        new: NewCall,
+        new: &NewCall,
         envelope: &Envelope,
         sink: &mut dyn EventSink,
-        id: &Value,
-    ) -> HttpReply {
-        let watch = &self.stateless.watch;
-        let (outcome, streaming) = call::run_here(watch, &self.call_settings(), req, pool, &new, envelope, sink);
+    ) -> (Outcome, Option<()>) {
+        let (outcome, streaming) = call::run_here(&self.watch, settings, req, pool, new, envelope, sink);
         let outcome = match sign_in_2026(new.call.method(), outcome, envelope) {
             // A task of the server's (the tasks extension): the client gets one of mcpgate's ids.
             Outcome::Forwarded(answer) if answer.result.as_ref().is_some_and(|r| stateless::is_task(r.get())) => {
@@ -470,7 +476,7 @@ impl Gateway {
             }
             outcome => outcome,
         };
-        self.finish(id, new.call.method(), outcome, streaming)
+        (outcome, streaming)
     }
 
     /// Starts a new call to a session-era server on a thread of its own:
@@ -479,19 +485,20 @@ impl Gateway {
     /// wait for the client's retry while its client is answered.
     fn start_holdable_call(
         &self,
+        g: &Gateway,
         pool: &Arc<Session>,
         new: NewCall,
         token: Option<[u8; 32]>,
     ) -> Result<HeldCall, RpcError> {
         let NewCall { number, call_id, call, server, params } = new;
         let request_bytes = call.params.as_deref().map_or(0, |p| p.get().len());
-        let charge = Tallied::new(holds::THREAD_BYTES + 2 * request_bytes, self.stateless.holds.tally())
+        let charge = Tallied::new(holds::THREAD_BYTES + 2 * request_bytes, self.holds.tally())
             .ok_or_else(|| RpcError::internal("mcpgate holds its limit of max_memory_mb; retry shortly"))?;
         let params = params.into_owned();
         let method = call.method().to_string();
         let (tx, rx) = bounded(64);
-        let settings = self.call_settings();
-        let events = HoldEvents { tx, tally: self.stateless.holds.tally().clone() };
+        let settings = g.call_settings();
+        let events = HoldEvents { tx, tally: self.holds.tally().clone() };
         let asks = events.clone();
         pool.add_caller(
             number,
@@ -528,21 +535,22 @@ impl Gateway {
     /// The server and params of a call, as a session-era request would find them.
     fn target<'p>(
         &self,
+        g: &Gateway,
         pool: &Arc<Session>,
         call: &Message,
         params: Params<'p>,
     ) -> Result<(Arc<Server>, Params<'p>), RpcError> {
         match call.method() {
-            "tools/call" => self.by_name(pool, ListKind::Tools, call, params),
-            "prompts/get" => self.by_name(pool, ListKind::Prompts, call, params),
-            "resources/read" => self.by_uri(pool, call, params),
-            _ => self.completion(pool, call, params),
+            "tools/call" => dispatch::by_name(g, pool, ListKind::Tools, call, params),
+            "prompts/get" => dispatch::by_name(g, pool, ListKind::Prompts, call, params),
+            "resources/read" => dispatch::by_uri(g, pool, call, params),
+            _ => dispatch::completion(g, pool, call, params),
         }
     }
 
     /// The client's answers to the server's requests of a held call go to
     /// the server; one the client left out is answered with an error.
-    fn deliver_answers(&self, held: &mut HeldCall, answers: Option<Value>) {
+    fn deliver_answers(held: &mut HeldCall, answers: Option<Value>) {
         let answers = match answers {
             Some(Value::Object(answers)) => answers,
             _ => Map::new(),
@@ -556,7 +564,7 @@ impl Gateway {
                 }}),
             };
             if let Ok(answer) = Message::parse(body.to_string().as_bytes()) {
-                self.client_answer(&held.pool, &answer);
+                dispatch::client_answer(&held.pool, &answer);
             }
         }
     }
@@ -566,6 +574,7 @@ impl Gateway {
     /// the call; its end is the answer. A client that leaves cancels it.
     fn wait_for(
         &self,
+        g: &Gateway,
         req: &HttpRequest,
         mut held: HeldCall,
         envelope: &Envelope,
@@ -591,13 +600,17 @@ impl Gateway {
                 Ok(HoldEvent::Ask { id: ask, method: asked, params }) => {
                     if !envelope.can_answer(&asked) {
                         // The server is refused, not left waiting.
-                        self.refuse_ask(&held.pool, ask, &asked);
+                        Self::refuse_ask(&held.pool, ask, &asked);
                         if let Some(capability) = stateless::capability_of(&asked) {
                             // The era's answer: the call needs what the client
                             // did not declare, and ends there.
-                            self.cancel(&held.pool, &held.call_id, "the client lacks a capability the call needs");
+                            dispatch::cancel_call(
+                                &held.pool,
+                                &held.call_id,
+                                "the client lacks a capability the call needs",
+                            );
                             let e = stateless::missing_capability(capability, &asked);
-                            return self.finish(id, &method, Outcome::Error(e), streaming.then_some(()));
+                            return self.finish(g, id, &method, Outcome::Error(e), streaming.then_some(()));
                         }
                         continue;
                     }
@@ -606,42 +619,37 @@ impl Gateway {
                         Some(params) => json!({ "method": asked, "params": params }),
                         None => json!({ "method": asked }),
                     };
-                    let config = &self.current().config;
-                    let number = self.stateless.next_call();
-                    return match self.stateless.holds.hold(
-                        number,
-                        held,
-                        config.held_call_timeout,
-                        config.max_held_calls,
-                    ) {
+                    let config = &g.current().config;
+                    let number = self.next_call();
+                    return match self.holds.hold(number, held, config.held_call_timeout, config.max_held_calls) {
                         Ok(state) => {
                             let result = json!({
                                 "resultType": "input_required",
                                 "inputRequests": { ask.to_string(): request },
                                 "requestState": state,
                             });
-                            self.finish(id, &method, Outcome::Result(result), streaming.then_some(()))
+                            self.finish(g, id, &method, Outcome::Result(result), streaming.then_some(()))
                         }
                         Err(back) => {
-                            self.cancel(&back.pool, &back.call_id, "mcpgate holds max_held_calls calls");
+                            dispatch::cancel_call(&back.pool, &back.call_id, "mcpgate holds max_held_calls calls");
                             let e = RpcError::internal(format!(
                                 "mcpgate holds its limit of {} calls waiting for their clients (max_held_calls); \
                                  retry later",
                                 config.max_held_calls
                             ));
-                            self.finish(id, &method, Outcome::Error(e), streaming.then_some(()))
+                            self.finish(g, id, &method, Outcome::Error(e), streaming.then_some(()))
                         }
                     };
                 }
                 Ok(HoldEvent::Done(outcome)) => {
                     held.thread.join();
                     let outcome = sign_in_2026(&method, outcome, envelope);
-                    return self.finish(id, &method, outcome, streaming.then_some(()));
+                    return self.finish(g, id, &method, outcome, streaming.then_some(()));
                 }
                 Err(RecvTimeoutError::Timeout) => {
                     if !cancelled && req.client.as_ref().is_some_and(|c| c.gone()) {
                         // This era's cancel: the client closed its stream.
-                        self.cancel(&held.pool, &held.call_id, "the client closed its stream");
+                        dispatch::cancel_call(&held.pool, &held.call_id, "the client closed its stream");
                         cancelled = true;
                     }
                     if !cancelled && last_write.elapsed() >= PING && sink.can_stream() {
@@ -651,7 +659,7 @@ impl Gateway {
                 }
                 Err(RecvTimeoutError::Disconnected) => {
                     let e = RpcError::internal("the call ended without an answer");
-                    return self.finish(id, &method, Outcome::Error(e), streaming.then_some(()));
+                    return self.finish(g, id, &method, Outcome::Error(e), streaming.then_some(()));
                 }
             }
         }
@@ -659,47 +667,45 @@ impl Gateway {
 
     /// Answers a server's request the client cannot take (it did not
     /// declare the capability) with an error, at once.
-    fn refuse_ask(&self, pool: &Arc<Session>, ask: u64, method: &str) {
+    fn refuse_ask(pool: &Arc<Session>, ask: u64, method: &str) {
         let body = json!({ "jsonrpc": "2.0", "id": ask, "error": {
             "code": jsonrpc::INTERNAL_ERROR,
             "message": format!("the client did not declare what `{method}` needs in its capabilities"),
         }});
         if let Ok(answer) = Message::parse(body.to_string().as_bytes()) {
-            self.client_answer(pool, &answer);
+            dispatch::client_answer(pool, &answer);
         }
     }
 
-    /// Cancels the call `call_id` of `pool`, as a client's cancel would.
-    pub(super) fn cancel(&self, pool: &Arc<Session>, call_id: &Value, reason: &str) {
-        dispatch::cancel_call(pool, call_id, reason);
-    }
-
     /// What the tasks extension reads of the gateway, for a request of `pool`.
-    fn tasks<T>(&self, pool: &Arc<Session>, work: impl FnOnce(&tasks::Tasks) -> T) -> T {
-        let cur = self.current();
-        let tools = || self.offered.lists.merged(&self.in_force(), pool, ListKind::Tools);
+    fn tasks<T>(&self, g: &Gateway, pool: &Arc<Session>, work: impl FnOnce(&tasks::Tasks) -> T) -> T {
+        let cur = g.current();
+        let tools = || g.offered.lists.merged(&g.in_force(), pool, ListKind::Tools);
         work(&tasks::Tasks {
             config: &cur.config,
             servers: &cur.servers,
-            stats: &self.stats,
-            holds: &self.stateless.holds,
-            watch: &self.stateless.watch,
-            settings: self.call_settings(),
+            stats: &g.stats,
+            holds: &self.holds,
+            watch: &self.watch,
+            settings: g.call_settings(),
             tools: &tools,
         })
     }
 
     /// [`answer`] under the configuration in force.
-    fn finish(&self, id: &Value, method: &str, outcome: Outcome, streaming: Option<()>) -> HttpReply {
-        answer(self.current().config.tokens.is_some(), id, method, outcome, streaming)
+    fn finish(&self, g: &Gateway, id: &Value, method: &str, outcome: Outcome, streaming: Option<()>) -> HttpReply {
+        answer(g.current().config.tokens.is_some(), id, method, outcome, streaming)
     }
 
     /// `subscriptions/listen`: a stream of the list changes the client
     /// asked for, from every server of the pool.
-    fn listen(&self, req: &HttpRequest, pool: &Arc<Session>, message: &Message) -> HttpReply {
+    fn listen(&self, g: &Gateway, req: &HttpRequest, pool: &Arc<Session>, message: &Message) -> HttpReply {
         let id = message.id.clone().unwrap_or(Value::Null);
         if !accepts(req.header("accept").unwrap_or(""), "text/event-stream") {
-            return HttpReply::bad(406, "subscriptions/listen answers with a stream: Accept needs text/event-stream");
+            return refusal::refuse(
+                Why::NotAcceptable,
+                "subscriptions/listen answers with a stream: Accept needs text/event-stream",
+            );
         }
         let wanted = message.params_object().ok().and_then(|mut p| p.remove("notifications")).unwrap_or(Value::Null);
         let filter = ListenFilter {
@@ -708,13 +714,13 @@ impl Gateway {
             resources: wanted["resourcesListChanged"] == true,
         };
         // The servers' own streams carry their changes: open them.
-        self.open_all(pool);
+        dispatch::open_all(g, pool);
         let attached = pool.listen(&id, filter);
         let pool = pool.clone();
         HttpReply::stream(StreamReply {
             first: attached.first,
             rx: attached.rx,
-            keepalive: self.current().config.keepalive,
+            keepalive: g.current().config.keepalive,
             on_end: Box::new(move || {
                 if let Some(listener) = attached.id {
                     pool.unlisten(listener);

@@ -45,8 +45,8 @@ use super::holds::Holds;
 use super::watch::Watch;
 use crate::catalog::List;
 use crate::config::Config;
-use crate::gateway::dispatch::{self, CallSettings};
-use crate::gateway::outcome::{CallEvents, Outcome};
+use crate::gateway::dispatch;
+use crate::gateway::outcome::{CallEvents, CallSettings, Outcome};
 use crate::gateway::search::ToolSearch;
 use crate::stats::Stats;
 
