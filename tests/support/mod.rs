@@ -6,10 +6,11 @@
 //!   configs, signals, threads and memory of a process; mcpgate run as
 //!   nobody under a thread limit ([`privileges`]); stdio servers and their
 //!   children in /proc ([`stdio`]); the state file ([`state`]).
-//! - Clients: a small MCP client speaking Streamable HTTP over real
-//!   sockets ([`Client`], [`client`]), and plain GETs of what mcpgate and
-//!   the fixture show; a client of the 2026-07-28 era ([`Modern`],
-//!   [`modern`]). Both hand back a [`Reply`].
+//! - Clients, from the test kit (`mcpgate-testkit`, which the fixture's
+//!   tests share): a small MCP client speaking Streamable HTTP over real
+//!   sockets ([`Client`]), and plain GETs of what mcpgate and the fixture
+//!   show; a client of the 2026-07-28 era ([`Modern`]). Both hand back a
+//!   [`Reply`]. Here: HTTPS to mcpgate's front door ([`client`]).
 //! - Raw HTTP ([`raw`]): for what a client never sends or never waits for,
 //!   the one request writer, reader with a deadline, response parser and
 //!   SSE body parser; bytes no client would write are sent as they are.
@@ -36,7 +37,6 @@
 
 mod assert;
 mod client;
-mod modern;
 mod oauth;
 mod oauth_server;
 mod otlp;
@@ -50,6 +50,8 @@ mod stdio;
 
 #[allow(unused_imports)]
 pub use self::{
-    assert::*, client::*, modern::*, oauth::*, oauth_server::*, otlp::*, privileges::*, process::*, proxy::*, raw::*,
-    scripted::*, state::*, stdio::*,
+    assert::*, client::*, oauth::*, oauth_server::*, otlp::*, privileges::*, process::*, proxy::*, raw::*, scripted::*,
+    state::*, stdio::*,
 };
+#[allow(unused_imports)]
+pub use mcpgate_testkit::*;

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::{Client, get_json};
+use super::{Client, addr_of_url, get_json, wait_until};
 
 /// The fixture's binary, `mcp-fixture`. It is a package of its own (fixture/), so cargo does not
 /// build it for mcpgate's tests: the first call of each test process asks cargo to build it into
@@ -59,20 +59,6 @@ fn build_fixture() -> String {
     bin.into_os_string().into_string().expect("a UTF-8 path")
 }
 
-/// Polls `cond` every 20 ms until it holds or `timeout` passes.
-pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if cond() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// The first stdout line of a child, `listening on <where>`: where, and how
 /// long after `since` it came; `None` if it did not come within `timeout`.
 /// The rest of its stdout is drained, so that the child never blocks on a full pipe.
@@ -103,15 +89,6 @@ fn listening_line(child: &mut Child) -> String {
     let (at, _) = listening_on(child, Instant::now(), Duration::from_secs(10))
         .expect("child printed no `listening on` line within 10 s");
     at
-}
-
-/// The socket address of mcpgate's endpoint URL (`http(s)://<addr>/mcp`).
-pub fn addr_of_url(url: &str) -> SocketAddr {
-    url.trim_start_matches("http://")
-        .trim_start_matches("https://")
-        .trim_end_matches("/mcp")
-        .parse()
-        .expect("a socket address")
 }
 
 /// Sends a signal by name (`TERM`, `KILL`, `HUP`) to a PID.

@@ -1,11 +1,12 @@
 //! Raw HTTP/1.1 over a `TcpStream`, for what a well-behaved client never
-//! sends or never waits for. One of each: a request writer ([`http_request`]),
-//! two ways to put bytes on the wire ([`send`], and [`exchange`], which also
-//! reads the answer), one reading loop with a deadline ([`read_until`])
-//! under every way of reading, one response parser ([`parse_reply`]: the
-//! body de-chunked, cut to its length) and one SSE body parser
-//! ([`sse_events`]). Bytes a client would never write (a broken head, a
-//! lying `Content-Length`) are written by the test and sent as they are.
+//! sends or never waits for. One of each: a request writer ([`http_request`],
+//! the test kit's), two ways to put bytes on the wire ([`send`], and
+//! [`exchange`], which also reads the answer), one reading loop with a
+//! deadline ([`read_until`]) under every way of reading, one response parser
+//! ([`parse_reply`]: the body de-chunked, cut to its length) and one SSE
+//! body parser ([`sse_events`], as mcpgate's decoder reads). Bytes a client
+//! would never write (a broken head, a lying `Content-Length`) are written
+//! by the test and sent as they are.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -14,7 +15,7 @@ use std::time::{Duration, Instant};
 use mcpgate::protocol::sse::{Decoder, Event};
 use serde_json::Value;
 
-use super::PROTOCOL;
+use super::{PROTOCOL, http_request};
 
 /// Whether a read or write failed only because its timeout passed.
 pub fn is_timeout(e: &std::io::Error) -> bool {
@@ -29,27 +30,6 @@ pub fn shown(bytes: impl AsRef<[u8]>) -> String {
 // ---------------------------------------------------------------------------
 // Writing
 // ---------------------------------------------------------------------------
-
-/// The bytes of one HTTP/1.1 request: its line, `headers` as given and in
-/// that order (`Host` and `Connection` too: the test names them), a
-/// `Content-Length` when there is a body and `headers` set no framing of
-/// their own (`Content-Length` or `Transfer-Encoding`), then the body.
-pub fn http_request(method: &str, target: &str, headers: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
-    let mut head = format!("{method} {target} HTTP/1.1\r\n");
-    for (name, value) in headers {
-        head.push_str(&format!("{name}: {value}\r\n"));
-    }
-    let framed = headers
-        .iter()
-        .any(|(name, _)| name.eq_ignore_ascii_case("content-length") || name.eq_ignore_ascii_case("transfer-encoding"));
-    if !body.is_empty() && !framed {
-        head.push_str(&format!("Content-Length: {}\r\n", body.len()));
-    }
-    head.push_str("\r\n");
-    let mut bytes = head.into_bytes();
-    bytes.extend_from_slice(body);
-    bytes
-}
 
 /// `body` in the chunked transfer coding, in chunks of `size` bytes, and the last chunk.
 pub fn chunked(body: &[u8], size: usize) -> Vec<u8> {
