@@ -36,6 +36,7 @@ use crate::stats::{Gauge, ServerStats, Stats};
 
 pub mod children;
 mod connect;
+mod correlate;
 pub mod deletes;
 mod error;
 pub mod flight;

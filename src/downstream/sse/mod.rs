@@ -18,12 +18,13 @@
 //!   (the kernel closes the stream of a process that crashed): a restart
 //!   opens a new one instead of taking it over.
 //!
-//! Responses are matched to requests by id, as stdio's are (`stream.rs`).
-//! What else the server sends goes where stdio's per-session child's does:
-//! progress to the call that asked for it by its token; a request to the
-//! client (sampling, elicitation, roots) or a log message to the one call
-//! of a client running, else to the session's `Inbox` (the client's `GET`
-//! stream); list changes and the rest to the `Inbox`.
+//! Responses are matched to requests by id, and what else the server sends
+//! goes where it belongs, by the correlator stdio's children use too
+//! (`downstream/correlate.rs`): progress to the call that asked for it by
+//! its token; a request to the client (sampling, elicitation, roots) or a
+//! log message to the one call of a client running, else to the session's
+//! `Inbox` (the client's `GET` stream); list changes and the rest to the
+//! `Inbox`. What comes before the session listens is kept for it.
 
 use std::sync::{Arc, Weak};
 use std::time::Instant;
@@ -34,6 +35,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use ureq::Agent;
 
+use super::correlate::{Correlator, Incoming, Logs, Rules, Waiting, carries, progress_token};
 use super::http::{self, Reader, status_error};
 use super::{Arrival, Connector, Downstream, DownstreamError, Flight, Inbox, Limits, Link, Opened, Opener, Server};
 use crate::config::HttpConfig;
@@ -43,7 +45,13 @@ use crate::protocol::jsonrpc::{self, Kind, Message};
 mod origin;
 mod stream;
 
-use stream::{Incoming, Shared};
+/// Messages queued for one waiting call before the reader waits for it (TCP
+/// then slows the server down).
+const CALL_QUEUE: usize = 64;
+
+/// How a session's correlator routes: what comes before the session
+/// listens is kept for it; a log message goes to the one call running.
+const RULES: Rules = Rules { early: true, logs: Logs::ToTheCall };
 
 /// What a server of the HTTP+SSE transport keeps: the agents its `POST`s
 /// go through (each session's stream has its own).
@@ -114,12 +122,12 @@ fn open(server: &Arc<Server>, endpoint: &SseConnector, body: &[u8]) -> Result<Op
         }
         _ => return Err(status_error(response)),
     }
-    let shared = Arc::new(Shared::default());
+    let calls = Arc::new(Correlator::new(RULES));
     let (found, endpoint_rx) = bounded(1);
     let stream_url = endpoint.http.config.url.clone();
     let work = {
-        let (server, http, shared) = (server.clone(), endpoint.http.clone(), shared.clone());
-        move |stop| stream::read(&server, &http, &shared, response, &stream_url, found, &stop)
+        let (server, http, calls) = (server.clone(), endpoint.http.clone(), calls.clone());
+        move |stop| stream::read(&server, &http, &calls, response, &stream_url, found, &stop)
     };
     let mut reader = Reader::spawn(server, agent, work).map_err(|e| {
         limited!(error, "server `{}`: cannot start a reader thread: {e}", server.name());
@@ -146,7 +154,7 @@ fn open(server: &Arc<Server>, endpoint: &SseConnector, body: &[u8]) -> Result<Op
         http: endpoint.http.clone(),
         session_id: stream::session_of(&post_url),
         post_url,
-        shared,
+        calls,
         reader: Mutex::new(Some(reader)),
     };
     let answer = link.initialize(server, body);
@@ -162,12 +170,28 @@ struct SseLink {
     /// URL, or the URL itself.
     session_id: String,
     /// What the link and its reader share: the calls waiting, the inbox.
-    shared: Arc<Shared>,
+    calls: Arc<Correlator>,
     /// The stream's reader thread; taken by the close path.
     reader: Mutex<Option<Reader>>,
 }
 
 impl SseLink {
+    /// Registers the call `id` (its id on the wire too); its messages and
+    /// response arrive on the receiver. Refused when the stream ended
+    /// (nothing was sent: a new session may take the call) or the session
+    /// is closing.
+    fn expect(
+        &self,
+        id: &Value,
+        params: Option<&RawValue>,
+        carries: bool,
+    ) -> Result<Receiver<Incoming>, DownstreamError> {
+        let (tx, rx) = bounded(CALL_QUEUE);
+        let token = params.and_then(progress_token);
+        self.calls.expect(id, Waiting { token, ..Waiting::call(tx, 0, carries) })?;
+        Ok(rx)
+    }
+
     /// A `POST` of one message, on `agent`; the answer (`202`, or any 2xx)
     /// says only that it was taken.
     fn post(&self, agent: &Agent, version: Option<&str>, body: &[u8]) -> Result<(), DownstreamError> {
@@ -188,7 +212,7 @@ impl SseLink {
     /// the connect and request timeouts; the close path ends what it opened.
     fn initialize(&self, server: &Server, body: &[u8]) -> Result<Message, DownstreamError> {
         let id = Value::from(0);
-        let rx = self.shared.expect(&id, None, false)?;
+        let rx = self.expect(&id, None, false)?;
         let result = self.post(&self.http.short_agent(), None, body).and_then(|()| {
             let wait = server.limits.connect + server.limits.request;
             let never = crossbeam_channel::never::<()>();
@@ -200,7 +224,7 @@ impl SseLink {
                 other => other,
             })
         });
-        self.shared.forget(&id);
+        self.calls.forget(&id);
         result
     }
 }
@@ -259,7 +283,7 @@ impl Link for SseLink {
         flight: &Arc<Flight>,
     ) -> Result<Message, DownstreamError> {
         // Registered before the POST: the response may come before its answer.
-        let rx = self.shared.expect(id, params, super::stdio::carries(method))?;
+        let rx = self.expect(id, params, carries(method))?;
         let mut lane = self.http.lane_agent();
         let (stop, stopped) = bounded::<()>(1);
         let agent = lane.agent().clone();
@@ -275,23 +299,28 @@ impl Link for SseLink {
                 .and_then(|()| wait_for_response(&rx, &stopped, on_message, Some(flight), None)),
         };
         lane.stopped = flight.disarm();
-        self.shared.forget(id);
+        self.calls.forget(id);
         result
     }
 
     fn send(&self, d: &Downstream, body: &[u8]) -> Result<(), DownstreamError> {
-        if self.shared.has_ended() {
+        if self.calls.has_ended() {
             return Err(DownstreamError::SessionGone);
         }
         self.post(&self.http.short_agent(), Some(&d.protocol_version), body)
     }
 
     fn listen(&self, d: &Arc<Downstream>, inbox: Weak<dyn Inbox>) -> Result<(), DownstreamError> {
-        self.shared.listen(&d.server, inbox)
+        self.calls
+            .listen(&d.server, 0, inbox)
+            .map_err(|why| DownstreamError::Protocol(format!("its SSE stream ended: {why}")))
     }
 
     fn stop(&self, _: &Downstream) {
-        self.shared.stop();
+        // The close path's first step: nothing more is delivered, and the calls waiting end.
+        for tx in self.calls.stop() {
+            let _ = tx.try_send(Incoming::Ended(DownstreamError::Closed));
+        }
         if let Some(reader) = self.reader.lock().as_mut() {
             reader.signal();
         }

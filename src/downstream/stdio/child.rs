@@ -4,7 +4,6 @@
 //! SIGKILL; or its exit on its own, reaped at once by its reader
 //! (`reader.rs`). Either way its group is killed before it is reaped.
 
-use std::collections::HashMap;
 use std::io::{self, Write};
 use std::process::{Child as Process, ChildStdin, ExitStatus};
 use std::sync::Weak;
@@ -12,11 +11,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::Sender;
 use parking_lot::{Condvar, Mutex};
-use serde_json::Value;
 
 use crate::downstream::children::{Children, Sweep, descendants, exits_within, reap_all};
+use crate::downstream::correlate::{Correlator, Incoming};
 use crate::downstream::{DownstreamError, Inbox, Readiness};
 use crate::protocol::jsonrpc::Message;
 use crate::runtime::sys::{self, ChildSignal};
@@ -30,8 +28,8 @@ pub(crate) struct Child {
     pub(super) process: Mutex<Option<Process>>,
     /// Guards its stdin (non-blocking); `None` once closed.
     pub(super) stdin: Mutex<Option<ChildStdin>>,
-    /// Guards the calls waiting, and where unasked messages go.
-    pub(super) calls: Mutex<Calls>,
+    /// The calls waiting, and where what it sends unasked goes.
+    pub(super) calls: Correlator,
     /// Downstream sessions using it (1 unless shared).
     pub(super) views: AtomicUsize,
     pub(super) next_wire: AtomicU64,
@@ -274,9 +272,8 @@ impl Child {
 
     /// Wakes every call waiting on the child with `why`; a start pending fails so.
     pub(super) fn end_calls(&self, why: &str) {
-        let waiting: Vec<Sender<Incoming>> = self.calls.lock().waiting.drain().map(|(_, w)| w.tx).collect();
-        for tx in waiting {
-            let _ = tx.send(Incoming::Ended(why.to_string()));
+        for tx in self.calls.drain() {
+            let _ = tx.send(Incoming::Ended(DownstreamError::Exited(why.to_string())));
         }
         self.settle_start(Err(why.to_string()));
     }
@@ -296,45 +293,6 @@ impl Child {
 
 /// Whether a child stopped by mcpgate needed SIGTERM or SIGKILL.
 pub(super) struct Signalled(pub(super) bool);
-
-/// What arrives for a call waiting on a child.
-pub(super) enum Incoming {
-    Message(Message),
-    /// The child is gone (or the call was stopped): why.
-    Ended(String),
-}
-
-/// A request of mcpgate's waiting for the child's answer.
-pub(super) struct Waiting {
-    pub(super) tx: Sender<Incoming>,
-    pub(super) view: usize,
-    /// The id the caller gave the request; the wire id is the child's own.
-    pub(super) id: Value,
-    /// The caller's progress token, when it was rewritten on the wire.
-    pub(super) token: Option<(String, Value)>,
-    /// Whether the caller's answer carries what the child sends meanwhile to
-    /// a client (see [`carries`](super::routing::carries)).
-    pub(super) carries: bool,
-    /// A shared child's own `initialize`: its answer settles the start,
-    /// and no caller waits on `tx`.
-    pub(super) start: bool,
-}
-
-#[derive(Default)]
-pub(super) struct Calls {
-    /// By wire id.
-    pub(super) waiting: HashMap<u64, Waiting>,
-    /// Wire progress token to wire id.
-    pub(super) tokens: HashMap<String, u64>,
-    /// Where each view's unasked messages go. (A client's answer to the
-    /// child's request needs no entry: it carries the child's own id.)
-    pub(super) inboxes: HashMap<usize, Weak<dyn Inbox>>,
-    /// What a per-session child sent unasked before its session listened
-    /// (a request right after `notifications/initialized`, as
-    /// server-filesystem's for the roots), delivered in order when it does;
-    /// `None` for a shared child, and once its session listens or closes.
-    pub(super) early: Option<Vec<Message>>,
-}
 
 /// `exit status 3`, `killed by signal 9`, or why it is not known.
 pub(super) fn describe(status: Option<ExitStatus>) -> String {

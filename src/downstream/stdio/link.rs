@@ -10,9 +10,9 @@ use crossbeam_channel::bounded;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::child::{Child, Incoming, Waiting};
+use super::child::Child;
 use super::program::Program;
-use super::routing::carries;
+use crate::downstream::correlate::{Incoming, Waiting, carries};
 use crate::downstream::{Arrival, Downstream, DownstreamError, Flight, Inbox, Link, Server};
 use crate::protocol::jsonrpc::{self, Kind, Message};
 
@@ -33,15 +33,13 @@ impl StdioLink {
     /// answer; a child that gives none is stopped by the close path.
     pub(super) fn initialize(&self, server: &Server, body: &[u8]) -> Result<Message, DownstreamError> {
         let (tx, rx) = bounded(16);
-        let wire = 0;
-        self.child.calls.lock().waiting.insert(
-            wire,
-            Waiting { tx, view: self.view, id: Value::from(0), token: None, carries: false, start: false },
-        );
+        // The client's own id 0 is the wire id too.
+        let wire = Value::from(0);
+        self.child.calls.expect(&wire, Waiting::call(tx, self.view, false))?;
         let wait = server.limits.start;
         if let Err(e) = self.child.write_line(body, wait) {
             let why = ended_why(&rx);
-            self.child.calls.lock().waiting.remove(&wire);
+            self.child.calls.forget(&wire);
             return Err(why.map_or(e, DownstreamError::Refused));
         }
         let deadline = Instant::now() + wait;
@@ -49,9 +47,9 @@ impl StdioLink {
             match rx.recv_deadline(deadline) {
                 Ok(Incoming::Message(m)) if m.kind() == Ok(Kind::Response) => return Ok(m),
                 Ok(Incoming::Message(_)) => {}
-                Ok(Incoming::Ended(why)) => return Err(DownstreamError::Refused(why)),
+                Ok(Incoming::Ended(e)) => return Err(DownstreamError::Refused(reason(e))),
                 Err(_) => {
-                    self.child.calls.lock().waiting.remove(&wire);
+                    self.child.calls.forget(&wire);
                     return Err(DownstreamError::Refused(format!(
                         "no answer to initialize within {} s; its process is stopped",
                         wait.as_secs()
@@ -86,21 +84,16 @@ impl Link for StdioLink {
         let (tx, rx) = bounded(64);
         let stop = tx.clone();
         if let Err(why) = flight.arm(Box::new(move || {
-            let _ = stop.try_send(Incoming::Ended("stopped".into()));
+            let _ = stop.try_send(Incoming::Ended(DownstreamError::Closed));
         })) {
             return Err(d.server.stopped(why));
         }
-        {
-            let mut calls = self.child.calls.lock();
-            if let Some((wire_token, _)) = &token {
-                calls.tokens.insert(wire_token.clone(), wire);
-            }
-            calls.waiting.insert(
-                wire,
-                Waiting { tx, view: self.view, id: id.clone(), token, carries: carries(method), start: false },
-            );
-        }
-        let body = jsonrpc::request(&Value::from(wire), method, params.as_deref());
+        let (token, their_token) = token.unzip();
+        let waiting =
+            Waiting { id: Some(id.clone()), token, their_token, ..Waiting::call(tx, self.view, carries(method)) };
+        let wire = Value::from(wire);
+        self.child.calls.expect(&wire, waiting)?;
+        let body = jsonrpc::request(&wire, method, params.as_deref());
         let written = self.child.write_line(&body, d.server.limits.request).map_err(|e| match ended_why(&rx) {
             Some(why) => DownstreamError::Exited(why),
             None => e,
@@ -116,18 +109,13 @@ impl Link for StdioLink {
                         flight.heard();
                         on_message(Arrival::Message(m));
                     }
-                    Ok(Incoming::Ended(why)) if why == "stopped" => break Err(DownstreamError::Closed),
-                    Ok(Incoming::Ended(why)) => break Err(DownstreamError::Exited(why)),
+                    // Closed when its flight was stopped, else how the process ended.
+                    Ok(Incoming::Ended(e)) => break Err(e),
                     Err(_) => break Err(DownstreamError::Closed),
                 }
             }
         });
-        let mut calls = self.child.calls.lock();
-        if let Some(waiting) = calls.waiting.remove(&wire)
-            && let Some((wire_token, _)) = waiting.token
-        {
-            calls.tokens.remove(&wire_token);
-        }
+        self.child.calls.forget(&wire);
         result
     }
 
@@ -143,32 +131,13 @@ impl Link for StdioLink {
     }
 
     fn listen(&self, d: &Arc<Downstream>, inbox: Weak<dyn Inbox>) -> Result<(), DownstreamError> {
-        // What the child sent before goes first; what it sends meanwhile is kept
-        // too, until nothing is left and the inbox takes the rest, in order.
-        loop {
-            let early = {
-                let mut calls = self.child.calls.lock();
-                match calls.early.as_mut() {
-                    Some(early) if !early.is_empty() => std::mem::take(early),
-                    _ => {
-                        calls.early = None;
-                        calls.inboxes.insert(self.view, inbox);
-                        return Ok(());
-                    }
-                }
-            };
-            if let Some(inbox) = inbox.upgrade() {
-                for message in early {
-                    inbox.deliver(&d.server, message);
-                }
-            }
-        }
+        // What the child sent before goes first, in order. Never refused: a
+        // child's end is told to its calls, not marked on its correlator.
+        self.child.calls.listen(&d.server, self.view, inbox).map_err(DownstreamError::Exited)
     }
 
     fn stop(&self, _: &Downstream) {
-        let mut calls = self.child.calls.lock();
-        calls.early = None;
-        calls.inboxes.remove(&self.view);
+        self.child.calls.stop_view(self.view);
     }
 
     fn end(&self, _: &Downstream) -> Result<(), DownstreamError> {
@@ -202,10 +171,19 @@ fn ended_why(rx: &crossbeam_channel::Receiver<Incoming>) -> Option<String> {
     let deadline = Instant::now() + super::program::ENDED_WITHIN;
     loop {
         match rx.recv_deadline(deadline) {
-            Ok(Incoming::Ended(why)) => return Some(why),
+            Ok(Incoming::Ended(e)) => return Some(reason(e)),
             Ok(Incoming::Message(_)) => {}
             Err(_) => return None,
         }
+    }
+}
+
+/// How a call ended, in words: how its process ended (see
+/// [`Child::end_calls`]), or that it was stopped.
+fn reason(ended: DownstreamError) -> String {
+    match ended {
+        DownstreamError::Exited(why) => why,
+        _ => "stopped".into(),
     }
 }
 

@@ -43,7 +43,9 @@
 //! initialized) is kept for that session.
 //!
 //! The files, from the ground up: `child.rs` (one process and the calls
-//! waiting on it), `routing.rs` (where what it sends goes), `reader.rs` (its
+//! waiting on it, in its correlator: `downstream/correlate.rs` sends what
+//! it sends where it belongs), `routing.rs` (what that leaves: a `ping`
+//! answered, a request refused, its start settled), `reader.rs` (its
 //! stdout and stderr threads), `program.rs` (a server's children: start,
 //! backoff, shared child, end), `link.rs` (a downstream session on one);
 //! here, [`StdioConnector`] and `open`. What every server's children share
@@ -65,7 +67,6 @@ mod routing;
 
 use link::{StdioLink, VIEWS};
 use program::Program;
-pub(crate) use routing::{carries, keep_early, token_key};
 
 /// A stdio server: the program it is. Its links and its children's
 /// readers hold it, to count and stop what they end.

@@ -18,14 +18,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::bounded;
 use parking_lot::{Condvar, Mutex};
 use serde_json::{Value, json};
 
-use super::child::{Calls, Child, Signalled, Start, Waiting, describe};
+use super::child::{Child, Signalled, Start, describe};
 use super::reader::{log_stderr, read_stdout};
 use crate::config::{BASE_ENV, Sharing, StdioConfig};
 use crate::downstream::children::{Children, Holder, Sweep, exits_within, pipe_of};
+use crate::downstream::correlate::{Correlator, Logs, Rules, Waiter, Waiting};
 use crate::downstream::{DownstreamError, Opener, Processes, Server};
 use crate::protocol::jsonrpc;
 use crate::runtime::backoff::Backoff;
@@ -210,11 +210,12 @@ impl Program {
             "capabilities": {"sampling": {}, "elicitation": {}, "roots": {"listChanged": true}},
             "clientInfo": {"name": "mcpgate", "version": env!("CARGO_PKG_VERSION")},
         });
-        let body = jsonrpc::request(&Value::from(0), "initialize", Some(&jsonrpc::raw(&params)));
-        // Nothing waits on the channel: the answer settles `start`.
-        let (tx, _) = bounded(1);
-        let waiting = Waiting { tx, view: 0, id: Value::from(0), token: None, carries: false, start: true };
-        child.calls.lock().waiting.insert(0, waiting);
+        let wire = Value::from(0);
+        let body = jsonrpc::request(&wire, "initialize", Some(&jsonrpc::raw(&params)));
+        // No call waits: the answer settles `start`.
+        let waiting =
+            Waiting { waiter: Waiter::Reader, id: None, token: None, their_token: None, view: 0, carries: false };
+        child.calls.expect(&wire, waiting)?;
         child.write_line(&body, server.limits.request)
     }
 
@@ -336,10 +337,7 @@ impl Program {
             started: Instant::now(),
             process: Mutex::new(Some(process)),
             stdin: Mutex::new(stdin),
-            calls: Mutex::new(Calls {
-                early: (self.config.sharing == Sharing::Session).then(Vec::new),
-                ..Calls::default()
-            }),
+            calls: Correlator::new(rules(self.config.sharing)),
             views: AtomicUsize::new(0),
             next_wire: AtomicU64::new(1),
             used: Mutex::new(Instant::now()),
@@ -458,6 +456,13 @@ impl Program {
             backoff.until = restart_delay(backoff.failures).map(|wait| Instant::now() + wait);
         }
     }
+}
+
+/// How a child's correlator routes: what a child of one session sends
+/// before its session listens is kept for it; a child's log messages go to
+/// every session using it.
+fn rules(sharing: Sharing) -> Rules {
+    Rules { early: sharing == Sharing::Session, logs: Logs::ToEverySession }
 }
 
 /// The wait before the next start after `failures` in a row: the first

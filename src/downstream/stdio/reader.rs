@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::child::Child;
-use super::routing::route;
+use super::routing::hand_over;
 use crate::downstream::Server;
 use crate::limited;
 use crate::protocol::jsonrpc::Message;
@@ -75,7 +75,7 @@ pub(super) fn read_stdout(
             continue;
         }
         match Message::parse(&line) {
-            Ok(message) => route(server, child, message),
+            Ok(message) => hand_over(server, child, message),
             Err(e) => {
                 limited!(warn, "server `{}`: a line on stdout is not JSON-RPC ({}); ignored", server.name(), e.message)
             }
