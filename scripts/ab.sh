@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# A same-run A/B of scripts/bench.sh's section 1 (tools/call through
+# mcpgate next to direct calls), for two builds of mcpgate: one fixture
+# server behind both, and rounds that interleave direct, A and B at 1, 16
+# and 64 clients, so that what the host does to one round it does to all
+# three. Prints each point's median over the rounds and B/A.
+#
+#   scripts/ab.sh A_MCPGATE B_MCPGATE [ROUNDS [SECONDS]]
+#
+# The fixture and the load generator are this checkout's release builds
+# (`cargo build --release -p mcp-fixture -p mcp-load`). Everything listens
+# on 127.0.0.1; every process started is stopped by its PID on exit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SCRIPT=ab.sh
+# shellcheck source=lib.sh
+. scripts/lib.sh
+
+[ $# -ge 2 ] || { sed -n '2,12p' "$0" >&2; exit 2; }
+A=$(realpath "$1") B=$(realpath "$2") ROUNDS=${3:-5} SECS=${4:-3}
+BIN=${CARGO_TARGET_DIR:-target}/release
+for bin in "$A" "$B" "$BIN/mcp-fixture" "$BIN/mcp-load"; do
+    [ -x "$bin" ] || fail "$bin is not there: build it first (see the top of $0)"
+done
+OUT=.bench/ab
+mkdir -p "$OUT"
+LOG_DIR=$OUT
+RESULTS=$OUT/results.jsonl
+: > "$RESULTS"
+trap stop_all EXIT
+
+serve fixture "$BIN/mcp-fixture" --name a
+FIX=$ADDR
+config() {
+    printf '{"listen": "127.0.0.1:0", "calls_per_server": 8, "session_idle_timeout_secs": 300,
+ "max_connections": 4096, "max_sessions": 4096, "keepalive_secs": 15,
+ "mcpServers": {"a": {"url": "http://%s/mcp", "prefix": ""}}}\n' "$FIX" > "$OUT/$1.json"
+}
+config a
+config b
+serve gate-a "$A" --config "$OUT/a.json"
+GATE_A=$ADDR
+serve gate-b "$B" --config "$OUT/b.json"
+GATE_B=$ADDR
+
+for round in $(seq "$ROUNDS"); do
+    for clients in 1 16 64; do
+        for target in direct a b; do
+            case $target in
+                direct) url=http://$FIX/mcp ;;
+                a) url=http://$GATE_A/mcp ;;
+                b) url=http://$GATE_B/mcp ;;
+            esac
+            line=$("$BIN/mcp-load" calls --url "$url" --tool echo --clients "$clients" --seconds "$SECS")
+            echo "{\"round\":$round,\"clients\":$clients,\"target\":\"$target\",\"result\":$line}" >> "$RESULTS"
+            echo "  round $round, $clients client(s), $target: $line" >&2
+        done
+    done
+done
+
+python3 - "$RESULTS" <<'EOF'
+import json, statistics, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+def med(clients, target, key):
+    return statistics.median(r["result"][key] for r in rows if r["clients"] == clients and r["target"] == target)
+print("| clients | direct calls/s | A calls/s | B calls/s | B/A | A p99 ms | B p99 ms | B/A |")
+print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+for c in (1, 16, 64):
+    d, a, b = (med(c, t, "throughput") for t in ("direct", "a", "b"))
+    pa, pb = (med(c, t, "p99_us") / 1000 for t in ("a", "b"))
+    print(f"| {c} | {d:,.0f} | {a:,.0f} | {b:,.0f} | {b / a:.2f} | {pa:.2f} | {pb:.2f} | {pb / pa:.2f} |")
+EOF
