@@ -961,12 +961,27 @@ pub use crate::runtime::audit::AuditConfig;
 /// `tracing`: where spans go, and which.
 pub use crate::runtime::trace::TracingConfig;
 
+/// What joins a server's prefix and a name unless `separator` says.
+const SEPARATOR: &str = "__";
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Transport {
     Http(HttpConfig),
     /// The old HTTP+SSE transport (protocol 2024-11-05): `url` is its stream.
     Sse(HttpConfig),
     Stdio(StdioConfig),
+}
+
+impl Transport {
+    /// Whether each downstream session on it has a reader thread of its
+    /// own: the `GET` stream of a Streamable HTTP session, the stream that
+    /// is an HTTP+SSE session. A child process's threads are its own.
+    pub fn reads_per_session(&self) -> bool {
+        match self {
+            Transport::Http(_) | Transport::Sse(_) => true,
+            Transport::Stdio(_) => false,
+        }
+    }
 }
 
 /// A server reached over HTTP: Streamable HTTP, or the old HTTP+SSE.
@@ -1089,6 +1104,23 @@ pub fn passes(patterns: &[String], name: &str) -> bool {
 }
 
 impl ServerConfig {
+    /// A Streamable HTTP server known by its name and URL only, as the
+    /// state file names one: without headers or OAuth, which belong to a
+    /// configured server, and with the defaults of everything else.
+    pub fn streamable_http(name: &str, url: &str, trust: Trust) -> ServerConfig {
+        ServerConfig {
+            name: name.to_string(),
+            transport: Transport::Http(HttpConfig { url: url.to_string(), headers: Vec::new(), trust, oauth: None }),
+            prefix: String::new(),
+            separator: SEPARATOR.into(),
+            tools: Filter::default(),
+            prompts: Filter::default(),
+            resources: Filter::default(),
+            secrets: Vec::new(),
+            rate_limit: NotCompared::default(),
+        }
+    }
+
     /// The URL of a server reached over HTTP (either transport).
     pub fn url(&self) -> Option<&str> {
         match &self.transport {
@@ -1319,8 +1351,8 @@ impl Config {
     /// connection, a session) instead of failing to start a thread.
     pub fn thread_budget(&self) -> Vec<ThreadBudget> {
         let servers = self.servers.len();
-        let http = self.servers.iter().filter(|s| s.url().is_some()).count();
-        let stdio = if http < servers { 1 + 2 * self.max_processes } else { 0 };
+        let read = self.servers.iter().filter(|s| s.transport.reads_per_session()).count();
+        let stdio = if read < servers { 1 + 2 * self.max_processes } else { 0 };
         let line = |group, roles, by, threads| ThreadBudget { group, roles, by, threads };
         vec![
             line(
@@ -1333,7 +1365,7 @@ impl Config {
                     + usize::from(self.tracing.is_some()),
             ),
             line("connections", &["conn"], "max_connections", self.max_connections),
-            line("readers", &["reader"], "max_sessions x HTTP servers", self.max_sessions * http),
+            line("readers", &["reader"], "max_sessions x HTTP servers", self.max_sessions * read),
             line("stdio", &["spawner", "stdio", "stderr"], "spawner, 2 x max_processes", stdio),
             line(
                 "fanout",
@@ -1596,7 +1628,7 @@ fn server(
             "a prefix is empty, or 1 to 64 of A-Z a-z 0-9 _ . - without `__`",
         ));
     }
-    let separator = keys.string("separator")?.unwrap_or_else(|| "__".into());
+    let separator = keys.string("separator")?.unwrap_or_else(|| SEPARATOR.into());
     if separator.is_empty() || separator.len() > 8 || separator.chars().any(|c| c.is_control() || c == ' ') {
         return Err(Invalid::new(format!("{path}.separator"), "a separator is 1 to 8 visible characters"));
     }

@@ -3,8 +3,8 @@
 //! rest of `downstream/` (the servers, their sessions, the close path)
 //! names none of them, and a new transport is a folder and one arm here.
 
-use super::{Connector, Context, Limits, Server, http, sse, stdio};
-use crate::config::{ServerConfig, Transport};
+use super::{Connector, Context, Limits, SavedDownstream, Server, http, sse, stdio};
+use crate::config::{Config, ServerConfig, Transport};
 
 impl Server {
     /// A configured server, reached as its `transport` says, with `lanes`
@@ -21,5 +21,15 @@ impl Server {
             }
         };
         Server::assemble(config, limits, lanes, context, connector)
+    }
+
+    /// A server made up from what the state file saved of a downstream
+    /// session, to send its `DELETE` when the server it was opened on was
+    /// removed, moved or changed transport since: of the transport whose
+    /// sessions outlive mcpgate ([`super::AfterRestart::Resumed`]), Streamable
+    /// HTTP, with the limits and TLS roots of `config` and one lane.
+    pub fn for_saved(saved: &SavedDownstream, config: &Config, context: &Context) -> Server {
+        let server = ServerConfig::streamable_http(&saved.server, &saved.url, config.trust.clone());
+        Server::new(server, Limits::from_config(config), 1, context)
     }
 }

@@ -102,6 +102,20 @@ pub enum Readiness {
     Starting,
 }
 
+/// What becomes of a server's downstream sessions when mcpgate starts again
+/// with its state file ([`Server::after_restart`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterRestart {
+    /// Taken over by the session id the state file kept, or closed by it
+    /// (a Streamable HTTP session, which outlives the process at its server).
+    Resumed,
+    /// Ended with the process that opened them (an HTTP+SSE stream): the
+    /// state file keeps where, and a restored client session opens one anew.
+    OpenedAnew,
+    /// Not kept: a child process, which ends with mcpgate and starts when needed.
+    NotKept,
+}
+
 /// Last success and failure of one server, for the status page.
 #[derive(Debug, Default, Clone)]
 pub struct Health {
@@ -208,7 +222,7 @@ pub(crate) type Opened = (Box<dyn Link>, Result<Message, DownstreamError>);
 /// implements it (`http/`, `sse/`, `stdio/`); [`Server::new`], in
 /// `connect.rs`, is the one place that picks one from the configuration.
 pub(crate) trait Connector: Send + Sync {
-    /// `http`, `sse` or `stdio`, for the status page and the restore.
+    /// `http`, `sse` or `stdio`, for the status page.
     fn kind(&self) -> &'static str;
     /// Opens a downstream session for `opener`: sends `initialize` (`body`,
     /// the client's params) and gives back the link with the server's answer.
@@ -241,6 +255,12 @@ pub(crate) trait Connector: Send + Sync {
     /// URL; `None` for a child process, which ends with mcpgate.
     fn saved_url(&self) -> Option<&str> {
         None
+    }
+    /// What becomes of its sessions at a restart: by default, those the
+    /// state file keeps (by [`Connector::saved_url`]) but this transport
+    /// cannot [`Connector::resume`] are opened anew.
+    fn after_restart(&self) -> AfterRestart {
+        if self.saved_url().is_some() { AfterRestart::OpenedAnew } else { AfterRestart::NotKept }
     }
     /// Whether its servers may answer `initialize` with 2024-11-05, the old
     /// HTTP+SSE transport's version.
@@ -395,6 +415,12 @@ impl Server {
     /// `http`, `sse` or `stdio`, for the status page.
     pub fn transport(&self) -> &'static str {
         self.connector.kind()
+    }
+
+    /// What becomes of its downstream sessions at a restart: the restore
+    /// and a peer taking over a session ask this, not the transport's name.
+    pub fn after_restart(&self) -> AfterRestart {
+        self.connector.after_restart()
     }
 
     /// The processes of a stdio server, for the status page.

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use crate::config::HttpConfig;
 use crate::downstream::oauth::{Authed, ServerAuth};
-use crate::downstream::{Connector, DownstreamError, Limits, Link, Opened, Opener, Server};
+use crate::downstream::{AfterRestart, Connector, DownstreamError, Limits, Link, Opened, Opener, Server};
 
 mod coalesce;
 mod endpoint;
@@ -69,6 +69,10 @@ impl Connector for HttpConnector {
 
     fn saved_url(&self) -> Option<&str> {
         Some(&self.endpoint.config.url)
+    }
+
+    fn after_restart(&self) -> AfterRestart {
+        AfterRestart::Resumed
     }
 
     fn era(&self) -> Option<&'static str> {
