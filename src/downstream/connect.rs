@@ -3,19 +3,23 @@
 //! rest of `downstream/` (the servers, their sessions, the close path)
 //! names none of them, and a new transport is a folder and one arm here.
 
+use std::sync::Arc;
+
 use super::{Connector, Context, Limits, SavedDownstream, Server, http, sse, stdio};
 use crate::config::{Config, ServerConfig, Transport};
 
 impl Server {
     /// A configured server, reached as its `transport` says, with `lanes`
     /// requests to it at once.
+    /// Its `limits` are resolved here once, and shared with its transport.
     pub fn new(config: ServerConfig, limits: Limits, lanes: usize, context: &Context) -> Server {
+        let limits = Arc::new(limits);
         let connector: Box<dyn Connector> = match &config.transport {
             Transport::Http(http) => {
                 let auth = context.oauth.for_server(&config.name, http);
-                Box::new(http::HttpConnector::new(http.clone(), limits, lanes, auth))
+                Box::new(http::HttpConnector::new(http.clone(), limits.clone(), lanes, auth))
             }
-            Transport::Sse(http) => Box::new(sse::SseConnector::new(http.clone(), limits, lanes)),
+            Transport::Sse(http) => Box::new(sse::SseConnector::new(http.clone(), limits.clone(), lanes)),
             Transport::Stdio(stdio) => {
                 Box::new(stdio::StdioConnector::new(&config.name, stdio.clone(), context.children.clone()))
             }

@@ -332,7 +332,8 @@ pub struct Context {
 /// One configured server, shared by every client session.
 pub struct Server {
     pub config: ServerConfig,
-    pub limits: Limits,
+    /// The one copy of its limits: its transport shares it.
+    pub limits: Arc<Limits>,
     /// Set when a reload removed or changed this server: sessions opened on
     /// it after that close themselves.
     retired: AtomicBool,
@@ -383,7 +384,7 @@ impl Server {
     /// A server reached through `connector` (see [`Server::new`], which picks it).
     pub(crate) fn assemble(
         config: ServerConfig,
-        limits: Limits,
+        limits: Arc<Limits>,
         lanes: usize,
         context: &Context,
         connector: Box<dyn Connector>,

@@ -39,7 +39,8 @@ pub(crate) struct Endpoint {
     lane_agents: Mutex<Vec<Pooled>>,
     /// How many lanes (the short agent keeps as many connections).
     lanes: usize,
-    limits: Limits,
+    /// The server's own ([`Server::limits`]), shared.
+    limits: Arc<Limits>,
     /// TLS for an `https://` URL, with the server's roots.
     tls: Tls,
 }
@@ -112,7 +113,7 @@ fn with_connector(config: ureq::config::Config, tcp: TcpConnector, tls: &Tls) ->
 }
 
 impl Endpoint {
-    pub fn new(config: HttpConfig, limits: Limits, lanes: usize) -> Endpoint {
+    pub fn new(config: HttpConfig, limits: Arc<Limits>, lanes: usize) -> Endpoint {
         let tls = tls_for(&config);
         Endpoint {
             uri: config.url.parse::<Uri>().map_err(|e| format!("`{}` is not a URL: {e}", config.url)),

@@ -36,7 +36,12 @@ pub(crate) struct HttpConnector {
 }
 
 impl HttpConnector {
-    pub(crate) fn new(config: HttpConfig, limits: Limits, lanes: usize, auth: Option<ServerAuth>) -> HttpConnector {
+    pub(crate) fn new(
+        config: HttpConfig,
+        limits: Arc<Limits>,
+        lanes: usize,
+        auth: Option<ServerAuth>,
+    ) -> HttpConnector {
         HttpConnector {
             endpoint: Arc::new(Endpoint::new(config, limits, lanes)),
             stateless: Arc::new(stateless::Side::default()),
