@@ -500,7 +500,6 @@ const ALLOWED: &[(&str, &str, &str, &str)] = &[
     // Issue 44's split of `Gateway` is to remove this one.
     ("gateway", "mod", "stateless/", "`Gateway` holds the stateless side's owner, `Stateless`"),
     ("http", "mod", "server", "hands on `Httpd`, which serves the `HttpRequest` and `HttpReply` of mod.rs"),
-    ("runtime", "trace", "threads", "each thread started carries the trace on, and trace sends on a thread"),
 ];
 
 #[test]
