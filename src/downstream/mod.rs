@@ -45,6 +45,8 @@ pub(crate) mod resolver;
 mod spans;
 mod sse;
 mod stdio;
+#[cfg(feature = "tls")]
+pub mod tls;
 /// How mcpgate looks up servers' names (no thread per lookup); the
 /// benchmark's bare relay connects the same way.
 pub use resolver::Lookup;

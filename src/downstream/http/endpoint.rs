@@ -61,13 +61,13 @@ struct Short {
 
 /// How an agent wraps its connections in TLS: the server's own settings.
 #[cfg(feature = "tls")]
-type Tls = super::tls::TlsConnector;
+type Tls = crate::downstream::tls::TlsConnector;
 #[cfg(not(feature = "tls"))]
 type Tls = ();
 
 #[cfg(feature = "tls")]
 fn tls_for(config: &HttpConfig) -> Tls {
-    super::tls::TlsConnector::new(&config.trust)
+    crate::downstream::tls::TlsConnector::new(&config.trust)
 }
 
 #[cfg(not(feature = "tls"))]

@@ -3,8 +3,8 @@
 //! of its `GET` stream), and one of the stateless era, 2026-07-28, which
 //! has no sessions (`stateless`, with its standing listen). Servers of the
 //! old HTTP+SSE transport use the endpoint too, through `downstream::sse`.
-//! `tls`: the TLS of `https://` servers, with their roots; `coalesce`: a
-//! request's head and body in one write; `tcp`: the connections beneath.
+//! `coalesce`: a request's head and body in one write; `tcp`: the
+//! connections beneath; the TLS of `https://` servers is `downstream::tls`.
 //! [`HttpConnector`] is the transport's side of a server, in either era.
 
 use std::sync::Arc;
@@ -19,8 +19,6 @@ mod link;
 mod reader;
 pub(crate) mod stateless;
 mod tcp;
-#[cfg(feature = "tls")]
-pub mod tls;
 
 pub(crate) use endpoint::{Endpoint, status_error};
 pub(crate) use reader::Reader;
