@@ -34,6 +34,7 @@ use crate::runtime::state::Journal;
 pub use crate::runtime::state::SavedDownstream;
 use crate::stats::{Gauge, ServerStats, Stats};
 
+pub mod challenge;
 pub mod children;
 mod connect;
 pub mod deletes;
@@ -53,7 +54,7 @@ pub use resolver::Lookup;
 
 pub use children::Children;
 pub use deletes::Deletes;
-pub use error::DownstreamError;
+pub use error::{DownstreamError, SignIn};
 pub use flight::{Flight, LaneError, Lanes, Stop};
 
 /// What a server sends while it answers a request, before the response.

@@ -683,7 +683,7 @@ pub(crate) struct Exchange<'a> {
 pub(crate) fn unauthorized(response: &Response<ureq::Body>) -> Option<DownstreamError> {
     let status = response.status().as_u16();
     let challenge = response.headers().get("www-authenticate").and_then(|v| v.to_str().ok()).map(str::to_string);
-    let scope = challenge.as_deref().and_then(crate::downstream::oauth::parse_challenge).and_then(|c| c.error);
+    let scope = challenge.as_deref().and_then(crate::downstream::challenge::parse_challenge).and_then(|c| c.error);
     (status == 401 || scope.as_deref() == Some("insufficient_scope"))
         .then_some(DownstreamError::Unauthorized { status, challenge })
 }

@@ -43,7 +43,6 @@ mod server;
 pub mod store;
 mod tokens;
 
-pub use discovery::{Challenge, parse_challenge};
 pub use flow::Refusal;
 use flow::{Flows, Purpose};
 use register::Client;
@@ -82,16 +81,6 @@ pub struct Target {
     pub scopes: Vec<String>,
     /// The roots its TLS is checked against.
     pub trust: Trust,
-}
-
-/// A user must sign in to a server: the link to give them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SignIn {
-    pub server: String,
-    pub elicitation_id: String,
-    pub url: String,
-    /// What to tell them, with the link.
-    pub message: String,
 }
 
 /// What every sign-in shares, from the configuration in force.
