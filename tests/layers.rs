@@ -497,7 +497,6 @@ const ALLOWED: &[(&str, &str, &str, &str)] = &[
     ("downstream/oauth", "mod", "server", "hands on `ServerAuth`, which reads the `Authorizer`"),
     // Issue 44's split of `Gateway` is to remove this one.
     ("gateway", "mod", "stateless/", "`Gateway` holds the stateless side's owner, `Stateless`"),
-    ("http", "mod", "server", "hands on `Httpd`, which serves the `HttpRequest` and `HttpReply` of mod.rs"),
 ];
 
 #[test]
