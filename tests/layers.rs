@@ -492,8 +492,7 @@ const ALLOWED: &[(&str, &str, &str, &str)] = &[
     // downstream/mod.rs defines `Downstream` and `Server`, which its files use.
     ("downstream", "mod", "deletes", "a close asks `worth_retrying` of a failed DELETE"),
     ("downstream", "mod", "spans", "a send writes its span, which reads the `Downstream`"),
-    // downstream/oauth/mod.rs defines `Target`, `User` and `Authorizer`.
-    ("downstream/oauth", "mod", "flow", "the `Authorizer` runs the flows, which read `Target` and `User`"),
+    // downstream/oauth/mod.rs defines the `Authorizer`.
     ("downstream/oauth", "mod", "server", "hands on `ServerAuth`, which reads the `Authorizer`"),
     // Issue 44's split of `Gateway` is to remove this one.
     ("gateway", "mod", "stateless/", "`Gateway` holds the stateless side's owner, `Stateless`"),
