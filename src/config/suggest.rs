@@ -7,7 +7,8 @@
 //! nearest first: `comand` finds `command`, `arg` finds `args`,
 //! `mcpServer` finds `mcpServers`, and `x` finds nothing.
 
-use super::{KEYS, clients};
+use super::clients;
+use super::keys::KEYS;
 
 /// The problem of an unknown key at `doc` (a documented path, as in
 /// [`KEYS`]: `""` for the top level, `mcpServers.<name>` for a server),
