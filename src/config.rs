@@ -19,6 +19,7 @@ use serde_json::{Map, Value};
 
 use crate::catalog::Filter;
 
+mod client_keys;
 pub mod clients;
 mod env_file;
 pub mod import;
