@@ -31,6 +31,7 @@ mod oauth_client;
 mod reader;
 mod suggest;
 mod trust;
+mod vars;
 
 pub use invalid::Invalid;
 use invalid::kind;
@@ -41,6 +42,7 @@ use reader::Keys;
 #[cfg(feature = "tls")]
 pub use trust::read_certs;
 pub use trust::{TlsFiles, Trust};
+use vars::expand;
 
 /// The whole configuration, validated.
 #[derive(Clone, Debug)]
@@ -582,7 +584,7 @@ impl Config {
             config.oauth = oauth.map(std::sync::Arc::new);
         }
         keys.refuse_unknown()?;
-        oauth_client::check_servers(&config)?;
+        check_servers_oauth(&config)?;
         Ok(config)
     }
 
@@ -653,6 +655,36 @@ pub fn valid_instance_id(id: &str) -> bool {
     (1..=32).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
 }
 
+/// What the servers' `oauth` needs of the rest of the configuration: a
+/// public URL users can reach, and an issuer to exchange tokens at.
+fn check_servers_oauth(config: &Config) -> Result<(), Invalid> {
+    for server in &config.servers {
+        let Transport::Http(http) = &server.transport else { continue };
+        let Some(oauth) = &http.oauth else { continue };
+        let key = format!("mcpServers.{}.oauth", server.name);
+        if oauth.token_exchange {
+            if oauth.authorization_server.is_none() && config.oauth.is_none() {
+                return Err(Invalid::new(
+                    format!("{key}.token_exchange"),
+                    "exchanges the user's token of auth.oauth: set auth.oauth, or `authorization_server`",
+                ));
+            }
+            continue;
+        }
+        if !config.oauth_client.public_url_given && config.listen.ip().is_unspecified() {
+            return Err(Invalid::new(
+                "oauth_client.public_url",
+                format!(
+                    "server `{}` has `oauth`, and mcpgate listens on {}: give the URL users' browsers reach it at, \
+                     e.g. https://gate.example.com",
+                    server.name, config.listen
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// `auth`: its inline tokens, those of `tokens_file`, and `oauth`.
 fn auth_keys(
     auth: &Value,
@@ -677,7 +709,10 @@ fn auth_keys(
         out.extend(token_list(&list, &format!("{key} ({path})"), config, env, secrets)?);
     }
     let oauth = match keys.take("oauth") {
-        Some(value) => Some(oauth::oauth(value, config, &config.trust, env, secrets)?),
+        Some(value) => {
+            let servers: Vec<&str> = config.servers.iter().map(|s| s.name.as_str()).collect();
+            Some(oauth::oauth(value, &servers, config.connect_timeout, &config.trust, env, secrets)?)
+        }
         None => None,
     };
     keys.refuse_unknown()?;
@@ -1214,30 +1249,6 @@ fn filter(value: Option<&Value>, path: &str) -> Result<Filter, Invalid> {
 /// The shortest value of a server's `env` or `headers` taken for a secret
 /// as it is written: shorter ones (`1`, `true`, a port) would mask words.
 const MIN_SECRET: usize = 8;
-
-/// Expands `${NAME}` (and the forms of [`clients::variable`]) from the
-/// environment; the values it gave are recorded as secrets.
-fn expand(text: &str, env: &dyn Fn(&str) -> Option<String>, secrets: &mut Vec<String>) -> Result<String, String> {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(start) = rest.find("${") {
-        out.push_str(&rest[..start]);
-        let after = &rest[start + 2..];
-        let end = after.find('}').ok_or_else(|| format!("unterminated `${{` in `{}`", redact_vars(text)))?;
-        let (value, secret) = clients::variable(&after[..end], env)?;
-        if secret && !value.is_empty() {
-            secrets.push(value.clone());
-        }
-        out.push_str(&value);
-        rest = &after[end + 1..];
-    }
-    out.push_str(rest);
-    Ok(out)
-}
-
-fn redact_vars(text: &str) -> String {
-    if text.len() > 80 { format!("{}...", &text[..text.floor_char_boundary(80)]) } else { text.to_string() }
-}
 
 fn check_url(url: &str) -> Result<(), String> {
     let uri: ureq::http::Uri = url.parse().map_err(|_| format!("`{url}` is not a URL"))?;

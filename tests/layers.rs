@@ -484,8 +484,6 @@ const ALLOWED: &[(&str, &str, &str, &str)] = &[
     // config.rs defines what its files share (`Config`, `ServerConfig`,
     // `expand`) and also runs the parse that calls them.
     ("config", "mod", "clients", "the parse adapts other clients' files"),
-    ("config", "mod", "oauth", "the parse reads `oauth` through it"),
-    ("config", "mod", "oauth_client", "the parse reads `oauth_client` through it"),
     // downstream/mod.rs defines `Downstream` and `Server`, which its files use.
     ("downstream", "mod", "deletes", "a close asks `worth_retrying` of a failed DELETE"),
     ("downstream", "mod", "spans", "a send writes its span, which reads the `Downstream`"),
