@@ -25,90 +25,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value, json};
 
+pub use super::client_keys::{ClientKey, IN_SERVER, TOP_LEVEL, known_at, reference_markdown};
+use super::vars::{input_unset, input_variable};
 use super::{Invalid, ServerConfig, Transport, env_file, expand, kind, suggest, valid_name};
-
-/// A key some client writes that is not one of mcpgate's, and what mcpgate does with it.
-pub struct ClientKey {
-    pub key: &'static str,
-    /// The clients that write it.
-    pub clients: &'static str,
-    /// How mcpgate reads it; `None`: it is the client's own setting, and ignored.
-    pub read_as: Option<&'static str>,
-}
-
-/// Client keys at the top level of a file.
-pub const TOP_LEVEL: &[ClientKey] = &[
-    ClientKey {
-        key: "servers",
-        clients: "VS Code",
-        read_as: Some("read as `mcpServers`; a file with both is refused"),
-    },
-    ClientKey {
-        key: "inputs",
-        clients: "VS Code",
-        read_as: Some(
-            "ignored: `${input:ID}` is read from the environment variable ID, in upper case with `_` for other characters",
-        ),
-    },
-    ClientKey { key: "globalShortcut", clients: "Claude Desktop", read_as: None },
-    ClientKey { key: "preferences", clients: "Claude Desktop", read_as: None },
-    ClientKey { key: "isUsingBuiltInNodeForMcp", clients: "Claude Desktop", read_as: None },
-    ClientKey { key: "isDxtAutoUpdatesEnabled", clients: "Claude Desktop", read_as: None },
-];
-
-/// Client keys in a server's entry.
-pub const IN_SERVER: &[ClientKey] = &[
-    ClientKey { key: "serverUrl", clients: "Windsurf", read_as: Some("read as `url`; a server with both is refused") },
-    ClientKey {
-        key: "transportType",
-        clients: "Cline (older files)",
-        read_as: Some("read as `type` when the server has none (`http`: Streamable HTTP)"),
-    },
-    ClientKey { key: "disabledTools", clients: "Roo Code", read_as: Some("its names are added to `tools.deny`") },
-    ClientKey {
-        key: "sandboxEnabled",
-        clients: "VS Code",
-        read_as: Some("`false` is ignored; `true` is refused: mcpgate runs no server in a sandbox"),
-    },
-    ClientKey { key: "autoApprove", clients: "Cline", read_as: None },
-    ClientKey { key: "alwaysAllow", clients: "Roo Code", read_as: None },
-    ClientKey { key: "timeout", clients: "Cline, Roo Code", read_as: None },
-    ClientKey { key: "watchPaths", clients: "Roo Code", read_as: None },
-    ClientKey { key: "dev", clients: "VS Code", read_as: None },
-    ClientKey { key: "gallery", clients: "VS Code", read_as: None },
-    ClientKey { key: "version", clients: "VS Code", read_as: None },
-    ClientKey { key: "sandbox", clients: "VS Code", read_as: None },
-    ClientKey {
-        key: "oauth",
-        clients: "VS Code, Claude Code",
-        read_as: Some(
-            "mcpgate's own `oauth` (each user signs in to the server through mcpgate); `clientId` and `clientSecret` are read as `client_id` and `client_secret`, Claude Code's `callbackPort` is ignored",
-        ),
-    },
-    ClientKey { key: "auth", clients: "Cursor", read_as: None },
-];
-
-/// The table of client keys in docs/CONFIGURATION.md.
-pub fn reference_markdown() -> String {
-    let mut out = String::from("| key | where | written by | mcpgate |\n|---|---|---|---|\n");
-    for (keys, place) in [(TOP_LEVEL, "top level"), (IN_SERVER, "a server")] {
-        for key in keys {
-            let does = key.read_as.unwrap_or("ignored: the client's own setting");
-            out.push_str(&format!("| `{}` | {place} | {} | {does} |\n", key.key, key.clients));
-        }
-    }
-    out
-}
-
-/// The client keys an object at `doc` may hold (for "did you mean").
-pub fn known_at(doc: &str) -> impl Iterator<Item = &'static str> {
-    let keys: &[ClientKey] = match doc {
-        "" => TOP_LEVEL,
-        "mcpServers.<name>" => IN_SERVER,
-        _ => &[],
-    };
-    keys.iter().map(|k| k.key)
-}
 
 /// What [`adapt`] did to a file, for the log and for `mcpgate import`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -480,56 +399,6 @@ fn description<'a>(place: &'a Place, id: &str) -> Option<&'a str> {
     place.inputs.iter().find(|(i, _)| i == id).map(|(_, d)| d.as_str()).filter(|d| !d.is_empty())
 }
 
-/// The environment variable that stands for VS Code's input `id`:
-/// `perplexity-key` is `PERPLEXITY_KEY`.
-fn input_variable(id: &str) -> String {
-    let var: String =
-        id.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_uppercase() } else { '_' }).collect();
-    if var.starts_with(|c: char| c.is_ascii_digit()) { format!("_{var}") } else { var }
-}
-
-fn input_unset(id: &str, var: &str, description: Option<&str>) -> String {
-    let asks = description.map(|d| format!(" (\"{d}\")")).unwrap_or_default();
-    format!(
-        "`${{input:{id}}}` is a value VS Code asks the user for{asks}, and mcpgate asks no one: set `{var}` in \
-         mcpgate's environment (`{var}=... mcpgate --config FILE`, or `Environment={var}=...` in its systemd \
-         unit), or write `${{env:{var}}}` here, which VS Code reads too"
-    )
-}
-
-/// The value of `${name}` and whether it is a secret (it came from the
-/// environment): `${NAME}`, `${env:NAME}` (Cursor, VS Code, Windsurf),
-/// `${NAME:-default}` (Claude Code), `${input:ID}` (VS Code, from the
-/// variable [`input_variable`] names).
-pub(super) fn variable(name: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<(String, bool), String> {
-    if let Some(id) = name.strip_prefix("input:") {
-        let var = input_variable(id);
-        return env(&var).map(|v| (v, true)).ok_or_else(|| input_unset(id, &var, None));
-    }
-    let (var, default) = match name.split_once(":-") {
-        Some((var, default)) => (var, Some(default)),
-        None => (name, None),
-    };
-    let var = var.strip_prefix("env:").unwrap_or(var);
-    let valid = !var.is_empty()
-        && var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-        && !var.starts_with(|c: char| c.is_ascii_digit());
-    if !valid && name.contains(':') {
-        return Err(format!(
-            "`${{{name}}}` is an editor's variable mcpgate does not know: write the value, or `${{NAME}}` for an \
-             environment variable"
-        ));
-    }
-    if !valid {
-        return Err(format!("`${{{name}}}` is not a variable name"));
-    }
-    match (env(var), default) {
-        (Some(value), _) => Ok((value, true)),
-        (None, Some(default)) => Ok((default.to_string(), false)),
-        (None, None) => Err(format!("environment variable `{var}` is not set")),
-    }
-}
-
 /// Gives each server whose name mcpgate cannot use a name it can: the last
 /// part of a path (Cline names a server it installed `github.com/org/repo`),
 /// with other characters (spaces) as `-`.
@@ -587,25 +456,6 @@ mod tests {
         let Value::Object(mut root) = serde_json::from_str(text).unwrap() else { panic!("an object") };
         let notes = adapt(&mut root, file, &env, mode)?;
         Ok((Value::Object(root), notes))
-    }
-
-    #[test]
-    fn variables_of_each_client_are_read_from_the_environment() {
-        assert_eq!(variable("GITHUB_TOKEN", &env), Ok(("ghp_0123456789".into(), true)));
-        assert_eq!(variable("env:GITHUB_TOKEN", &env), Ok(("ghp_0123456789".into(), true)));
-        assert_eq!(variable("input:perplexity-key", &env), Ok(("pplx-0123456789".into(), true)));
-        assert_eq!(variable("NOPE:-fallback", &env), Ok(("fallback".into(), false)), "a default is no secret");
-        assert_eq!(variable("GITHUB_TOKEN:-x", &env), Ok(("ghp_0123456789".into(), true)));
-        assert_eq!(variable("env:NOPE", &env).unwrap_err(), "environment variable `NOPE` is not set");
-        assert!(variable("config:editor.tabSize", &env).unwrap_err().contains("an editor's variable"));
-        assert!(variable("9X", &env).unwrap_err().contains("is not a variable name"));
-        let unset = variable("input:api-key", &env).unwrap_err();
-        assert!(
-            unset.contains("set `API_KEY` in mcpgate's environment") && unset.contains("${env:API_KEY}"),
-            "{unset}"
-        );
-        assert_eq!(input_variable("perplexity-key"), "PERPLEXITY_KEY");
-        assert_eq!(input_variable("1st.token"), "_1ST_TOKEN");
     }
 
     #[test]

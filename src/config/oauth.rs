@@ -8,7 +8,10 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{Config, Invalid, Keys, Trust, expand, kind};
+use super::invalid::{Invalid, kind};
+use super::reader::Keys;
+use super::trust::Trust;
+use super::vars::expand;
 
 /// How `/mcp` checks access tokens of one authorization server.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -54,10 +57,12 @@ impl fmt::Debug for Introspection {
     }
 }
 
-/// `auth.oauth`, read after the servers and the trust.
+/// `auth.oauth`, read after the servers (`servers`: their names, in
+/// order) and the trust; `connect_timeout` bounds its fetches.
 pub(super) fn oauth(
     value: &Value,
-    config: &Config,
+    servers: &[&str],
+    connect_timeout: Duration,
     trust: &Trust,
     env: &dyn Fn(&str) -> Option<String>,
     secrets: &mut Vec<String>,
@@ -98,7 +103,7 @@ pub(super) fn oauth(
         };
         for (server, scope) in map {
             let key = format!("auth.oauth.server_scopes.{server}");
-            if config.server(server).is_none() {
+            if !servers.contains(&server.as_str()) {
                 return Err(Invalid::new(key, format!("no server is named `{server}`")));
             }
             let Value::String(scope) = scope else {
@@ -107,7 +112,7 @@ pub(super) fn oauth(
             server_scopes.push((server.clone(), scope.clone()));
         }
         // In the order of the servers, not of serde_json's sorted map.
-        server_scopes.sort_by_key(|(server, _)| config.servers.iter().position(|s| s.name == *server));
+        server_scopes.sort_by_key(|(server, _)| servers.iter().position(|s| s == server));
     }
     for (key, scope) in required_scopes
         .iter()
@@ -141,7 +146,7 @@ pub(super) fn oauth(
         leeway,
         introspection,
         trust: trust.clone(),
-        connect_timeout: config.connect_timeout,
+        connect_timeout,
     })
 }
 

@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{Invalid, Keys, expand, kind};
+use super::invalid::{Invalid, kind};
+use super::reader::Keys;
+use super::vars::expand;
 
 /// A server's `oauth`: `{}` discovers everything from its 401.
 #[derive(Clone, PartialEq, Eq, Default)]
@@ -255,34 +257,4 @@ pub(super) fn server_oauth(
         token_exchange,
         audience,
     })
-}
-
-/// What the servers' `oauth` needs of the rest of the configuration: a
-/// public URL users can reach, and an issuer to exchange tokens at.
-pub(super) fn check_servers(config: &super::Config) -> Result<(), Invalid> {
-    for server in &config.servers {
-        let super::Transport::Http(http) = &server.transport else { continue };
-        let Some(oauth) = &http.oauth else { continue };
-        let key = format!("mcpServers.{}.oauth", server.name);
-        if oauth.token_exchange {
-            if oauth.authorization_server.is_none() && config.oauth.is_none() {
-                return Err(Invalid::new(
-                    format!("{key}.token_exchange"),
-                    "exchanges the user's token of auth.oauth: set auth.oauth, or `authorization_server`",
-                ));
-            }
-            continue;
-        }
-        if !config.oauth_client.public_url_given && config.listen.ip().is_unspecified() {
-            return Err(Invalid::new(
-                "oauth_client.public_url",
-                format!(
-                    "server `{}` has `oauth`, and mcpgate listens on {}: give the URL users' browsers reach it at, \
-                     e.g. https://gate.example.com",
-                    server.name, config.listen
-                ),
-            ));
-        }
-    }
-    Ok(())
 }

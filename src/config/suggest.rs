@@ -7,7 +7,8 @@
 //! nearest first: `comand` finds `command`, `arg` finds `args`,
 //! `mcpServer` finds `mcpServers`, and `x` finds nothing.
 
-use super::{KEYS, clients};
+use super::client_keys;
+use super::keys::KEYS;
 
 /// The problem of an unknown key at `doc` (a documented path, as in
 /// [`KEYS`]: `""` for the top level, `mcpServers.<name>` for a server),
@@ -27,7 +28,7 @@ pub fn known_at(doc: &str) -> Vec<&'static str> {
         .filter_map(|k| if doc.is_empty() { Some(k.name) } else { k.name.strip_prefix(doc)?.strip_prefix('.') })
         .map(|rest| rest.split('.').next().unwrap_or(rest).trim_end_matches("[]"))
         .collect();
-    known.extend(clients::known_at(doc));
+    known.extend(client_keys::known_at(doc));
     known.dedup();
     known
 }

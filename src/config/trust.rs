@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::{Invalid, Keys, kind};
+use super::invalid::{Invalid, kind};
+use super::reader::Keys;
 
 /// The certificate and key the front door serves HTTPS with.
 #[derive(Clone, Debug, PartialEq, Eq)]

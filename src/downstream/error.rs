@@ -7,6 +7,17 @@ use std::time::Duration;
 
 use crate::stats::{Counter, ServerStats};
 
+/// A user must sign in to a server (one with `oauth`): the link to give
+/// them, which `oauth/` makes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignIn {
+    pub server: String,
+    pub elicitation_id: String,
+    pub url: String,
+    /// What to tell them, with the link.
+    pub message: String,
+}
+
 /// Why a downstream exchange failed, in words a person can act on.
 #[derive(Debug, Clone, PartialEq)]
 pub enum DownstreamError {
@@ -41,7 +52,7 @@ pub enum DownstreamError {
     Exited(String),
     /// The server wants OAuth and the user has not signed in (or must again):
     /// the link to give them.
-    SignIn(Box<super::oauth::SignIn>),
+    SignIn(Box<SignIn>),
     /// mcpgate could not get the user a token for the server (its metadata,
     /// its authorization server, the store): why, naming both.
     OAuth(String),
@@ -81,7 +92,7 @@ impl fmt::Display for DownstreamError {
             DownstreamError::SignIn(sign_in) => f.write_str(&sign_in.message),
             DownstreamError::OAuth(why) => f.write_str(why),
             DownstreamError::Unauthorized { status, challenge } => {
-                let said = challenge.as_deref().map(super::oauth::parse_challenge);
+                let said = challenge.as_deref().map(super::challenge::parse_challenge);
                 match said.flatten().and_then(|c| c.resource_metadata) {
                     Some(metadata) => write!(
                         f,

@@ -34,6 +34,7 @@ use crate::runtime::state::Journal;
 pub use crate::runtime::state::SavedDownstream;
 use crate::stats::{Gauge, ServerStats, Stats};
 
+pub mod challenge;
 pub mod children;
 mod connect;
 mod correlate;
@@ -46,13 +47,15 @@ pub(crate) mod resolver;
 mod spans;
 mod sse;
 mod stdio;
+#[cfg(feature = "tls")]
+pub mod tls;
 /// How mcpgate looks up servers' names (no thread per lookup); the
 /// benchmark's bare relay connects the same way.
 pub use resolver::Lookup;
 
 pub use children::Children;
 pub use deletes::Deletes;
-pub use error::DownstreamError;
+pub use error::{DownstreamError, SignIn};
 pub use flight::{Flight, LaneError, Lanes, Stop};
 
 /// What a server sends while it answers a request, before the response.
@@ -101,6 +104,20 @@ pub enum Readiness {
     Ready,
     /// Still starting.
     Starting,
+}
+
+/// What becomes of a server's downstream sessions when mcpgate starts again
+/// with its state file ([`Server::after_restart`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterRestart {
+    /// Taken over by the session id the state file kept, or closed by it
+    /// (a Streamable HTTP session, which outlives the process at its server).
+    Resumed,
+    /// Ended with the process that opened them (an HTTP+SSE stream): the
+    /// state file keeps where, and a restored client session opens one anew.
+    OpenedAnew,
+    /// Not kept: a child process, which ends with mcpgate and starts when needed.
+    NotKept,
 }
 
 /// Last success and failure of one server, for the status page.
@@ -209,7 +226,7 @@ pub(crate) type Opened = (Box<dyn Link>, Result<Message, DownstreamError>);
 /// implements it (`http/`, `sse/`, `stdio/`); [`Server::new`], in
 /// `connect.rs`, is the one place that picks one from the configuration.
 pub(crate) trait Connector: Send + Sync {
-    /// `http`, `sse` or `stdio`, for the status page and the restore.
+    /// `http`, `sse` or `stdio`, for the status page.
     fn kind(&self) -> &'static str;
     /// Opens a downstream session for `opener`: sends `initialize` (`body`,
     /// the client's params) and gives back the link with the server's answer.
@@ -242,6 +259,12 @@ pub(crate) trait Connector: Send + Sync {
     /// URL; `None` for a child process, which ends with mcpgate.
     fn saved_url(&self) -> Option<&str> {
         None
+    }
+    /// What becomes of its sessions at a restart: by default, those the
+    /// state file keeps (by [`Connector::saved_url`]) but this transport
+    /// cannot [`Connector::resume`] are opened anew.
+    fn after_restart(&self) -> AfterRestart {
+        if self.saved_url().is_some() { AfterRestart::OpenedAnew } else { AfterRestart::NotKept }
     }
     /// Whether its servers may answer `initialize` with 2024-11-05, the old
     /// HTTP+SSE transport's version.
@@ -313,7 +336,8 @@ pub struct Context {
 /// One configured server, shared by every client session.
 pub struct Server {
     pub config: ServerConfig,
-    pub limits: Limits,
+    /// The one copy of its limits: its transport shares it.
+    pub limits: Arc<Limits>,
     /// Set when a reload removed or changed this server: sessions opened on
     /// it after that close themselves.
     retired: AtomicBool,
@@ -364,7 +388,7 @@ impl Server {
     /// A server reached through `connector` (see [`Server::new`], which picks it).
     pub(crate) fn assemble(
         config: ServerConfig,
-        limits: Limits,
+        limits: Arc<Limits>,
         lanes: usize,
         context: &Context,
         connector: Box<dyn Connector>,
@@ -396,6 +420,12 @@ impl Server {
     /// `http`, `sse` or `stdio`, for the status page.
     pub fn transport(&self) -> &'static str {
         self.connector.kind()
+    }
+
+    /// What becomes of its downstream sessions at a restart: the restore
+    /// and a peer taking over a session ask this, not the transport's name.
+    pub fn after_restart(&self) -> AfterRestart {
+        self.connector.after_restart()
     }
 
     /// The processes of a stdio server, for the status page.

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use super::current::Current;
 use super::forward::{self, FORWARDED, Unreachable};
 use super::peers::Store;
+use crate::downstream::AfterRestart;
 use crate::http::{EventSink, HttpReply, HttpRequest};
 
 use super::refusal::{self, Why};
@@ -193,7 +194,7 @@ impl Failover<'_> {
             let server = current.server(&d.server).filter(|s| s.config.url() == Some(d.url.as_str()));
             match server {
                 // Ended with the instance that held it (an HTTP+SSE stream): opened anew when needed.
-                Some(server) if server.transport() == "http" && !d.ends_with_process => {
+                Some(server) if server.after_restart() == AfterRestart::Resumed && !d.ends_with_process => {
                     taken.extend(live.adopt(server, d));
                 }
                 _ => {}

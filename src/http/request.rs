@@ -9,8 +9,9 @@ use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::exchange::HEADERS;
 use super::stream::Stream;
-use super::{HEADERS, Headers, Options};
+use super::{Headers, Options};
 use crate::runtime::memory::Charge;
 
 /// Bytes read from the socket at a time.

@@ -1,9 +1,10 @@
-//! What every floor uses: the backoff of every retry loop, the audit log's writer, traces and their
-//! exporter (`trace`, `otlp`), the state file and its journal, the threads and
-//! their roles, the memory budget, rate-limited logging, the clock, SHA-256
-//! and the comparison of secrets, the watch of files that reloads the
-//! configuration when it is saved, and the OS calls (`sys`, the only
-//! `unsafe` code).
+//! What every floor uses: the backoff of every retry loop, the audit log's
+//! writer, traces and their exporter (`trace`, `otlp`) and the context a
+//! thread holds (`tracecontext`), the state file and its journal, the
+//! threads and their roles, the memory budget, rate-limited logging, the
+//! clock, SHA-256 and the comparison of secrets, the watch of files that
+//! reloads the configuration when it is saved, and the OS calls (`sys`, the
+//! only `unsafe` code).
 
 pub mod audit;
 pub mod backoff;
@@ -18,4 +19,5 @@ pub mod store;
 pub mod sys;
 pub mod threads;
 pub mod trace;
+pub mod tracecontext;
 pub mod watch;

@@ -94,10 +94,10 @@ where
     T: Send + 'static,
 {
     if CARRY_TRACE.contains(&role)
-        && let Some(context) = super::trace::current()
+        && let Some(context) = super::tracecontext::current()
     {
         return builder(role, detail).spawn(move || {
-            let _in = super::trace::enter(Some(context));
+            let _in = super::tracecontext::enter(Some(context));
             f()
         });
     }
@@ -116,10 +116,10 @@ where
     T: Send + 'scope,
 {
     if CARRY_TRACE.contains(&role)
-        && let Some(context) = super::trace::current()
+        && let Some(context) = super::tracecontext::current()
     {
         return builder(role, detail).spawn_scoped(scope, move || {
-            let _in = super::trace::enter(Some(context));
+            let _in = super::tracecontext::enter(Some(context));
             f()
         });
     }

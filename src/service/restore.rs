@@ -17,8 +17,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
 
-use crate::config::{HttpConfig, ServerConfig, Transport};
-use crate::downstream::{self, Downstream, DownstreamError, Server};
+use crate::downstream::{self, AfterRestart, Downstream, DownstreamError, Server};
 use crate::gateway::Gateway;
 use crate::runtime::state::{self, Loaded, SavedDownstream, SavedSession};
 use crate::runtime::store::files;
@@ -98,11 +97,11 @@ pub fn restore(gateway: &Gateway, loaded: Loaded) -> Restored {
             let server = current.server(&saved.server).filter(|s| s.config.url() == Some(saved.url.as_str()));
             match server {
                 Some(server) if saved.ends_with_process => {
-                    if server.transport() == "sse" {
+                    if server.after_restart() == AfterRestart::OpenedAnew {
                         done.reopen.push((live.clone(), server.clone()));
                     }
                 }
-                Some(server) if server.transport() == "http" => {
+                Some(server) if server.after_restart() == AfterRestart::Resumed => {
                     done.readers.extend(live.adopt(server, saved).map(|d| (live.clone(), d)));
                 }
                 // Ended with the old process, and its server removed or moved since.
@@ -197,29 +196,14 @@ pub(crate) fn ended_at_server(closing: &[Arc<Downstream>]) -> usize {
 /// configured now (a bearer token for another host, say).
 pub(crate) fn server_for(gateway: &Gateway, saved: &SavedDownstream) -> Arc<Server> {
     let current = gateway.current();
-    // Only a Streamable HTTP server's own: an HTTP link on another transport has no endpoint to reach.
-    let same = |s: &&Arc<Server>| s.config.url() == Some(saved.url.as_str()) && s.transport() == "http";
+    // Only a server whose sessions are resumed (Streamable HTTP) reaches it:
+    // an HTTP link on another transport has no endpoint to reach.
+    let same =
+        |s: &&Arc<Server>| s.config.url() == Some(saved.url.as_str()) && s.after_restart() == AfterRestart::Resumed;
     if let Some(server) = current.server(&saved.server).filter(same) {
         return server.clone();
     }
-    let config = ServerConfig {
-        name: saved.server.clone(),
-        transport: Transport::Http(HttpConfig {
-            url: saved.url.clone(),
-            headers: Vec::new(),
-            trust: current.config.trust.clone(),
-            oauth: None,
-        }),
-        prefix: String::new(),
-        separator: "__".into(),
-        tools: Default::default(),
-        prompts: Default::default(),
-        resources: Default::default(),
-        secrets: Vec::new(),
-        rate_limit: Default::default(),
-    };
-    let limits = downstream::Limits::from_config(&current.config);
-    Arc::new(Server::new(config, limits, 1, &gateway.context()))
+    Arc::new(Server::for_saved(saved, &current.config, &gateway.context()))
 }
 
 /// What the state file's writer reads of the gateway.

@@ -39,7 +39,8 @@ pub(crate) struct Endpoint {
     lane_agents: Mutex<Vec<Pooled>>,
     /// How many lanes (the short agent keeps as many connections).
     lanes: usize,
-    limits: Limits,
+    /// The server's own ([`Server::limits`]), shared.
+    limits: Arc<Limits>,
     /// TLS for an `https://` URL, with the server's roots.
     tls: Tls,
 }
@@ -60,13 +61,13 @@ struct Short {
 
 /// How an agent wraps its connections in TLS: the server's own settings.
 #[cfg(feature = "tls")]
-type Tls = super::tls::TlsConnector;
+type Tls = crate::downstream::tls::TlsConnector;
 #[cfg(not(feature = "tls"))]
 type Tls = ();
 
 #[cfg(feature = "tls")]
 fn tls_for(config: &HttpConfig) -> Tls {
-    super::tls::TlsConnector::new(&config.trust)
+    crate::downstream::tls::TlsConnector::new(&config.trust)
 }
 
 #[cfg(not(feature = "tls"))]
@@ -112,7 +113,7 @@ fn with_connector(config: ureq::config::Config, tcp: TcpConnector, tls: &Tls) ->
 }
 
 impl Endpoint {
-    pub fn new(config: HttpConfig, limits: Limits, lanes: usize) -> Endpoint {
+    pub fn new(config: HttpConfig, limits: Arc<Limits>, lanes: usize) -> Endpoint {
         let tls = tls_for(&config);
         Endpoint {
             uri: config.url.parse::<Uri>().map_err(|e| format!("`{}` is not a URL: {e}", config.url)),
@@ -682,7 +683,7 @@ pub(crate) struct Exchange<'a> {
 pub(crate) fn unauthorized(response: &Response<ureq::Body>) -> Option<DownstreamError> {
     let status = response.status().as_u16();
     let challenge = response.headers().get("www-authenticate").and_then(|v| v.to_str().ok()).map(str::to_string);
-    let scope = challenge.as_deref().and_then(crate::downstream::oauth::parse_challenge).and_then(|c| c.error);
+    let scope = challenge.as_deref().and_then(crate::downstream::challenge::parse_challenge).and_then(|c| c.error);
     (status == 401 || scope.as_deref() == Some("insufficient_scope"))
         .then_some(DownstreamError::Unauthorized { status, challenge })
 }

@@ -3,15 +3,15 @@
 //! of its `GET` stream), and one of the stateless era, 2026-07-28, which
 //! has no sessions (`stateless`, with its standing listen). Servers of the
 //! old HTTP+SSE transport use the endpoint too, through `downstream::sse`.
-//! `tls`: the TLS of `https://` servers, with their roots; `coalesce`: a
-//! request's head and body in one write; `tcp`: the connections beneath.
+//! `coalesce`: a request's head and body in one write; `tcp`: the
+//! connections beneath; the TLS of `https://` servers is `downstream::tls`.
 //! [`HttpConnector`] is the transport's side of a server, in either era.
 
 use std::sync::Arc;
 
 use crate::config::HttpConfig;
 use crate::downstream::oauth::{Authed, ServerAuth};
-use crate::downstream::{Connector, DownstreamError, Limits, Link, Opened, Opener, Server};
+use crate::downstream::{AfterRestart, Connector, DownstreamError, Limits, Link, Opened, Opener, Server};
 
 mod coalesce;
 mod endpoint;
@@ -19,8 +19,6 @@ mod link;
 mod reader;
 pub(crate) mod stateless;
 mod tcp;
-#[cfg(feature = "tls")]
-pub mod tls;
 
 pub(crate) use endpoint::{Endpoint, status_error};
 pub(crate) use reader::Reader;
@@ -36,7 +34,12 @@ pub(crate) struct HttpConnector {
 }
 
 impl HttpConnector {
-    pub(crate) fn new(config: HttpConfig, limits: Limits, lanes: usize, auth: Option<ServerAuth>) -> HttpConnector {
+    pub(crate) fn new(
+        config: HttpConfig,
+        limits: Arc<Limits>,
+        lanes: usize,
+        auth: Option<ServerAuth>,
+    ) -> HttpConnector {
         HttpConnector {
             endpoint: Arc::new(Endpoint::new(config, limits, lanes)),
             stateless: Arc::new(stateless::Side::default()),
@@ -69,6 +72,10 @@ impl Connector for HttpConnector {
 
     fn saved_url(&self) -> Option<&str> {
         Some(&self.endpoint.config.url)
+    }
+
+    fn after_restart(&self) -> AfterRestart {
+        AfterRestart::Resumed
     }
 
     fn era(&self) -> Option<&'static str> {

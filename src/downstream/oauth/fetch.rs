@@ -31,7 +31,7 @@ pub(super) fn agent(trust: &Trust, connect: Duration) -> Agent {
     use ureq::unversioned::transport::{Connector, TcpConnector};
     let connector = ().chain(TcpConnector::default());
     #[cfg(feature = "tls")]
-    let connector = connector.chain(crate::downstream::http::tls::TlsConnector::new(trust));
+    let connector = connector.chain(crate::downstream::tls::TlsConnector::new(trust));
     #[cfg(not(feature = "tls"))]
     let _ = trust;
     Agent::with_parts(config, connector, crate::downstream::resolver::Lookup)

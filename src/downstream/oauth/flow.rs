@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 
-use super::{Target, User};
+use super::target::{Target, User};
 use crate::runtime::memory::Charge;
 use crate::runtime::secret::constant_time_eq;
 

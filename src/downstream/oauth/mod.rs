@@ -13,6 +13,7 @@
 //!   bound to the user, the server and an expiry; PKCE, `state`, cookie.
 //! - `server`: one server's view ([`ServerAuth`]): a request's bearer
 //!   token, a refused one, discovery and registration kept, exchanges.
+//! - `target`: who signs in ([`User`]) and where ([`Target`]).
 //! - `tokens`: the token endpoint (code, refresh, exchange).
 //! - `store`: tokens and registrations at rest, sealed with AES-256-GCM.
 //! - `fetch`: every exchange with an authorization server, bounded in time
@@ -41,58 +42,20 @@ mod flow;
 mod register;
 mod server;
 pub mod store;
+mod target;
 mod tokens;
 
-pub use discovery::{Challenge, parse_challenge};
 pub use flow::Refusal;
 use flow::{Flows, Purpose};
 use register::Client;
 pub use server::{Authed, RETRIES, ServerAuth, current_bearer, with_bearer};
+pub use target::{Target, User, user_key};
+use target::{clone_target, short};
 use tokens::Tokens;
-
-/// Whose tokens: a user's digest (`Access::user`); `None` without `auth`,
-/// where the gateway is one user.
-pub type User = Option<[u8; 32]>;
-
-/// A user as a record's name and the log know it: hex of the digest.
-pub fn user_key(user: &User) -> String {
-    match user {
-        Some(digest) => crate::runtime::sha256::to_hex(digest),
-        None => "anyone".into(),
-    }
-}
 
 /// How long what discovery found is trusted, and a failure remembered.
 const KNOWN_FOR: Duration = Duration::from_secs(3600);
 const FAILED_FOR: Duration = Duration::from_secs(10);
-
-/// An authorization server and mcpgate's client there, for one resource:
-/// what an authorization, a refresh or an exchange is made against.
-#[derive(Debug)]
-pub struct Target {
-    pub issuer: String,
-    pub authorization_endpoint: String,
-    pub token_endpoint: String,
-    /// It sends `iss` with its redirects (RFC 9207): then one must come.
-    pub sends_iss: bool,
-    pub client: Client,
-    /// The resource indicator (RFC 8707).
-    pub resource: String,
-    /// Asked for by default.
-    pub scopes: Vec<String>,
-    /// The roots its TLS is checked against.
-    pub trust: Trust,
-}
-
-/// A user must sign in to a server: the link to give them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SignIn {
-    pub server: String,
-    pub elicitation_id: String,
-    pub url: String,
-    /// What to tell them, with the link.
-    pub message: String,
-}
 
 /// What every sign-in shares, from the configuration in force.
 struct Settings {
@@ -643,22 +606,4 @@ impl Authorizer {
         self.subjects.lock().retain(|_, s| s.expires > now);
         self.exchanged.lock().retain(|_, e| e.expires > now);
     }
-}
-
-fn clone_target(t: &Target) -> Target {
-    Target {
-        issuer: t.issuer.clone(),
-        authorization_endpoint: t.authorization_endpoint.clone(),
-        token_endpoint: t.token_endpoint.clone(),
-        sends_iss: t.sends_iss,
-        client: t.client.clone(),
-        resource: t.resource.clone(),
-        scopes: t.scopes.clone(),
-        trust: t.trust.clone(),
-    }
-}
-
-/// The start of a user's digest, for the log.
-fn short(user: &User) -> String {
-    user_key(user).chars().take(8).collect()
 }

@@ -10,13 +10,14 @@ use std::time::Instant;
 
 use serde_json::Value;
 
-use super::discovery::{self, Challenge};
+use super::discovery;
 use super::register::{self, Client};
 use super::tokens::{self, TokenError, Tokens};
-use super::{Authorizer, Discovered, Exchanged, FAILED_FOR, KNOWN_FOR, SignIn, Target, User, fetch, parse_challenge};
+use super::{Authorizer, Discovered, Exchanged, FAILED_FOR, KNOWN_FOR, Target, User, fetch};
 use super::{short, token_record, user_key};
 use crate::config::{ServerOAuth, Trust};
-use crate::downstream::DownstreamError;
+use crate::downstream::challenge::{Challenge, parse_challenge};
+use crate::downstream::{DownstreamError, SignIn};
 use crate::runtime::memory::Charge;
 
 /// One server's view of the authorizer: what its HTTP links ask.

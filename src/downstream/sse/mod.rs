@@ -61,7 +61,7 @@ pub(crate) struct SseConnector {
 }
 
 impl SseConnector {
-    pub fn new(config: HttpConfig, limits: Limits, lanes: usize) -> SseConnector {
+    pub fn new(config: HttpConfig, limits: Arc<Limits>, lanes: usize) -> SseConnector {
         SseConnector { http: Arc::new(http::Endpoint::new(config, limits, lanes)) }
     }
 }
@@ -106,7 +106,7 @@ impl Connector for SseConnector {
 /// Opens the stream, waits (`connect_timeout_secs`) for its `endpoint`
 /// event, and sends `initialize` (id 0, the client's params) there.
 fn open(server: &Arc<Server>, endpoint: &SseConnector, body: &[u8]) -> Result<Opened, DownstreamError> {
-    let limits = server.limits;
+    let limits = *server.limits;
     // Its own agent: shutting it down (the close path) must not touch other requests.
     let agent = endpoint.http.session_stream_agent();
     let response = endpoint.http.open_sse(&agent, limits.connect)?;

@@ -29,7 +29,7 @@ pub(super) fn agent(config: &OAuthConfig) -> Agent {
     use ureq::unversioned::transport::{Connector, TcpConnector};
     let connector = ().chain(TcpConnector::default());
     #[cfg(feature = "tls")]
-    let connector = connector.chain(crate::downstream::http::tls::TlsConnector::new(&config.trust));
+    let connector = connector.chain(crate::downstream::tls::TlsConnector::new(&config.trust));
     Agent::with_parts(agent_config, connector, crate::downstream::resolver::Lookup)
 }
 
