@@ -257,7 +257,13 @@ if [[ $mode == ci ]]; then
   build release tls "${GNU_TARGETS[@]}"
   for target in "${GNU_TARGETS[@]}"; do
     smoke "$target" "$CROSS_DIR/$target/release/mcpgate-tls"
-    echo "  stripped size: $(stat -c %s "$CROSS_DIR/$target/release/mcpgate-tls") bytes"
+    size=$(stat -c %s "$CROSS_DIR/$target/release/mcpgate-tls")
+    echo "  stripped size: $size bytes"
+    # Issue 43's target (reported, never enforced: docs/BENCHMARKS.md section 6 says it too).
+    if [[ $target == aarch64-* ]]; then
+      if ((size <= 2500000)); then met=met; else met="not met"; fi
+      echo "  target: at most 2,500,000 bytes: $met"
+    fi
   done
   echo
   echo "cross.sh: both ARM builds passed the smoke test under qemu in $((SECONDS - began)) s"
