@@ -7,6 +7,8 @@
 # PyPI: both are prebuilt wheels there, and cargo-zigbuild would take minutes to build from
 # crates.io). `-C link-self-contained=no`: rustc's musl targets link their own copy of musl's
 # start files by default, which Debian's rustc does not have; zig's are used instead.
+# `backtrace-trace-only`: std without its symbolizer, which a stripped binary has no symbols
+# for (scripts/cross.sh, STD_FEATURES).
 #
 #   scripts/cross-musl.sh TARGET [--no-default-features]
 #       TARGET: aarch64-unknown-linux-musl or armv7-unknown-linux-musleabihf (or
@@ -42,7 +44,7 @@ env -u RUSTUP_TOOLCHAIN PATH="$ROOT/.cross/zig/bin:/usr/bin:/bin" RUSTC=/usr/bin
   CARGO_TARGET_DIR="$ROOT/target/cross" RUSTC_BOOTSTRAP=1 \
   RUSTFLAGS="-C link-self-contained=no" \
   cargo-zigbuild build --locked --quiet -p mcpgate --bin mcpgate --release \
-  --target "$zig_target" -Zbuild-std=std,panic_abort "$@"
+  --target "$zig_target" -Zbuild-std=std,panic_abort -Zbuild-std-features=backtrace-trace-only "$@"
 bin=$ROOT/target/cross/$target/release/mcpgate
 file "$bin" 2>/dev/null || true
 echo "cross-musl.sh: mcpgate for $target in $((SECONDS - t0)) s: $bin ($(stat -c %s "$bin") bytes)"

@@ -89,16 +89,22 @@ qemu_for() {
 
 # build PROFILE FEATURES TARGET...: builds mcpgate for each TARGET in one cargo run (the targets'
 # crates build side by side, the host's build scripts and proc macros once), the standard library
-# with them from rust-web-src (panic_abort: the profiles abort on panic), and copies each binary
+# with them from rust-web-src (panic_abort: the profiles abort on panic; STD_FEATURES), and copies each binary
 # to $CROSS_DIR/TARGET/PROFILE/mcpgate-FEATURES. FEATURES: `tls` (the default set) or `none`
 # (--no-default-features).
+# The standard library's features: backtraces traced but not symbolized. A stripped binary has
+# no symbols to name frames with, so std's symbolizer (addr2line, gimli, object, miniz_oxide:
+# cargo's default `backtrace` feature) only cost size: 199 KB of the aarch64 binary with tls
+# (4,004,864 -> 3,805,880 bytes). With RUST_BACKTRACE=1 std prints each frame's address
+# (library/std/src/sys/backtrace.rs); the unstripped `--profile profiling` build names them.
+STD_FEATURES=-Zbuild-std-features=backtrace-trace-only
 build() {
   local profile=$1 features=$2 flags=() target t0=$SECONDS
   shift 2
   [[ $features == none ]] && flags=(--no-default-features)
   for target in "$@"; do flags+=(--target "$target"); done
   debian_cargo build --locked --quiet -p mcpgate --bin mcpgate --profile "$profile" -Zbuild-std=std,panic_abort \
-    "${flags[@]}" ||
+    "$STD_FEATURES" "${flags[@]}" ||
     fail "cargo build for $* ($profile, features: $features)"
   echo "  built mcpgate for $* ($profile, features: $features) in $((SECONDS - t0)) s"
   for target in "$@"; do
@@ -251,7 +257,13 @@ if [[ $mode == ci ]]; then
   build release tls "${GNU_TARGETS[@]}"
   for target in "${GNU_TARGETS[@]}"; do
     smoke "$target" "$CROSS_DIR/$target/release/mcpgate-tls"
-    echo "  stripped size: $(stat -c %s "$CROSS_DIR/$target/release/mcpgate-tls") bytes"
+    size=$(stat -c %s "$CROSS_DIR/$target/release/mcpgate-tls")
+    echo "  stripped size: $size bytes"
+    # Issue 43's target (reported, never enforced: docs/BENCHMARKS.md section 6 says it too).
+    if [[ $target == aarch64-* ]]; then
+      if ((size <= 2500000)); then met=met; else met="not met"; fi
+      echo "  target: at most 2,500,000 bytes: $met"
+    fi
   done
   echo
   echo "cross.sh: both ARM builds passed the smoke test under qemu in $((SECONDS - began)) s"
