@@ -35,6 +35,7 @@ mod vars;
 
 pub use invalid::Invalid;
 use invalid::kind;
+use keys::valid_name;
 pub use keys::{KEYS, Key, Kind, key, reference_markdown};
 pub use oauth::{Introspection, OAuthConfig};
 pub use oauth_client::{Ask, OAuthClientConfig, ServerOAuth};
@@ -524,7 +525,7 @@ impl Config {
                 stdio.passthrough = passthrough.clone();
             }
         }
-        config.notes.apply(&mut config.servers);
+        apply_env_files(&config.notes, &mut config.servers);
         config.rate_limit.enabled = config.rate_limit.any(&config.servers);
         config.instance_id = keys.string("instance_id")?;
         if let Some(id) = &config.instance_id
@@ -648,6 +649,24 @@ fn read_json(
     };
     let notes = clients::adapt(&mut root, file, env, mode)?;
     Ok((root, notes, text))
+}
+
+/// Values of an `envFile` this long or longer are masked as secrets; a
+/// shorter one (`DEBUG=1`) would mask its text in every error of the server.
+const SECRET_MIN: usize = 8;
+
+/// Puts each `envFile`'s variables in its server's environment, beneath
+/// the server's own `env`; the long values become the server's secrets.
+fn apply_env_files(notes: &clients::Notes, servers: &mut [ServerConfig]) {
+    for file in &notes.env_files {
+        let Some(server) = servers.iter_mut().find(|s| s.name == file.server) else { continue };
+        let Transport::Stdio(stdio) = &mut server.transport else { continue };
+        let mut env: Vec<(String, String)> =
+            file.vars.iter().filter(|(n, _)| !stdio.env.iter().any(|(m, _)| m == n)).cloned().collect();
+        server.secrets.extend(env.iter().map(|(_, v)| v).filter(|v| v.len() >= SECRET_MIN).cloned());
+        env.append(&mut stdio.env);
+        stdio.env = env;
+    }
 }
 
 /// An `instance_id`: short, and free of the dot that ends it in a session id.
@@ -1264,10 +1283,6 @@ fn check_url(url: &str) -> Result<(), String> {
     }
 }
 
-fn valid_name(name: &str) -> bool {
-    (1..=64).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
-}
-
 fn valid_header_name(name: &str) -> bool {
     !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
@@ -1293,6 +1308,20 @@ impl Source {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_env_file_goes_beneath_env_and_its_long_values_are_secrets() {
+        let dir = std::env::temp_dir().join(format!("mcpgate-config-envfile-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join(".cursor")).unwrap();
+        std::fs::write(dir.join(".env"), "GITHUB_TOKEN=ghp_fromthefile\nLOG=debug\n").unwrap();
+        let text = r#"{"mcpServers": {"gh": {"command": "npx", "envFile": ".env", "env": {"LOG": "info"}}}}"#;
+        let config = Config::parse_file(text, Some(&dir.join(".cursor/mcp.json")), &|_| None).unwrap();
+        let Transport::Stdio(stdio) = &config.servers[0].transport else { panic!("stdio") };
+        let env: Vec<(&str, &str)> = stdio.env.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+        assert_eq!(env, [("GITHUB_TOKEN", "ghp_fromthefile"), ("LOG", "info")], "`env` wins");
+        assert_eq!(config.servers[0].secrets, ["ghp_fromthefile"], "long values are secrets, short ones are not");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
     use serde_json::json;
 
     fn env(name: &str) -> Option<String> {

@@ -24,7 +24,8 @@
 use serde_json::{Value, json};
 
 use crate::config::Transport;
-use crate::downstream::oauth::{self, Completed, FlowView, ServerAuth, User};
+use crate::downstream::oauth::server::ServerAuth;
+use crate::downstream::oauth::{self, Completed, FlowView, User};
 use crate::gateway::Gateway;
 use crate::http::auth::{Access, Auth};
 use crate::http::{HttpError, HttpReply, HttpRequest};
@@ -108,7 +109,8 @@ fn server_auth(gateway: &Gateway, name: &str) -> Result<ServerAuth, String> {
     let server = cur.server(name).ok_or_else(|| format!("no server is named `{name}`"))?;
     match &server.config.transport {
         Transport::Http(http) if http.oauth.as_ref().is_some_and(|o| !o.token_exchange) => {
-            gateway.downstreams.oauth.for_server(name, http).ok_or_else(|| format!("server `{name}` has no `oauth`"))
+            ServerAuth::new(&gateway.downstreams.oauth, name, http)
+                .ok_or_else(|| format!("server `{name}` has no `oauth`"))
         }
         _ => Err(format!("server `{name}` does not sign users in (it has no `oauth`, or exchanges tokens)")),
     }
@@ -203,7 +205,7 @@ fn to_authorization(gateway: &Gateway, id: &str, server: &str) -> HttpReply {
         Ok(auth) => auth,
         Err(why) => return said(404, "Cannot sign in", &why),
     };
-    match gateway.downstreams.oauth.authorize(id, &auth) {
+    match auth.authorize(id) {
         Ok((url, cookie)) => {
             let age = gateway.current().config.oauth_client.link_timeout.as_secs();
             redirect(&url, id, &cookie, secure(gateway), age)

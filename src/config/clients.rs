@@ -26,8 +26,12 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value, json};
 
 pub use super::client_keys::{ClientKey, IN_SERVER, TOP_LEVEL, known_at, reference_markdown};
+use super::env_file;
+use super::invalid::{Invalid, kind};
+use super::keys::valid_name;
+use super::suggest;
+use super::vars::expand;
 use super::vars::{input_unset, input_variable};
-use super::{Invalid, ServerConfig, Transport, env_file, expand, kind, suggest, valid_name};
 
 /// What [`adapt`] did to a file, for the log and for `mcpgate import`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -53,7 +57,7 @@ pub struct EnvFile {
     /// The server's name (after any renaming).
     pub server: String,
     pub path: PathBuf,
-    vars: Vec<(String, String)>,
+    pub(super) vars: Vec<(String, String)>,
 }
 
 impl fmt::Debug for EnvFile {
@@ -62,10 +66,6 @@ impl fmt::Debug for EnvFile {
         write!(f, "EnvFile({}, {}, {names:?})", self.server, self.path.display())
     }
 }
-
-/// Values of an `envFile` this long or longer are masked as secrets; a
-/// shorter one (`DEBUG=1`) would mask its text in every error of the server.
-const SECRET_MIN: usize = 8;
 
 impl Notes {
     /// What to log, in one line; `None` when the file was mcpgate's own as it is.
@@ -105,20 +105,6 @@ impl Notes {
     /// The files besides the config file that a change to should reload it.
     pub fn files(&self) -> impl Iterator<Item = &Path> {
         self.env_files.iter().map(|f| f.path.as_path())
-    }
-
-    /// Puts each `envFile`'s variables in its server's environment, beneath
-    /// the server's own `env`; the long values become the server's secrets.
-    pub(super) fn apply(&self, servers: &mut [ServerConfig]) {
-        for file in &self.env_files {
-            let Some(server) = servers.iter_mut().find(|s| s.name == file.server) else { continue };
-            let Transport::Stdio(stdio) = &mut server.transport else { continue };
-            let mut env: Vec<(String, String)> =
-                file.vars.iter().filter(|(n, _)| !stdio.env.iter().any(|(m, _)| m == n)).cloned().collect();
-            server.secrets.extend(env.iter().map(|(_, v)| v).filter(|v| v.len() >= SECRET_MIN).cloned());
-            env.append(&mut stdio.env);
-            stdio.env = env;
-        }
     }
 }
 
@@ -581,7 +567,7 @@ mod tests {
     }
 
     #[test]
-    fn an_env_file_is_read_from_the_workspace_and_goes_beneath_env() {
+    fn an_env_file_is_read_from_the_workspace() {
         let dir = std::env::temp_dir().join(format!("mcpgate-clients-test-{}", std::process::id()));
         std::fs::create_dir_all(dir.join(".cursor")).unwrap();
         std::fs::write(dir.join(".env"), "GITHUB_TOKEN=ghp_fromthefile\nLOG=debug\n").unwrap();
@@ -590,13 +576,8 @@ mod tests {
         let (root, notes) = adapted(text, Some(&file), Mode::Run).unwrap();
         assert!(root["mcpServers"]["gh"].get("envFile").is_none());
         assert_eq!(notes.files().collect::<Vec<_>>(), [dir.join(".env").as_path()]);
-        let config = super::super::Config::parse(&root.to_string(), &env).unwrap();
-        let mut servers = config.servers.clone();
-        notes.apply(&mut servers);
-        let Transport::Stdio(stdio) = &servers[0].transport else { panic!("stdio") };
-        let env: Vec<(&str, &str)> = stdio.env.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
-        assert_eq!(env, [("GITHUB_TOKEN", "ghp_fromthefile"), ("LOG", "info")], "`env` wins");
-        assert_eq!(servers[0].secrets, ["ghp_fromthefile"], "long values are secrets, short ones are not");
+        let vars: Vec<&(String, String)> = notes.env_files.iter().flat_map(|f| &f.vars).collect();
+        assert_eq!(vars.len(), 2, "both variables read: {:?}", notes.env_files);
         let (root, _) = adapted(text, Some(&file), Mode::Import).unwrap();
         assert_eq!(root["mcpServers"]["gh"]["envFile"], dir.join(".env").to_string_lossy().as_ref());
         let _ = std::fs::remove_dir_all(&dir);

@@ -762,3 +762,9 @@ pub fn reference_markdown() -> String {
     }
     out
 }
+
+/// Whether `name` can name a server: it prefixes the server's tools
+/// (`name__tool`), so it is short and plain.
+pub(super) fn valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+}

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::{Connector, Context, Limits, SavedDownstream, Server, http, sse, stdio};
 use crate::config::{Config, ServerConfig, Transport};
+use crate::downstream::oauth::server::ServerAuth;
 
 impl Server {
     /// A configured server, reached as its `transport` says, with `lanes`
@@ -16,7 +17,7 @@ impl Server {
         let limits = Arc::new(limits);
         let connector: Box<dyn Connector> = match &config.transport {
             Transport::Http(http) => {
-                let auth = context.oauth.for_server(&config.name, http);
+                let auth = ServerAuth::new(&context.oauth, &config.name, http);
                 Box::new(http::HttpConnector::new(http.clone(), limits.clone(), lanes, auth))
             }
             Transport::Sse(http) => Box::new(sse::SseConnector::new(http.clone(), limits.clone(), lanes)),

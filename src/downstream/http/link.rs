@@ -11,7 +11,7 @@ use serde_json::value::RawValue;
 
 use super::endpoint::{Endpoint, Exchange, status_error, unauthorized};
 use super::reader::{self, Reader};
-use crate::downstream::oauth::{self, Authed};
+use crate::downstream::oauth::server::{self as oauth, Authed};
 use crate::downstream::{Arrival, Downstream, DownstreamError, Flight, Inbox, Link, Opened, Server};
 use crate::limited;
 use crate::protocol::jsonrpc::{self, Message};

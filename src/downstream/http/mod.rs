@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use crate::config::HttpConfig;
-use crate::downstream::oauth::{Authed, ServerAuth};
+use crate::downstream::oauth::server::{Authed, ServerAuth};
 use crate::downstream::{AfterRestart, Connector, DownstreamError, Limits, Link, Opened, Opener, Server};
 
 mod coalesce;

@@ -99,7 +99,7 @@ pub(crate) fn start(
     session_id: Option<String>,
     resumed: bool,
     inbox: Weak<dyn Inbox>,
-    authed: Option<crate::downstream::oauth::Authed>,
+    authed: Option<crate::downstream::oauth::server::Authed>,
 ) -> std::io::Result<Option<Reader>> {
     let server = downstream.server.clone();
     // Its own agent: shutting it down must not touch other requests.
@@ -110,7 +110,7 @@ pub(crate) fn start(
         &downstream.protocol_version,
         None,
         Some(server.limits.connect),
-        crate::downstream::oauth::current_bearer(authed.as_ref()).as_deref(),
+        crate::downstream::oauth::server::current_bearer(authed.as_ref()).as_deref(),
     );
     let no_stream = |status: u16| status == 405 || (status == 404 && !resumed);
     if let Ok(response) = &first
@@ -139,7 +139,7 @@ struct Stream {
     /// Never carries a message; disconnects when the reader must stop.
     stop: Receiver<()>,
     /// Its user, on a server with `oauth`: whose token a reconnect sends.
-    authed: Option<crate::downstream::oauth::Authed>,
+    authed: Option<crate::downstream::oauth::server::Authed>,
 }
 
 enum Ended {
@@ -165,7 +165,7 @@ impl Stream {
                     &self.version,
                     last_event_id.as_deref(),
                     None,
-                    crate::downstream::oauth::current_bearer(self.authed.as_ref()).as_deref(),
+                    crate::downstream::oauth::server::current_bearer(self.authed.as_ref()).as_deref(),
                 )
             });
             let delay = match self.read_once(opened, &mut last_event_id) {

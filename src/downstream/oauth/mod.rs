@@ -1,7 +1,7 @@
 //! mcpgate as each user's OAuth client toward the servers it fronts that
 //! want OAuth 2.1 (`"oauth": {...}` on a server): the [`Authorizer`], one
 //! per gateway, keeps every user's tokens for every such server, and a
-//! [`ServerAuth`] is one server's view of it, which its HTTP links ask for
+//! [`server::ServerAuth`] is one server's view of it, which its HTTP links ask for
 //! a bearer token before each request and tell when the server refused one.
 //!
 //! - `discovery`: the server's 401 challenge, its protected-resource
@@ -11,7 +11,7 @@
 //!   mcpgate serves, else dynamic registration (RFC 7591), kept.
 //! - `flow`: the sign-ins waiting for their users (the links clients show),
 //!   bound to the user, the server and an expiry; PKCE, `state`, cookie.
-//! - `server`: one server's view ([`ServerAuth`]): a request's bearer
+//! - `server`: one server's view ([`server::ServerAuth`]): a request's bearer
 //!   token, a refused one, discovery and registration kept, exchanges.
 //! - `target`: who signs in ([`User`]) and where ([`Target`]).
 //! - `tokens`: the token endpoint (code, refresh, exchange).
@@ -40,7 +40,7 @@ mod discovery;
 pub(crate) mod fetch;
 mod flow;
 mod register;
-mod server;
+pub mod server;
 pub mod store;
 mod target;
 mod tokens;
@@ -48,9 +48,8 @@ mod tokens;
 pub use flow::Refusal;
 use flow::{Flows, Purpose};
 use register::Client;
-pub use server::{Authed, RETRIES, ServerAuth, current_bearer, with_bearer};
+use target::short;
 pub use target::{Target, User, user_key};
-use target::{clone_target, short};
 use tokens::Tokens;
 
 /// How long what discovery found is trusted, and a failure remembered.
@@ -271,18 +270,6 @@ impl Authorizer {
         self.counters.lock().entry(server.to_string()).or_default().clone()
     }
 
-    /// The view of a server with `oauth`, for its HTTP links; `None` without.
-    pub fn for_server(self: &Arc<Self>, name: &str, http: &HttpConfig) -> Option<ServerAuth> {
-        let oauth = http.oauth.clone()?;
-        Some(ServerAuth {
-            authorizer: self.clone(),
-            server: name.to_string(),
-            url: http.url.clone(),
-            oauth,
-            trust: http.trust.clone(),
-        })
-    }
-
     /// The user's own access token of `auth.oauth`, presented now: what a
     /// token exchange exchanges (kept in memory until it expires).
     pub fn remember_subject(&self, user: &User, token: &str, expires: u64) {
@@ -406,22 +393,6 @@ impl Authorizer {
     /// The client session `session` was given the link of `id`.
     pub fn given_to(&self, id: &str, session: &str) {
         self.flows.lock().given_to(id, session);
-    }
-
-    /// Starts the authorization of the sign-in `id` at its server's
-    /// authorization server: where to send the browser, and its cookie.
-    pub fn authorize(&self, id: &str, server: &ServerAuth) -> Result<(String, String), String> {
-        let scopes = self.flows.lock().get(id).map(|f| f.scopes.clone()).ok_or(Refusal::Expired.to_string())?;
-        let target = server.target(None).map_err(|e| e.to_string())?;
-        let target = if scopes.is_empty() || scopes == target.scopes {
-            target
-        } else {
-            let mut wider = clone_target(&target);
-            wider.scopes = scopes;
-            Arc::new(wider)
-        };
-        let (state, challenge, cookie) = self.flows.lock().begin(id, Purpose::Authorize, target.clone())?;
-        Ok((flow::authorize_url(&target, &state, &challenge), cookie))
     }
 
     /// Starts a sign-in at mcpgate's own issuer for the link `id`, to learn

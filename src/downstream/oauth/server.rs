@@ -11,11 +11,12 @@ use std::time::Instant;
 use serde_json::Value;
 
 use super::discovery;
+use super::flow::{self, Purpose, Refusal};
 use super::register::{self, Client};
+use super::target::{Target, User, clone_target, short, user_key};
 use super::tokens::{self, TokenError, Tokens};
-use super::{Authorizer, Discovered, Exchanged, FAILED_FOR, KNOWN_FOR, Target, User, fetch};
-use super::{short, token_record, user_key};
-use crate::config::{ServerOAuth, Trust};
+use super::{Authorizer, Discovered, Exchanged, FAILED_FOR, KNOWN_FOR, fetch, token_record};
+use crate::config::{HttpConfig, ServerOAuth, Trust};
 use crate::downstream::challenge::{Challenge, parse_challenge};
 use crate::downstream::{DownstreamError, SignIn};
 use crate::runtime::memory::Charge;
@@ -40,6 +41,35 @@ impl std::fmt::Debug for ServerAuth {
 pub const RETRIES: usize = 1;
 
 impl ServerAuth {
+    /// The view of a server with `oauth`, for its HTTP links; `None` without.
+    pub fn new(authorizer: &Arc<Authorizer>, name: &str, http: &HttpConfig) -> Option<ServerAuth> {
+        let oauth = http.oauth.clone()?;
+        Some(ServerAuth {
+            authorizer: authorizer.clone(),
+            server: name.to_string(),
+            url: http.url.clone(),
+            oauth,
+            trust: http.trust.clone(),
+        })
+    }
+
+    /// Starts the authorization of the sign-in `id` at this server's
+    /// authorization server: where to send the browser, and its cookie.
+    pub fn authorize(&self, id: &str) -> Result<(String, String), String> {
+        let flows = &self.authorizer.flows;
+        let scopes = flows.lock().get(id).map(|f| f.scopes.clone()).ok_or(Refusal::Expired.to_string())?;
+        let target = self.target(None).map_err(|e| e.to_string())?;
+        let target = if scopes.is_empty() || scopes == target.scopes {
+            target
+        } else {
+            let mut wider = clone_target(&target);
+            wider.scopes = scopes;
+            Arc::new(wider)
+        };
+        let (state, challenge, cookie) = flows.lock().begin(id, Purpose::Authorize, target.clone())?;
+        Ok((flow::authorize_url(&target, &state, &challenge), cookie))
+    }
+
     pub fn server(&self) -> &str {
         &self.server
     }
