@@ -153,7 +153,7 @@ fn try_once(owed: &Owed, stats: &Stats) -> Option<Owed> {
         return Some(again(false, owed.attempts));
     }
     stats.downstream_delete_retries.inc();
-    match d.link.end(d) {
+    match d.link.end() {
         Ok(()) => {
             stats.downstream_deletes_owed.dec();
             journal.closed(&[owed.key]);
