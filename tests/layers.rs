@@ -486,7 +486,6 @@ const ALLOWED: &[(&str, &str, &str, &str)] = &[
     ("config", "mod", "clients", "the parse adapts other clients' files"),
     // downstream/mod.rs defines `Downstream` and `Server`, which its files use.
     ("downstream", "mod", "deletes", "a close asks `worth_retrying` of a failed DELETE"),
-    ("downstream", "mod", "spans", "a send writes its span, which reads the `Downstream`"),
     // downstream/oauth/mod.rs defines the `Authorizer`.
     ("downstream/oauth", "mod", "server", "hands on `ServerAuth`, which reads the `Authorizer`"),
 ];

@@ -654,10 +654,10 @@ impl Server {
         inbox: Weak<dyn Inbox>,
     ) -> Result<Arc<Downstream>, DownstreamError> {
         let id = Value::from(0);
-        let (sent, traced) = spans::sending(self, None, "initialize", &id, Some(init_params));
+        let (sent, traced) = spans::sending(self.config.url(), None, None, "initialize", &id, Some(init_params));
         let body = jsonrpc::request(&id, "initialize", Some(traced.as_deref().unwrap_or(init_params)));
         let opened = self.connector.open(self, &body, opener);
-        sent.end(self, opened.as_ref().and_then(|(_, answer)| answer.as_ref()));
+        sent.end(&self.metrics, opened.as_ref().and_then(|(_, answer)| answer.as_ref()), |text| self.redact(text));
         let (link, answer) = opened?;
         // From here the server may hold a session: every failure must close it.
         let old_transport = self.connector.answers_2024_11_05();
@@ -904,7 +904,8 @@ impl Downstream {
             Err(LaneError::Stopped(Stop::Closing)) => return Err(DownstreamError::Gone),
             Err(LaneError::Stopped(why)) => return Err(self.server.stopped(why)),
         };
-        let (sent, traced) = spans::sending(&self.server, Some(self), method, id, params);
+        let version = Some(self.protocol_version.as_str());
+        let (sent, traced) = spans::sending(self.server.config.url(), self.session_id(), version, method, id, params);
         let started = Instant::now();
         let result = self.link.request(id, method, traced.as_deref().or(params), on_message, flight);
         self.server.metrics.request_duration.observe(started.elapsed());
@@ -913,7 +914,7 @@ impl Downstream {
             (Err(_), Some(why)) => Err(self.server.stopped(why)),
             (result, _) => result,
         };
-        sent.end(&self.server, result.as_ref());
+        sent.end(&self.server.metrics, result.as_ref(), |text| self.server.redact(text));
         self.server.record(&result, false);
         result
     }
