@@ -484,8 +484,6 @@ const ALLOWED: &[(&str, &str, &str, &str)] = &[
     // config.rs defines what its files share (`Config`, `ServerConfig`,
     // `expand`) and also runs the parse that calls them.
     ("config", "mod", "clients", "the parse adapts other clients' files"),
-    // downstream/mod.rs defines `Downstream` and `Server`, which its files use.
-    ("downstream", "mod", "deletes", "a close asks `worth_retrying` of a failed DELETE"),
     // downstream/oauth/mod.rs defines the `Authorizer`.
     ("downstream/oauth", "mod", "server", "hands on `ServerAuth`, which reads the `Authorizer`"),
 ];

@@ -937,6 +937,25 @@ impl Downstream {
     }
 }
 
+/// An owed `DELETE` tries the session again through its link.
+impl deletes::Owing for Downstream {
+    fn end(&self) -> Result<(), DownstreamError> {
+        self.link.end()
+    }
+
+    fn server_name(&self) -> &str {
+        self.server.name()
+    }
+
+    fn redact(&self, text: &str) -> String {
+        self.server.redact(text)
+    }
+
+    fn journal(&self) -> &Journal {
+        &self.server.journal
+    }
+}
+
 /// Counts a request using a downstream session while it lives.
 struct Busy<'a>(&'a AtomicUsize);
 
