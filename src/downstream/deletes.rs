@@ -18,9 +18,10 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::{Downstream, DownstreamError};
+use super::error::DownstreamError;
 use crate::limited;
 use crate::runtime::backoff::Backoff;
+use crate::runtime::state::Journal;
 use crate::runtime::threads;
 use crate::stats::Stats;
 
@@ -43,8 +44,21 @@ pub struct Deletes {
     retrying: AtomicBool,
 }
 
+/// A downstream session whose `DELETE` is owed: what trying it again needs
+/// of it (the downstream session itself, which the close path hands on).
+pub(super) trait Owing: Send + Sync {
+    /// Ends it at its server, as the close path did: its `DELETE`.
+    fn end(&self) -> Result<(), DownstreamError>;
+    /// Its server's name, for the log.
+    fn server_name(&self) -> &str;
+    /// `text` with its server's secrets replaced by `***`.
+    fn redact(&self, text: &str) -> String;
+    /// Where its closing is written ahead, and its end (the state file).
+    fn journal(&self) -> &Journal;
+}
+
 struct Owed {
-    d: Arc<Downstream>,
+    d: Arc<dyn Owing>,
     /// Its key in the state file.
     key: usize,
     /// Its closing is on disk: it may be ended at its server.
@@ -74,7 +88,7 @@ pub(super) fn worth_retrying(e: &DownstreamError) -> bool {
 impl Deletes {
     /// Owes the `DELETE` of `d` (state file key `key`): tried again after
     /// the backoff; `journaled`: its closing is on disk already.
-    pub(super) fn owe(&self, d: Arc<Downstream>, key: usize, journaled: bool, stats: &Stats) {
+    pub(super) fn owe(&self, d: Arc<dyn Owing>, key: usize, journaled: bool, stats: &Stats) {
         let due = Instant::now() + if journaled { BACKOFF.first } else { Duration::ZERO };
         let dropped = {
             let mut owed = self.owed.lock();
@@ -140,7 +154,7 @@ impl Deletes {
 /// One try of an owed `DELETE`: what is still owed after it, if anything.
 fn try_once(owed: &Owed, stats: &Stats) -> Option<Owed> {
     let d = &owed.d;
-    let journal = &d.server.journal;
+    let journal = d.journal();
     let again = |journaled: bool, attempts: u32| Owed {
         d: d.clone(),
         key: owed.key,
@@ -153,17 +167,17 @@ fn try_once(owed: &Owed, stats: &Stats) -> Option<Owed> {
         return Some(again(false, owed.attempts));
     }
     stats.downstream_delete_retries.inc();
-    match d.link.end(d) {
+    match d.end() {
         Ok(()) => {
             stats.downstream_deletes_owed.dec();
             journal.closed(&[owed.key]);
             let _ = journal.commit();
-            log::debug!("server `{}`: a DELETE owed since a fault reached it", d.server.name());
+            log::debug!("server `{}`: a DELETE owed since a fault reached it", d.server_name());
             None
         }
         Err(e) if worth_retrying(&e) && owed.attempts + 1 < ATTEMPTS => Some(again(true, owed.attempts + 1)),
         Err(e) => {
-            give_up(again(true, owed.attempts + 1), stats, &d.server.redact(&e.to_string()));
+            give_up(again(true, owed.attempts + 1), stats, &d.redact(&e.to_string()));
             None
         }
     }
@@ -178,11 +192,11 @@ fn give_up(owed: Owed, stats: &Stats, why: &str) {
     limited!(
         warn,
         "server `{}`: a DELETE given up after {} tries ({why}); the server keeps that session until it expires it",
-        d.server.name(),
+        d.server_name(),
         owed.attempts + 1
     );
-    d.server.journal.closed(&[owed.key]);
-    let _ = d.server.journal.commit();
+    d.journal().closed(&[owed.key]);
+    let _ = d.journal().commit();
 }
 
 #[cfg(test)]

@@ -14,9 +14,10 @@
 //!
 //! The servers, their sessions and the two traits stay in this one file:
 //! each names the others (a server opens sessions through its connector,
-//! a session reaches its server through its link), so split they would
-//! import each other.
+//! which gives each session's link its server), so split they would import
+//! each other.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
@@ -167,7 +168,10 @@ impl Limits {
 }
 
 /// What a downstream session does with its server, whatever carries it:
-/// the one seam every transport implements.
+/// the one seam every transport implements. A link is given what it needs
+/// when it is opened (its [`Server`], by the transport that opens it; the
+/// protocol version, by [`Link::agreed`] once `initialize` answered), and
+/// reads nothing of the [`Downstream`] that holds it.
 pub(crate) trait Link: Send + Sync {
     /// The server's id for this session (HTTP's `Mcp-Session-Id`), if any.
     fn session_id(&self) -> Option<&str>;
@@ -183,6 +187,10 @@ pub(crate) trait Link: Send + Sync {
     fn survives_restart(&self) -> bool {
         true
     }
+    /// The protocol version its `initialize` agreed on (or the state file
+    /// kept; the newest when the answer was refused), told once, before
+    /// the session is shared: what its later messages say they speak.
+    fn agreed(&mut self, _version: Cow<'static, str>) {}
     /// Sends the request `method` with `params` (as id `id`) and returns
     /// the server's response; what the server sends about it meanwhile (progress, log
     /// messages, requests to the client) goes to `on_message`. Ends early,
@@ -190,7 +198,6 @@ pub(crate) trait Link: Send + Sync {
     /// wakes the waiting thread.
     fn request(
         &self,
-        d: &Downstream,
         id: &Value,
         method: &str,
         params: Option<&RawValue>,
@@ -198,21 +205,22 @@ pub(crate) trait Link: Send + Sync {
         flight: &Arc<Flight>,
     ) -> Result<Message, DownstreamError>;
     /// Sends a notification, or the answer to a request the server made.
-    fn send(&self, d: &Downstream, body: &[u8]) -> Result<(), DownstreamError>;
+    fn send(&self, body: &[u8]) -> Result<(), DownstreamError>;
     /// Starts delivering what the server sends unasked to `inbox`.
-    fn listen(&self, d: &Arc<Downstream>, inbox: Weak<dyn Inbox>) -> Result<(), DownstreamError>;
-    /// The close path's first step: stop listening, at once.
-    fn stop(&self, d: &Downstream);
+    fn listen(&self, inbox: Weak<dyn Inbox>) -> Result<(), DownstreamError>;
+    /// The close path's first step: stop listening, at once. Called once,
+    /// as the session is marked closing.
+    fn stop(&self);
     /// Its second, in parallel with other closes: end the session at the
     /// server (join the reader and `DELETE`; or let the child go and reap it).
-    fn end(&self, d: &Downstream) -> Result<(), DownstreamError>;
+    fn end(&self) -> Result<(), DownstreamError>;
     /// After `stop`, for a session another instance took over: let go of it
     /// here. Ended, as a close ends it, where it cannot outlive this process
     /// (a child, an HTTP+SSE stream: that instance opens its own); a
     /// Streamable HTTP session is left open at its server, which that
     /// instance goes on with.
-    fn hand_over(&self, d: &Downstream) -> Result<(), DownstreamError> {
-        self.end(d)
+    fn hand_over(&self) -> Result<(), DownstreamError> {
+        self.end()
     }
 }
 
@@ -249,10 +257,15 @@ pub(crate) trait Connector: Send + Sync {
     ) -> Readiness {
         Readiness::Ready
     }
-    /// The link of a downstream session an earlier process opened, by the
-    /// session id the state file kept (and its user, for a server with `oauth`); `None` when this transport's sessions
+    /// The link of a downstream session an earlier process opened on
+    /// `server`, by the session id the state file kept (and its user, for a server with `oauth`); `None` when this transport's sessions
     /// end with the process that opened them (a child, an HTTP+SSE stream).
-    fn resume(&self, _session_id: Option<String>, _user: Option<[u8; 32]>) -> Option<Box<dyn Link>> {
+    fn resume(
+        &self,
+        _server: &Arc<Server>,
+        _session_id: Option<String>,
+        _user: Option<[u8; 32]>,
+    ) -> Option<Box<dyn Link>> {
         None
     }
     /// Where the state file finds the server again after a restart: its
@@ -641,15 +654,18 @@ impl Server {
         inbox: Weak<dyn Inbox>,
     ) -> Result<Arc<Downstream>, DownstreamError> {
         let id = Value::from(0);
-        let (sent, traced) = spans::sending(self, None, "initialize", &id, Some(init_params));
+        let (sent, traced) = spans::sending(self.config.url(), None, None, "initialize", &id, Some(init_params));
         let body = jsonrpc::request(&id, "initialize", Some(traced.as_deref().unwrap_or(init_params)));
         let opened = self.connector.open(self, &body, opener);
-        sent.end(self, opened.as_ref().and_then(|(_, answer)| answer.as_ref()));
+        sent.end(&self.metrics, opened.as_ref().and_then(|(_, answer)| answer.as_ref()), |text| self.redact(text));
         let (link, answer) = opened?;
         // From here the server may hold a session: every failure must close it.
         let old_transport = self.connector.answers_2024_11_05();
-        let mut downstream = Downstream::new(self.clone(), link, opener.session, opener.user);
-        let init = match answer.and_then(|m| initialize_result(&m, old_transport)) {
+        let init = answer.and_then(|m| initialize_result(&m, old_transport));
+        // Refused, the session is closed as the newest version's.
+        let version = init.as_ref().map_or(versions::NEWEST, |init| init.protocol_version.as_str());
+        let mut downstream = Downstream::new(self.clone(), link, version, opener.session, opener.user);
+        let init = match init {
             Ok(init) => init,
             Err(e) => {
                 close_all(&[Arc::new(downstream)], 1);
@@ -658,7 +674,6 @@ impl Server {
         };
         *self.known.lock() =
             Some(Known { capabilities: init.capabilities.clone(), instructions: init.instructions.clone() });
-        downstream.protocol_version = init.protocol_version;
         downstream.capabilities = init.capabilities;
         downstream.instructions = init.instructions;
         let downstream = Arc::new(downstream);
@@ -683,9 +698,8 @@ impl Server {
     pub fn saved_downstream(self: &Arc<Self>, saved: &SavedDownstream) -> Option<Arc<Downstream>> {
         let client = saved.client.as_deref().unwrap_or_default();
         let user = saved.user.as_deref().and_then(crate::runtime::sha256::from_hex);
-        let link = self.connector.resume(saved.session_id.clone(), user)?;
-        let mut downstream = Downstream::new(self.clone(), link, client, user);
-        downstream.protocol_version = saved.protocol_version.clone();
+        let link = self.connector.resume(self, saved.session_id.clone(), user)?;
+        let mut downstream = Downstream::new(self.clone(), link, &saved.protocol_version, client, user);
         downstream.capabilities = saved.capabilities.clone();
         downstream.instructions = saved.instructions.clone();
         self.known.lock().get_or_insert_with(|| Known {
@@ -749,7 +763,15 @@ impl fmt::Debug for Downstream {
 }
 
 impl Downstream {
-    fn new(server: Arc<Server>, link: Box<dyn Link>, client: &str, user: Option<[u8; 32]>) -> Downstream {
+    /// A session of `server` on `link`, which speaks `version`.
+    fn new(
+        server: Arc<Server>,
+        mut link: Box<dyn Link>,
+        version: &str,
+        client: &str,
+        user: Option<[u8; 32]>,
+    ) -> Downstream {
+        link.agreed(versions::known(version).map_or_else(|| Cow::Owned(version.to_string()), Cow::Borrowed));
         if link.holds_session() {
             server.stats.downstream_opened.inc();
             server.stats.downstream_live.inc();
@@ -760,7 +782,7 @@ impl Downstream {
             link,
             client: client.to_string(),
             user,
-            protocol_version: versions::NEWEST.to_string(),
+            protocol_version: version.to_string(),
             capabilities: Value::Null,
             instructions: None,
             closing: AtomicBool::new(false),
@@ -777,8 +799,8 @@ impl Downstream {
     /// `GET` stream's reader, for HTTP). A session whose reader cannot start
     /// would miss the server's notifications without a word: the caller
     /// closes it and reports the error instead.
-    pub fn start_reader(self: &Arc<Self>, inbox: Weak<dyn Inbox>) -> Result<(), DownstreamError> {
-        self.link.listen(self, inbox)
+    pub fn start_reader(&self, inbox: Weak<dyn Inbox>) -> Result<(), DownstreamError> {
+        self.link.listen(inbox)
     }
 
     /// The key and record of this downstream session while it closes, for
@@ -882,16 +904,17 @@ impl Downstream {
             Err(LaneError::Stopped(Stop::Closing)) => return Err(DownstreamError::Gone),
             Err(LaneError::Stopped(why)) => return Err(self.server.stopped(why)),
         };
-        let (sent, traced) = spans::sending(&self.server, Some(self), method, id, params);
+        let version = Some(self.protocol_version.as_str());
+        let (sent, traced) = spans::sending(self.server.config.url(), self.session_id(), version, method, id, params);
         let started = Instant::now();
-        let result = self.link.request(self, id, method, traced.as_deref().or(params), on_message, flight);
+        let result = self.link.request(id, method, traced.as_deref().or(params), on_message, flight);
         self.server.metrics.request_duration.observe(started.elapsed());
         // Whatever broke the exchange, a stop says why.
         let result = match (result, flight.stopped()) {
             (Err(_), Some(why)) => Err(self.server.stopped(why)),
             (result, _) => result,
         };
-        sent.end(&self.server, result.as_ref());
+        sent.end(&self.server.metrics, result.as_ref(), |text| self.server.redact(text));
         self.server.record(&result, false);
         result
     }
@@ -901,7 +924,7 @@ impl Downstream {
         if self.is_closing() {
             return Err(DownstreamError::Closed);
         }
-        self.link.send(self, body)
+        self.link.send(body)
     }
 
     pub fn notify(&self, method: &str, params: Option<&RawValue>) -> Result<(), DownstreamError> {
@@ -911,6 +934,25 @@ impl Downstream {
     /// Whether the server declared `capability` (e.g. "tools", "logging").
     pub fn offers(&self, capability: &str) -> bool {
         self.capabilities.get(capability).is_some_and(|v| !v.is_null())
+    }
+}
+
+/// An owed `DELETE` tries the session again through its link.
+impl deletes::Owing for Downstream {
+    fn end(&self) -> Result<(), DownstreamError> {
+        self.link.end()
+    }
+
+    fn server_name(&self) -> &str {
+        self.server.name()
+    }
+
+    fn redact(&self, text: &str) -> String {
+        self.server.redact(text)
+    }
+
+    fn journal(&self) -> &Journal {
+        &self.server.journal
     }
 }
 
@@ -980,7 +1022,7 @@ fn stop_each_once(list: &[Arc<Downstream>]) -> Vec<&Arc<Downstream>> {
         .filter(|d| !d.closing.swap(true, Ordering::AcqRel))
         .inspect(|d| {
             d.server.lanes.stop_owned_by(d.owner());
-            d.link.stop(d);
+            d.link.stop();
         })
         .collect()
 }
@@ -992,7 +1034,7 @@ fn stop_each_once(list: &[Arc<Downstream>]) -> Vec<&Arc<Downstream>> {
 pub fn hand_over_all(list: &[Arc<Downstream>]) {
     let claimed = stop_each_once(list);
     for d in claimed {
-        if let Err(e) = d.link.hand_over(d) {
+        if let Err(e) = d.link.hand_over() {
             limited!(
                 warn,
                 "server `{}`: letting go of a session failed: {}",
@@ -1040,7 +1082,7 @@ pub fn close_all(list: &[Arc<Downstream>], parallel: usize) {
         claimed.iter().partition(|d| journaled || !recorded(d));
     let owed: Mutex<Vec<usize>> = Mutex::new(Vec::new());
     crate::runtime::threads::for_each_parallel("close", &now, parallel, |d| {
-        if let Err(e) = d.link.end(d) {
+        if let Err(e) = d.link.end() {
             d.server.stats.downstream_delete_failures.inc();
             let retried = recorded(d) && deletes::worth_retrying(&e);
             limited!(

@@ -15,10 +15,11 @@ use std::time::Instant;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::{Downstream, DownstreamError, Server};
+use super::error::DownstreamError;
 use crate::protocol::jsonrpc::Message;
 use crate::protocol::spans;
 use crate::runtime::trace::{self, Entered, Span};
+use crate::stats::ServerStats;
 
 /// A request on its way: its duration runs, its span (if traced) too.
 pub(super) struct Sent<'m> {
@@ -31,12 +32,14 @@ pub(super) struct Sent<'m> {
     _outgoing: Option<Entered>,
 }
 
-/// Starts sending `method` (as `id`, with `params`) to `server`, on
-/// `downstream` (none while it opens): the params to send instead, when
-/// the context goes in their `_meta`.
+/// Starts sending `method` (as `id`, with `params`) to the server at `url`
+/// (none for a child's pipe), on its session `session_id` speaking
+/// `version` (none while it opens): the params to send instead, when the
+/// context goes in their `_meta`.
 pub(super) fn sending<'m>(
-    server: &Server,
-    downstream: Option<&Downstream>,
+    url: Option<&str>,
+    session_id: Option<&str>,
+    version: Option<&str>,
     method: &'m str,
     id: &Value,
     params: Option<&RawValue>,
@@ -52,13 +55,13 @@ pub(super) fn sending<'m>(
     let (Some(mut span), Some(config)) = (begun.span, trace::config()) else { return (sent, traced) };
     let arguments = config.capture_arguments.then_some(&config.redact[..]);
     spans::describe(&mut span, method, Some(id), params, arguments);
-    if let Some(downstream) = downstream {
-        if let Some(session) = downstream.session_id() {
-            span.set("mcp.session.id", session);
-        }
-        span.set("mcp.protocol.version", downstream.protocol_version.as_str());
+    if let Some(session) = session_id {
+        span.set("mcp.session.id", session);
     }
-    match server.config.url() {
+    if let Some(version) = version {
+        span.set("mcp.protocol.version", version);
+    }
+    match url {
         None => span.set("network.transport", "pipe"),
         Some(url) => {
             span.set("network.transport", "tcp");
@@ -75,15 +78,22 @@ pub(super) fn sending<'m>(
 }
 
 impl Sent<'_> {
-    /// The server answered (or did not): the duration is counted, the span says how it ended.
-    pub(super) fn end(self, server: &Server, result: Result<&Message, &DownstreamError>) {
-        server.metrics.operation_duration.observe(self.method, self.started.elapsed());
+    /// The server answered (or did not): the duration is counted in its
+    /// server's `metrics`, the span says how it ended (an error's text
+    /// through `redact`, which takes out the server's secrets).
+    pub(super) fn end(
+        self,
+        metrics: &ServerStats,
+        result: Result<&Message, &DownstreamError>,
+        redact: impl FnOnce(&str) -> String,
+    ) {
+        metrics.operation_duration.observe(self.method, self.started.elapsed());
         let Some(mut span) = self.span else { return };
         match result {
             Ok(answer) => spans::answered(&mut span, self.method, answer, self.results.as_deref()),
             Err(e) => {
                 span.set("error.type", e.kind());
-                span.fail(server.redact(&e.to_string()));
+                span.fail(redact(&e.to_string()));
             }
         }
         span.end();

@@ -2,6 +2,7 @@
 //! with `initialize`, its server's own messages read from its `GET` stream
 //! by a [`Reader`] thread, ended with `DELETE`.
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 
@@ -12,7 +13,7 @@ use serde_json::value::RawValue;
 use super::endpoint::{Endpoint, Exchange, status_error, unauthorized};
 use super::reader::{self, Reader};
 use crate::downstream::oauth::server::{self as oauth, Authed};
-use crate::downstream::{Arrival, Downstream, DownstreamError, Flight, Inbox, Link, Opened, Server};
+use crate::downstream::{Arrival, DownstreamError, Flight, Inbox, Link, Opened, Server};
 use crate::limited;
 use crate::protocol::jsonrpc::{self, Message};
 use crate::protocol::versions;
@@ -31,7 +32,7 @@ pub(crate) fn session_id_of(response: &ureq::http::Response<ureq::Body>) -> Resu
 /// link carries the session id the server gave, if any. On a server with
 /// `oauth`, as the user of `authed` (a refusal is the link to sign in).
 pub(crate) fn open(
-    server: &Server,
+    server: &Arc<Server>,
     endpoint: &Arc<Endpoint>,
     body: &[u8],
     authed: Option<Authed>,
@@ -56,33 +57,26 @@ pub(crate) fn open(
         }
         Ok((session_id, answer))
     })?;
-    let link = HttpLink {
-        endpoint: endpoint.clone(),
-        session_id,
-        resumed: false,
-        ended: AtomicBool::new(false),
-        reader: Mutex::new(None),
-        authed,
-    };
-    Ok((Box::new(link), answer))
+    Ok((Box::new(HttpLink::new(server, endpoint, session_id, false, authed)), answer))
 }
 
-/// A downstream session taken over from the state file.
-pub(crate) fn resumed(endpoint: &Arc<Endpoint>, session_id: Option<String>, authed: Option<Authed>) -> Box<dyn Link> {
-    Box::new(HttpLink {
-        endpoint: endpoint.clone(),
-        session_id,
-        resumed: true,
-        ended: AtomicBool::new(false),
-        reader: Mutex::new(None),
-        authed,
-    })
+/// A downstream session of `server` taken over from the state file.
+pub(crate) fn resumed(
+    server: &Arc<Server>,
+    endpoint: &Arc<Endpoint>,
+    session_id: Option<String>,
+    authed: Option<Authed>,
+) -> Box<dyn Link> {
+    Box::new(HttpLink::new(server, endpoint, session_id, true, authed))
 }
 
 /// One downstream session over HTTP.
 struct HttpLink {
+    server: Arc<Server>,
     /// Its server's agents and URL.
     endpoint: Arc<Endpoint>,
+    /// The protocol version its `initialize` agreed on: its messages' `MCP-Protocol-Version`.
+    version: Cow<'static, str>,
     /// The server's `Mcp-Session-Id`, when it issued one.
     session_id: Option<String>,
     /// Taken over from an earlier process: a 404 on its first `GET` means
@@ -95,6 +89,8 @@ struct HttpLink {
     ended: AtomicBool,
     /// The `GET` stream's reader thread; taken by the close path.
     reader: Mutex<Option<Reader>>,
+    /// The close path stopped it: a reader started after that is stopped at once.
+    stopped: AtomicBool,
     /// Its user, on a server with `oauth`: whose token it sends.
     authed: Option<Authed>,
 }
@@ -104,9 +100,12 @@ impl Link for HttpLink {
         self.session_id.as_deref()
     }
 
+    fn agreed(&mut self, version: Cow<'static, str>) {
+        self.version = version;
+    }
+
     fn request(
         &self,
-        d: &Downstream,
         id: &Value,
         method: &str,
         params: Option<&RawValue>,
@@ -118,30 +117,30 @@ impl Link for HttpLink {
         let mut lane = endpoint.lane_agent();
         let agent = lane.agent().clone();
         if let Err(why) = flight.arm(Box::new(move || agent.clone().shutdown())) {
-            return Err(d.server.stopped(why));
+            return Err(self.server.stopped(why));
         }
         let result = oauth::with_bearer(self.authed.as_ref(), |bearer| {
             let exchange = Exchange {
                 session_id: self.session_id.as_deref(),
-                version: &d.protocol_version,
+                version: &self.version,
                 agent: lane.agent(),
                 flight,
                 bearer,
             };
             endpoint
-                .post(lane.agent(), self.session_id.as_deref(), Some(&d.protocol_version), &body, bearer)
-                .and_then(|response| endpoint.read_answer(&d.server, response, id, &mut *on_message, &exchange))
+                .post(lane.agent(), self.session_id.as_deref(), Some(&self.version), &body, bearer)
+                .and_then(|response| endpoint.read_answer(&self.server, response, id, &mut *on_message, &exchange))
         });
         lane.finish(flight, &result);
         self.ended_if_gone(result)
     }
 
-    fn send(&self, d: &Downstream, body: &[u8]) -> Result<(), DownstreamError> {
+    fn send(&self, body: &[u8]) -> Result<(), DownstreamError> {
         let endpoint = &self.endpoint;
         let agent = endpoint.short_agent();
         let sent = oauth::with_bearer(self.authed.as_ref(), |bearer| {
             let session = self.session_id.as_deref();
-            let response = endpoint.post(&agent, session, Some(&d.protocol_version), body, bearer)?;
+            let response = endpoint.post(&agent, session, Some(&self.version), body, bearer)?;
             let status = response.status().as_u16();
             match status {
                 200..=299 => {
@@ -158,16 +157,25 @@ impl Link for HttpLink {
         }
     }
 
-    fn listen(&self, d: &Arc<Downstream>, inbox: Weak<dyn Inbox>) -> Result<(), DownstreamError> {
-        match reader::start(d, &self.endpoint, self.session_id.clone(), self.resumed, inbox, self.authed.clone()) {
+    fn listen(&self, inbox: Weak<dyn Inbox>) -> Result<(), DownstreamError> {
+        let server = &self.server;
+        match reader::start(
+            server,
+            &self.endpoint,
+            &self.version,
+            self.session_id.clone(),
+            self.resumed,
+            inbox,
+            self.authed.clone(),
+        ) {
             Ok(reader) => {
                 let mut slot = self.reader.lock();
-                if d.is_closing() {
+                if self.stopped.load(Ordering::Acquire) {
                     // Started as its session closed (a restore racing a close): stopped at once.
                     drop(slot);
                     if let Some(mut reader) = reader {
                         reader.signal();
-                        reader.join(d.server.limits.delete);
+                        reader.join(self.server.limits.delete);
                     }
                 } else {
                     *slot = reader;
@@ -175,46 +183,67 @@ impl Link for HttpLink {
                 Ok(())
             }
             Err(e) => {
-                limited!(error, "server `{}`: cannot start a reader thread: {e}", d.server.name());
+                limited!(error, "server `{}`: cannot start a reader thread: {e}", server.name());
                 Err(DownstreamError::Exhausted(format!("mcpgate cannot start a thread now ({e})")))
             }
         }
     }
 
-    fn stop(&self, _: &Downstream) {
+    fn stop(&self) {
+        // Before the lock: a `listen` that takes it after sees the stop.
+        self.stopped.store(true, Ordering::Release);
         if let Some(reader) = self.reader.lock().as_mut() {
             reader.signal();
         }
     }
 
     /// Another instance goes on with the session: the reader is joined, no `DELETE`.
-    fn hand_over(&self, d: &Downstream) -> Result<(), DownstreamError> {
+    fn hand_over(&self) -> Result<(), DownstreamError> {
         if let Some(reader) = self.reader.lock().take() {
-            reader.join(d.server.limits.delete);
+            reader.join(self.server.limits.delete);
         }
         Ok(())
     }
 
     /// Joins the reader (its socket closes, freeing a descriptor for the
     /// DELETE even when descriptors ran out), then sends `DELETE`.
-    fn end(&self, d: &Downstream) -> Result<(), DownstreamError> {
+    fn end(&self) -> Result<(), DownstreamError> {
         if let Some(reader) = self.reader.lock().take() {
-            reader.join(d.server.limits.delete);
+            reader.join(self.server.limits.delete);
         }
         match &self.session_id {
             Some(_) if self.ended.load(Ordering::Acquire) => Ok(()),
             // With the user's token when they hold one: nobody waits on a sign-in for a DELETE.
-            Some(session) => self.endpoint.delete(
-                session,
-                &d.protocol_version,
-                oauth::current_bearer(self.authed.as_ref()).as_deref(),
-            ),
+            Some(session) => {
+                self.endpoint.delete(session, &self.version, oauth::current_bearer(self.authed.as_ref()).as_deref())
+            }
             None => Ok(()),
         }
     }
 }
 
 impl HttpLink {
+    fn new(
+        server: &Arc<Server>,
+        endpoint: &Arc<Endpoint>,
+        session_id: Option<String>,
+        resumed: bool,
+        authed: Option<Authed>,
+    ) -> HttpLink {
+        HttpLink {
+            server: server.clone(),
+            endpoint: endpoint.clone(),
+            // Until `initialize` agreed on one: what it was asked with.
+            version: Cow::Borrowed(versions::NEWEST),
+            session_id,
+            resumed,
+            ended: AtomicBool::new(false),
+            reader: Mutex::new(None),
+            stopped: AtomicBool::new(false),
+            authed,
+        }
+    }
+
     /// Notes a 404 for this session's id: the server has ended it.
     fn ended_if_gone<T>(&self, result: Result<T, DownstreamError>) -> Result<T, DownstreamError> {
         if matches!(result, Err(DownstreamError::SessionGone)) {

@@ -66,8 +66,13 @@ impl Connector for HttpConnector {
         }
     }
 
-    fn resume(&self, session_id: Option<String>, user: Option<[u8; 32]>) -> Option<Box<dyn Link>> {
-        Some(link::resumed(&self.endpoint, session_id, self.authed(user)))
+    fn resume(
+        &self,
+        server: &Arc<Server>,
+        session_id: Option<String>,
+        user: Option<[u8; 32]>,
+    ) -> Option<Box<dyn Link>> {
+        Some(link::resumed(server, &self.endpoint, session_id, self.authed(user)))
     }
 
     fn saved_url(&self) -> Option<&str> {

@@ -13,7 +13,7 @@ use ureq::Agent;
 use ureq::http::Response;
 
 use super::endpoint::Endpoint;
-use crate::downstream::{Downstream, DownstreamError, Inbox, Server};
+use crate::downstream::{DownstreamError, Inbox, Server};
 use crate::protocol::jsonrpc::Message;
 use crate::protocol::sse;
 use crate::runtime::backoff::Backoff;
@@ -24,8 +24,8 @@ const BACKOFF: Backoff = Backoff::new(Duration::from_millis(500), Duration::from
 /// A stream that stayed up this long resets the backoff.
 const STABLE_AFTER: Duration = Duration::from_secs(10);
 
-/// A running reader. Owned by its [`Downstream`]; the close path signals,
-/// then joins it.
+/// A running reader. Owned by its downstream session's link; the close
+/// path signals, then joins it.
 pub struct Reader {
     /// Dropped to stop the thread: a disconnected channel stays disconnected.
     stop: Option<Sender<()>>,
@@ -82,9 +82,9 @@ impl Reader {
     }
 }
 
-/// Starts the reader of `downstream`'s stream, or none when the server
-/// offers no stream: 405, as the spec says, or 404 on a fresh session's
-/// first `GET` (an app that routes only `POST` answers so; before, each such
+/// Starts the reader of a downstream session's stream (of `server`,
+/// speaking `version`), or none when the server offers no stream: 405, as
+/// the spec says, or 404 on a fresh session's first `GET` (an app that routes only `POST` answers so; before, each such
 /// 404 reopened the downstream session on every reaper tick). On a session
 /// `resumed` after a restart, a 404 means the server forgot it.
 ///
@@ -94,20 +94,20 @@ impl Reader {
 /// per downstream session. The response head must come within the connect
 /// timeout; otherwise the reader tries again on its own.
 pub(crate) fn start(
-    downstream: &Arc<Downstream>,
+    server: &Arc<Server>,
     endpoint: &Arc<Endpoint>,
+    version: &str,
     session_id: Option<String>,
     resumed: bool,
     inbox: Weak<dyn Inbox>,
     authed: Option<crate::downstream::oauth::server::Authed>,
 ) -> std::io::Result<Option<Reader>> {
-    let server = downstream.server.clone();
     // Its own agent: shutting it down must not touch other requests.
     let agent = endpoint.stream_agent();
     let first = endpoint.get_stream(
         &agent,
         session_id.as_deref(),
-        &downstream.protocol_version,
+        version,
         None,
         Some(server.limits.connect),
         crate::downstream::oauth::server::current_bearer(authed.as_ref()).as_deref(),
@@ -119,9 +119,8 @@ pub(crate) fn start(
         log::debug!("server `{}` offers no GET stream (HTTP {})", server.name(), response.status().as_u16());
         return Ok(None);
     }
-    let (reading, version, owner, endpoint) =
-        (agent.clone(), downstream.protocol_version.clone(), server.clone(), endpoint.clone());
-    let reader = Reader::spawn(&server, agent, move |stop| {
+    let (reading, version, owner, endpoint) = (agent.clone(), version.to_string(), server.clone(), endpoint.clone());
+    let reader = Reader::spawn(server, agent, move |stop| {
         let stream = Stream { server: owner, endpoint, agent: reading, session_id, version, inbox, stop, authed };
         stream.run(first);
     })?;

@@ -33,7 +33,7 @@ use ureq::Agent;
 use ureq::http::{HeaderName, HeaderValue};
 
 use super::endpoint::{Endpoint, Exchange};
-use crate::downstream::{Arrival, Downstream, DownstreamError, Flight, Inbox, Link, Opened, Server};
+use crate::downstream::{Arrival, DownstreamError, Flight, Inbox, Link, Opened, Server};
 use crate::protocol::jsonrpc::{self, Kind, Message};
 use crate::protocol::stateless::{self as era, META_CAPABILITIES, META_CLIENT_INFO, META_VERSION, VERSION};
 use crate::protocol::{sse, versions};
@@ -224,7 +224,7 @@ impl<'a> Members<'a> {
 /// follows). The client's `initialize` (`body`) gives what its requests
 /// will say of it; the answer given back stands for `initialize`'s.
 pub(crate) fn open(
-    server: &Server,
+    server: &Arc<Server>,
     endpoint: &Arc<Endpoint>,
     side: &Arc<Side>,
     body: &[u8],
@@ -246,7 +246,7 @@ pub(crate) fn open(
     let answer = Message::parse(jsonrpc::result(&Value::from(0), &jsonrpc::raw(&result)).as_slice())
         .map_err(|e| DownstreamError::Protocol(e.message))?;
     let key = KEYS.fetch_add(1, Ordering::Relaxed);
-    let link = StatelessLink { meta, key, endpoint: endpoint.clone(), side: side.clone() };
+    let link = StatelessLink { server: server.clone(), meta, key, endpoint: endpoint.clone(), side: side.clone() };
     Ok(Some((Box::new(link), Ok(answer))))
 }
 
@@ -333,6 +333,7 @@ static KEYS: AtomicUsize = AtomicUsize::new(1);
 /// A downstream session on a server of the 2026-07-28 era: what its
 /// requests say of the client, and its place on the standing listen.
 struct StatelessLink {
+    server: Arc<Server>,
     meta: Map<String, Value>,
     key: usize,
     /// Its server's agents and URL, and what the era keeps per server.
@@ -417,7 +418,6 @@ impl Link for StatelessLink {
 
     fn request(
         &self,
-        d: &Downstream,
         id: &Value,
         method: &str,
         params: Option<&RawValue>,
@@ -442,12 +442,12 @@ impl Link for StatelessLink {
         let agent = lane.agent().clone();
         // Stopping closes the connection: this era's cancel.
         if let Err(why) = flight.arm(Box::new(move || agent.clone().shutdown())) {
-            return Err(d.server.stopped(why));
+            return Err(self.server.stopped(why));
         }
         let exchange = Exchange { session_id: None, version: VERSION, agent: lane.agent(), flight, bearer: None };
         let result = endpoint
             .post_with(lane.agent(), headers, &body)
-            .and_then(|response| endpoint.read_answer(&d.server, response, id, on_message, &exchange));
+            .and_then(|response| endpoint.read_answer(&self.server, response, id, on_message, &exchange));
         lane.finish(flight, &result);
         if method == "tools/list"
             && let Ok(answer) = &result
@@ -459,28 +459,28 @@ impl Link for StatelessLink {
 
     /// Nothing goes to such a server but requests: a cancel closes the
     /// request's stream, and it asks the client nothing.
-    fn send(&self, d: &Downstream, body: &[u8]) -> Result<(), DownstreamError> {
+    fn send(&self, body: &[u8]) -> Result<(), DownstreamError> {
         if let Ok(message) = Message::parse(body)
             && message.method() != "notifications/initialized"
         {
             log::debug!(
                 "server `{}` ({VERSION}): `{}` has no place in its era; dropped",
-                d.server.name(),
+                self.server.name(),
                 message.method()
             );
         }
         Ok(())
     }
 
-    fn listen(&self, d: &Arc<Downstream>, inbox: Weak<dyn Inbox>) -> Result<(), DownstreamError> {
-        Side::listen(&self.side, self.key, inbox, &d.server, &self.endpoint)
+    fn listen(&self, inbox: Weak<dyn Inbox>) -> Result<(), DownstreamError> {
+        Side::listen(&self.side, self.key, inbox, &self.server, &self.endpoint)
     }
 
-    fn stop(&self, _: &Downstream) {
+    fn stop(&self) {
         self.side.listen.remove(self.key);
     }
 
-    fn end(&self, _: &Downstream) -> Result<(), DownstreamError> {
+    fn end(&self) -> Result<(), DownstreamError> {
         Ok(())
     }
 }

@@ -26,6 +26,7 @@
 //! `Inbox` (the client's `GET` stream); list changes and the rest to the
 //! `Inbox`. What comes before the session listens is kept for it.
 
+use std::borrow::Cow;
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 
@@ -37,7 +38,7 @@ use ureq::Agent;
 
 use super::correlate::{Correlator, Incoming, Logs, Rules, Waiting, carries, progress_token};
 use super::http::{self, Reader, status_error};
-use super::{Arrival, Connector, Downstream, DownstreamError, Flight, Inbox, Limits, Link, Opened, Opener, Server};
+use super::{Arrival, Connector, DownstreamError, Flight, Inbox, Limits, Link, Opened, Opener, Server};
 use crate::config::HttpConfig;
 use crate::limited;
 use crate::protocol::jsonrpc::{self, Kind, Message};
@@ -151,7 +152,10 @@ fn open(server: &Arc<Server>, endpoint: &SseConnector, body: &[u8]) -> Result<Op
         }
     };
     let link = SseLink {
+        server: server.clone(),
         http: endpoint.http.clone(),
+        // Until `initialize` (whose own `POST` says none) agreed on one.
+        version: Cow::Borrowed(crate::protocol::versions::NEWEST),
         session_id: stream::session_of(&post_url),
         post_url,
         calls,
@@ -163,7 +167,10 @@ fn open(server: &Arc<Server>, endpoint: &SseConnector, body: &[u8]) -> Result<Op
 
 /// One downstream session over HTTP+SSE: its stream, and where to `POST`.
 struct SseLink {
+    server: Arc<Server>,
     http: Arc<http::Endpoint>,
+    /// The protocol version its `initialize` agreed on: its `POST`s' `MCP-Protocol-Version`.
+    version: Cow<'static, str>,
     /// The URL the `endpoint` event named.
     post_url: String,
     /// The server's id for it: the `sessionId` (or `session_id`) of that
@@ -273,9 +280,12 @@ impl Link for SseLink {
         false
     }
 
+    fn agreed(&mut self, version: Cow<'static, str>) {
+        self.version = version;
+    }
+
     fn request(
         &self,
-        d: &Downstream,
         id: &Value,
         method: &str,
         params: Option<&RawValue>,
@@ -293,9 +303,9 @@ impl Link for SseLink {
             agent.clone().shutdown();
         }));
         let result = match armed {
-            Err(why) => Err(d.server.stopped(why)),
+            Err(why) => Err(self.server.stopped(why)),
             Ok(()) => self
-                .post(lane.agent(), Some(&d.protocol_version), &jsonrpc::request(id, method, params))
+                .post(lane.agent(), Some(&self.version), &jsonrpc::request(id, method, params))
                 .and_then(|()| wait_for_response(&rx, &stopped, on_message, Some(flight), None)),
         };
         lane.stopped = flight.disarm();
@@ -303,20 +313,20 @@ impl Link for SseLink {
         result
     }
 
-    fn send(&self, d: &Downstream, body: &[u8]) -> Result<(), DownstreamError> {
+    fn send(&self, body: &[u8]) -> Result<(), DownstreamError> {
         if self.calls.has_ended() {
             return Err(DownstreamError::SessionGone);
         }
-        self.post(&self.http.short_agent(), Some(&d.protocol_version), body)
+        self.post(&self.http.short_agent(), Some(&self.version), body)
     }
 
-    fn listen(&self, d: &Arc<Downstream>, inbox: Weak<dyn Inbox>) -> Result<(), DownstreamError> {
+    fn listen(&self, inbox: Weak<dyn Inbox>) -> Result<(), DownstreamError> {
         self.calls
-            .listen(&d.server, 0, inbox)
+            .listen(&self.server, 0, inbox)
             .map_err(|why| DownstreamError::Protocol(format!("its SSE stream ended: {why}")))
     }
 
-    fn stop(&self, _: &Downstream) {
+    fn stop(&self) {
         // The close path's first step: nothing more is delivered, and the calls waiting end.
         for tx in self.calls.stop() {
             let _ = tx.try_send(Incoming::Ended(DownstreamError::Closed));
@@ -327,14 +337,14 @@ impl Link for SseLink {
     }
 
     /// Joins the reader: its stream, the session, is closed then.
-    fn end(&self, d: &Downstream) -> Result<(), DownstreamError> {
+    fn end(&self) -> Result<(), DownstreamError> {
         let reader = self.reader.lock().take();
         if let Some(reader) = reader {
             let started = Instant::now();
-            reader.join(d.server.limits.delete);
+            reader.join(self.server.limits.delete);
             log::debug!(
                 "server `{}`: HTTP+SSE session {} closed in {:?}",
-                d.server.name(),
+                self.server.name(),
                 self.session_id,
                 started.elapsed()
             );

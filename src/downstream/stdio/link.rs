@@ -13,7 +13,7 @@ use serde_json::value::RawValue;
 use super::child::Child;
 use super::program::Program;
 use crate::downstream::correlate::{Incoming, Waiting, carries};
-use crate::downstream::{Arrival, Downstream, DownstreamError, Flight, Inbox, Link, Server};
+use crate::downstream::{Arrival, DownstreamError, Flight, Inbox, Link, Server};
 use crate::protocol::jsonrpc::{self, Kind, Message};
 
 /// Numbers the views of children, so a shared child tells sessions apart.
@@ -21,6 +21,7 @@ pub(super) static VIEWS: AtomicUsize = AtomicUsize::new(1);
 
 /// One downstream session on a child: the child itself, or a view of the shared one.
 pub(super) struct StdioLink {
+    pub(super) server: Arc<Server>,
     /// Its server's program: what ends the child, and counts it.
     pub(super) program: Arc<Program>,
     pub(super) child: Arc<Child>,
@@ -67,7 +68,6 @@ impl Link for StdioLink {
 
     fn request(
         &self,
-        d: &Downstream,
         id: &Value,
         method: &str,
         params: Option<&RawValue>,
@@ -86,7 +86,7 @@ impl Link for StdioLink {
         if let Err(why) = flight.arm(Box::new(move || {
             let _ = stop.try_send(Incoming::Ended(DownstreamError::Closed));
         })) {
-            return Err(d.server.stopped(why));
+            return Err(self.server.stopped(why));
         }
         let (token, their_token) = token.unzip();
         let waiting =
@@ -94,7 +94,7 @@ impl Link for StdioLink {
         let wire = Value::from(wire);
         self.child.calls.expect(&wire, waiting)?;
         let body = jsonrpc::request(&wire, method, params.as_deref());
-        let written = self.child.write_line(&body, d.server.limits.request).map_err(|e| match ended_why(&rx) {
+        let written = self.child.write_line(&body, self.server.limits.request).map_err(|e| match ended_why(&rx) {
             Some(why) => DownstreamError::Exited(why),
             None => e,
         });
@@ -119,7 +119,7 @@ impl Link for StdioLink {
         result
     }
 
-    fn send(&self, d: &Downstream, body: &[u8]) -> Result<(), DownstreamError> {
+    fn send(&self, body: &[u8]) -> Result<(), DownstreamError> {
         if self.child.gone.load(Ordering::Acquire) {
             return Err(DownstreamError::SessionGone);
         }
@@ -127,20 +127,20 @@ impl Link for StdioLink {
             // A shared child is initialized once, by mcpgate when it started.
             return Ok(());
         }
-        self.child.write_line(body, d.server.limits.request)
+        self.child.write_line(body, self.server.limits.request)
     }
 
-    fn listen(&self, d: &Arc<Downstream>, inbox: Weak<dyn Inbox>) -> Result<(), DownstreamError> {
+    fn listen(&self, inbox: Weak<dyn Inbox>) -> Result<(), DownstreamError> {
         // What the child sent before goes first, in order. Never refused: a
         // child's end is told to its calls, not marked on its correlator.
-        self.child.calls.listen(&d.server, self.view, inbox).map_err(DownstreamError::Exited)
+        self.child.calls.listen(&self.server, self.view, inbox).map_err(DownstreamError::Exited)
     }
 
-    fn stop(&self, _: &Downstream) {
+    fn stop(&self) {
         self.child.calls.stop_view(self.view);
     }
 
-    fn end(&self, _: &Downstream) -> Result<(), DownstreamError> {
+    fn end(&self) -> Result<(), DownstreamError> {
         let program = &self.program;
         let others = self.child.views.fetch_sub(1, Ordering::AcqRel) - 1;
         *self.child.used.lock() = Instant::now();

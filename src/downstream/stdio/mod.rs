@@ -148,7 +148,7 @@ fn open(server: &Arc<Server>, program: &Arc<Program>, body: &[u8], opener: &Open
     child.views.fetch_add(1, Ordering::AcqRel);
     *child.used.lock() = Instant::now();
     let view = VIEWS.fetch_add(1, Ordering::Relaxed);
-    let link = StdioLink { program: program.clone(), child: child.clone(), view, shared };
+    let link = StdioLink { server: server.clone(), program: program.clone(), child: child.clone(), view, shared };
     if shared {
         let answer = match child.wait_started(Instant::now() + server.limits.start) {
             Some(Ok(answer)) => Ok(answer),
