@@ -264,21 +264,6 @@ impl HttpError {
         HttpError { status, error: RpcError::new(jsonrpc::INVALID_REQUEST, message), header: None }
     }
 
-    pub(crate) fn with_error(status: u16, error: RpcError) -> HttpError {
-        HttpError { status, error, header: None }
-    }
-
-    /// mcpgate cannot take this now (a limit it holds, a resource it lacks,
-    /// a state file it cannot write): 503, retried after 5 s.
-    pub(crate) fn unavailable(error: RpcError) -> HttpError {
-        HttpError::with_error(503, error).with_header("Retry-After", "5")
-    }
-
-    /// The session has its limit of requests in flight: 429, retried after 1 s.
-    pub(crate) fn too_busy(error: RpcError) -> HttpError {
-        HttpError::with_error(429, error).with_header("Retry-After", "1")
-    }
-
     pub(crate) fn with_header(mut self, name: &'static str, value: impl Into<String>) -> HttpError {
         self.header = Some((name, value.into()));
         self

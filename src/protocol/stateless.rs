@@ -16,6 +16,9 @@ pub(crate) use versions::STATELESS as VERSION;
 pub(crate) const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
 pub(crate) const META_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
 pub(crate) const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+/// Spelled out in `Meta`'s serde attribute, which cannot name a constant;
+/// the tests write requests with it.
+#[cfg(test)]
 pub(crate) const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
 /// The `_meta` key of what `subscriptions/listen` streams carry: the listen request's id.
 pub(crate) const META_SUBSCRIPTION: &str = "io.modelcontextprotocol/subscriptionId";

@@ -1065,10 +1065,6 @@ impl Sessions {
         self.map.lock().len()
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     pub(crate) fn get(&self, id: &str) -> Option<Arc<Session>> {
         self.map.lock().get(id).cloned()
     }

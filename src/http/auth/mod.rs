@@ -36,7 +36,6 @@ pub(crate) mod metadata;
 mod oauth;
 
 pub(crate) use claims::{Grant, Rejection};
-pub(crate) use jwks::REFETCH_EVERY;
 use oauth::OAuth;
 
 /// What a request may reach once admitted, and who it is.
