@@ -486,7 +486,7 @@ macro_rules! stats {
         $(#[doc = $sdoc])+
         #[derive(Default, Debug)]
         $vis struct $name {
-            $( $(#[doc = $doc])+ pub $field: $ty, )*
+            $( $(#[doc = $doc])+ $vis $field: $ty, )*
         }
 
         impl $name {
