@@ -54,11 +54,11 @@ const ROUTES: &[Route] = &[
 
 /// The application behind the front door: the route table's handlers.
 pub struct Routes {
-    pub gateway: Arc<Gateway>,
+    pub(crate) gateway: Arc<Gateway>,
     /// The 2026-07-28 era's pools, held calls and watched calls.
     pub stateless: Arc<Stateless>,
     /// The configuration file, for `POST /reload`.
-    pub source: Source,
+    pub(crate) source: Source,
     /// What its files looked like when they were last read: a save reloads.
     watch: Watch,
     /// Who may pass, with what it keeps between requests (checked tokens, keys).

@@ -32,7 +32,7 @@ use crate::http::{HttpError, HttpReply, HttpRequest};
 use crate::protocol::jsonrpc;
 
 /// The paths served here.
-pub const PATHS: &[&str] =
+pub(crate) const PATHS: &[&str] =
     &["/oauth/connect", "/oauth/callback", "/oauth/client.json", "/oauth/login", "/oauth/complete", "/oauth/logout"];
 
 /// The name of the cookie of the sign-in `id` (its first 16 hex digits).
@@ -118,7 +118,7 @@ fn server_auth(gateway: &Gateway, name: &str) -> Result<ServerAuth, String> {
 
 /// The sign-in pages and `mcpgate login`'s requests; `access` is the
 /// caller's for the paths that need a token (`login`, `complete`, `logout`).
-pub fn handle(req: &HttpRequest, gateway: &Gateway, auth: &Auth, access: &Access) -> HttpReply {
+pub(crate) fn handle(req: &HttpRequest, gateway: &Gateway, auth: &Auth, access: &Access) -> HttpReply {
     match (req.method.as_str(), req.path.as_str()) {
         ("GET", "/oauth/connect") => connect(req, gateway, auth),
         ("POST", "/oauth/connect") => prove_with_token(req, gateway, auth),

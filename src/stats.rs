@@ -213,7 +213,7 @@ impl MethodDurations {
 pub(crate) struct Family(Vec<(String, u64)>);
 
 impl Family {
-    pub fn new(values: Vec<(String, u64)>) -> Family {
+    pub(crate) fn new(values: Vec<(String, u64)>) -> Family {
         Family(values)
     }
 }
@@ -272,7 +272,7 @@ impl Tally {
 pub(crate) struct Info(String);
 
 impl Info {
-    pub fn new(text: impl Into<String>) -> Info {
+    pub(crate) fn new(text: impl Into<String>) -> Info {
         Info(text.into())
     }
 }
@@ -310,7 +310,7 @@ pub struct Entry {
     pub(crate) doc: &'static str,
     pub kind: Kind,
     /// The label of the thing its struct is read for, e.g. `server`.
-    pub scope: Option<&'static str>,
+    pub(crate) scope: Option<&'static str>,
     /// The label that tells it from the other entries of its family, e.g.
     /// `("reason", "idle")`.
     pub(crate) variant: Option<(&'static str, &'static str)>,
@@ -349,7 +349,7 @@ pub(crate) struct Reading {
     /// The scope's (`server`), then the variant's, then a family's.
     pub(crate) labels: Vec<(&'static str, String)>,
     /// Section, scope, key (split at dots), a family's label value.
-    pub path: Vec<String>,
+    pub(crate) path: Vec<String>,
     pub(crate) sample: Sample,
 }
 
@@ -486,7 +486,7 @@ macro_rules! stats {
         $(#[doc = $sdoc])+
         #[derive(Default, Debug)]
         $vis struct $name {
-            $( $(#[doc = $doc])+ pub $field: $ty, )*
+            $( $(#[doc = $doc])+ $vis $field: $ty, )*
         }
 
         impl $name {

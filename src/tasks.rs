@@ -20,15 +20,15 @@ use std::collections::{HashMap, VecDeque};
 use serde_json::{Map, Value};
 
 /// The `_meta` key that ties a message to its task.
-pub const RELATED: &str = "io.modelcontextprotocol/related-task";
+pub(crate) const RELATED: &str = "io.modelcontextprotocol/related-task";
 /// The tasks extension of 2026-07-28 (SEP-2663), as capabilities name it.
-pub const EXTENSION: &str = "io.modelcontextprotocol/tasks";
+pub(crate) const EXTENSION: &str = "io.modelcontextprotocol/tasks";
 /// Task ids one session remembers; the oldest are forgotten first.
 const MAX_TASKS: usize = 1024;
 
 /// The task ids of one session.
 #[derive(Debug, Default)]
-pub struct TaskIds {
+pub(crate) struct TaskIds {
     /// Exposed id to (server, the server's id).
     targets: HashMap<String, (String, String)>,
     exposed: HashMap<(String, String), String>,
@@ -38,7 +38,7 @@ pub struct TaskIds {
 
 impl TaskIds {
     /// The id the client sees for `server`'s task `theirs`, made on first sight.
-    pub fn expose(&mut self, server: &str, theirs: &str) -> String {
+    pub(crate) fn expose(&mut self, server: &str, theirs: &str) -> String {
         let key = (server.to_string(), theirs.to_string());
         if let Some(id) = self.exposed.get(&key) {
             return id.clone();
@@ -58,7 +58,7 @@ impl TaskIds {
     }
 
     /// The server and its own id behind the client's `exposed` id.
-    pub fn target(&self, exposed: &str) -> Option<(String, String)> {
+    pub(crate) fn target(&self, exposed: &str) -> Option<(String, String)> {
         self.targets.get(exposed).cloned()
     }
 }
@@ -80,7 +80,7 @@ fn unguessable(n: u64) -> String {
 /// How a tool takes a task (`execution.taskSupport` of its definition);
 /// absent is `Forbidden`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Support {
+pub(crate) enum Support {
     Forbidden,
     Optional,
     Required,
@@ -88,7 +88,7 @@ pub enum Support {
 
 impl Support {
     /// Read from a tool's definition as its server listed it.
-    pub fn of(tool: &Value) -> Support {
+    pub(crate) fn of(tool: &Value) -> Support {
         match tool["execution"]["taskSupport"].as_str() {
             Some("optional") => Support::Optional,
             Some("required") => Support::Required,
@@ -99,7 +99,7 @@ impl Support {
 
 /// Whether `capabilities` (a client's, or a server's of 2026-07-28) declare
 /// the tasks extension.
-pub fn declares_extension(capabilities: &Value) -> bool {
+pub(crate) fn declares_extension(capabilities: &Value) -> bool {
     capabilities["extensions"][EXTENSION].is_object()
 }
 
@@ -108,7 +108,7 @@ pub fn declares_extension(capabilities: &Value) -> bool {
 /// id, status, message and times, `ttl` as `ttlMs` (null: unlimited) and
 /// `pollInterval` as `pollIntervalMs`. Members the extension does not
 /// know are left out.
-pub fn to_extension(task: &Map<String, Value>) -> Map<String, Value> {
+pub(crate) fn to_extension(task: &Map<String, Value>) -> Map<String, Value> {
     let mut out = Map::new();
     for key in ["taskId", "status", "statusMessage", "createdAt", "lastUpdatedAt"] {
         if let Some(value) = task.get(key).filter(|v| !v.is_null()) {
@@ -124,7 +124,7 @@ pub fn to_extension(task: &Map<String, Value>) -> Map<String, Value> {
 
 /// Replaces every task id in `value` (a result or params object) with what
 /// `map` gives for it; ids it gives nothing for are left as they are.
-pub fn rewrite_ids(value: &mut Value, map: &mut dyn FnMut(&str) -> Option<String>) {
+pub(crate) fn rewrite_ids(value: &mut Value, map: &mut dyn FnMut(&str) -> Option<String>) {
     let Value::Object(object) = value else { return };
     rewrite_field(object, map);
     if let Some(Value::Object(task)) = object.get_mut("task") {
@@ -154,7 +154,7 @@ fn rewrite_field(object: &mut Map<String, Value>, map: &mut dyn FnMut(&str) -> O
 
 /// What mcpgate offers a client for tasks: the union of what its servers
 /// offer (`list`, `cancel`, and which requests may become tasks).
-pub fn merge_capabilities<'a>(offered: impl Iterator<Item = &'a Value>) -> Option<Value> {
+pub(crate) fn merge_capabilities<'a>(offered: impl Iterator<Item = &'a Value>) -> Option<Value> {
     let mut merged: Option<Value> = None;
     for capability in offered.filter(|c| c.is_object()) {
         match &mut merged {

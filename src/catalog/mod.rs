@@ -17,13 +17,13 @@ use crate::protocol::jsonrpc::RpcError;
 use crate::protocol::stateless::CacheHints;
 use crate::runtime::memory::Charge;
 
-pub mod search;
+pub(crate) mod search;
 
 pub(crate) use search::ToolIndex;
 
 /// The four lists MCP paginates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ListKind {
+pub(crate) enum ListKind {
     Tools,
     Prompts,
     Resources,
@@ -196,9 +196,9 @@ pub(crate) fn glob(pattern: &str, text: &str) -> bool {
 /// for the status page: the original as [`shortened`], never whole (600
 /// tools with 100 KB names kept 54 MB and made a 50 MB status page).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Renamed {
-    pub name: String,
-    pub server: String,
+pub(crate) struct Renamed {
+    pub(crate) name: String,
+    pub(crate) server: String,
     pub(crate) original: String,
 }
 
@@ -228,8 +228,8 @@ pub(crate) fn shortened(name: &str) -> String {
 /// charged 35.4 MiB as an allocation per item plus a copy of each name;
 /// now 17.7 MiB.
 #[derive(Debug)]
-pub struct ServerList {
-    pub kind: ListKind,
+pub(crate) struct ServerList {
+    pub(crate) kind: ListKind,
     text: String,
     items: Vec<Span>,
     /// The cache hints its pages carried (2026-07-28), merged; `None` when
@@ -248,7 +248,7 @@ struct Span {
 /// What did not fit in what `max_memory_mb` leaves: a server's list, the
 /// merged list, or the search index, named with its size so far.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OverBudget(pub String);
+pub(crate) struct OverBudget(pub(crate) String);
 
 impl std::fmt::Display for OverBudget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -265,7 +265,7 @@ impl ServerList {
     }
 
     /// The items of `kind` in `items`, or why they do not fit in `max_memory_mb`.
-    pub fn new(kind: ListKind, items: &[Box<RawValue>]) -> Result<ServerList, OverBudget> {
+    pub(crate) fn new(kind: ListKind, items: &[Box<RawValue>]) -> Result<ServerList, OverBudget> {
         let mut list = ServerList::builder(kind);
         for item in items {
             list.push(item)?;
@@ -399,7 +399,7 @@ enum Held {
 impl ServerLists {
     /// The list of `kind` for `view`, fetched by `fetch` unless it is held
     /// (or being fetched: then this waits for it, at most `wait`).
-    pub fn get<E>(
+    pub(crate) fn get<E>(
         &self,
         kind: ListKind,
         view: u64,
@@ -502,7 +502,7 @@ pub(crate) fn list_view_of(capabilities: &Value) -> u64 {
 
 /// What one server listed, in the order of the configuration.
 pub(crate) struct ServerItems {
-    pub server: String,
+    pub(crate) server: String,
     pub(crate) naming: Naming,
     /// Its filter for this kind of list.
     pub(crate) filter: Filter,
@@ -521,8 +521,8 @@ struct Entry {
 
 /// A tool, prompt, resource or template of a merged list, as lookups see it.
 #[derive(Debug, Clone, Copy)]
-pub struct Found<'a> {
-    pub server: &'a str,
+pub(crate) struct Found<'a> {
+    pub(crate) server: &'a str,
     /// The name, URI or template as the server knows it.
     pub(crate) original: &'a str,
     /// What the client sees.
@@ -536,7 +536,7 @@ pub struct Found<'a> {
 /// that name to the item. Charged for the names and the index.
 #[derive(Debug)]
 pub(crate) struct List {
-    pub kind: ListKind,
+    pub(crate) kind: ListKind,
     sources: Vec<(String, Arc<ServerList>)>,
     entries: Vec<Entry>,
     index: HashMap<Arc<str>, u32>,

@@ -21,12 +21,12 @@ const MAX_ARGUMENTS: usize = 16 * 1024;
 
 /// A call that ended, as its record needs it.
 pub(super) struct Finished<'a> {
-    pub session: &'a Session,
-    pub server: &'a Server,
-    pub method: &'a str,
-    pub params: &'a Params<'a>,
-    pub outcome: &'a Outcome,
-    pub took: Duration,
+    pub(crate) session: &'a Session,
+    pub(crate) server: &'a Server,
+    pub(crate) method: &'a str,
+    pub(crate) params: &'a Params<'a>,
+    pub(crate) outcome: &'a Outcome,
+    pub(crate) took: Duration,
 }
 
 /// A call's record: who, where, what, how it ended, how long, how much.

@@ -36,10 +36,10 @@ use super::outcome::{CallEvents, Outcome};
 
 /// What mcpgate's sign-in error carries.
 pub(super) struct Link {
-    pub id: String,
-    pub url: String,
-    pub message: String,
-    pub server: String,
+    pub(crate) id: String,
+    pub(crate) url: String,
+    pub(crate) message: String,
+    pub(crate) server: String,
 }
 
 /// The `requestState` of an input request asking a 2026-07-28 client to sign in.

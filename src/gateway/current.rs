@@ -15,7 +15,7 @@ pub struct Current {
 }
 
 impl Current {
-    pub fn server(&self, name: &str) -> Option<&Arc<Server>> {
+    pub(crate) fn server(&self, name: &str) -> Option<&Arc<Server>> {
         self.servers.iter().find(|s| s.name() == name)
     }
 

@@ -17,7 +17,7 @@ pub struct Downstreams {
     /// The child processes of stdio servers.
     pub children: Arc<Children>,
     /// The `DELETE`s a fault lost, which the reaper sends again.
-    pub deletes: Arc<Deletes>,
+    pub(crate) deletes: Arc<Deletes>,
     /// Users' tokens at servers with `oauth`, and their sign-ins.
     pub oauth: Arc<Authorizer>,
 }

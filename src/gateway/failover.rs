@@ -36,7 +36,7 @@ const LOOK_AGAIN: Duration = Duration::from_millis(200);
 
 /// What failing over reads of the gateway: the session store and the
 /// configuration in force, the sessions, the counters and the journal.
-pub struct Failover<'a> {
+pub(crate) struct Failover<'a> {
     pub(super) store: &'a Store,
     pub(super) current: Arc<Current>,
     pub(super) sessions: &'a Sessions,
@@ -168,7 +168,7 @@ impl Failover<'_> {
 
     /// Another instance holds session `id` now: it ends here without a
     /// word to the store or its servers' HTTP sessions.
-    pub fn let_go(&self, id: &str) {
+    pub(crate) fn let_go(&self, id: &str) {
         if let Some(session) = self.sessions.take_handed_over(id) {
             session.hand_over();
             self.stats.sessions_handed_over.inc();

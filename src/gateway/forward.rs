@@ -25,10 +25,10 @@ use crate::runtime::threads;
 use super::refusal::{self, Why};
 
 /// The header that marks a request one instance passed to another.
-pub const FORWARDED: &str = "mcpgate-forwarded";
+pub(crate) const FORWARDED: &str = "mcpgate-forwarded";
 
 /// The request could not reach the holder: nothing was sent.
-pub(super) struct Unreachable(pub String);
+pub(super) struct Unreachable(pub(super) String);
 
 /// Events of a forwarded `GET` stream queued for the client.
 const STREAM_QUEUE: usize = 256;

@@ -58,7 +58,7 @@ impl Govern {
     }
 
     /// Buckets of `rate_limit` held now.
-    pub fn rate_buckets(&self) -> usize {
+    pub(crate) fn rate_buckets(&self) -> usize {
         self.rates.len()
     }
 
@@ -89,7 +89,7 @@ impl Govern {
     }
 
     /// What the audit log counted: written, dropped, rotations.
-    pub fn audit_counts(&self) -> (u64, u64, u64) {
+    pub(crate) fn audit_counts(&self) -> (u64, u64, u64) {
         use std::sync::atomic::Ordering::Relaxed;
         self.audit.lock().as_ref().map_or((0, 0, 0), |a| {
             (a.counts.written.load(Relaxed), a.counts.dropped.load(Relaxed), a.counts.rotations.load(Relaxed))

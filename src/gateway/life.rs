@@ -12,14 +12,14 @@ use parking_lot::{Mutex, MutexGuard};
 /// What the last reload did, for the status page.
 #[derive(Debug, Clone, Default)]
 pub struct ReloadOutcome {
-    pub at: Option<std::time::SystemTime>,
-    pub error: Option<String>,
-    pub changed: Vec<String>,
-    pub restart_needed: Vec<String>,
+    pub(crate) at: Option<std::time::SystemTime>,
+    pub(crate) error: Option<String>,
+    pub(crate) changed: Vec<String>,
+    pub(crate) restart_needed: Vec<String>,
 }
 
 /// The reload and shutdown state of the gateway.
-pub struct Life {
+pub(crate) struct Life {
     started: Instant,
     /// Guards the outcome of the last reload; `reloading` serializes reloads.
     last_reload: Mutex<ReloadOutcome>,
@@ -54,7 +54,7 @@ impl Life {
     }
 
     /// When the gateway started.
-    pub fn started(&self) -> Instant {
+    pub(crate) fn started(&self) -> Instant {
         self.started
     }
 
@@ -64,7 +64,7 @@ impl Life {
     }
 
     /// What the last reload did.
-    pub fn last_reload(&self) -> ReloadOutcome {
+    pub(crate) fn last_reload(&self) -> ReloadOutcome {
         self.last_reload.lock().clone()
     }
 
@@ -74,7 +74,7 @@ impl Life {
     }
 
     /// Says, after a reload, what failed besides it (the files of `tls`).
-    pub fn reload_failed(&self, error: Option<String>) {
+    pub(crate) fn reload_failed(&self, error: Option<String>) {
         self.last_reload.lock().error = error;
     }
 
@@ -113,7 +113,7 @@ impl Life {
     }
 
     /// Pays a trim a burst of closes left owed; the reaper calls it.
-    pub fn settle_memory(&self) {
+    pub(crate) fn settle_memory(&self) {
         if self.trim_owed.load(Ordering::Relaxed) {
             self.release_memory();
         }
@@ -125,7 +125,7 @@ impl Life {
     }
 
     /// Seconds since an `initialize` was last refused; `None` if none was.
-    pub fn secs_since_session_refused(&self) -> Option<u64> {
+    pub(crate) fn secs_since_session_refused(&self) -> Option<u64> {
         self.session_refused_at.lock().map(|at| at.elapsed().as_secs())
     }
 }

@@ -35,9 +35,9 @@ const MAX_PAGES: usize = 1000;
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Paging {
     /// Items kept (`max_list_items`).
-    pub items: usize,
+    pub(crate) items: usize,
     /// Bytes of pages read (`max_list_bytes`).
-    pub bytes: usize,
+    pub(crate) bytes: usize,
 }
 
 impl Paging {
@@ -186,8 +186,8 @@ pub(super) fn filter_for(server: &crate::config::ServerConfig, kind: ListKind) -
 /// servers in force, and its life (a shutdown cuts a fetch short; a prune
 /// gives memory back).
 pub(super) struct InForce<'a> {
-    pub current: Arc<Current>,
-    pub life: &'a Life,
+    pub(crate) current: Arc<Current>,
+    pub(crate) life: &'a Life,
 }
 
 impl Lists {
@@ -397,7 +397,7 @@ impl Lists {
     /// the reaper's job. A server's lists end so within a round of the
     /// reaper after its last session closed (`session_idle_timeout_secs` /
     /// 10, at most 5 s).
-    pub fn prune_all(&self, current: &Current, life: &Life) {
+    pub(crate) fn prune_all(&self, current: &Current, life: &Life) {
         let mut let_go = 0;
         for server in &current.servers {
             if server.live_sessions.get() == 0 {
@@ -412,7 +412,7 @@ impl Lists {
 
     /// Bytes of the lists held for the sessions: each server's, and the
     /// merged ones' own, for the status page.
-    pub fn cache_bytes(&self, current: &Current) -> usize {
+    pub(crate) fn cache_bytes(&self, current: &Current) -> usize {
         current.servers.iter().map(|s| s.lists.bytes()).sum::<usize>() + self.bytes()
     }
 }

@@ -15,7 +15,7 @@ use crate::downstream::Server;
 /// servers a session sees), shared by every session with that view, and
 /// the names their merges collided on or renamed.
 #[derive(Default)]
-pub struct Lists {
+pub(crate) struct Lists {
     /// Guards the lists, newest first; at most [`MAX_MERGED`].
     lists: Mutex<Vec<(u64, Arc<List>)>>,
     /// Recent name collisions between servers, at most [`MAX_COLLISIONS`].
@@ -109,12 +109,12 @@ impl Lists {
     }
 
     /// The recent name collisions between servers, for the status page.
-    pub fn collisions(&self) -> Vec<String> {
+    pub(crate) fn collisions(&self) -> Vec<String> {
         self.collisions.lock().clone()
     }
 
     /// The renamed tools and prompts, for the status page.
-    pub fn renamed(&self) -> Vec<Renamed> {
+    pub(crate) fn renamed(&self) -> Vec<Renamed> {
         self.renamed.lock().clone()
     }
 }

@@ -44,21 +44,21 @@ mod refusal;
 mod reload;
 mod reopen;
 mod search;
-pub mod searches;
+pub(crate) mod searches;
 mod spans;
-pub mod stateless;
-pub mod streamable_http;
+pub(crate) mod stateless;
+pub(crate) mod streamable_http;
 
-pub use crate::protocol::stateless::UNSUPPORTED_PROTOCOL_VERSION;
-pub use crate::protocol::{SESSION_HEADER, VERSION_HEADER};
-pub use current::Current;
+pub(crate) use crate::protocol::stateless::UNSUPPORTED_PROTOCOL_VERSION;
+pub(crate) use crate::protocol::{SESSION_HEADER, VERSION_HEADER};
+pub(crate) use current::Current;
 use current::visible;
-pub use downstreams::Downstreams;
-pub use govern::Govern;
-pub use life::{Life, ReloadOutcome};
-pub use merged::Lists;
-pub use peers::Store;
-pub use search::ToolSearch;
+pub(crate) use downstreams::Downstreams;
+pub(crate) use govern::Govern;
+pub(crate) use life::{Life, ReloadOutcome};
+pub(crate) use merged::Lists;
+pub(crate) use peers::Store;
+pub(crate) use search::ToolSearch;
 
 /// The gateway: configuration, servers, sessions and counters.
 pub struct Gateway {
@@ -72,9 +72,9 @@ pub struct Gateway {
     /// What the servers share: child processes, lost `DELETE`s, OAuth tokens.
     pub downstreams: Downstreams,
     /// What the sessions are offered: the merged lists, and tool search over them.
-    pub offered: Offered,
+    pub(crate) offered: Offered,
     /// Its start, reloads, shutdown, memory given back and refused sessions.
-    pub life: Life,
+    pub(crate) life: Life,
     /// The rate limits' buckets and the audit log.
     pub govern: Govern,
 }
@@ -82,12 +82,12 @@ pub struct Gateway {
 /// What the sessions are offered: the merged lists, and the `tool_search`
 /// mode's view of the tools among them.
 #[derive(Default)]
-pub struct Offered {
+pub(crate) struct Offered {
     /// The merged lists, one per kind and view, shared by the sessions, and
     /// the collisions and renames their merges found.
-    pub lists: Lists,
+    pub(crate) lists: Lists,
     /// The `tool_search` mode, with what it has seen: its queries and its index.
-    pub search: ToolSearch,
+    pub(crate) search: ToolSearch,
 }
 
 impl Gateway {
@@ -111,7 +111,7 @@ impl Gateway {
     }
 
     /// What failing over a session to or from another instance reads of the gateway.
-    pub fn failover(&self) -> failover::Failover<'_> {
+    pub(crate) fn failover(&self) -> failover::Failover<'_> {
         failover::Failover {
             store: &self.store,
             current: self.current(),

@@ -62,8 +62,8 @@ pub(super) trait CallEvents {
 /// borrow: taken when the call starts.
 #[derive(Clone)]
 pub(super) struct CallSettings {
-    pub open_retry: Duration,
+    pub(crate) open_retry: Duration,
     /// The audit log in force, if any, and the OAuth issuer its records name.
-    pub audit: Option<Arc<crate::runtime::audit::AuditLog>>,
-    pub issuer: Option<String>,
+    pub(crate) audit: Option<Arc<crate::runtime::audit::AuditLog>>,
+    pub(crate) issuer: Option<String>,
 }

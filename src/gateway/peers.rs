@@ -18,11 +18,11 @@ pub struct Store {
     pub journal: Arc<Journal>,
     /// Who holds each session, for instances that continue each other's
     /// (`state_dir` or `store`); `None` for an instance alone.
-    pub shared: Option<Arc<dyn SessionStore>>,
+    pub(crate) shared: Option<Arc<dyn SessionStore>>,
     /// The Redis store (`store`), whose writer thread `main` starts and stops.
     pub redis: Option<Arc<RedisStore>>,
     /// `instance_id` as at start (a reload does not change it): starts every session id.
-    pub instance_id: Option<String>,
+    pub(crate) instance_id: Option<String>,
 }
 
 /// The journal, and the session store when instances continue each

@@ -26,8 +26,8 @@ pub(super) fn counted(method: &str) -> bool {
 /// A call over a limit: which, and when a call would be let through.
 #[derive(Debug, Clone)]
 pub(super) struct Limited {
-    pub limit: String,
-    pub retry_after: Duration,
+    pub(crate) limit: String,
+    pub(crate) retry_after: Duration,
 }
 
 impl Limited {

@@ -17,7 +17,7 @@ impl Gateway {
     /// reopened lazily with the new settings. Unchanged servers and their
     /// sessions are left alone; sessions whose lists change (a server, or
     /// `tool_search`) are told with `list_changed`. Settings of the listener need a restart and are reported.
-    pub fn reload(&self, new: Config) -> ReloadOutcome {
+    pub(crate) fn reload(&self, new: Config) -> ReloadOutcome {
         let _one_at_a_time = self.life.one_reload_at_a_time();
         let old = self.current();
         let mut outcome = ReloadOutcome { at: Some(std::time::SystemTime::now()), ..Default::default() };
@@ -108,7 +108,7 @@ impl Gateway {
 
     /// Reloads from `source`. A configuration that cannot be loaded is
     /// refused with a log line and a status-page entry; the old one stays.
-    pub fn reload_from(&self, source: &crate::config::Source) -> ReloadOutcome {
+    pub(crate) fn reload_from(&self, source: &crate::config::Source) -> ReloadOutcome {
         match source.load() {
             Ok(config) => {
                 if let Some(notes) = config.notes.summary() {

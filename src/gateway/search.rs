@@ -34,8 +34,8 @@ use crate::stats::Stats;
 use super::outcome::Outcome;
 use super::searches::{Searches, normalise};
 
-pub const FIND_TOOLS: &str = "find_tools";
-pub const CALL_TOOL: &str = "call_tool";
+pub(crate) const FIND_TOOLS: &str = "find_tools";
+pub(crate) const CALL_TOOL: &str = "call_tool";
 
 /// Servers `find_tools`'s description names; more are only counted.
 const SERVERS_NAMED: usize = 20;
@@ -155,10 +155,10 @@ fn tool_error(text: String) -> Value {
 /// the configuration and servers in force, the counters, and the
 /// session's merged list of tools, made only when a search needs it.
 pub(super) struct Scope<'a> {
-    pub config: &'a Config,
-    pub servers: &'a [Arc<Server>],
-    pub stats: &'a Stats,
-    pub tools: &'a dyn Fn() -> Result<Arc<List>, RpcError>,
+    pub(crate) config: &'a Config,
+    pub(crate) servers: &'a [Arc<Server>],
+    pub(crate) stats: &'a Stats,
+    pub(crate) tools: &'a dyn Fn() -> Result<Arc<List>, RpcError>,
 }
 
 /// What becomes of a `tools/call` with the mode on or off.
@@ -172,9 +172,9 @@ pub(super) enum Route<'p> {
 /// The `tool_search` mode: what it has seen, and what it does to a
 /// `tools/list` and a `tools/call`.
 #[derive(Default)]
-pub struct ToolSearch {
+pub(crate) struct ToolSearch {
     /// Its queries and its index, for the status page.
-    pub seen: Searches,
+    pub(crate) seen: Searches,
 }
 
 impl ToolSearch {

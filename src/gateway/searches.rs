@@ -8,18 +8,18 @@ use std::collections::VecDeque;
 use parking_lot::Mutex;
 
 /// Distinct queries the status page's table keeps.
-pub const MAX_QUERIES: usize = 32;
+pub(crate) const MAX_QUERIES: usize = 32;
 /// A query is kept (and shown) cut to this many characters.
-pub const MAX_QUERY_CHARS: usize = 80;
+pub(crate) const MAX_QUERY_CHARS: usize = 80;
 /// Searches whose first result waits to be called (one per session, the newest kept).
 const MAX_PENDING: usize = 1024;
 /// A query and what came of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QueryCount {
-    pub query: String,
-    pub asked: u64,
+pub(crate) struct QueryCount {
+    pub(crate) query: String,
+    pub(crate) asked: u64,
     /// Times the first result was the next tool the session called.
-    pub hits: u64,
+    pub(crate) hits: u64,
 }
 
 /// A search whose first result may be called next.
@@ -41,7 +41,7 @@ struct Table {
 /// What the mode has seen, for the status page. Guards only its table: no
 /// I/O under it.
 #[derive(Default)]
-pub struct Searches(Mutex<Table>);
+pub(crate) struct Searches(Mutex<Table>);
 
 impl Searches {
     /// A search of `session` for `query`, whose first result is `first`.
@@ -89,14 +89,14 @@ impl Searches {
     }
 
     /// The queries kept, most asked first.
-    pub fn top(&self) -> Vec<QueryCount> {
+    pub(crate) fn top(&self) -> Vec<QueryCount> {
         let mut queries = self.0.lock().queries.clone();
         queries.sort_by(|a, b| b.asked.cmp(&a.asked).then_with(|| a.query.cmp(&b.query)));
         queries
     }
 
     /// The tools and bytes of the index built last.
-    pub fn index_size(&self) -> (usize, usize) {
+    pub(crate) fn index_size(&self) -> (usize, usize) {
         let t = self.0.lock();
         (t.index_tools, t.index_bytes)
     }

@@ -189,9 +189,9 @@ fn answer_bytes(id: &Value, outcome: Outcome) -> Option<Vec<u8>> {
 /// The most bytes of a client's `capabilities` mcpgate keeps (and sends to
 /// every server, and writes to the state file): those of today's clients
 /// are a few hundred.
-pub const MAX_CAPABILITIES_BYTES: usize = 16 * 1024;
+pub(crate) const MAX_CAPABILITIES_BYTES: usize = 16 * 1024;
 /// The most bytes of `clientInfo`'s `name`, `title` and `version`.
-pub const MAX_CLIENT_INFO_FIELD: usize = 256;
+pub(crate) const MAX_CLIENT_INFO_FIELD: usize = 256;
 
 /// What mcpgate keeps of a client's `initialize` params: its capabilities,
 /// at most [`MAX_CAPABILITIES_BYTES`], and of `clientInfo` the name, title
@@ -238,7 +238,13 @@ fn no_stream_in_2026(req: &HttpRequest) -> Option<HttpReply> {
 
 /// Handles `/mcp` (the route table let only its methods through). Events
 /// a `POST` sends before its answer go to `sink`.
-pub fn handle(g: &Gateway, st: &Stateless, req: &HttpRequest, sink: &mut dyn EventSink, access: &Access) -> HttpReply {
+pub(crate) fn handle(
+    g: &Gateway,
+    st: &Stateless,
+    req: &HttpRequest,
+    sink: &mut dyn EventSink,
+    access: &Access,
+) -> HttpReply {
     g.stats.requests.inc();
     match req.method.as_str() {
         "POST" => post(g, st, req, sink, access),

@@ -8,7 +8,7 @@ use crate::http::{HttpError, HttpRequest};
 /// A browser page from another site must not reach mcpgate: a request with
 /// an `Origin` that is not loopback and not in `allowed_origins` gets 403.
 /// Requests without `Origin` (not from a browser) pass.
-pub fn check_origin(req: &HttpRequest, config: &Config) -> Result<(), HttpError> {
+pub(crate) fn check_origin(req: &HttpRequest, config: &Config) -> Result<(), HttpError> {
     let Some(origin) = req.header("origin") else { return Ok(()) };
     if is_loopback_origin(origin) || config.allowed_origins.iter().any(|o| o.eq_ignore_ascii_case(origin)) {
         return Ok(());
@@ -23,7 +23,7 @@ pub fn check_origin(req: &HttpRequest, config: &Config) -> Result<(), HttpError>
 /// gateway that listens beyond loopback with no `allowed_hosts` accepts any
 /// name (it is reached by names mcpgate cannot know). `/healthz` answers
 /// any `Host`: load balancers' checks send their own.
-pub fn check_host(req: &HttpRequest, config: &Config) -> Result<(), HttpError> {
+pub(crate) fn check_host(req: &HttpRequest, config: &Config) -> Result<(), HttpError> {
     let Some(host) = req.header("host") else { return Ok(()) };
     if req.path == "/healthz" || (!config.listen.ip().is_loopback() && config.allowed_hosts.is_empty()) {
         return Ok(());

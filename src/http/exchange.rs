@@ -40,7 +40,7 @@ pub(super) const HEADERS: &[&str] = &[
 /// their values side by side in one buffer, so a request's headers cost
 /// one allocation, not one each.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Headers {
+pub(crate) struct Headers {
     text: String,
     at: Vec<(&'static str, std::ops::Range<usize>)>,
 }
@@ -48,23 +48,23 @@ pub struct Headers {
 impl Headers {
     /// Room for values of `text` bytes in all: a request's come from its
     /// head, so they fit in its length.
-    pub fn with_capacity(text: usize) -> Headers {
+    pub(crate) fn with_capacity(text: usize) -> Headers {
         Headers { text: String::with_capacity(text), at: Vec::with_capacity(HEADERS.len()) }
     }
 
-    pub fn get(&self, name: &str) -> Option<&str> {
+    pub(crate) fn get(&self, name: &str) -> Option<&str> {
         self.at.iter().find(|(n, _)| *n == name).map(|(_, r)| &self.text[r.clone()])
     }
 
     /// Adds `name`; a name already there keeps its first value.
-    pub fn push(&mut self, name: &'static str, value: &str) {
+    pub(crate) fn push(&mut self, name: &'static str, value: &str) {
         let start = self.text.len();
         self.text.push_str(value);
         self.at.push((name, start..self.text.len()));
     }
 
     /// Appends `value` to `name`'s list (`, ` between), or adds it.
-    pub fn join(&mut self, name: &'static str, value: &str) {
+    pub(crate) fn join(&mut self, name: &'static str, value: &str) {
         let Some(i) = self.at.iter().position(|(n, _)| *n == name) else { return self.push(name, value) };
         let old = self.at[i].1.clone();
         let start = self.text.len();
@@ -74,7 +74,7 @@ impl Headers {
         self.at[i].1 = start..self.text.len();
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = (&'static str, &str)> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&'static str, &str)> {
         self.at.iter().map(|(n, r)| (*n, &self.text[r.clone()]))
     }
 }
@@ -84,23 +84,23 @@ impl Headers {
 pub struct HttpRequest {
     pub method: String,
     /// The path without the query.
-    pub path: String,
+    pub(crate) path: String,
     /// The query, without its `?` (empty when none): the sign-in pages read it.
-    pub query: String,
+    pub(crate) query: String,
     /// Lower-case names, from [`HEADERS`] only.
-    pub headers: Headers,
+    pub(crate) headers: Headers,
     /// `Mcp-Param-*` headers (2026-07-28), lower-case names: forwarded as they came.
-    pub params: Vec<(String, String)>,
+    pub(crate) params: Vec<(String, String)>,
     pub body: Vec<u8>,
-    pub peer: Option<SocketAddr>,
-    pub http11: bool,
+    pub(crate) peer: Option<SocketAddr>,
+    pub(crate) http11: bool,
     /// The client's connection, to notice that it went away mid-request.
-    pub client: Option<Client>,
+    pub(crate) client: Option<Client>,
 }
 
 /// The connection a request came on, as a handler may look at it.
 #[derive(Clone)]
-pub struct Client(pub(super) std::sync::Arc<super::stream::Stream>);
+pub(crate) struct Client(pub(super) std::sync::Arc<super::stream::Stream>);
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -110,7 +110,7 @@ impl std::fmt::Debug for Client {
 
 impl Client {
     /// Whether the client closed the connection (its side of it).
-    pub fn gone(&self) -> bool {
+    pub(crate) fn gone(&self) -> bool {
         self.0.peer_closed()
     }
 }
@@ -124,10 +124,10 @@ impl HttpRequest {
 /// A `GET` stream: SSE events (already encoded) to send, `first` and then
 /// from `rx` until it disconnects or a write fails; then `on_end` runs.
 pub struct StreamReply {
-    pub first: Vec<Event>,
-    pub rx: Receiver<Event>,
-    pub keepalive: Duration,
-    pub on_end: Box<dyn FnOnce() + Send>,
+    pub(crate) first: Vec<Event>,
+    pub(crate) rx: Receiver<Event>,
+    pub(crate) keepalive: Duration,
+    pub(crate) on_end: Box<dyn FnOnce() + Send>,
 }
 
 pub enum ReplyBody {
@@ -149,7 +149,7 @@ pub enum ReplyBody {
 
 impl ReplyBody {
     /// The body's parts, in order (nothing for a stream).
-    pub fn parts(&self) -> [&[u8]; 3] {
+    pub(crate) fn parts(&self) -> [&[u8]; 3] {
         match self {
             ReplyBody::Empty | ReplyBody::Stream(_) => [&[], &[], &[]],
             ReplyBody::Data { bytes, .. } => [bytes, &[], &[]],
@@ -170,7 +170,7 @@ pub struct HttpReply {
 }
 
 impl HttpReply {
-    pub fn json(status: u16, bytes: Vec<u8>) -> HttpReply {
+    pub(crate) fn json(status: u16, bytes: Vec<u8>) -> HttpReply {
         HttpReply {
             status,
             headers: Vec::new(),
@@ -183,7 +183,7 @@ impl HttpReply {
     /// `id`. A small result is joined into one buffer (measured: writing
     /// 100 B results in parts cost more CPU than copying them); a large one
     /// goes out in parts, uncopied.
-    pub fn answer(id: &Value, result: jsonrpc::Json) -> HttpReply {
+    pub(crate) fn answer(id: &Value, result: jsonrpc::Json) -> HttpReply {
         if result.get().len() < ANSWER_IN_PARTS {
             return HttpReply::json(200, jsonrpc::result_text(id, &result));
         }
@@ -196,7 +196,7 @@ impl HttpReply {
     }
 
     /// A JSON-RPC error as the body of an HTTP error (or of a 200).
-    pub fn error(status: u16, id: &Value, error: &RpcError) -> HttpReply {
+    pub(crate) fn error(status: u16, id: &Value, error: &RpcError) -> HttpReply {
         HttpReply::json(status, jsonrpc::error(id, error))
     }
 
@@ -209,11 +209,11 @@ impl HttpReply {
         HttpReply { status, headers: Vec::new(), body: ReplyBody::Empty, held: None }
     }
 
-    pub fn accepted() -> HttpReply {
+    pub(crate) fn accepted() -> HttpReply {
         HttpReply::empty(202)
     }
 
-    pub fn text(status: u16, content_type: &'static str, text: String) -> HttpReply {
+    pub(crate) fn text(status: u16, content_type: &'static str, text: String) -> HttpReply {
         HttpReply {
             status,
             headers: Vec::new(),
@@ -223,7 +223,7 @@ impl HttpReply {
     }
 
     /// The last event of an SSE answer to a `POST` (already encoded).
-    pub fn sse(event: Vec<u8>) -> HttpReply {
+    pub(crate) fn sse(event: Vec<u8>) -> HttpReply {
         HttpReply {
             status: 200,
             headers: Vec::new(),
@@ -232,12 +232,12 @@ impl HttpReply {
         }
     }
 
-    pub fn stream(stream: StreamReply) -> HttpReply {
+    pub(crate) fn stream(stream: StreamReply) -> HttpReply {
         HttpReply { status: 200, headers: Vec::new(), body: ReplyBody::Stream(stream), held: None }
     }
 
     /// The body's charge against `max_memory_mb`, kept until it is written.
-    pub fn holding(mut self, charge: Charge) -> HttpReply {
+    pub(crate) fn holding(mut self, charge: Charge) -> HttpReply {
         self.held = Some(charge);
         self
     }
@@ -253,44 +253,29 @@ impl HttpReply {
 /// JSON-RPC error saying why, and a header the refusal needs
 /// (`WWW-Authenticate`, `Allow`).
 #[derive(Debug, Clone, PartialEq)]
-pub struct HttpError {
-    pub status: u16,
-    pub error: RpcError,
-    pub header: Option<(&'static str, String)>,
+pub(crate) struct HttpError {
+    pub(crate) status: u16,
+    pub(crate) error: RpcError,
+    pub(crate) header: Option<(&'static str, String)>,
 }
 
 impl HttpError {
-    pub fn new(status: u16, message: impl Into<String>) -> HttpError {
+    pub(crate) fn new(status: u16, message: impl Into<String>) -> HttpError {
         HttpError { status, error: RpcError::new(jsonrpc::INVALID_REQUEST, message), header: None }
     }
 
-    pub fn with_error(status: u16, error: RpcError) -> HttpError {
-        HttpError { status, error, header: None }
-    }
-
-    /// mcpgate cannot take this now (a limit it holds, a resource it lacks,
-    /// a state file it cannot write): 503, retried after 5 s.
-    pub fn unavailable(error: RpcError) -> HttpError {
-        HttpError::with_error(503, error).with_header("Retry-After", "5")
-    }
-
-    /// The session has its limit of requests in flight: 429, retried after 1 s.
-    pub fn too_busy(error: RpcError) -> HttpError {
-        HttpError::with_error(429, error).with_header("Retry-After", "1")
-    }
-
-    pub fn with_header(mut self, name: &'static str, value: impl Into<String>) -> HttpError {
+    pub(crate) fn with_header(mut self, name: &'static str, value: impl Into<String>) -> HttpError {
         self.header = Some((name, value.into()));
         self
     }
 
     /// The answer: the status, with a JSON-RPC error body.
-    pub fn reply(&self) -> HttpReply {
+    pub(crate) fn reply(&self) -> HttpReply {
         self.reply_to(&Value::Null)
     }
 
     /// The answer to the JSON-RPC request `id`.
-    pub fn reply_to(&self, id: &Value) -> HttpReply {
+    pub(crate) fn reply_to(&self, id: &Value) -> HttpReply {
         let reply = HttpReply::error(self.status, id, &self.error);
         match &self.header {
             Some((name, value)) => reply.header(name, value),
@@ -316,7 +301,7 @@ pub trait EventSink {
 }
 
 /// A sink for answers that cannot stream (batches, inline answers).
-pub struct NoStream;
+pub(crate) struct NoStream;
 
 impl EventSink for NoStream {
     fn can_stream(&self) -> bool {
@@ -356,4 +341,4 @@ pub struct Options {
 /// Paths answered on the slots kept for loopback peers when every other
 /// slot is busy: enough for systemd's watchdog, a load balancer's health
 /// check, a Prometheus scrape and an operator looking at the status page.
-pub const RESERVED_PATHS: &[&str] = &["/healthz", "/status", "/status.json", "/metrics"];
+pub(crate) const RESERVED_PATHS: &[&str] = &["/healthz", "/status", "/status.json", "/metrics"];

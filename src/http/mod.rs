@@ -22,7 +22,7 @@
 //! RFC 9112 refuses, and wrote `400` on idle connections: each is a test in
 //! `tests/front_door.rs`.
 
-pub mod access;
+pub(crate) mod access;
 pub mod auth;
 mod exchange;
 mod request;
@@ -32,8 +32,6 @@ mod stream;
 #[cfg(feature = "tls")]
 pub mod tls;
 
-pub use exchange::{
-    App, Client, EventSink, Headers, HttpError, HttpReply, HttpRequest, NoStream, Options, RESERVED_PATHS, ReplyBody,
-    StreamReply,
-};
+pub use exchange::{App, EventSink, HttpReply, HttpRequest, Options, ReplyBody};
+pub(crate) use exchange::{Client, Headers, HttpError, NoStream, RESERVED_PATHS, StreamReply};
 pub use server::{Httpd, RESERVED, Transport};

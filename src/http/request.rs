@@ -60,21 +60,21 @@ pub(super) enum Framing {
 /// A parsed request head.
 #[derive(Debug)]
 pub(super) struct Head {
-    pub method: String,
+    pub(crate) method: String,
     /// The path of the target, without the query (from an absolute URL too).
-    pub path: String,
+    pub(crate) path: String,
     /// The target's query, without `?`.
-    pub query: String,
-    pub http11: bool,
+    pub(crate) query: String,
+    pub(crate) http11: bool,
     /// The headers handlers may read (lower-case names from [`HEADERS`]).
-    pub headers: Headers,
+    pub(crate) headers: Headers,
     /// `Mcp-Param-*` headers (2026-07-28), names in lower case, in order.
-    pub params: Vec<(String, String)>,
-    pub framing: Framing,
-    pub expect_continue: bool,
+    pub(crate) params: Vec<(String, String)>,
+    pub(crate) framing: Framing,
+    pub(crate) expect_continue: bool,
     /// The client asked to close after this request (or speaks HTTP/1.0
     /// without asking to keep it).
-    pub close: bool,
+    pub(crate) close: bool,
 }
 
 /// The reading side of a connection, with what was read ahead.
@@ -91,7 +91,7 @@ pub(super) struct Reader {
 }
 
 impl Reader {
-    pub fn new(stream: Arc<Stream>, options: Options) -> Reader {
+    pub(crate) fn new(stream: Arc<Stream>, options: Options) -> Reader {
         Reader { stream, buf: Vec::new(), pos: 0, slots: Vec::new(), options }
     }
 
@@ -138,7 +138,7 @@ impl Reader {
 
     /// Waits for the first byte of the next request, for at most the idle
     /// timeout; false when the connection should close.
-    pub fn wait_for_request(&mut self) -> bool {
+    pub(crate) fn wait_for_request(&mut self) -> bool {
         let deadline = Instant::now() + self.options.idle_timeout;
         loop {
             // Empty lines before a request line are allowed (RFC 9112 §2.2).
@@ -155,7 +155,7 @@ impl Reader {
     }
 
     /// Reads and parses a request head; the first byte is already here.
-    pub fn read_head(&mut self) -> Result<Head, ReadError> {
+    pub(crate) fn read_head(&mut self) -> Result<Head, ReadError> {
         let options = self.options;
         let deadline = Instant::now() + options.header_timeout;
         let mut searched = 0;
@@ -197,7 +197,7 @@ impl Reader {
     /// Reads the body `head` announces, at most `max_body_bytes`, charged
     /// against `max_memory_mb`; `on_continue` runs first when the client
     /// waits for `100 Continue`.
-    pub fn read_body(
+    pub(crate) fn read_body(
         &mut self,
         head: &Head,
         on_continue: impl FnOnce() -> io::Result<()>,

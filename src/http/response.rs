@@ -35,16 +35,16 @@ pub(super) enum Connection {
 }
 
 impl Writer {
-    pub fn new(stream: Arc<Stream>, timeout: Duration) -> Writer {
+    pub(crate) fn new(stream: Arc<Stream>, timeout: Duration) -> Writer {
         Writer { stream, timeout, timed_out: false, date: (u64::MAX, String::new()), head: String::new() }
     }
 
-    pub fn timed_out(&self) -> bool {
+    pub(crate) fn timed_out(&self) -> bool {
         self.timed_out
     }
 
     /// Writes `parts` in order, as few system calls as the kernel allows.
-    pub fn write_parts<const N: usize>(&mut self, parts: [&[u8]; N]) -> io::Result<()> {
+    pub(crate) fn write_parts<const N: usize>(&mut self, parts: [&[u8]; N]) -> io::Result<()> {
         let mut slices = parts.map(IoSlice::new);
         let mut slices = &mut slices[..];
         // Empty parts are dropped as they are reached: a write of nothing would end as WriteZero.
@@ -78,7 +78,7 @@ impl Writer {
     }
 
     /// A whole response with a known length.
-    pub fn respond(
+    pub(crate) fn respond(
         &mut self,
         status: u16,
         headers: &[(&str, String)],
@@ -90,7 +90,7 @@ impl Writer {
     }
 
     /// [`Writer::respond`] with a body in parts, written as one.
-    pub fn respond_parts(
+    pub(crate) fn respond_parts(
         &mut self,
         status: u16,
         headers: &[(&str, String)],
@@ -113,7 +113,7 @@ impl Writer {
     }
 
     /// The head of an SSE answer, whose body follows in chunks.
-    pub fn sse_head(&mut self, headers: &[(&str, String)], connection: Connection) -> io::Result<()> {
+    pub(crate) fn sse_head(&mut self, headers: &[(&str, String)], connection: Connection) -> io::Result<()> {
         let mut head = self.status_line(200);
         head.push_str(
             "Content-Type: text/event-stream\r\nCache-Control: no-cache\r\nX-Accel-Buffering: no\r\nTransfer-Encoding: chunked\r\n",
@@ -125,7 +125,7 @@ impl Writer {
     }
 
     /// One chunk of a chunked body.
-    pub fn chunk(&mut self, data: &[u8]) -> io::Result<()> {
+    pub(crate) fn chunk(&mut self, data: &[u8]) -> io::Result<()> {
         if data.is_empty() {
             return Ok(());
         }
@@ -134,7 +134,7 @@ impl Writer {
     }
 
     /// A last chunk of data, if any, and the end of the chunked body, in one write.
-    pub fn end_chunks(&mut self, data: [&[u8]; 3]) -> io::Result<()> {
+    pub(crate) fn end_chunks(&mut self, data: [&[u8]; 3]) -> io::Result<()> {
         let len: usize = data.iter().map(|p| p.len()).sum();
         if len == 0 {
             return self.write_parts([b"0\r\n\r\n"]);

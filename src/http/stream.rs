@@ -53,12 +53,12 @@ impl Plain {
 
 impl Stream {
     /// A plain connection.
-    pub fn plain(tcp: TcpStream) -> Stream {
+    pub(crate) fn plain(tcp: TcpStream) -> Stream {
         Stream::Plain(Plain { tcp, read_timeout: AtomicU64::new(0), write_timeout: AtomicU64::new(0) })
     }
 
     /// The TCP socket beneath: for shutdown, the peer's address, a reset.
-    pub fn tcp(&self) -> &TcpStream {
+    pub(crate) fn tcp(&self) -> &TcpStream {
         match self {
             Stream::Plain(plain) => &plain.tcp,
             #[cfg(feature = "tls")]
@@ -68,7 +68,7 @@ impl Stream {
 
     /// Reads what has arrived, waiting at most `timeout` (not zero) for it;
     /// 0 when the peer closed.
-    pub fn read_within(&self, buf: &mut [u8], timeout: Duration) -> io::Result<usize> {
+    pub(crate) fn read_within(&self, buf: &mut [u8], timeout: Duration) -> io::Result<usize> {
         match self {
             Stream::Plain(plain) => {
                 plain.bound(&plain.read_timeout, timeout, TcpStream::set_read_timeout)?;
@@ -81,7 +81,7 @@ impl Stream {
 
     /// Writes some of `bufs`, waiting at most `timeout` (not zero) for the
     /// socket to take them; how many bytes of `bufs` were taken.
-    pub fn write_within(&self, bufs: &[IoSlice<'_>], timeout: Duration) -> io::Result<usize> {
+    pub(crate) fn write_within(&self, bufs: &[IoSlice<'_>], timeout: Duration) -> io::Result<usize> {
         match self {
             Stream::Plain(plain) => {
                 plain.bound(&plain.write_timeout, timeout, TcpStream::set_write_timeout)?;
@@ -93,7 +93,7 @@ impl Stream {
     }
 
     /// Whether the client closed its side of the connection.
-    pub fn peer_closed(&self) -> bool {
+    pub(crate) fn peer_closed(&self) -> bool {
         match self {
             Stream::Plain(plain) => crate::runtime::sys::peer_closed(&plain.tcp),
             #[cfg(feature = "tls")]
@@ -102,7 +102,7 @@ impl Stream {
     }
 
     /// Whether this connection speaks TLS.
-    pub fn is_tls(&self) -> bool {
+    pub(crate) fn is_tls(&self) -> bool {
         !matches!(self, Stream::Plain(_))
     }
 }

@@ -51,7 +51,7 @@ impl Acceptor {
 
     /// Loads `files` again (their paths may have changed): new handshakes
     /// use them. On an error the settings in force stay, and it is returned.
-    pub fn reload(&self, files: &TlsFiles) -> Result<(), Invalid> {
+    pub(crate) fn reload(&self, files: &TlsFiles) -> Result<(), Invalid> {
         let config = server_config(files)?;
         *self.current.write() = Arc::new(config);
         *self.files.lock() = files.clone();
@@ -121,7 +121,7 @@ impl std::fmt::Display for HandshakeError {
 impl std::error::Error for HandshakeError {}
 
 /// One client connection over TLS.
-pub struct TlsStream {
+pub(crate) struct TlsStream {
     tcp: TcpStream,
     /// Guards the TLS state of both directions; only this connection's thread takes it.
     conn: Mutex<ServerConnection>,
@@ -151,7 +151,7 @@ fn flush(conn: &mut ServerConnection, tcp: &TcpStream, deadline: Instant) -> io:
 }
 
 impl TlsStream {
-    pub fn tcp(&self) -> &TcpStream {
+    pub(crate) fn tcp(&self) -> &TcpStream {
         &self.tcp
     }
 
@@ -270,7 +270,7 @@ impl TlsStream {
 /// answered 200. Its certificate is not checked: this is mcpgate talking
 /// to itself on loopback, and a check would fail for a certificate made for
 /// the public name only.
-pub fn healthz_on_own_port(tcp: TcpStream, timeout: Duration) -> bool {
+pub(crate) fn healthz_on_own_port(tcp: TcpStream, timeout: Duration) -> bool {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let Ok(builder) =
         rustls::ClientConfig::builder_with_provider(provider.clone()).with_safe_default_protocol_versions()

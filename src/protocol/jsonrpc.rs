@@ -10,16 +10,16 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-pub const PARSE_ERROR: i64 = -32700;
-pub const INVALID_REQUEST: i64 = -32600;
-pub const METHOD_NOT_FOUND: i64 = -32601;
-pub const INVALID_PARAMS: i64 = -32602;
-pub const INTERNAL_ERROR: i64 = -32603;
+pub(crate) const PARSE_ERROR: i64 = -32700;
+pub(crate) const INVALID_REQUEST: i64 = -32600;
+pub(crate) const METHOD_NOT_FOUND: i64 = -32601;
+pub(crate) const INVALID_PARAMS: i64 = -32602;
+pub(crate) const INTERNAL_ERROR: i64 = -32603;
 /// mcpgate's own, in the range JSON-RPC leaves to servers: a call over a
 /// `rate_limit` (its `data.retryAfterSecs` says when to try again).
-pub const RATE_LIMITED: i64 = -32029;
+pub(crate) const RATE_LIMITED: i64 = -32029;
 /// A URL elicitation must complete first (2025-11-25 only): the links are in `data.elicitations`.
-pub const URL_ELICITATION_REQUIRED: i64 = -32042;
+pub(crate) const URL_ELICITATION_REQUIRED: i64 = -32042;
 
 /// One JSON-RPC message as received. `id` is `Some(Value::Null)` when the
 /// field is present and null, `None` when absent.
@@ -27,9 +27,9 @@ pub const URL_ELICITATION_REQUIRED: i64 = -32042;
 /// allocates for neither.
 #[derive(Debug, Clone)]
 pub struct Message {
-    pub jsonrpc: Option<Cow<'static, str>>,
+    pub(crate) jsonrpc: Option<Cow<'static, str>>,
     pub id: Option<Value>,
-    pub method: Option<Cow<'static, str>>,
+    pub(crate) method: Option<Cow<'static, str>>,
     pub params: Option<Box<RawValue>>,
     pub result: Option<Json>,
     pub error: Option<Box<RawValue>>,
@@ -50,7 +50,7 @@ enum JsonText {
 
 impl Json {
     /// The text, as it came.
-    pub fn get(&self) -> &str {
+    pub(crate) fn get(&self) -> &str {
         match &self.0 {
             JsonText::Own(text) => text,
             JsonText::Part(body, range) => &body[range.clone()],
@@ -173,25 +173,25 @@ pub enum Kind {
 #[derive(Debug, Clone, PartialEq)]
 pub struct RpcError {
     pub code: i64,
-    pub message: String,
-    pub data: Option<Value>,
+    pub(crate) message: String,
+    pub(crate) data: Option<Value>,
 }
 
 impl RpcError {
-    pub fn new(code: i64, message: impl Into<String>) -> RpcError {
+    pub(crate) fn new(code: i64, message: impl Into<String>) -> RpcError {
         RpcError { code, message: message.into(), data: None }
     }
 
-    pub fn invalid_params(message: impl Into<String>) -> RpcError {
+    pub(crate) fn invalid_params(message: impl Into<String>) -> RpcError {
         RpcError::new(INVALID_PARAMS, message)
     }
 
-    pub fn internal(message: impl Into<String>) -> RpcError {
+    pub(crate) fn internal(message: impl Into<String>) -> RpcError {
         RpcError::new(INTERNAL_ERROR, message)
     }
 
     /// An error caused by one downstream server: the message and the data name it.
-    pub fn server(server: &str, message: impl std::fmt::Display) -> RpcError {
+    pub(crate) fn server(server: &str, message: impl std::fmt::Display) -> RpcError {
         RpcError {
             code: INTERNAL_ERROR,
             message: format!("server `{server}`: {message}"),
@@ -228,7 +228,7 @@ impl Message {
     }
 
     /// [`Message::parse_owned`] of text (an SSE event's data).
-    pub fn parse_text(text: String) -> Result<Message, RpcError> {
+    pub(crate) fn parse_text(text: String) -> Result<Message, RpcError> {
         let body = Arc::new(text);
         let read: Read = serde_json::from_str(&body).map_err(parse_error)?;
         // Where the result lies in the body: it was read from it.
@@ -320,13 +320,13 @@ impl<'a> Params<'a> {
     }
 
     /// A member that is a JSON string.
-    pub fn str(&self, key: &str) -> Option<String> {
+    pub(crate) fn str(&self, key: &str) -> Option<String> {
         self.text(key).map(Cow::into_owned)
     }
 
     /// A member that is a JSON string, borrowed from the same text as
     /// this when it has no escapes.
-    pub fn text(&self, key: &str) -> Option<Cow<'a, str>> {
+    pub(crate) fn text(&self, key: &str) -> Option<Cow<'a, str>> {
         #[derive(Deserialize)]
         struct Text<'t>(#[serde(borrow)] Cow<'t, str>);
         match self.0.get(key)? {
@@ -336,15 +336,15 @@ impl<'a> Params<'a> {
     }
 
     /// A member parsed whole (for small members: a ref, a request id).
-    pub fn value(&self, key: &str) -> Option<Value> {
+    pub(crate) fn value(&self, key: &str) -> Option<Value> {
         serde_json::from_str(self.0.get(key)?.get()).ok()
     }
 
-    pub fn contains(&self, key: &str) -> bool {
+    pub(crate) fn contains(&self, key: &str) -> bool {
         self.0.contains_key(key)
     }
 
-    pub fn remove(&mut self, key: &str) {
+    pub(crate) fn remove(&mut self, key: &str) {
         self.0.remove(key);
     }
 
@@ -353,18 +353,18 @@ impl<'a> Params<'a> {
     }
 
     /// A member as the client wrote it.
-    pub fn raw(&self, key: &str) -> Option<&RawValue> {
+    pub(crate) fn raw(&self, key: &str) -> Option<&RawValue> {
         self.0.get(key).map(|v| &**v)
     }
 
     /// Sets a member to text already JSON, kept as it is.
-    pub fn set_raw(&mut self, key: &str, value: Box<RawValue>) {
+    pub(crate) fn set_raw(&mut self, key: &str, value: Box<RawValue>) {
         self.0.insert(Cow::Owned(key.to_string()), Cow::Owned(value));
     }
 
     /// The members of an object member, each kept as written; `None` when
     /// it is absent or not an object. Borrowed from the same text as this.
-    pub fn object(&self, key: &str) -> Option<Params<'a>> {
+    pub(crate) fn object(&self, key: &str) -> Option<Params<'a>> {
         match self.0.get(key)? {
             Cow::Borrowed(raw) => serde_json::from_str(raw.get()).ok(),
             Cow::Owned(raw) => serde_json::from_str(raw.get()).ok().map(Params::into_owned),
@@ -372,7 +372,7 @@ impl<'a> Params<'a> {
     }
 
     /// The same params, owning their text (for a call that leaves this thread).
-    pub fn into_owned(self) -> Params<'static> {
+    pub(crate) fn into_owned(self) -> Params<'static> {
         Params(self.0.into_iter().map(|(k, v)| (Cow::Owned(k.into_owned()), Cow::Owned(v.into_owned()))).collect())
     }
 
@@ -462,7 +462,7 @@ pub fn notification(method: &str, params: Option<&RawValue>) -> Vec<u8> {
     Out { method: Some(method), params, ..out() }.to_vec()
 }
 
-pub fn result(id: &Value, result: &RawValue) -> Vec<u8> {
+pub(crate) fn result(id: &Value, result: &RawValue) -> Vec<u8> {
     Out { id: Some(id), result: Some(result), ..out() }.to_vec()
 }
 
@@ -479,7 +479,7 @@ pub fn result_text(id: &Value, result: &Json) -> Vec<u8> {
 /// What [`result`] writes before the result: with the result and
 /// [`RESULT_TAIL`] after it, the same bytes, for a writer that sends a large
 /// result as the server wrote it without copying it into one buffer first.
-pub fn result_head(id: &Value) -> Vec<u8> {
+pub(crate) fn result_head(id: &Value) -> Vec<u8> {
     let mut head = br#"{"jsonrpc":"2.0","id":"#.to_vec();
     serde_json::to_writer(&mut head, id).expect("a JSON value serializes");
     head.extend_from_slice(br#","result":"#);
@@ -487,7 +487,7 @@ pub fn result_head(id: &Value) -> Vec<u8> {
 }
 
 /// What ends a response that [`result_head`] began.
-pub const RESULT_TAIL: &[u8] = b"}";
+pub(crate) const RESULT_TAIL: &[u8] = b"}";
 
 /// A response carrying an error exactly as another peer wrote it. Where no
 /// id applies (`null`: a parse error, a request refused before it was
@@ -496,7 +496,7 @@ pub fn raw_error(id: &Value, error: &RawValue) -> Vec<u8> {
     Out { id: (!id.is_null()).then_some(id), error: Some(error), ..out() }.to_vec()
 }
 
-pub fn error(id: &Value, error: &RpcError) -> Vec<u8> {
+pub(crate) fn error(id: &Value, error: &RpcError) -> Vec<u8> {
     let mut body = serde_json::json!({ "code": error.code, "message": error.message });
     if let Some(data) = &error.data {
         body["data"] = data.clone();

@@ -4,12 +4,12 @@
 //! message is written on a trace's span (`spans`).
 
 pub mod jsonrpc;
-pub mod spans;
+pub(crate) mod spans;
 pub mod sse;
-pub mod stateless;
-pub mod versions;
+pub(crate) mod stateless;
+pub(crate) mod versions;
 
 /// The session id header (session era).
-pub const SESSION_HEADER: &str = "mcp-session-id";
+pub(crate) const SESSION_HEADER: &str = "mcp-session-id";
 /// The protocol version header (both eras).
-pub const VERSION_HEADER: &str = "mcp-protocol-version";
+pub(crate) const VERSION_HEADER: &str = "mcp-protocol-version";

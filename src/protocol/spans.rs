@@ -17,11 +17,11 @@ use super::jsonrpc::Message;
 use crate::runtime::trace::{Context, Span};
 
 /// The most bytes of arguments or of a result a span carries (opt-in).
-pub const MAX_CAPTURED: usize = 4096;
+pub(crate) const MAX_CAPTURED: usize = 4096;
 
 /// The trace context a request carries in `params._meta`, if any. The
 /// params are read for it only when their text has a `traceparent` at all.
-pub fn meta_context(params: Option<&RawValue>) -> Option<Context> {
+pub(crate) fn meta_context(params: Option<&RawValue>) -> Option<Context> {
     #[derive(Deserialize)]
     struct Params<'a> {
         #[serde(rename = "_meta", borrow)]
@@ -47,7 +47,7 @@ pub fn meta_context(params: Option<&RawValue>) -> Option<Context> {
 /// `params` with `context` in its `_meta` (what was there kept, the trace
 /// keys set to this context's); `None` when they cannot carry it (not an
 /// object, or a `_meta` that is not one): they go as they are.
-pub fn with_context(params: Option<&RawValue>, context: &Context) -> Option<Box<RawValue>> {
+pub(crate) fn with_context(params: Option<&RawValue>, context: &Context) -> Option<Box<RawValue>> {
     let text = params.map_or("null", RawValue::get).trim();
     let mut members: BTreeMap<Cow<str>, &RawValue> =
         if text == "null" { BTreeMap::new() } else { serde_json::from_str(text).ok()? };
@@ -81,7 +81,7 @@ struct Target<'a> {
 /// Names `span` after the request `method` (with `id` and `params`) and
 /// sets its attributes. With `arguments` (the keys to redact), a tool
 /// call's arguments go on it too.
-pub fn describe(
+pub(crate) fn describe(
     span: &mut Span,
     method: &str,
     id: Option<&Value>,
@@ -121,7 +121,7 @@ pub fn describe(
 /// ERROR with its message), or a tool's result with `isError`
 /// (`tool_error`). With `results` (the keys to redact), a tool's result
 /// goes on it too.
-pub fn answered(span: &mut Span, method: &str, answer: &Message, results: Option<&[String]>) {
+pub(crate) fn answered(span: &mut Span, method: &str, answer: &Message, results: Option<&[String]>) {
     #[derive(Deserialize)]
     struct Error {
         code: Option<i64>,
@@ -164,7 +164,7 @@ fn captured(raw: &RawValue, redact: &[String]) -> String {
 /// Whether a tool's result says `isError: true`: parsed when small; a large
 /// one is looked at where serializers put it, its first and last bytes, so
 /// that a call's answer is never read whole once more for this.
-pub fn is_tool_error(result: &str) -> bool {
+pub(crate) fn is_tool_error(result: &str) -> bool {
     #[derive(serde::Deserialize)]
     struct Flag {
         #[serde(rename = "isError", default)]

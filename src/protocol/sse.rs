@@ -10,9 +10,9 @@ use crate::runtime::memory::{self, Charge};
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Event {
     pub id: Option<String>,
-    pub event: Option<String>,
+    pub(crate) event: Option<String>,
     pub data: String,
-    pub retry_ms: Option<u64>,
+    pub(crate) retry_ms: Option<u64>,
 }
 
 /// Reads events from a byte stream; no line and no event may exceed `limit`
@@ -208,7 +208,7 @@ pub fn encode(id: Option<&str>, data: &[u8]) -> Vec<u8> {
 }
 
 /// A priming event: an id and empty data, so a client can resume from it.
-pub fn priming(id: &str, retry_ms: Option<u64>) -> Vec<u8> {
+pub(crate) fn priming(id: &str, retry_ms: Option<u64>) -> Vec<u8> {
     match retry_ms {
         Some(ms) => format!("id: {id}\nretry: {ms}\ndata: \n\n").into_bytes(),
         None => format!("id: {id}\ndata: \n\n").into_bytes(),

@@ -10,31 +10,34 @@ use super::jsonrpc::{INVALID_PARAMS, Message, Params, RpcError};
 use super::versions;
 
 /// The one protocol version of this era, kept with the others in `versions`.
-pub use versions::STATELESS as VERSION;
+pub(crate) use versions::STATELESS as VERSION;
 
 /// `params._meta` keys of every request.
-pub const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
-pub const META_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
-pub const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
-pub const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+pub(crate) const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+pub(crate) const META_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+pub(crate) const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+/// Spelled out in `Meta`'s serde attribute, which cannot name a constant;
+/// the tests write requests with it.
+#[cfg(test)]
+pub(crate) const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
 /// The `_meta` key of what `subscriptions/listen` streams carry: the listen request's id.
-pub const META_SUBSCRIPTION: &str = "io.modelcontextprotocol/subscriptionId";
+pub(crate) const META_SUBSCRIPTION: &str = "io.modelcontextprotocol/subscriptionId";
 
 /// Routing headers: they repeat the body so an intermediary can route
 /// without parsing it; they must agree with it.
-pub const HEADER_METHOD: &str = "mcp-method";
-pub const HEADER_NAME: &str = "mcp-name";
+pub(crate) const HEADER_METHOD: &str = "mcp-method";
+pub(crate) const HEADER_NAME: &str = "mcp-name";
 
 /// A routing header disagrees with the body (or appears twice).
-pub const HEADER_MISMATCH: i64 = -32020;
+pub(crate) const HEADER_MISMATCH: i64 = -32020;
 /// A request needs a client capability its `_meta` does not declare.
-pub const MISSING_CAPABILITY: i64 = -32021;
+pub(crate) const MISSING_CAPABILITY: i64 = -32021;
 /// The protocol version is not one the receiver speaks.
-pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+pub(crate) const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 
 /// The methods whose request names its target in `Mcp-Name`, and the
 /// params member that holds it.
-pub fn name_member(method: &str) -> Option<&'static str> {
+pub(crate) fn name_member(method: &str) -> Option<&'static str> {
     match method {
         "tools/call" | "prompts/get" => Some("name"),
         "resources/read" => Some("uri"),
@@ -45,7 +48,7 @@ pub fn name_member(method: &str) -> Option<&'static str> {
 }
 
 /// Methods whose results carry cache hints (`ttlMs`, `cacheScope`).
-pub fn is_cacheable(method: &str) -> bool {
+pub(crate) fn is_cacheable(method: &str) -> bool {
     matches!(
         method,
         "server/discover"
@@ -59,11 +62,11 @@ pub fn is_cacheable(method: &str) -> bool {
 
 /// What a request of this era says about its client.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Envelope {
-    pub capabilities: Value,
+pub(crate) struct Envelope {
+    pub(crate) capabilities: Value,
     /// The least severe log level the request wants (`_meta`'s logLevel);
     /// `None`: no log messages at all.
-    pub log_level: Option<String>,
+    pub(crate) log_level: Option<String>,
 }
 
 /// The levels of `notifications/message`, least severe first (RFC 5424).
@@ -72,13 +75,13 @@ const LOG_LEVELS: [&str; 8] = ["debug", "info", "notice", "warning", "error", "c
 impl Envelope {
     /// Whether the client declared what a server's request `method` needs
     /// (a server's request carried in an `input_required` result).
-    pub fn can_answer(&self, method: &str) -> bool {
+    pub(crate) fn can_answer(&self, method: &str) -> bool {
         capability_of(method).is_some_and(|c| self.capabilities.get(c).is_some_and(|c| !c.is_null()))
     }
 
     /// Whether a log message at `level` goes to this request's client: only
     /// when it asked for a level, and at that level or above.
-    pub fn wants_log(&self, level: &str) -> bool {
+    pub(crate) fn wants_log(&self, level: &str) -> bool {
         let rank = |l: &str| LOG_LEVELS.iter().position(|x| *x == l);
         match (self.log_level.as_deref().and_then(rank), rank(level)) {
             (Some(wanted), Some(got)) => got >= wanted,
@@ -88,7 +91,7 @@ impl Envelope {
 }
 
 /// The request headers the checks read, by lower-case name.
-pub trait Headers {
+pub(crate) trait Headers {
     fn get(&self, name: &str) -> Option<&str>;
 }
 
@@ -97,7 +100,7 @@ pub trait Headers {
 /// against the body (-32020), the version (-32022).
 /// `params` are the request's, read once by the caller (`None`: they are
 /// not an object).
-pub fn check(message: &Message, params: Option<&Params>, headers: &dyn Headers) -> Result<Envelope, RpcError> {
+pub(crate) fn check(message: &Message, params: Option<&Params>, headers: &dyn Headers) -> Result<Envelope, RpcError> {
     // The members as written: only what the checks need of `_meta`, and the name, are read.
     // (An object: serde would read a struct from an array too.)
     let meta = params.and_then(|p| p.raw("_meta")).filter(|m| m.get().starts_with('{'));
@@ -168,7 +171,7 @@ fn mismatch(message: &str) -> RpcError {
 
 /// The client capability a server's request `method` needs; `None` for a
 /// method no client of this era answers.
-pub fn capability_of(method: &str) -> Option<&'static str> {
+pub(crate) fn capability_of(method: &str) -> Option<&'static str> {
     match method {
         "sampling/createMessage" => Some("sampling"),
         "elicitation/create" => Some("elicitation"),
@@ -179,7 +182,7 @@ pub fn capability_of(method: &str) -> Option<&'static str> {
 
 /// -32021: a server's request during a call needs `capability`, which the
 /// client did not declare (`data.requiredCapabilities` names it).
-pub fn missing_capability(capability: &str, method: &str) -> RpcError {
+pub(crate) fn missing_capability(capability: &str, method: &str) -> RpcError {
     let mut e = RpcError::new(
         MISSING_CAPABILITY,
         format!(
@@ -192,7 +195,7 @@ pub fn missing_capability(capability: &str, method: &str) -> RpcError {
 
 /// -32021: the call can only be run as a task, and the request does not
 /// declare the extension `extension` (`data.requiredCapabilities` names it).
-pub fn missing_extension(extension: &str, why: &str) -> RpcError {
+pub(crate) fn missing_extension(extension: &str, why: &str) -> RpcError {
     let mut e = RpcError::new(
         MISSING_CAPABILITY,
         format!("{why}: the request's _meta must declare the client capability extensions.`{extension}`"),
@@ -202,7 +205,7 @@ pub fn missing_extension(extension: &str, why: &str) -> RpcError {
 }
 
 /// -32022 naming every version mcpgate speaks, of both eras.
-pub fn unsupported(requested: &str) -> RpcError {
+pub(crate) fn unsupported(requested: &str) -> RpcError {
     let mut supported = vec![VERSION];
     supported.extend_from_slice(versions::SUPPORTED);
     RpcError {
@@ -215,7 +218,7 @@ pub fn unsupported(requested: &str) -> RpcError {
 /// A header value as sent: verbatim, or `=?base64?...?=` for bytes a
 /// header cannot carry. `None` for a malformed sentinel, which then
 /// matches nothing.
-pub fn decode_header_value(value: &str) -> Option<std::borrow::Cow<'_, str>> {
+pub(crate) fn decode_header_value(value: &str) -> Option<std::borrow::Cow<'_, str>> {
     let Some(payload) = value.strip_prefix("=?base64?").and_then(|v| v.strip_suffix("?=")) else {
         return Some(std::borrow::Cow::Borrowed(value));
     };
@@ -226,7 +229,7 @@ pub fn decode_header_value(value: &str) -> Option<std::borrow::Cow<'_, str>> {
 /// one per property of the tool's `inputSchema` (reached through
 /// `properties` only) that carries `x-mcp-header`, when the argument is
 /// there and is a string, an integer or a boolean.
-pub fn param_headers(input_schema: &Value, arguments: &Value) -> Vec<(String, String)> {
+pub(crate) fn param_headers(input_schema: &Value, arguments: &Value) -> Vec<(String, String)> {
     let mut out = Vec::new();
     let mut stack: Vec<(&Value, &Value)> = vec![(input_schema, arguments)];
     while let Some((schema, value)) = stack.pop() {
@@ -256,7 +259,7 @@ pub fn param_headers(input_schema: &Value, arguments: &Value) -> Vec<(String, St
 
 /// A value for a header: verbatim when it is printable ASCII without
 /// surrounding spaces, else in the `=?base64?...?=` form.
-pub fn encode_header_value(value: &str) -> String {
+pub(crate) fn encode_header_value(value: &str) -> String {
     let plain = value.bytes().all(|b| (0x20..=0x7e).contains(&b))
         && value.trim() == value
         && !(value.starts_with("=?base64?") && value.ends_with("?="));
@@ -314,13 +317,13 @@ fn base64_decode(text: &str) -> Option<Vec<u8>> {
 /// Whether a result (its JSON text) already says its `resultType` (a
 /// server of this era's does): read from its top level alone, without
 /// building it.
-pub fn has_result_type(result: &str) -> bool {
+pub(crate) fn has_result_type(result: &str) -> bool {
     result_type(result).is_some_and(|t| t.is_some())
 }
 
 /// Whether a result is a task (`resultType: "task"`, the tasks extension):
 /// read from its top level alone.
-pub fn is_task(result: &str) -> bool {
+pub(crate) fn is_task(result: &str) -> bool {
     result.contains("\"task\"") && result_type(result).is_some_and(|t| t.as_deref() == Some("task"))
 }
 
@@ -337,9 +340,9 @@ fn result_type(result: &str) -> Option<Option<std::borrow::Cow<'_, str>>> {
 /// A result's cache hints (`ttlMs`, `cacheScope`): how long its client
 /// may keep it, and whether a cache shared between users may serve it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CacheHints {
-    pub ttl_ms: u64,
-    pub private: bool,
+pub(crate) struct CacheHints {
+    pub(crate) ttl_ms: u64,
+    pub(crate) private: bool,
 }
 
 impl CacheHints {
@@ -348,13 +351,13 @@ impl CacheHints {
     /// public: a cache shared between users could serve one user's answer
     /// to another (a server of both eras, spoken to in the session era,
     /// says nothing; directly it says private).
-    pub const UNKNOWN: CacheHints = CacheHints { ttl_ms: 0, private: true };
+    pub(crate) const UNKNOWN: CacheHints = CacheHints { ttl_ms: 0, private: true };
 
     /// The hints at the top level of a result (its JSON text) as the server
     /// wrote them; `None` when it has neither. A `cacheScope` other than
     /// `"public"` (or none beside a `ttlMs`) is private, a missing `ttlMs`
     /// stale at once.
-    pub fn of(result: &str) -> Option<CacheHints> {
+    pub(crate) fn of(result: &str) -> Option<CacheHints> {
         #[derive(serde::Deserialize)]
         struct Hints<'a> {
             #[serde(rename = "ttlMs")]
@@ -374,11 +377,11 @@ impl CacheHints {
 
     /// Two answers merged into one: the shorter life, and private if
     /// either is.
-    pub fn and(self, other: CacheHints) -> CacheHints {
+    pub(crate) fn and(self, other: CacheHints) -> CacheHints {
         CacheHints { ttl_ms: self.ttl_ms.min(other.ttl_ms), private: self.private || other.private }
     }
 
-    pub fn scope(&self) -> &'static str {
+    pub(crate) fn scope(&self) -> &'static str {
         if self.private { "private" } else { "public" }
     }
 }
@@ -387,7 +390,7 @@ impl CacheHints {
 /// unless the server set it), and for `method`s with cache hints `ttlMs`
 /// and `cacheScope` from `hints` where the result has none: what it has
 /// stays as the server wrote it.
-pub fn complete_result(method: &str, result: &mut Map<String, Value>, hints: CacheHints) {
+pub(crate) fn complete_result(method: &str, result: &mut Map<String, Value>, hints: CacheHints) {
     result.entry("resultType").or_insert_with(|| Value::from("complete"));
     if is_cacheable(method) {
         result.entry("ttlMs").or_insert_with(|| Value::from(hints.ttl_ms));

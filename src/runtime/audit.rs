@@ -73,7 +73,7 @@ pub(crate) struct AuditLog {
 
 impl AuditLog {
     /// Opens the file (its directory must exist) and starts the writer.
-    pub fn start(config: AuditConfig) -> io::Result<AuditLog> {
+    pub(crate) fn start(config: AuditConfig) -> io::Result<AuditLog> {
         let file = match &config.file {
             Some(path) => Some(Output::open(path, config.max_bytes, config.files)?),
             None => None,

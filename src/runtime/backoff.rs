@@ -14,7 +14,7 @@ pub(crate) struct Backoff {
 }
 
 impl Backoff {
-    pub const fn new(first: Duration, cap: Duration) -> Backoff {
+    pub(crate) const fn new(first: Duration, cap: Duration) -> Backoff {
         Backoff { first, cap }
     }
 

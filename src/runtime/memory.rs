@@ -89,7 +89,7 @@ pub struct Charge {
 
 impl Charge {
     /// Charges `bytes`, or `None` when that would pass the limit.
-    pub fn new(bytes: usize) -> Option<Charge> {
+    pub(crate) fn new(bytes: usize) -> Option<Charge> {
         let mut charge = Charge { bytes: 0 };
         charge.grow(bytes).then_some(charge)
     }
@@ -144,7 +144,7 @@ pub(crate) struct Tallied {
 impl Tallied {
     /// Charges `bytes` to the budget and to `tally`, or `None` when that
     /// would pass the limit.
-    pub fn new(bytes: usize, tally: &Arc<AtomicUsize>) -> Option<Tallied> {
+    pub(crate) fn new(bytes: usize, tally: &Arc<AtomicUsize>) -> Option<Tallied> {
         let charge = Charge::new(bytes)?;
         tally.fetch_add(bytes, Ordering::Relaxed);
         Some(Tallied { charge, tally: tally.clone() })
@@ -161,7 +161,7 @@ impl Drop for Tallied {
 /// session's replay log at once, sharing one allocation. Counted against
 /// the budget and the session's tally until the last holder drops it.
 #[derive(Debug)]
-pub struct Held {
+pub(crate) struct Held {
     bytes: Vec<u8>,
     _charge: Tallied,
 }
@@ -171,7 +171,7 @@ pub(crate) type Event = Arc<Held>;
 
 impl Held {
     /// Holds `bytes` for a session, or gives them back when the budget is spent.
-    pub fn new(bytes: Vec<u8>, tally: &Arc<AtomicUsize>) -> Result<Event, Vec<u8>> {
+    pub(crate) fn new(bytes: Vec<u8>, tally: &Arc<AtomicUsize>) -> Result<Event, Vec<u8>> {
         let Some(charge) = Tallied::new(bytes.len(), tally) else { return Err(bytes) };
         Ok(Arc::new(Held { bytes, _charge: charge }))
     }

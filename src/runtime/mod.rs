@@ -6,18 +6,18 @@
 //! reloads the configuration when it is saved, and the OS calls (`sys`, the
 //! only `unsafe` code).
 
-pub mod audit;
-pub mod backoff;
+pub(crate) mod audit;
+pub(crate) mod backoff;
 pub mod clock;
-pub mod memory;
-pub mod otlp;
-pub mod ratelog;
-pub mod secret;
-pub mod sha256;
+pub(crate) mod memory;
+pub(crate) mod otlp;
+pub(crate) mod ratelog;
+pub(crate) mod secret;
+pub(crate) mod sha256;
 pub mod state;
 pub mod store;
 pub mod sys;
 pub mod threads;
-pub mod trace;
-pub mod tracecontext;
+pub(crate) mod trace;
+pub(crate) mod tracecontext;
 pub mod watch;

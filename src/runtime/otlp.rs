@@ -35,7 +35,7 @@ pub(crate) struct Resource {
 #[derive(Clone, PartialEq, prost::Message)]
 pub(crate) struct ScopeSpans {
     #[prost(message, optional, tag = "1")]
-    pub scope: Option<InstrumentationScope>,
+    pub(crate) scope: Option<InstrumentationScope>,
     #[prost(message, repeated, tag = "2")]
     pub(crate) spans: Vec<Span>,
     #[prost(string, tag = "3")]
@@ -45,13 +45,13 @@ pub(crate) struct ScopeSpans {
 #[derive(Clone, PartialEq, prost::Message)]
 pub(crate) struct InstrumentationScope {
     #[prost(string, tag = "1")]
-    pub name: String,
+    pub(crate) name: String,
     #[prost(string, tag = "2")]
     pub(crate) version: String,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct Span {
+pub(crate) struct Span {
     #[prost(bytes = "vec", tag = "1")]
     pub(crate) trace_id: Vec<u8>,
     #[prost(bytes = "vec", tag = "2")]
@@ -61,10 +61,10 @@ pub struct Span {
     #[prost(bytes = "vec", tag = "4")]
     pub(crate) parent_span_id: Vec<u8>,
     #[prost(string, tag = "5")]
-    pub name: String,
+    pub(crate) name: String,
     /// `SpanKind`: SERVER is 2, CLIENT 3.
     #[prost(int32, tag = "6")]
-    pub kind: i32,
+    pub(crate) kind: i32,
     #[prost(fixed64, tag = "7")]
     pub(crate) start_time_unix_nano: u64,
     #[prost(fixed64, tag = "8")]
@@ -119,8 +119,11 @@ pub(crate) struct AnyValue {
     pub(crate) value: Option<Value>,
 }
 
+// The names of `AnyValue.value`'s oneof in OTLP's common.proto
+// (`string_value`, ...), so the two read side by side.
+#[allow(clippy::enum_variant_names)]
 #[derive(Clone, PartialEq, prost::Oneof)]
-pub enum Value {
+pub(crate) enum Value {
     #[prost(string, tag = "1")]
     StringValue(String),
     #[prost(bool, tag = "2")]
@@ -137,7 +140,7 @@ pub(crate) const FLAG_HAS_IS_REMOTE: u32 = 0x100;
 pub(crate) const FLAG_IS_REMOTE: u32 = 0x200;
 
 impl KeyValue {
-    pub fn new(key: &str, value: Value) -> KeyValue {
+    pub(crate) fn new(key: &str, value: Value) -> KeyValue {
         KeyValue { key: key.to_string(), value: Some(AnyValue { value: Some(value) }) }
     }
 }

@@ -22,7 +22,7 @@ pub(crate) struct RateLimit {
 }
 
 impl RateLimit {
-    pub const fn new(every: Duration) -> RateLimit {
+    pub(crate) const fn new(every: Duration) -> RateLimit {
         RateLimit { every_ms: every.as_millis() as u64, last: AtomicU64::new(0), suppressed: AtomicU64::new(0) }
     }
 

@@ -349,7 +349,7 @@ impl StateFile {
         StateFile { path: path.to_path_buf() }
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
@@ -546,7 +546,7 @@ struct JournalState {
 }
 
 impl Journal {
-    pub fn new(path: Option<&Path>, instance_id: Option<&str>) -> Journal {
+    pub(crate) fn new(path: Option<&Path>, instance_id: Option<&str>) -> Journal {
         Journal {
             file: path.map(StateFile::new),
             mirror: None,

@@ -135,14 +135,14 @@ impl From<i64> for Attr {
 
 /// SERVER (a request mcpgate received) or CLIENT (one it sent).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     Server,
     Client,
 }
 
 /// A span being recorded; sent to the exporter by [`Span::end`], dropped unsent otherwise.
 #[derive(Debug)]
-pub struct Span {
+pub(crate) struct Span {
     kind: Kind,
     pub(crate) context: SpanContext,
     /// The parent's id, and whether it is remote.

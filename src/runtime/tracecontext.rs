@@ -26,7 +26,7 @@ pub(crate) struct SpanContext {
 impl SpanContext {
     /// A W3C `traceparent` (`00-<32 hex>-<16 hex>-<2 hex>`): version `ff`,
     /// ids of zeros and any other shape are refused, as the spec says.
-    pub fn parse(traceparent: &str) -> Option<SpanContext> {
+    pub(crate) fn parse(traceparent: &str) -> Option<SpanContext> {
         let text = traceparent.trim();
         let mut parts = text.split('-');
         let (version, trace, span, flags) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
@@ -73,7 +73,7 @@ pub(super) fn to_hex(bytes: &[u8]) -> String {
 
 /// A trace context as it travels: the span, and what goes along with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Context {
+pub(crate) struct Context {
     pub(crate) span: SpanContext,
     pub(crate) tracestate: Option<String>,
     pub(crate) baggage: Option<String>,

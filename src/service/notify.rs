@@ -96,7 +96,7 @@ fn healthy(addr: SocketAddr, timeout: Duration, tls: bool) -> bool {
 /// How often the notify thread looks at the counts: `STATUS=` goes out
 /// within this of a change, and at most this often, however fast sessions
 /// come and go (systemd keeps only the last line anyway).
-pub const STATUS_EVERY: Duration = Duration::from_secs(1);
+pub(crate) const STATUS_EVERY: Duration = Duration::from_secs(1);
 
 /// The thread that refreshes `STATUS=` when the counts change and, with a
 /// watchdog, pings it.

@@ -36,7 +36,7 @@ use crate::service::restore::server_for;
 
 /// How long a start waits for its own lock (a peer may hold it for the
 /// moment it takes to hand over this instance's downstream sessions).
-pub const LOCK_WAIT: Duration = Duration::from_secs(5);
+pub(crate) const LOCK_WAIT: Duration = Duration::from_secs(5);
 /// DELETEs of a dead peer's downstream sessions at once.
 const CLOSE_PARALLEL: usize = 16;
 
@@ -94,7 +94,7 @@ pub fn lock_instance(dir: &Path, id: &str) -> Result<File, LockError> {
 
 /// How often an instance looks at its peers: twice per idle timeout, from
 /// 100 ms to a minute.
-pub fn interval(idle_timeout: Duration) -> Duration {
+pub(crate) fn interval(idle_timeout: Duration) -> Duration {
     (idle_timeout / 2).clamp(Duration::from_millis(100), Duration::from_secs(60))
 }
 

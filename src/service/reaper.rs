@@ -25,7 +25,7 @@ pub struct Reaper {
 const DEADLINE_EVERY: Duration = Duration::from_millis(250);
 
 /// How often the reaper looks: a tenth of the idle timeout, from 100 ms to 5 s.
-pub fn interval(idle_timeout: Duration) -> Duration {
+pub(crate) fn interval(idle_timeout: Duration) -> Duration {
     (idle_timeout / 10).clamp(Duration::from_millis(100), Duration::from_secs(5))
 }
 

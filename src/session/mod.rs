@@ -20,7 +20,7 @@ use crate::protocol::jsonrpc::{self, Kind, Message, RpcError};
 use crate::protocol::versions;
 use crate::runtime::memory::{self};
 use crate::runtime::state::Journal;
-pub use crate::runtime::state::SavedSession;
+pub(crate) use crate::runtime::state::SavedSession;
 use crate::runtime::{clock, secret};
 use crate::stats::Stats;
 use crate::tasks;
@@ -35,8 +35,8 @@ use lost::Lost;
 use routing::{Callers, Routing, id_key, stale_lists};
 use slots::{Found, Slots};
 use streams::Streams;
-pub use streams::{Attached, ListenFilter};
-pub use view::{SlotView, View};
+pub(crate) use streams::{Attached, ListenFilter};
+pub(crate) use view::{SlotView, View};
 
 /// Why a session ended, for the counters and the log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,18 +81,18 @@ struct Owner {
 
 /// Takes a server's request to the client of one call of the 2026-07-28
 /// clients' session (as `input_required`).
-pub type Asker = Arc<dyn Fn(&Session, &Server, Message) + Send + Sync>;
+pub(crate) type Asker = Arc<dyn Fn(&Session, &Server, Message) + Send + Sync>;
 
 pub struct Session {
-    pub id: String,
-    pub protocol_version: String,
+    pub(crate) id: String,
+    pub(crate) protocol_version: String,
     /// What every server gets as `initialize` params: the client's capabilities and info.
     init_params: Box<RawValue>,
     /// Those params held against `max_memory_mb` (see [`Session::hold_params`]).
     params_held: Mutex<Option<memory::Charge>>,
     /// The view of the servers' lists those capabilities make (see `catalog::list_view_of`).
     view: u64,
-    pub client_name: String,
+    pub(crate) client_name: String,
     /// The servers this session may reach (its token's); `None` for all.
     scope: Option<Vec<String>>,
     /// Who created it (`Access::principal`: a token's SHA-256, an OAuth
@@ -102,9 +102,9 @@ pub struct Session {
     /// at servers with `oauth` its downstream sessions send.
     user: Option<[u8; 32]>,
     /// The same in words, for the log (`Access::who`).
-    pub who: String,
+    pub(crate) who: String,
     /// The same as the audit log writes it (`Access::audited`).
-    pub audited: Value,
+    pub(crate) audited: Value,
     /// When it was created; for a restored session, its last activity
     /// before the restart (it is at least that old).
     created: Instant,
@@ -157,7 +157,7 @@ impl Session {
     /// Rebuilds a session saved by an earlier process; its downstream
     /// sessions are added with [`Session::adopt`]. It counts as used: what
     /// it did before is not known.
-    pub fn restore(saved: &SavedSession) -> Arc<Session> {
+    pub(crate) fn restore(saved: &SavedSession) -> Arc<Session> {
         let idle = Duration::from_secs(clock::unix_now().saturating_sub(saved.last_active));
         let last_active = Instant::now().checked_sub(idle).unwrap_or_else(Instant::now);
         let session = Session::with_last_active(
@@ -238,13 +238,13 @@ impl Session {
 
     /// Marks a request as running until the guard drops; a session with a
     /// request running is never idle. `None` when `max` are running already.
-    pub fn begin_request(&self, max: usize) -> Option<RequestGuard<'_>> {
+    pub(crate) fn begin_request(&self, max: usize) -> Option<RequestGuard<'_>> {
         self.begin_requests(1, max)
     }
 
     /// [`Session::begin_request`] for `count` requests at once (a batch):
     /// `None` when they would pass `max` in flight.
-    pub fn begin_requests(&self, count: usize, max: usize) -> Option<RequestGuard<'_>> {
+    pub(crate) fn begin_requests(&self, count: usize, max: usize) -> Option<RequestGuard<'_>> {
         self.in_flight
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_add(count).filter(|&n| n <= max))
             .ok()?;
@@ -271,7 +271,7 @@ impl Session {
     /// Whether a request with `access` may use this session: the principal
     /// that created it (restored sessions too: its digest is saved), or any
     /// when no `auth` is configured. A session created without one answers none.
-    pub fn admits(&self, access: &Access) -> bool {
+    pub(crate) fn admits(&self, access: &Access) -> bool {
         match (access.principal(), &self.principal) {
             (None, _) => true,
             (Some(presented), Some(own)) => secret::constant_time_eq(&presented, own),
@@ -281,26 +281,26 @@ impl Session {
 
     /// Charges what this session keeps of its client (its `initialize`
     /// params) to `max_memory_mb`; false when the budget has no room.
-    pub fn hold_params(&self) -> bool {
+    pub(crate) fn hold_params(&self) -> bool {
         let Some(charge) = memory::Charge::new(self.init_params.get().len() + self.id.len()) else { return false };
         *self.params_held.lock() = Some(charge);
         true
     }
 
     /// Which of each server's lists this session sees: those for its client's capabilities.
-    pub fn list_view(&self) -> u64 {
+    pub(crate) fn list_view(&self) -> u64 {
         self.view
     }
 
     /// Whether this session may reach `server`.
-    pub fn allows(&self, server: &str) -> bool {
+    pub(crate) fn allows(&self, server: &str) -> bool {
         self.scope.as_ref().is_none_or(|servers| servers.iter().any(|s| s == server))
     }
 
     /// How long the session has been idle: no request running, no `GET`
     /// stream, nothing since the later of the last request and the last
     /// stream's end. `None` while it is in use.
-    pub fn idle_for(&self, now: Instant) -> Option<Duration> {
+    pub(crate) fn idle_for(&self, now: Instant) -> Option<Duration> {
         let st = self.state.lock();
         if st.closed || self.in_use(&st) {
             return None;
@@ -309,7 +309,7 @@ impl Session {
     }
 
     /// What the state file keeps of this session; `None` once it is closing.
-    pub fn saved(&self, with_downstreams: bool) -> Option<SavedSession> {
+    pub(crate) fn saved(&self, with_downstreams: bool) -> Option<SavedSession> {
         let st = self.state.lock();
         if st.closed {
             return None;
@@ -333,7 +333,7 @@ impl Session {
 
     /// Its last activity in unix seconds (now while it is in use); `None`
     /// once it is closing.
-    pub fn last_active_unix(&self) -> Option<u64> {
+    pub(crate) fn last_active_unix(&self) -> Option<u64> {
         let st = self.state.lock();
         if st.closed {
             return None;
@@ -343,37 +343,37 @@ impl Session {
     }
 
     /// Where what its servers send unasked goes: itself.
-    pub fn inbox(&self) -> Weak<dyn Inbox> {
+    pub(crate) fn inbox(&self) -> Weak<dyn Inbox> {
         self.me.clone()
     }
 
     /// Its user: a token's or an OAuth subject's digest; `None` without `auth`.
-    pub fn principal(&self) -> Option<[u8; 32]> {
+    pub(crate) fn principal(&self) -> Option<[u8; 32]> {
         self.principal
     }
 
     /// Its user whatever its token's scopes (see `Access::user`): whose
     /// tokens at servers with `oauth` it uses.
-    pub fn user(&self) -> Option<[u8; 32]> {
+    pub(crate) fn user(&self) -> Option<[u8; 32]> {
         self.user
     }
 
     /// It made a call: from now on only `session_idle_timeout_secs` ends it.
-    pub fn mark_used(&self) {
+    pub(crate) fn mark_used(&self) {
         self.used.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Whether it ever made a call (see [`Session::mark_used`]).
-    pub fn is_used(&self) -> bool {
+    pub(crate) fn is_used(&self) -> bool {
         self.used.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The epoch of this instance's hold on it in the session store.
-    pub fn epoch(&self) -> u64 {
+    pub(crate) fn epoch(&self) -> u64 {
         self.epoch.load(std::sync::atomic::Ordering::Acquire)
     }
 
-    pub fn set_epoch(&self, epoch: u64) {
+    pub(crate) fn set_epoch(&self, epoch: u64) {
         self.epoch.store(epoch, std::sync::atomic::Ordering::Release);
         self.state.lock().streams.number_from(stream_base(epoch));
     }
@@ -382,18 +382,18 @@ impl Session {
     /// when that stream was a `POST` answer of another holder of this
     /// session (it died with the call in flight): its stream number and
     /// the request as the priming event carried it.
-    pub fn foreign_call(&self, last_event_id: &str) -> Option<(u64, Vec<u8>)> {
+    pub(crate) fn foreign_call(&self, last_event_id: &str) -> Option<(u64, Vec<u8>)> {
         let (stream, request) = streams::carried_request(last_event_id)?;
         let base = stream_base(self.epoch());
         self.state.lock().streams.is_foreign(stream, base).then_some((stream, request))
     }
 
     /// Whether its hold was checked since the store's `losses`-th possible loss.
-    pub fn checked_since(&self, losses: u64) -> bool {
+    pub(crate) fn checked_since(&self, losses: u64) -> bool {
         self.checked.load(std::sync::atomic::Ordering::Acquire) >= losses
     }
 
-    pub fn mark_checked(&self, losses: u64) {
+    pub(crate) fn mark_checked(&self, losses: u64) {
         self.checked.fetch_max(losses, std::sync::atomic::Ordering::AcqRel);
     }
 
@@ -401,23 +401,23 @@ impl Session {
     /// word to its client or to the store, and its downstream sessions go
     /// to [`downstream::hand_over_all`] (those of HTTP servers stay open
     /// for the other instance).
-    pub fn hand_over(&self) {
+    pub(crate) fn hand_over(&self) {
         let open = self.take_for_close(CloseReason::Refused);
         downstream::hand_over_all(&open);
     }
 
     /// Makes this the session of the 2026-07-28 era's clients of one token.
-    pub fn mark_sessionless(&self) {
+    pub(crate) fn mark_sessionless(&self) {
         self.sessionless.store(true, std::sync::atomic::Ordering::Release);
     }
 
-    pub fn is_sessionless(&self) -> bool {
+    pub(crate) fn is_sessionless(&self) -> bool {
         self.sessionless.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Whether its client ended the session (`DELETE`): its calls then end
     /// without a response, as cancelled ones do.
-    pub fn deleted_by_client(&self) -> bool {
+    pub(crate) fn deleted_by_client(&self) -> bool {
         self.state.lock().deleted_by_client
     }
 
@@ -442,7 +442,7 @@ impl Session {
 /// What a client is told of a downstream error of `server`: the one place a
 /// [`downstream::DownstreamError`] becomes JSON-RPC, for an open that failed
 /// and a request alike. The text is the error's, without the server's secrets.
-pub fn rpc_error(server: &Server, e: &downstream::DownstreamError) -> RpcError {
+pub(crate) fn rpc_error(server: &Server, e: &downstream::DownstreamError) -> RpcError {
     if let downstream::DownstreamError::SignIn(sign_in) = e {
         // The 2025-11-25 form; each era's side turns it into what its client takes.
         return RpcError {
@@ -474,19 +474,19 @@ struct Retired;
 impl Session {
     /// A call of the 2026-07-28 clients' session starts on `server`: what
     /// the server asks outside any call may be for it (see `deliver`).
-    pub fn add_caller(&self, key: u64, server: &str, ask: Asker) {
+    pub(crate) fn add_caller(&self, key: u64, server: &str, ask: Asker) {
         self.state.lock().callers.add(key, server, ask);
     }
 
     /// The call numbered `key` ended.
-    pub fn remove_caller(&self, key: u64) {
+    pub(crate) fn remove_caller(&self, key: u64) {
         self.state.lock().callers.remove(key);
     }
 
     /// Takes the client's request id `id` for as long as its request runs,
     /// or refuses it when a request of this session with that id is
     /// outstanding: a cancel of the id must name one request.
-    pub fn claim_request_id(&self, id: &Value) -> Result<IdClaim<'_>, RpcError> {
+    pub(crate) fn claim_request_id(&self, id: &Value) -> Result<IdClaim<'_>, RpcError> {
         let key = id_key(id);
         if !self.state.lock().routing.claim(&key) {
             return Err(RpcError::new(
@@ -503,14 +503,20 @@ impl Session {
     /// and its flight, which the client's cancel or the session's close stops.
     /// A call the client cancelled before it got here is stopped at once:
     /// it is not sent.
-    pub fn start_call(&self, client_id: &Value, server: &str, downstream_id: &Value, flight: &Arc<downstream::Flight>) {
+    pub(crate) fn start_call(
+        &self,
+        client_id: &Value,
+        server: &str,
+        downstream_id: &Value,
+        flight: &Arc<downstream::Flight>,
+    ) {
         let cancelled = self.state.lock().routing.start_call(client_id, server, downstream_id, flight.clone());
         if cancelled {
             flight.stop(Stop::Cancelled);
         }
     }
 
-    pub fn end_call(&self, client_id: &Value) {
+    pub(crate) fn end_call(&self, client_id: &Value) {
         self.state.lock().routing.end_call(client_id);
     }
 
@@ -518,7 +524,7 @@ impl Session {
     /// carry no response) and says where its cancel goes: the downstream
     /// session and the server's id for the request, if it was sent. A
     /// request not sent yet is never sent.
-    pub fn cancel(&self, client_id: &Value) -> Option<(Arc<Downstream>, Value)> {
+    pub(crate) fn cancel(&self, client_id: &Value) -> Option<(Arc<Downstream>, Value)> {
         let (flight, target) = {
             let mut st = self.state.lock();
             st.routing.cancel(&id_key(client_id));
@@ -534,7 +540,7 @@ impl Session {
     /// `None` when the client must not see it. Requests get an id of
     /// mcpgate's, remembered so the answer can go back; `list_changed`
     /// makes the merged list stale.
-    pub fn to_client(&self, server: &Server, message: Message) -> Option<Vec<u8>> {
+    pub(crate) fn to_client(&self, server: &Server, message: Message) -> Option<Vec<u8>> {
         match message.kind().ok()? {
             Kind::Request => {
                 let params = self.task_params(server, &message);
@@ -568,12 +574,12 @@ impl Session {
     }
 
     /// Rewrites the task ids `server` wrote in `value` to the client's.
-    pub fn tasks_from(&self, server: &str, value: &mut Value) {
+    pub(crate) fn tasks_from(&self, server: &str, value: &mut Value) {
         self.state.lock().routing.tasks_from(server, value);
     }
 
     /// The server and its own id behind the client's task id.
-    pub fn task_target(&self, exposed: &str) -> Option<(String, String)> {
+    pub(crate) fn task_target(&self, exposed: &str) -> Option<(String, String)> {
         self.state.lock().routing.task_target(exposed)
     }
 
@@ -589,7 +595,7 @@ impl Session {
     /// The client's answer to a server's request: the downstream session it
     /// goes to and the message with the server's own id. `None` for an id
     /// mcpgate never issued (or already answered).
-    pub fn answer_from_client(&self, message: &Message) -> Option<(Arc<Downstream>, Vec<u8>)> {
+    pub(crate) fn answer_from_client(&self, message: &Message) -> Option<(Arc<Downstream>, Vec<u8>)> {
         let n = message.id.as_ref()?.as_u64()?;
         let (ask, d) = {
             let mut st = self.state.lock();
@@ -611,13 +617,13 @@ impl Session {
 
     /// A request of mcpgate's own to the client (`method` with `params`):
     /// what to send it, and where its answer will come.
-    pub fn ask_client(&self, method: &str, params: Option<&RawValue>) -> (Vec<u8>, Receiver<Message>) {
+    pub(crate) fn ask_client(&self, method: &str, params: Option<&RawValue>) -> (Vec<u8>, Receiver<Message>) {
         let (n, rx) = self.state.lock().routing.ask_for_mcpgate();
         (jsonrpc::request(&Value::from(n), method, params), rx)
     }
 
     /// Whether the client declared what a request of `method` needs.
-    pub fn client_can(&self, method: &str) -> bool {
+    pub(crate) fn client_can(&self, method: &str) -> bool {
         let capability = match method {
             "sampling/createMessage" => "sampling",
             "elicitation/create" => "elicitation",
@@ -631,14 +637,14 @@ impl Session {
 
     /// Whether the client declared URL elicitation (2025-11-25:
     /// `elicitation.url`): it can be sent to sign in with a link.
-    pub fn takes_url_elicitation(&self) -> bool {
+    pub(crate) fn takes_url_elicitation(&self) -> bool {
         serde_json::from_str::<Value>(self.init_params.get())
             .ok()
             .is_some_and(|p| p["capabilities"]["elicitation"].get("url").is_some_and(|c| !c.is_null()))
     }
 
     /// Remembers `logging/setLevel` for servers this session opens later.
-    pub fn remember_log_level(&self, params: Option<&RawValue>) {
+    pub(crate) fn remember_log_level(&self, params: Option<&RawValue>) {
         self.state.lock().log_level = params.map(|p| p.to_owned());
     }
 }
@@ -754,7 +760,7 @@ impl Session {
     /// The downstream sessions whose server forgot them, to reopen; each is
     /// handed out once, and only while it is still the one in its slot (a
     /// request may have replaced it already).
-    pub fn take_lost(&self) -> Vec<Arc<Downstream>> {
+    pub(crate) fn take_lost(&self) -> Vec<Arc<Downstream>> {
         let now = Instant::now();
         let mut st = self.state.lock();
         let due = st.lost.take_due(now);
@@ -764,7 +770,7 @@ impl Session {
     /// Takes over a downstream session saved by an earlier process; its
     /// reader starts later ([`Session::start_reader`]). `None` when the
     /// server's sessions cannot be taken over (see [`Server::saved_downstream`]).
-    pub fn adopt(&self, server: &Arc<Server>, saved: &downstream::SavedDownstream) -> Option<Arc<Downstream>> {
+    pub(crate) fn adopt(&self, server: &Arc<Server>, saved: &downstream::SavedDownstream) -> Option<Arc<Downstream>> {
         let d = server.saved_downstream(saved)?;
         self.state.lock().slots.set_open(server.name(), d.clone());
         Some(d)
@@ -772,13 +778,13 @@ impl Session {
 
     /// Starts the reader of a downstream session taken over at a restart.
     /// Without one it still serves requests; the error is logged.
-    pub fn start_reader(&self, d: &Arc<Downstream>) {
+    pub(crate) fn start_reader(&self, d: &Arc<Downstream>) {
         let inbox: Weak<dyn Inbox> = self.me.clone();
         let _ = d.start_reader(inbox);
     }
 
     /// The state file's closing records of its open downstream sessions.
-    pub fn closing_records(&self) -> Vec<(usize, downstream::SavedDownstream)> {
+    pub(crate) fn closing_records(&self) -> Vec<(usize, downstream::SavedDownstream)> {
         self.state.lock().slots.closing_records()
     }
 
@@ -791,7 +797,7 @@ impl Session {
     /// Replaces a downstream session the server no longer knows: the old one
     /// goes through the close path, a new one opens. When another request
     /// already replaced it, that one is used.
-    pub fn reopen(&self, server: &Arc<Server>, old: &Arc<Downstream>) -> Result<Arc<Downstream>, RpcError> {
+    pub(crate) fn reopen(&self, server: &Arc<Server>, old: &Arc<Downstream>) -> Result<Arc<Downstream>, RpcError> {
         self.state.lock().slots.take_if_current(server, old);
         downstream::close_all(std::slice::from_ref(old), 1);
         // A server that forgot a session restarted: what it lists may have changed too.
@@ -802,14 +808,14 @@ impl Session {
     /// The servers whose reopen failed, due to be tried again now; each is
     /// handed out once, and only while no session is open with it (a
     /// request may have opened one already).
-    pub fn take_failed_reopens(&self) -> Vec<String> {
+    pub(crate) fn take_failed_reopens(&self) -> Vec<String> {
         let mut st = self.state.lock();
         let due = st.lost.take_failed(Instant::now());
         due.into_iter().filter(|server| st.slots.if_open(server).is_none()).collect()
     }
 
     /// Tries again to open a downstream session whose reopen failed.
-    pub fn retry_reopen(&self, server: &Arc<Server>) -> Result<Arc<Downstream>, RpcError> {
+    pub(crate) fn retry_reopen(&self, server: &Arc<Server>) -> Result<Arc<Downstream>, RpcError> {
         self.reopened(server, self.downstream(server, Duration::ZERO))
     }
 
@@ -836,7 +842,7 @@ impl Session {
     }
 
     /// The merged lists may have changed (a reload): tell the client.
-    pub fn lists_changed(&self) {
+    pub(crate) fn lists_changed(&self) {
         for kind in [ListKind::Tools, ListKind::Prompts, ListKind::Resources] {
             self.push_to_stream(jsonrpc::notification(kind.changed_notification(), None));
         }
@@ -844,27 +850,27 @@ impl Session {
 
     /// Whether opening its session with `server` failed less than `retry`
     /// ago: it is not tried again before (nor its process started).
-    pub fn failed_within(&self, server: &str, retry: Duration) -> bool {
+    pub(crate) fn failed_within(&self, server: &str, retry: Duration) -> bool {
         self.state.lock().slots.failed_within(server, retry)
     }
 
     /// The downstream session with `server` if it is open now; never opens one.
-    pub fn downstream_if_open(&self, server: &str) -> Option<Arc<Downstream>> {
+    pub(crate) fn downstream_if_open(&self, server: &str) -> Option<Arc<Downstream>> {
         self.state.lock().slots.if_open(server)
     }
 
     /// Why opening failed where mcpgate itself was short of a resource.
-    pub fn exhausted(&self) -> Option<String> {
+    pub(crate) fn exhausted(&self) -> Option<String> {
         self.state.lock().slots.exhausted()
     }
 
     /// The error of each server whose downstream session failed to open.
-    pub fn failed_servers(&self) -> Vec<(String, String)> {
+    pub(crate) fn failed_servers(&self) -> Vec<(String, String)> {
         self.state.lock().slots.failures()
     }
 
     /// Every open downstream session.
-    pub fn open_downstreams(&self) -> Vec<Arc<Downstream>> {
+    pub(crate) fn open_downstreams(&self) -> Vec<Arc<Downstream>> {
         self.state.lock().slots.open_downstreams()
     }
 }
@@ -873,7 +879,7 @@ impl Session {
 impl Session {
     /// Sends a message to the client's `GET` stream, or keeps it until one
     /// opens (see [`Streams::push`]).
-    pub fn push_to_stream(&self, message: Vec<u8>) {
+    pub(crate) fn push_to_stream(&self, message: Vec<u8>) {
         let mut st = self.state.lock();
         if self.is_sessionless() {
             // No GET stream will come: what a listen stream asked for goes there, the rest nowhere.
@@ -886,12 +892,12 @@ impl Session {
     /// Opens a `subscriptions/listen` stream (2026-07-28): its first event
     /// acknowledges what of `filter` mcpgate honors; then the list changes
     /// it asked for, each carrying the listen request's id.
-    pub fn listen(&self, subscription: &Value, filter: ListenFilter) -> Attached {
+    pub(crate) fn listen(&self, subscription: &Value, filter: ListenFilter) -> Attached {
         self.state.lock().streams.listen(subscription, filter)
     }
 
     /// A listen stream ended.
-    pub fn unlisten(&self, id: u64) {
+    pub(crate) fn unlisten(&self, id: u64) {
         let mut st = self.state.lock();
         if st.streams.unlisten(id) {
             self.touch();
@@ -901,7 +907,7 @@ impl Session {
     /// The priming event that opens a stream for a 2025-11-25 client: an id
     /// to resume from and how long to wait before reconnecting; with the
     /// `POST`'s `request`, the id carries it too (see `streams::priming_with`).
-    pub fn priming(&self, stream: u64, request: Option<&[u8]>) -> Option<Vec<u8>> {
+    pub(crate) fn priming(&self, stream: u64, request: Option<&[u8]>) -> Option<Vec<u8>> {
         versions::primes_streams(&self.protocol_version).then(|| match request {
             Some(request) => streams::priming_with(stream, request),
             None => streams::priming(stream),
@@ -909,28 +915,28 @@ impl Session {
     }
 
     /// Starts the SSE answer of a `POST`: its stream number.
-    pub fn open_post_stream(&self) -> u64 {
+    pub(crate) fn open_post_stream(&self) -> u64 {
         self.state.lock().streams.open_post()
     }
 
     /// One event of a `POST` stream as SSE bytes, kept for replay (when
     /// the session has room) and passed to a `GET` that resumed the stream.
     /// `last` (the response) ends it.
-    pub fn post_event(&self, stream: u64, message: &[u8], last: bool) -> Vec<u8> {
+    pub(crate) fn post_event(&self, stream: u64, message: &[u8], last: bool) -> Vec<u8> {
         self.state.lock().streams.post_event(stream, message, last)
     }
 
     /// Ends a `POST` stream without a response (its request was
     /// cancelled): a `GET` that resumed it ends, and one that resumes it
     /// later gets what was sent and nothing more.
-    pub fn end_post_stream(&self, stream: u64) {
+    pub(crate) fn end_post_stream(&self, stream: u64) {
         self.state.lock().streams.end_post(stream);
     }
 
     /// Attaches a `GET` stream. With `last_event_id` of an earlier stream,
     /// the events of that stream after it are replayed first, and only
     /// those; resuming a `POST` stream follows it to its response.
-    pub fn attach_stream(&self, last_event_id: Option<&str>, max_streams: usize) -> Result<Attached, RpcError> {
+    pub(crate) fn attach_stream(&self, last_event_id: Option<&str>, max_streams: usize) -> Result<Attached, RpcError> {
         let mut st = self.state.lock();
         if st.closed {
             return Err(RpcError::internal("the session is closing"));
@@ -939,7 +945,7 @@ impl Session {
     }
 
     /// A `GET` stream ended (client gone, or the session closed).
-    pub fn detach_stream(&self, attach: u64) {
+    pub(crate) fn detach_stream(&self, attach: u64) {
         let mut st = self.state.lock();
         if st.streams.detach(attach) {
             self.touch();
@@ -947,7 +953,7 @@ impl Session {
     }
 
     /// What the status page shows of this session at `now`.
-    pub fn view(&self, now: Instant) -> View {
+    pub(crate) fn view(&self, now: Instant) -> View {
         let st = self.state.lock();
         let in_use = self.in_use(&st);
         let mut view = View {
@@ -968,7 +974,7 @@ impl Session {
 }
 
 /// A client request id in use while its request is answered; freed when dropped.
-pub struct IdClaim<'a> {
+pub(crate) struct IdClaim<'a> {
     session: &'a Session,
     key: String,
 }
@@ -1017,7 +1023,7 @@ impl Inbox for Session {
 }
 
 /// Keeps a session busy while a request runs.
-pub struct RequestGuard<'a>(&'a Session, usize);
+pub(crate) struct RequestGuard<'a>(&'a Session, usize);
 
 impl Drop for RequestGuard<'_> {
     fn drop(&mut self) {
@@ -1032,7 +1038,7 @@ fn stream_base(epoch: u64) -> u64 {
 }
 
 /// The first characters of a session id, enough to tell sessions apart in logs.
-pub fn short(id: &str) -> &str {
+pub(crate) fn short(id: &str) -> &str {
     &id[..id.len().min(8)]
 }
 
@@ -1047,7 +1053,7 @@ pub struct Sessions {
 }
 
 impl Sessions {
-    pub fn new(journal: Arc<Journal>) -> Sessions {
+    pub(crate) fn new(journal: Arc<Journal>) -> Sessions {
         Sessions { map: Mutex::new(HashMap::new()), journal }
     }
 
@@ -1055,21 +1061,17 @@ impl Sessions {
         self.journal.closing(session.closing_records());
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.map.lock().len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    pub fn get(&self, id: &str) -> Option<Arc<Session>> {
+    pub(crate) fn get(&self, id: &str) -> Option<Arc<Session>> {
         self.map.lock().get(id).cloned()
     }
 
     /// Adds a session unless `max` are live. It is in the state file's
     /// records before anyone can learn its id.
-    pub fn insert(&self, session: Arc<Session>, max: usize) -> bool {
+    pub(crate) fn insert(&self, session: Arc<Session>, max: usize) -> bool {
         let mut map = self.map.lock();
         if map.len() >= max {
             return false;
@@ -1083,7 +1085,7 @@ impl Sessions {
     }
 
     /// Removes the session if `allowed` says so (e.g. it answers to the token).
-    pub fn remove_if(&self, id: &str, allowed: impl FnOnce(&Session) -> bool) -> Option<Arc<Session>> {
+    pub(crate) fn remove_if(&self, id: &str, allowed: impl FnOnce(&Session) -> bool) -> Option<Arc<Session>> {
         let mut map = self.map.lock();
         let session = map.get(id)?;
         if !allowed(session) {
@@ -1098,7 +1100,7 @@ impl Sessions {
 
     /// Removes a session another instance took over, without a word to the
     /// journal: it is that instance's now.
-    pub fn take_handed_over(&self, id: &str) -> Option<Arc<Session>> {
+    pub(crate) fn take_handed_over(&self, id: &str) -> Option<Arc<Session>> {
         let mut map = self.map.lock();
         let taken = map.remove(id);
         memory::set_sessions(map.len());
@@ -1107,7 +1109,7 @@ impl Sessions {
 
     /// Removes and returns the sessions idle for at least `timeout`, or
     /// `unused` for those that never made a call.
-    pub fn take_idle(&self, timeout: Duration, unused: Duration) -> Vec<Arc<Session>> {
+    pub(crate) fn take_idle(&self, timeout: Duration, unused: Duration) -> Vec<Arc<Session>> {
         let now = Instant::now();
         let mut map = self.map.lock();
         let idle: Vec<String> = map
@@ -1140,7 +1142,7 @@ impl Sessions {
     }
 
     /// A copy of the list, to read without holding the map.
-    pub fn snapshot(&self) -> Vec<Arc<Session>> {
+    pub(crate) fn snapshot(&self) -> Vec<Arc<Session>> {
         self.map.lock().values().cloned().collect()
     }
 }
@@ -1148,7 +1150,7 @@ impl Sessions {
 /// Closes sessions already removed from [`Sessions`]: the one close path of
 /// client sessions, for idle eviction, client `DELETE` and shutdown alike.
 /// Every downstream session goes through [`downstream::close_all`].
-pub fn close_sessions(sessions: Vec<Arc<Session>>, reason: CloseReason, parallel: usize, stats: &Stats) {
+pub(crate) fn close_sessions(sessions: Vec<Arc<Session>>, reason: CloseReason, parallel: usize, stats: &Stats) {
     let mut downstreams = Vec::new();
     for session in &sessions {
         downstreams.extend(session.take_for_close(reason));

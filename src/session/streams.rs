@@ -53,10 +53,10 @@ pub(super) struct Streams {
 
 /// What a `subscriptions/listen` stream asked to hear.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ListenFilter {
-    pub tools: bool,
-    pub prompts: bool,
-    pub resources: bool,
+pub(crate) struct ListenFilter {
+    pub(crate) tools: bool,
+    pub(crate) prompts: bool,
+    pub(crate) resources: bool,
 }
 
 impl ListenFilter {
@@ -71,7 +71,7 @@ impl ListenFilter {
     }
 
     /// The acknowledgement's `notifications`: what mcpgate honors of it.
-    pub fn honored(&self) -> serde_json::Value {
+    pub(crate) fn honored(&self) -> serde_json::Value {
         let mut out = serde_json::Map::new();
         for (key, on) in [
             ("toolsListChanged", self.tools),
@@ -162,10 +162,10 @@ struct ReplayEvent {
 /// A `GET` stream as the connection thread writes it: `first` (replay,
 /// priming, waiting messages), then whatever arrives on `rx` until it
 /// disconnects. `id` is set for a `GET` stream to detach when it ends.
-pub struct Attached {
-    pub id: Option<u64>,
-    pub first: Vec<Event>,
-    pub rx: Receiver<Event>,
+pub(crate) struct Attached {
+    pub(crate) id: Option<u64>,
+    pub(crate) first: Vec<Event>,
+    pub(crate) rx: Receiver<Event>,
 }
 
 /// The events a session keeps for clients that resume a stream with

@@ -10,8 +10,8 @@
 
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-pub mod page;
-pub mod prometheus;
+pub(crate) mod page;
+pub(crate) mod prometheus;
 pub mod summary;
 
 use serde_json::{Map, Value, json};

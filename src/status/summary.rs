@@ -188,7 +188,7 @@ pub(crate) fn mean_latency(s: &Value) -> Option<String> {
 }
 
 /// A session's downstream sessions in a line: `alpha 1a2b3c4d, beta failed`.
-pub fn downstreams(session: &Value) -> String {
+pub(crate) fn downstreams(session: &Value) -> String {
     let Some(map) = session["downstream"].as_object() else { return String::new() };
     map.iter()
         .map(|(server, d)| match d["state"].as_str() {

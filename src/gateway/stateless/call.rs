@@ -22,11 +22,11 @@ const DISCOVER_TTL_MS: u64 = 60_000;
 
 /// A call about to run: made by `new_call`.
 pub(super) struct NewCall<'a> {
-    pub number: u64,
-    pub call_id: Value,
-    pub call: Message,
-    pub server: Arc<Server>,
-    pub params: Params<'a>,
+    pub(crate) number: u64,
+    pub(crate) call_id: Value,
+    pub(crate) call: Message,
+    pub(crate) server: Arc<Server>,
+    pub(crate) params: Params<'a>,
 }
 
 /// Runs a new call on this connection's thread, its client watched (it

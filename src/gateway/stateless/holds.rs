@@ -65,17 +65,17 @@ pub(in crate::gateway) enum HoldEvent {
 /// A call that runs on a thread of its own, for a client that may be
 /// answered `input_required` and retry: what [`Holds::hold`] keeps.
 pub(in crate::gateway) struct HeldCall {
-    pub events: Receiver<HoldEvent>,
+    pub(crate) events: Receiver<HoldEvent>,
     /// The session the call runs on, and its id there (to cancel it).
-    pub pool: Arc<Session>,
-    pub call_id: Value,
+    pub(crate) pool: Arc<Session>,
+    pub(crate) call_id: Value,
     /// The server's requests the client must answer, by mcpgate's id.
-    pub asks: Vec<u64>,
-    pub thread: HoldThread,
+    pub(crate) asks: Vec<u64>,
+    pub(crate) thread: HoldThread,
     /// The method the client called.
-    pub method: String,
+    pub(crate) method: String,
     /// Whose call it is: only a `requestState` made for it takes the call back.
-    pub token: Option<[u8; 32]>,
+    pub(crate) token: Option<[u8; 32]>,
 }
 
 /// A call whose client was answered `input_required`, waiting for its retry.
@@ -95,13 +95,13 @@ pub(in crate::gateway) struct HoldThread {
 }
 
 impl HoldThread {
-    pub fn new(handle: JoinHandle<()>, charge: Tallied) -> HoldThread {
+    pub(crate) fn new(handle: JoinHandle<()>, charge: Tallied) -> HoldThread {
         HoldThread { handle: Some(handle), _charge: charge }
     }
 
     /// Waits for the thread to end: for a call that is done, only its
     /// return (it reports the end last).
-    pub fn join(mut self) {
+    pub(crate) fn join(mut self) {
         if let Some(handle) = self.handle.take() {
             let _ = handle.join();
         }
@@ -150,7 +150,7 @@ impl std::fmt::Display for Refused {
 }
 
 impl Holds {
-    pub fn new() -> Holds {
+    pub(crate) fn new() -> Holds {
         let mut key = [0u8; 32];
         if let Err(e) = crate::runtime::sys::random(&mut key) {
             // Not expected (getrandom); still a key no client can know in advance.
@@ -162,21 +162,21 @@ impl Holds {
     }
 
     /// The tally of what the calls on their own threads hold.
-    pub fn tally(&self) -> &Arc<AtomicUsize> {
+    pub(crate) fn tally(&self) -> &Arc<AtomicUsize> {
         &self.charged
     }
 
     /// Bytes the calls on their own threads hold now.
-    pub fn charged(&self) -> usize {
+    pub(crate) fn charged(&self) -> usize {
         self.charged.load(Ordering::Relaxed)
     }
 
     /// A number for a new hold.
-    pub fn next(&self) -> u64 {
+    pub(crate) fn next(&self) -> u64 {
         self.next.fetch_add(1, Ordering::Relaxed)
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.held.lock().len()
     }
 
@@ -188,7 +188,13 @@ impl Holds {
 
     /// Holds a call, at most `max` at once: its `requestState`, or the
     /// call back when there is no room (the caller cancels it).
-    pub fn hold(&self, number: u64, held: HeldCall, timeout: Duration, max: usize) -> Result<String, Box<HeldCall>> {
+    pub(crate) fn hold(
+        &self,
+        number: u64,
+        held: HeldCall,
+        timeout: Duration,
+        max: usize,
+    ) -> Result<String, Box<HeldCall>> {
         let expires = now_ms() + timeout.as_millis() as u64;
         let mut map = self.held.lock();
         if map.len() >= max {
@@ -201,7 +207,7 @@ impl Holds {
 
     /// The held call `state` names, taken out of the table, if `state` is
     /// one mcpgate issued for `token` and still good.
-    pub fn take(&self, state: &str, token: Option<&[u8; 32]>) -> Result<HeldCall, Refused> {
+    pub(crate) fn take(&self, state: &str, token: Option<&[u8; 32]>) -> Result<HeldCall, Refused> {
         let Some(state) = state.strip_prefix(STATE_PREFIX) else { return Err(Refused::Forged) };
         let mut parts = state.splitn(3, '.');
         let (Some(number), Some(expires), Some(mac)) = (parts.next(), parts.next(), parts.next()) else {
@@ -221,7 +227,7 @@ impl Holds {
     }
 
     /// The held calls past their time, taken out (the reaper cancels them).
-    pub fn expired(&self) -> Vec<HeldCall> {
+    pub(crate) fn expired(&self) -> Vec<HeldCall> {
         let now = now_ms();
         let mut map = self.held.lock();
         let stale: Vec<u64> = map.iter().filter(|(_, h)| h.expires < now).map(|(n, _)| *n).collect();
@@ -229,7 +235,7 @@ impl Holds {
     }
 
     /// Every held call (shutdown).
-    pub fn take_all(&self) -> Vec<HeldCall> {
+    pub(crate) fn take_all(&self) -> Vec<HeldCall> {
         self.held.lock().drain().map(|(_, h)| h.call).collect()
     }
 }

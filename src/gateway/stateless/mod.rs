@@ -88,12 +88,12 @@ impl Default for Stateless {
 
 impl Stateless {
     /// Calls held for their client's retry, for the status page.
-    pub fn held_calls(&self) -> usize {
+    pub(crate) fn held_calls(&self) -> usize {
         self.holds.len()
     }
 
     /// Bytes the calls on their own threads hold, for the status page.
-    pub fn call_bytes(&self) -> usize {
+    pub(crate) fn call_bytes(&self) -> usize {
         self.holds.charged()
     }
 
@@ -103,7 +103,7 @@ impl Stateless {
     }
 
     /// Cancels the held calls past `held_call_timeout_secs`; the reaper's job.
-    pub fn expire_holds(&self) {
+    pub(crate) fn expire_holds(&self) {
         for held in self.holds.expired() {
             dispatch::cancel_call(&held.pool, &held.call_id, "its client did not retry within held_call_timeout_secs");
         }

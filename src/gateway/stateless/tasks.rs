@@ -68,13 +68,13 @@ pub(super) fn offers_tasks(capabilities: &Value, opened: &[Arc<crate::downstream
 /// a call needs, and the pool's merged tools, made only when a tool's task
 /// support is asked.
 pub(super) struct Tasks<'a> {
-    pub config: &'a Config,
-    pub servers: &'a [Arc<Server>],
-    pub stats: &'a Stats,
-    pub holds: &'a Holds,
-    pub watch: &'a Watch,
-    pub settings: CallSettings,
-    pub tools: &'a dyn Fn() -> Result<Arc<List>, RpcError>,
+    pub(crate) config: &'a Config,
+    pub(crate) servers: &'a [Arc<Server>],
+    pub(crate) stats: &'a Stats,
+    pub(crate) holds: &'a Holds,
+    pub(crate) watch: &'a Watch,
+    pub(crate) settings: CallSettings,
+    pub(crate) tools: &'a dyn Fn() -> Result<Arc<List>, RpcError>,
 }
 
 impl Tasks<'_> {

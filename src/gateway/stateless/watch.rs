@@ -65,7 +65,7 @@ impl Watch {
     /// guard is dropped; `cancel` ends it when its client leaves. Without a
     /// client connection (a test's request) or a watcher thread (none can
     /// start now), the call runs unwatched: it ends when its server answers.
-    pub fn add(
+    pub(crate) fn add(
         &self,
         number: u64,
         client: Option<&Client>,
@@ -100,7 +100,7 @@ impl Watch {
     }
 
     /// Stops the watcher (shutdown); its thread is joined with the late ones.
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         let mut st = self.state.lock();
         st.stopping = true;
         st.calls.clear();

@@ -8,33 +8,33 @@ use crate::runtime::ratelog::RateLimit;
 
 /// What a checked token says.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Claims {
-    pub issuer: String,
-    pub subject: String,
-    pub scopes: Vec<String>,
+pub(crate) struct Claims {
+    pub(crate) issuer: String,
+    pub(crate) subject: String,
+    pub(crate) scopes: Vec<String>,
     /// Unix seconds.
-    pub expires: u64,
+    pub(crate) expires: u64,
 }
 
 /// What a valid token grants.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Grant {
-    pub subject: String,
-    pub scopes: Vec<String>,
+    pub(crate) subject: String,
+    pub(crate) scopes: Vec<String>,
     /// The servers of `server_scopes` whose scope the token lacks.
-    pub hidden: Vec<String>,
+    pub(crate) hidden: Vec<String>,
     /// SHA-256 of issuer, subject and `hidden`: what its sessions are bound to.
-    pub principal: [u8; 32],
+    pub(crate) principal: [u8; 32],
     /// SHA-256 of issuer and subject: the user, whatever the token's scopes
     /// (what the tokens mcpgate keeps for it at servers are bound to).
-    pub user: [u8; 32],
+    pub(crate) user: [u8; 32],
     /// Unix seconds.
-    pub expires: u64,
+    pub(crate) expires: u64,
 }
 
 /// Why a token was refused; each says so in words.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Rejection {
+pub(crate) enum Rejection {
     /// Not a token mcpgate can read.
     Malformed(String),
     /// `alg: none`, HMAC, an unknown algorithm, or one that does not fit its key.
@@ -68,7 +68,7 @@ impl Rejection {
     }
 
     /// Logs it, at most once per 10 s for each kind of reason.
-    pub fn log(&self) {
+    pub(crate) fn log(&self) {
         static LIMITS: [RateLimit; 10] = [const { RateLimit::new(Duration::from_secs(10)) }; 10];
         let limit = &LIMITS[self.index()];
         if let Some(suppressed) = limit.allow() {

@@ -23,7 +23,7 @@ static RING: CryptoProvider = CryptoProvider {
 };
 
 /// Makes ring jsonwebtoken's crypto; before the first token is checked.
-pub fn install() {
+pub(crate) fn install() {
     // Installed already (by an earlier call): the same provider.
     let _ = RING.install_default();
 }

@@ -18,9 +18,9 @@ use crate::config::{Introspection, OAuthConfig};
 use crate::stats::Stats;
 
 /// The longest an introspection answer is used.
-pub const KEEP: Duration = Duration::from_secs(60);
+pub(crate) const KEEP: Duration = Duration::from_secs(60);
 
-pub struct Introspector {
+pub(crate) struct Introspector {
     config: Introspection,
     /// `Basic` credentials: client id and secret, form-encoded then base64.
     basic: String,
@@ -28,7 +28,7 @@ pub struct Introspector {
 }
 
 impl Introspector {
-    pub fn new(config: Introspection, agent: Agent) -> Introspector {
+    pub(crate) fn new(config: Introspection, agent: Agent) -> Introspector {
         let pair = format!("{}:{}", form_encode(&config.client_id), form_encode(&config.client_secret));
         let basic = base64::engine::general_purpose::STANDARD.encode(pair);
         Introspector { config, basic, agent }
@@ -36,7 +36,7 @@ impl Introspector {
 
     /// What the issuer says of `token`: its claims, kept by the caller for
     /// at most [`KEEP`] (the `expires` returned is capped so).
-    pub fn check(&self, token: &str, oauth: &OAuthConfig, stats: &Stats, now: u64) -> Result<Claims, Rejection> {
+    pub(crate) fn check(&self, token: &str, oauth: &OAuthConfig, stats: &Stats, now: u64) -> Result<Claims, Rejection> {
         stats.auth_introspections.inc();
         let form = format!("token={}&token_type_hint=access_token", form_encode(token));
         let answer = idp::post_form(&self.agent, &self.config.url, &self.basic, &form).map_err(|why| {

@@ -23,7 +23,7 @@ use super::idp;
 use crate::stats::Stats;
 
 /// The least time between two fetches caused by unknown keys.
-pub const REFETCH_EVERY: Duration = Duration::from_secs(10);
+pub(crate) const REFETCH_EVERY: Duration = Duration::from_secs(10);
 /// How long a key set is used before it is fetched again anyway.
 const MAX_AGE: Duration = Duration::from_secs(3600);
 /// The longest a request waits for another's fetch.
@@ -31,18 +31,18 @@ const WAIT_FOR_FETCH: Duration = Duration::from_secs(15);
 
 /// One signing key of the issuer.
 #[derive(Clone)]
-pub struct Key {
-    pub kid: Option<String>,
+pub(crate) struct Key {
+    pub(crate) kid: Option<String>,
     /// What the key is, for errors: `RSA`, `EC P-256`, `OKP Ed25519`.
-    pub kind: &'static str,
+    pub(crate) kind: &'static str,
     /// The algorithms it may check.
-    pub algorithms: Vec<Algorithm>,
-    pub key: DecodingKey,
+    pub(crate) algorithms: Vec<Algorithm>,
+    pub(crate) key: DecodingKey,
 }
 
 /// Why no key could be had.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum KeyError {
+pub(crate) enum KeyError {
     /// The set holds no key with this `kid` (or none for the `alg`, without one).
     Unknown(String),
     /// The keys could not be fetched: the reason.
@@ -64,7 +64,7 @@ struct Fetching {
     jwks_uri: Option<String>,
 }
 
-pub struct Jwks {
+pub(crate) struct Jwks {
     issuer: String,
     configured_uri: Option<String>,
     agent: Agent,
@@ -76,7 +76,7 @@ pub struct Jwks {
 }
 
 impl Jwks {
-    pub fn new(issuer: &str, jwks_uri: Option<&str>, agent: Agent) -> Jwks {
+    pub(crate) fn new(issuer: &str, jwks_uri: Option<&str>, agent: Agent) -> Jwks {
         Jwks {
             issuer: issuer.to_string(),
             configured_uri: jwks_uri.map(str::to_string),
@@ -88,7 +88,7 @@ impl Jwks {
     }
 
     /// The key a token with `kid` and `alg` names.
-    pub fn key(&self, kid: Option<&str>, alg: Algorithm, stats: &Stats) -> Result<Key, KeyError> {
+    pub(crate) fn key(&self, kid: Option<&str>, alg: Algorithm, stats: &Stats) -> Result<Key, KeyError> {
         let stale = self.keys.read().at.is_none_or(|at| at.elapsed() >= MAX_AGE);
         if stale {
             self.refresh(stats);

@@ -18,7 +18,7 @@ use crate::stats::Stats;
 
 /// Whether `token` has the shape of a JWT (three base64url parts, the first
 /// a JSON object): the others are opaque tokens, for introspection.
-pub fn looks_like_jwt(token: &str) -> bool {
+pub(crate) fn looks_like_jwt(token: &str) -> bool {
     let mut parts = token.split('.');
     let (Some(head), Some(_), Some(_), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
         return false;
@@ -31,7 +31,13 @@ fn decode_part(part: &str) -> Option<Vec<u8>> {
 }
 
 /// The token's claims once its signature and claims check out.
-pub fn check(token: &str, config: &OAuthConfig, jwks: &Jwks, stats: &Stats, now: u64) -> Result<Claims, Rejection> {
+pub(crate) fn check(
+    token: &str,
+    config: &OAuthConfig,
+    jwks: &Jwks,
+    stats: &Stats,
+    now: u64,
+) -> Result<Claims, Rejection> {
     let head = token.split('.').next().and_then(decode_part).ok_or_else(|| malformed("its header is not base64url"))?;
     let head: Map<String, Value> =
         serde_json::from_slice(&head).map_err(|e| malformed(&format!("its header is not a JSON object: {e}")))?;
@@ -86,7 +92,7 @@ fn algorithm(name: &str) -> Result<Algorithm, Rejection> {
 }
 
 /// The claims of a signed token, checked.
-pub fn claims(claims: &Map<String, Value>, config: &OAuthConfig, now: u64) -> Result<Claims, Rejection> {
+pub(crate) fn claims(claims: &Map<String, Value>, config: &OAuthConfig, now: u64) -> Result<Claims, Rejection> {
     let issuer = claims.get("iss").and_then(Value::as_str).unwrap_or("");
     if issuer != config.issuer {
         return Err(Rejection::Issuer(format!(
@@ -123,7 +129,7 @@ pub fn claims(claims: &Map<String, Value>, config: &OAuthConfig, now: u64) -> Re
 }
 
 /// `aud`, a string or an array, must hold one of the configured audiences.
-pub fn audience(aud: Option<&Value>, config: &OAuthConfig) -> Result<(), Rejection> {
+pub(crate) fn audience(aud: Option<&Value>, config: &OAuthConfig) -> Result<(), Rejection> {
     let presented: Vec<&str> = match aud {
         Some(Value::String(one)) => vec![one.as_str()],
         Some(Value::Array(many)) => many.iter().filter_map(Value::as_str).collect(),
@@ -141,7 +147,7 @@ pub fn audience(aud: Option<&Value>, config: &OAuthConfig) -> Result<(), Rejecti
 }
 
 /// `scope` (a space-separated string, RFC 9068) or `scp` (an array or a string).
-pub fn scopes(claims: &Map<String, Value>) -> Vec<String> {
+pub(crate) fn scopes(claims: &Map<String, Value>) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for field in ["scope", "scp"] {
         match claims.get(field) {
@@ -161,7 +167,7 @@ fn malformed(why: &str) -> Rejection {
 
 /// At most 64 characters, without control characters or quotes: safe in a
 /// log line and a `WWW-Authenticate` value.
-pub fn printable(text: &str) -> String {
+pub(crate) fn printable(text: &str) -> String {
     text.chars().take(64).map(|c| if c.is_control() || c == '"' || c == '\\' { '?' } else { c }).collect()
 }
 

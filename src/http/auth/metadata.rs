@@ -9,10 +9,10 @@ use serde_json::{Value, json};
 use crate::config::OAuthConfig;
 
 /// The well-known path of the metadata, without the resource's path.
-pub const WELL_KNOWN: &str = "/.well-known/oauth-protected-resource";
+pub(crate) const WELL_KNOWN: &str = "/.well-known/oauth-protected-resource";
 
 /// The metadata document.
-pub fn document(config: &OAuthConfig) -> Value {
+pub(crate) fn document(config: &OAuthConfig) -> Value {
     json!({
         "resource": config.resource,
         "authorization_servers": [config.issuer],
@@ -36,13 +36,13 @@ fn split(url: &str) -> (&str, &str) {
 
 /// The absolute URL of the metadata: the well-known path inserted before
 /// the resource's path (RFC 9728 §3.1).
-pub fn metadata_url(config: &OAuthConfig) -> String {
+pub(crate) fn metadata_url(config: &OAuthConfig) -> String {
     let (origin, path) = split(&config.resource);
     format!("{origin}{WELL_KNOWN}{}", path.trim_end_matches('/'))
 }
 
 /// Whether `path` is one the metadata is served at.
-pub fn serves(config: &OAuthConfig, path: &str) -> bool {
+pub(crate) fn serves(config: &OAuthConfig, path: &str) -> bool {
     let (_, resource_path) = split(&config.resource);
     let resource_path = resource_path.trim_end_matches('/');
     path == WELL_KNOWN || path.strip_prefix(WELL_KNOWN).is_some_and(|rest| rest == resource_path || rest == "/mcp")
@@ -50,7 +50,7 @@ pub fn serves(config: &OAuthConfig, path: &str) -> bool {
 
 /// A `WWW-Authenticate: Bearer` value: `error` and its description when a
 /// token was sent, the scopes that would do, and where the metadata is.
-pub fn challenge(config: &OAuthConfig, error: Option<(&str, &str)>, scopes: &[String]) -> String {
+pub(crate) fn challenge(config: &OAuthConfig, error: Option<(&str, &str)>, scopes: &[String]) -> String {
     let mut parts = Vec::new();
     if let Some((code, description)) = error {
         parts.push(format!("error=\"{code}\""));

@@ -32,11 +32,10 @@ mod idp;
 mod introspection;
 mod jwks;
 mod jwt;
-pub mod metadata;
+pub(crate) mod metadata;
 mod oauth;
 
-pub use claims::{Grant, Rejection};
-pub use jwks::REFETCH_EVERY;
+pub(crate) use claims::{Grant, Rejection};
 use oauth::OAuth;
 
 /// What a request may reach once admitted, and who it is.
@@ -53,7 +52,7 @@ pub enum Access {
 
 impl Access {
     /// The servers this access is limited to; `None` for all of them.
-    pub fn servers(&self) -> Option<&[String]> {
+    pub(crate) fn servers(&self) -> Option<&[String]> {
         match self {
             Access::Open => None,
             Access::Token(token) => token.servers.as_deref(),
@@ -64,7 +63,7 @@ impl Access {
     /// Who is calling, in words for the log: a token's `name`, else the
     /// start of its digest; an OAuth subject; `anyone` without `auth`.
     /// Never the token itself.
-    pub fn who(&self) -> String {
+    pub(crate) fn who(&self) -> String {
         match self {
             Access::Open => "anyone".into(),
             Access::Token(token) => match &token.name {
@@ -81,7 +80,7 @@ impl Access {
     /// Who is calling, for the audit log: `{"token": name}` (the start of
     /// its digest when it has no name), `{"subject": ...}` (the audit log
     /// adds the issuer), or `{}` without `auth`. Never the token itself.
-    pub fn audited(&self) -> serde_json::Value {
+    pub(crate) fn audited(&self) -> serde_json::Value {
         match self {
             Access::Open => serde_json::json!({}),
             Access::Token(token) => match &token.name {
@@ -99,7 +98,7 @@ impl Access {
     /// static token's SHA-256; for OAuth the SHA-256 of its issuer, subject
     /// and the servers its scopes leave out. `None` without `auth`. Never
     /// the token itself: this is what the state file keeps.
-    pub fn principal(&self) -> Option<[u8; 32]> {
+    pub(crate) fn principal(&self) -> Option<[u8; 32]> {
         match self {
             Access::Open => None,
             Access::Token(token) => Some(crate::runtime::sha256::digest(token.token.as_bytes())),
@@ -110,7 +109,7 @@ impl Access {
     /// Who is calling, whatever its token reaches: a static token's SHA-256;
     /// for OAuth the SHA-256 of its issuer and subject. What the tokens
     /// mcpgate keeps for a user at its servers are bound to; `None` without `auth`.
-    pub fn user(&self) -> Option<[u8; 32]> {
+    pub(crate) fn user(&self) -> Option<[u8; 32]> {
         match self {
             Access::OAuth { grant, .. } => Some(grant.user),
             other => other.principal(),
@@ -122,7 +121,7 @@ impl Access {
 /// (its caches: keys, checked tokens) and across reloads that leave
 /// `auth.oauth` as it was.
 #[derive(Default)]
-pub struct Auth {
+pub(crate) struct Auth {
     /// Guards the swap of the checker; the configuration it was made for
     /// (the latest `Arc` of equal value) beside it.
     current: RwLock<Option<(Arc<OAuthConfig>, Arc<OAuth>)>>,
@@ -138,7 +137,7 @@ fn said_refused(req: &HttpRequest, why: &str) {
 
 /// The bearer token a request presents, if any: for a token exchange of
 /// the user's own token (`oauth.token_exchange`), never passed on as it is.
-pub fn presented(req: &HttpRequest) -> Option<&str> {
+pub(crate) fn presented(req: &HttpRequest) -> Option<&str> {
     bearer(req)
 }
 
@@ -162,7 +161,7 @@ fn find<'a>(tokens: &'a [Token], presented: &str) -> Option<&'a Token> {
 }
 
 impl Auth {
-    pub fn new() -> Auth {
+    pub(crate) fn new() -> Auth {
         Auth::default()
     }
 
@@ -188,7 +187,7 @@ impl Auth {
     }
 
     /// The access of a `/mcp` request, or the refusal to answer with.
-    pub fn authenticate(&self, req: &HttpRequest, config: &Config, stats: &Stats) -> Result<Access, HttpError> {
+    pub(crate) fn authenticate(&self, req: &HttpRequest, config: &Config, stats: &Stats) -> Result<Access, HttpError> {
         let Some(tokens) = &config.tokens else { return Ok(Access::Open) };
         let refused = |e: HttpError| {
             stats.auth_refused.inc();
@@ -249,7 +248,7 @@ impl Auth {
     /// Who a bearer token is (a static token, or an access token of
     /// `auth.oauth`), as for `/mcp`: for the sign-in pages, which must know
     /// who opened a link.
-    pub fn check_bearer(&self, token: &str, config: &Config, stats: &Stats) -> Result<Access, String> {
+    pub(crate) fn check_bearer(&self, token: &str, config: &Config, stats: &Stats) -> Result<Access, String> {
         let mut req = HttpRequest { method: "GET".into(), path: "/oauth/connect".into(), ..Default::default() };
         req.headers.push("authorization", &format!("Bearer {token}"));
         self.authenticate(&req, config, stats).map_err(|e| e.error.message)
@@ -257,7 +256,7 @@ impl Auth {
 
     /// The status pages and `/reload`: loopback clients always; others with
     /// a valid token, or anyone when `status_public` is set.
-    pub fn check_status(&self, req: &HttpRequest, config: &Config, stats: &Stats) -> Result<(), HttpError> {
+    pub(crate) fn check_status(&self, req: &HttpRequest, config: &Config, stats: &Stats) -> Result<(), HttpError> {
         if config.status_public || req.peer.is_some_and(|p| p.ip().is_loopback()) {
             return Ok(());
         }
@@ -268,7 +267,7 @@ impl Auth {
     }
 
     /// The protected-resource metadata, when `path` is where it is served.
-    pub fn metadata(&self, req: &HttpRequest, config: &Config) -> Option<HttpReply> {
+    pub(crate) fn metadata(&self, req: &HttpRequest, config: &Config) -> Option<HttpReply> {
         let oauth = config.oauth.as_ref()?;
         if !metadata::serves(oauth, &req.path) {
             return None;
@@ -300,7 +299,7 @@ fn insufficient_scope(oauth: &OAuthConfig, why: &str, scopes: &[String]) -> Http
 /// lists never showed such a tool; this is for a client that knows the
 /// name anyway. Told apart by the server's `prefix` (servers without one
 /// cannot be).
-pub fn step_up(req: &HttpRequest, access: &Access, config: &Config) -> Result<(), HttpError> {
+pub(crate) fn step_up(req: &HttpRequest, access: &Access, config: &Config) -> Result<(), HttpError> {
     let Access::OAuth { grant, .. } = access else { return Ok(()) };
     let Some(oauth) = &config.oauth else { return Ok(()) };
     if grant.hidden.is_empty() || req.method != "POST" {

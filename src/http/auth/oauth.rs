@@ -33,8 +33,8 @@ fn token_digest(token: &str) -> [u8; 32] {
 }
 
 /// The checker of one `auth.oauth` configuration, with its caches.
-pub struct OAuth {
-    pub config: Arc<OAuthConfig>,
+pub(crate) struct OAuth {
+    pub(crate) config: Arc<OAuthConfig>,
     jwks: Jwks,
     introspector: Option<Introspector>,
     /// Guards the checked tokens by SHA-256; never held across I/O.
@@ -42,7 +42,7 @@ pub struct OAuth {
 }
 
 impl OAuth {
-    pub fn new(config: Arc<OAuthConfig>) -> OAuth {
+    pub(crate) fn new(config: Arc<OAuthConfig>) -> OAuth {
         super::crypto::install();
         let agent = idp::agent(&config);
         let introspector = config.introspection.clone().map(|i| Introspector::new(i, agent.clone()));
@@ -55,7 +55,7 @@ impl OAuth {
     }
 
     /// What `token` grants, from the cache or checked now.
-    pub fn check(&self, token: &str, stats: &Stats) -> Result<Arc<Grant>, Rejection> {
+    pub(crate) fn check(&self, token: &str, stats: &Stats) -> Result<Arc<Grant>, Rejection> {
         let digest = token_digest(token);
         let now = clock::unix_now();
         let leeway = self.config.leeway.as_secs();

@@ -68,7 +68,7 @@ fn lock_within(file: &File, wait: Duration) -> std::io::Result<bool> {
 
 /// Who holds session `id` by the files in `dir`: its owner file, else the
 /// instance its id names at epoch 0; and whether it ended there.
-pub fn holder(dir: &Path, id: &str) -> Option<(Holder, bool)> {
+pub(crate) fn holder(dir: &Path, id: &str) -> Option<(Holder, bool)> {
     if !plausible_id(id) {
         return None;
     }

@@ -28,7 +28,7 @@ pub mod files;
 pub mod redis;
 #[cfg(not(feature = "redis"))]
 #[path = "without_redis.rs"]
-pub mod redis;
+pub(crate) mod redis;
 
 /// Who holds a session: an instance, and the epoch of its hold (one more
 /// at each claim; 0 for a session never claimed, in `files`).

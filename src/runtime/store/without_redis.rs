@@ -11,10 +11,10 @@ use super::{Claim, Found, Holder, SessionStore, StoreError};
 use crate::runtime::state::{Change, Mirror, SavedSession, StateError};
 
 /// Never made: this build has no Redis client.
-pub enum RedisStore {}
+pub(crate) enum RedisStore {}
 
 impl RedisStore {
-    pub fn new(url: &str, _me: &str, _peer_url: &str, _lease: Duration) -> Result<RedisStore, StoreError> {
+    pub(crate) fn new(url: &str, _me: &str, _peer_url: &str, _lease: Duration) -> Result<RedisStore, StoreError> {
         Err(StoreError { store: url.to_string(), why: "this mcpgate was built without the `redis` feature".into() })
     }
 
@@ -22,11 +22,11 @@ impl RedisStore {
         match *self {}
     }
 
-    pub fn start_writer(self: &Arc<Self>) -> std::io::Result<JoinHandle<()>> {
+    pub(crate) fn start_writer(self: &Arc<Self>) -> std::io::Result<JoinHandle<()>> {
         match **self {}
     }
 
-    pub fn stop_writer(&self, _handle: JoinHandle<()>) {
+    pub(crate) fn stop_writer(&self, _handle: JoinHandle<()>) {
         match *self {}
     }
 }
