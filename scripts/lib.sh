@@ -74,6 +74,11 @@ fail() {
 start() {
     local name=$1
     shift
+    # Emptied here, before the fork: the `>` below runs in the child, later,
+    # and until it does a name started before (a restart) still shows its
+    # old `listening on` line, which wait_port would take for the new one.
+    : >"$LOG_DIR/$name.out"
+    : >"$LOG_DIR/$name.err"
     if [[ -n ${LIFETIME:-} ]]; then
         timeout "$LIFETIME" "$@" >"$LOG_DIR/$name.out" 2>"$LOG_DIR/$name.err" &
     else
