@@ -75,7 +75,6 @@ pub(crate) enum Refusal {
     OtherBrowser,
     /// A sign-in of `mcpgate login`, which completes it from the pasted address.
     PasteOnly,
-    Failed(String),
 }
 
 impl std::fmt::Display for Refusal {
@@ -101,7 +100,6 @@ impl std::fmt::Display for Refusal {
                 f,
                 "this sign-in was started by `mcpgate login`: copy the address of this page (it starts with the callback's) and paste it where `mcpgate login` asks for it"
             ),
-            Refusal::Failed(why) => f.write_str(why),
         }
     }
 }

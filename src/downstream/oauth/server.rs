@@ -70,10 +70,6 @@ impl ServerAuth {
         Ok((flow::authorize_url(&target, &state, &challenge), cookie))
     }
 
-    pub(crate) fn server(&self) -> &str {
-        &self.server
-    }
-
     pub(crate) fn oauth_error(&self, why: impl std::fmt::Display) -> DownstreamError {
         DownstreamError::OAuth(format!("OAuth: {why}"))
     }
