@@ -59,6 +59,7 @@ impl Trust {
     }
 
     /// What the roots are, in words: "the bundled roots and ca_file (/x.pem)".
+    #[cfg(any(feature = "tls", test))]
     pub(crate) fn describe(&self) -> String {
         let base = if self.system { "the system's store" } else { "the bundled roots" };
         let extra: Vec<&str> =
