@@ -5,7 +5,7 @@
 //!
 //! Parsing is by hand so that every refusal names the file, the key and the
 //! problem, and an unknown key the known one nearest it ([`suggest`]).
-//! [`KEYS`] documents every key; the table of docs/CONFIGURATION.md is
+//! [`KEYS`](keys::KEYS) documents every key; the table of docs/CONFIGURATION.md is
 //! printed from it (`mcpgate --config-reference`) and a test keeps the two
 //! equal.
 
@@ -35,28 +35,28 @@ mod vars;
 
 pub use invalid::Invalid;
 use invalid::kind;
+pub use keys::reference_markdown;
 use keys::valid_name;
-pub use keys::{KEYS, Key, Kind, key, reference_markdown};
-pub use oauth::{Introspection, OAuthConfig};
-pub use oauth_client::{Ask, OAuthClientConfig, ServerOAuth};
+pub(crate) use oauth::{Introspection, OAuthConfig};
+pub(crate) use oauth_client::{Ask, OAuthClientConfig, ServerOAuth};
 use reader::Keys;
 #[cfg(feature = "tls")]
-pub use trust::read_certs;
-pub use trust::{TlsFiles, Trust};
+pub(crate) use trust::read_certs;
+pub(crate) use trust::{TlsFiles, Trust};
 use vars::expand;
 
 /// The whole configuration, validated.
 #[derive(Clone, Debug)]
 pub struct Config {
     pub listen: SocketAddr,
-    pub calls_per_server: usize,
-    pub session_idle_timeout: Duration,
-    pub keepalive: Duration,
-    pub connect_timeout: Duration,
-    pub request_timeout: Duration,
-    pub delete_timeout: Duration,
+    pub(crate) calls_per_server: usize,
+    pub(crate) session_idle_timeout: Duration,
+    pub(crate) keepalive: Duration,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) request_timeout: Duration,
+    pub(crate) delete_timeout: Duration,
     pub shutdown_timeout: Duration,
-    pub open_retry: Duration,
+    pub(crate) open_retry: Duration,
     pub client_idle_timeout: Duration,
     pub client_write_timeout: Duration,
     pub header_timeout: Duration,
@@ -64,58 +64,58 @@ pub struct Config {
     pub max_body_bytes: usize,
     pub max_header_count: usize,
     pub max_header_bytes: usize,
-    pub max_message_bytes: usize,
+    pub(crate) max_message_bytes: usize,
     pub max_sessions: usize,
-    pub max_processes: usize,
-    pub max_held_calls: usize,
-    pub held_call_timeout: Duration,
-    pub stdio_grace: Duration,
-    pub shared_idle: Duration,
-    pub start_timeout: Duration,
-    pub list_wait: Duration,
-    pub unused_session_idle: Duration,
+    pub(crate) max_processes: usize,
+    pub(crate) max_held_calls: usize,
+    pub(crate) held_call_timeout: Duration,
+    pub(crate) stdio_grace: Duration,
+    pub(crate) shared_idle: Duration,
+    pub(crate) start_timeout: Duration,
+    pub(crate) list_wait: Duration,
+    pub(crate) unused_session_idle: Duration,
     /// In bytes.
-    pub max_memory: usize,
-    pub page_size: usize,
-    pub tool_name_max: usize,
+    pub(crate) max_memory: usize,
+    pub(crate) page_size: usize,
+    pub(crate) tool_name_max: usize,
     pub state_file: Option<PathBuf>,
     /// Starts every session id mcpgate mints, followed by a dot.
     pub instance_id: Option<String>,
     /// Shared with peer instances; `state_file` is then this instance's file in it.
     pub state_dir: Option<PathBuf>,
     /// `store`: the Redis URL the sessions are kept at.
-    pub store: Option<String>,
+    pub(crate) store: Option<String>,
     /// `store_lease_ms`.
-    pub store_lease: Duration,
+    pub(crate) store_lease: Duration,
     /// Where the peers reach this instance (`peer_url`), with `state_dir` or `store`.
-    pub peer_url: Option<String>,
-    pub max_streams_per_session: usize,
-    pub max_requests_per_session: usize,
-    pub max_batch_entries: usize,
-    pub max_list_items: usize,
-    pub max_list_bytes: usize,
-    pub allowed_origins: Vec<String>,
-    pub allowed_hosts: Vec<String>,
+    pub(crate) peer_url: Option<String>,
+    pub(crate) max_streams_per_session: usize,
+    pub(crate) max_requests_per_session: usize,
+    pub(crate) max_batch_entries: usize,
+    pub(crate) max_list_items: usize,
+    pub(crate) max_list_bytes: usize,
+    pub(crate) allowed_origins: Vec<String>,
+    pub(crate) allowed_hosts: Vec<String>,
     /// `None` without an `auth` key: no token needed. With it, its static
     /// tokens (none, when only `oauth` is given).
     pub tokens: Option<Vec<Token>>,
     /// `auth.oauth`: access tokens of an authorization server.
-    pub oauth: Option<std::sync::Arc<OAuthConfig>>,
+    pub(crate) oauth: Option<std::sync::Arc<OAuthConfig>>,
     /// `tls`: HTTPS on the front door.
     pub tls: Option<TlsFiles>,
     /// `ca_file` and `trust_store`: the roots of every `https://` server.
-    pub trust: Trust,
-    pub status_public: bool,
+    pub(crate) trust: Trust,
+    pub(crate) status_public: bool,
     pub watch_config: bool,
     /// mcpgate as the OAuth client of servers with `oauth`.
-    pub oauth_client: OAuthClientConfig,
-    pub tool_search: ToolSearch,
+    pub(crate) oauth_client: OAuthClientConfig,
+    pub(crate) tool_search: ToolSearch,
     /// `audit`: none when it is not configured.
     pub audit: Option<AuditConfig>,
     /// `rate_limit`.
-    pub rate_limit: RateLimits,
+    pub(crate) rate_limit: RateLimits,
     /// `tracing`: none when it is not configured.
-    pub tracing: Option<TracingConfig>,
+    pub(crate) tracing: Option<TracingConfig>,
     /// In the order of the file: the first server wins a name collision.
     pub servers: Vec<ServerConfig>,
     /// What was read from a client's file its own way, or left to the client.
@@ -124,33 +124,33 @@ pub struct Config {
 
 /// The `tool_search` mode: search-and-call instead of one long tool list.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ToolSearch {
-    pub enabled: bool,
+pub(crate) struct ToolSearch {
+    pub(crate) enabled: bool,
     /// Globs over exposed names: still listed as themselves.
-    pub pinned: Vec<String>,
-    pub max_results: usize,
+    pub(crate) pinned: Vec<String>,
+    pub(crate) max_results: usize,
 }
 
 /// One part of the thread budget: the most threads of these roles (as in
 /// their names; `other` is the main thread) this configuration can run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ThreadBudget {
+pub(crate) struct ThreadBudget {
     /// A short name for the part, e.g. `connections`.
-    pub group: &'static str,
-    pub roles: &'static [&'static str],
+    pub(crate) group: &'static str,
+    pub(crate) roles: &'static [&'static str],
     /// What sets the number, e.g. `max_connections`.
-    pub by: &'static str,
-    pub threads: usize,
+    pub(crate) by: &'static str,
+    pub(crate) threads: usize,
 }
 
 /// A bearer token a client may present, and the servers it may reach.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Token {
-    pub token: String,
+    pub(crate) token: String,
     /// What the status page calls it.
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
     /// `None`: every server.
-    pub servers: Option<Vec<String>>,
+    pub(crate) servers: Option<Vec<String>>,
 }
 
 impl fmt::Debug for Token {
@@ -165,24 +165,24 @@ pub struct ServerConfig {
     pub name: String,
     /// How it is reached: over HTTP, or as a child process over stdio.
     pub transport: Transport,
-    pub prefix: String,
+    pub(crate) prefix: String,
     /// Joins the prefix and a name: `__` unless configured.
-    pub separator: String,
+    pub(crate) separator: String,
     /// Which tools, prompts and resources (by URI) of the server are exposed.
-    pub tools: Filter,
-    pub prompts: Filter,
-    pub resources: Filter,
+    pub(crate) tools: Filter,
+    pub(crate) prompts: Filter,
+    pub(crate) resources: Filter,
     /// Values that came from the environment: never logged or shown.
-    pub secrets: Vec<String>,
+    pub(crate) secrets: Vec<String>,
     /// The limit of each of its tools per user (`rate_limit`); a change to it
     /// leaves the server as it is on reload (it is read from the
     /// configuration in force on every call), hence not compared.
-    pub rate_limit: NotCompared<Option<Rate>>,
+    pub(crate) rate_limit: NotCompared<Option<Rate>>,
 }
 
 /// A value a comparison of what holds it leaves out: every two are equal.
 #[derive(Clone, Debug, Default)]
-pub struct NotCompared<T>(pub T);
+pub(crate) struct NotCompared<T>(pub T);
 
 impl<T> PartialEq for NotCompared<T> {
     fn eq(&self, _: &NotCompared<T>) -> bool {
@@ -194,26 +194,26 @@ impl<T> Eq for NotCompared<T> {}
 
 /// A token bucket's settings: refilled by `per_minute` calls a minute, `burst` calls deep.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Rate {
-    pub per_minute: u64,
-    pub burst: u64,
+pub(crate) struct Rate {
+    pub(crate) per_minute: u64,
+    pub(crate) burst: u64,
 }
 
 /// `rate_limit`: the buckets of calls, per user and per (user, tool).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct RateLimits {
+pub(crate) struct RateLimits {
     /// Whether any limit is set, here or on a server.
-    pub enabled: bool,
-    pub per_user: Option<Rate>,
-    pub per_tool: Option<Rate>,
+    pub(crate) enabled: bool,
+    pub(crate) per_user: Option<Rate>,
+    pub(crate) per_tool: Option<Rate>,
     /// By exposed tool name.
-    pub tools: BTreeMap<String, Rate>,
-    pub max_buckets: usize,
+    pub(crate) tools: BTreeMap<String, Rate>,
+    pub(crate) max_buckets: usize,
 }
 
 impl RateLimits {
     /// Whether any limit is set.
-    pub fn any(&self, servers: &[ServerConfig]) -> bool {
+    pub(crate) fn any(&self, servers: &[ServerConfig]) -> bool {
         self.per_user.is_some()
             || self.per_tool.is_some()
             || !self.tools.is_empty()
@@ -222,9 +222,9 @@ impl RateLimits {
 }
 
 /// `audit`: where the audit log goes.
-pub use crate::runtime::audit::AuditConfig;
+pub(crate) use crate::runtime::audit::AuditConfig;
 /// `tracing`: where spans go, and which.
-pub use crate::runtime::trace::TracingConfig;
+pub(crate) use crate::runtime::trace::TracingConfig;
 
 /// What joins a server's prefix and a name unless `separator` says.
 const SEPARATOR: &str = "__";
@@ -241,7 +241,7 @@ impl Transport {
     /// Whether each downstream session on it has a reader thread of its
     /// own: the `GET` stream of a Streamable HTTP session, the stream that
     /// is an HTTP+SSE session. A child process's threads are its own.
-    pub fn reads_per_session(&self) -> bool {
+    pub(crate) fn reads_per_session(&self) -> bool {
         match self {
             Transport::Http(_) | Transport::Sse(_) => true,
             Transport::Stdio(_) => false,
@@ -252,30 +252,30 @@ impl Transport {
 /// A server reached over HTTP: Streamable HTTP, or the old HTTP+SSE.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HttpConfig {
-    pub url: String,
+    pub(crate) url: String,
     /// Names and values after `${VAR}` expansion.
-    pub headers: Vec<(String, String)>,
+    pub(crate) headers: Vec<(String, String)>,
     /// The roots its TLS certificate is checked against.
-    pub trust: Trust,
+    pub(crate) trust: Trust,
     /// Each user signs in to it (`oauth`), or has their token exchanged.
-    pub oauth: Option<ServerOAuth>,
+    pub(crate) oauth: Option<ServerOAuth>,
 }
 
 /// A stdio server: a program mcpgate starts and speaks to on its stdin and stdout.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StdioConfig {
-    pub command: String,
-    pub args: Vec<String>,
+    pub(crate) command: String,
+    pub(crate) args: Vec<String>,
     /// Set in the child's environment, after `${VAR}` expansion, over the base (see [`BASE_ENV`]).
-    pub env: Vec<(String, String)>,
-    pub cwd: Option<PathBuf>,
-    pub sharing: Sharing,
-    pub start: Start,
+    pub(crate) env: Vec<(String, String)>,
+    pub(crate) cwd: Option<PathBuf>,
+    pub(crate) sharing: Sharing,
+    pub(crate) start: Start,
     /// The variables of mcpgate's environment it gets besides [`BASE_ENV`]
     /// (the global `env_passthrough`).
-    pub passthrough: Vec<String>,
+    pub(crate) passthrough: Vec<String>,
     /// At most this many children of this server at once.
-    pub max_processes: Option<usize>,
+    pub(crate) max_processes: Option<usize>,
 }
 
 impl StdioConfig {
@@ -306,7 +306,7 @@ impl StdioConfig {
 
 /// Whose a stdio server's child process is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Sharing {
+pub(crate) enum Sharing {
     /// One child per user (principal): the sessions of one token or OAuth
     /// subject share it, and without `auth` every session does.
     User,
@@ -318,7 +318,7 @@ pub enum Sharing {
 
 /// When a stdio server's shared child starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Start {
+pub(crate) enum Start {
     /// When a session first needs it: a list or a call.
     Lazy,
     /// With mcpgate and at each reload (with `auth`, at each user's first
@@ -329,7 +329,7 @@ pub enum Start {
 /// What a stdio server's child gets of mcpgate's own environment, before
 /// its `env`: enough to find programs and run them, nothing that may hold
 /// another server's secrets.
-pub const BASE_ENV: &[&str] = &["PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR"];
+pub(crate) const BASE_ENV: &[&str] = &["PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR"];
 
 /// What `env_passthrough` is unless the config says otherwise: what `npx`,
 /// `uvx` and `pip` need to reach a registry behind a proxy or a private CA,
@@ -337,7 +337,7 @@ pub const BASE_ENV: &[&str] = &["PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_A
 /// CA paths are paths; a proxy's URL (credentials included) and a package
 /// index's settings (a token for a private registry included) serve every
 /// server alike.
-pub const DEFAULT_PASSTHROUGH: &[&str] = &[
+pub(crate) const DEFAULT_PASSTHROUGH: &[&str] = &[
     "SSL_CERT_FILE",
     "SSL_CERT_DIR",
     "NODE_EXTRA_CA_CERTS",
@@ -361,7 +361,7 @@ pub const DEFAULT_PASSTHROUGH: &[&str] = &[
 ];
 
 /// Whether the variable `name` is one `patterns` pass: a name, or a prefix and `*`.
-pub fn passes(patterns: &[String], name: &str) -> bool {
+pub(crate) fn passes(patterns: &[String], name: &str) -> bool {
     patterns.iter().any(|p| match p.strip_suffix('*') {
         Some(prefix) => name.starts_with(prefix),
         None => p == name,
@@ -372,7 +372,7 @@ impl ServerConfig {
     /// A Streamable HTTP server known by its name and URL only, as the
     /// state file names one: without headers or OAuth, which belong to a
     /// configured server, and with the defaults of everything else.
-    pub fn streamable_http(name: &str, url: &str, trust: Trust) -> ServerConfig {
+    pub(crate) fn streamable_http(name: &str, url: &str, trust: Trust) -> ServerConfig {
         ServerConfig {
             name: name.to_string(),
             transport: Transport::Http(HttpConfig { url: url.to_string(), headers: Vec::new(), trust, oauth: None }),
@@ -387,7 +387,7 @@ impl ServerConfig {
     }
 
     /// The URL of a server reached over HTTP (either transport).
-    pub fn url(&self) -> Option<&str> {
+    pub(crate) fn url(&self) -> Option<&str> {
         match &self.transport {
             Transport::Http(http) | Transport::Sse(http) => Some(&http.url),
             Transport::Stdio(_) => None,
@@ -395,12 +395,12 @@ impl ServerConfig {
     }
 
     /// Whether each user signs in to it (`oauth`).
-    pub fn uses_oauth(&self) -> bool {
+    pub(crate) fn uses_oauth(&self) -> bool {
         matches!(&self.transport, Transport::Http(HttpConfig { oauth: Some(_), .. }))
     }
 
     /// Where it is, for people: the URL, or the command line.
-    pub fn target(&self) -> String {
+    pub(crate) fn target(&self) -> String {
         match &self.transport {
             Transport::Http(http) | Transport::Sse(http) => http.url.clone(),
             Transport::Stdio(stdio) => std::iter::once(stdio.command.as_str())
@@ -432,7 +432,7 @@ impl std::error::Error for ConfigError {
 
 impl Config {
     /// Reads and validates `path`, expanding `${VAR}` from `env`.
-    pub fn load(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+    pub(crate) fn load(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
         let refused = |invalid| ConfigError { file: path.to_path_buf(), invalid };
         let text = std::fs::read_to_string(path).map_err(|e| refused(Invalid::new("", format!("cannot read: {e}"))))?;
         Config::parse_file(&text, Some(path), env).map_err(refused)
@@ -592,7 +592,7 @@ impl Config {
     /// The most threads this configuration can run, by group of roles:
     /// what `TasksMax` must allow. Reaching a part's limit refuses work (a
     /// connection, a session) instead of failing to start a thread.
-    pub fn thread_budget(&self) -> Vec<ThreadBudget> {
+    pub(crate) fn thread_budget(&self) -> Vec<ThreadBudget> {
         let servers = self.servers.len();
         let read = self.servers.iter().filter(|s| s.transport.reads_per_session()).count();
         let stdio = if read < servers { 1 + 2 * self.max_processes } else { 0 };
@@ -627,7 +627,7 @@ impl Config {
     }
 
     /// The server with this name, if configured.
-    pub fn server(&self, name: &str) -> Option<&ServerConfig> {
+    pub(crate) fn server(&self, name: &str) -> Option<&ServerConfig> {
         self.servers.iter().find(|s| s.name == name)
     }
 }
@@ -670,7 +670,7 @@ fn apply_env_files(notes: &clients::Notes, servers: &mut [ServerConfig]) {
 }
 
 /// An `instance_id`: short, and free of the dot that ends it in a session id.
-pub fn valid_instance_id(id: &str) -> bool {
+pub(crate) fn valid_instance_id(id: &str) -> bool {
     (1..=32).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
 }
 
@@ -1163,7 +1163,7 @@ fn audit(value: &Value) -> Result<AuditConfig, Invalid> {
 }
 
 /// The keys whose values the audit log and spans never keep, by default.
-pub const REDACTED_BY_DEFAULT: [&str; 8] =
+pub(crate) const REDACTED_BY_DEFAULT: [&str; 8] =
     ["password", "passwd", "secret", "token", "key", "authorization", "cookie", "credential"];
 
 /// `tracing`: the receiver, the ratio, the resource's name, what spans carry.
@@ -1307,6 +1307,7 @@ impl Source {
 
 #[cfg(test)]
 mod tests {
+    use super::keys::{KEYS, Kind};
     use super::*;
 
     #[test]

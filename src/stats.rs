@@ -112,7 +112,7 @@ const MAX_BUCKETS: usize = 15;
 /// Durations in fixed buckets: an observation is two relaxed additions,
 /// without a lock or an allocation.
 #[derive(Debug)]
-pub struct Histogram {
+pub(crate) struct Histogram {
     /// Observations per bucket (not cumulative); the one after the last bound is `+Inf`.
     counts: [AtomicU64; MAX_BUCKETS],
     sum_micros: AtomicU64,
@@ -227,7 +227,7 @@ pub(crate) struct CounterFamily(Vec<(String, u64)>);
 /// counter: at most [`Tally::NAMES`] names, the rest counted as `(other)`,
 /// so that a client calling made-up names cannot grow `/metrics`.
 #[derive(Default, Debug)]
-pub struct Tally {
+pub(crate) struct Tally {
     /// Guards the counts by name; held only to add or to copy.
     counts: parking_lot::Mutex<Vec<(String, u64, u64)>>,
 }
@@ -636,7 +636,7 @@ stats! {
 stats! {
     /// What each server counts: the requests mcpgate sends it, how they
     /// failed, how long they took. Read with the label `server`.
-    pub struct ServerStats by server {
+    pub(crate) struct ServerStats by server {
         /// Requests mcpgate sent to a server or tried to (`initialize`, and each request forwarded), whatever came of them.
         requests: Counter => "servers"."requests" as "mcpgate_server_requests_total",
         /// Sessions that did not open the server, without waiting: it did not answer an earlier one, and no probe found it answering since.

@@ -157,7 +157,7 @@ fn hashed(clean: &str, raw: &str, max: usize) -> String {
 /// Which of a server's items are exposed: globs (`*`, `?`) over the names
 /// (URIs for resources) the server itself uses. Empty `allow`: all.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Filter {
+pub(crate) struct Filter {
     pub(crate) allow: Vec<String>,
     pub(crate) deny: Vec<String>,
 }
@@ -377,7 +377,7 @@ impl ListBuilder {
 /// the server says it changed (`list_changed`), forgot a session (it
 /// restarted), or no session uses the server any more.
 #[derive(Default)]
-pub struct ServerLists {
+pub(crate) struct ServerLists {
     /// Guards the lists and the fetches running; `done` tells the waiters.
     state: parking_lot::Mutex<ListsState>,
     done: parking_lot::Condvar,

@@ -4,16 +4,16 @@
 //! keys, and the table of client keys in docs/CONFIGURATION.md.
 
 /// A key some client writes that is not one of mcpgate's, and what mcpgate does with it.
-pub struct ClientKey {
-    pub key: &'static str,
+pub(crate) struct ClientKey {
+    pub(crate) key: &'static str,
     /// The clients that write it.
-    pub clients: &'static str,
+    pub(crate) clients: &'static str,
     /// How mcpgate reads it; `None`: it is the client's own setting, and ignored.
-    pub read_as: Option<&'static str>,
+    pub(crate) read_as: Option<&'static str>,
 }
 
 /// Client keys at the top level of a file.
-pub const TOP_LEVEL: &[ClientKey] = &[
+pub(crate) const TOP_LEVEL: &[ClientKey] = &[
     ClientKey {
         key: "servers",
         clients: "VS Code",
@@ -33,7 +33,7 @@ pub const TOP_LEVEL: &[ClientKey] = &[
 ];
 
 /// Client keys in a server's entry.
-pub const IN_SERVER: &[ClientKey] = &[
+pub(crate) const IN_SERVER: &[ClientKey] = &[
     ClientKey { key: "serverUrl", clients: "Windsurf", read_as: Some("read as `url`; a server with both is refused") },
     ClientKey {
         key: "transportType",
@@ -77,7 +77,7 @@ pub fn reference_markdown() -> String {
 }
 
 /// The client keys an object at `doc` may hold (for "did you mean").
-pub fn known_at(doc: &str) -> impl Iterator<Item = &'static str> {
+pub(crate) fn known_at(doc: &str) -> impl Iterator<Item = &'static str> {
     let keys: &[ClientKey] = match doc {
         "" => TOP_LEVEL,
         "mcpServers.<name>" => IN_SERVER,

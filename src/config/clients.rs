@@ -25,7 +25,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value, json};
 
-pub use super::client_keys::{ClientKey, IN_SERVER, TOP_LEVEL, known_at, reference_markdown};
+pub use super::client_keys::reference_markdown;
+pub(crate) use super::client_keys::{IN_SERVER, TOP_LEVEL};
 use super::env_file;
 use super::invalid::{Invalid, kind};
 use super::keys::valid_name;
@@ -38,25 +39,25 @@ use super::vars::{input_unset, input_variable};
 pub struct Notes {
     /// The client's own settings left aside, as key paths (`globalShortcut`,
     /// `mcpServers.gh.autoApprove`).
-    pub ignored: Vec<String>,
+    pub(crate) ignored: Vec<String>,
     /// Servers with `"disabled": true`: left out.
-    pub disabled: Vec<String>,
+    pub(crate) disabled: Vec<String>,
     /// Server names mcpgate cannot use as they are (`github.com/org/repo`,
     /// `My Server`), and the ones it gives them.
-    pub renamed: Vec<(String, String)>,
+    pub(crate) renamed: Vec<(String, String)>,
     /// The `envFile` of each stdio server that has one.
-    pub env_files: Vec<EnvFile>,
+    pub(crate) env_files: Vec<EnvFile>,
     /// `mcpgate import`: the environment variables that stand for VS Code's
     /// inputs, with what VS Code asks for them.
-    pub inputs: Vec<(String, String)>,
+    pub(crate) inputs: Vec<(String, String)>,
 }
 
 /// A stdio server's `envFile`, as it was read.
 #[derive(Clone, PartialEq, Eq)]
-pub struct EnvFile {
+pub(crate) struct EnvFile {
     /// The server's name (after any renaming).
-    pub server: String,
-    pub path: PathBuf,
+    pub(crate) server: String,
+    pub(crate) path: PathBuf,
     pub(super) vars: Vec<(String, String)>,
 }
 
@@ -94,7 +95,7 @@ impl Notes {
 
     /// The server names of the file, in its order, as mcpgate names them:
     /// renamed, and without the disabled ones.
-    pub fn order(&self, names: Vec<String>) -> Vec<String> {
+    pub(crate) fn order(&self, names: Vec<String>) -> Vec<String> {
         names
             .into_iter()
             .filter(|n| !self.disabled.contains(n))
@@ -103,7 +104,7 @@ impl Notes {
     }
 
     /// The files besides the config file that a change to should reload it.
-    pub fn files(&self) -> impl Iterator<Item = &Path> {
+    pub(crate) fn files(&self) -> impl Iterator<Item = &Path> {
         self.env_files.iter().map(|f| f.path.as_path())
     }
 }

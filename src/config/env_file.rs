@@ -9,7 +9,7 @@
 //! written), and a value over several lines is refused, naming its line.
 
 /// The variables of a dotenv file, in order (a later line wins); an error names the line.
-pub fn parse(text: &str) -> Result<Vec<(String, String)>, String> {
+pub(crate) fn parse(text: &str) -> Result<Vec<(String, String)>, String> {
     let mut vars: Vec<(String, String)> = Vec::new();
     for (n, line) in text.lines().enumerate() {
         let line = line.trim();

@@ -9,7 +9,7 @@ use serde_json::Value;
 /// empty for the file as a whole) and the problem.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Invalid {
-    pub key: String,
+    pub(crate) key: String,
     pub problem: String,
 }
 

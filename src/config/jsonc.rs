@@ -17,7 +17,7 @@
 
 /// The text with its comments and trailing commas as spaces; an unclosed
 /// `/*` is an error naming its line.
-pub fn strip(text: &str) -> Result<String, String> {
+pub(crate) fn strip(text: &str) -> Result<String, String> {
     let bytes = text.as_bytes();
     let mut out = bytes.to_vec();
     let mut i = 0;

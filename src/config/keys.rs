@@ -3,16 +3,16 @@
 //! the reference of docs/CONFIGURATION.md is printed from it.
 
 /// One documented configuration key.
-pub struct Key {
+pub(crate) struct Key {
     /// As written in the file; `<name>` stands for a server's name, `[]` for any item of a list.
-    pub name: &'static str,
-    pub kind: Kind,
-    pub meaning: &'static str,
+    pub(crate) name: &'static str,
+    pub(crate) kind: Kind,
+    pub(crate) meaning: &'static str,
 }
 
 /// What a key holds: how the parser reads it, and what the reference shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// A whole number from `min` to `max`; without a default, absent means none.
     Number {
         default: Option<u64>,
@@ -44,13 +44,13 @@ impl Kind {
 }
 
 /// The key documented as `name`.
-pub fn key(name: &str) -> Option<&'static Key> {
+pub(crate) fn key(name: &str) -> Option<&'static Key> {
     KEYS.iter().find(|k| k.name == name)
 }
 
 /// Every key mcpgate reads, with its default, range and meaning: the one
 /// source of the parser's defaults and ranges and of the reference.
-pub const KEYS: &[Key] = &[
+pub(crate) const KEYS: &[Key] = &[
     Key {
         name: "listen",
         kind: Kind::Other("\"127.0.0.1:8780\""),

@@ -15,40 +15,40 @@ use super::vars::expand;
 
 /// How `/mcp` checks access tokens of one authorization server.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct OAuthConfig {
+pub(crate) struct OAuthConfig {
     /// Exactly as tokens carry it in `iss`.
-    pub issuer: String,
+    pub(crate) issuer: String,
     /// `None`: from the issuer's metadata.
-    pub jwks_uri: Option<String>,
+    pub(crate) jwks_uri: Option<String>,
     /// The public URL of `/mcp`.
-    pub resource: String,
+    pub(crate) resource: String,
     /// A token's `aud` must hold one of these.
-    pub audiences: Vec<String>,
-    pub scopes_supported: Vec<String>,
-    pub required_scopes: Vec<String>,
+    pub(crate) audiences: Vec<String>,
+    pub(crate) scopes_supported: Vec<String>,
+    pub(crate) required_scopes: Vec<String>,
     /// Server name and the scope it needs, in configuration order.
-    pub server_scopes: Vec<(String, String)>,
-    pub leeway: Duration,
-    pub introspection: Option<Introspection>,
+    pub(crate) server_scopes: Vec<(String, String)>,
+    pub(crate) leeway: Duration,
+    pub(crate) introspection: Option<Introspection>,
     /// The roots the issuer's TLS is checked against (`ca_file`, `trust_store`).
-    pub trust: Trust,
+    pub(crate) trust: Trust,
     /// For fetches from the issuer: `connect_timeout_secs`.
-    pub connect_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
 }
 
 impl OAuthConfig {
     /// The scope `server` needs, if any.
-    pub fn scope_of(&self, server: &str) -> Option<&str> {
+    pub(crate) fn scope_of(&self, server: &str) -> Option<&str> {
         self.server_scopes.iter().find(|(s, _)| s == server).map(|(_, scope)| scope.as_str())
     }
 }
 
 /// RFC 7662: where opaque tokens are checked, and as whom.
 #[derive(Clone, PartialEq, Eq)]
-pub struct Introspection {
-    pub url: String,
-    pub client_id: String,
-    pub client_secret: String,
+pub(crate) struct Introspection {
+    pub(crate) url: String,
+    pub(crate) client_id: String,
+    pub(crate) client_secret: String,
 }
 
 impl fmt::Debug for Introspection {

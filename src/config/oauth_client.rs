@@ -16,24 +16,24 @@ use super::vars::expand;
 
 /// A server's `oauth`: `{}` discovers everything from its 401.
 #[derive(Clone, PartialEq, Eq, Default)]
-pub struct ServerOAuth {
+pub(crate) struct ServerOAuth {
     /// A client registered at its authorization server by hand.
-    pub client_id: Option<String>,
-    pub client_secret: Option<String>,
+    pub(crate) client_id: Option<String>,
+    pub(crate) client_secret: Option<String>,
     /// The URL of a client ID metadata document of the operator's own,
     /// used as the client id (instead of the one mcpgate serves).
-    pub client_metadata_url: Option<String>,
+    pub(crate) client_metadata_url: Option<String>,
     /// Asked for at consent; empty: what the server's challenge or metadata names.
-    pub scopes: Vec<String>,
+    pub(crate) scopes: Vec<String>,
     /// Its authorization server, when its protected-resource metadata does not say.
-    pub authorization_server: Option<String>,
+    pub(crate) authorization_server: Option<String>,
     /// The resource indicator (RFC 8707); absent: the metadata's `resource`.
-    pub resource: Option<String>,
+    pub(crate) resource: Option<String>,
     /// RFC 8693 instead of consent: the user's own token (of `auth.oauth`)
     /// is exchanged for one of this server's audience.
-    pub token_exchange: bool,
+    pub(crate) token_exchange: bool,
     /// The `audience` asked for in an exchange; absent: the resource only.
-    pub audience: Option<String>,
+    pub(crate) audience: Option<String>,
 }
 
 impl std::fmt::Debug for ServerOAuth {
@@ -54,7 +54,7 @@ impl std::fmt::Debug for ServerOAuth {
 /// How a client of the session era (2025-11-25) that declared URL
 /// elicitation is asked to sign in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Ask {
+pub(crate) enum Ask {
     /// The `-32042` error with the link: the call ends at once, and the
     /// client retries it (once `notifications/elicitation/complete` came).
     Error,
@@ -65,24 +65,24 @@ pub enum Ask {
 
 /// `oauth_client`: what every server's sign-in shares.
 #[derive(Clone, PartialEq, Eq)]
-pub struct OAuthClientConfig {
+pub(crate) struct OAuthClientConfig {
     /// mcpgate's URL as a user's browser reaches it (no path): links,
     /// the callback and the client ID metadata document are under it.
-    pub public_url: String,
+    pub(crate) public_url: String,
     /// Set by hand (not derived from `listen`).
-    pub public_url_given: bool,
+    pub(crate) public_url_given: bool,
     /// The key tokens are encrypted with; `None`: the systemd credential
     /// `mcpgate-oauth-key`, else `oauth.key` beside the store.
-    pub key_file: Option<PathBuf>,
+    pub(crate) key_file: Option<PathBuf>,
     /// Where tokens and registrations are kept; `None`: beside the state
     /// file, or in memory only without one.
-    pub store_file: Option<PathBuf>,
-    pub ask: Ask,
+    pub(crate) store_file: Option<PathBuf>,
+    pub(crate) ask: Ask,
     /// How long a sign-in link stays good.
-    pub link_timeout: Duration,
+    pub(crate) link_timeout: Duration,
     /// mcpgate's own client at `auth.oauth.issuer`, to learn who opens a link.
-    pub client_id: Option<String>,
-    pub client_secret: Option<String>,
+    pub(crate) client_id: Option<String>,
+    pub(crate) client_secret: Option<String>,
 }
 
 impl std::fmt::Debug for OAuthClientConfig {
@@ -101,17 +101,17 @@ impl std::fmt::Debug for OAuthClientConfig {
 
 impl OAuthClientConfig {
     /// Where the authorization servers send users back to.
-    pub fn redirect_uri(&self) -> String {
+    pub(crate) fn redirect_uri(&self) -> String {
         format!("{}/oauth/callback", self.public_url)
     }
 
     /// The client ID metadata document mcpgate serves (its URL is the client id).
-    pub fn metadata_document_url(&self) -> String {
+    pub(crate) fn metadata_document_url(&self) -> String {
         format!("{}/oauth/client.json", self.public_url)
     }
 
     /// The link a user opens to sign in.
-    pub fn connect_url(&self, elicitation: &str) -> String {
+    pub(crate) fn connect_url(&self, elicitation: &str) -> String {
         format!("{}/oauth/connect?e={elicitation}", self.public_url)
     }
 }

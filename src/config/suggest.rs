@@ -13,7 +13,7 @@ use super::keys::KEYS;
 /// The problem of an unknown key at `doc` (a documented path, as in
 /// [`KEYS`]: `""` for the top level, `mcpServers.<name>` for a server),
 /// with the nearest known key when one is near enough.
-pub fn unknown_key(typed: &str, doc: &str) -> String {
+pub(crate) fn unknown_key(typed: &str, doc: &str) -> String {
     match nearest(typed, known_at(doc)) {
         Some(key) => format!("unknown key; did you mean `{key}`?"),
         None => "unknown key".to_string(),
@@ -22,7 +22,7 @@ pub fn unknown_key(typed: &str, doc: &str) -> String {
 
 /// The keys an object at `doc` may hold: those [`KEYS`] documents there,
 /// and the keys of clients' files that mcpgate reads or ignores there.
-pub fn known_at(doc: &str) -> Vec<&'static str> {
+pub(crate) fn known_at(doc: &str) -> Vec<&'static str> {
     let mut known: Vec<&'static str> = KEYS
         .iter()
         .filter_map(|k| if doc.is_empty() { Some(k.name) } else { k.name.strip_prefix(doc)?.strip_prefix('.') })
@@ -34,7 +34,7 @@ pub fn known_at(doc: &str) -> Vec<&'static str> {
 }
 
 /// The candidate nearest `typed`, if it is near enough to be a likely misspelling.
-pub fn nearest<'a>(typed: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+pub(crate) fn nearest<'a>(typed: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
     let typed = typed.to_lowercase();
     let limit = (typed.chars().count() / 3).max(1);
     candidates

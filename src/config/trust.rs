@@ -15,23 +15,23 @@ use super::reader::Keys;
 /// The certificate and key the front door serves HTTPS with.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TlsFiles {
-    pub cert_file: PathBuf,
-    pub key_file: PathBuf,
+    pub(crate) cert_file: PathBuf,
+    pub(crate) key_file: PathBuf,
 }
 
 /// The roots a TLS connection to a server is checked against; shared by
 /// every server that has no `ca_file` of its own (one pointer each).
 #[derive(Clone, Default, PartialEq, Eq)]
-pub struct Trust(Arc<Roots>);
+pub(crate) struct Trust(Arc<Roots>);
 
 #[derive(Default, PartialEq, Eq)]
-pub struct Roots {
+pub(crate) struct Roots {
     /// The system's store instead of the roots built in (webpki-roots).
-    pub system: bool,
+    pub(crate) system: bool,
     /// DER certificates: the system's store (when `system`), then `ca_file`'s.
-    pub roots: Vec<Vec<u8>>,
+    pub(crate) roots: Vec<Vec<u8>>,
     /// Where the roots besides the built-in ones came from, for error messages.
-    pub sources: Vec<String>,
+    pub(crate) sources: Vec<String>,
 }
 
 impl std::ops::Deref for Trust {
@@ -50,7 +50,7 @@ impl std::fmt::Debug for Trust {
 
 impl Trust {
     /// This trust, plus the certificates of `path` (a server's own `ca_file`).
-    pub fn with_ca_file(&self, path: &str, key: &str) -> Result<Trust, Invalid> {
+    pub(crate) fn with_ca_file(&self, path: &str, key: &str) -> Result<Trust, Invalid> {
         let mut roots = self.roots.clone();
         roots.extend(pem_certs(path, key)?);
         let mut sources = self.sources.clone();
@@ -59,7 +59,8 @@ impl Trust {
     }
 
     /// What the roots are, in words: "the bundled roots and ca_file (/x.pem)".
-    pub fn describe(&self) -> String {
+    #[cfg(any(feature = "tls", test))]
+    pub(crate) fn describe(&self) -> String {
         let base = if self.system { "the system's store" } else { "the bundled roots" };
         let extra: Vec<&str> =
             self.sources.iter().map(String::as_str).filter(|s| !s.starts_with("trust_store")).collect();
@@ -128,7 +129,7 @@ fn system_roots() -> Result<(Vec<Vec<u8>>, String), Invalid> {
 
 /// The certificates of a PEM file, in order; `key` names it in errors.
 #[cfg(feature = "tls")]
-pub fn read_certs(
+pub(crate) fn read_certs(
     path: &std::path::Path,
     key: &str,
 ) -> Result<Vec<rustls_pki_types::CertificateDer<'static>>, Invalid> {

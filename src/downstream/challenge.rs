@@ -4,22 +4,22 @@
 
 /// What a `WWW-Authenticate: Bearer` challenge says.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Challenge {
-    pub error: Option<String>,
-    pub error_description: Option<String>,
-    pub scope: Option<String>,
-    pub resource_metadata: Option<String>,
+pub(crate) struct Challenge {
+    pub(crate) error: Option<String>,
+    pub(crate) error_description: Option<String>,
+    pub(crate) scope: Option<String>,
+    pub(crate) resource_metadata: Option<String>,
 }
 
 impl Challenge {
     /// The scopes it names, in order.
-    pub fn scopes(&self) -> Vec<String> {
+    pub(crate) fn scopes(&self) -> Vec<String> {
         self.scope.as_deref().map(|s| s.split_whitespace().map(str::to_string).collect()).unwrap_or_default()
     }
 }
 
 /// The Bearer challenge of a `WWW-Authenticate` value (others ignored).
-pub fn parse_challenge(header: &str) -> Option<Challenge> {
+pub(crate) fn parse_challenge(header: &str) -> Option<Challenge> {
     let at = header.to_ascii_lowercase().find("bearer")?;
     let mut rest = header[at + "bearer".len()..].trim_start();
     let mut challenge = Challenge::default();

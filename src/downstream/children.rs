@@ -47,7 +47,7 @@ pub struct Children {
     /// refusal at `max_processes` names what holds the limit.
     holders: Mutex<std::collections::HashMap<u32, (String, Holder)>>,
     /// Starts refused at a process limit, and when the last was.
-    pub refusals: Counter,
+    pub(crate) refusals: Counter,
     last_refused: Mutex<Option<Instant>>,
 }
 
@@ -83,7 +83,7 @@ struct Spawner {
 type SpawnOrder = (Command, Sender<io::Result<Process>>);
 
 impl Children {
-    pub fn new(limit: usize, grace: Duration, max_message: usize) -> Arc<Children> {
+    pub(crate) fn new(limit: usize, grace: Duration, max_message: usize) -> Arc<Children> {
         Arc::new(Children {
             spawner: Mutex::new(Spawner::default()),
             starting: Mutex::new(()),
@@ -112,7 +112,7 @@ impl Children {
     }
 
     /// Seconds since a start was last refused at a process limit; `None` if none was.
-    pub fn secs_since_refused(&self) -> Option<u64> {
+    pub(crate) fn secs_since_refused(&self) -> Option<u64> {
         self.last_refused.lock().map(|at| at.elapsed().as_secs())
     }
 
@@ -158,7 +158,7 @@ impl Children {
     }
 
     /// Takes new settings (a reload).
-    pub fn configure(&self, limit: usize, grace: Duration, max_message: usize) {
+    pub(crate) fn configure(&self, limit: usize, grace: Duration, max_message: usize) {
         self.limit.store(limit, Ordering::Relaxed);
         self.grace_ms.store(grace.as_millis() as u64, Ordering::Relaxed);
         self.max_message.store(max_message, Ordering::Relaxed);
@@ -206,7 +206,7 @@ impl Children {
 
     /// Stops the spawner thread and joins it, then whatever the children
     /// left behind; after every child is stopped.
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         let thread = {
             let mut spawner = self.spawner.lock();
             spawner.stopped = true;
@@ -221,7 +221,7 @@ impl Children {
 
     /// Reaps what the children left behind that has ended (no zombie of
     /// mcpgate's stays); the reaper's job, once a child was ever started.
-    pub fn reap_left_behind(&self) {
+    pub(crate) fn reap_left_behind(&self) {
         if self.spawned.get() > 0 {
             self.sweep(Sweep::Ended);
         }

@@ -33,7 +33,7 @@ impl Server {
     /// removed, moved or changed transport since: of the transport whose
     /// sessions outlive mcpgate ([`super::AfterRestart::Resumed`]), Streamable
     /// HTTP, with the limits and TLS roots of `config` and one lane.
-    pub fn for_saved(saved: &SavedDownstream, config: &Config, context: &Context) -> Server {
+    pub(crate) fn for_saved(saved: &SavedDownstream, config: &Config, context: &Context) -> Server {
         let server = ServerConfig::streamable_http(&saved.server, &saved.url, config.trust.clone());
         Server::new(server, Limits::from_config(config), 1, context)
     }

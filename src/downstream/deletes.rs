@@ -37,7 +37,7 @@ const BACKOFF: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_sec
 
 /// The `DELETE`s owed, shared by every server (one per gateway).
 #[derive(Default)]
-pub struct Deletes {
+pub(crate) struct Deletes {
     /// Guards the list, oldest first; taken only to add, or to take the ones due.
     owed: Mutex<Vec<Owed>>,
     /// A thread tries some again now.
@@ -106,7 +106,7 @@ impl Deletes {
     /// once its closing is on disk, then its `DELETE` goes; those that fail
     /// wait longer, and after [`ATTEMPTS`] tries are given up. One such
     /// thread runs at a time.
-    pub fn retry_due(self: &Arc<Self>, stats: &Arc<Stats>) {
+    pub(crate) fn retry_due(self: &Arc<Self>, stats: &Arc<Stats>) {
         if self.retrying.swap(true, Ordering::AcqRel) {
             return;
         }

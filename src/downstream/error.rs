@@ -10,17 +10,17 @@ use crate::stats::{Counter, ServerStats};
 /// A user must sign in to a server (one with `oauth`): the link to give
 /// them, which `oauth/` makes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SignIn {
-    pub server: String,
-    pub elicitation_id: String,
-    pub url: String,
+pub(crate) struct SignIn {
+    pub(crate) server: String,
+    pub(crate) elicitation_id: String,
+    pub(crate) url: String,
     /// What to tell them, with the link.
-    pub message: String,
+    pub(crate) message: String,
 }
 
 /// Why a downstream exchange failed, in words a person can act on.
 #[derive(Debug, Clone, PartialEq)]
-pub enum DownstreamError {
+pub(crate) enum DownstreamError {
     /// The server could not be reached.
     Connect(String),
     /// No connection to the server within `connect_timeout_secs` (it did not answer).
@@ -142,7 +142,7 @@ impl DownstreamError {
     }
 
     /// Its kind, as the server's errors are counted: a span's `error.type`.
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         match self {
             DownstreamError::Connect(_) | DownstreamError::ConnectTimeout(_) => "connect",
             DownstreamError::Timeout(_) | DownstreamError::DeleteTimeout(_) => "timeout",

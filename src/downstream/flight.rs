@@ -24,7 +24,7 @@ use crate::stats::Gauge;
 
 /// Why a flight was ended early.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stop {
+pub(crate) enum Stop {
     /// The client cancelled the request.
     Cancelled,
     /// Its downstream session (or mcpgate) is closing.
@@ -34,7 +34,7 @@ pub enum Stop {
 }
 
 /// One request to a server.
-pub struct Flight {
+pub(crate) struct Flight {
     id: u64,
     /// The downstream session it belongs to (its address), for the close path.
     owner: usize,
@@ -47,7 +47,7 @@ pub struct Flight {
 }
 
 /// What ends a request at once: it must not block.
-pub type Stopper = Box<dyn Fn() + Send + Sync>;
+pub(crate) type Stopper = Box<dyn Fn() + Send + Sync>;
 
 #[derive(Default)]
 struct FlightState {
@@ -60,7 +60,7 @@ struct FlightState {
 impl Flight {
     /// Ends the request: the first reason given wins. Whether its transport
     /// had taken it: if not, the server never sees it, and needs no cancel.
-    pub fn stop(&self, why: Stop) -> bool {
+    pub(crate) fn stop(&self, why: Stop) -> bool {
         let (stopper, sent) = {
             let mut st = self.state.lock();
             if st.stopped.is_some() {
@@ -75,12 +75,12 @@ impl Flight {
         sent
     }
 
-    pub fn stopped(&self) -> Option<Stop> {
+    pub(crate) fn stopped(&self) -> Option<Stop> {
         self.state.lock().stopped
     }
 
     /// The server sent a message: the silence starts again.
-    pub fn heard(&self) {
+    pub(crate) fn heard(&self) {
         self.heard.store(self.epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
     }
 
@@ -92,7 +92,7 @@ impl Flight {
     /// The request is over: its stopper is dropped, so a stop that comes
     /// later (a cancel racing the answer) touches nothing the next request
     /// uses. Whether it was stopped before: its transport is then spent.
-    pub fn disarm(&self) -> bool {
+    pub(crate) fn disarm(&self) -> bool {
         let mut st = self.state.lock();
         st.stopper = None;
         st.stopped.is_some()
@@ -100,7 +100,7 @@ impl Flight {
 
     /// Gives the flight what ends its request, as its transport takes it
     /// to send; refused if it stopped already.
-    pub fn arm(&self, stopper: Stopper) -> Result<(), Stop> {
+    pub(crate) fn arm(&self, stopper: Stopper) -> Result<(), Stop> {
         self.set_stopper(stopper, true)
     }
 
@@ -118,14 +118,14 @@ impl Flight {
 }
 
 /// The lanes of one server and its flights.
-pub struct Lanes {
+pub(crate) struct Lanes {
     idle: Arc<Idle>,
     count: usize,
     /// Guards the flights running now, by id; held only to add, remove or list.
     flights: Mutex<HashMap<u64, Arc<Flight>>>,
     next: AtomicU64,
     epoch: Instant,
-    pub in_flight: Gauge,
+    pub(crate) in_flight: Gauge,
 }
 
 /// The number of idle lanes, and the signal that one came back or that a
@@ -136,13 +136,13 @@ struct Idle {
 }
 
 /// A lane taken for one request; given back when dropped.
-pub struct Lane<'a> {
+pub(crate) struct Lane<'a> {
     lanes: &'a Lanes,
     flight: Arc<Flight>,
 }
 
 impl Lanes {
-    pub fn new(count: usize) -> Lanes {
+    pub(crate) fn new(count: usize) -> Lanes {
         Lanes {
             idle: Arc::new(Idle { count: Mutex::new(count), freed: Condvar::new() }),
             count,
@@ -155,7 +155,7 @@ impl Lanes {
 
     /// A new flight for a request of the downstream session `owner`; it is
     /// counted from now, and may be stopped before it gets a lane.
-    pub fn flight(&self, owner: usize) -> Arc<Flight> {
+    pub(crate) fn flight(&self, owner: usize) -> Arc<Flight> {
         let flight = Arc::new(Flight {
             id: self.next.fetch_add(1, Ordering::Relaxed),
             owner,
@@ -169,7 +169,7 @@ impl Lanes {
 
     /// Takes a lane for `flight`, waiting at most `wait` for one; the
     /// flight counts as running (and may be stopped) from then.
-    pub fn take(&self, flight: &Arc<Flight>, wait: Duration) -> Result<Lane<'_>, LaneError> {
+    pub(crate) fn take(&self, flight: &Arc<Flight>, wait: Duration) -> Result<Lane<'_>, LaneError> {
         self.wait_for_idle(flight, wait)?;
         let lane = Lane { lanes: self, flight: flight.clone() };
         self.flights.lock().insert(flight.id, flight.clone());
@@ -226,7 +226,7 @@ impl Lanes {
     }
 
     /// Stops the flights silent for longer than `timeout`; the reaper's job.
-    pub fn expire(&self, timeout: Duration) {
+    pub(crate) fn expire(&self, timeout: Duration) {
         let now = Instant::now();
         let late: Vec<Arc<Flight>> =
             self.flights.lock().values().filter(|f| f.silent_for(now) > timeout).cloned().collect();
@@ -236,7 +236,7 @@ impl Lanes {
     }
 
     /// Stops every flight of the downstream session `owner` (it is closing).
-    pub fn stop_owned_by(&self, owner: usize) {
+    pub(crate) fn stop_owned_by(&self, owner: usize) {
         let owned: Vec<Arc<Flight>> = self.flights.lock().values().filter(|f| f.owner == owner).cloned().collect();
         for flight in owned {
             flight.stop(Stop::Closing);
@@ -244,7 +244,7 @@ impl Lanes {
     }
 
     /// Stops every flight (mcpgate is stopping).
-    pub fn stop_all(&self) {
+    pub(crate) fn stop_all(&self) {
         let all: Vec<Arc<Flight>> = self.flights.lock().values().cloned().collect();
         for flight in all {
             flight.stop(Stop::Closing);
@@ -263,7 +263,7 @@ impl Drop for Lane<'_> {
 
 /// Why no lane was had.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LaneError {
+pub(crate) enum LaneError {
     /// Every lane stayed taken while the request waited.
     Busy(usize),
     /// The flight was stopped before it got its lane.

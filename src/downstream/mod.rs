@@ -32,35 +32,35 @@ use crate::limited;
 use crate::protocol::jsonrpc::{self, Message};
 use crate::protocol::versions;
 use crate::runtime::state::Journal;
-pub use crate::runtime::state::SavedDownstream;
+pub(crate) use crate::runtime::state::SavedDownstream;
 use crate::stats::{Gauge, ServerStats, Stats};
 
-pub mod challenge;
-pub mod children;
+pub(crate) mod challenge;
+pub(crate) mod children;
 mod connect;
 mod correlate;
-pub mod deletes;
+pub(crate) mod deletes;
 mod error;
-pub mod flight;
+pub(crate) mod flight;
 pub(crate) mod http;
-pub mod oauth;
+pub(crate) mod oauth;
 pub(crate) mod resolver;
 mod spans;
 mod sse;
 mod stdio;
 #[cfg(feature = "tls")]
-pub mod tls;
+pub(crate) mod tls;
 /// How mcpgate looks up servers' names (no thread per lookup); the
 /// benchmark's bare relay connects the same way.
 pub use resolver::Lookup;
 
-pub use children::Children;
-pub use deletes::Deletes;
-pub use error::{DownstreamError, SignIn};
-pub use flight::{Flight, LaneError, Lanes, Stop};
+pub(crate) use children::Children;
+pub(crate) use deletes::Deletes;
+pub(crate) use error::{DownstreamError, SignIn};
+pub(crate) use flight::{Flight, LaneError, Lanes, Stop};
 
 /// What a server sends while it answers a request, before the response.
-pub enum Arrival {
+pub(crate) enum Arrival {
     /// Its answer is a stream (HTTP's `text/event-stream`): messages may
     /// come before the response, and the response may take long.
     Streaming,
@@ -70,7 +70,7 @@ pub enum Arrival {
 
 /// Where a downstream session's unsolicited messages go: the client session
 /// that owns it.
-pub trait Inbox: Send + Sync {
+pub(crate) trait Inbox: Send + Sync {
     /// A message the server sent on its `GET` stream.
     fn deliver(&self, server: &Arc<Server>, message: Message);
     /// The server answered 404 for the stream of downstream session
@@ -84,22 +84,22 @@ pub trait Inbox: Send + Sync {
 
 /// Who opens a downstream session: the client session, its client and its user.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Opener<'a> {
+pub(crate) struct Opener<'a> {
     /// The client session's id, for the state file ("" when none).
-    pub session: &'a str,
+    pub(crate) session: &'a str,
     /// Its client's name (`clientInfo.name`), to say who holds a process.
-    pub client: &'a str,
+    pub(crate) client: &'a str,
     /// Its user: a token's or an OAuth subject's digest; `None` without `auth`.
-    pub principal: Option<[u8; 32]>,
+    pub(crate) principal: Option<[u8; 32]>,
     /// Its user whatever its token's scopes: whose tokens a server with
     /// `oauth` gets.
-    pub user: Option<[u8; 32]>,
+    pub(crate) user: Option<[u8; 32]>,
 }
 
 /// Whether what a user's sessions share of a server (a stdio server's
 /// process) is ready, after [`Server::warm`] waited for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Readiness {
+pub(crate) enum Readiness {
     /// Ready, or nothing to wait for: opening a session finds out the rest
     /// (a failure to start included).
     Ready,
@@ -110,7 +110,7 @@ pub enum Readiness {
 /// What becomes of a server's downstream sessions when mcpgate starts again
 /// with its state file ([`Server::after_restart`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AfterRestart {
+pub(crate) enum AfterRestart {
     /// Taken over by the session id the state file kept, or closed by it
     /// (a Streamable HTTP session, which outlives the process at its server).
     Resumed,
@@ -123,17 +123,17 @@ pub enum AfterRestart {
 
 /// Last success and failure of one server, for the status page.
 #[derive(Debug, Default, Clone)]
-pub struct Health {
-    pub last_error: Option<String>,
-    pub last_error_at: Option<SystemTime>,
-    pub last_ok_at: Option<SystemTime>,
+pub(crate) struct Health {
+    pub(crate) last_error: Option<String>,
+    pub(crate) last_error_at: Option<SystemTime>,
+    pub(crate) last_ok_at: Option<SystemTime>,
     /// Its last failure said it is down (see [`DownstreamError::says_down`]),
     /// and nothing succeeded since.
-    pub down: bool,
+    pub(crate) down: bool,
     /// It did not answer when a session opened on it (a black hole): new
     /// sessions skip it, without waiting, until a probe finds it answering
     /// or a request succeeds. Since when, and why.
-    pub silent: Option<(SystemTime, String)>,
+    pub(crate) silent: Option<(SystemTime, String)>,
     /// A probe of it runs now (at most one).
     probing: bool,
 }
@@ -141,12 +141,12 @@ pub struct Health {
 /// Timeouts and limits for talking to servers, from the configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    pub connect: Duration,
-    pub request: Duration,
-    pub delete: Duration,
+    pub(crate) connect: Duration,
+    pub(crate) request: Duration,
+    pub(crate) delete: Duration,
     /// What a stdio server's process has to start and answer `initialize`.
-    pub start: Duration,
-    pub max_message: usize,
+    pub(crate) start: Duration,
+    pub(crate) max_message: usize,
 }
 
 impl Limits {
@@ -162,7 +162,7 @@ impl Limits {
 
     /// The most one open of a downstream session may take: connecting and
     /// answering `initialize`, or a process starting.
-    pub fn open(&self) -> Duration {
+    pub(crate) fn open(&self) -> Duration {
         (self.connect + self.request).max(self.start)
     }
 }
@@ -321,57 +321,57 @@ pub(crate) trait Connector: Send + Sync {
 
 /// The processes of one stdio server, for the status page.
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]
-pub struct Processes {
+pub(crate) struct Processes {
     /// Shared processes started and not yet ready (no answer to `initialize` yet).
-    pub starting: u64,
-    pub live: u64,
-    pub spawned: u64,
+    pub(crate) starting: u64,
+    pub(crate) live: u64,
+    pub(crate) spawned: u64,
     /// Ended on their own (a crash, or an exit mcpgate did not ask for).
-    pub exited: u64,
+    pub(crate) exited: u64,
     /// Needed SIGTERM or SIGKILL to end when mcpgate stopped them.
-    pub killed: u64,
+    pub(crate) killed: u64,
     /// Started again after one of them ended on its own.
-    pub restarts: u64,
+    pub(crate) restarts: u64,
 }
 
 /// What every server shares: the counters, the state file, the children,
 /// the `DELETE`s still owed.
 #[derive(Clone)]
 pub struct Context {
-    pub stats: Arc<Stats>,
-    pub journal: Arc<Journal>,
-    pub children: Arc<Children>,
-    pub deletes: Arc<Deletes>,
+    pub(crate) stats: Arc<Stats>,
+    pub(crate) journal: Arc<Journal>,
+    pub(crate) children: Arc<Children>,
+    pub(crate) deletes: Arc<Deletes>,
     /// Users' tokens at servers with `oauth`.
-    pub oauth: Arc<oauth::Authorizer>,
+    pub(crate) oauth: Arc<oauth::Authorizer>,
 }
 
 /// One configured server, shared by every client session.
 pub struct Server {
-    pub config: ServerConfig,
+    pub(crate) config: ServerConfig,
     /// The one copy of its limits: its transport shares it.
-    pub limits: Arc<Limits>,
+    pub(crate) limits: Arc<Limits>,
     /// Set when a reload removed or changed this server: sessions opened on
     /// it after that close themselves.
     retired: AtomicBool,
     /// How it is reached: the transport's side of it.
     connector: Box<dyn Connector>,
     /// Requests hold one of `calls_per_server` lanes while they run.
-    pub lanes: Lanes,
-    pub live_sessions: Gauge,
+    pub(crate) lanes: Lanes,
+    pub(crate) live_sessions: Gauge,
     /// Where opens and closes are written ahead (the state file).
-    pub journal: Arc<Journal>,
+    pub(crate) journal: Arc<Journal>,
     /// The `DELETE`s a fault lost, tried again (shared by every server).
     deletes: Arc<Deletes>,
     /// Guards the last error and success times; held only to copy them.
     health: Mutex<Health>,
-    pub stats: Arc<Stats>,
+    pub(crate) stats: Arc<Stats>,
     /// This server's requests, errors by kind, and latency.
-    pub metrics: ServerStats,
+    pub(crate) metrics: ServerStats,
     /// Calls of its tools, and those that failed, by tool.
-    pub tools: crate::stats::Tally,
+    pub(crate) tools: crate::stats::Tally,
     /// Its lists, held once for every session that sees the same of them.
-    pub lists: crate::catalog::ServerLists,
+    pub(crate) lists: crate::catalog::ServerLists,
     /// The next request id of its downstream sessions (see [`Downstream::next_id`]).
     next_id: AtomicU64,
     /// The server of the same name a reload put in its place, once retired:
@@ -386,9 +386,9 @@ pub struct Server {
 
 /// What a server said of itself when it last answered `initialize`.
 #[derive(Debug, Clone)]
-pub struct Known {
-    pub capabilities: Value,
-    pub instructions: Option<String>,
+pub(crate) struct Known {
+    pub(crate) capabilities: Value,
+    pub(crate) instructions: Option<String>,
 }
 
 impl fmt::Debug for Server {
@@ -426,23 +426,23 @@ impl Server {
         }
     }
 
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.config.name
     }
 
     /// `http`, `sse` or `stdio`, for the status page.
-    pub fn transport(&self) -> &'static str {
+    pub(crate) fn transport(&self) -> &'static str {
         self.connector.kind()
     }
 
     /// What becomes of its downstream sessions at a restart: the restore
     /// and a peer taking over a session ask this, not the transport's name.
-    pub fn after_restart(&self) -> AfterRestart {
+    pub(crate) fn after_restart(&self) -> AfterRestart {
         self.connector.after_restart()
     }
 
     /// The processes of a stdio server, for the status page.
-    pub fn processes(&self) -> Option<Processes> {
+    pub(crate) fn processes(&self) -> Option<Processes> {
         self.connector.processes()
     }
 
@@ -452,7 +452,7 @@ impl Server {
     }
 
     /// The protocol era of an HTTP server, once known: `session` or `2026-07-28`.
-    pub fn era(&self) -> Option<&'static str> {
+    pub(crate) fn era(&self) -> Option<&'static str> {
         self.connector.era()
     }
 
@@ -460,22 +460,22 @@ impl Server {
     /// era), asking it once if nobody did yet; `None` when it cannot be
     /// asked now. stdio servers and those of the old SSE transport speak
     /// the session era.
-    pub fn speaks_2026(&self) -> Option<bool> {
+    pub(crate) fn speaks_2026(&self) -> Option<bool> {
         self.connector.speaks_2026(self)
     }
 
-    pub fn is_retired(&self) -> bool {
+    pub(crate) fn is_retired(&self) -> bool {
         self.retired.load(Ordering::Acquire)
     }
 
     /// Names the server a reload put in this one's place.
-    pub fn succeeded_by(&self, next: &Arc<Server>) {
+    pub(crate) fn succeeded_by(&self, next: &Arc<Server>) {
         *self.successor.lock() = Some(next.clone());
     }
 
     /// The server in force for this one's name: itself, or (once a reload
     /// retired it) the one that replaced it, followed to the newest.
-    pub fn in_force(self: &Arc<Self>) -> Arc<Server> {
+    pub(crate) fn in_force(self: &Arc<Self>) -> Arc<Server> {
         let mut server = self.clone();
         // Each reload that changed it adds one step; the steps end at the
         // server in force (the reload sets the successor before it retires).
@@ -492,7 +492,7 @@ impl Server {
 
     /// Unblocks every request in flight to this server, and stops its
     /// shared child, if it has one.
-    pub fn shutdown(&self) {
+    pub(crate) fn shutdown(&self) {
         self.lanes.stop_all();
         self.connector.shutdown();
     }
@@ -501,20 +501,20 @@ impl Server {
     /// connections to the server that are of no more use (all of them once
     /// no session uses it); the reaper's job. Before, they stayed open after
     /// every session ended: 13 to 21 in CLOSE_WAIT toward a killed server.
-    pub fn stop_idle(&self, idle: Duration) {
+    pub(crate) fn stop_idle(&self, idle: Duration) {
         self.connector.stop_idle(idle);
         self.connector.close_idle(self.live_sessions.get() == 0);
     }
 
     /// See [`Connector::opens_at_initialize`].
-    pub fn opens_at_initialize(&self) -> bool {
+    pub(crate) fn opens_at_initialize(&self) -> bool {
         self.connector.opens_at_initialize()
     }
 
     /// Starts what the sessions of `principal` share of this server (a
     /// stdio server's process) unless it runs, and waits for it at most
     /// `within`; still starting then, `inbox` is told when it is ready.
-    pub fn warm(
+    pub(crate) fn warm(
         self: &Arc<Self>,
         principal: Option<[u8; 32]>,
         within: Duration,
@@ -525,16 +525,16 @@ impl Server {
 
     /// What the server said of itself when it last answered `initialize`;
     /// `None` before it ever did.
-    pub fn known(&self) -> Option<Known> {
+    pub(crate) fn known(&self) -> Option<Known> {
         self.known.lock().clone()
     }
 
-    pub fn health(&self) -> Health {
+    pub(crate) fn health(&self) -> Health {
         self.health.lock().clone()
     }
 
     /// Replaces every secret of this server in `text` with `***`.
-    pub fn redact(&self, text: &str) -> String {
+    pub(crate) fn redact(&self, text: &str) -> String {
         let mut out = text.to_string();
         for secret in &self.config.secrets {
             out = out.replace(secret.as_str(), "***");
@@ -591,7 +591,7 @@ impl Server {
     /// skipped by the next ones, at once, until a probe finds it answering
     /// ([`Server::probe_if_silent`]): before, each new session waited the
     /// full request timeout for it (5.2 s, then 5.1 s at 5 s).
-    pub fn open(
+    pub(crate) fn open(
         self: &Arc<Self>,
         opener: &Opener,
         init_params: &RawValue,
@@ -624,7 +624,7 @@ impl Server {
     /// Probes a server that did not answer a session, unless a probe of it
     /// runs already: on a thread of its own, so that the reaper never waits
     /// for it; it ends within the connect timeout and 5 s.
-    pub fn probe_if_silent(self: &Arc<Self>) {
+    pub(crate) fn probe_if_silent(self: &Arc<Self>) {
         {
             let mut health = self.health.lock();
             if health.silent.is_none() || health.probing {
@@ -695,7 +695,7 @@ impl Server {
     /// It counts as opened by this process. `None` on a server whose
     /// sessions end with the process that opened them (a child, an HTTP+SSE
     /// stream): there is nothing to take over.
-    pub fn saved_downstream(self: &Arc<Self>, saved: &SavedDownstream) -> Option<Arc<Downstream>> {
+    pub(crate) fn saved_downstream(self: &Arc<Self>, saved: &SavedDownstream) -> Option<Arc<Downstream>> {
         let client = saved.client.as_deref().unwrap_or_default();
         let user = saved.user.as_deref().and_then(crate::runtime::sha256::from_hex);
         let link = self.connector.resume(self, saved.session_id.clone(), user)?;
@@ -747,9 +747,9 @@ pub struct Downstream {
     client: String,
     /// Whose tokens it sends to a server with `oauth`.
     user: Option<[u8; 32]>,
-    pub protocol_version: String,
-    pub capabilities: Value,
-    pub instructions: Option<String>,
+    pub(crate) protocol_version: String,
+    pub(crate) capabilities: Value,
+    pub(crate) instructions: Option<String>,
     /// Set once, by the close path; later exchanges fail with `Gone`.
     closing: AtomicBool,
     /// Requests using it now: a reload lets them finish before it closes it.
@@ -791,7 +791,7 @@ impl Downstream {
     }
 
     /// The server's id for this session (HTTP's `Mcp-Session-Id`), if any.
-    pub fn session_id(&self) -> Option<&str> {
+    pub(crate) fn session_id(&self) -> Option<&str> {
         self.link.session_id()
     }
 
@@ -799,7 +799,7 @@ impl Downstream {
     /// `GET` stream's reader, for HTTP). A session whose reader cannot start
     /// would miss the server's notifications without a word: the caller
     /// closes it and reports the error instead.
-    pub fn start_reader(&self, inbox: Weak<dyn Inbox>) -> Result<(), DownstreamError> {
+    pub(crate) fn start_reader(&self, inbox: Weak<dyn Inbox>) -> Result<(), DownstreamError> {
         self.link.listen(inbox)
     }
 
@@ -807,7 +807,7 @@ impl Downstream {
     /// the state file; `None` when there is nothing to DELETE after a crash
     /// (no session id, or a session that does not outlive mcpgate: a child
     /// process, an HTTP+SSE stream).
-    pub fn closing_record(&self) -> Option<(usize, SavedDownstream)> {
+    pub(crate) fn closing_record(&self) -> Option<(usize, SavedDownstream)> {
         self.session_id()?;
         if !self.link.survives_restart() {
             return None;
@@ -832,23 +832,23 @@ impl Downstream {
 
     /// What the state file keeps of this downstream session while it is
     /// open; nothing for a child process.
-    pub fn saved(&self) -> Option<SavedDownstream> {
+    pub(crate) fn saved(&self) -> Option<SavedDownstream> {
         (!self.is_closing() && self.server.connector.saved_url().is_some()).then(|| self.record())
     }
 
-    pub fn is_closing(&self) -> bool {
+    pub(crate) fn is_closing(&self) -> bool {
         self.closing.load(Ordering::Acquire)
     }
 
     /// A fresh request id: unique among all the server's downstream
     /// sessions, so that an answer a server sends twice can never pass for
     /// the answer to another session's request on the same connection.
-    pub fn next_id(&self) -> Value {
+    pub(crate) fn next_id(&self) -> Value {
         Value::from(self.server.next_id.fetch_add(1, Ordering::Relaxed))
     }
 
     /// Sends a request and returns the response message (`result` or `error`).
-    pub fn request(
+    pub(crate) fn request(
         &self,
         id: &Value,
         method: &str,
@@ -860,7 +860,7 @@ impl Downstream {
 
     /// A flight for a request of this downstream session: whoever holds it
     /// can end the request (a client's cancel).
-    pub fn flight(&self) -> Arc<Flight> {
+    pub(crate) fn flight(&self) -> Arc<Flight> {
         self.server.lanes.flight(self.owner())
     }
 
@@ -872,7 +872,7 @@ impl Downstream {
     /// Sends a request on one of the server's lanes. It ends early when
     /// `flight` is stopped: cancelled, closed, or silent past the request
     /// timeout. Counted, and timed on its lane, in the server's metrics.
-    pub fn call(
+    pub(crate) fn call(
         &self,
         id: &Value,
         method: &str,
@@ -920,19 +920,19 @@ impl Downstream {
     }
 
     /// Sends a notification, or a response to a request the server made.
-    pub fn send(&self, body: &[u8]) -> Result<(), DownstreamError> {
+    pub(crate) fn send(&self, body: &[u8]) -> Result<(), DownstreamError> {
         if self.is_closing() {
             return Err(DownstreamError::Closed);
         }
         self.link.send(body)
     }
 
-    pub fn notify(&self, method: &str, params: Option<&RawValue>) -> Result<(), DownstreamError> {
+    pub(crate) fn notify(&self, method: &str, params: Option<&RawValue>) -> Result<(), DownstreamError> {
         self.send(&jsonrpc::notification(method, params))
     }
 
     /// Whether the server declared `capability` (e.g. "tools", "logging").
-    pub fn offers(&self, capability: &str) -> bool {
+    pub(crate) fn offers(&self, capability: &str) -> bool {
         self.capabilities.get(capability).is_some_and(|v| !v.is_null())
     }
 }
@@ -967,7 +967,7 @@ impl Drop for Busy<'_> {
 
 impl Downstream {
     /// Whether a request is using it now.
-    pub fn in_use(&self) -> bool {
+    pub(crate) fn in_use(&self) -> bool {
         self.busy.load(Ordering::Acquire) > 0
     }
 }
@@ -977,7 +977,7 @@ impl Downstream {
 /// is set, at shutdown), on a thread of its own: a call in flight when its
 /// server changed finishes where it started, and new calls go to the new
 /// server. Before, they were cut: 43 of 3,551 calls failed in 100 reloads.
-pub fn close_when_idle(list: Vec<Arc<Downstream>>, wait: Duration, stop: Arc<AtomicBool>) {
+pub(crate) fn close_when_idle(list: Vec<Arc<Downstream>>, wait: Duration, stop: Arc<AtomicBool>) {
     if list.is_empty() {
         return;
     }
@@ -1031,7 +1031,7 @@ fn stop_each_once(list: &[Arc<Downstream>]) -> Vec<&Arc<Downstream>> {
 /// took over: like [`close_all`], but a session that outlives this process
 /// is not ended at its server, and nothing is written to the journal (the
 /// other instance holds them now). Counted as handed over, not closed.
-pub fn hand_over_all(list: &[Arc<Downstream>]) {
+pub(crate) fn hand_over_all(list: &[Arc<Downstream>]) {
     let claimed = stop_each_once(list);
     for d in claimed {
         if let Err(e) = d.link.hand_over() {

@@ -47,7 +47,7 @@ fn client_config(trust: &Trust) -> Result<Arc<ClientConfig>, String> {
 
 /// Wraps `https://` connections in TLS with a given config; `http://` ones pass as they are.
 #[derive(Clone)]
-pub struct TlsConnector(Arc<Settings>);
+pub(crate) struct TlsConnector(Arc<Settings>);
 
 struct Settings {
     /// Or why there is none (each `https://` connection then fails saying so).
@@ -69,7 +69,7 @@ impl std::fmt::Debug for TlsConnector {
 }
 
 impl TlsConnector {
-    pub fn new(trust: &Trust) -> TlsConnector {
+    pub(crate) fn new(trust: &Trust) -> TlsConnector {
         let settings = Settings { config: OnceLock::new(), roots: trust.clone(), trust: trust.describe() };
         if !trust.roots.is_empty() {
             settings.config();
@@ -121,7 +121,7 @@ impl TlsConnector {
 }
 
 /// What is wrong with a server's certificate, and what to do about it.
-pub fn certificate_problem(e: &CertificateError, trust: &str) -> String {
+pub(crate) fn certificate_problem(e: &CertificateError, trust: &str) -> String {
     let what = match e {
         CertificateError::UnknownIssuer => format!(
             "is signed by a CA not in {trust}: add that CA's certificate to `ca_file` (or the server's own `ca_file`), \
@@ -167,7 +167,7 @@ pub fn certificate_problem(e: &CertificateError, trust: &str) -> String {
 }
 
 /// An `https://` connection: ureq's buffers over a rustls stream.
-pub struct TlsTransport {
+pub(crate) struct TlsTransport {
     buffers: LazyBuffers,
     stream: StreamOwned<ClientConnection, TransportAdapter>,
 }

@@ -74,6 +74,7 @@ impl Life {
     }
 
     /// Says, after a reload, what failed besides it (the files of `tls`).
+    #[cfg(feature = "tls")]
     pub(crate) fn reload_failed(&self, error: Option<String>) {
         self.last_reload.lock().error = error;
     }

@@ -47,7 +47,7 @@ const BATCH_WAIT: Duration = Duration::from_secs(1);
 
 /// `tracing` in the configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TracingConfig {
+pub(crate) struct TracingConfig {
     /// Where spans go: `{endpoint}/v1/traces` (the endpoint itself when it ends so).
     pub(crate) endpoint: String,
     /// The share of traces started here that are recorded, in millionths.

@@ -26,7 +26,7 @@ const PROBE_WAIT: Duration = Duration::from_secs(5);
 
 /// What a server reached over HTTP keeps: the agents it talks through.
 pub(crate) struct Endpoint {
-    pub config: HttpConfig,
+    pub(crate) config: HttpConfig,
     /// `config.url`, parsed once instead of per request (or why it is no URL).
     uri: Result<Uri, String>,
     /// For `initialize`, notifications, answers and `DELETE`: short
@@ -113,7 +113,7 @@ fn with_connector(config: ureq::config::Config, tcp: TcpConnector, tls: &Tls) ->
 }
 
 impl Endpoint {
-    pub fn new(config: HttpConfig, limits: Arc<Limits>, lanes: usize) -> Endpoint {
+    pub(crate) fn new(config: HttpConfig, limits: Arc<Limits>, lanes: usize) -> Endpoint {
         let tls = tls_for(&config);
         Endpoint {
             uri: config.url.parse::<Uri>().map_err(|e| format!("`{}` is not a URL: {e}", config.url)),
@@ -190,7 +190,7 @@ impl Endpoint {
     }
 
     /// Unblocks every short exchange in flight (requests stop with their flights).
-    pub fn shutdown(&self) {
+    pub(crate) fn shutdown(&self) {
         self.short.lock().pooled.agent.clone().shutdown();
     }
 

@@ -26,7 +26,7 @@ const STABLE_AFTER: Duration = Duration::from_secs(10);
 
 /// A running reader. Owned by its downstream session's link; the close
 /// path signals, then joins it.
-pub struct Reader {
+pub(crate) struct Reader {
     /// Dropped to stop the thread: a disconnected channel stays disconnected.
     stop: Option<Sender<()>>,
     agent: Agent,
@@ -56,14 +56,14 @@ impl Reader {
     }
 
     /// Asks the thread to stop and unblocks any read it is in.
-    pub fn signal(&mut self) {
+    pub(crate) fn signal(&mut self) {
         drop(self.stop.take());
         self.agent.clone().shutdown();
     }
 
     /// Waits up to `bound` for the thread to finish, then joins it. A thread
     /// that does not finish in time is joined later ([`threads::join_later`]).
-    pub fn join(self, bound: Duration) {
+    pub(crate) fn join(self, bound: Duration) {
         match self.done.recv_timeout(bound) {
             Err(RecvTimeoutError::Timeout) => {
                 self.server.stats.threads_join_timeouts.inc();

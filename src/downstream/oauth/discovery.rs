@@ -12,16 +12,16 @@ use super::fetch;
 
 /// A server's protected-resource metadata (RFC 9728), as checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProtectedResource {
+pub(crate) struct ProtectedResource {
     /// Where it was read.
-    pub url: String,
-    pub resource: String,
-    pub authorization_servers: Vec<String>,
-    pub scopes_supported: Vec<String>,
+    pub(crate) url: String,
+    pub(crate) resource: String,
+    pub(crate) authorization_servers: Vec<String>,
+    pub(crate) scopes_supported: Vec<String>,
 }
 
 /// `(origin, path)` of a URL: `https://mcp.example.com`, `/mcp`.
-pub fn split_url(url: &str) -> (&str, &str) {
+pub(crate) fn split_url(url: &str) -> (&str, &str) {
     let after_scheme = url.find("://").map_or(0, |i| i + 3);
     match url[after_scheme..].find(['/', '?', '#']) {
         Some(at) => {
@@ -34,7 +34,7 @@ pub fn split_url(url: &str) -> (&str, &str) {
 
 /// Where a server's metadata may be: the challenge's URL, then the
 /// well-known URI with the server's path, then at the root.
-pub fn resource_metadata_urls(server_url: &str, from_challenge: Option<&str>) -> Vec<String> {
+pub(crate) fn resource_metadata_urls(server_url: &str, from_challenge: Option<&str>) -> Vec<String> {
     let (origin, path) = split_url(server_url);
     let path = path.trim_end_matches('/');
     let mut urls: Vec<String> = from_challenge.map(str::to_string).into_iter().collect();
@@ -56,7 +56,7 @@ fn resource_covers(resource: &str, server_url: &str) -> bool {
 }
 
 /// The server's protected-resource metadata, from the first place that has it.
-pub fn protected_resource(
+pub(crate) fn protected_resource(
     agent: &Agent,
     server_url: &str,
     from_challenge: Option<&str>,
@@ -97,26 +97,26 @@ pub fn protected_resource(
 
 /// An authorization server's metadata, as checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AuthorizationServer {
-    pub issuer: String,
+pub(crate) struct AuthorizationServer {
+    pub(crate) issuer: String,
     /// Where it was read.
-    pub url: String,
-    pub authorization_endpoint: String,
-    pub token_endpoint: String,
-    pub registration_endpoint: Option<String>,
-    pub scopes_supported: Vec<String>,
-    pub token_endpoint_auth_methods: Vec<String>,
+    pub(crate) url: String,
+    pub(crate) authorization_endpoint: String,
+    pub(crate) token_endpoint: String,
+    pub(crate) registration_endpoint: Option<String>,
+    pub(crate) scopes_supported: Vec<String>,
+    pub(crate) token_endpoint_auth_methods: Vec<String>,
     /// It takes a client id that is the URL of a client ID metadata document.
-    pub client_id_metadata_documents: bool,
+    pub(crate) client_id_metadata_documents: bool,
     /// It sends `iss` with its redirects (RFC 9207).
-    pub sends_iss: bool,
-    pub grant_types: Vec<String>,
+    pub(crate) sends_iss: bool,
+    pub(crate) grant_types: Vec<String>,
 }
 
 /// Where an issuer's metadata may be: RFC 8414 with the path inserted, then
 /// OpenID Connect with the path inserted and appended (without a path:
 /// RFC 8414, then OpenID Connect).
-pub fn metadata_urls(issuer: &str) -> Vec<String> {
+pub(crate) fn metadata_urls(issuer: &str) -> Vec<String> {
     let issuer = issuer.trim_end_matches('/');
     let (origin, path) = split_url(issuer);
     if path.is_empty() {
@@ -137,7 +137,7 @@ fn strings(value: &Value) -> Vec<String> {
 }
 
 /// Checks an authorization server's metadata document, read at `url`, for `issuer`.
-pub fn check_metadata(issuer: &str, url: &str, doc: &Value) -> Result<AuthorizationServer, String> {
+pub(crate) fn check_metadata(issuer: &str, url: &str, doc: &Value) -> Result<AuthorizationServer, String> {
     // RFC 8414 §3.3: a document naming another issuer is not this issuer's.
     if doc["issuer"].as_str() != Some(issuer) {
         return Err(format!(
@@ -182,7 +182,7 @@ pub fn check_metadata(issuer: &str, url: &str, doc: &Value) -> Result<Authorizat
 }
 
 /// The issuer's metadata, from the first place that answers.
-pub fn authorization_server(agent: &Agent, issuer: &str) -> Result<AuthorizationServer, String> {
+pub(crate) fn authorization_server(agent: &Agent, issuer: &str) -> Result<AuthorizationServer, String> {
     fetch::check_endpoint(issuer).map_err(|why| format!("the issuer `{issuer}` {why}"))?;
     let mut tried = Vec::new();
     for url in metadata_urls(issuer) {

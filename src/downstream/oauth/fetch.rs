@@ -40,8 +40,8 @@ pub(super) fn agent(trust: &Trust, connect: Duration) -> Agent {
 /// An answer: its status and its JSON object (an error answer's too, as
 /// RFC 6749 §5.2 writes them).
 pub(super) struct Answer {
-    pub status: u16,
-    pub json: Result<Value, String>,
+    pub(crate) status: u16,
+    pub(crate) json: Result<Value, String>,
 }
 
 fn failed(url: &str, e: ureq::Error) -> String {
@@ -144,7 +144,7 @@ pub(crate) fn check_endpoint(url: &str) -> Result<(), String> {
 }
 
 /// Visible ASCII only, at most 200 characters: what an error page may say of a server's words.
-pub fn printable(text: &str) -> String {
+pub(crate) fn printable(text: &str) -> String {
     text.chars().take(200).map(|c| if (' '..='~').contains(&c) { c } else { '?' }).collect()
 }
 

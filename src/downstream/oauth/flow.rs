@@ -18,7 +18,7 @@ use crate::runtime::memory::Charge;
 use crate::runtime::secret::constant_time_eq;
 
 /// Sign-ins waiting at once, all users together; past it a call is told to try later.
-pub const MAX_FLOWS: usize = 1024;
+pub(crate) const MAX_FLOWS: usize = 1024;
 /// Used or replaced states remembered, to tell a replay from an unknown state.
 const USED: usize = 1024;
 /// Sessions told when one sign-in completes.
@@ -28,7 +28,7 @@ const FLOW_BYTES: usize = 2048;
 
 /// What an attempt is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Purpose {
+pub(crate) enum Purpose {
     /// At mcpgate's own issuer (`auth.oauth`): who opened the link.
     Identity,
     /// At the server's authorization server: the user's tokens.
@@ -36,38 +36,38 @@ pub enum Purpose {
 }
 
 /// One authorization in progress: what its callback must match.
-pub struct Attempt {
-    pub purpose: Purpose,
+pub(crate) struct Attempt {
+    pub(crate) purpose: Purpose,
     state: String,
-    pub verifier: String,
+    pub(crate) verifier: String,
     /// SHA-256 of the cookie set in the browser that started it.
     cookie: [u8; 32],
-    pub target: Arc<Target>,
+    pub(crate) target: Arc<Target>,
 }
 
 /// A sign-in waiting for its user.
-pub struct Flow {
-    pub id: String,
-    pub user: User,
-    pub server: String,
-    pub scopes: Vec<String>,
-    pub expires: Instant,
+pub(crate) struct Flow {
+    pub(crate) id: String,
+    pub(crate) user: User,
+    pub(crate) server: String,
+    pub(crate) scopes: Vec<String>,
+    pub(crate) expires: Instant,
     /// Client sessions given its link: told when it completes.
-    pub sessions: Vec<String>,
+    pub(crate) sessions: Vec<String>,
     /// The browser that opened the link proved it is `user`.
-    pub identified: bool,
-    pub attempt: Option<Attempt>,
+    pub(crate) identified: bool,
+    pub(crate) attempt: Option<Attempt>,
     /// How it ended, once it did.
-    pub done: Option<Result<(), String>>,
+    pub(crate) done: Option<Result<(), String>>,
     /// Started by `mcpgate login`, whose user pastes the callback's address
     /// into it: a browser's callback does not complete it.
-    pub paste_only: bool,
+    pub(crate) paste_only: bool,
     _charge: Charge,
 }
 
 /// Why a callback is refused, in words for the page.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     NoState,
     UnknownState,
     UsedState,
@@ -75,7 +75,6 @@ pub enum Refusal {
     OtherBrowser,
     /// A sign-in of `mcpgate login`, which completes it from the pasted address.
     PasteOnly,
-    Failed(String),
 }
 
 impl std::fmt::Display for Refusal {
@@ -101,20 +100,19 @@ impl std::fmt::Display for Refusal {
                 f,
                 "this sign-in was started by `mcpgate login`: copy the address of this page (it starts with the callback's) and paste it where `mcpgate login` asks for it"
             ),
-            Refusal::Failed(why) => f.write_str(why),
         }
     }
 }
 
 /// 256 random bits, base64url.
-pub fn random_text() -> Result<String, String> {
+pub(crate) fn random_text() -> Result<String, String> {
     let mut bytes = [0u8; 32];
     crate::runtime::sys::random(&mut bytes).map_err(|e| format!("no random bytes: {e}"))?;
     Ok(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
 }
 
 /// PKCE S256's challenge for `verifier` (RFC 7636 §4.2).
-pub fn challenge_of(verifier: &str) -> String {
+pub(crate) fn challenge_of(verifier: &str) -> String {
     let digest = ring::digest::digest(&ring::digest::SHA256, verifier.as_bytes());
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(digest.as_ref())
 }
@@ -127,7 +125,7 @@ fn digest(text: &str) -> [u8; 32] {
 }
 
 /// The authorization request's URL (RFC 6749 §4.1.1 with PKCE and `resource`).
-pub fn authorize_url(target: &Target, state: &str, challenge: &str) -> String {
+pub(crate) fn authorize_url(target: &Target, state: &str, challenge: &str) -> String {
     use super::fetch::encode;
     let client = &target.client;
     let mut pairs = vec![
@@ -150,7 +148,7 @@ pub fn authorize_url(target: &Target, state: &str, challenge: &str) -> String {
 
 /// Every sign-in waiting, by elicitation id, and their attempts by state.
 #[derive(Default)]
-pub struct Flows {
+pub(crate) struct Flows {
     by_id: HashMap<String, Flow>,
     by_state: HashMap<String, String>,
     used: VecDeque<String>,
@@ -167,7 +165,7 @@ impl Flows {
     }
 
     /// Drops the sign-ins past their expiry.
-    pub fn expire(&mut self, now: Instant) {
+    pub(crate) fn expire(&mut self, now: Instant) {
         let gone: Vec<String> = self.by_id.values().filter(|f| f.expires <= now).map(|f| f.id.clone()).collect();
         for id in gone {
             if let Some(flow) = self.by_id.remove(&id)
@@ -180,7 +178,7 @@ impl Flows {
 
     /// The sign-in of `user` at `server` waiting now, its scopes widened to
     /// `scopes`, or a new one good for `timeout`: its id.
-    pub fn pending(
+    pub(crate) fn pending(
         &mut self,
         user: User,
         server: &str,
@@ -232,16 +230,16 @@ impl Flows {
         Ok(id)
     }
 
-    pub fn get(&self, id: &str) -> Option<&Flow> {
+    pub(crate) fn get(&self, id: &str) -> Option<&Flow> {
         self.by_id.get(id).filter(|f| f.expires > Instant::now())
     }
 
-    pub fn get_mut(&mut self, id: &str) -> Option<&mut Flow> {
+    pub(crate) fn get_mut(&mut self, id: &str) -> Option<&mut Flow> {
         self.by_id.get_mut(id).filter(|f| f.expires > Instant::now())
     }
 
     /// Remembers that `session` was given the link of `id`.
-    pub fn given_to(&mut self, id: &str, session: &str) {
+    pub(crate) fn given_to(&mut self, id: &str, session: &str) {
         if let Some(flow) = self.get_mut(id)
             && !flow.sessions.iter().any(|s| s == session)
             && flow.sessions.len() < MAX_SESSIONS
@@ -253,7 +251,7 @@ impl Flows {
     /// Starts an attempt for the sign-in `id` against `target`: its state,
     /// the PKCE challenge, and the cookie for the browser. An earlier
     /// attempt's state stops being good.
-    pub fn begin(
+    pub(crate) fn begin(
         &mut self,
         id: &str,
         purpose: Purpose,
@@ -283,7 +281,7 @@ impl Flows {
     /// Takes the attempt a callback's `state` names, once: the browser
     /// must bring its cookie, unless the caller proved it is the flow's
     /// user another way (`proved`: `mcpgate login` with its token).
-    pub fn take(
+    pub(crate) fn take(
         &mut self,
         state: Option<&str>,
         cookies: &[&str],
@@ -313,7 +311,7 @@ impl Flows {
     }
 
     /// The sign-in `id` ended: the sessions to tell.
-    pub fn finish(&mut self, id: &str, outcome: Result<(), String>) -> Vec<String> {
+    pub(crate) fn finish(&mut self, id: &str, outcome: Result<(), String>) -> Vec<String> {
         match self.get_mut(id) {
             Some(flow) => {
                 flow.done = Some(outcome);
@@ -325,13 +323,13 @@ impl Flows {
     }
 
     /// Sign-ins waiting now for `server`.
-    pub fn waiting(&self, server: &str) -> u64 {
+    pub(crate) fn waiting(&self, server: &str) -> u64 {
         let now = Instant::now();
         self.by_id.values().filter(|f| f.server == server && f.done.is_none() && f.expires > now).count() as u64
     }
 
     /// The ids of the sign-ins of `user` at `server` (to drop at logout).
-    pub fn drop_of(&mut self, user: User, server: &str) {
+    pub(crate) fn drop_of(&mut self, user: User, server: &str) {
         let ids: Vec<String> =
             self.by_id.values().filter(|f| f.user == user && f.server == server).map(|f| f.id.clone()).collect();
         for id in ids {

@@ -40,16 +40,16 @@ mod discovery;
 pub(crate) mod fetch;
 mod flow;
 mod register;
-pub mod server;
-pub mod store;
+pub(crate) mod server;
+pub(crate) mod store;
 mod target;
 mod tokens;
 
-pub use flow::Refusal;
+pub(crate) use flow::Refusal;
 use flow::{Flows, Purpose};
 use register::Client;
 use target::short;
-pub use target::{Target, User, user_key};
+pub(crate) use target::{Target, User, user_key};
 use tokens::Tokens;
 
 /// How long what discovery found is trusted, and a failure remembered.
@@ -80,22 +80,22 @@ impl Settings {
 
 /// What one server's sign-ins count, for the status page and `/metrics`.
 #[derive(Default, Debug)]
-pub struct Counters {
-    pub refreshes: Counter,
-    pub failures: Counter,
-    pub signins: Counter,
+pub(crate) struct Counters {
+    pub(crate) refreshes: Counter,
+    pub(crate) failures: Counter,
+    pub(crate) signins: Counter,
 }
 
 /// What the status page shows of one server's sign-ins: counts, never tokens.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-pub struct View {
+pub(crate) struct View {
     /// Users holding a token for it now.
-    pub users: u64,
-    pub refreshes: u64,
-    pub failures: u64,
-    pub signins: u64,
+    pub(crate) users: u64,
+    pub(crate) refreshes: u64,
+    pub(crate) failures: u64,
+    pub(crate) signins: u64,
     /// Sign-ins waiting for their user now.
-    pub waiting: u64,
+    pub(crate) waiting: u64,
 }
 
 /// One user's tokens for one server; `changed` wakes those waiting for a refresh.
@@ -137,18 +137,18 @@ struct Exchanged {
 
 /// A sign-in as its pages see it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FlowView {
+pub(crate) struct FlowView {
     /// Whose it is.
-    pub user: User,
-    pub server: String,
+    pub(crate) user: User,
+    pub(crate) server: String,
     /// The browser that opened its link showed it is its user.
-    pub identified: bool,
+    pub(crate) identified: bool,
     /// How it ended, once it did.
-    pub done: Option<Result<(), String>>,
+    pub(crate) done: Option<Result<(), String>>,
 }
 
 /// How a callback ended, for the page and the sessions to tell.
-pub enum Completed {
+pub(crate) enum Completed {
     /// The browser signed in at mcpgate's own issuer: its access token, to
     /// check who it is; then [`Authorizer::identified`].
     Identity { id: String, access_token: String },
@@ -186,7 +186,7 @@ impl Authorizer {
     /// The authorizer for `config`: its store opened (and its tokens read)
     /// when a server signs users in; `Err` in the store says why tokens
     /// cannot be kept (a key file others may read, say).
-    pub fn new(config: &Config) -> Arc<Authorizer> {
+    pub(crate) fn new(config: &Config) -> Arc<Authorizer> {
         let store = if wants_store(config) { open_store(config) } else { Err(NO_STORE.to_string()) };
         let authorizer = Authorizer {
             settings: RwLock::new(Arc::new(Settings::of(config, None))),
@@ -207,7 +207,7 @@ impl Authorizer {
     /// Takes the settings of a reloaded configuration; the store stays as
     /// opened (a change of its file or key needs a restart), or is opened
     /// now when the first server with `oauth` came.
-    pub fn configure(&self, config: &Config) {
+    pub(crate) fn configure(&self, config: &Config) {
         let bound = self.bound.lock().clone();
         *self.settings.write() = Arc::new(Settings::of(config, bound.as_deref()));
         let unopened = matches!(&*self.store.read(), Err(why) if why == NO_STORE);
@@ -231,7 +231,7 @@ impl Authorizer {
     }
 
     /// The `oauth_client` settings in force, with the public URL as it is.
-    pub fn client_settings(&self) -> OAuthClientConfig {
+    pub(crate) fn client_settings(&self) -> OAuthClientConfig {
         self.settings().client.clone()
     }
 
@@ -272,7 +272,7 @@ impl Authorizer {
 
     /// The user's own access token of `auth.oauth`, presented now: what a
     /// token exchange exchanges (kept in memory until it expires).
-    pub fn remember_subject(&self, user: &User, token: &str, expires: u64) {
+    pub(crate) fn remember_subject(&self, user: &User, token: &str, expires: u64) {
         let mut subjects = self.subjects.lock();
         let now = crate::runtime::clock::unix_now();
         if subjects.len() >= 4096 {
@@ -294,7 +294,7 @@ impl Authorizer {
 
     /// Forgets the user's tokens for `server` (`mcpgate logout`): in memory
     /// and in the store. Whether there were any.
-    pub fn logout(&self, user: &User, server: &str) -> Result<bool, String> {
+    pub(crate) fn logout(&self, user: &User, server: &str) -> Result<bool, String> {
         let slot = self.slot(user, server);
         let had = {
             let mut st = slot.state.lock();
@@ -310,7 +310,7 @@ impl Authorizer {
     }
 
     /// What the status page shows of `server`'s sign-ins.
-    pub fn view(&self, server: &str) -> View {
+    pub(crate) fn view(&self, server: &str) -> View {
         let slots: Vec<Arc<Slot>> =
             self.slots.lock().iter().filter(|((_, s), _)| s == server).map(|(_, slot)| slot.clone()).collect();
         let users = slots.iter().filter(|slot| slot.state.lock().tokens.is_some()).count() as u64;
@@ -326,7 +326,7 @@ impl Authorizer {
     }
 
     /// The client ID metadata document mcpgate serves.
-    pub fn metadata_document(&self) -> Value {
+    pub(crate) fn metadata_document(&self) -> Value {
         let settings = self.settings();
         register::metadata_document(&settings.client.metadata_document_url(), &settings.client.redirect_uri())
     }
@@ -372,7 +372,7 @@ fn wants_store(config: &Config) -> bool {
 /// Whose sign-ins and tokens a link serves.
 impl Authorizer {
     /// The sign-in `id`, if it is there (waiting, or ended and not expired).
-    pub fn flow(&self, id: &str) -> Option<FlowView> {
+    pub(crate) fn flow(&self, id: &str) -> Option<FlowView> {
         let flows = self.flows.lock();
         let flow = flows.get(id)?;
         Some(FlowView {
@@ -384,20 +384,20 @@ impl Authorizer {
     }
 
     /// The browser that opened the link of `id` proved it is its user.
-    pub fn identified(&self, id: &str) {
+    pub(crate) fn identified(&self, id: &str) {
         if let Some(flow) = self.flows.lock().get_mut(id) {
             flow.identified = true;
         }
     }
 
     /// The client session `session` was given the link of `id`.
-    pub fn given_to(&self, id: &str, session: &str) {
+    pub(crate) fn given_to(&self, id: &str, session: &str) {
         self.flows.lock().given_to(id, session);
     }
 
     /// Starts a sign-in at mcpgate's own issuer for the link `id`, to learn
     /// who opened it: where to send the browser, and its cookie.
-    pub fn identity_start(&self, id: &str) -> Result<(String, String), String> {
+    pub(crate) fn identity_start(&self, id: &str) -> Result<(String, String), String> {
         let target = self.identity_target()?;
         let (state, challenge, cookie) = self.flows.lock().begin(id, Purpose::Identity, target.clone())?;
         Ok((flow::authorize_url(&target, &state, &challenge), cookie))
@@ -472,7 +472,7 @@ impl Authorizer {
     /// from a browser with `cookies` (the sign-in pages'); or pasted by `mcpgate login` by the
     /// user `proved`. Takes the attempt once, checks `iss`, and trades the
     /// code for tokens.
-    pub fn callback(&self, query: &str, cookies: &[&str], proved: Option<User>) -> Result<Completed, String> {
+    pub(crate) fn callback(&self, query: &str, cookies: &[&str], proved: Option<User>) -> Result<Completed, String> {
         let state = fetch::query_value(query, "state");
         let (id, attempt) =
             self.flows.lock().take(state.as_deref(), cookies, proved).map_err(|refusal| refusal.to_string())?;
@@ -564,14 +564,14 @@ impl Authorizer {
     }
 
     /// `mcpgate login`: the state of the sign-in `id` of `user`.
-    pub fn login_state(&self, id: &str, user: &User) -> Option<Option<Result<(), String>>> {
+    pub(crate) fn login_state(&self, id: &str, user: &User) -> Option<Option<Result<(), String>>> {
         let flows = self.flows.lock();
         let flow = flows.get(id).filter(|f| f.user == *user)?;
         Some(flow.done.clone())
     }
 
     /// Drops what is past its time: sign-ins, subjects; the reaper's job.
-    pub fn expire(&self) {
+    pub(crate) fn expire(&self) {
         self.flows.lock().expire(Instant::now());
         let now = crate::runtime::clock::unix_now();
         self.subjects.lock().retain(|_, s| s.expires > now);

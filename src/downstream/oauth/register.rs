@@ -13,16 +13,16 @@ use super::fetch;
 
 /// mcpgate's client at one authorization server. Its `Debug` hides the secret.
 #[derive(Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Client {
-    pub client_id: String,
+pub(crate) struct Client {
+    pub(crate) client_id: String,
     #[serde(default)]
-    pub client_secret: Option<String>,
+    pub(crate) client_secret: Option<String>,
     /// `none`, `client_secret_basic` or `client_secret_post`.
-    pub auth_method: String,
+    pub(crate) auth_method: String,
     /// The redirect URI it was made for: another needs another client.
-    pub redirect_uri: String,
+    pub(crate) redirect_uri: String,
     /// `configured`, `metadata document` or `registered`: for the status page.
-    pub how: String,
+    pub(crate) how: String,
 }
 
 impl std::fmt::Debug for Client {
@@ -33,14 +33,14 @@ impl std::fmt::Debug for Client {
 
 /// What a configuration gives of a client: an id and secret, or a
 /// metadata document's URL of the operator's own.
-pub struct Given<'a> {
-    pub client_id: Option<&'a str>,
-    pub client_secret: Option<&'a str>,
-    pub metadata_url: Option<&'a str>,
+pub(crate) struct Given<'a> {
+    pub(crate) client_id: Option<&'a str>,
+    pub(crate) client_secret: Option<&'a str>,
+    pub(crate) metadata_url: Option<&'a str>,
 }
 
 /// The client ID metadata document mcpgate serves at `url`.
-pub fn metadata_document(url: &str, redirect_uri: &str) -> Value {
+pub(crate) fn metadata_document(url: &str, redirect_uri: &str) -> Value {
     json!({
         "client_id": url,
         "client_name": "mcpgate",
@@ -59,7 +59,7 @@ fn fetchable(url: &str) -> bool {
 
 /// The client to use at `server` without registering: configured, or the
 /// metadata document (`own_document`: mcpgate's URL for it). `None`: register.
-pub fn without_registering(
+pub(crate) fn without_registering(
     given: &Given<'_>,
     server: &AuthorizationServer,
     own_document: &str,
@@ -95,7 +95,7 @@ pub fn without_registering(
 }
 
 /// Registers mcpgate at `server` (RFC 7591) as a public client for `redirect_uri`.
-pub fn register(
+pub(crate) fn register(
     agent: &Agent,
     server: &AuthorizationServer,
     redirect_uri: &str,

@@ -22,7 +22,7 @@ use crate::downstream::{DownstreamError, SignIn};
 use crate::runtime::memory::Charge;
 
 /// One server's view of the authorizer: what its HTTP links ask.
-pub struct ServerAuth {
+pub(crate) struct ServerAuth {
     pub(super) authorizer: Arc<Authorizer>,
     pub(super) server: String,
     /// Its URL, and the `oauth` and roots of its configuration.
@@ -38,11 +38,11 @@ impl std::fmt::Debug for ServerAuth {
 }
 
 /// How many times a request is sent again after its server refused its token.
-pub const RETRIES: usize = 1;
+pub(crate) const RETRIES: usize = 1;
 
 impl ServerAuth {
     /// The view of a server with `oauth`, for its HTTP links; `None` without.
-    pub fn new(authorizer: &Arc<Authorizer>, name: &str, http: &HttpConfig) -> Option<ServerAuth> {
+    pub(crate) fn new(authorizer: &Arc<Authorizer>, name: &str, http: &HttpConfig) -> Option<ServerAuth> {
         let oauth = http.oauth.clone()?;
         Some(ServerAuth {
             authorizer: authorizer.clone(),
@@ -55,7 +55,7 @@ impl ServerAuth {
 
     /// Starts the authorization of the sign-in `id` at this server's
     /// authorization server: where to send the browser, and its cookie.
-    pub fn authorize(&self, id: &str) -> Result<(String, String), String> {
+    pub(crate) fn authorize(&self, id: &str) -> Result<(String, String), String> {
         let flows = &self.authorizer.flows;
         let scopes = flows.lock().get(id).map(|f| f.scopes.clone()).ok_or(Refusal::Expired.to_string())?;
         let target = self.target(None).map_err(|e| e.to_string())?;
@@ -70,11 +70,7 @@ impl ServerAuth {
         Ok((flow::authorize_url(&target, &state, &challenge), cookie))
     }
 
-    pub fn server(&self) -> &str {
-        &self.server
-    }
-
-    pub fn oauth_error(&self, why: impl std::fmt::Display) -> DownstreamError {
+    pub(crate) fn oauth_error(&self, why: impl std::fmt::Display) -> DownstreamError {
         DownstreamError::OAuth(format!("OAuth: {why}"))
     }
 
@@ -83,7 +79,7 @@ impl ServerAuth {
     /// others wait for it). `None`: none yet, and the server's challenge is
     /// still to be heard (the request goes without one, and its 401 says
     /// where to sign in). The error is the link to sign in, or why not.
-    pub fn bearer(&self, user: &User) -> Result<Option<String>, DownstreamError> {
+    pub(crate) fn bearer(&self, user: &User) -> Result<Option<String>, DownstreamError> {
         if self.oauth.token_exchange {
             return self.exchanged(user).map(Some);
         }
@@ -212,7 +208,7 @@ impl ServerAuth {
     /// token it refused. `Ok`: send it again (the token was refreshed, once).
     /// Else the link to sign in (again, or with more scopes: step-up), or
     /// why not.
-    pub fn refused(
+    pub(crate) fn refused(
         &self,
         user: &User,
         sent: Option<&str>,
@@ -303,7 +299,7 @@ impl ServerAuth {
 
     /// `mcpgate login`: the link for `user` to sign in now, or `None` when
     /// the user holds a token already.
-    pub fn link(&self, user: &User) -> Result<Option<SignIn>, DownstreamError> {
+    pub(crate) fn link(&self, user: &User) -> Result<Option<SignIn>, DownstreamError> {
         if self.authorizer.slot(user, &self.server).state.lock().tokens.is_some() {
             return Ok(None);
         }
@@ -528,16 +524,16 @@ impl ServerAuth {
 /// A downstream session's user at a server with `oauth`: whose token its
 /// requests carry.
 #[derive(Clone, Debug)]
-pub struct Authed {
-    pub auth: Arc<ServerAuth>,
-    pub user: User,
+pub(crate) struct Authed {
+    pub(crate) auth: Arc<ServerAuth>,
+    pub(crate) user: User,
 }
 
 /// Runs `send` with the user's bearer token (none without `authed`): when
 /// the server refuses it (401, or 403 `insufficient_scope`), once more after
 /// a refresh; else the link to sign in, or why not. Nothing loops: at most
 /// [`RETRIES`] sends more.
-pub fn with_bearer<T>(
+pub(crate) fn with_bearer<T>(
     authed: Option<&Authed>,
     mut send: impl FnMut(Option<&str>) -> Result<T, DownstreamError>,
 ) -> Result<T, DownstreamError> {
@@ -562,7 +558,7 @@ pub fn with_bearer<T>(
 /// (refreshed when due), without starting a sign-in: for a stream that
 /// reconnects (a refusal is seen on its next request) and a session's
 /// `DELETE`, neither of which any user waits for.
-pub fn current_bearer(authed: Option<&Authed>) -> Option<String> {
+pub(crate) fn current_bearer(authed: Option<&Authed>) -> Option<String> {
     let a = authed?;
     if !a.auth.oauth.token_exchange && a.auth.authorizer.slot(&a.user, &a.auth.server).state.lock().tokens.is_none() {
         return None;

@@ -24,12 +24,12 @@ use serde_json::{Value, json};
 use crate::config::OAuthClientConfig;
 
 /// The credential name under `$CREDENTIALS_DIRECTORY`.
-pub const CREDENTIAL: &str = "mcpgate-oauth-key";
+pub(crate) const CREDENTIAL: &str = "mcpgate-oauth-key";
 /// The format this code writes.
 const FORMAT: u64 = 1;
 
 /// The sealed records, and where they are written.
-pub struct Store {
+pub(crate) struct Store {
     path: Option<PathBuf>,
     key: LessSafeKey,
     /// Guards the sealed records by name (base64 of nonce, ciphertext and tag).
@@ -40,7 +40,7 @@ pub struct Store {
 }
 
 /// Where the store and its key are for `config`, beside `state_file`.
-pub fn store_path(config: &OAuthClientConfig, state_file: Option<&Path>) -> Option<PathBuf> {
+pub(crate) fn store_path(config: &OAuthClientConfig, state_file: Option<&Path>) -> Option<PathBuf> {
     config.store_file.clone().or_else(|| state_file.map(|s| PathBuf::from(format!("{}.oauth", s.display()))))
 }
 
@@ -75,7 +75,7 @@ fn read_key(path: &Path) -> Result<[u8; 32], String> {
 
 /// The key, and where it came from (for the log): `key_file`, the
 /// credential, or `oauth.key` beside the store (made now when missing).
-pub fn load_key(config: &OAuthClientConfig, store: Option<&Path>) -> Result<([u8; 32], String), String> {
+pub(crate) fn load_key(config: &OAuthClientConfig, store: Option<&Path>) -> Result<([u8; 32], String), String> {
     if let Some(path) = &config.key_file {
         return Ok((read_key(path)?, format!("key_file {}", path.display())));
     }
@@ -112,7 +112,7 @@ pub fn load_key(config: &OAuthClientConfig, store: Option<&Path>) -> Result<([u8
 impl Store {
     /// The store at `path` (`None`: memory only), read now; what does not
     /// open with `key` is left out, and said once.
-    pub fn open(path: Option<PathBuf>, key: [u8; 32], key_from: &str) -> Result<Store, String> {
+    pub(crate) fn open(path: Option<PathBuf>, key: [u8; 32], key_from: &str) -> Result<Store, String> {
         let key = LessSafeKey::new(UnboundKey::new(&AES_256_GCM, &key).map_err(|_| "bad key".to_string())?);
         let store = Store { path, key, records: Mutex::new(BTreeMap::new()), writing: Mutex::new(()) };
         let Some(path) = &store.path else { return Ok(store) };
@@ -177,7 +177,7 @@ impl Store {
     }
 
     /// Every record whose name starts with `prefix`, opened.
-    pub fn read_all(&self, prefix: &str) -> Vec<(String, Value)> {
+    pub(crate) fn read_all(&self, prefix: &str) -> Vec<(String, Value)> {
         let sealed: Vec<(String, String)> = self
             .records
             .lock()
@@ -195,7 +195,7 @@ impl Store {
     }
 
     /// One record, opened.
-    pub fn read(&self, name: &str) -> Option<Value> {
+    pub(crate) fn read(&self, name: &str) -> Option<Value> {
         let sealed = self.records.lock().get(name).cloned()?;
         serde_json::from_slice(&self.unseal(name, &sealed)?).ok()
     }
@@ -203,7 +203,7 @@ impl Store {
     /// Sets (`Some`) or removes (`None`) a record, and writes the file
     /// before it returns: what the caller does next (use a rotated refresh
     /// token) happens only once the record is safe.
-    pub fn put(&self, name: &str, value: Option<&Value>) -> Result<(), String> {
+    pub(crate) fn put(&self, name: &str, value: Option<&Value>) -> Result<(), String> {
         let sealed = match value {
             Some(value) => {
                 Some(self.seal(name, value.to_string().as_bytes()).ok_or("cannot seal a record (no random bytes)")?)

@@ -8,10 +8,10 @@ use crate::config::Trust;
 
 /// Whose tokens: a user's digest (`Access::user`); `None` without `auth`,
 /// where the gateway is one user.
-pub type User = Option<[u8; 32]>;
+pub(crate) type User = Option<[u8; 32]>;
 
 /// A user as a record's name and the log know it: hex of the digest.
-pub fn user_key(user: &User) -> String {
+pub(crate) fn user_key(user: &User) -> String {
     match user {
         Some(digest) => crate::runtime::sha256::to_hex(digest),
         None => "anyone".into(),
@@ -26,19 +26,19 @@ pub(super) fn short(user: &User) -> String {
 /// An authorization server and mcpgate's client there, for one resource:
 /// what an authorization, a refresh or an exchange is made against.
 #[derive(Debug)]
-pub struct Target {
-    pub issuer: String,
-    pub authorization_endpoint: String,
-    pub token_endpoint: String,
+pub(crate) struct Target {
+    pub(crate) issuer: String,
+    pub(crate) authorization_endpoint: String,
+    pub(crate) token_endpoint: String,
     /// It sends `iss` with its redirects (RFC 9207): then one must come.
-    pub sends_iss: bool,
-    pub client: Client,
+    pub(crate) sends_iss: bool,
+    pub(crate) client: Client,
     /// The resource indicator (RFC 8707).
-    pub resource: String,
+    pub(crate) resource: String,
     /// Asked for by default.
-    pub scopes: Vec<String>,
+    pub(crate) scopes: Vec<String>,
     /// The roots its TLS is checked against.
-    pub trust: Trust,
+    pub(crate) trust: Trust,
 }
 
 /// A copy of `t`.

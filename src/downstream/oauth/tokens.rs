@@ -13,24 +13,24 @@ use super::register::Client;
 
 /// What a user holds for one server. Never logged: its `Debug` hides the tokens.
 #[derive(Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Tokens {
-    pub access_token: String,
+pub(crate) struct Tokens {
+    pub(crate) access_token: String,
     #[serde(default)]
-    pub refresh_token: Option<String>,
+    pub(crate) refresh_token: Option<String>,
     /// Unix seconds; `None` when the server did not say.
     #[serde(default)]
-    pub expires_at: Option<u64>,
+    pub(crate) expires_at: Option<u64>,
     /// Unix seconds.
-    pub obtained_at: u64,
+    pub(crate) obtained_at: u64,
     /// What was granted (or asked for, when the answer does not say).
     #[serde(default)]
-    pub scopes: Vec<String>,
+    pub(crate) scopes: Vec<String>,
     /// The issuer that granted them: tokens of another are not used.
-    pub issuer: String,
+    pub(crate) issuer: String,
     /// The client they were granted to: their refresh goes as it (a
     /// registration made since, for another redirect URI, would not do).
     #[serde(default)]
-    pub client: Option<Client>,
+    pub(crate) client: Option<Client>,
 }
 
 impl std::fmt::Debug for Tokens {
@@ -49,19 +49,19 @@ impl std::fmt::Debug for Tokens {
 impl Tokens {
     /// Whether it is time to refresh at `now`: within a quarter of its
     /// life (at most 60 s) of its expiry.
-    pub fn stale(&self, now: u64) -> bool {
+    pub(crate) fn stale(&self, now: u64) -> bool {
         let Some(expires) = self.expires_at else { return false };
         let life = expires.saturating_sub(self.obtained_at);
         now + (life / 4).min(60) >= expires
     }
 
     /// Whether it has expired at `now`.
-    pub fn expired(&self, now: u64) -> bool {
+    pub(crate) fn expired(&self, now: u64) -> bool {
         self.expires_at.is_some_and(|e| now >= e)
     }
 
     /// Bytes it holds, for `max_memory_mb`.
-    pub fn size(&self) -> usize {
+    pub(crate) fn size(&self) -> usize {
         256 + self.access_token.len()
             + self.refresh_token.as_ref().map_or(0, String::len)
             + self.issuer.len()
@@ -71,7 +71,7 @@ impl Tokens {
 
 /// Why the token endpoint gave no tokens.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TokenError {
+pub(crate) enum TokenError {
     /// `invalid_grant`: the code or refresh token is no good any more; the user signs in again.
     InvalidGrant(String),
     /// Another refusal (`invalid_client`, `invalid_target`, ...): said as it came.
@@ -89,7 +89,7 @@ impl std::fmt::Display for TokenError {
 }
 
 /// A token request, as `client`, to `token_endpoint`; `issuer` is who grants.
-pub fn request<'a>(
+pub(crate) fn request<'a>(
     agent: &Agent,
     token_endpoint: &str,
     issuer: &str,

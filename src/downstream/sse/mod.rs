@@ -62,7 +62,7 @@ pub(crate) struct SseConnector {
 }
 
 impl SseConnector {
-    pub fn new(config: HttpConfig, limits: Arc<Limits>, lanes: usize) -> SseConnector {
+    pub(crate) fn new(config: HttpConfig, limits: Arc<Limits>, lanes: usize) -> SseConnector {
         SseConnector { http: Arc::new(http::Endpoint::new(config, limits, lanes)) }
     }
 }
