@@ -7,6 +7,9 @@
 #
 #   scripts/ab.sh A_MCPGATE B_MCPGATE [ROUNDS [SECONDS]]
 #
+# AB_ERA=modern runs section 1c's path instead: 2026-07-28 clients,
+# sessionless, before `mcp-fixture --modern` (a pool session per token).
+#
 # The fixture and the load generator are this checkout's release builds
 # (`cargo build --release -p mcp-fixture -p mcp-load`). Everything listens
 # on 127.0.0.1; every process started is stopped by its PID on exit.
@@ -29,12 +32,19 @@ RESULTS=$OUT/results.jsonl
 : > "$RESULTS"
 trap stop_all EXIT
 
-serve fixture "$BIN/mcp-fixture" --name a
+ERA=${AB_ERA:-session}
+case $ERA in
+    session) FIXTURE_ARGS=() LOAD_ARGS=() EXTRA='' ;;
+    # All clients share one token, so one pool session: let it take 64 calls at once.
+    modern) FIXTURE_ARGS=(--modern) LOAD_ARGS=(--modern) EXTRA=' "max_requests_per_session": 128,' ;;
+    *) fail "AB_ERA=$ERA: give session (the default) or modern" ;;
+esac
+serve fixture "$BIN/mcp-fixture" "${FIXTURE_ARGS[@]}" --name a
 FIX=$ADDR
 config() {
     printf '{"listen": "127.0.0.1:0", "calls_per_server": 8, "session_idle_timeout_secs": 300,
- "max_connections": 4096, "max_sessions": 4096, "keepalive_secs": 15,
- "mcpServers": {"a": {"url": "http://%s/mcp", "prefix": ""}}}\n' "$FIX" > "$OUT/$1.json"
+ "max_connections": 4096, "max_sessions": 4096, "keepalive_secs": 15,%s
+ "mcpServers": {"a": {"url": "http://%s/mcp", "prefix": ""}}}\n' "$EXTRA" "$FIX" > "$OUT/$1.json"
 }
 config a
 config b
@@ -51,8 +61,8 @@ for round in $(seq "$ROUNDS"); do
                 a) url=http://$GATE_A/mcp ;;
                 b) url=http://$GATE_B/mcp ;;
             esac
-            line=$("$BIN/mcp-load" calls --url "$url" --tool echo --clients "$clients" --seconds "$SECS")
-            echo "{\"round\":$round,\"clients\":$clients,\"target\":\"$target\",\"result\":$line}" >> "$RESULTS"
+            line=$("$BIN/mcp-load" calls "${LOAD_ARGS[@]}" --url "$url" --tool echo --clients "$clients" --seconds "$SECS")
+            echo "{\"era\":\"$ERA\",\"round\":$round,\"clients\":$clients,\"target\":\"$target\",\"result\":$line}" >> "$RESULTS"
             echo "  round $round, $clients client(s), $target: $line" >&2
         done
     done
@@ -63,6 +73,7 @@ import json, statistics, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
 def med(clients, target, key):
     return statistics.median(r["result"][key] for r in rows if r["clients"] == clients and r["target"] == target)
+print(f"era: {rows[0].get('era', 'session')}")
 print("| clients | direct calls/s | A calls/s | B calls/s | B/A | A p99 ms | B p99 ms | B/A |")
 print("|---:|---:|---:|---:|---:|---:|---:|---:|")
 for c in (1, 16, 64):
