@@ -32,7 +32,7 @@ mod streams;
 mod view;
 
 use lost::Lost;
-use routing::{Callers, Routing, id_key, stale_lists};
+use routing::{CallInFlight, Callers, Calls, Routing, id_key, stale_lists};
 use slots::{Found, Slots};
 use streams::Streams;
 pub(crate) use streams::{Attached, ListenFilter};
@@ -63,8 +63,6 @@ struct State {
     lost: Lost,
     /// What goes to the client: its streams and their replay log.
     streams: Streams,
-    /// Requests in flight in both directions, and task ids.
-    routing: Routing,
     /// The calls of the 2026-07-28 clients' session running now, by server.
     callers: Callers<Asker>,
 }
@@ -116,6 +114,14 @@ pub struct Session {
     active_ms: AtomicU64,
     state: Mutex<State>,
     slot_changed: Condvar,
+    /// The client's requests in flight: apart from `state`, and sharded,
+    /// as each call takes it up to four times (its id claimed and released,
+    /// its flight started and ended), and the calls of a session many
+    /// clients share (a 2026-07-28 pool) queued on the one lock of the
+    /// session. Never held with `state` or `routing`.
+    calls: Calls,
+    /// Requests toward the client, and task ids. Never held with `state`.
+    routing: Mutex<Routing>,
     /// The session mcpgate keeps for clients of the 2026-07-28 era (one per
     /// token): no client holds its id, nothing waits for a `GET` stream.
     sessionless: std::sync::atomic::AtomicBool,
@@ -224,10 +230,11 @@ impl Session {
                 log_level: None,
                 lost: Lost::default(),
                 streams,
-                routing: Routing::new(),
                 callers: Callers::new(),
             }),
             slot_changed: Condvar::new(),
+            calls: Calls::new(),
+            routing: Mutex::new(Routing::new()),
             sessionless: std::sync::atomic::AtomicBool::new(false),
             used: std::sync::atomic::AtomicBool::new(false),
             epoch: std::sync::atomic::AtomicU64::new(0),
@@ -428,9 +435,10 @@ impl Session {
         st.closed = true;
         st.deleted_by_client = reason == CloseReason::ClientDelete;
         st.streams.clear();
-        let flights = st.routing.clear();
         let open = st.slots.take_open();
         drop(st);
+        self.routing.lock().clear();
+        let flights = self.calls.clear();
         self.slot_changed.notify_all();
         for flight in flights {
             flight.stop(Stop::Closing);
@@ -488,7 +496,7 @@ impl Session {
     /// outstanding: a cancel of the id must name one request.
     pub(crate) fn claim_request_id(&self, id: &Value) -> Result<IdClaim<'_>, RpcError> {
         let key = id_key(id);
-        if !self.state.lock().routing.claim(&key) {
+        if !self.calls.claim(&key) {
             return Err(RpcError::new(
                 jsonrpc::INVALID_REQUEST,
                 format!(
@@ -510,14 +518,16 @@ impl Session {
         downstream_id: &Value,
         flight: &Arc<downstream::Flight>,
     ) {
-        let cancelled = self.state.lock().routing.start_call(client_id, server, downstream_id, flight.clone());
+        let (key, call) = (id_key(client_id), CallInFlight::new(server, downstream_id, flight.clone()));
+        let cancelled = self.calls.start(key, call);
         if cancelled {
             flight.stop(Stop::Cancelled);
         }
     }
 
     pub(crate) fn end_call(&self, client_id: &Value) {
-        self.state.lock().routing.end_call(client_id);
+        let key = id_key(client_id);
+        drop(self.calls.end(&key));
     }
 
     /// Ends the client's request `client_id` at once (its answer will
@@ -525,13 +535,8 @@ impl Session {
     /// session and the server's id for the request, if it was sent. A
     /// request not sent yet is never sent.
     pub(crate) fn cancel(&self, client_id: &Value) -> Option<(Arc<Downstream>, Value)> {
-        let (flight, target) = {
-            let mut st = self.state.lock();
-            st.routing.cancel(&id_key(client_id));
-            let (server, downstream_id, flight) = st.routing.call(client_id)?;
-            let target = st.slots.if_open(server).map(|d| (d, downstream_id.clone()));
-            (flight.clone(), target)
-        };
+        let (server, downstream_id, flight) = self.calls.cancel(&id_key(client_id))?;
+        let target = self.state.lock().slots.if_open(&server).map(|d| (d, downstream_id));
         let sent = flight.stop(Stop::Cancelled);
         target.filter(|_| sent)
     }
@@ -544,7 +549,7 @@ impl Session {
         match message.kind().ok()? {
             Kind::Request => {
                 let params = self.task_params(server, &message);
-                let n = self.state.lock().routing.ask(server.name(), message.id.clone()?, None);
+                let n = self.routing.lock().ask(server.name(), message.id.clone()?, None);
                 Some(jsonrpc::request(&Value::from(n), message.method(), params.as_deref()))
             }
             Kind::Notification => {
@@ -575,19 +580,19 @@ impl Session {
 
     /// Rewrites the task ids `server` wrote in `value` to the client's.
     pub(crate) fn tasks_from(&self, server: &str, value: &mut Value) {
-        self.state.lock().routing.tasks_from(server, value);
+        self.routing.lock().tasks_from(server, value);
     }
 
     /// The server and its own id behind the client's task id.
     pub(crate) fn task_target(&self, exposed: &str) -> Option<(String, String)> {
-        self.state.lock().routing.task_target(exposed)
+        self.routing.lock().task_target(exposed)
     }
 
     /// A server withdrew a request it sent the client: rewrite its id to ours.
     fn server_cancelled(&self, server: &Server, message: &Message) -> Option<Vec<u8>> {
         let mut params = message.params_object().ok()?;
         let theirs = params.get("requestId")?.clone();
-        let ours = self.state.lock().routing.withdrawn(server.name(), &theirs)?;
+        let ours = self.routing.lock().withdrawn(server.name(), &theirs)?;
         params.insert("requestId".into(), Value::from(ours));
         Some(jsonrpc::notification("notifications/cancelled", Some(&jsonrpc::raw(&Value::Object(params)))))
     }
@@ -597,12 +602,8 @@ impl Session {
     /// mcpgate never issued (or already answered).
     pub(crate) fn answer_from_client(&self, message: &Message) -> Option<(Arc<Downstream>, Vec<u8>)> {
         let n = message.id.as_ref()?.as_u64()?;
-        let (ask, d) = {
-            let mut st = self.state.lock();
-            let ask = st.routing.answered(n)?;
-            let d = st.slots.if_open(&ask.server);
-            (ask, d)
-        };
+        let ask = self.routing.lock().answered(n)?;
+        let d = self.state.lock().slots.if_open(&ask.server);
         if let Some(reply) = ask.reply {
             let _ = reply.try_send(message.clone());
             return None;
@@ -618,7 +619,7 @@ impl Session {
     /// A request of mcpgate's own to the client (`method` with `params`):
     /// what to send it, and where its answer will come.
     pub(crate) fn ask_client(&self, method: &str, params: Option<&RawValue>) -> (Vec<u8>, Receiver<Message>) {
-        let (n, rx) = self.state.lock().routing.ask_for_mcpgate();
+        let (n, rx) = self.routing.lock().ask_for_mcpgate();
         (jsonrpc::request(&Value::from(n), method, params), rx)
     }
 
@@ -981,7 +982,7 @@ pub(crate) struct IdClaim<'a> {
 
 impl Drop for IdClaim<'_> {
     fn drop(&mut self) {
-        self.session.state.lock().routing.release(&self.key);
+        self.session.calls.release(&self.key);
     }
 }
 

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, Sender, bounded};
+use parking_lot::Mutex;
 use serde_json::Value;
 
 use crate::catalog::ListKind;
@@ -20,10 +21,22 @@ use crate::tasks::TaskIds;
 /// grow the table for good), and its late answer is dropped.
 const MAX_ASKS: usize = 1000;
 
-/// Requests in flight in both directions: the client's calls a server works
-/// on (where a cancel goes), the server's requests waiting for the client's
-/// answer (where the answer goes), and the client's task ids.
-pub(super) struct Routing {
+/// Shards of [`Calls`]: a power of two, well above the clients of one
+/// session that call at once on a small host.
+const SHARDS: usize = 16;
+
+/// The client's requests in flight: their ids, and the calls servers work
+/// on (where a cancel goes). Each id's entries sit in one of [`SHARDS`]
+/// shards, each with its own lock, chosen by a hash of the id: the calls
+/// of a session many clients share (a 2026-07-28 pool) take a lock of
+/// their own twice each, not one lock of the session, and a thread that
+/// loses its core while holding one stops only the ids of its shard.
+pub(super) struct Calls {
+    shards: [Mutex<Shard>; SHARDS],
+}
+
+#[derive(Default)]
+struct Shard {
     /// The ids of the client's requests being answered now: unique, as
     /// JSON-RPC wants the ids of outstanding requests; true once the client
     /// cancelled it, so that a cancel that comes before the request is sent
@@ -31,36 +44,23 @@ pub(super) struct Routing {
     /// stops it when it is.
     requests: HashMap<String, bool>,
     calls: HashMap<String, CallInFlight>,
-    /// By mcpgate's id, oldest first.
-    asks: BTreeMap<u64, ServerRequest>,
-    next_ask: u64,
-    /// The client's task ids, each standing for one server's.
-    tasks: TaskIds,
 }
 
-impl Routing {
-    pub(super) fn new() -> Routing {
-        Routing {
-            requests: HashMap::new(),
-            calls: HashMap::new(),
-            asks: BTreeMap::new(),
-            next_ask: 1,
-            tasks: TaskIds::default(),
-        }
+impl Calls {
+    pub(super) fn new() -> Calls {
+        Calls { shards: std::array::from_fn(|_| Mutex::new(Shard::default())) }
     }
 
-    /// Forgets everything (the session closes); the calls that were in
-    /// flight, to stop.
-    pub(super) fn clear(&mut self) -> Vec<Arc<Flight>> {
-        self.asks.clear();
-        self.requests.clear();
-        self.calls.drain().map(|(_, call)| call.flight).collect()
+    fn shard(&self, key: &str) -> &Mutex<Shard> {
+        // FNV-1a: a few bytes of JSON, hashed without a keyed hasher.
+        let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+        &self.shards[(hash as usize) % SHARDS]
     }
 
-    /// Takes the client's request id `id` while its request runs; false
+    /// Takes the client's request id `key` while its request runs; false
     /// when a request with that id is outstanding.
-    pub(super) fn claim(&mut self, key: &str) -> bool {
-        match self.requests.entry(key.to_string()) {
+    pub(super) fn claim(&self, key: &str) -> bool {
+        match self.shard(key).lock().requests.entry(key.to_string()) {
             Entry::Occupied(_) => false,
             Entry::Vacant(free) => {
                 free.insert(false);
@@ -71,42 +71,67 @@ impl Routing {
 
     /// The client cancelled its request `key`: it stays cancelled for as
     /// long as it is answered, whatever it is sent as (a later round, a
-    /// retry on a session opened anew).
-    pub(super) fn cancel(&mut self, key: &str) {
-        if let Some(cancelled) = self.requests.get_mut(key) {
+    /// retry on a session opened anew). The call in flight for it, if any:
+    /// its server, the server's id for it, and its flight.
+    pub(super) fn cancel(&self, key: &str) -> Option<(String, Value, Arc<Flight>)> {
+        let mut shard = self.shard(key).lock();
+        if let Some(cancelled) = shard.requests.get_mut(key) {
             *cancelled = true;
         }
+        let call = shard.calls.get(key)?;
+        Some((call.server.clone(), call.downstream_id.clone(), call.flight.clone()))
     }
 
-    pub(super) fn release(&mut self, key: &str) {
-        self.requests.remove(key);
+    pub(super) fn release(&self, key: &str) {
+        self.shard(key).lock().requests.remove(key);
     }
 
-    /// Remembers which server works on the client's request `client_id`.
-    /// Whether the client cancelled it already.
-    pub(super) fn start_call(
-        &mut self,
-        client_id: &Value,
-        server: &str,
-        downstream_id: &Value,
-        flight: Arc<Flight>,
-    ) -> bool {
-        let key = id_key(client_id);
-        let cancelled = self.requests.get(&key).copied().unwrap_or(false);
-        let call = CallInFlight { server: server.to_string(), downstream_id: downstream_id.clone(), flight };
-        self.calls.insert(key, call);
+    /// Remembers which server works on the client's request `key` (the
+    /// client's id, [`id_key`]). Whether the client cancelled it already.
+    pub(super) fn start(&self, key: String, call: CallInFlight) -> bool {
+        let mut shard = self.shard(&key).lock();
+        let cancelled = shard.requests.get(&key).copied().unwrap_or(false);
+        shard.calls.insert(key, call);
         cancelled
     }
 
-    pub(super) fn end_call(&mut self, client_id: &Value) {
-        self.calls.remove(&id_key(client_id));
+    /// The call `key` ends: it is given back, to be dropped once the lock
+    /// is not held.
+    pub(super) fn end(&self, key: &str) -> Option<CallInFlight> {
+        self.shard(key).lock().calls.remove(key)
     }
 
-    /// The client's request `client_id` in flight: its server, the server's
-    /// id for it, and its flight.
-    pub(super) fn call(&self, client_id: &Value) -> Option<(&str, &Value, &Arc<Flight>)> {
-        let call = self.calls.get(&id_key(client_id))?;
-        Some((&call.server, &call.downstream_id, &call.flight))
+    /// Forgets every id (the session closes); the calls that were in
+    /// flight, to stop.
+    pub(super) fn clear(&self) -> Vec<Arc<Flight>> {
+        let mut flights = Vec::new();
+        for shard in &self.shards {
+            let mut shard = shard.lock();
+            shard.requests.clear();
+            flights.extend(shard.calls.drain().map(|(_, call)| call.flight));
+        }
+        flights
+    }
+}
+
+/// Requests toward the client: the server's requests waiting for the
+/// client's answer (where the answer goes), and the client's task ids.
+pub(super) struct Routing {
+    /// By mcpgate's id, oldest first.
+    asks: BTreeMap<u64, ServerRequest>,
+    next_ask: u64,
+    /// The client's task ids, each standing for one server's.
+    tasks: TaskIds,
+}
+
+impl Routing {
+    pub(super) fn new() -> Routing {
+        Routing { asks: BTreeMap::new(), next_ask: 1, tasks: TaskIds::default() }
+    }
+
+    /// Forgets the requests toward the client (the session closes).
+    pub(super) fn clear(&mut self) {
+        self.asks.clear();
     }
 
     /// Gives a request toward the client an id of mcpgate's, kept with where
@@ -153,10 +178,16 @@ impl Routing {
 
 /// A request of the client that a server is working on: where a cancel
 /// goes, and the flight that ends it.
-struct CallInFlight {
+pub(super) struct CallInFlight {
     server: String,
     downstream_id: Value,
     flight: Arc<Flight>,
+}
+
+impl CallInFlight {
+    pub(super) fn new(server: &str, downstream_id: &Value, flight: Arc<Flight>) -> CallInFlight {
+        CallInFlight { server: server.to_string(), downstream_id: downstream_id.clone(), flight }
+    }
 }
 
 /// A request a server sent to the client: where the answer goes.
@@ -221,6 +252,33 @@ impl<A: Clone> Callers<A> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::downstream::flight::Lanes;
+
+    /// Each id's claim, cancel and call meet in one shard, whichever it is;
+    /// a close finds the calls of every shard.
+    #[test]
+    fn calls_in_flight_keep_their_ids_across_the_shards() {
+        let (calls, lanes) = (Calls::new(), Lanes::new(1));
+        let keys: Vec<String> = (0..100).map(|i| id_key(&Value::from(i))).collect();
+        for key in &keys {
+            assert!(calls.claim(key));
+            assert!(!calls.claim(key), "id {key} is outstanding");
+        }
+        let used = calls.shards.iter().filter(|s| !s.lock().requests.is_empty()).count();
+        assert!(used > SHARDS / 2, "100 ids fall in {used} of {SHARDS} shards");
+        assert!(calls.cancel(&keys[7]).is_none(), "cancelled before it was sent: no call yet");
+        for (i, key) in keys.iter().enumerate() {
+            let cancelled = calls.start(key.clone(), CallInFlight::new("s", &Value::from(i), lanes.flight(0)));
+            assert_eq!(cancelled, i == 7, "{key}: a cancel that came first stops it when it starts");
+        }
+        let (server, theirs, _) = calls.cancel(&keys[3]).expect("in flight");
+        assert_eq!((server.as_str(), theirs), ("s", Value::from(3)));
+        assert!(calls.end(&keys[3]).is_some() && calls.end(&keys[3]).is_none(), "ends once");
+        calls.release(&keys[3]);
+        assert!(calls.claim(&keys[3]), "a released id can be used again");
+        assert_eq!(calls.clear().len(), 99, "the close stops every call still in flight");
+        assert!(calls.shards.iter().all(|s| s.lock().requests.is_empty() && s.lock().calls.is_empty()));
+    }
 
     /// A server's requests the client never answers do not pile up: the
     /// table keeps the newest [`MAX_ASKS`], and the oldest are forgotten.
