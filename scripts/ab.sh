@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # A same-run A/B of scripts/bench.sh's section 1 (tools/call through
 # mcpgate next to direct calls), for two builds of mcpgate: one fixture
-# server behind both, and rounds that interleave direct, A and B at 1, 16
-# and 64 clients, so that what the host does to one round it does to all
-# three. Prints each point's median over the rounds and B/A.
+# server behind both, and rounds that interleave direct, the bare relay
+# (`mcp-relay`, section 1d: the floor issue 43 measures against), A and B
+# at 1, 16 and 64 clients, so that what the host does to one round it does
+# to all four. Prints each point's median over the rounds, B/A, and A and B
+# over the relay.
 #
 #   scripts/ab.sh A_MCPGATE B_MCPGATE [ROUNDS [SECONDS]]
 #
@@ -11,7 +13,7 @@
 # sessionless, before `mcp-fixture --modern` (a pool session per token).
 #
 # The fixture and the load generator are this checkout's release builds
-# (`cargo build --release -p mcp-fixture -p mcp-load`). Everything listens
+# (`cargo build --release -p mcp-fixture -p mcp-load`, which builds mcp-relay too). Everything listens
 # on 127.0.0.1; every process started is stopped by its PID on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,7 +24,7 @@ SCRIPT=ab.sh
 [ $# -ge 2 ] || { sed -n '2,12p' "$0" >&2; exit 2; }
 A=$(realpath "$1") B=$(realpath "$2") ROUNDS=${3:-5} SECS=${4:-3}
 BIN=${CARGO_TARGET_DIR:-target}/release
-for bin in "$A" "$B" "$BIN/mcp-fixture" "$BIN/mcp-load"; do
+for bin in "$A" "$B" "$BIN/mcp-fixture" "$BIN/mcp-load" "$BIN/mcp-relay"; do
     [ -x "$bin" ] || fail "$bin is not there: build it first (see the top of $0)"
 done
 OUT=.bench/ab
@@ -41,6 +43,8 @@ case $ERA in
 esac
 serve fixture "$BIN/mcp-fixture" "${FIXTURE_ARGS[@]}" --name a
 FIX=$ADDR
+serve relay "$BIN/mcp-relay" --listen 127.0.0.1:0 --to "http://$FIX/mcp"
+RELAY=$ADDR
 config() {
     printf '{"listen": "127.0.0.1:0", "calls_per_server": 8, "session_idle_timeout_secs": 300,
  "max_connections": 4096, "max_sessions": 4096, "keepalive_secs": 15,%s
@@ -55,9 +59,10 @@ GATE_B=$ADDR
 
 for round in $(seq "$ROUNDS"); do
     for clients in 1 16 64; do
-        for target in direct a b; do
+        for target in direct relay a b; do
             case $target in
                 direct) url=http://$FIX/mcp ;;
+                relay) url=http://$RELAY/mcp ;;
                 a) url=http://$GATE_A/mcp ;;
                 b) url=http://$GATE_B/mcp ;;
             esac
@@ -74,10 +79,12 @@ rows = [json.loads(line) for line in open(sys.argv[1])]
 def med(clients, target, key):
     return statistics.median(r["result"][key] for r in rows if r["clients"] == clients and r["target"] == target)
 print(f"era: {rows[0].get('era', 'session')}")
-print("| clients | direct calls/s | A calls/s | B calls/s | B/A | A p99 ms | B p99 ms | B/A |")
-print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+print("| clients | direct calls/s | relay calls/s | A calls/s | B calls/s | B/A | A, B / relay "
+      "| relay p99 ms | A p99 ms | B p99 ms | B/A | A, B / relay |")
+print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for c in (1, 16, 64):
-    d, a, b = (med(c, t, "throughput") for t in ("direct", "a", "b"))
-    pa, pb = (med(c, t, "p99_us") / 1000 for t in ("a", "b"))
-    print(f"| {c} | {d:,.0f} | {a:,.0f} | {b:,.0f} | {b / a:.2f} | {pa:.2f} | {pb:.2f} | {pb / pa:.2f} |")
+    d, r, a, b = (med(c, t, "throughput") for t in ("direct", "relay", "a", "b"))
+    pr, pa, pb = (med(c, t, "p99_us") / 1000 for t in ("relay", "a", "b"))
+    print(f"| {c} | {d:,.0f} | {r:,.0f} | {a:,.0f} | {b:,.0f} | {b / a:.2f} | {a / r:.2f}, {b / r:.2f} "
+          f"| {pr:.2f} | {pa:.2f} | {pb:.2f} | {pb / pa:.2f} | {pa / pr:.2f}, {pb / pr:.2f} |")
 EOF
