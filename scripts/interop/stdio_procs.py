@@ -103,9 +103,10 @@ def watch(gateway: int, out: str) -> int:
         while not stop and stat(gateway) is not None:
             for p in descendants(gateway):
                 key = (p["pid"], p["start"])
-                # Between fork and exec a child still shows mcpgate's own command line: it is
-                # noted on a later look, once it runs its server.
-                if key not in seen and p["cmdline"] != own:
+                # Between fork and exec a child still shows mcpgate's own command line, and
+                # in the middle of an exec none at all (CI once noted uvx so, and its server
+                # then matched nothing): it is noted on a later look, once it runs its server.
+                if key not in seen and p["cmdline"] not in ("", own):
                     seen.add(key)
                     f.write(json.dumps(p) + "\n")
                     f.flush()
