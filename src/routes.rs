@@ -132,7 +132,7 @@ impl App for Routes {
             return refused.reply();
         }
         match (req.method.as_str(), route.path) {
-            (_, "/mcp") => streamable_http::handle(gateway, &self.stateless, req, sink, &access),
+            (_, "/mcp") => streamable_http::mcp(gateway, &self.stateless, req, sink, &access),
             (_, "/healthz") => HttpReply::text(200, "text/plain", "ok\n".into()),
             (_, "/status") => HttpReply::text(200, "text/html; charset=utf-8", status::html(gateway, &self.stateless)),
             (_, "/status.json") => {

@@ -1,7 +1,7 @@
 //! MCP on `/mcp`. `Gateway` (here and in `reload`) is the state and its
 //! life: the configuration and servers in force, the sessions, the
 //! counters, the journal and the shutdown flags. A request comes in at
-//! `streamable_http::handle` (the HTTP adapter of both eras; the 2026-07-28
+//! `streamable_http::mcp` (the HTTP adapter of both eras; the 2026-07-28
 //! era's requests go on to `stateless/`, whose `Stateless` owns its pools,
 //! held and watched calls), is answered or forwarded by `dispatch`'s
 //! functions, whose lists come from `lists` (`Lists`, in `merged`, keeps

@@ -238,7 +238,7 @@ fn no_stream_in_2026(req: &HttpRequest) -> Option<HttpReply> {
 
 /// Handles `/mcp` (the route table let only its methods through). Events
 /// a `POST` sends before its answer go to `sink`.
-pub(crate) fn handle(
+pub(crate) fn mcp(
     g: &Gateway,
     st: &Stateless,
     req: &HttpRequest,
