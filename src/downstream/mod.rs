@@ -196,7 +196,7 @@ pub(crate) trait Link: Send + Sync {
     /// messages, requests to the client) goes to `on_message`. Ends early,
     /// with any error, when `flight` is stopped: the link arms it with what
     /// wakes the waiting thread.
-    fn request(
+    fn round_trip(
         &self,
         id: &Value,
         method: &str,
@@ -847,15 +847,11 @@ impl Downstream {
         Value::from(self.server.next_id.fetch_add(1, Ordering::Relaxed))
     }
 
-    /// Sends a request and returns the response message (`result` or `error`).
-    pub(crate) fn request(
-        &self,
-        id: &Value,
-        method: &str,
-        params: Option<&RawValue>,
-        on_message: &mut dyn FnMut(Arrival),
-    ) -> Result<Message, DownstreamError> {
-        self.call(id, method, params, on_message, &self.flight())
+    /// A request of mcpgate's own (a list page, `logging/setLevel`, a
+    /// `ping`): a fresh id and flight, and what the server sends about it
+    /// meanwhile is dropped.
+    pub(crate) fn own_request(&self, method: &str, params: Option<&RawValue>) -> Result<Message, DownstreamError> {
+        self.call(&self.next_id(), method, params, &mut |_| {}, &self.flight())
     }
 
     /// A flight for a request of this downstream session: whoever holds it
@@ -907,7 +903,7 @@ impl Downstream {
         let version = Some(self.protocol_version.as_str());
         let (sent, traced) = spans::sending(self.server.config.url(), self.session_id(), version, method, id, params);
         let started = Instant::now();
-        let result = self.link.request(id, method, traced.as_deref().or(params), on_message, flight);
+        let result = self.link.round_trip(id, method, traced.as_deref().or(params), on_message, flight);
         self.server.metrics.request_duration.observe(started.elapsed());
         // Whatever broke the exchange, a stop says why.
         let result = match (result, flight.stopped()) {

@@ -664,8 +664,7 @@ fn set_level(session: &Arc<Session>, message: &Message) -> Outcome {
     let targets: Vec<Arc<Downstream>> =
         session.open_downstreams().into_iter().filter(|d| d.offers("logging")).collect();
     threads::for_each_parallel("fanout", &targets, targets.len(), |d| {
-        let id = d.next_id();
-        match d.request(&id, "logging/setLevel", message.params.as_deref(), &mut |_| {}) {
+        match d.own_request("logging/setLevel", message.params.as_deref()) {
             Ok(m) if m.error.is_some() => {
                 crate::limited!(warn, "server `{}` refused logging/setLevel", d.server.name())
             }

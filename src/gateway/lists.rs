@@ -88,8 +88,7 @@ pub(super) fn read_pages(
             Some(c) => json!({ "cursor": c }),
             None => json!({}),
         };
-        let id = d.next_id();
-        let response = d.request(&id, method, Some(&jsonrpc::raw(&params)), &mut |_| {})?;
+        let response = d.own_request(method, Some(&jsonrpc::raw(&params)))?;
         if let Some(error) = &response.error {
             return Err(DownstreamError::Protocol(format!("{method} answered an error: {}", error.get())));
         }

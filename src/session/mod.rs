@@ -740,11 +740,10 @@ impl Session {
                 // here on cannot orphan it.
                 // A failed write is logged by the writer (initialize refuses the session).
                 let _ = server.journal.commit();
-                if let Some(level) = level {
-                    let id = d.next_id();
-                    if let Err(e) = d.request(&id, "logging/setLevel", Some(&level), &mut |_| {}) {
-                        crate::limited!(warn, "server `{name}`: logging/setLevel: {}", described(server, &e));
-                    }
+                if let Some(level) = level
+                    && let Err(e) = d.own_request("logging/setLevel", Some(&level))
+                {
+                    crate::limited!(warn, "server `{name}`: logging/setLevel: {}", described(server, &e));
                 }
                 return Ok(Ok(d));
             }

@@ -104,7 +104,7 @@ impl Link for HttpLink {
         self.version = version;
     }
 
-    fn request(
+    fn round_trip(
         &self,
         id: &Value,
         method: &str,

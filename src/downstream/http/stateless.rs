@@ -416,7 +416,7 @@ impl Link for StatelessLink {
         false
     }
 
-    fn request(
+    fn round_trip(
         &self,
         id: &Value,
         method: &str,

@@ -284,7 +284,7 @@ impl Link for SseLink {
         self.version = version;
     }
 
-    fn request(
+    fn round_trip(
         &self,
         id: &Value,
         method: &str,

@@ -66,7 +66,7 @@ impl Link for StdioLink {
         None
     }
 
-    fn request(
+    fn round_trip(
         &self,
         id: &Value,
         method: &str,
