@@ -72,51 +72,8 @@ pub(super) fn call(
     // Copied only when a round of input changes them.
     let mut params = std::borrow::Cow::Borrowed(params);
     let mut cancelled = false;
-    // Only a server of the 2026-07-28 era answers `input_required`, and only
-    // a client mcpgate asks for it needs it read.
-    let asks_in_results = server.era() == Some(crate::protocol::stateless::VERSION) && events.takes_input();
     let result = run_with_reopen(session, server, open_retry, |downstream| {
-        let mut round = 0;
-        loop {
-            let id = downstream.next_id();
-            let flight = downstream.flight();
-            session.start_call(&client_id, server.name(), &id, &flight);
-            let mut on_message = |arrival| match arrival {
-                Arrival::Streaming => events.streaming(),
-                Arrival::Message(m) => events.message(session, server, m),
-            };
-            let result = downstream.call(&id, message.method(), Some(&params.to_raw()), &mut on_message, &flight);
-            // Cancelled, or its client ended the session: over, without a response.
-            cancelled = match &result {
-                Err(DownstreamError::Cancelled) => true,
-                Err(DownstreamError::Closed) => session.deleted_by_client(),
-                _ => false,
-            };
-            // A server of the 2026-07-28 era asks through its result: the
-            // client is asked, and the call retried with its answers.
-            let Some(asked) = result.as_ref().ok().filter(|_| asks_in_results).and_then(input_required) else {
-                return result;
-            };
-            if round == MAX_INPUT_ROUNDS {
-                return Err(DownstreamError::Protocol(format!(
-                    "the server still asked for input after {MAX_INPUT_ROUNDS} rounds"
-                )));
-            }
-            let requests = asked.get("inputRequests").and_then(Value::as_object).cloned().unwrap_or_default();
-            match events.input(session, &requests) {
-                None => return result,
-                Some(Err(why)) => return Err(DownstreamError::Protocol(why)),
-                Some(Ok(answers)) => {
-                    let params = params.to_mut();
-                    params.set("inputResponses", &Value::Object(answers));
-                    match asked.get("requestState") {
-                        Some(state) => params.set("requestState", state),
-                        None => params.remove("requestState"),
-                    }
-                }
-            }
-            round += 1;
-        }
+        send(session, server, downstream, message, &mut params, events, &mut cancelled)
     });
     session.end_call(&client_id);
     let outcome = match result {
@@ -138,6 +95,66 @@ pub(super) fn call(
         audit.write(super::audit::call_record(&audit.config, settings.issuer.as_deref(), &finished));
     }
     outcome
+}
+
+/// Sends `message` on `downstream`, and again with the client's answers
+/// while a server of the 2026-07-28 era asks for input in its result (at
+/// most `MAX_INPUT_ROUNDS` rounds). `cancelled` tells whether it ended
+/// without a response because its client cancelled it or ended its session.
+fn send(
+    session: &Arc<Session>,
+    server: &Arc<Server>,
+    downstream: &Downstream,
+    message: &Message,
+    params: &mut std::borrow::Cow<Params>,
+    events: &mut dyn CallEvents,
+    cancelled: &mut bool,
+) -> Result<Message, DownstreamError> {
+    let client_id = message.id.clone().unwrap_or(Value::Null);
+    // Only a server of the 2026-07-28 era answers `input_required`, and only
+    // a client mcpgate asks for it needs it read.
+    let asks_in_results = server.era() == Some(crate::protocol::stateless::VERSION) && events.takes_input();
+    let mut round = 0;
+    loop {
+        let id = downstream.next_id();
+        let flight = downstream.flight();
+        session.start_call(&client_id, server.name(), &id, &flight);
+        let mut on_message = |arrival| match arrival {
+            Arrival::Streaming => events.streaming(),
+            Arrival::Message(m) => events.message(session, server, m),
+        };
+        let result = downstream.call(&id, message.method(), Some(&params.to_raw()), &mut on_message, &flight);
+        // Cancelled, or its client ended the session: over, without a response.
+        *cancelled = match &result {
+            Err(DownstreamError::Cancelled) => true,
+            Err(DownstreamError::Closed) => session.deleted_by_client(),
+            _ => false,
+        };
+        // A server of the 2026-07-28 era asks through its result: the
+        // client is asked, and the call retried with its answers.
+        let Some(asked) = result.as_ref().ok().filter(|_| asks_in_results).and_then(input_required) else {
+            return result;
+        };
+        if round == MAX_INPUT_ROUNDS {
+            return Err(DownstreamError::Protocol(format!(
+                "the server still asked for input after {MAX_INPUT_ROUNDS} rounds"
+            )));
+        }
+        let requests = asked.get("inputRequests").and_then(Value::as_object).cloned().unwrap_or_default();
+        match events.input(session, &requests) {
+            None => return result,
+            Some(Err(why)) => return Err(DownstreamError::Protocol(why)),
+            Some(Ok(answers)) => {
+                let params = params.to_mut();
+                params.set("inputResponses", &Value::Object(answers));
+                match asked.get("requestState") {
+                    Some(state) => params.set("requestState", state),
+                    None => params.remove("requestState"),
+                }
+            }
+        }
+        round += 1;
+    }
 }
 
 /// One line per finished call, at `info`: what, where, for whom, how it
@@ -217,17 +234,6 @@ pub(super) fn refuse_request(session: &Session, server: &Server, request: &Messa
     if let Err(e) = downstream.send(&answer) {
         crate::limited!(warn, "server `{}`: refusing its `{}`: {e}", server.name(), request.method());
     }
-}
-
-/// A server's answer with its task ids rewritten to the client's.
-pub(super) fn tasks_from(session: &Session, server: &Server, mut answer: Message) -> Message {
-    if let Some(result) = &answer.result
-        && let Ok(mut value) = serde_json::from_str::<Value>(result.get())
-    {
-        session.tasks_from(server.name(), &mut value);
-        answer.result = Some(jsonrpc::raw(&value).into());
-    }
-    answer
 }
 
 /// The servers' instructions, each under its name: of those open, and of
@@ -372,7 +378,9 @@ pub(super) fn request(g: &Gateway, session: &Arc<Session>, message: &Message, ev
     };
     match result {
         Ok((server, params)) => match forward(g, session, &server, message, &params, events) {
-            Outcome::Forwarded(answer) if task_ids => Outcome::Forwarded(tasks_from(session, &server, answer)),
+            Outcome::Forwarded(answer) if task_ids => {
+                Outcome::Forwarded(session.tasks_in_answer(server.name(), answer))
+            }
             outcome => outcome,
         },
         Err(e) => e.into(),

@@ -583,6 +583,17 @@ impl Session {
         self.routing.lock().tasks_from(server, value);
     }
 
+    /// A server's answer with its task ids rewritten to the client's.
+    pub(crate) fn tasks_in_answer(&self, server: &str, mut answer: Message) -> Message {
+        if let Some(result) = &answer.result
+            && let Ok(mut value) = serde_json::from_str::<Value>(result.get())
+        {
+            self.tasks_from(server, &mut value);
+            answer.result = Some(jsonrpc::raw(&value).into());
+        }
+        answer
+    }
+
     /// The server and its own id behind the client's task id.
     pub(crate) fn task_target(&self, exposed: &str) -> Option<(String, String)> {
         self.routing.lock().task_target(exposed)

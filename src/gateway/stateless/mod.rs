@@ -472,7 +472,7 @@ impl Stateless {
         let outcome = match sign_in_2026(new.call.method(), outcome, envelope) {
             // A task of the server's (the tasks extension): the client gets one of mcpgate's ids.
             Outcome::Forwarded(answer) if answer.result.as_ref().is_some_and(|r| stateless::is_task(r.get())) => {
-                Outcome::Forwarded(dispatch::tasks_from(pool, &new.server, answer))
+                Outcome::Forwarded(pool.tasks_in_answer(new.server.name(), answer))
             }
             outcome => outcome,
         };

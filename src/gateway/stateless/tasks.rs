@@ -178,7 +178,7 @@ impl Tasks<'_> {
         if server.era() == Some(stateless::VERSION) {
             // The server speaks the extension: the request as it came, with the server's id.
             let outcome = match self.ask(pool, &server, method, params) {
-                Outcome::Forwarded(answer) => Outcome::Forwarded(dispatch::tasks_from(pool, &server, answer)),
+                Outcome::Forwarded(answer) => Outcome::Forwarded(pool.tasks_in_answer(server.name(), answer)),
                 other => other,
             };
             return self.finish(&id, method, outcome, None);
