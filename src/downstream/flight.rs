@@ -15,7 +15,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
@@ -121,45 +121,18 @@ impl Flight {
 pub(crate) struct Lanes {
     idle: Arc<Idle>,
     count: usize,
-    /// The flights running now, by id, in shards of their own (by id): every
-    /// request adds and removes itself, and calls in parallel seldom meet on
-    /// one lock. Each is held only to add, remove or list.
-    flights: [Mutex<HashMap<u64, Arc<Flight>>>; FLIGHT_SHARDS],
+    /// Guards the flights running now, by id; held only to add, remove or list.
+    flights: Mutex<HashMap<u64, Arc<Flight>>>,
     next: AtomicU64,
     epoch: Instant,
     pub(crate) in_flight: Gauge,
 }
 
-/// How many locks the flights running now are spread over.
-const FLIGHT_SHARDS: usize = 16;
-
 /// The number of idle lanes, and the signal that one came back or that a
 /// flight waiting for one was stopped (its stopper signals it meanwhile).
-/// A lane is taken and given back without a lock: only a flight that finds
-/// none idle takes `lock`, to wait. Every ordering here is `SeqCst`: a
-/// waiter counts itself in `waiting` before its last look at `count`, and a
-/// lane given back is counted before `waiting` is read, so either the
-/// waiter sees the lane or the giver sees the waiter, and wakes it under
-/// the lock the waiter holds until it waits.
 struct Idle {
-    count: AtomicUsize,
-    waiting: AtomicUsize,
-    lock: Mutex<()>,
+    count: Mutex<usize>,
     freed: Condvar,
-}
-
-impl Idle {
-    fn try_take(&self) -> bool {
-        self.count.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok()
-    }
-
-    fn give_back(&self) {
-        self.count.fetch_add(1, Ordering::SeqCst);
-        if self.waiting.load(Ordering::SeqCst) > 0 {
-            let _held = self.lock.lock();
-            self.freed.notify_one();
-        }
-    }
 }
 
 /// A lane taken for one request; given back when dropped.
@@ -171,14 +144,9 @@ pub(crate) struct Lane<'a> {
 impl Lanes {
     pub(crate) fn new(count: usize) -> Lanes {
         Lanes {
-            idle: Arc::new(Idle {
-                count: AtomicUsize::new(count),
-                waiting: AtomicUsize::new(0),
-                lock: Mutex::new(()),
-                freed: Condvar::new(),
-            }),
+            idle: Arc::new(Idle { count: Mutex::new(count), freed: Condvar::new() }),
             count,
-            flights: Default::default(),
+            flights: Mutex::new(HashMap::new()),
             next: AtomicU64::new(1),
             epoch: Instant::now(),
             in_flight: Gauge::default(),
@@ -204,7 +172,7 @@ impl Lanes {
     pub(crate) fn take(&self, flight: &Arc<Flight>, wait: Duration) -> Result<Lane<'_>, LaneError> {
         self.wait_for_idle(flight, wait)?;
         let lane = Lane { lanes: self, flight: flight.clone() };
-        self.shard(flight.id).lock().insert(flight.id, flight.clone());
+        self.flights.lock().insert(flight.id, flight.clone());
         self.in_flight.inc();
         if let Some(why) = flight.stopped() {
             return Err(LaneError::Stopped(why));
@@ -216,37 +184,31 @@ impl Lanes {
     /// `flight` (the client's cancel, the session's close) ends the wait at
     /// once, as it ends a request.
     fn wait_for_idle(&self, flight: &Flight, wait: Duration) -> Result<(), LaneError> {
-        if let Some(why) = flight.stopped() {
-            return Err(LaneError::Stopped(why));
-        }
-        if self.idle.try_take() {
-            return Ok(());
-        }
         let deadline = Instant::now() + wait;
         let (mut armed, mut timed_out) = (false, false);
-        let mut held = self.idle.lock.lock();
-        self.idle.waiting.fetch_add(1, Ordering::SeqCst);
+        let mut count = self.idle.count.lock();
         let taken = loop {
             if let Some(why) = flight.stopped() {
                 // It may have been woken for a lane come back: another waiter takes it.
-                if self.idle.count.load(Ordering::SeqCst) > 0 {
+                if *count > 0 {
                     self.idle.freed.notify_one();
                 }
                 break Err(LaneError::Stopped(why));
             }
-            if self.idle.try_take() {
+            if *count > 0 {
+                *count -= 1;
                 break Ok(());
             }
             if timed_out {
                 break Err(LaneError::Busy(self.count));
             }
             // Armed only to wait: most find a lane idle. The stopper takes
-            // the lock, held here until the wait, so its signal cannot fall
-            // between this check and the wait.
+            // the count's lock, held here until the wait, so its signal
+            // cannot fall between this check and the wait.
             if !armed {
                 let idle = self.idle.clone();
                 let wake = Box::new(move || {
-                    let _held = idle.lock.lock();
+                    let _held = idle.count.lock();
                     idle.freed.notify_all();
                 });
                 if let Err(why) = flight.set_stopper(wake, false) {
@@ -254,47 +216,37 @@ impl Lanes {
                 }
                 armed = true;
             }
-            timed_out = self.idle.freed.wait_until(&mut held, deadline).timed_out();
+            timed_out = self.idle.freed.wait_until(&mut count, deadline).timed_out();
         };
-        self.idle.waiting.fetch_sub(1, Ordering::SeqCst);
-        drop(held);
+        drop(count);
         if armed {
             flight.disarm();
         }
         taken
     }
 
-    fn shard(&self, id: u64) -> &Mutex<HashMap<u64, Arc<Flight>>> {
-        &self.flights[id as usize % FLIGHT_SHARDS]
-    }
-
-    /// The flights running now that `pick` picks, collected shard by shard.
-    fn running(&self, pick: impl Fn(&Flight) -> bool) -> Vec<Arc<Flight>> {
-        let mut picked = Vec::new();
-        for shard in &self.flights {
-            picked.extend(shard.lock().values().filter(|f| pick(f)).cloned());
-        }
-        picked
-    }
-
     /// Stops the flights silent for longer than `timeout`; the reaper's job.
     pub(crate) fn expire(&self, timeout: Duration) {
         let now = Instant::now();
-        for flight in self.running(|f| f.silent_for(now) > timeout) {
+        let late: Vec<Arc<Flight>> =
+            self.flights.lock().values().filter(|f| f.silent_for(now) > timeout).cloned().collect();
+        for flight in late {
             flight.stop(Stop::Silent);
         }
     }
 
     /// Stops every flight of the downstream session `owner` (it is closing).
     pub(crate) fn stop_owned_by(&self, owner: usize) {
-        for flight in self.running(|f| f.owner == owner) {
+        let owned: Vec<Arc<Flight>> = self.flights.lock().values().filter(|f| f.owner == owner).cloned().collect();
+        for flight in owned {
             flight.stop(Stop::Closing);
         }
     }
 
     /// Stops every flight (mcpgate is stopping).
     pub(crate) fn stop_all(&self) {
-        for flight in self.running(|_| true) {
+        let all: Vec<Arc<Flight>> = self.flights.lock().values().cloned().collect();
+        for flight in all {
             flight.stop(Stop::Closing);
         }
     }
@@ -302,9 +254,10 @@ impl Lanes {
 
 impl Drop for Lane<'_> {
     fn drop(&mut self) {
-        self.lanes.shard(self.flight.id).lock().remove(&self.flight.id);
+        self.lanes.flights.lock().remove(&self.flight.id);
         self.lanes.in_flight.dec();
-        self.lanes.idle.give_back();
+        *self.lanes.idle.count.lock() += 1;
+        self.lanes.idle.freed.notify_one();
     }
 }
 
@@ -323,36 +276,6 @@ mod tests {
 
     fn lanes(count: usize) -> Lanes {
         Lanes::new(count)
-    }
-
-    /// Lanes taken and given back without a lock: many threads racing for
-    /// few lanes never hold more than there are, and none waits in vain (a
-    /// lost wake-up would leave a thread waiting out its 20 s and refused).
-    #[test]
-    fn racing_threads_never_hold_more_lanes_than_there_are_and_none_is_left_waiting() {
-        let lanes = lanes(3);
-        let (holding, most) = (AtomicUsize::new(0), AtomicUsize::new(0));
-        let started = Instant::now();
-        std::thread::scope(|s| {
-            for owner in 0..12 {
-                let (lanes, holding, most) = (&lanes, &holding, &most);
-                s.spawn(move || {
-                    for _ in 0..2_000 {
-                        let lane = lanes.take(&lanes.flight(owner), Duration::from_secs(20)).expect("a lane");
-                        let now = holding.fetch_add(1, Ordering::SeqCst) + 1;
-                        most.fetch_max(now, Ordering::SeqCst);
-                        std::thread::yield_now();
-                        holding.fetch_sub(1, Ordering::SeqCst);
-                        drop(lane);
-                    }
-                });
-            }
-        });
-        assert!(most.load(Ordering::SeqCst) <= 3, "{} lanes held at once", most.load(Ordering::SeqCst));
-        assert_eq!(lanes.in_flight.get(), 0);
-        assert_eq!(lanes.idle.count.load(Ordering::SeqCst), 3, "every lane came back");
-        assert_eq!(lanes.running(|_| true).len(), 0);
-        assert!(started.elapsed() < Duration::from_secs(20), "took {:?}", started.elapsed());
     }
 
     #[test]
