@@ -12,6 +12,10 @@
 # AB_ERA=modern runs section 1c's path instead: 2026-07-28 clients,
 # sessionless, before `mcp-fixture --modern` (a pool session per token).
 #
+# AB_LANES=N gives both builds `calls_per_server` N (8, the default, if
+# unset). The relay bounds nothing: at 64 clients over 8 lanes, 56 calls
+# wait their turn in mcpgate, and that queue is most of its p99 there.
+#
 # The fixture and the load generator are this checkout's release builds
 # (`cargo build --release -p mcp-fixture -p mcp-load`, which builds mcp-relay too). Everything listens
 # on 127.0.0.1; every process started is stopped by its PID on exit.
@@ -35,6 +39,8 @@ RESULTS=$OUT/results.jsonl
 trap stop_all EXIT
 
 ERA=${AB_ERA:-session}
+LANES=${AB_LANES:-8}
+[[ $LANES =~ ^[0-9]+$ ]] || fail "AB_LANES=$LANES: give a number of lanes (calls_per_server)"
 case $ERA in
     session) FIXTURE_ARGS=() LOAD_ARGS=() EXTRA='' ;;
     # All clients share one token, so one pool session: let it take 64 calls at once.
@@ -46,9 +52,9 @@ FIX=$ADDR
 serve relay "$BIN/mcp-relay" --listen 127.0.0.1:0 --to "http://$FIX/mcp"
 RELAY=$ADDR
 config() {
-    printf '{"listen": "127.0.0.1:0", "calls_per_server": 8, "session_idle_timeout_secs": 300,
+    printf '{"listen": "127.0.0.1:0", "calls_per_server": %s, "session_idle_timeout_secs": 300,
  "max_connections": 4096, "max_sessions": 4096, "keepalive_secs": 15,%s
- "mcpServers": {"a": {"url": "http://%s/mcp", "prefix": ""}}}\n' "$EXTRA" "$FIX" > "$OUT/$1.json"
+ "mcpServers": {"a": {"url": "http://%s/mcp", "prefix": ""}}}\n' "$LANES" "$EXTRA" "$FIX" > "$OUT/$1.json"
 }
 config a
 config b
@@ -67,7 +73,7 @@ for round in $(seq "$ROUNDS"); do
                 b) url=http://$GATE_B/mcp ;;
             esac
             line=$("$BIN/mcp-load" calls "${LOAD_ARGS[@]}" --url "$url" --tool echo --clients "$clients" --seconds "$SECS")
-            echo "{\"era\":\"$ERA\",\"round\":$round,\"clients\":$clients,\"target\":\"$target\",\"result\":$line}" >> "$RESULTS"
+            echo "{\"era\":\"$ERA\",\"lanes\":$LANES,\"round\":$round,\"clients\":$clients,\"target\":\"$target\",\"result\":$line}" >> "$RESULTS"
             echo "  round $round, $clients client(s), $target: $line" >&2
         done
     done
@@ -78,7 +84,7 @@ import json, statistics, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
 def med(clients, target, key):
     return statistics.median(r["result"][key] for r in rows if r["clients"] == clients and r["target"] == target)
-print(f"era: {rows[0].get('era', 'session')}")
+print(f"era: {rows[0].get('era', 'session')}, calls_per_server: {rows[0].get('lanes', 8)}")
 print("| clients | direct calls/s | relay calls/s | A calls/s | B calls/s | B/A | A, B / relay "
       "| relay p99 ms | A p99 ms | B p99 ms | B/A | A, B / relay |")
 print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
