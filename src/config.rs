@@ -1564,7 +1564,7 @@ mod tests {
     /// and the documented defaults must give the config an empty file gives.
     #[test]
     fn every_documented_key_is_read_and_its_default_is_the_parsers() {
-        let ca = test_ca_file();
+        let (ca, env_file) = (test_ca_file(), test_env_file());
         let samples: &[(&str, Value)] = &[
             ("listen", json!("127.0.0.1:8780")),
             ("allowed_origins", json!([])),
@@ -1600,7 +1600,7 @@ mod tests {
             ("mcpServers.<name>.args", json!(["--stdio"])),
             ("mcpServers.<name>.env", json!({"A": "b"})),
             ("mcpServers.<name>.cwd", json!("/tmp")),
-            ("mcpServers.<name>.envFile", json!(test_env_file())),
+            ("mcpServers.<name>.envFile", json!(env_file.path())),
             ("mcpServers.<name>.sharing", json!("shared")),
             ("mcpServers.<name>.start", json!("eager")),
             ("mcpServers.<name>.prefix", json!("a")),
@@ -1611,8 +1611,8 @@ mod tests {
             ("mcpServers.<name>.prompts", json!({"allow": ["*"]})),
             ("mcpServers.<name>.resources", json!({"deny": ["x"]})),
             ("mcpServers.<name>.type", json!("http")),
-            ("mcpServers.<name>.ca_file", json!(ca)),
-            ("ca_file", json!(ca)),
+            ("mcpServers.<name>.ca_file", json!(ca.path())),
+            ("ca_file", json!(ca.path())),
             ("trust_store", json!("bundled")),
             ("tls", json!({})),
             ("tls.cert_file", json!("/etc/mcpgate/cert.pem")),
@@ -1782,39 +1782,58 @@ mod tests {
         }
     }
 
+    /// A file of a test's under the temporary directory, removed when
+    /// dropped; its name is the process's and the file's own, so that tests
+    /// running at once never share one.
+    struct TestFile(std::path::PathBuf);
+
+    impl TestFile {
+        fn new(what: &str, contents: impl AsRef<[u8]>) -> TestFile {
+            static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let path = std::env::temp_dir().join(format!("mcpgate-config-test-{}-{n}-{what}", std::process::id()));
+            std::fs::write(&path, contents).unwrap();
+            TestFile(path)
+        }
+
+        fn path(&self) -> String {
+            self.0.to_string_lossy().into_owned()
+        }
+    }
+
+    impl Drop for TestFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
     /// A dotenv file with one variable, for `envFile`.
-    fn test_env_file() -> String {
-        let path = std::env::temp_dir().join(format!("mcpgate-config-test-{}.env", std::process::id()));
-        std::fs::write(&path, "TOKEN_FROM_FILE=0123456789\n").unwrap();
-        path.to_string_lossy().into_owned()
+    fn test_env_file() -> TestFile {
+        TestFile::new("token.env", "TOKEN_FROM_FILE=0123456789\n")
     }
 
     /// A PEM file with one CA certificate, for the keys that read one.
-    fn test_ca_file() -> String {
+    fn test_ca_file() -> TestFile {
         let key = rcgen::KeyPair::generate().unwrap();
         let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
         params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
         let cert = params.self_signed(&key).unwrap();
-        let path = std::env::temp_dir().join(format!("mcpgate-config-test-ca-{}.pem", std::process::id()));
-        std::fs::write(&path, cert.pem()).unwrap();
-        path.to_string_lossy().into_owned()
+        TestFile::new("ca.pem", cert.pem())
     }
 
     #[test]
     fn a_ca_file_is_read_and_a_bad_one_is_refused_with_its_key() {
         let ca = test_ca_file();
         let base = |extra: &str| format!(r#"{{"mcpServers": {{"a": {{"url": "https://127.0.0.1:9/mcp"{extra}}}}}}}"#);
-        let with = parse(&base(&format!(r#", "ca_file": "{ca}""#))).unwrap();
+        let with = parse(&base(&format!(r#", "ca_file": "{}""#, ca.path()))).unwrap();
         let Transport::Http(http) = &with.servers[0].transport else { panic!("HTTP") };
         assert_eq!(http.trust.roots.len(), 1);
         assert!(http.trust.describe().contains("mcpServers.a.ca_file"), "{}", http.trust.describe());
         let Invalid { key, problem } = parse(&base(r#", "ca_file": "/nonexistent/ca.pem""#)).unwrap_err();
         assert_eq!(key, "mcpServers.a.ca_file");
         assert!(problem.contains("cannot read"), "{problem}");
-        let not_pem = std::env::temp_dir().join(format!("mcpgate-config-test-empty-{}.pem", std::process::id()));
-        std::fs::write(&not_pem, "no certificate here\n").unwrap();
-        let top =
-            format!(r#"{{"ca_file": "{}", "mcpServers": {{"a": {{"url": "https://x/mcp"}}}}}}"#, not_pem.display());
+        let not_pem = TestFile::new("empty.pem", "no certificate here\n");
+        let top = format!(r#"{{"ca_file": "{}", "mcpServers": {{"a": {{"url": "https://x/mcp"}}}}}}"#, not_pem.path());
         let Invalid { key, problem } = parse(&top).unwrap_err();
         assert_eq!(key, "ca_file");
         assert!(problem.contains("no `BEGIN CERTIFICATE`"), "{problem}");

@@ -18,17 +18,20 @@ fn data(file: &str) -> PathBuf {
 }
 
 /// A directory with the programs the client files start (`npx`, `uvx`, `node`) as stubs, as
-/// the machine that runs them would have them: `--check` looks for each on `PATH`.
+/// the machine that runs them would have them: `--check` looks for each on `PATH`. It sits
+/// in cargo's scratch directory for tests, not in /tmp, where a run would leave it; each
+/// stub is written whole and renamed into place, so runs at once never see half of one.
 fn stub_programs() -> &'static Path {
     static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
     DIR.get_or_init(|| {
         use std::os::unix::fs::PermissionsExt;
-        let dir = std::env::temp_dir().join(format!("mcpgate-client-configs-bin-{}", std::process::id()));
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("client-configs-bin");
         std::fs::create_dir_all(&dir).unwrap();
         for name in ["npx", "uvx", "node"] {
-            let stub = dir.join(name);
-            std::fs::write(&stub, "#!/bin/sh\nexit 0\n").unwrap();
-            std::fs::set_permissions(&stub, std::fs::Permissions::from_mode(0o755)).unwrap();
+            let written = dir.join(format!(".{name}.{}", std::process::id()));
+            std::fs::write(&written, "#!/bin/sh\nexit 0\n").unwrap();
+            std::fs::set_permissions(&written, std::fs::Permissions::from_mode(0o755)).unwrap();
+            std::fs::rename(&written, dir.join(name)).unwrap();
         }
         dir
     })
