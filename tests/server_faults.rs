@@ -163,6 +163,34 @@ fn a_delete_lost_to_a_transient_fault_is_sent_again_until_the_server_answers() {
     assert!(wait_until(WAIT, || gate.status()["downstream"]["deletes_owed"] == 0), "{}", gate.status()["downstream"]);
 }
 
+/// A kept-alive connection the server closed just as the `DELETE` went out
+/// on it (uvicorn closes one idle for 5 s; the interop run met it at
+/// shutdown: "Connection reset by peer", a `DELETE` owed and counted
+/// failed). A `DELETE` may be sent twice, so it is sent once more at
+/// once, on a new connection: the server ends the session now, and
+/// nothing counts as failed or owed.
+#[test]
+fn a_delete_on_a_kept_alive_connection_the_server_reset_is_sent_again_at_once() {
+    let a = Fixture::start("alpha", &[]);
+    let proxy = Proxy::start(&a.addr);
+    let gate = Gate::start(&config(&[("alpha", proxy.url())]));
+    let mut client = gate.client();
+    client.initialize();
+    assert_eq!(client.tool_text("alpha__echo", json!({"text": "x"})), "x");
+
+    // Every connection mcpgate keeps to the server is reset as it is next
+    // used, the request dropped; new connections pass.
+    proxy.reset_as_used();
+    assert_eq!(client.delete(), 200);
+    assert!(wait_until(WAIT, || a.count("delete") == 1), "the server ended the session: {}", a.stats());
+    let status = gate.status();
+    let d = &status["downstream"];
+    assert_eq!(d["delete_failures"], 0, "{d}");
+    assert_eq!(d["deletes_owed"], 0, "{d}");
+    assert!(!gate.stderr().contains("ending a downstream session failed"), "{}", gate.stderr());
+    assert_all_closed(&[&a], 1);
+}
+
 // ---------------------------------------------------------------------------
 // 4c. A black-holed server delays every new session
 // ---------------------------------------------------------------------------

@@ -9,6 +9,9 @@
 //!   connections is closed (a host that rebooted without a FIN: it forgot
 //!   them, mcpgate's side still waits);
 //! - [`Proxy::reset`]: every open connection is reset on both sides;
+//! - [`Proxy::reset_as_used`]: every open connection is reset on both
+//!   sides when mcpgate next sends on it, and what it sent is dropped (a
+//!   server that closes an idle kept-alive connection as a request comes);
 //! - [`Proxy::delay`]: what the server sends waits this long at the proxy;
 //! - [`Proxy::heal`]: new connections pass again. Connections that went
 //!   silent stay silent: what they lost is lost.
@@ -38,6 +41,8 @@ struct Conn {
     ended: AtomicBool,
     /// Its threads still pumping: the last one out lets go of it.
     pumping: AtomicUsize,
+    /// Reset when mcpgate next sends on it.
+    reset_when_used: AtomicBool,
 }
 
 #[derive(Default)]
@@ -127,6 +132,14 @@ impl Proxy {
         }
     }
 
+    /// Every open connection is reset, on both sides, when mcpgate next
+    /// sends on it; the bytes are dropped. New connections pass.
+    pub fn reset_as_used(&self) {
+        for conn in self.shared.conns.lock().unwrap().iter() {
+            conn.reset_when_used.store(true, Ordering::Release);
+        }
+    }
+
     /// What the server sends waits `delay` at the proxy.
     pub fn delay(&self, delay: Duration) {
         self.shared.delay_ms.store(delay.as_millis() as u64, Ordering::Release);
@@ -173,8 +186,14 @@ fn open(sh: &Arc<Shared>, client: TcpStream, target: SocketAddr) {
         let _ = socket.set_nodelay(true);
     }
     let pumping = AtomicUsize::new(if upstream.is_some() { 2 } else { 1 });
-    let conn =
-        Arc::new(Conn { client, upstream, silent: AtomicBool::new(dark), ended: AtomicBool::new(false), pumping });
+    let conn = Arc::new(Conn {
+        client,
+        upstream,
+        silent: AtomicBool::new(dark),
+        ended: AtomicBool::new(false),
+        pumping,
+        reset_when_used: AtomicBool::new(false),
+    });
     sh.conns.lock().unwrap().push(conn.clone());
     let mut threads = sh.threads.lock().unwrap();
     let (up, s) = (conn.clone(), sh.clone());
@@ -220,6 +239,14 @@ fn pump(sh: &Shared, conn: &Conn, up: bool) {
         }
         if silent {
             continue;
+        }
+        if up && conn.reset_when_used.load(Ordering::Acquire) {
+            mcpgate::runtime::sys::reset_on_close(&conn.client);
+            if let Some(upstream) = &conn.upstream {
+                mcpgate::runtime::sys::reset_on_close(upstream);
+            }
+            conn.ended.store(true, Ordering::Release);
+            return;
         }
         let Some(to) = to else { continue };
         let delay = sh.delay_ms.load(Ordering::Acquire);

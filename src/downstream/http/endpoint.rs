@@ -350,10 +350,13 @@ impl Endpoint {
     /// sessions frees descriptors, and this DELETE is what must not be lost.
     pub(crate) fn delete(&self, session: &str, version: &str, bearer: Option<&str>) -> Result<(), DownstreamError> {
         let deadline = Instant::now() + self.limits.delete;
-        let agent = self.short_agent();
+        let short = self.short_agent();
+        // A connection of its own, once a kept-alive one was closed under the `DELETE`.
+        let mut own: Option<Pooled> = None;
         let response = loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let request = self.headers(agent.delete(self.uri()?), Some(session), Some(version), bearer);
+            let on = own.as_ref().map_or(&*short, |own| &own.agent);
+            let request = self.headers(on.delete(self.uri()?), Some(session), Some(version), bearer);
             match request.config().timeout_global(Some(left)).build().call() {
                 Ok(response) => break response,
                 Err(ureq::Error::Io(e))
@@ -361,6 +364,14 @@ impl Endpoint {
                         && left > Duration::from_millis(50) =>
                 {
                     std::thread::sleep(Duration::from_millis(50));
+                }
+                // The server closed the kept-alive connection as the `DELETE`
+                // went out on it (uvicorn closes one idle for 5 s). Ending a
+                // session twice is harmless (a 404 the second time), so it is
+                // sent once more at once, on a new connection, instead of
+                // being owed to the reaper.
+                Err(ureq::Error::Io(e)) if own.is_none() && closed_under_it(&e) && !left.is_zero() => {
+                    own = Some(agent(&self.limits, 1, &self.tls));
                 }
                 Err(e) => return Err(self.delete_error(e)),
             }
@@ -691,4 +702,11 @@ pub(crate) fn unauthorized(response: &Response<ureq::Body>) -> Option<Downstream
 /// Reads a small refused answer's body, so its connection can be used again.
 fn drain(response: Response<ureq::Body>) {
     let _ = response.into_body().with_config().limit(64 * 1024).read_to_vec();
+}
+
+/// Whether a request's connection was closed by the server under it: reset
+/// or ended before an answer came.
+fn closed_under_it(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset, UnexpectedEof};
+    matches!(e.kind(), ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof)
 }
