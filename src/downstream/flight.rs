@@ -280,19 +280,18 @@ mod tests {
 
     /// Many threads racing for few lanes never hold more than there are,
     /// and none waits in vain: a lost wake-up would leave a thread waiting
-    /// out its 20 s and refused.
+    /// out its 60 s and refused (the whole race takes well under a second).
     #[test]
     fn racing_threads_never_hold_more_lanes_than_there_are_and_none_is_left_waiting() {
         use std::sync::atomic::AtomicUsize;
         let lanes = lanes(3);
         let (holding, most) = (AtomicUsize::new(0), AtomicUsize::new(0));
-        let started = Instant::now();
         std::thread::scope(|s| {
             for owner in 0..12 {
                 let (lanes, holding, most) = (&lanes, &holding, &most);
                 s.spawn(move || {
                     for _ in 0..2_000 {
-                        let lane = lanes.take(&lanes.flight(owner), Duration::from_secs(20)).expect("a lane");
+                        let lane = lanes.take(&lanes.flight(owner), Duration::from_secs(60)).expect("a lane");
                         let now = holding.fetch_add(1, Ordering::SeqCst) + 1;
                         most.fetch_max(now, Ordering::SeqCst);
                         std::thread::yield_now();
@@ -306,7 +305,6 @@ mod tests {
         assert_eq!(lanes.in_flight.get(), 0);
         assert_eq!(*lanes.idle.count.lock(), 3, "every lane came back");
         assert!(lanes.flights.lock().is_empty());
-        assert!(started.elapsed() < Duration::from_secs(20), "took {:?}", started.elapsed());
     }
 
     #[test]

@@ -45,6 +45,18 @@ struct Conn {
     reset_when_used: AtomicBool,
 }
 
+impl Conn {
+    /// Both sides are closed with `SO_LINGER` 0 when the last holder lets
+    /// go, and its threads end.
+    fn reset(&self) {
+        mcpgate::runtime::sys::reset_on_close(&self.client);
+        if let Some(upstream) = &self.upstream {
+            mcpgate::runtime::sys::reset_on_close(upstream);
+        }
+        self.ended.store(true, Ordering::Release);
+    }
+}
+
 #[derive(Default)]
 struct Shared {
     stop: AtomicBool,
@@ -124,11 +136,7 @@ impl Proxy {
     pub fn reset(&self) {
         let conns = std::mem::take(&mut *self.shared.conns.lock().unwrap());
         for conn in conns {
-            mcpgate::runtime::sys::reset_on_close(&conn.client);
-            if let Some(upstream) = &conn.upstream {
-                mcpgate::runtime::sys::reset_on_close(upstream);
-            }
-            conn.ended.store(true, Ordering::Release);
+            conn.reset();
         }
     }
 
@@ -241,11 +249,7 @@ fn pump(sh: &Shared, conn: &Conn, up: bool) {
             continue;
         }
         if up && conn.reset_when_used.load(Ordering::Acquire) {
-            mcpgate::runtime::sys::reset_on_close(&conn.client);
-            if let Some(upstream) = &conn.upstream {
-                mcpgate::runtime::sys::reset_on_close(upstream);
-            }
-            conn.ended.store(true, Ordering::Release);
+            conn.reset();
             return;
         }
         let Some(to) = to else { continue };
