@@ -502,6 +502,54 @@ fn garbage_from_a_downstream_becomes_a_clear_error_and_harms_nothing_else() {
     assert!(gate.settles_to(baseline), "threads {} != baseline {baseline}", gate.threads());
 }
 
+/// mcpgate checks a server's answer whole before any of it goes to the
+/// client (docs/ARCHITECTURE.md, "Large answers"): one that goes wrong
+/// after its first bytes, however far in, reaches the client as a JSON-RPC
+/// error naming the server, with none of its bytes, and what it held of it
+/// is given back.
+#[test]
+fn a_large_answer_that_goes_wrong_after_its_first_bytes_reaches_the_client_as_an_error_only() {
+    let bad = Scripted::start(false);
+    let mut conf = config(&[("bad", bad.url())]);
+    conf["request_timeout_secs"] = json!(5);
+    let gate = Gate::start(&conf);
+    let mut client = gate.client();
+    client.initialize();
+    assert_eq!(client.tool_text("bad__ok", json!({})), "ok");
+    // Well formed, the id after 1 MB of result: passed on whole.
+    let text = client.tool_text("bad__big_result_first", json!({}));
+    assert!(text.len() == support::BIG && text.bytes().all(|b| b == b'x'), "{} bytes", text.len());
+    let faults = [
+        ("big_wrong_id", "not the response to the request"),
+        ("big_bad_tail", "control character"),
+        ("big_cut", "reading the answer failed"),
+        ("big_reset", "reading the answer failed"),
+        ("big_sse_cut", "the stream ended before the response"),
+    ];
+    for (tool, expected) in faults {
+        let started = Instant::now();
+        let reply = client.call_tool(&format!("bad__{tool}"), json!({}));
+        let took = started.elapsed();
+        assert_eq!(reply.status, 200, "{tool}: {reply:?}");
+        let written = reply.body.to_string();
+        assert!(written.len() < 1024 && reply.events.is_empty(), "{tool}: {} bytes reached the client", written.len());
+        assert_eq!(reply.error_code(), -32603, "{tool}: {written}");
+        let message = reply.error_message();
+        assert!(message.starts_with("server `bad`: ") && message.contains(expected), "{tool}: {message}");
+        assert!(took < Duration::from_secs(4), "{tool} took {took:?}");
+        assert_eq!(client.tool_text("bad__ok", json!({})), "ok", "the session goes on after {tool}");
+    }
+    // Each answer was held whole (1 MB) while it was read: none of it stays.
+    assert!(
+        wait_until(WAIT, || gate.status()["memory"]["buffered_bytes"].as_u64() < Some(64 * 1024)),
+        "what mcpgate held of the answers is given back: {}",
+        gate.status()["memory"]
+    );
+    assert_eq!(client.delete(), 200);
+    assert!(wait_until(WAIT, || bad.deletes() == 1), "bad counted {} DELETEs", bad.deletes());
+    assert_settled(&gate, 0);
+}
+
 #[test]
 fn a_downstream_whose_stream_never_ends_is_closed_within_a_bound() {
     let endless = Scripted::start(true);

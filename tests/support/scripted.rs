@@ -31,8 +31,14 @@ struct Shared {
 /// SSE answer cut mid-message, `unavailable` a 503, `too_many` a 429 with
 /// `Retry-After: 30`, `hang` nothing at all, `twice` its answer and then a
 /// second response nobody asked for in the same write, and `twice_late` the
-/// same, the second response 30 ms later. Each `initialize` opens a session
-/// `scripted-<n>`.
+/// same, the second response 30 ms later. The `big_*` tools answer a text of
+/// [`BIG`] bytes, which goes wrong after its first bytes: `big_result_first`
+/// does not (the result before `id`, the order the TypeScript SDK writes),
+/// `big_wrong_id` names another request's id after it, `big_bad_tail` holds a
+/// raw control character near its end, `big_cut` ends its connection short
+/// of its Content-Length, `big_reset` resets it in the middle of a chunked
+/// body, and `big_sse_cut` ends an SSE answer in the middle of its event.
+/// Each `initialize` opens a session `scripted-<n>`.
 pub struct Scripted {
     addr: SocketAddr,
     shared: Arc<Shared>,
@@ -166,6 +172,25 @@ fn reply(s: &mut TcpStream, status: &str, mime: &str, extra: &str, body: &[u8]) 
     s.write_all(&[head.as_bytes(), body].concat()).is_ok()
 }
 
+/// The text of the `big_*` tools' answers: 1 MB.
+pub const BIG: usize = 1_000_000;
+
+/// A `tools/call` answer of [`BIG`] `x`s, written with the result first,
+/// `text` changed by `spoil`, and `id` last.
+fn big_answer(id: &Value, spoil: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+    let mut text = vec![b'x'; BIG];
+    spoil(&mut text);
+    let mut body = br#"{"result":{"content":[{"type":"text","text":""#.to_vec();
+    body.extend_from_slice(&text);
+    body.extend_from_slice(format!(r#""}}]}},"jsonrpc":"2.0","id":{id}}}"#).as_bytes());
+    body
+}
+
+/// Writes `head` and the first 60 % of `body`: the rest never comes.
+fn write_part(s: &mut TcpStream, head: &str, body: &[u8]) {
+    let _ = s.write_all(head.as_bytes()).and_then(|()| s.write_all(&body[..body.len() * 6 / 10]));
+}
+
 fn result(id: &Value, result: Value) -> Vec<u8> {
     json!({ "jsonrpc": "2.0", "id": id, "result": result }).to_string().into_bytes()
 }
@@ -213,6 +238,12 @@ fn answer(s: &mut TcpStream, head: &str, body: &[u8], sh: &Shared) -> bool {
                 "ok",
                 "twice",
                 "twice_late",
+                "big_result_first",
+                "big_wrong_id",
+                "big_bad_tail",
+                "big_cut",
+                "big_reset",
+                "big_sse_cut",
             ];
             let tools: Vec<Value> =
                 names.iter().map(|n| json!({ "name": n, "inputSchema": { "type": "object" } })).collect();
@@ -243,6 +274,43 @@ fn answer(s: &mut TcpStream, head: &str, body: &[u8], sh: &Shared) -> bool {
         ("tools/call", "ok") => {
             let ok = json!({ "content": [{ "type": "text", "text": "ok" }] });
             reply(s, "200 OK", "application/json", "", &result(id, ok))
+        }
+        ("tools/call", "big_result_first") => reply(s, "200 OK", "application/json", "", &big_answer(id, |_| {})),
+        ("tools/call", "big_wrong_id") => {
+            let other = json!(format!("not-{id}"));
+            reply(s, "200 OK", "application/json", "", &big_answer(&other, |_| {}))
+        }
+        ("tools/call", "big_bad_tail") => {
+            let body = big_answer(id, |text| text[BIG - 10] = 0x01);
+            reply(s, "200 OK", "application/json", "", &body)
+        }
+        ("tools/call", "big_cut") => {
+            let body = big_answer(id, |_| {});
+            let head =
+                format!("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n", body.len());
+            write_part(s, &head, &body);
+            false
+        }
+        ("tools/call", "big_reset") => {
+            let body = big_answer(id, |_| {});
+            let part = &body[..body.len() * 6 / 10];
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n",
+                part.len()
+            );
+            write_part(s, &head, part);
+            mcpgate::runtime::sys::reset_on_close(&*s);
+            false
+        }
+        ("tools/call", "big_sse_cut") => {
+            let event = [
+                b"data: ".as_slice(),
+                &result(id, json!({ "content": [{ "type": "text", "text": "x".repeat(BIG) }] })),
+            ]
+            .concat();
+            let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n";
+            write_part(s, head, &event);
+            false
         }
         ("tools/call", name @ ("twice" | "twice_late")) => {
             let text = |t: &str| result(id, json!({ "content": [{ "type": "text", "text": t }] }));

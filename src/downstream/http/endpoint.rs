@@ -710,3 +710,74 @@ fn closed_under_it(e: &std::io::Error) -> bool {
     use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset, UnexpectedEof};
     matches!(e.kind(), ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
+
+    use super::*;
+    use crate::config::{Config, Transport};
+
+    /// Answers one request with `body` in chunks of `chunk` bytes, without a Content-Length.
+    fn chunked_server(body: Vec<u8>, chunk: usize) -> (String, std::thread::JoinHandle<()>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+        let serve = std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap() == 1 {
+                head.push(byte[0]);
+            }
+            let length = String::from_utf8_lossy(&head)
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase().strip_prefix("content-length: ").map(|v| v.trim().parse().unwrap())
+                })
+                .unwrap_or(0usize);
+            stream.read_exact(&mut vec![0; length]).unwrap();
+            let mut out =
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+            for part in body.chunks(chunk) {
+                out.extend_from_slice(format!("{:x}\r\n", part.len()).as_bytes());
+                out.extend_from_slice(part);
+                out.extend_from_slice(b"\r\n");
+            }
+            out.extend_from_slice(b"0\r\n\r\n");
+            let _ = stream.write_all(&out);
+        });
+        (url, serve)
+    }
+
+    /// What `read_message` makes of `body`, sent chunked, with `max_message_bytes` of `max`.
+    fn read_chunked(body: Vec<u8>, chunk: usize, max: usize) -> Result<Vec<u8>, DownstreamError> {
+        let (url, serve) = chunked_server(body, chunk);
+        let text = format!(r#"{{"max_message_bytes": {max}, "mcpServers": {{"s": {{"url": "{url}"}}}}}}"#);
+        let config = Config::parse(&text, &|_| None).unwrap();
+        let Transport::Http(http) = config.servers[0].transport.clone() else { unreachable!() };
+        let endpoint = Endpoint::new(http, Arc::new(Limits::from_config(&config)), 1);
+        let agent = endpoint.short_agent();
+        let response = endpoint.post(&agent, None, None, b"{}", None)?;
+        let read = endpoint.read_message(response).map(|(bytes, _)| bytes);
+        serve.join().unwrap();
+        read
+    }
+
+    #[test]
+    fn a_chunked_answer_is_read_whole_up_to_the_limit_and_refused_a_byte_past_it() {
+        // Sizes around where the buffer grows (16 KiB, then doubling) and around the limit.
+        let max = 100_000;
+        for (size, chunk) in [(0, 7), (1, 1), (16 * 1024, 4096), (16 * 1024 + 1, 1000), (65_537, 65_537), (max, 3000)] {
+            let body: Vec<u8> = (0..size).map(|i| b'a' + (i % 26) as u8).collect();
+            let read = read_chunked(body.clone(), chunk.max(1), max).unwrap_or_else(|e| panic!("{size} bytes: {e:?}"));
+            assert!(read == body, "{size} bytes in chunks of {chunk}: {} bytes read", read.len());
+        }
+        for size in [max + 1, 3 * max] {
+            match read_chunked(vec![b'x'; size], 4096, max) {
+                Err(DownstreamError::Protocol(why)) => assert!(why.contains("larger than 100000"), "{why}"),
+                other => panic!("{size} bytes: {:?}", other.map(|b| b.len())),
+            }
+        }
+    }
+}
