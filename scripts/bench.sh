@@ -137,6 +137,32 @@ fi
 
 LOAD=$BIN/mcp-load
 
+# CPU per call (steps 1c and 1d): user + sys of a process from /proc, in clock ticks.
+CLK_TCK=$(getconf CLK_TCK)
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+TEXT_100B=$(printf 'x%.0s' $(seq 60))
+# cpu_point ERA ROUND CLIENTS SIZE TARGET URL PID SERVER_ADDR SERVER_PID [LOAD ARGS...]: one point of
+# `calls` at URL with a result of SIZE (100B, 100KB, 1MB), recorded with the CPU ticks the relaying
+# process PID (none for direct) and the server spent, and the requests the server counted.
+cpu_point() {
+    local era=$1 round=$2 clients=$3 size=$4 target=$5 url=$6 pid=$7 server=$8 server_pid=$9 tool args
+    shift 9
+    case $size in
+        100B) tool="echo"; args="{\"text\": \"$TEXT_100B\"}" ;;
+        100KB) tool=big; args='{"bytes": 100000}' ;;
+        1MB) tool=big; args='{"bytes": 1000000}' ;;
+    esac
+    local server0 gate0 requests0 line requests1 server1 gate1 gateway_ticks=null
+    server0=$(cpu_ticks "$server_pid"); gate0=${pid:+$(cpu_ticks "$pid")}
+    requests0=$(fixture_stat "$server" requests)
+    line=$("$LOAD" calls "$@" --url "$url" --tool "$tool" --args "$args" --clients "$clients" --seconds "$CPU_SECONDS")
+    requests1=$(fixture_stat "$server" requests)
+    server1=$(cpu_ticks "$server_pid"); gate1=${pid:+$(cpu_ticks "$pid")}
+    [ -n "$pid" ] && gateway_ticks=$((gate1 - gate0))
+    record "{\"part\":\"cpu\",\"era\":\"$era\",\"round\":$round,\"target\":\"$target\",\"size\":\"$size\",\"clk_tck\":$CLK_TCK,\"server_ticks\":$((server1 - server0)),\"gateway_ticks\":$gateway_ticks,\"server_requests\":$((requests1 - requests0)),\"result\":$line}"
+    echo "  round $round, $era, $clients client(s), $size, $target: $line" >&2
+}
+
 # ---------------------------------------------------------------- 1. overhead
 step "1. overhead: tools/call direct and through mcpgate, interleaved"
 serve fixture-a "$BIN/mcp-fixture" --name a
@@ -181,10 +207,13 @@ for clients in 1 16; do
 done
 stop "$GATE_PY_PID"
 
-step "1c. sessionless (protocol 2026-07-28): tools/call direct to mcp-fixture --modern and through mcpgate"
+step "1c. sessionless (protocol 2026-07-28): tools/call direct to mcp-fixture --modern, through the bare relay, nginx and mcpgate; CPU per call"
 serve fixture-modern "$BIN/mcp-fixture" --modern --name m
 FIX_M=$ADDR; FIX_M_PID=$PID
-gate_config "$OUT/run/overhead-modern.json" 300 "m=$FIX_M"
+# Every client of this era here is one user (no token), whose calls share one pool session, and
+# max_requests_per_session (32) bounds a session's requests in flight: at 64 clients the rest
+# would get 429. Raised, so that the rows measure the relaying.
+GATE_EXTRA='"max_requests_per_session": 128' gate_config "$OUT/run/overhead-modern.json" 300 "m=$FIX_M"
 serve gate-modern "${MCPGATE[@]}" --config "$OUT/run/overhead-modern.json"
 GATE_M=$ADDR; GATE_M_PID=$PID
 # The bare relay (section 1d) in front of the same server: the floor of what any relay on this
@@ -231,7 +260,7 @@ else
     echo "  nginx: not installed (not root?); its row is left out" >&2
 fi
 for round in $(seq "$ROUNDS"); do
-    for clients in 1 16; do
+    for clients in $CLIENT_COUNTS; do
         for target in $SESSIONLESS_TARGETS; do
             case $target in
                 direct) url=http://$FIX_M/mcp ;;
@@ -245,6 +274,21 @@ for round in $(seq "$ROUNDS"); do
         done
     done
 done
+# The era's CPU per call next to the bare relay, as section 1d does for the session era.
+for round in $(seq "$CPU_ROUNDS"); do
+    for clients in $CPU_CLIENT_COUNTS; do
+        for size in 100B 100KB 1MB; do
+            for target in direct relay mcpgate; do
+                case $target in
+                    direct) url=http://$FIX_M/mcp; pid= ;;
+                    relay) url=http://$RELAY_M/mcp; pid=$RELAY_M_PID ;;
+                    mcpgate) url=http://$GATE_M/mcp; pid=$GATE_M_PID ;;
+                esac
+                cpu_point 2026-07-28 "$round" "$clients" "$size" "$target" "$url" "$pid" "$FIX_M" "$FIX_M_PID" --modern
+            done
+        done
+    done
+done
 stop "$GATE_M_PID"
 stop "$RELAY_M_PID"
 if [ -n "${NGINX_M_PID:-}" ]; then stop "$NGINX_M_PID"; fi
@@ -255,22 +299,14 @@ step "1d. CPU per call: direct, a bare relay, mcpgate and the FastMCP proxy; res
 # body as it came and the answer unparsed; the floor of what a relay on this stack costs.
 serve relay "$BIN/mcp-relay" --listen 127.0.0.1:0 --to "http://$FIX_A/mcp"
 RELAY=$ADDR; RELAY_PID=$PID
-CLK_TCK=$(getconf CLK_TCK)
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 fds() { find "/proc/$1/fd" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
 GATE_THREADS_BEFORE=$(threads "$GATE_PID"); GATE_FDS_BEFORE=$(fds "$GATE_PID")
-TEXT_100B=$(printf 'x%.0s' $(seq 60))
 # In rounds, the round outermost: one point of 3 s moved by a quarter between runs (the relay at
 # 1 MB and 16 clients: 806 against 660 µs), and the machine's state drifts over the step. The
 # table sums ticks and calls over the rounds. The FastMCP proxy, 500 times the floor, runs once.
 for round in $(seq "$CPU_ROUNDS"); do
 for clients in $CPU_CLIENT_COUNTS; do
     for size in 100B 100KB 1MB; do
-        case $size in
-            100B) tool="echo"; args="{\"text\": \"$TEXT_100B\"}" ;;
-            100KB) tool=big; args='{"bytes": 100000}' ;;
-            1MB) tool=big; args='{"bytes": 1000000}' ;;
-        esac
         for target in direct relay mcpgate fastmcp; do
             case $target in
                 direct) url=http://$FIX_A/mcp; pid= ;;
@@ -279,15 +315,7 @@ for clients in $CPU_CLIENT_COUNTS; do
                 fastmcp) url=http://$PROXY/mcp; pid=$PROXY_PID
                     [ "$clients" -gt 16 ] || [ "$round" -gt 1 ] && continue ;;
             esac
-            server0=$(cpu_ticks "$FIX_A_PID"); gate0=${pid:+$(cpu_ticks "$pid")}
-            requests0=$(fixture_stat "$FIX_A" requests)
-            line=$("$LOAD" calls --url "$url" --tool "$tool" --args "$args" --clients "$clients" --seconds "$CPU_SECONDS")
-            requests1=$(fixture_stat "$FIX_A" requests)
-            server1=$(cpu_ticks "$FIX_A_PID"); gate1=${pid:+$(cpu_ticks "$pid")}
-            gateway_ticks=null
-            [ -n "$pid" ] && gateway_ticks=$((gate1 - gate0))
-            record "{\"part\":\"cpu\",\"round\":$round,\"target\":\"$target\",\"size\":\"$size\",\"clk_tck\":$CLK_TCK,\"server_ticks\":$((server1 - server0)),\"gateway_ticks\":$gateway_ticks,\"server_requests\":$((requests1 - requests0)),\"result\":$line}"
-            echo "  round $round, $clients client(s), $size, $target: $line" >&2
+            cpu_point session "$round" "$clients" "$size" "$target" "$url" "$pid" "$FIX_A" "$FIX_A_PID"
         done
     done
 done
