@@ -1,9 +1,11 @@
 //! What travels on the wire, whoever carries it: JSON-RPC messages, SSE
 //! events, the protocol versions mcpgate speaks, the rules of the
 //! 2026-07-28 era (`stateless`: no `initialize`, no session), and how a
-//! message is written on a trace's span (`spans`).
+//! message is written on a trace's span (`spans`), and a member of a
+//! result read without parsing it again (`member`).
 
 pub mod jsonrpc;
+pub(crate) mod member;
 pub(crate) mod spans;
 pub mod sse;
 pub(crate) mod stateless;

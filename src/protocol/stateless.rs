@@ -7,6 +7,7 @@
 use serde_json::{Map, Value};
 
 use super::jsonrpc::{INVALID_PARAMS, Message, Params, RpcError};
+use super::member;
 use super::versions;
 
 /// The one protocol version of this era, kept with the others in `versions`.
@@ -315,26 +316,17 @@ fn base64_decode(text: &str) -> Option<Vec<u8>> {
 }
 
 /// Whether a result (its JSON text) already says its `resultType` (a
-/// server of this era's does): read from its top level alone, without
-/// building it.
+/// server of this era's does), a string: read from its top level alone,
+/// without parsing it again.
 pub(crate) fn has_result_type(result: &str) -> bool {
-    result_type(result).is_some_and(|t| t.is_some())
+    member::top_level(result, "resultType").is_some_and(|t| t.starts_with('"'))
 }
 
 /// Whether a result is a task (`resultType: "task"`, the tasks extension):
 /// read from its top level alone.
 pub(crate) fn is_task(result: &str) -> bool {
-    result.contains("\"task\"") && result_type(result).is_some_and(|t| t.as_deref() == Some("task"))
-}
-
-/// The `resultType` of a result object (`None` when it is not one).
-fn result_type(result: &str) -> Option<Option<std::borrow::Cow<'_, str>>> {
-    #[derive(serde::Deserialize)]
-    struct Typed<'a> {
-        #[serde(rename = "resultType", borrow)]
-        result_type: Option<std::borrow::Cow<'a, str>>,
-    }
-    serde_json::from_str::<Typed>(result).ok().map(|t| t.result_type)
+    member::top_level(result, "resultType")
+        .is_some_and(|t| serde_json::from_str::<std::borrow::Cow<'_, str>>(t).is_ok_and(|t| t == "task"))
 }
 
 /// A result's cache hints (`ttlMs`, `cacheScope`): how long its client
@@ -503,6 +495,8 @@ mod tests {
         assert!(is_task(&raw(json!({"resultType": "task", "taskId": "t", "status": "working"}))));
         assert!(!is_task(&raw(json!({"resultType": "complete", "content": [{"type": "text", "text": "task"}]}))));
         assert!(!is_task(&raw(json!({"task": {"taskId": "t"}}))), "2025-11-25's CreateTaskResult is not one");
+        assert!(is_task(r#"{"content": [], "resultType": "t\u0061sk"}"#), "the value as JSON reads it");
+        assert!(!has_result_type(r#"{"resultType": null}"#) && !has_result_type(r#"{"resultType": 7}"#));
     }
 
     #[test]
