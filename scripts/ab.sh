@@ -12,9 +12,10 @@
 # AB_ERA=modern runs section 1c's path instead: 2026-07-28 clients,
 # sessionless, before `mcp-fixture --modern` (a pool session per token).
 #
-# AB_LANES=N gives both builds `calls_per_server` N (8, the default, if
-# unset). The relay bounds nothing: at 64 clients over 8 lanes, 56 calls
-# wait their turn in mcpgate, and that queue is most of its p99 there.
+# AB_LANES=N gives both builds `calls_per_server` N (64, the default, if
+# unset). The relay bounds nothing: at 64 clients over 8 lanes (the
+# default until issue 43), 56 calls waited their turn in mcpgate, and that
+# queue was most of its p99 there.
 #
 # The fixture and the load generator are this checkout's release builds
 # (`cargo build --release -p mcp-fixture -p mcp-load`, which builds mcp-relay too). Everything listens
@@ -39,7 +40,7 @@ RESULTS=$OUT/results.jsonl
 trap stop_all EXIT
 
 ERA=${AB_ERA:-session}
-LANES=${AB_LANES:-8}
+LANES=${AB_LANES:-64}
 [[ $LANES =~ ^[0-9]+$ ]] || fail "AB_LANES=$LANES: give a number of lanes (calls_per_server)"
 case $ERA in
     session) FIXTURE_ARGS=() LOAD_ARGS=() EXTRA='' ;;
@@ -84,7 +85,7 @@ import json, statistics, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
 def med(clients, target, key):
     return statistics.median(r["result"][key] for r in rows if r["clients"] == clients and r["target"] == target)
-print(f"era: {rows[0].get('era', 'session')}, calls_per_server: {rows[0].get('lanes', 8)}")
+print(f"era: {rows[0].get('era', 'session')}, calls_per_server: {rows[0].get('lanes', 64)}")
 print("| clients | direct calls/s | relay calls/s | A calls/s | B calls/s | B/A | A, B / relay "
       "| relay p99 ms | A p99 ms | B p99 ms | B/A | A, B / relay |")
 print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")

@@ -92,7 +92,7 @@ status_field() { curl -fsS "http://$1/status.json" | python3 -c "import json,sys
 gate_config() {
     local path=$1 idle=$2; shift 2
     {
-        printf '{"listen": "127.0.0.1:0", "calls_per_server": 8, "session_idle_timeout_secs": %s,\n' "$idle"
+        printf '{"listen": "127.0.0.1:0", "session_idle_timeout_secs": %s,\n' "$idle"
         printf ' "max_connections": 4096, "max_sessions": 4096, "keepalive_secs": 15,%s\n "mcpServers": {' "${GATE_EXTRA:+ $GATE_EXTRA,}"
         local first=1 server
         for server in "$@"; do
@@ -333,7 +333,7 @@ step "1e. the old HTTP+SSE transport: tools/call direct over SSE to mcp-fixture 
 # Keep-alives every 100 ms: the fixture notices a stream closed at once, and counts it.
 serve fixture-sse "$BIN/mcp-fixture" --sse-transport --keepalive-ms 100 --name s
 FIX_S=$ADDR; FIX_S_PID=$PID
-printf '{"listen": "127.0.0.1:0", "calls_per_server": 8, "max_connections": 4096, "max_sessions": 4096,\n "mcpServers": {"s": {"type": "sse", "url": "http://%s/sse", "prefix": ""}}}\n' \
+printf '{"listen": "127.0.0.1:0", "max_connections": 4096, "max_sessions": 4096,\n "mcpServers": {"s": {"type": "sse", "url": "http://%s/sse", "prefix": ""}}}\n' \
     "$FIX_S" > "$OUT/run/overhead-sse.json"
 serve gate-sse "${MCPGATE[@]}" --config "$OUT/run/overhead-sse.json"
 GATE_SSE=$ADDR; GATE_SSE_PID=$PID
@@ -364,7 +364,7 @@ serve jwt-issuer "$PY" "$ROOT/scripts/bench/jwt_issuer.py" --resource "$AUTH_RES
 ISSUER=http://$ADDR; ISSUER_PID=$PID
 JWT=$(cat "$OUT/run/jwt.token")
 STATIC=bench-static-token-0123456789
-printf '{"listen": "127.0.0.1:0", "calls_per_server": 8, "max_connections": 4096,\n "auth": {"tokens": [{"token": "%s"}], "oauth": {"issuer": "%s", "resource": "%s"}},\n "mcpServers": {"a": {"url": "http://%s/mcp", "prefix": ""}}}\n' \
+printf '{"listen": "127.0.0.1:0", "max_connections": 4096,\n "auth": {"tokens": [{"token": "%s"}], "oauth": {"issuer": "%s", "resource": "%s"}},\n "mcpServers": {"a": {"url": "http://%s/mcp", "prefix": ""}}}\n' \
     "$STATIC" "$ISSUER" "$AUTH_RESOURCE" "$FIX_A" > "$OUT/run/auth.json"
 serve gate-auth "${MCPGATE[@]}" --config "$OUT/run/auth.json"
 GATE_AU=$ADDR; GATE_AU_PID=$PID
@@ -385,7 +385,7 @@ stop "$ISSUER_PID"
 # HTTPS: a CA and a certificate for localhost made for the run (scripts/interop/oauth_certs.py).
 "$PY" "$ROOT/scripts/interop/oauth_certs.py" "$OUT/run"
 # The same gate as above, static token included, but for HTTPS.
-printf '{"listen": "127.0.0.1:0", "calls_per_server": 8, "max_connections": 4096, "auth": {"tokens": [{"token": "%s"}]},\n "tls": {"cert_file": "%s", "key_file": "%s"},\n "mcpServers": {"a": {"url": "http://%s/mcp", "prefix": ""}}}\n' \
+printf '{"listen": "127.0.0.1:0", "max_connections": 4096, "auth": {"tokens": [{"token": "%s"}]},\n "tls": {"cert_file": "%s", "key_file": "%s"},\n "mcpServers": {"a": {"url": "http://%s/mcp", "prefix": ""}}}\n' \
     "$STATIC" "$OUT/run/gate.pem" "$OUT/run/gate.key" "$FIX_A" > "$OUT/run/tls.json"
 serve gate-tls "${MCPGATE[@]}" --config "$OUT/run/tls.json"
 GATE_TLS=$ADDR; GATE_TLS_PID=$PID
@@ -427,7 +427,7 @@ for variant in $GOVERN_VARIANTS; do
         trace-0.01) extra="\"tracing\": {\"endpoint\": \"$SINK\", \"sample_ratio\": 0.01}," ;;
         audit) extra="\"audit\": {\"file\": \"$OUT/run/audit.jsonl\"}," ;;
     esac
-    printf '{"listen": "127.0.0.1:0", "calls_per_server": 8, "max_connections": 4096, %s\n "mcpServers": {"a": {"url": "http://%s/mcp", "prefix": ""}}}\n' \
+    printf '{"listen": "127.0.0.1:0", "max_connections": 4096, %s\n "mcpServers": {"a": {"url": "http://%s/mcp", "prefix": ""}}}\n' \
         "$extra" "$FIX_A" > "$OUT/run/govern-$variant.json"
     serve "gate-$variant" "${MCPGATE[@]}" --config "$OUT/run/govern-$variant.json"
     GOVERN_ADDR[$variant]=$ADDR; GOVERN_PID[$variant]=$PID
@@ -604,7 +604,7 @@ STDIO_CMD="$BIN/mcp-fixture --stdio --name s"
 stdio_config() {
     local path=$1 idle=$2
     {
-        printf '{"listen": "127.0.0.1:0", "calls_per_server": 8, "session_idle_timeout_secs": %s,\n' "$idle"
+        printf '{"listen": "127.0.0.1:0", "session_idle_timeout_secs": %s,\n' "$idle"
         printf ' "max_connections": 4096, "max_sessions": 4096, "keepalive_secs": 15, "max_processes": 256,\n'
         printf ' "mcpServers": {"s": {"command": "%s", "args": ["--stdio", "--name", "s"], "prefix": "", "sharing": "session"}}}\n' "$BIN/mcp-fixture"
     } > "$path"

@@ -41,7 +41,7 @@ serve() {
 
 serve fixture "$BIN/mcp-fixture" --listen 127.0.0.1:0 --name a
 FIXTURE=$ADDR
-printf '{"listen": "127.0.0.1:0", "calls_per_server": 8, "max_connections": 4096, "mcpServers": {"a": {"url": "http://%s/mcp", "prefix": ""}}}\n' \
+printf '{"listen": "127.0.0.1:0", "max_connections": 4096, "mcpServers": {"a": {"url": "http://%s/mcp", "prefix": ""}}}\n' \
     "$FIXTURE" >"$OUT/mcpgate.json"
 serve mcpgate "$BIN/mcpgate" --config "$OUT/mcpgate.json"
 GATE=$ADDR; GATE_PID=$PID

@@ -83,7 +83,7 @@ fn install_is_idempotent_and_uninstall_removes_what_it_installed() {
     // An edited configuration survives a second install.
     let config = root.join("etc/mcpgate/mcpgate.json");
     let edited =
-        std::fs::read_to_string(&config).unwrap().replace("\"calls_per_server\": 8", "\"calls_per_server\": 3");
+        std::fs::read_to_string(&config).unwrap().replace("\"calls_per_server\": 64", "\"calls_per_server\": 3");
     std::fs::write(&config, &edited).unwrap();
     run("install.sh");
     assert_eq!(files(), first);

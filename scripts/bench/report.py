@@ -204,10 +204,10 @@ def cpu_section(rows, say, failures, era="session"):
                 f"{extra_direct:.1f} direct ({size}, {clients} clients): more than a session's opening and closing"
             )
     # Growth per call would be thousands over the step. What may differ is the lanes' kept-alive
-    # connections to the server (calls_per_server: 8 here), which the server closes when idle and
-    # a later call opens again. (Section 1d's mcpgate only: 1c's is stopped after its points.)
+    # connections to the server (calls_per_server: 64, the default), which the server closes when
+    # idle and a later call opens again. (Section 1d's mcpgate only: 1c's is stopped after its points.)
     growth = next((r for r in rows if r["part"] == "cpu-growth" and era == "session"), None)
-    lanes = 8
+    lanes = 64
     if growth and (
         growth["threads_after"] > growth["threads_before"] or growth["fds_after"] > growth["fds_before"] + lanes
     ):

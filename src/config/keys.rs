@@ -58,8 +58,8 @@ pub(crate) const KEYS: &[Key] = &[
     },
     Key {
         name: "calls_per_server",
-        kind: Kind::Number { default: Some(8), min: 1, max: 256 },
-        meaning: "Requests in flight to one server at once, each holding one of its connections; more wait their turn, up to `request_timeout_secs`. A server that hangs holds only its own.",
+        kind: Kind::Number { default: Some(64), min: 1, max: 256 },
+        meaning: "Requests in flight to one server at once, each holding one of its connections (opened when first needed); more wait their turn, up to `request_timeout_secs`. A server that hangs holds only its own.",
     },
     Key {
         name: "workers",

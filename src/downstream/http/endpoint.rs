@@ -34,8 +34,9 @@ pub(crate) struct Endpoint {
     /// Guards the agent and how many exchanges use it now.
     short: Mutex<Short>,
     /// One agent per lane, each with one kept-alive connection; a request
-    /// holds one while it runs (the server's lanes bound how many).
-    /// Guards the idle agents; one is always here when a lane is free.
+    /// holds one while it runs (the server's lanes bound how many). Guards
+    /// the idle agents, made as requests first need them: a server with
+    /// many lanes costs nothing for the ones it never uses.
     lane_agents: Mutex<Vec<Pooled>>,
     /// How many lanes (the short agent keeps as many connections).
     lanes: usize,
@@ -118,7 +119,7 @@ impl Endpoint {
         Endpoint {
             uri: config.url.parse::<Uri>().map_err(|e| format!("`{}` is not a URL: {e}", config.url)),
             short: Mutex::new(Short { pooled: agent(&limits, lanes, &tls), in_use: 0 }),
-            lane_agents: Mutex::new((0..lanes).map(|_| agent(&limits, 1, &tls)).collect()),
+            lane_agents: Mutex::new(Vec::new()),
             lanes,
             config,
             limits,
@@ -592,7 +593,9 @@ impl Endpoint {
     /// The lane's agent for one request, back when dropped: replaced when
     /// the request was stopped, as stopping shut it down for good.
     pub(crate) fn lane_agent(&self) -> LaneAgent<'_> {
-        let pooled = self.lane_agents.lock().pop().unwrap_or_else(|| agent(&self.limits, 1, &self.tls));
+        // Taken under the lock, made outside it.
+        let idle = self.lane_agents.lock().pop();
+        let pooled = idle.unwrap_or_else(|| agent(&self.limits, 1, &self.tls));
         LaneAgent { endpoint: self, pooled: Some(pooled), stopped: false }
     }
 }
