@@ -292,13 +292,13 @@ fn answer(s: &mut TcpStream, head: &str, body: &[u8], sh: &Shared) -> bool {
             false
         }
         ("tools/call", "big_reset") => {
+            // One chunk of the whole body, reset 60 % into it.
             let body = big_answer(id, |_| {});
-            let part = &body[..body.len() * 6 / 10];
             let head = format!(
                 "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n",
-                part.len()
+                body.len()
             );
-            write_part(s, &head, part);
+            write_part(s, &head, &body);
             mcpgate::runtime::sys::reset_on_close(&*s);
             false
         }
