@@ -10,6 +10,8 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use super::validate;
+
 pub(crate) const PARSE_ERROR: i64 = -32700;
 pub(crate) const INVALID_REQUEST: i64 = -32600;
 pub(crate) const METHOD_NOT_FOUND: i64 = -32601;
@@ -69,6 +71,10 @@ impl std::fmt::Debug for Json {
         f.write_str(self.get())
     }
 }
+
+/// Answers from this size on have their result checked by
+/// [`validate`], not by serde_json: below it the two cost the same.
+const CHECKED_APART: usize = 4096;
 
 /// A [`Message`] as it is read, its members borrowed from the text.
 #[derive(Deserialize)]
@@ -229,6 +235,12 @@ impl Message {
 
     /// [`Message::parse_owned`] of text (an SSE event's data).
     pub(crate) fn parse_text(text: String) -> Result<Message, RpcError> {
+        if text.len() >= CHECKED_APART
+            && let Some(span) = validate::result_span(&text)
+            && let Some(b'{' | b'[') = text.as_bytes().get(span.start)
+        {
+            return Message::parse_around(text, span);
+        }
         let body = Arc::new(text);
         let read: Read = serde_json::from_str(&body).map_err(parse_error)?;
         // Where the result lies in the body: it was read from it.
@@ -236,6 +248,20 @@ impl Message {
             let start = raw.get().as_ptr() as usize - body.as_ptr() as usize;
             Json(JsonText::Part(body.clone(), start..start + raw.get().len()))
         });
+        Message::of(read, result)
+    }
+
+    /// [`Message::parse_text`] of a message whose result `validate` checked
+    /// at `span`: serde_json reads the rest, with `0` in the result's place,
+    /// and so gives what it gives for the whole (an object or array result
+    /// is a result to it as `0` is).
+    fn parse_around(text: String, span: Range<usize>) -> Result<Message, RpcError> {
+        let mut rest = String::with_capacity(text.len() - span.len() + 1);
+        rest.push_str(&text[..span.start]);
+        rest.push('0');
+        rest.push_str(&text[span.end..]);
+        let read: Read = serde_json::from_str(&rest).map_err(parse_error)?;
+        let result = read.result.is_some().then(|| Json(JsonText::Part(Arc::new(text), span)));
         Message::of(read, result)
     }
 
@@ -586,6 +612,50 @@ mod tests {
         for body in bad {
             let (a, b) = (Message::parse(body).unwrap_err(), Message::parse_owned(body.to_vec()).unwrap_err());
             assert_eq!(a.code, b.code, "{}", String::from_utf8_lossy(body));
+        }
+    }
+
+    /// From [`CHECKED_APART`] bytes on, the result is checked by
+    /// `validate` and the rest by serde_json: the message is the same as
+    /// serde_json's reading of the whole, and so is every refusal.
+    #[test]
+    fn a_large_answer_checked_apart_is_the_message_serde_json_reads() {
+        let text = "x".repeat(CHECKED_APART);
+        let good = [
+            format!(r#"{{"jsonrpc":"2.0","id":7,"result":{{"content":[{{"type":"text","text":"{text}"}}]}}}}"#),
+            format!(r#" {{ "result" : ["{text}", 1.5e3, null] , "id" : "s", "jsonrpc" : "2.0" }} "#),
+            format!(r#"{{"jsonrpc":"2.0","id":1,"result":{{}},"extra":"{text}"}}"#),
+            format!(r#"{{"jsonrpc":"2.0","id":1,"result":null,"error":{{"code":1,"message":"{text}"}}}}"#),
+        ];
+        for body in &good {
+            let span = validate::result_span(body);
+            let (a, b) =
+                (Message::parse(body.as_bytes()).unwrap(), Message::parse_owned(body.clone().into_bytes()).unwrap());
+            assert_eq!(format!("{a:?}"), format!("{b:?}"), "{body:.80}");
+            assert_eq!(a.kind(), b.kind());
+            if let Some(span) = span.filter(|s| body.as_bytes()[s.start] != b'n') {
+                assert_eq!(b.result.as_ref().map(Json::get), Some(&body[span]));
+            }
+        }
+        let bad = [
+            format!(r#"{{"jsonrpc":"2.0","id":1.5,"result":{{"t":"{text}"}}}}"#),
+            format!(r#"{{"jsonrpc":"1.0","id":1,"result":{{"t":"{text}"}}}}"#),
+            format!(r#"{{"id":1,"result":{{"t":"{text}"}}}}"#),
+            format!(r#"{{"jsonrpc":"2.0","id":1,"result":{{"t":"{text}"}},"error":{{"code":1,"message":"m"}}}}"#),
+            format!(r#"{{"jsonrpc":"2.0","id":1,"result":{{"t":"{text}"}},"result":{{}}}}"#),
+            format!("{{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{{\"t\":\"{text}\u{1}\"}}}}"),
+            format!(r#"{{"jsonrpc":"2.0","id":1,"result":{{"t":"{text}"}}"#),
+            format!(r#"{{"jsonrpc":"2.0","id":1,"result":{{"t":"{text}"}},}}"#),
+            format!(r#"{{"jsonrpc":"2.0","id":{{}},"result":{{"t":"{text}"}}}}"#),
+        ];
+        for body in &bad {
+            let a = Message::parse(body.as_bytes()).map(|m| m.kind());
+            let b = Message::parse_owned(body.clone().into_bytes()).map(|m| m.kind());
+            match (a, b) {
+                (Err(a), Err(b)) => assert_eq!(a.code, b.code, "{body:.80}"),
+                (Ok(a), Ok(b)) => assert_eq!(a, b, "{body:.80}"),
+                (a, b) => panic!("{body:.80}: serde_json {a:?}, checked apart {b:?}"),
+            }
         }
     }
 

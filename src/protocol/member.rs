@@ -9,34 +9,36 @@
 //! besides: 16% of mcpgate's CPU with 1 MB results, where the pass that
 //! checked the answer took 22%.
 
+use super::validate::skip_ws;
+
 /// The text of the value of `key` at the top level of `object`, if it is an
 /// object with that member (the first, if written twice). `object` is JSON
 /// checked before; text that is not gives `None`, never a panic.
 pub(crate) fn top_level<'a>(object: &'a str, key: &str) -> Option<&'a str> {
     let b = object.as_bytes();
-    let mut i = space(b, 0);
+    let mut i = skip_ws(b, 0);
     if b.get(i) != Some(&b'{') {
         return None;
     }
-    i = space(b, i + 1);
+    i = skip_ws(b, i + 1);
     if b.get(i) == Some(&b'}') {
         return None;
     }
     loop {
         let name_end = string_end(b, i)?;
         let named = name_is(&object[i..name_end], key);
-        i = space(b, name_end);
+        i = skip_ws(b, name_end);
         if b.get(i) != Some(&b':') {
             return None;
         }
-        let start = space(b, i + 1);
+        let start = skip_ws(b, i + 1);
         let end = value_end(b, start)?;
         if named {
             return Some(&object[start..end]);
         }
-        i = space(b, end);
+        i = skip_ws(b, end);
         match b.get(i) {
-            Some(b',') => i = space(b, i + 1),
+            Some(b',') => i = skip_ws(b, i + 1),
             _ => return None,
         }
     }
@@ -50,13 +52,6 @@ fn name_is(name: &str, key: &str) -> bool {
         return bare == key;
     }
     serde_json::from_str::<String>(name).is_ok_and(|decoded| decoded == key)
-}
-
-fn space(b: &[u8], mut i: usize) -> usize {
-    while b.get(i).is_some_and(|c| matches!(c, b' ' | b'\t' | b'\n' | b'\r')) {
-        i += 1;
-    }
-    i
 }
 
 /// Just past the string that starts at `i`.

@@ -2,13 +2,15 @@
 //! events, the protocol versions mcpgate speaks, the rules of the
 //! 2026-07-28 era (`stateless`: no `initialize`, no session), and how a
 //! message is written on a trace's span (`spans`), and a member of a
-//! result read without parsing it again (`member`).
+//! result read without parsing it again (`member`), and a large answer
+//! checked as JSON faster than serde_json checks it (`validate`).
 
 pub mod jsonrpc;
 pub(crate) mod member;
 pub(crate) mod spans;
 pub mod sse;
 pub(crate) mod stateless;
+pub(crate) mod validate;
 pub(crate) mod versions;
 
 /// The session id header (session era).
