@@ -177,7 +177,7 @@ pub(crate) fn is_tool_error(result: &str) -> bool {
     }
     let says_true = |part: &[u8]| {
         let key = b"\"isError\"";
-        part.windows(key.len()).enumerate().filter(|(_, w)| w == key).any(|(at, _)| {
+        memchr::memmem::find_iter(part, key).any(|at| {
             let rest = part[at + key.len()..].iter().skip_while(|b| b.is_ascii_whitespace());
             let mut rest = rest.skip_while(|b| **b == b':').skip_while(|b| b.is_ascii_whitespace());
             rest.by_ref().take(4).copied().eq(*b"true")
