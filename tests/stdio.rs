@@ -141,6 +141,10 @@ fn a_child_starts_with_the_first_request_of_a_session_and_serves_lists_calls_and
     let p = server_processes(&status, "p");
     assert_eq!((p["spawned"].as_u64(), p["live"].as_u64()), (Some(1), Some(1)), "{p}");
     assert_eq!(gate.children().len(), 1, "one child for one session");
+
+    // A line of 200 KB: its result checked apart from serde_json, and passed whole.
+    let text = client.tool_text("p__big", json!({"bytes": 200_000}));
+    assert!(text.len() == 200_000 && text.bytes().all(|b| b == b'x'), "{} bytes", text.len());
 }
 
 #[test]

@@ -74,7 +74,9 @@ pub(super) fn read_stdout(
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        match Message::parse(&line) {
+        // The line is the message's to keep: its result is not copied out
+        // of it, and a large one is checked by `protocol/validate.rs`.
+        match Message::parse_owned(std::mem::take(&mut line)) {
             Ok(message) => hand_over(server, child, message),
             Err(e) => {
                 limited!(warn, "server `{}`: a line on stdout is not JSON-RPC ({}); ignored", server.name(), e.message)
