@@ -5,18 +5,22 @@
 # mcpgate's threads with call graphs. Prints the hottest symbols, self and with children, and
 # writes the raw report to .bench/profile/. By hand, not in CI (it needs perf_event access).
 #
-#   scripts/profile.sh [--seconds S] [--clients N] [--bytes N]
+#   scripts/profile.sh [--seconds S] [--clients N] [--bytes N] [--modern]
+#
+# --modern: 2026-07-28 clients, sessionless, before `mcp-fixture --modern` (one pool session for
+# all of them, as one user's: `max_requests_per_session` 128, as in scripts/bench.sh).
 set -euo pipefail
 
 ROOT=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
-SECONDS_RUN=10 CLIENTS=16 BYTES=
+SECONDS_RUN=10 CLIENTS=16 BYTES='' ERA=() EXTRA=''
 while [ $# -gt 0 ]; do
     case $1 in
         --seconds) SECONDS_RUN=${2:?}; shift 2 ;;
         --clients) CLIENTS=${2:?}; shift 2 ;;
         --bytes) BYTES=${2:?}; shift 2 ;;
-        *) echo "usage: scripts/profile.sh [--seconds S] [--clients N] [--bytes N]" >&2; exit 2 ;;
+        --modern) ERA=(--modern) EXTRA=' "max_requests_per_session": 128,'; shift ;;
+        *) echo "usage: scripts/profile.sh [--seconds S] [--clients N] [--bytes N] [--modern]" >&2; exit 2 ;;
     esac
 done
 OUT=$ROOT/.bench/profile
@@ -39,16 +43,16 @@ serve() {
     ADDR=$(grep -om1 'listening on [^ ]*' "$OUT/$name.out" | sed 's/listening on //; s#^http://##; s#/mcp$##')
 }
 
-serve fixture "$BIN/mcp-fixture" --listen 127.0.0.1:0 --name a
+serve fixture "$BIN/mcp-fixture" "${ERA[@]}" --listen 127.0.0.1:0 --name a
 FIXTURE=$ADDR
-printf '{"listen": "127.0.0.1:0", "max_connections": 4096, "mcpServers": {"a": {"url": "http://%s/mcp", "prefix": ""}}}\n' \
-    "$FIXTURE" >"$OUT/mcpgate.json"
+printf '{"listen": "127.0.0.1:0", "max_connections": 4096,%s "mcpServers": {"a": {"url": "http://%s/mcp", "prefix": ""}}}\n' \
+    "$EXTRA" "$FIXTURE" >"$OUT/mcpgate.json"
 serve mcpgate "$BIN/mcpgate" --config "$OUT/mcpgate.json"
 GATE=$ADDR; GATE_PID=$PID
 tool=echo args='{"text": "hello"}'
 [ -n "$BYTES" ] && tool=big args="{\"bytes\": $BYTES}"
-"$BIN/mcp-load" calls --url "http://$GATE/mcp" --tool "$tool" --args "$args" --clients "$CLIENTS" --seconds 1 >/dev/null
-"$BIN/mcp-load" calls --url "http://$GATE/mcp" --tool "$tool" --args "$args" --clients "$CLIENTS" \
+"$BIN/mcp-load" calls "${ERA[@]}" --url "http://$GATE/mcp" --tool "$tool" --args "$args" --clients "$CLIENTS" --seconds 1 >/dev/null
+"$BIN/mcp-load" calls "${ERA[@]}" --url "http://$GATE/mcp" --tool "$tool" --args "$args" --clients "$CLIENTS" \
     --seconds "$SECONDS_RUN" >"$OUT/load.json" &
 LOAD=$!; track "$LOAD"
 sleep 0.5
