@@ -73,7 +73,9 @@ impl std::fmt::Debug for Json {
 }
 
 /// Answers from this size on have their result checked by
-/// [`validate`], not by serde_json: below it the two cost the same.
+/// [`validate`], not by serde_json: below it the two cost the same. Only
+/// where the result is at least half the answer: the rest is copied for
+/// serde_json, and that copy stays the smaller part.
 const CHECKED_APART: usize = 4096;
 
 /// A [`Message`] as it is read, its members borrowed from the text.
@@ -238,6 +240,7 @@ impl Message {
         if text.len() >= CHECKED_APART
             && let Some(span) = validate::result_span(&text)
             && let Some(b'{' | b'[') = text.as_bytes().get(span.start)
+            && span.len() >= text.len() / 2
         {
             return Message::parse_around(text, span);
         }

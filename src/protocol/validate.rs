@@ -87,27 +87,18 @@ fn value_end(b: &[u8], mut i: usize) -> Option<usize> {
         // A value starts at `i`.
         i = skip_ws(b, i);
         match *b.get(i)? {
-            b'{' => {
+            opening @ (b'{' | b'[') => {
+                let (object, closing) = if opening == b'{' { (true, b'}') } else { (false, b']') };
                 i = skip_ws(b, i + 1);
-                if b.get(i) == Some(&b'}') {
+                if b.get(i) == Some(&closing) {
                     i += 1;
                 } else {
-                    open.push(true);
+                    open.push(object);
                     if open.len() > MAX_DEPTH {
                         return None;
                     }
-                    i = member_name(b, i)?;
-                    continue;
-                }
-            }
-            b'[' => {
-                i = skip_ws(b, i + 1);
-                if b.get(i) == Some(&b']') {
-                    i += 1;
-                } else {
-                    open.push(false);
-                    if open.len() > MAX_DEPTH {
-                        return None;
+                    if object {
+                        i = member_name(b, i)?;
                     }
                     continue;
                 }
