@@ -959,3 +959,49 @@ fn a_grandchild_that_left_its_group_goes_with_its_session_and_with_mcpgate() {
     }
     assert!(gone, "the grandchild outlived mcpgate's SIGTERM: {left:?}");
 }
+
+/// Whoever reads a shared child's stdout (its reader thread, or a call reading its own answer
+/// there) reads every session's answers: calls from five sessions at once, each its own text
+/// back, while a sixth session's slow call is running on the same child; none waits for it.
+#[test]
+fn calls_from_many_sessions_on_one_child_each_get_their_answer_while_a_slow_one_runs() {
+    let shared = json!({"command": fixture_bin(), "args": support::stdio_args("sh", &[]), "sharing": "shared"});
+    let gate = StdioGate::start(&config(json!({"sh": shared})));
+    let mut slow = gate.client();
+    slow.initialize();
+    support::use_servers(&slow, &["sh"]);
+    let clients: Vec<_> = (0..5)
+        .map(|_| {
+            let mut c = gate.client();
+            c.initialize();
+            c
+        })
+        .collect();
+    assert_eq!(gate.wait_children(1).len(), 1, "one child for every session");
+    std::thread::scope(|s| {
+        let held = s.spawn(move || {
+            let reply = slow.request("tools/call", json!({"name": "sh__slow", "arguments": {"ms": 4000}}));
+            (reply, Instant::now())
+        });
+        // The slow call is running (or about to): the others go on meanwhile.
+        std::thread::sleep(Duration::from_millis(200));
+        let fast: Vec<_> = clients
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut client)| {
+                s.spawn(move || {
+                    for n in 0..40 {
+                        let text = format!("session {i} call {n}");
+                        assert_eq!(client.tool_text("sh__echo", json!({ "text": text })), text);
+                    }
+                    Instant::now()
+                })
+            })
+            .collect();
+        let fast_done: Vec<Instant> = fast.into_iter().map(|t| t.join().expect("a session's calls")).collect();
+        let (reply, slow_done) = held.join().expect("the slow call");
+        assert_eq!(reply.result()["content"][0]["text"], "done", "{reply:?}");
+        assert!(fast_done.iter().all(|done| *done < slow_done), "the echo calls waited for the slow call to end");
+    });
+    assert_processes(&gate.status(), 1);
+}

@@ -193,6 +193,11 @@ impl Correlator {
         }
     }
 
+    /// Whether a request is still waiting for its answer.
+    pub(crate) fn awaiting(&self) -> bool {
+        !self.table.lock().waiting.is_empty()
+    }
+
     /// Whether the stream ended.
     pub(crate) fn has_ended(&self) -> bool {
         self.table.lock().ended.is_some()

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
+use super::reader::Stdout;
 use crate::downstream::children::{Children, Sweep, descendants, exits_within, reap_all};
 use crate::downstream::correlate::{Correlator, Incoming};
 use crate::downstream::{DownstreamError, Inbox, Readiness};
@@ -58,6 +59,16 @@ pub(crate) struct Child {
     pub(super) stderr_tail: Mutex<std::collections::VecDeque<String>>,
     /// Set when its stderr's thread has read to the end.
     pub(super) stderr_done: AtomicBool,
+    /// Guards its stdout, read by whoever holds it: its reader thread, or a
+    /// call that found it free and reads its own answer (`reader.rs`).
+    pub(super) stdout: Mutex<Option<Stdout>>,
+    /// When a call last began, in µs since `started` (0: none yet): the
+    /// reader thread leaves stdout to the calls for a while after.
+    pub(super) last_call: AtomicU64,
+    /// Guards whether a call that read stdout asked the reader thread to
+    /// read again (it left calls waiting, or saw the stream end).
+    pub(super) reader_wake: Mutex<bool>,
+    pub(super) reader_woke: Condvar,
 }
 
 /// Lines of a child's stderr kept for the error that says why it ended.
@@ -167,6 +178,42 @@ impl Child {
         matches!(&*self.start.lock(), Start::Pending(_))
     }
 
+    /// A call begins: the reader thread leaves stdout to the calls a while.
+    pub(super) fn began_call(&self) {
+        let now = self.started.elapsed().as_micros() as u64 + 1;
+        self.last_call.store(now, Ordering::Relaxed);
+    }
+
+    /// Whether a call began within `within`.
+    pub(super) fn call_began_within(&self, within: Duration) -> bool {
+        let last = self.last_call.load(Ordering::Relaxed);
+        let now = self.started.elapsed().as_micros() as u64 + 1;
+        last != 0 && now.saturating_sub(last) < within.as_micros() as u64
+    }
+
+    /// Waits until the reader thread is to read stdout: a call asked it to,
+    /// or none began within `linger` (the calls read their own answers).
+    pub(super) fn reader_turn(&self, linger: Duration) {
+        let mut woken = self.reader_wake.lock();
+        while !std::mem::take(&mut *woken) && !self.stopping.load(Ordering::Acquire) && self.call_began_within(linger) {
+            let _ = self.reader_woke.wait_for(&mut woken, linger);
+        }
+    }
+
+    /// Waits up to `within` for a call to ask the reader thread to read.
+    pub(super) fn reader_woken(&self, within: Duration) {
+        let mut woken = self.reader_wake.lock();
+        if !*woken {
+            let _ = self.reader_woke.wait_for(&mut woken, within);
+        }
+    }
+
+    /// Asks the reader thread to read stdout: a call stopped reading it.
+    pub(super) fn wake_reader(&self) {
+        *self.reader_wake.lock() = true;
+        self.reader_woke.notify_one();
+    }
+
     /// Writes one message as a line, within `timeout`: a child that does not
     /// read its stdin does not hold the writer longer.
     pub(super) fn write_line(&self, body: &[u8], timeout: Duration) -> Result<(), DownstreamError> {
@@ -201,6 +248,8 @@ impl Child {
     pub(super) fn stop(&self, children: &Children) -> Option<Signalled> {
         self.stopping.store(true, Ordering::Release);
         drop(self.stdin.lock().take());
+        // Its reader reads on to the end of its stdout, now.
+        self.wake_reader();
         let Some(mut process) = self.process.lock().take() else {
             self.join_threads();
             return None;

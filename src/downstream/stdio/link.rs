@@ -6,12 +6,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 
-use crossbeam_channel::bounded;
+use crossbeam_channel::{RecvError, TryRecvError, bounded};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::child::Child;
 use super::program::Program;
+use super::reader::Turn;
 use crate::downstream::correlate::{Incoming, Waiting, carries};
 use crate::downstream::{Arrival, DownstreamError, Flight, Inbox, Link, Server};
 use crate::protocol::jsonrpc::{self, Kind, Message};
@@ -34,6 +35,8 @@ impl StdioLink {
     /// answer; a child that gives none is stopped by the close path.
     pub(super) fn initialize(&self, server: &Server, body: &[u8]) -> Result<Message, DownstreamError> {
         let (tx, rx) = bounded(16);
+        // Its reader reads this answer; the calls after it read their own.
+        self.child.began_call();
         // The client's own id 0 is the wire id too.
         let wire = Value::from(0);
         self.child.calls.expect(&wire, Waiting::call(tx, self.view, false))?;
@@ -79,6 +82,7 @@ impl Link for StdioLink {
         }
         *self.child.used.lock() = Instant::now();
         let wire = self.child.next_wire.fetch_add(1, Ordering::Relaxed);
+        self.child.began_call();
         // A progress token the caller chose may be another session's too.
         let (params, token) = wire_token(params, wire);
         let (tx, rx) = bounded(64);
@@ -99,14 +103,32 @@ impl Link for StdioLink {
             None => e,
         });
         let result = written.and_then(|()| {
+            // The answer is read here when no one else reads the child's
+            // stdout: one thread, as for an HTTP server, not two.
+            let mut turn = Turn::take(&self.server, &self.child);
             loop {
-                match rx.recv() {
+                let got = if turn.reading() {
+                    match rx.try_recv() {
+                        Ok(got) => Ok(got),
+                        Err(TryRecvError::Empty) => {
+                            turn.read();
+                            continue;
+                        }
+                        Err(TryRecvError::Disconnected) => Err(RecvError),
+                    }
+                } else {
+                    rx.recv()
+                };
+                match got {
                     Ok(Incoming::Message(m)) if m.kind() == Ok(Kind::Response) => {
                         flight.heard();
                         break Ok(m);
                     }
                     Ok(Incoming::Message(m)) => {
                         flight.heard();
+                        // Passing it on may wait on the client: stdout is
+                        // not held meanwhile, the reader thread reads it.
+                        drop(std::mem::replace(&mut turn, Turn::none(&self.server, &self.child)));
                         on_message(Arrival::Message(m));
                     }
                     // Closed when its flight was stopped, else how the process ended.

@@ -12,9 +12,13 @@
 //!   blocked (mcpgate blocks SIGTERM, SIGINT and SIGHUP in every thread,
 //!   and a signal mask outlives exec);
 //! - one thread reads its stdout (a message per line, at most
-//!   `max_message_bytes`), one its stderr (to the log, prefixed with the
-//!   server's name, bounded and rate-limited); writes to its stdin never
-//!   block longer than the request timeout;
+//!   `max_message_bytes`), except while calls are running and one of them
+//!   holds it: a call that finds stdout free reads its own answer there,
+//!   and sends the other calls theirs, as a call to an HTTP server reads
+//!   its socket (one thread wake-up less per call); one thread reads its
+//!   stderr (to the log, prefixed with the server's name, bounded and
+//!   rate-limited); writes to its stdin never block longer than the
+//!   request timeout;
 //! - it ends through the close path only: stdin closed, `stdio_grace_ms`
 //!   to exit, then SIGTERM to its group, the same again, then SIGKILL, and
 //!   it is always reaped. A child that exits by itself is reaped by its

@@ -22,7 +22,7 @@ use parking_lot::{Condvar, Mutex};
 use serde_json::{Value, json};
 
 use super::child::{Child, Signalled, Start, describe};
-use super::reader::{log_stderr, read_stdout};
+use super::reader::{Stdout, log_stderr, read_stdout};
 use crate::config::{BASE_ENV, Sharing, StdioConfig};
 use crate::downstream::children::{Children, Holder, Sweep, exits_within, pipe_of};
 use crate::downstream::correlate::{Correlator, Logs, Rules, Waiter, Waiting};
@@ -352,6 +352,10 @@ impl Program {
             shared: self.config.sharing != Sharing::Session,
             stderr_tail: Mutex::new(std::collections::VecDeque::with_capacity(super::child::TAIL_LINES)),
             stderr_done: AtomicBool::new(false),
+            stdout: Mutex::new(None),
+            last_call: AtomicU64::new(0),
+            reader_wake: Mutex::new(false),
+            reader_woke: Condvar::new(),
         });
         if let Some(stdin) = child.stdin.lock().as_ref()
             && let Err(e) = sys::set_nonblocking(stdin)
@@ -378,11 +382,12 @@ impl Program {
         stderr: std::process::ChildStderr,
     ) -> io::Result<()> {
         let max = self.children.max_message.load(Ordering::Relaxed);
+        *child.stdout.lock() = Some(Stdout::new(stdout, max));
         let reader = {
             let (server, program, child) = (server.clone(), self.clone(), child.clone());
             threads::spawn("stdio", &self.name, move || {
                 let _live = server.stats.threads_readers.enter();
-                let why = read_stdout(&server, &child, stdout, max);
+                let why = read_stdout(&server, &child);
                 program.ended(&server, &child, &why);
             })?
         };

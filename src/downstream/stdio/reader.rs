@@ -5,7 +5,7 @@
 //! and rate-limited. Both notice the child's exit even when a process that
 //! escaped its group holds the pipes.
 
-use std::io::{self, BufRead, BufReader, Read};
+use std::io::{self, BufRead, BufReader};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,49 +52,208 @@ fn looks_like_trouble(line: &str) -> bool {
     WORDS.iter().any(|w| lower.contains(w))
 }
 
-/// The reader of a child's stdout: a JSON-RPC message per line (at most
-/// `max` bytes), each sent where it belongs. Returns why it ended: then the
-/// child is gone ([`Program::ended`](super::program::Program::ended)).
-pub(super) fn read_stdout(
-    server: &Arc<Server>,
-    child: &Arc<Child>,
-    stdout: std::process::ChildStdout,
+/// How long after a call began the reader thread leaves a child's stdout
+/// to the calls: a call that finds it free reads its own answer there, as
+/// a call to an HTTP server reads its socket, with no thread between.
+const LINGER: Duration = Duration::from_millis(50);
+/// How long a call reading stdout waits for a line before it looks
+/// whether its own call ended otherwise (cancelled, the child stopped).
+const LOOK: Duration = Duration::from_millis(50);
+
+/// A child's stdout, and the line being read from it: held by whoever
+/// reads it, its reader thread or a call (see [`Turn`]). What one of them
+/// left half-read, the next goes on with.
+pub(super) struct Stdout {
+    reader: BufReader<std::process::ChildStdout>,
+    line: Vec<u8>,
+    /// The line's bytes past 64 KiB, charged to `max_memory_mb` while read.
+    charge: Charge,
     max: usize,
-) -> String {
-    let mut reader = BufReader::with_capacity(8 * 1024, stdout);
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        match read_line(&mut reader, &mut line, max, child.pid) {
-            Ok(Got::Eof) => break "it closed its stdout".to_string(),
-            Ok(Got::Exited) => break "it exited; a process it started holds its stdout".to_string(),
-            Ok(Got::Line) => {}
-            Err(e) => break format!("reading its stdout failed: {e}"),
+    /// Why it ended, once it did: said again to whoever reads next.
+    ended: Option<String>,
+}
+
+impl Stdout {
+    pub(super) fn new(stdout: std::process::ChildStdout, max: usize) -> Stdout {
+        Stdout {
+            reader: BufReader::with_capacity(8 * 1024, stdout),
+            line: Vec::new(),
+            charge: Charge::empty(),
+            max,
+            ended: None,
         }
-        if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
+    }
+}
+
+/// What one read of stdout got.
+enum Got {
+    /// A whole line, without its `\n`.
+    Line(Vec<u8>),
+    /// Nothing within the wait (a line may be half-read).
+    Quiet,
+    /// The stream ended, why: then the child is gone.
+    End(String),
+}
+
+impl Stdout {
+    /// Reads on until a whole line, `wait` with nothing to read, or the end
+    /// of the stream (or of the child `pid`, whose stdout another process
+    /// may hold open: `npx`, a shell without `exec`).
+    fn next(&mut self, pid: u32, wait: Duration) -> Got {
+        if let Some(why) = &self.ended {
+            return Got::End(why.clone());
         }
-        // The line is the message's to keep: its result is not copied out
-        // of it, and a large one is checked by `protocol/validate.rs`.
-        match Message::parse_owned(std::mem::take(&mut line)) {
-            Ok(message) => hand_over(server, child, message),
-            Err(e) => {
-                limited!(warn, "server `{}`: a line on stdout is not JSON-RPC ({}); ignored", server.name(), e.message)
+        match self.read_line(pid, wait) {
+            Ok(Some(line)) => Got::Line(line),
+            Ok(None) => Got::Quiet,
+            Err(why) => {
+                self.ended = Some(why.clone());
+                Got::End(why)
+            }
+        }
+    }
+
+    fn read_line(&mut self, pid: u32, wait: Duration) -> Result<Option<Vec<u8>>, String> {
+        let failed = |e: io::Error| format!("reading its stdout failed: {e}");
+        loop {
+            if self.reader.buffer().is_empty() && !sys::wait_readable(self.reader.get_ref(), wait).map_err(failed)? {
+                if sys::has_exited(pid) {
+                    return Err("it exited; a process it started holds its stdout".to_string());
+                }
+                return Ok(None);
+            }
+            let buf = match self.reader.fill_buf() {
+                Ok(buf) => buf,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(failed(e)),
+            };
+            if buf.is_empty() {
+                return Err("it closed its stdout".to_string());
+            }
+            let (take, done) = match buf.iter().position(|&b| b == b'\n') {
+                Some(at) => (at, true),
+                None => (buf.len(), false),
+            };
+            if self.line.len() + take > self.max {
+                return Err(failed(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("a message larger than {} bytes", self.max),
+                )));
+            }
+            if self.line.len() + take > 64 * 1024 && !self.charge.grow(take) {
+                return Err(failed(io::Error::new(
+                    io::ErrorKind::OutOfMemory,
+                    "mcpgate holds its limit of max_memory_mb",
+                )));
+            }
+            self.line.extend_from_slice(&buf[..take]);
+            self.reader.consume(take + usize::from(done));
+            if done {
+                self.charge = Charge::empty();
+                return Ok(Some(std::mem::take(&mut self.line)));
             }
         }
     }
 }
 
-/// What [`read_line`] got.
-enum Got {
-    /// A line, in `line`.
-    Line,
-    /// The end of the stream.
-    Eof,
-    /// Nothing to read, and the child has exited: the stream's end may never
-    /// come, as a process the child started holds the pipe open (`npx`, a
-    /// shell without `exec`), until its group is killed.
-    Exited,
+/// A line from the child, sent where it belongs.
+fn dispatch(server: &Arc<Server>, child: &Arc<Child>, line: Vec<u8>) {
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return;
+    }
+    // The line is the message's to keep: its result is not copied out of
+    // it, and a large one is checked by `protocol/validate.rs`.
+    match Message::parse_owned(line) {
+        Ok(message) => hand_over(server, child, message),
+        Err(e) => {
+            limited!(warn, "server `{}`: a line on stdout is not JSON-RPC ({}); ignored", server.name(), e.message)
+        }
+    }
+}
+
+/// The reader thread of a child's stdout: reads a JSON-RPC message per line
+/// and sends each where it belongs, except while calls read it themselves
+/// (a call began within [`LINGER`] and none waits for an answer it has not
+/// read). Returns why it ended: then the child is gone
+/// ([`Program::ended`](super::program::Program::ended)).
+pub(super) fn read_stdout(server: &Arc<Server>, child: &Arc<Child>) -> String {
+    loop {
+        child.reader_turn(LINGER);
+        let Some(mut stdout) = child.stdout.try_lock() else {
+            // A call reads it; it calls when it leaves a call waiting.
+            child.reader_woken(EXIT_CHECK);
+            continue;
+        };
+        let Some(stdout) = stdout.as_mut() else { return "it has no stdout".to_string() };
+        loop {
+            match stdout.next(child.pid, EXIT_CHECK) {
+                Got::Line(line) => dispatch(server, child, line),
+                Got::Quiet => {}
+                Got::End(why) => return why,
+            }
+            let stopping = child.stopping.load(std::sync::atomic::Ordering::Acquire);
+            if !stopping
+                && stdout.reader.buffer().is_empty()
+                && !child.calls.awaiting()
+                && child.call_began_within(LINGER)
+            {
+                break;
+            }
+        }
+    }
+}
+
+/// A call's turn at reading its child's stdout, while it waits for its
+/// answer: taken only when no one else reads it (else the call waits for
+/// the reader, or another call, to send it its answer). Left when dropped:
+/// if calls still wait, the reader thread reads for them.
+pub(super) struct Turn<'a> {
+    server: &'a Arc<Server>,
+    child: &'a Arc<Child>,
+    stdout: Option<parking_lot::MutexGuard<'a, Option<Stdout>>>,
+}
+
+impl<'a> Turn<'a> {
+    pub(super) fn take(server: &'a Arc<Server>, child: &'a Arc<Child>) -> Turn<'a> {
+        let stdout = child.stdout.try_lock().filter(|stdout| stdout.is_some());
+        Turn { server, child, stdout }
+    }
+
+    /// No turn: the call waits for its answer to be sent to it.
+    pub(super) fn none(server: &'a Arc<Server>, child: &'a Arc<Child>) -> Turn<'a> {
+        Turn { server, child, stdout: None }
+    }
+
+    /// Whether this call reads stdout.
+    pub(super) fn reading(&self) -> bool {
+        self.stdout.is_some()
+    }
+
+    /// Reads one line (within [`LOOK`]) and sends it where it belongs: to
+    /// this call's own inbox when it is its answer. At the stream's end the
+    /// turn is left to the reader thread, which says the child ended.
+    pub(super) fn read(&mut self) {
+        let Some(stdout) = self.stdout.as_mut().and_then(|stdout| stdout.as_mut()) else { return };
+        match stdout.next(self.child.pid, LOOK) {
+            Got::Line(line) => dispatch(self.server, self.child, line),
+            Got::Quiet => {}
+            Got::End(_) => self.leave(),
+        }
+    }
+
+    fn leave(&mut self) {
+        if self.stdout.take().is_some() {
+            self.child.wake_reader();
+        }
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        if self.stdout.take().is_some() && self.child.calls.awaiting() {
+            self.child.wake_reader();
+        }
+    }
 }
 
 /// How often a reader with nothing to read looks whether its child exited.
@@ -109,45 +268,6 @@ fn input_or_exit<R: AsRawFd>(reader: &BufReader<R>, pid: u32) -> io::Result<bool
         }
     }
     Ok(true)
-}
-
-/// One line into `line`, without its `\n`; or the end of the stream, or of
-/// the child `pid`.
-fn read_line<R: Read + AsRawFd>(
-    reader: &mut BufReader<R>,
-    line: &mut Vec<u8>,
-    max: usize,
-    pid: u32,
-) -> io::Result<Got> {
-    let mut charge = Charge::empty();
-    loop {
-        if !input_or_exit(reader, pid)? {
-            return Ok(Got::Exited);
-        }
-        let buf = match reader.fill_buf() {
-            Ok(buf) => buf,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        if buf.is_empty() {
-            return Ok(Got::Eof);
-        }
-        let (take, done) = match buf.iter().position(|&b| b == b'\n') {
-            Some(at) => (at, true),
-            None => (buf.len(), false),
-        };
-        if line.len() + take > max {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, format!("a message larger than {max} bytes")));
-        }
-        if line.len() + take > 64 * 1024 && !charge.grow(take) {
-            return Err(io::Error::new(io::ErrorKind::OutOfMemory, "mcpgate holds its limit of max_memory_mb"));
-        }
-        line.extend_from_slice(&buf[..take]);
-        reader.consume(take + usize::from(done));
-        if done {
-            return Ok(Got::Line);
-        }
-    }
 }
 
 /// A child's stderr into the log, prefixed with the server's name: a line
@@ -204,5 +324,37 @@ pub(super) fn log_stderr(name: &str, stderr: std::process::ChildStderr, child: &
             log(&line);
             line.clear();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::process::{Command, Stdio};
+
+    use super::*;
+
+    /// Whoever holds stdout next goes on with the line the last holder
+    /// left half-read, and its end is said to every holder after.
+    #[test]
+    fn a_half_read_line_is_finished_by_the_next_read_and_the_end_is_said_again() {
+        let mut process = Command::new("sh")
+            .args(["-c", "printf '{\"a\":1}\\n{\"b\"'; sleep 0.5; printf ':2}\\n'"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("sh");
+        let pid = process.id();
+        let mut stdout = Stdout::new(process.stdout.take().expect("its stdout"), 1024);
+        let line = |got: Got| match got {
+            Got::Line(line) => String::from_utf8(line).expect("text"),
+            Got::Quiet => "quiet".into(),
+            Got::End(why) => format!("end: {why}"),
+        };
+        assert_eq!(line(stdout.next(pid, Duration::from_secs(5))), r#"{"a":1}"#);
+        assert_eq!(line(stdout.next(pid, Duration::from_millis(50))), "quiet", "half a line is not a line");
+        assert_eq!(line(stdout.next(pid, Duration::from_secs(5))), r#"{"b":2}"#, "the half read before goes first");
+        let end = line(stdout.next(pid, Duration::from_secs(5)));
+        assert!(end == "end: it closed its stdout" || end.starts_with("end: it exited"), "{end}");
+        assert_eq!(line(stdout.next(pid, Duration::from_secs(5))), end, "said again");
+        let _ = process.wait();
     }
 }
