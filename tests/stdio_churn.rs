@@ -93,6 +93,32 @@ fn a_delete_is_answered_as_soon_as_the_child_exits() {
     assert_eq!((p["spawned"].as_u64(), p["reaped"].as_u64()), (Some(22), Some(22)), "{p}");
 }
 
+/// A call that finds a child's stdout free reads its own answer there, and its reader thread
+/// leaves stdout to the calls a while after one began. A session's `initialize` once waited
+/// out that while (50 ms) for an answer no one read: every cold start took 50 ms or more.
+#[test]
+fn a_new_stdio_session_is_answered_at_once_not_after_the_reader_waited() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let gate = stdio_gate();
+    cycle(&gate);
+    let mut took: Vec<Duration> = (0..21)
+        .map(|_| {
+            let started = Instant::now();
+            let mut client = gate.open_session();
+            assert_eq!(client.tool_text("echo", json!({"text": "hi"})), "hi");
+            let took = started.elapsed();
+            assert_eq!(client.delete(), 200);
+            took
+        })
+        .collect();
+    took.sort();
+    // With that wait, 7 of 11 took 54 ms and the rest 4 ms in one run, 10
+    // of 22 in another (a race with the reader thread's start); without
+    // it, all took 4 ms (debug build). A loaded host makes a few slow.
+    let waited = took.iter().filter(|t| **t >= Duration::from_millis(45)).count();
+    assert!(waited < 3, "{waited} of 21 starts of a stdio session to its first answer took 45 ms or more: {took:?}");
+}
+
 /// Cycles of initialize, call, DELETE, four at a time: every child started is reaped (the
 /// status page and /proc agree), none is left a zombie, and mcpgate's threads come back to
 /// where they were after the first session (whose child started the spawner thread, which stays).

@@ -192,10 +192,16 @@ impl Child {
     }
 
     /// Waits until the reader thread is to read stdout: a call asked it to,
-    /// or none began within `linger` (the calls read their own answers).
+    /// none began within `linger` (the calls read their own answers), or
+    /// one waits for an answer (whoever holds stdout reads it; if no one
+    /// does, the reader). Within `linger` in any case.
     pub(super) fn reader_turn(&self, linger: Duration) {
         let mut woken = self.reader_wake.lock();
-        while !std::mem::take(&mut *woken) && !self.stopping.load(Ordering::Acquire) && self.call_began_within(linger) {
+        while !std::mem::take(&mut *woken)
+            && !self.stopping.load(Ordering::Acquire)
+            && self.call_began_within(linger)
+            && !self.calls.awaiting()
+        {
             let _ = self.reader_woke.wait_for(&mut woken, linger);
         }
     }

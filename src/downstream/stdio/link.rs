@@ -35,7 +35,7 @@ impl StdioLink {
     /// answer; a child that gives none is stopped by the close path.
     pub(super) fn initialize(&self, server: &Server, body: &[u8]) -> Result<Message, DownstreamError> {
         let (tx, rx) = bounded(16);
-        // Its reader reads this answer; the calls after it read their own.
+        // This answer is read here, as a call's is (see `round_trip`).
         self.child.began_call();
         // The client's own id 0 is the wire id too.
         let wire = Value::from(0);
@@ -47,12 +47,24 @@ impl StdioLink {
             return Err(why.map_or(e, DownstreamError::Refused));
         }
         let deadline = Instant::now() + wait;
+        let mut turn = Turn::take(&self.server, &self.child);
         loop {
-            match rx.recv_deadline(deadline) {
+            let got = if turn.reading() {
+                match rx.try_recv() {
+                    Err(TryRecvError::Empty) if Instant::now() < deadline => {
+                        turn.read();
+                        continue;
+                    }
+                    got => got.map_err(|_| ()),
+                }
+            } else {
+                rx.recv_deadline(deadline).map_err(|_| ())
+            };
+            match got {
                 Ok(Incoming::Message(m)) if m.kind() == Ok(Kind::Response) => return Ok(m),
                 Ok(Incoming::Message(_)) => {}
                 Ok(Incoming::Ended(e)) => return Err(DownstreamError::Refused(reason(e))),
-                Err(_) => {
+                Err(()) => {
                     self.child.calls.forget(&wire);
                     return Err(DownstreamError::Refused(format!(
                         "no answer to initialize within {} s; its process is stopped",
