@@ -96,9 +96,10 @@ enum Got {
 }
 
 impl Stdout {
-    /// Reads on until a whole line, `wait` with nothing to read, or the end
-    /// of the stream (or of the child `pid`, whose stdout another process
-    /// may hold open: `npx`, a shell without `exec`).
+    /// Reads on until a whole line, `wait` in all (a line that trickles in
+    /// is read on by the next call), or the end of the stream (or of the
+    /// child `pid`, whose stdout another process may hold open: `npx`, a
+    /// shell without `exec`).
     fn next(&mut self, pid: u32, wait: Duration) -> Got {
         if let Some(why) = &self.ended {
             return Got::End(why.clone());
@@ -107,6 +108,9 @@ impl Stdout {
             Ok(Some(line)) => Got::Line(line),
             Ok(None) => Got::Quiet,
             Err(why) => {
+                // What was half-read is given back: nothing more is read.
+                self.line = Vec::new();
+                self.charge = Charge::empty();
                 self.ended = Some(why.clone());
                 Got::End(why)
             }
@@ -115,8 +119,10 @@ impl Stdout {
 
     fn read_line(&mut self, pid: u32, wait: Duration) -> Result<Option<Vec<u8>>, String> {
         let failed = |e: io::Error| format!("reading its stdout failed: {e}");
+        let until = std::time::Instant::now() + wait;
         loop {
-            if self.reader.buffer().is_empty() && !sys::wait_readable(self.reader.get_ref(), wait).map_err(failed)? {
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            if self.reader.buffer().is_empty() && !sys::wait_readable(self.reader.get_ref(), left).map_err(failed)? {
                 if sys::has_exited(pid) {
                     return Err("it exited; a process it started holds its stdout".to_string());
                 }
@@ -184,16 +190,20 @@ pub(super) fn read_stdout(server: &Arc<Server>, child: &Arc<Child>) -> String {
             child.reader_woken(EXIT_CHECK);
             continue;
         };
-        let Some(stdout) = stdout.as_mut() else { return "it has no stdout".to_string() };
+        let Some(reading) = stdout.as_mut() else { return "it has no stdout".to_string() };
         loop {
-            match stdout.next(child.pid, EXIT_CHECK) {
+            match reading.next(child.pid, EXIT_CHECK) {
                 Got::Line(line) => dispatch(server, child, line),
                 Got::Quiet => {}
-                Got::End(why) => return why,
+                Got::End(why) => {
+                    // Its pipe is closed now, not when the child is dropped.
+                    *stdout = None;
+                    return why;
+                }
             }
             let stopping = child.stopping.load(std::sync::atomic::Ordering::Acquire);
             if !stopping
-                && stdout.reader.buffer().is_empty()
+                && reading.reader.buffer().is_empty()
                 && !child.calls.awaiting()
                 && child.call_began_within(LINGER)
             {
@@ -233,7 +243,11 @@ impl<'a> Turn<'a> {
     /// this call's own inbox when it is its answer. At the stream's end the
     /// turn is left to the reader thread, which says the child ended.
     pub(super) fn read(&mut self) {
-        let Some(stdout) = self.stdout.as_mut().and_then(|stdout| stdout.as_mut()) else { return };
+        let Some(stdout) = self.stdout.as_mut().and_then(|stdout| stdout.as_mut()) else {
+            // Ended meanwhile: the reader thread says so.
+            self.leave();
+            return;
+        };
         match stdout.next(self.child.pid, LOOK) {
             Got::Line(line) => dispatch(self.server, self.child, line),
             Got::Quiet => {}
@@ -250,7 +264,12 @@ impl<'a> Turn<'a> {
 
 impl Drop for Turn<'_> {
     fn drop(&mut self) {
-        if self.stdout.take().is_some() && self.child.calls.awaiting() {
+        let Some(stdout) = self.stdout.take() else { return };
+        let buffered = stdout.as_ref().is_some_and(|stdout| !stdout.reader.buffer().is_empty());
+        // Let go first, then look: a call that registers from now on finds
+        // stdout free, and one that registered before is seen here.
+        drop(stdout);
+        if buffered || self.child.calls.awaiting() {
             self.child.wake_reader();
         }
     }
@@ -333,17 +352,19 @@ mod tests {
 
     use super::*;
 
+    /// A shell running `script`, its pid, and its stdout read in lines of at most `max` bytes.
+    fn sh(script: &str, max: usize) -> (std::process::Child, u32, Stdout) {
+        let mut process = Command::new("sh").args(["-c", script]).stdout(Stdio::piped()).spawn().expect("sh");
+        let stdout = Stdout::new(process.stdout.take().expect("its stdout"), max);
+        let pid = process.id();
+        (process, pid, stdout)
+    }
+
     /// Whoever holds stdout next goes on with the line the last holder
     /// left half-read, and its end is said to every holder after.
     #[test]
     fn a_half_read_line_is_finished_by_the_next_read_and_the_end_is_said_again() {
-        let mut process = Command::new("sh")
-            .args(["-c", "printf '{\"a\":1}\\n{\"b\"'; sleep 0.5; printf ':2}\\n'"])
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("sh");
-        let pid = process.id();
-        let mut stdout = Stdout::new(process.stdout.take().expect("its stdout"), 1024);
+        let (mut process, pid, mut stdout) = sh("printf '{\"a\":1}\\n{\"b\"'; sleep 0.5; printf ':2}\\n'", 1024);
         let line = |got: Got| match got {
             Got::Line(line) => String::from_utf8(line).expect("text"),
             Got::Quiet => "quiet".into(),
@@ -355,6 +376,21 @@ mod tests {
         let end = line(stdout.next(pid, Duration::from_secs(5)));
         assert!(end == "end: it closed its stdout" || end.starts_with("end: it exited"), "{end}");
         assert_eq!(line(stdout.next(pid, Duration::from_secs(5))), end, "said again");
+        let _ = process.wait();
+    }
+
+    /// A line past `max_message_bytes` ends the stream, and what was read
+    /// of it is given back then, not when the child is dropped.
+    #[test]
+    fn a_line_too_long_ends_the_stream_and_its_bytes_are_let_go() {
+        let (mut process, pid, mut stdout) = sh("printf '0123456789'; sleep 0.2; printf '0123456789\n'", 16);
+        assert!(matches!(stdout.next(pid, Duration::from_millis(100)), Got::Quiet));
+        assert_eq!(stdout.line.len(), 10, "half a line held");
+        match stdout.next(pid, Duration::from_secs(5)) {
+            Got::End(why) => assert!(why.contains("larger than 16 bytes"), "{why}"),
+            _ => panic!("a line past 16 bytes must end the stream"),
+        }
+        assert_eq!((stdout.line.capacity(), stdout.charge.bytes()), (0, 0));
         let _ = process.wait();
     }
 }
