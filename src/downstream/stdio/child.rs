@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use super::reader::Stdout;
+use super::stdout::Stdout;
 use crate::downstream::children::{Children, Sweep, descendants, exits_within, reap_all};
 use crate::downstream::correlate::{Correlator, Incoming};
 use crate::downstream::{DownstreamError, Inbox, Readiness};

@@ -46,11 +46,13 @@
 //! session listens (server-filesystem asks for the roots as soon as it is
 //! initialized) is kept for that session.
 //!
-//! The files, from the ground up: `child.rs` (one process and the calls
-//! waiting on it, in its correlator: `downstream/correlate.rs` sends what
-//! it sends where it belongs), `routing.rs` (what that leaves: a `ping`
-//! answered, a request refused, its start settled), `reader.rs` (its
-//! stdout and stderr threads), `program.rs` (a server's children: start,
+//! The files, from the ground up: `stdout.rs` (a child's stdout and the
+//! line half-read from it, held by whoever reads it), `child.rs` (one
+//! process and the calls waiting on it, in its correlator:
+//! `downstream/correlate.rs` sends what it sends where it belongs),
+//! `routing.rs` (what that leaves: a `ping` answered, a request refused,
+//! its start settled), `reader.rs` (its stdout read, by its reader thread
+//! or a call's turn, and its stderr thread), `program.rs` (a server's children: start,
 //! backoff, shared child, end), `link.rs` (a downstream session on one);
 //! here, [`StdioConnector`] and `open`. What every server's children share
 //! (the spawner thread, `max_processes`, the sweep) is `downstream/children.rs`.
@@ -68,6 +70,7 @@ mod link;
 mod program;
 mod reader;
 mod routing;
+mod stdout;
 
 use link::{StdioLink, VIEWS};
 use program::Program;

@@ -22,7 +22,8 @@ use parking_lot::{Condvar, Mutex};
 use serde_json::{Value, json};
 
 use super::child::{Child, Signalled, Start, describe};
-use super::reader::{Stdout, log_stderr, read_stdout};
+use super::reader::{log_stderr, read_stdout};
+use super::stdout::Stdout;
 use crate::config::{BASE_ENV, Sharing, StdioConfig};
 use crate::downstream::children::{Children, Holder, Sweep, exits_within, pipe_of};
 use crate::downstream::correlate::{Correlator, Logs, Rules, Waiter, Waiting};
