@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 
-use crossbeam_channel::{RecvError, TryRecvError, bounded};
+use crossbeam_channel::bounded;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
@@ -49,22 +49,11 @@ impl StdioLink {
         let deadline = Instant::now() + wait;
         let mut turn = Turn::take(&self.server, &self.child);
         loop {
-            let got = if turn.reading() {
-                match rx.try_recv() {
-                    Err(TryRecvError::Empty) if Instant::now() < deadline => {
-                        turn.read();
-                        continue;
-                    }
-                    got => got.map_err(|_| ()),
-                }
-            } else {
-                rx.recv_deadline(deadline).map_err(|_| ())
-            };
-            match got {
-                Ok(Incoming::Message(m)) if m.kind() == Ok(Kind::Response) => return Ok(m),
-                Ok(Incoming::Message(_)) => {}
-                Ok(Incoming::Ended(e)) => return Err(DownstreamError::Refused(reason(e))),
-                Err(()) => {
+            match turn.recv(&rx, Some(deadline)) {
+                Some(Incoming::Message(m)) if m.kind() == Ok(Kind::Response) => return Ok(m),
+                Some(Incoming::Message(_)) => {}
+                Some(Incoming::Ended(e)) => return Err(DownstreamError::Refused(reason(e))),
+                None => {
                     self.child.calls.forget(&wire);
                     return Err(DownstreamError::Refused(format!(
                         "no answer to initialize within {} s; its process is stopped",
@@ -119,33 +108,21 @@ impl Link for StdioLink {
             // stdout: one thread, as for an HTTP server, not two.
             let mut turn = Turn::take(&self.server, &self.child);
             loop {
-                let got = if turn.reading() {
-                    match rx.try_recv() {
-                        Ok(got) => Ok(got),
-                        Err(TryRecvError::Empty) => {
-                            turn.read();
-                            continue;
-                        }
-                        Err(TryRecvError::Disconnected) => Err(RecvError),
-                    }
-                } else {
-                    rx.recv()
-                };
-                match got {
-                    Ok(Incoming::Message(m)) if m.kind() == Ok(Kind::Response) => {
+                match turn.recv(&rx, None) {
+                    Some(Incoming::Message(m)) if m.kind() == Ok(Kind::Response) => {
                         flight.heard();
                         break Ok(m);
                     }
-                    Ok(Incoming::Message(m)) => {
+                    Some(Incoming::Message(m)) => {
                         flight.heard();
                         // Passing it on may wait on the client: stdout is
                         // not held meanwhile, the reader thread reads it.
-                        drop(std::mem::replace(&mut turn, Turn::none(&self.server, &self.child)));
+                        turn.let_go();
                         on_message(Arrival::Message(m));
                     }
                     // Closed when its flight was stopped, else how the process ended.
-                    Ok(Incoming::Ended(e)) => break Err(e),
-                    Err(_) => break Err(DownstreamError::Closed),
+                    Some(Incoming::Ended(e)) => break Err(e),
+                    None => break Err(DownstreamError::Closed),
                 }
             }
         });

@@ -8,12 +8,15 @@
 use std::io::{self, BufRead, BufReader};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, TryRecvError};
 
 use super::child::Child;
 use super::routing::hand_over;
 use super::stdout::{Got, Stdout};
 use crate::downstream::Server;
+use crate::downstream::correlate::Incoming;
 use crate::limited;
 use crate::protocol::jsonrpc::Message;
 use crate::runtime::ratelog::RateLimit;
@@ -127,41 +130,36 @@ impl<'a> Turn<'a> {
         Turn { server, child, stdout }
     }
 
-    /// No turn: the call waits for its answer to be sent to it.
-    pub(super) fn none(server: &'a Arc<Server>, child: &'a Arc<Child>) -> Turn<'a> {
-        Turn { server, child, stdout: None }
-    }
-
-    /// Whether this call reads stdout.
-    pub(super) fn reading(&self) -> bool {
-        self.stdout.is_some()
-    }
-
-    /// Reads one line (within [`LOOK`]) and sends it where it belongs: to
-    /// this call's own inbox when it is its answer. At the stream's end the
-    /// turn is left to the reader thread, which says the child ended.
-    pub(super) fn read(&mut self) {
-        let Some(stdout) = self.stdout.as_mut().and_then(|stdout| stdout.as_mut()) else {
-            // Ended meanwhile: the reader thread says so.
-            self.leave();
-            return;
-        };
-        match stdout.next(self.child.pid, LOOK) {
-            Got::Line(line) => dispatch(self.server, self.child, line),
-            Got::Quiet => {}
-            Got::End(_) => self.leave(),
+    /// What comes next to the call's inbox `rx`, by `deadline` if one is
+    /// given: while the call holds stdout it reads there meanwhile, a line
+    /// (within [`LOOK`]) at a time, each sent where it belongs, its own
+    /// answer to `rx`. `None` past the deadline, or with `rx` gone.
+    pub(super) fn recv(&mut self, rx: &Receiver<Incoming>, deadline: Option<Instant>) -> Option<Incoming> {
+        loop {
+            let Some(stdout) = self.stdout.as_mut() else {
+                return match deadline {
+                    Some(deadline) => rx.recv_deadline(deadline).ok(),
+                    None => rx.recv().ok(),
+                };
+            };
+            match rx.try_recv() {
+                Ok(got) => return Some(got),
+                Err(TryRecvError::Disconnected) => return None,
+                Err(TryRecvError::Empty) if deadline.is_some_and(|d| Instant::now() >= d) => return None,
+                Err(TryRecvError::Empty) => {}
+            }
+            // At the stream's end the reader thread, woken, says the child ended.
+            match stdout.as_mut().map(|stdout| stdout.next(self.child.pid, LOOK)) {
+                Some(Got::Line(line)) => dispatch(self.server, self.child, line),
+                Some(Got::Quiet) => {}
+                Some(Got::End(_)) | None => self.let_go(),
+            }
         }
     }
 
-    fn leave(&mut self) {
-        if self.stdout.take().is_some() {
-            self.child.wake_reader();
-        }
-    }
-}
-
-impl Drop for Turn<'_> {
-    fn drop(&mut self) {
+    /// Lets go of stdout, if this call holds it: the reader thread reads on
+    /// if a request still waits or lines are buffered.
+    pub(super) fn let_go(&mut self) {
         let Some(stdout) = self.stdout.take() else { return };
         let buffered = stdout.as_ref().is_some_and(|stdout| !stdout.reader.buffer().is_empty());
         // Let go first, then look: a call that registers from now on finds
@@ -170,6 +168,12 @@ impl Drop for Turn<'_> {
         if buffered || self.child.calls.awaiting() {
             self.child.wake_reader();
         }
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        self.let_go();
     }
 }
 

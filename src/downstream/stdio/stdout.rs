@@ -10,7 +10,7 @@ use crate::runtime::memory::Charge;
 use crate::runtime::sys;
 
 /// A child's stdout, and the line being read from it: held by whoever
-/// reads it, its reader thread or a call (see [`Turn`]). What one of them
+/// reads it, its reader thread or a call (`reader.rs`, `Turn`). What one of them
 /// left half-read, the next goes on with.
 pub(super) struct Stdout {
     pub(super) reader: BufReader<ChildStdout>,
