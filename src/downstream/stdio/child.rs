@@ -20,6 +20,7 @@ use crate::downstream::{DownstreamError, Inbox, Readiness};
 use crate::protocol::jsonrpc::Message;
 use crate::runtime::sys::{self, ChildSignal};
 use crate::runtime::threads;
+use crate::stats::Gauge;
 
 /// One running child process.
 pub(crate) struct Child {
@@ -251,7 +252,7 @@ impl Child {
     /// group, the grace again, SIGKILL; reaped in any case, and its threads
     /// joined. Once only: whoever comes second (or after it ended on its
     /// own) gets `None`; the first, whether it needed a signal.
-    pub(super) fn stop(&self, children: &Children) -> Option<Signalled> {
+    pub(super) fn stop(&self, children: &Children, server_live: &Gauge) -> Option<Signalled> {
         self.stopping.store(true, Ordering::Release);
         drop(self.stdin.lock().take());
         // Its reader reads on to the end of its stdout, now.
@@ -277,6 +278,8 @@ impl Child {
         let _ = sys::signal_group(self.pid, ChildSignal::Kill);
         let status = process.wait().ok();
         children.forget(self.pid);
+        // Its server's count first: whoever reads mcpgate's at 0 reads 0 there too.
+        server_live.dec();
         children.reaped.inc();
         children.live.dec();
         // Its tree is mcpgate's now (its subreaper): killed, and reaped.

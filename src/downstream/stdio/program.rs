@@ -112,8 +112,7 @@ impl Program {
         // A shared child that could not start counts as one that failed: the
         // next start waits for the backoff, as after a crash.
         let failed_start = child.shared && !child.is_ready();
-        if let Some(Signalled(signalled)) = child.stop(&self.children) {
-            self.live.dec();
+        if let Some(Signalled(signalled)) = child.stop(&self.children, &self.live) {
             if signalled {
                 self.killed.inc();
             }
@@ -416,9 +415,10 @@ impl Program {
             let _ = sys::signal_group(child.pid, ChildSignal::Kill);
             let status = process.wait().ok();
             self.children.forget(child.pid);
+            // Its server's count first: whoever reads mcpgate's at 0 reads 0 there too.
+            self.live.dec();
             self.children.reaped.inc();
             self.children.live.dec();
-            self.live.dec();
             self.ended_on_its_own(child);
             // What it left holding its stdout goes with it (mcpgate is its subreaper).
             if let Some(pipe) = &child.pipe {
