@@ -251,11 +251,6 @@ impl Correlator {
         take_calls(&mut table)
     }
 
-    /// The calls waiting, taken (the process behind them ended).
-    pub(crate) fn drain(&self) -> Vec<Sender<Incoming>> {
-        take_calls(&mut self.table.lock())
-    }
-
     /// The stream ended, `why`: the calls that waited, to be told; the
     /// inbox of its session (none when it is closing, or never listened);
     /// and whether it is closing.

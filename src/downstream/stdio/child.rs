@@ -328,9 +328,13 @@ impl Child {
         (!tail.is_empty()).then(|| tail.iter().map(String::as_str).collect::<Vec<_>>().join(" | "))
     }
 
-    /// Wakes every call waiting on the child with `why`; a start pending fails so.
+    /// Wakes every call waiting on the child with `why`; a start pending
+    /// fails so. Its stream is ended in the same step: a call that registers
+    /// after is refused (`SessionGone`, a new child takes it), not left
+    /// waiting for an answer until its timeout.
     pub(super) fn end_calls(&self, why: &str) {
-        for tx in self.calls.drain() {
+        let (waiting, _, _) = self.calls.end(why);
+        for tx in waiting {
             let _ = tx.send(Incoming::Ended(DownstreamError::Exited(why.to_string())));
         }
         self.settle_start(Err(why.to_string()));
