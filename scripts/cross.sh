@@ -3,9 +3,9 @@
 # boards; armv7 hard-float: 32-bit routers and gateways), built with Debian's toolchain alone, and
 # each binary tried under qemu-user against the x86 fixture on 127.0.0.1 (docs/BOARDS.md).
 #
-#   scripts/cross.sh            CI: both glibc targets, release builds (what a board gets), in
-#                               one cargo run, and the smoke test of each under qemu
-#   scripts/cross.sh --full     the release builds besides (with and without the `tls` feature),
+#   scripts/cross.sh            CI: both glibc targets, board builds (what a board gets: below),
+#                               in one cargo run, and the smoke test of each under qemu
+#   scripts/cross.sh --full     the board builds besides (with `redis` too, and without `tls`),
 #                               the static musl builds (scripts/cross-musl.sh; x86_64's too, to
 #                               compare musl's allocator with glibc's natively), the smoke test of
 #                               each, and the figures for docs/BENCHMARKS.md: stripped size per
@@ -20,8 +20,8 @@
 # cargo-web, the standard library's source (rust-web-src, of the same version), the cross
 # compilers (gcc-aarch64-linux-gnu, gcc-arm-linux-gnueabihf) with their C library headers
 # (libc6-dev-arm64-cross, libc6-dev-armhf-cross: the compilers only recommend them, and
-# --no-install-recommends leaves them out, so ring's C sources did not build on a new machine)
-# and qemu-user-static. The targets' standard library is built from that source with the rest
+# --no-install-recommends leaves them out, so ring's C sources did not build on a new machine),
+# lld (the linker of a board build, below) and qemu-user-static. The targets' standard library is built from that source with the rest
 # (-Zbuild-std, RUSTC_BOOTSTRAP=1: the same compiler, its unstable flag allowed), as
 # scripts/cross-musl.sh does, and not installed through multiarch (libstd-rust-web-dev:arm64,
 # :armhf): that needed `dpkg --add-architecture` and the foreign architectures' indexes, and
@@ -60,17 +60,31 @@ GNU_TARGETS=(aarch64-unknown-linux-gnu armv7-unknown-linux-gnueabihf)
 RUST_VERSION=$(sed -n 's/^rust-version = "\(.*\)"$/\1/p' Cargo.toml)
 [[ -n $RUST_VERSION ]] || fail "no rust-version in Cargo.toml"
 DEBIAN_PACKAGES=("rustc-web>=$RUST_VERSION" cargo-web rust-web-src gcc-aarch64-linux-gnu gcc-arm-linux-gnueabihf
-  libc6-dev-arm64-cross libc6-dev-armhf-cross qemu-user-static)
+  libc6-dev-arm64-cross libc6-dev-armhf-cross lld qemu-user-static)
 step() { printf '\n== cross.sh: %s\n' "$*"; }
 began=$SECONDS
 
 # ------------------------------------------------------------------ the toolchain, from Debian
 # Debian's cargo and rustc, whatever rustup puts first on PATH; -Zbuild-std allowed.
+#
+# A board build is Cargo.toml's `board` profile (the release build at `opt-level = "z"`) with two
+# flags a profile cannot hold, for the ARM targets only (the host's build scripts and proc macros
+# are built as before): no unwind tables (`panic = "abort"`: nothing unwinds; a panic prints its
+# message and place as before, RUST_BACKTRACE no frames), and lld's identical code folding
+# (`--icf=all`: the copies of a generic function that compiled to the same code, kept once). The
+# cross gcc drives the link and finds lld as its `ld` in LLD_DIR (`-B`: its `-fuse-ld=lld` looks
+# for a target-prefixed ld.lld that Debian's lld does not install). Measured on the aarch64
+# binary with the default features (docs/BOARDS.md): 3,805,880 bytes at `release`; without unwind
+# tables 3,478,200; at opt-level z 3,281,592; all three 2,726,896.
+LLD_DIR=$CROSS_DIR/lld
+BOARD_RUSTFLAGS="-C force-unwind-tables=no -C link-arg=-B$LLD_DIR -C link-arg=-Wl,--icf=all"
 debian_cargo() {
   env -u RUSTUP_TOOLCHAIN -u CARGO_BUILD_TARGET PATH=/usr/bin:/bin RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc \
     CARGO_TARGET_DIR="$CROSS_DIR" RUSTC_BOOTSTRAP=1 \
     CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
     CARGO_TARGET_ARMV7_UNKNOWN_LINUX_GNUEABIHF_LINKER=arm-linux-gnueabihf-gcc \
+    CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUSTFLAGS="$BOARD_RUSTFLAGS" \
+    CARGO_TARGET_ARMV7_UNKNOWN_LINUX_GNUEABIHF_RUSTFLAGS="$BOARD_RUSTFLAGS" \
     /usr/bin/cargo "$@"
 }
 
@@ -90,18 +104,25 @@ qemu_for() {
 # build PROFILE FEATURES TARGET...: builds mcpgate for each TARGET in one cargo run (the targets'
 # crates build side by side, the host's build scripts and proc macros once), the standard library
 # with them from rust-web-src (panic_abort: the profiles abort on panic; STD_FEATURES), and copies each binary
-# to $CROSS_DIR/TARGET/PROFILE/mcpgate-FEATURES. FEATURES: `tls` (the default set) or `none`
-# (--no-default-features).
+# to $CROSS_DIR/TARGET/PROFILE/mcpgate-FEATURES. FEATURES: `tls` (a board's: https:// servers, and
+# no `redis`, the session store across hosts, which a board that is one instance does not use:
+# 0.31 MB of the aarch64 binary), `redis` (the default set: `tls` and `redis`) or `none`
+# (--no-default-features: http:// servers only).
 # The standard library's features: backtraces traced but not symbolized. A stripped binary has
 # no symbols to name frames with, so std's symbolizer (addr2line, gimli, object, miniz_oxide:
 # cargo's default `backtrace` feature) only cost size: 199 KB of the aarch64 binary with tls
-# (4,004,864 -> 3,805,880 bytes). With RUST_BACKTRACE=1 std prints each frame's address
-# (library/std/src/sys/backtrace.rs); the unstripped `--profile profiling` build names them.
+# (4,004,864 -> 3,805,880 bytes). A board build has no unwind tables besides, so RUST_BACKTRACE
+# shows at most the frame that panicked; the panic's message and place are printed all the same.
 STD_FEATURES=-Zbuild-std-features=backtrace-trace-only
 build() {
   local profile=$1 features=$2 flags=() target t0=$SECONDS
   shift 2
-  [[ $features == none ]] && flags=(--no-default-features)
+  case $features in
+    tls) flags=(--no-default-features --features tls) ;;
+    redis) ;;
+    none) flags=(--no-default-features) ;;
+    *) fail "build: no feature set $features" ;;
+  esac
   for target in "$@"; do flags+=(--target "$target"); done
   debian_cargo build --locked --quiet -p mcpgate --bin mcpgate --profile "$profile" -Zbuild-std=std,panic_abort \
     "$STD_FEATURES" "${flags[@]}" ||
@@ -231,6 +252,8 @@ churn() {
 # ------------------------------------------------------------------------------------ the run
 step "the toolchain (Debian: ${DEBIAN_PACKAGES[*]})"
 apt_install "$LOG_DIR/apt.log" "${DEBIAN_PACKAGES[@]}" || fail "the toolchain is not installed (above)"
+mkdir -p "$LLD_DIR"
+ln -sfn /usr/bin/ld.lld "$LLD_DIR/ld"
 rustc_version=$(dpkg-query -W -f='${Version}' rustc-web)
 src_version=$(dpkg-query -W -f='${Version}' rust-web-src)
 [[ $rustc_version == "$src_version" ]] ||
@@ -253,11 +276,11 @@ if [[ $mode == smoke ]]; then
 fi
 
 if [[ $mode == ci ]]; then
-  step "the glibc release builds, and their smoke test under qemu"
-  build release tls "${GNU_TARGETS[@]}"
+  step "the glibc board builds, and their smoke test under qemu"
+  build board tls "${GNU_TARGETS[@]}"
   for target in "${GNU_TARGETS[@]}"; do
-    smoke "$target" "$CROSS_DIR/$target/release/mcpgate-tls"
-    size=$(stat -c %s "$CROSS_DIR/$target/release/mcpgate-tls")
+    smoke "$target" "$CROSS_DIR/$target/board/mcpgate-tls"
+    size=$(stat -c %s "$CROSS_DIR/$target/board/mcpgate-tls")
     echo "  stripped size: $size bytes"
     # Issue 43's target (reported, never enforced: docs/BENCHMARKS.md section 6 says it too).
     if [[ $target == aarch64-* ]]; then
@@ -270,12 +293,12 @@ if [[ $mode == ci ]]; then
   exit 0
 fi
 
-step "the release builds: each glibc target with and without tls"
+step "the board builds: each glibc target with tls, with tls and redis, and without either"
 declare -A BIN
-for features in tls none; do
-  build release "$features" "${GNU_TARGETS[@]}"
+for features in tls redis none; do
+  build board "$features" "${GNU_TARGETS[@]}"
   for target in "${GNU_TARGETS[@]}"; do
-    BIN[$target/$features]=$CROSS_DIR/$target/release/mcpgate-$features
+    BIN[$target/$features]=$CROSS_DIR/$target/board/mcpgate-$features
   done
 done
 
@@ -283,7 +306,8 @@ step "the static musl builds (scripts/cross-musl.sh)"
 musl_targets=()
 for target in aarch64-unknown-linux-musl armv7-unknown-linux-musleabihf x86_64-unknown-linux-musl; do
   if scripts/cross-musl.sh "$target" >"$LOG_DIR/musl-$target.log" 2>&1; then
-    BIN[$target/tls]=$ROOT/target/cross/$target/release/mcpgate
+    # A release build with the default features (`tls` and `redis`).
+    BIN[$target/redis]=$ROOT/target/cross/$target/release/mcpgate
     musl_targets+=("$target")
     echo "  built mcpgate for $target"
   else
@@ -291,7 +315,7 @@ for target in aarch64-unknown-linux-musl armv7-unknown-linux-musleabihf x86_64-u
   fi
 done
 
-step "the smoke test of each release binary under qemu"
+step "the smoke test of each binary under qemu"
 for key in "${!BIN[@]}"; do
   smoke "${key%/*}" "${BIN[$key]}"
 done
@@ -299,7 +323,7 @@ done
 step "figures: stripped sizes"
 cargo build --locked --quiet --release -p mcpgate -p mcp-load
 : >"$OUT/sizes.tsv"
-printf 'x86_64-unknown-linux-gnu\ttls\t%s\n' "$(stat -c %s target/release/mcpgate)" >>"$OUT/sizes.tsv"
+printf 'x86_64-unknown-linux-gnu\tredis\t%s\n' "$(stat -c %s target/release/mcpgate)" >>"$OUT/sizes.tsv"
 for key in "${!BIN[@]}"; do
   printf '%s\t%s\t%s\n' "${key%/*}" "${key#*/}" "$(stat -c %s "${BIN[$key]}")" >>"$OUT/sizes.tsv"
 done
@@ -314,7 +338,7 @@ for target in "${GNU_TARGETS[@]}" "${musl_targets[@]}"; do
   how="qemu-user"
   [[ $target == x86_64-* ]] && how=native
   qemu_for "$target"
-  footprint "$target, $how" "${QEMU[@]}" "${BIN[$target/tls]}"
+  footprint "$target, $how" "${QEMU[@]}" "${BIN[$target/tls]:-${BIN[$target/redis]}}"
 done
 
 # Under qemu-user 7.2, every guest thread that ends leaves about 280 KiB behind (a C program
@@ -325,10 +349,10 @@ step "figures: churn, natively (glibc and musl) and under qemu"
 churn "x86_64-unknown-linux-gnu, native" 10000 "$ROOT/target/release/mcpgate"
 for target in "${GNU_TARGETS[@]}" "${musl_targets[@]}"; do
   if [[ $target == x86_64-* ]]; then
-    churn "$target, native" 10000 "${BIN[$target/tls]}"
+    churn "$target, native" 10000 "${BIN[$target/tls]:-${BIN[$target/redis]}}"
   else
     qemu_for "$target"
-    churn "$target, qemu-user" 1000 "${QEMU[@]}" "${BIN[$target/tls]}"
+    churn "$target, qemu-user" 1000 "${QEMU[@]}" "${BIN[$target/tls]:-${BIN[$target/redis]}}"
   fi
 done
 
