@@ -72,8 +72,10 @@ began=$SECONDS
 # are built as before): no unwind tables (`panic = "abort"`: nothing unwinds; a panic prints its
 # message and place as before, RUST_BACKTRACE no frames), and lld's identical code folding
 # (`--icf=all`: the copies of a generic function that compiled to the same code, kept once). The
-# cross gcc drives the link and finds lld as its `ld` in LLD_DIR (`-B`: its `-fuse-ld=lld` looks
-# for a target-prefixed ld.lld that Debian's lld does not install). Measured on the aarch64
+# cross gcc drives the link and finds lld as its `ld` in LLD_DIR (`-B`; with `-fuse-ld=lld` it
+# stopped at "collect2: fatal error: cannot find 'ld'", Debian's lld 14 being only `ld.lld`,
+# and gcc 12 has no `--ld-path`). gold folds as well, but rustc warns that it is deprecated and
+# has known bugs with Rust. Measured on the aarch64
 # binary with the default features (docs/BOARDS.md): 3,805,880 bytes at `release`; without unwind
 # tables 3,478,200; at opt-level z 3,281,592; all three 2,726,896.
 LLD_DIR=$CROSS_DIR/lld
