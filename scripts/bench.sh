@@ -106,6 +106,15 @@ gate_config() {
 
 step "build (release)"
 cargo build --release --quiet --bins
+# The release build linked with its start-up code first (scripts/ordered.sh: callgrind, then lld's
+# symbol ordering), what a small host runs: its RSS at rest is footprint's target.
+step "the release build with its start-up code first (scripts/ordered.sh)"
+ORDERED=$OUT/run/mcpgate-ordered
+scripts/ordered.sh "$ORDERED" > "$OUT/run/ordered.log" 2>&1 || {
+    tail -5 "$OUT/run/ordered.log" >&2
+    echo "bench: scripts/ordered.sh failed; see $OUT/run/ordered.log" >&2
+    exit 1
+}
 
 step "tools: Python SDK server and FastMCP proxy ($FASTMCP_VERSION)"
 (install_python_sdk && install_node) > "$OUT/run/install.log" 2>&1 || {
@@ -465,6 +474,11 @@ serve gate-footprint "${MCPGATE[@]}" --config "$OUT/run/footprint.json"
 GATE_FP=$ADDR; GATE_FP_PID=$PID
 sleep 1
 record "{\"part\":\"footprint\",\"target\":\"mcpgate\",\"sessions\":0,\"rss_kib\":$(rss_kib "$GATE_FP_PID"),\"threads\":$(threads "$GATE_FP_PID"),\"readers\":0}"
+# The same at rest, linked by scripts/ordered.sh.
+serve gate-footprint-ordered "${MCPGATE[@]:0:2}" "$ORDERED" --config "$OUT/run/footprint.json"
+sleep 1
+record "{\"part\":\"footprint\",\"target\":\"mcpgate, ordered\",\"sessions\":0,\"rss_kib\":$(rss_kib "$PID"),\"threads\":$(threads "$PID"),\"readers\":0}"
+stop "$PID"
 HOLD=$OUT/run/hold
 # Sessions stay open (idle timeout of an hour) after the loader leaves:
 # first 100, then enough more to make SESSIONS_BIG.
