@@ -9,7 +9,6 @@
 
 use std::io;
 use std::os::fd::AsRawFd;
-use std::process::{Child as Process, Command};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
@@ -80,7 +79,7 @@ struct Spawner {
     stopped: bool,
 }
 
-type SpawnOrder = (Command, Sender<io::Result<Process>>);
+type SpawnOrder = (sys::Exec, Sender<io::Result<sys::Spawned>>);
 
 impl Children {
     pub(crate) fn new(limit: usize, grace: Duration, max_message: usize) -> Arc<Children> {
@@ -168,11 +167,11 @@ impl Children {
         Duration::from_millis(self.grace_ms.load(Ordering::Relaxed))
     }
 
-    /// Starts `command` on the spawner thread, started with the first
-    /// child. Children are forked from it alone: the kernel sends
+    /// Starts `exec` on the spawner thread, started with the first
+    /// child ([`sys::spawn`]). Children are forked from it alone: the kernel sends
     /// `PR_SET_PDEATHSIG` when the forking *thread* ends, so it lives as
     /// long as mcpgate serves.
-    pub(crate) fn spawn(&self, command: Command) -> io::Result<Process> {
+    pub(crate) fn spawn(&self, exec: sys::Exec) -> io::Result<sys::Spawned> {
         let orders = {
             let mut spawner = self.spawner.lock();
             if spawner.stopped {
@@ -182,11 +181,11 @@ impl Children {
                 let (tx, rx) = unbounded::<SpawnOrder>();
                 let known = self.known.clone();
                 spawner.thread = Some(threads::spawn("spawner", "", move || {
-                    for (mut command, reply) in rx {
+                    for (exec, reply) in rx {
                         let mut known = known.lock();
-                        let spawned = command.spawn();
-                        if let Ok(process) = &spawned {
-                            known.insert(process.id());
+                        let spawned = sys::spawn(&exec);
+                        if let Ok(spawned) = &spawned {
+                            known.insert(spawned.process.id());
                         }
                         drop(known);
                         let _ = reply.send(spawned);
@@ -199,7 +198,7 @@ impl Children {
         let (tx, rx) = bounded(1);
         orders
             .ok_or_else(|| io::Error::other("the spawner thread is gone"))?
-            .send((command, tx))
+            .send((exec, tx))
             .map_err(|_| io::Error::other("the spawner thread is gone"))?;
         rx.recv().unwrap_or_else(|_| Err(io::Error::other("the spawner thread is gone")))
     }

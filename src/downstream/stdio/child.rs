@@ -5,7 +5,7 @@
 //! (`reader.rs`). Either way its group is killed before it is reaped.
 
 use std::io::{self, Write};
-use std::process::{Child as Process, ChildStdin, ExitStatus};
+use std::process::{ChildStdin, ExitStatus};
 use std::sync::Weak;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
@@ -18,7 +18,7 @@ use crate::downstream::children::{Children, Sweep, descendants, exits_within, re
 use crate::downstream::correlate::{Correlator, Incoming};
 use crate::downstream::{DownstreamError, Inbox, Readiness};
 use crate::protocol::jsonrpc::Message;
-use crate::runtime::sys::{self, ChildSignal};
+use crate::runtime::sys::{self, ChildSignal, Process};
 use crate::runtime::threads;
 use crate::stats::Gauge;
 

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 
-use crossbeam_channel::bounded;
+use crossbeam_channel::{Receiver, bounded};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
@@ -30,18 +30,40 @@ pub(super) struct StdioLink {
     pub(super) shared: bool,
 }
 
+/// A client's `initialize`, written to a child before its threads start
+/// (they start while the child does), and where its answer comes.
+pub(super) struct Sent {
+    answers: Receiver<Incoming>,
+    written: Result<(), DownstreamError>,
+}
+
+/// Writes the client's `initialize` to `child`, to be read by the view
+/// `view` (within `start_timeout_secs`): the first half of
+/// [`StdioLink::initialize`].
+pub(super) fn send_initialize(
+    child: &Child,
+    view: usize,
+    server: &Server,
+    body: &[u8],
+) -> Result<Sent, DownstreamError> {
+    let (tx, answers) = bounded(16);
+    // This answer is read by the caller, as a call's is (see `round_trip`).
+    child.began_call();
+    // The client's own id 0 is the wire id too.
+    child.calls.expect(&Value::from(0), Waiting::call(tx, view, false))?;
+    let written = child.write_line(body, server.limits.start);
+    Ok(Sent { answers, written })
+}
+
 impl StdioLink {
-    /// Sends `initialize` and waits (connect and request timeouts) for the
-    /// answer; a child that gives none is stopped by the close path.
-    pub(super) fn initialize(&self, server: &Server, body: &[u8]) -> Result<Message, DownstreamError> {
-        let (tx, rx) = bounded(16);
-        // This answer is read here, as a call's is (see `round_trip`).
-        self.child.began_call();
-        // The client's own id 0 is the wire id too.
+    /// Waits (connect and request timeouts) for the answer to the
+    /// `initialize` sent ([`send_initialize`]); a child that gives none is
+    /// stopped by the close path.
+    pub(super) fn initialize(&self, server: &Server, sent: Sent) -> Result<Message, DownstreamError> {
+        let Sent { answers: rx, written } = sent;
         let wire = Value::from(0);
-        self.child.calls.expect(&wire, Waiting::call(tx, self.view, false))?;
         let wait = server.limits.start;
-        if let Err(e) = self.child.write_line(body, wait) {
+        if let Err(e) = written {
             let why = ended_why(&rx);
             self.child.calls.forget(&wire);
             return Err(why.map_or(e, DownstreamError::Refused));
@@ -178,7 +200,7 @@ impl Link for StdioLink {
 /// Why the child ended, when a write to it failed because it did: its
 /// reader tells the calls waiting (exit status, last stderr lines) within
 /// [`ENDED_WITHIN`]; `None` if it did not end.
-fn ended_why(rx: &crossbeam_channel::Receiver<Incoming>) -> Option<String> {
+fn ended_why(rx: &Receiver<Incoming>) -> Option<String> {
     let deadline = Instant::now() + super::program::ENDED_WITHIN;
     loop {
         match rx.recv_deadline(deadline) {

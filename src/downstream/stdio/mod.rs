@@ -145,25 +145,26 @@ impl Connector for StdioConnector {
 /// client's `initialize`.
 fn open(server: &Arc<Server>, program: &Arc<Program>, body: &[u8], opener: &Opener) -> Result<Opened, DownstreamError> {
     let shared = program.config.sharing != Sharing::Session;
-    let child = if shared {
-        program.shared_child(server, opener)?
+    let view = VIEWS.fetch_add(1, Ordering::Relaxed);
+    let (child, sent) = if shared {
+        (program.shared_child(server, opener)?, None)
     } else {
         let holder =
             Holder::Session { id: opener.session.chars().take(8).collect(), client: opener.client.to_string() };
-        program.spawn(server, holder)?
+        let (child, sent) = program.spawn(server, holder, |child| link::send_initialize(child, view, server, body))?;
+        (child, Some(sent))
     };
     child.views.fetch_add(1, Ordering::AcqRel);
     *child.used.lock() = Instant::now();
-    let view = VIEWS.fetch_add(1, Ordering::Relaxed);
     let link = StdioLink { server: server.clone(), program: program.clone(), child: child.clone(), view, shared };
-    if shared {
+    let Some(sent) = sent else {
         let answer = match child.wait_started(Instant::now() + server.limits.start) {
             Some(Ok(answer)) => Ok(answer),
             Some(Err(why)) => Err(DownstreamError::Refused(why)),
             None => Err(DownstreamError::Refused(child.why_not_started(server.limits.start))),
         };
         return Ok((Box::new(link), answer));
-    }
-    let answer = link.initialize(server, body);
+    };
+    let answer = sent.and_then(|sent| link.initialize(server, sent));
     Ok((Box::new(link), answer))
 }

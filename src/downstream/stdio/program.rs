@@ -13,7 +13,6 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -185,10 +184,10 @@ impl Program {
             (Sharing::User, Some(digest)) => Holder::User(crate::runtime::sha256::to_hex(&digest[..4])),
             _ => Holder::Everyone,
         };
-        let child = self.spawn(server, holder)?;
+        let (child, started) = self.spawn(server, holder, |child| self.begin_start(server, child))?;
         shared.insert(owner, child.clone());
         drop(shared);
-        if let Err(e) = self.begin_start(server, &child) {
+        if let Err(e) = started {
             // Its stdin is closed when it ended at once: its reader says why.
             let e = match child.wait_started(Instant::now() + ENDED_WITHIN) {
                 Some(Err(why)) => DownstreamError::Exited(why),
@@ -263,8 +262,15 @@ impl Program {
         }
     }
 
-    /// Starts a child for `holder`, unless a limit or the backoff says no.
-    pub(super) fn spawn(self: &Arc<Self>, server: &Arc<Server>, holder: Holder) -> Result<Arc<Child>, DownstreamError> {
+    /// Starts a child for `holder`, unless a limit or the backoff says no,
+    /// and has `first` write to it before its reader and stderr threads
+    /// start, so that they start while the child does.
+    pub(super) fn spawn<T>(
+        self: &Arc<Self>,
+        server: &Arc<Server>,
+        holder: Holder,
+        first: impl FnOnce(&Child) -> T,
+    ) -> Result<(Arc<Child>, T), DownstreamError> {
         // Children are forked one at a time on the spawner thread anyway.
         let starting = self.children.starting.lock();
         {
@@ -297,29 +303,27 @@ impl Program {
                 self.children.holders_of(Some(&self.name))
             )));
         }
-        let mut command = Command::new(&self.config.command);
-        command.args(&self.config.args).env_clear().stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut env = std::collections::BTreeMap::new();
         for name in BASE_ENV {
             if let Some(value) = std::env::var_os(name) {
-                command.env(name, value);
+                env.insert(name.into(), value);
             }
         }
         for (name, value) in std::env::vars_os() {
             if name.to_str().is_some_and(|n| crate::config::passes(&self.config.passthrough, n)) {
-                command.env(name, value);
+                env.insert(name, value);
             }
         }
-        command.envs(self.config.env.iter().map(|(k, v)| (k, v)));
-        if let Some(cwd) = &self.config.cwd {
-            command.current_dir(cwd);
-        }
-        std::os::unix::process::CommandExt::process_group(&mut command, 0);
-        sys::die_with_parent(&mut command);
-        sys::unblock_signals(&mut command);
-        let mut process = self
-            .children
-            .spawn(command)
-            .map_err(|e| DownstreamError::Connect(format!("cannot start `{}`: {e}", self.config.command)))?;
+        env.extend(self.config.env.iter().map(|(k, v)| (k.into(), v.into())));
+        let cannot = |e: io::Error| DownstreamError::Connect(format!("cannot start `{}`: {e}", self.config.command));
+        let path = env.get(std::ffi::OsStr::new("PATH")).cloned().or_else(|| std::env::var_os("PATH"));
+        let file = self
+            .config
+            .find_program(path.as_deref())
+            .map_err(|why| DownstreamError::Connect(format!("cannot start `{}`: {why}", self.config.command)))?;
+        let exec = sys::Exec::new(&file, &self.config.command, &self.config.args, &env, self.config.cwd.as_deref())
+            .map_err(cannot)?;
+        let sys::Spawned { process, stdin, stdout, stderr } = self.children.spawn(exec).map_err(cannot)?;
         self.children.hold(process.id(), &self.name, holder);
         self.children.spawned.inc();
         self.children.live.inc();
@@ -330,13 +334,12 @@ impl Program {
         }
         drop(starting);
         let pid = process.id();
-        let (stdin, stdout, stderr) = (process.stdin.take(), process.stdout.take(), process.stderr.take());
-        let pipe = stdout.as_ref().and_then(pipe_of);
+        let pipe = pipe_of(&stdout);
         let child = Arc::new(Child {
             pid,
             started: Instant::now(),
             process: Mutex::new(Some(process)),
-            stdin: Mutex::new(stdin),
+            stdin: Mutex::new(Some(stdin)),
             calls: Correlator::new(rules(self.config.sharing)),
             views: AtomicUsize::new(0),
             next_wire: AtomicU64::new(1),
@@ -362,27 +365,23 @@ impl Program {
         {
             log::warn!("server `{}`: its stdin cannot be made non-blocking: {e}", self.name);
         }
-        let started = stdout
-            .zip(stderr)
-            .ok_or_else(|| io::Error::other("no pipes"))
-            .and_then(|(stdout, stderr)| self.start_threads(server, &child, stdout, stderr));
-        if let Err(e) = started {
+        let max = self.children.max_message.load(Ordering::Relaxed);
+        *child.stdout.lock() = Some(Stdout::new(stdout, max));
+        let sent = first(&child);
+        if let Err(e) = self.start_threads(server, &child, stderr) {
             self.stop_child(&child);
             return Err(DownstreamError::Exhausted(format!("mcpgate cannot start a thread now ({e})")));
         }
         log::debug!("server `{}`: process {pid} started", self.name);
-        Ok(child)
+        Ok((child, sent))
     }
 
     fn start_threads(
         self: &Arc<Self>,
         server: &Arc<Server>,
         child: &Arc<Child>,
-        stdout: std::process::ChildStdout,
         stderr: std::process::ChildStderr,
     ) -> io::Result<()> {
-        let max = self.children.max_message.load(Ordering::Relaxed);
-        *child.stdout.lock() = Some(Stdout::new(stdout, max));
         let reader = {
             let (server, program, child) = (server.clone(), self.clone(), child.clone());
             threads::spawn("stdio", &self.name, move || {
