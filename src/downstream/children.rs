@@ -1,6 +1,6 @@
 //! Every child process of mcpgate, whatever server it serves: the one
-//! long-lived thread that forks them (the kernel's `PR_SET_PDEATHSIG` follows
-//! the forking *thread*), their count against `max_processes`, and what
+//! long-lived thread that starts them (the kernel's `PR_SET_PDEATHSIG` follows
+//! the starting *thread*), their count against `max_processes`, and what
 //! they leave behind (mcpgate is their subreaper: [`Children::sweep`]). The
 //! stdio transport starts its children here, and the reaper sweeps here;
 //! as `runtime/threads.rs` is for threads, the one place processes are
@@ -39,7 +39,7 @@ pub struct Children {
     pub reaped: Counter,
     /// Guards the pids of the children started and not yet reaped: any
     /// other process whose parent is mcpgate was left by one of them (see
-    /// [`Children::sweep`]). Held across each fork, so that a child just
+    /// [`Children::sweep`]). Held across each start, so that a child just
     /// started is never taken for such a process.
     known: Arc<Mutex<std::collections::HashSet<u32>>>,
     /// Guards whose each live child is (its server, and for whom), so that a
@@ -168,8 +168,8 @@ impl Children {
     }
 
     /// Starts `exec` on the spawner thread, started with the first
-    /// child ([`sys::spawn`]). Children are forked from it alone: the kernel sends
-    /// `PR_SET_PDEATHSIG` when the forking *thread* ends, so it lives as
+    /// child ([`sys::spawn`]). Children are started from it alone: the kernel
+    /// sends `PR_SET_PDEATHSIG` when the starting *thread* ends, so it lives as
     /// long as mcpgate serves.
     pub(crate) fn spawn(&self, exec: sys::Exec) -> io::Result<sys::Spawned> {
         let orders = {

@@ -278,23 +278,21 @@ impl Exec {
         env: &BTreeMap<OsString, OsString>,
         cwd: Option<&Path>,
     ) -> io::Result<Exec> {
-        let c = |s: &OsStr, what: &str| {
-            CString::new(s.as_bytes())
-                .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, format!("{what} holds a NUL byte")))
+        let nul = |what: &dyn std::fmt::Display| {
+            io::Error::new(io::ErrorKind::InvalidInput, format!("{what} holds a NUL byte"))
         };
+        let c = |s: &OsStr, what: &str| CString::new(s.as_bytes()).map_err(|_| nul(&what));
         let args: Vec<CString> = args.iter().map(|a| c(OsStr::new(a), "an argument")).collect::<Result<_, _>>()?;
         // Found from mcpgate's directory, exec'd from `cwd`.
         let path = if path.is_relative() { std::env::current_dir()?.join(path) } else { path.to_path_buf() };
         let path = c(path.as_os_str(), "the program")?;
         let argv = std::iter::once(c(OsStr::new(program), "the program")?).chain(args.iter().cloned()).collect();
-        let sh_argv = [c(OsStr::new("/bin/sh"), "")?, path.clone()].into_iter().chain(args).collect();
+        let sh_argv = [c"/bin/sh".to_owned(), path.clone()].into_iter().chain(args).collect();
         let envp = env
             .iter()
             .map(|(name, value)| {
-                let mut pair = name.as_bytes().to_vec();
-                pair.push(b'=');
-                pair.extend_from_slice(value.as_bytes());
-                c(OsStr::from_bytes(&pair), &format!("the variable {}", name.to_string_lossy()))
+                let pair = [name.as_bytes(), b"=", value.as_bytes()].concat();
+                CString::new(pair).map_err(|_| nul(&format_args!("the variable {}", name.to_string_lossy())))
             })
             .collect::<Result<_, _>>()?;
         let cwd = cwd.map(|dir| c(dir.as_os_str(), "the directory")).transpose()?;

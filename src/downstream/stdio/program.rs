@@ -57,7 +57,7 @@ pub(super) struct Program {
     backoff: Mutex<Streak>,
     /// Guards the shared children, by whose they are: a user's digest
     /// (`"sharing": "user"`, `None` without `auth`), or `None` for all
-    /// (`"shared"`). Held across a fork, not across a wait.
+    /// (`"shared"`). Held across a start, not across a wait.
     pub(super) shared: Mutex<HashMap<Option<[u8; 32]>, Arc<Child>>>,
     pub(super) retired: AtomicBool,
     /// This server's own limit on its children's stderr in the log, and on
@@ -271,7 +271,28 @@ impl Program {
         holder: Holder,
         first: impl FnOnce(&Child) -> T,
     ) -> Result<(Arc<Child>, T), DownstreamError> {
-        // Children are forked one at a time on the spawner thread anyway.
+        // What to exec, made ready before the limits' lock: finding the program reads the disk.
+        let mut env = std::collections::BTreeMap::new();
+        for name in BASE_ENV {
+            if let Some(value) = std::env::var_os(name) {
+                env.insert(name.into(), value);
+            }
+        }
+        for (name, value) in std::env::vars_os() {
+            if name.to_str().is_some_and(|n| crate::config::passes(&self.config.passthrough, n)) {
+                env.insert(name, value);
+            }
+        }
+        env.extend(self.config.env.iter().map(|(k, v)| (k.into(), v.into())));
+        let cannot = |why: &dyn std::fmt::Display| {
+            DownstreamError::Connect(format!("cannot start `{}`: {why}", self.config.command))
+        };
+        // The child's own PATH (mcpgate's, in BASE_ENV, unless its `env` sets one).
+        let path = env.get(std::ffi::OsStr::new("PATH")).map(std::ffi::OsString::as_os_str);
+        let file = self.config.find_program(path).map_err(|why| cannot(&why))?;
+        let exec = sys::Exec::new(&file, &self.config.command, &self.config.args, &env, self.config.cwd.as_deref())
+            .map_err(|e| cannot(&e))?;
+        // Children are started one at a time on the spawner thread anyway.
         let starting = self.children.starting.lock();
         {
             let backoff = self.backoff.lock();
@@ -303,27 +324,7 @@ impl Program {
                 self.children.holders_of(Some(&self.name))
             )));
         }
-        let mut env = std::collections::BTreeMap::new();
-        for name in BASE_ENV {
-            if let Some(value) = std::env::var_os(name) {
-                env.insert(name.into(), value);
-            }
-        }
-        for (name, value) in std::env::vars_os() {
-            if name.to_str().is_some_and(|n| crate::config::passes(&self.config.passthrough, n)) {
-                env.insert(name, value);
-            }
-        }
-        env.extend(self.config.env.iter().map(|(k, v)| (k.into(), v.into())));
-        let cannot = |e: io::Error| DownstreamError::Connect(format!("cannot start `{}`: {e}", self.config.command));
-        let path = env.get(std::ffi::OsStr::new("PATH")).cloned().or_else(|| std::env::var_os("PATH"));
-        let file = self
-            .config
-            .find_program(path.as_deref())
-            .map_err(|why| DownstreamError::Connect(format!("cannot start `{}`: {why}", self.config.command)))?;
-        let exec = sys::Exec::new(&file, &self.config.command, &self.config.args, &env, self.config.cwd.as_deref())
-            .map_err(cannot)?;
-        let sys::Spawned { process, stdin, stdout, stderr } = self.children.spawn(exec).map_err(cannot)?;
+        let sys::Spawned { process, stdin, stdout, stderr } = self.children.spawn(exec).map_err(|e| cannot(&e))?;
         self.children.hold(process.id(), &self.name, holder);
         self.children.spawned.inc();
         self.children.live.inc();
