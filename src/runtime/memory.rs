@@ -105,17 +105,22 @@ impl Charge {
 
     /// Charges `more` bytes; false (and nothing charged) past the limit.
     pub(crate) fn grow(&mut self, more: usize) -> bool {
-        let limit = limit();
-        let taken = BUDGET.used.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
-            used.checked_add(more).filter(|&total| total <= limit)
-        });
-        if taken.is_err() {
-            BUDGET.refused.fetch_add(1, Ordering::Relaxed);
-            BUDGET.last_refused.store(super::clock::unix_now(), Ordering::Relaxed);
-            return false;
+        if self.grow_ahead(more) {
+            return true;
         }
-        self.bytes += more;
-        true
+        BUDGET.refused.fetch_add(1, Ordering::Relaxed);
+        BUDGET.last_refused.store(super::clock::unix_now(), Ordering::Relaxed);
+        false
+    }
+
+    /// [`Charge::grow`] for memory taken ahead of need, which can go
+    /// without: a refusal is not counted as one on the status page.
+    pub(crate) fn grow_ahead(&mut self, more: usize) -> bool {
+        let taken = BUDGET.used.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
+            used.checked_add(more).filter(|&total| total <= limit())
+        });
+        self.bytes += if taken.is_ok() { more } else { 0 };
+        taken.is_ok()
     }
 
     /// Gives back what is above `bytes`.
