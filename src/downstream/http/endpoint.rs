@@ -848,4 +848,24 @@ mod tests {
         assert!(capacities[3] >= 200_000 && capacities[4] == 200_000 + 200_000 / 8, "{capacities:?}");
         assert!(capacities[6] < 1000, "{capacities:?}");
     }
+
+    #[test]
+    fn an_answer_read_into_room_keeps_the_limit() {
+        // The room after 90 KB is the limit itself: an answer that fills
+        // it is whole, and one a byte longer is refused.
+        let max = 100_000;
+        let sizes = [90_000, max, max + 1, 3 * max];
+        let bodies: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![b'a'; n]).collect();
+        let mut reads = read_chunked_all(bodies.clone(), 3000, max).into_iter();
+        for body in &bodies[..2] {
+            let read = reads.next().unwrap();
+            assert!(read.as_ref().is_ok_and(|(bytes, _)| bytes == body), "{} bytes", body.len());
+        }
+        for size in &sizes[2..] {
+            match reads.next().unwrap() {
+                Err(DownstreamError::Protocol(why)) => assert!(why.contains("larger than 100000"), "{why}"),
+                other => panic!("{size} bytes: {:?}", other.map(|(b, _)| b.len())),
+            }
+        }
+    }
 }
