@@ -11,6 +11,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::validate;
+use crate::runtime::recycle;
 
 pub(crate) const PARSE_ERROR: i64 = -32700;
 pub(crate) const INVALID_REQUEST: i64 = -32600;
@@ -47,7 +48,24 @@ pub struct Json(JsonText);
 #[derive(Clone)]
 enum JsonText {
     Own(Box<str>),
-    Part(Arc<String>, Range<usize>),
+    Part(Arc<Body>, Range<usize>),
+}
+
+/// The body a message was read from, shared by the parts it keeps; given
+/// back for the next large answer when the last is dropped (`runtime/recycle.rs`).
+struct Body(String);
+
+impl std::ops::Deref for Body {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Drop for Body {
+    fn drop(&mut self) {
+        recycle::give(std::mem::take(&mut self.0).into_bytes());
+    }
 }
 
 impl Json {
@@ -244,7 +262,7 @@ impl Message {
         {
             return Message::parse_around(text, span);
         }
-        let body = Arc::new(text);
+        let body = Arc::new(Body(text));
         let read: Read = serde_json::from_str(&body).map_err(parse_error)?;
         // Where the result lies in the body: it was read from it.
         let result = read.result.map(|raw| {
@@ -264,7 +282,7 @@ impl Message {
         rest.push('0');
         rest.push_str(&text[span.end..]);
         let read: Read = serde_json::from_str(&rest).map_err(parse_error)?;
-        let result = read.result.is_some().then(|| Json(JsonText::Part(Arc::new(text), span)));
+        let result = read.result.is_some().then(|| Json(JsonText::Part(Arc::new(Body(text)), span)));
         Message::of(read, result)
     }
 

@@ -1,10 +1,11 @@
 //! What every floor uses: the backoff of every retry loop, the audit log's
 //! writer, traces and their exporter (`trace`, `otlp`) and the context a
 //! thread holds (`tracecontext`), the state file and its journal, the
-//! threads and their roles, the memory budget, rate-limited logging, the
+//! threads and their roles, the memory budget and the buffers large
+//! answers are read into again (`recycle`), rate-limited logging, the
 //! clock, SHA-256 and the comparison of secrets, the watch of files that
-//! reloads the configuration when it is saved, and the OS calls (`sys`, the
-//! only `unsafe` code).
+//! reloads the configuration when it is saved, and the OS calls (`sys`,
+//! the only `unsafe` code).
 
 pub(crate) mod audit;
 pub(crate) mod backoff;
@@ -12,6 +13,7 @@ pub mod clock;
 pub(crate) mod memory;
 pub(crate) mod otlp;
 pub(crate) mod ratelog;
+pub(crate) mod recycle;
 pub(crate) mod secret;
 pub(crate) mod sha256;
 pub mod state;

@@ -1,8 +1,9 @@
 //! The reaper: one thread that closes idle sessions through the one close
 //! path, ends requests to servers silent past the request timeout, sends
 //! again the `DELETE`s a fault lost, stops shared stdio processes nobody
-//! uses, closes idle connections to servers, drops expired sign-ins, and
-//! joins threads that outlived their owner's wait.
+//! uses, closes idle connections to servers, drops expired sign-ins, frees
+//! the buffers kept for large answers once none is taken, and joins
+//! threads that outlived their owner's wait.
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -68,6 +69,7 @@ pub fn start(gateway: Arc<Gateway>, stateless: Arc<Stateless>) -> std::io::Resul
                     }
                     gateway.start_eager(None);
                     gateway.downstreams.children.reap_left_behind();
+                    crate::runtime::recycle::trim();
                     threads::join_late();
                 }
             }

@@ -77,6 +77,7 @@ pub(crate) fn readings(g: &Gateway, st: &Stateless) -> Vec<Reading> {
         memory_share: (crate::runtime::memory::share() as u64).into(),
         memory_sessionless_calls: (st.call_bytes() as u64).into(),
         memory_list_cache: (g.offered.lists.cache_bytes(&g.current()) as u64).into(),
+        memory_answer_buffers: (crate::runtime::recycle::kept().1 as u64).into(),
         memory_refused: crate::runtime::memory::refused().into(),
         memory_since_refused: crate::runtime::memory::secs_since_refused()
             .unwrap_or_else(|| g.life.started().elapsed().as_secs())

@@ -18,6 +18,7 @@ use crate::downstream::{Arrival, DownstreamError, Flight, Limits, Server};
 use crate::protocol::jsonrpc::{Kind, Message};
 use crate::protocol::sse;
 use crate::runtime::memory::Charge;
+use crate::runtime::recycle;
 
 use super::tcp::{Sockets, TcpConnector};
 
@@ -53,6 +54,8 @@ pub(crate) struct Endpoint {
     /// eighth: what the next such answer is read into, so that one like it
     /// needs no regrowth copies.
     chunked_hint: AtomicUsize,
+    /// What answers of 16 KiB or more are read into: buffers earlier answers gave back.
+    answers: &'static recycle::Pool,
 }
 
 /// An agent, and the sockets it opened: its pool's idle connections are
@@ -134,6 +137,7 @@ impl Endpoint {
             limits,
             tls,
             chunked_hint: AtomicUsize::new(0),
+            answers: recycle::pool(),
         }
     }
 
@@ -561,39 +565,61 @@ impl Endpoint {
             return Err(DownstreamError::Protocol(format!("message larger than {max} bytes")));
         }
         let mut reader = response.into_body().into_reader();
-        let (mut bytes, mut charge) = (Vec::new(), Charge::empty());
         let fail = |e: std::io::Error| match e {
             e if is_timeout(&e) => DownstreamError::Timeout(self.limits.request),
             e => DownstreamError::Protocol(format!("reading the answer failed: {e}")),
         };
+        // ureq ends the body at Content-Length; a byte more than the limit
+        // allows is never read. One byte more than announced is refused.
+        let end = |reader: &mut dyn Read, bytes: Vec<u8>, charge: Charge| match reader.read(&mut [0u8; 1]) {
+            Ok(0) => Ok((bytes, charge)),
+            Ok(_) => Err(DownstreamError::Protocol("the answer is longer than its Content-Length".into())),
+            Err(e) => Err(fail(e)),
+        };
+        if expected >= recycle::MIN_BYTES
+            && let Some((mut bytes, mut charge)) = self.answers.take()
+            && charge.grow(expected.saturating_sub(charge.bytes()))
+        {
+            // Into a buffer an earlier answer gave back: zeroed only where it grows.
+            bytes.reserve_exact(expected.saturating_sub(bytes.len()));
+            bytes.resize(expected, 0);
+            reader.read_exact(&mut bytes).map_err(fail)?;
+            return end(&mut reader, bytes, charge);
+        }
+        let mut charge = Charge::empty();
         if expected > 0 && charge.grow(expected) {
             // Read straight into the buffer, charged already: one copy.
-            // ureq ends the body at Content-Length; a byte more than the
-            // limit allows is never read.
-            bytes.reserve_exact(expected);
+            let mut bytes = Vec::with_capacity(expected);
             (&mut reader).take(expected as u64).read_to_end(&mut bytes).map_err(fail)?;
-            let mut probe = [0u8; 1];
-            return match reader.read(&mut probe).map_err(fail)? {
-                0 => Ok((bytes, charge)),
-                _ => Err(DownstreamError::Protocol("the answer is longer than its Content-Length".into())),
-            };
+            return end(&mut reader, bytes, charge);
         }
-        // Sent chunked: no size ahead. Read into room for what the last such
+        // Sent chunked: no size ahead. Read straight into a buffer an
+        // earlier answer gave back (`runtime/recycle.rs`), as far as it is
+        // initialized: no copy from a read buffer, no regrowth, nothing
+        // zeroed again. Without one, into room for what the last such
         // answer took, when the budget has it: growing a `Vec` to 100 KB
-        // copies 112 KB as it doubles (issue 43: 3 % of mcpgate's CPU at
-        // 100 KB answers). Room the budget cannot spare is done without.
-        // Not past ROOM_MAX: 16 answers of 1 MB read into room of 1.1 MB at
-        // once made glibc give back and fault in its heap (10 page faults a
-        // call became 90, in one run of two), where doubling did not.
+        // copies 112 KB as it doubles (issue 43). Not past ROOM_MAX fresh:
+        // 16 answers of 1 MB read into new room of 1.1 MB at once made
+        // glibc give back and fault in its heap (10 page faults a call
+        // became 90, in one run of two), where doubling did not.
         let hint = self.chunked_hint.load(Ordering::Relaxed).min(max);
-        if hint > 0 && hint <= ROOM_MAX && charge.grow_ahead(hint) {
-            bytes.reserve_exact(hint);
+        let kept = if hint >= recycle::MIN_BYTES { self.answers.take() } else { None };
+        let (mut bytes, mut charge) = kept.unwrap_or_else(|| (Vec::new(), Charge::empty()));
+        if hint <= ROOM_MAX && bytes.len() < hint && charge.grow_ahead(hint - bytes.len()) {
+            bytes.reserve_exact(hint - bytes.len());
+            bytes.resize(hint, 0);
         }
-        let mut buf = [0u8; 16 * 1024];
+        // Past the room, reads land here first: most answers end there, at
+        // a read of nothing, and the room grows only for bytes that came.
+        let mut spill = [0u8; 16 * 1024];
+        let mut filled = 0;
         loop {
-            let n = match reader.read(&mut buf) {
+            let full = filled == bytes.len();
+            let read = if full { reader.read(&mut spill) } else { reader.read(&mut bytes[filled..]) };
+            let n = match read {
                 Ok(0) => {
-                    self.chunked_hint.store(bytes.len() + bytes.len() / 8, Ordering::Relaxed);
+                    bytes.truncate(filled);
+                    self.chunked_hint.store(filled + filled / 8, Ordering::Relaxed);
                     return Ok((bytes, charge));
                 }
                 Ok(n) => n,
@@ -601,16 +627,32 @@ impl Endpoint {
                 Err(e) if is_timeout(&e) => return Err(DownstreamError::Timeout(self.limits.request)),
                 Err(e) => return Err(DownstreamError::Protocol(format!("reading the answer failed: {e}"))),
             };
-            if bytes.len() + n > max {
+            if filled + n > max {
                 return Err(DownstreamError::Protocol(format!("message larger than {max} bytes")));
             }
-            // What Content-Length announced is charged already.
-            if bytes.len() + n > charge.bytes() && !charge.grow(bytes.len() + n - charge.bytes()) {
-                return Err(DownstreamError::Exhausted(
-                    "mcpgate holds its limit of max_memory_mb; the answer could not be held".into(),
-                ));
+            if full {
+                // The buffer's spare capacity; or room for as much again
+                // (16 KiB at least, the limit at most), charged ahead; when
+                // the budget has not that much, room for this read only,
+                // charged as held.
+                let spare = bytes.capacity() - bytes.len();
+                let mut more = match spare >= n {
+                    true => spare.min(max - filled),
+                    false => bytes.len().max(spill.len()).min(max - filled),
+                };
+                if !charge.grow_ahead((filled + more).saturating_sub(charge.bytes())) {
+                    more = n;
+                    if !charge.grow((filled + more).saturating_sub(charge.bytes())) {
+                        return Err(DownstreamError::Exhausted(
+                            "mcpgate holds its limit of max_memory_mb; the answer could not be held".into(),
+                        ));
+                    }
+                }
+                bytes.reserve_exact(more);
+                bytes.resize(filled + more, 0);
+                bytes[filled..filled + n].copy_from_slice(&spill[..n]);
             }
-            bytes.extend_from_slice(&buf[..n]);
+            filled += n;
         }
     }
 
@@ -747,7 +789,8 @@ mod tests {
     use crate::config::{Config, Transport};
 
     /// Answers a request with each of `bodies` in turn, in chunks of
-    /// `chunk` bytes, without a Content-Length; a connection each.
+    /// `chunk` bytes, without a Content-Length (0: whole, with one); a
+    /// connection each.
     fn chunked_server(bodies: Vec<Vec<u8>>, chunk: usize) -> (String, std::thread::JoinHandle<()>) {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}/mcp", listener.local_addr().unwrap());
@@ -766,9 +809,14 @@ mod tests {
                     })
                     .unwrap_or(0usize);
                 stream.read_exact(&mut vec![0; length]).unwrap();
-                let mut out = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\
-                    Transfer-Encoding: chunked\r\n\r\n"
-                    .to_vec();
+                let mut out = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n".to_vec();
+                if chunk == 0 {
+                    out.extend_from_slice(format!("Content-Length: {}\r\n\r\n", body.len()).as_bytes());
+                    out.extend_from_slice(&body);
+                    let _ = stream.write_all(&out);
+                    continue;
+                }
+                out.extend_from_slice(b"Transfer-Encoding: chunked\r\n\r\n");
                 for part in body.chunks(chunk) {
                     out.extend_from_slice(format!("{:x}\r\n", part.len()).as_bytes());
                     out.extend_from_slice(part);
@@ -781,27 +829,42 @@ mod tests {
         (url, serve)
     }
 
-    /// What `read_message` makes of each of `bodies`, sent chunked to one
-    /// endpoint with `max_message_bytes` of `max`: the bytes and the
-    /// capacity they were read into.
+    /// An answer's bytes as read, the capacity they were read into, and where.
+    type Answer = (Vec<u8>, usize, usize);
+
+    /// What `read_message` makes of each of `bodies`, sent chunked (in
+    /// chunks of `chunk`; 0: with a Content-Length instead) to one
+    /// endpoint with `max_message_bytes` of `max`: the bytes, the capacity
+    /// they were read into, and where. With `give_back`, each is given back
+    /// to the endpoint's pool (one of its own) once read, as a message
+    /// read from it gives it back when dropped.
     fn read_chunked_all(
         bodies: Vec<Vec<u8>>,
         chunk: usize,
         max: usize,
-    ) -> Vec<Result<(Vec<u8>, usize), DownstreamError>> {
+        give_back: bool,
+    ) -> Vec<Result<Answer, DownstreamError>> {
         let count = bodies.len();
         let (url, serve) = chunked_server(bodies, chunk);
         let text = format!(r#"{{"max_message_bytes": {max}, "mcpServers": {{"s": {{"url": "{url}"}}}}}}"#);
         let config = Config::parse(&text, &|_| None).unwrap();
         let Transport::Http(http) = config.servers[0].transport.clone() else { unreachable!() };
-        let endpoint = Endpoint::new(http, Arc::new(Limits::from_config(&config)), 1);
+        let mut endpoint = Endpoint::new(http, Arc::new(Limits::from_config(&config)), 1);
+        endpoint.answers = Box::leak(Box::new(recycle::Pool::new()));
         let agent = endpoint.short_agent();
         let reads = (0..count)
             .map(|_| {
                 let response = endpoint.post(&agent, None, None, b"{}", None)?;
                 endpoint.read_message(response).map(|(bytes, _)| {
-                    let capacity = bytes.capacity();
-                    (bytes, capacity)
+                    let (capacity, at) = (bytes.capacity(), bytes.as_ptr() as usize);
+                    match give_back {
+                        true => {
+                            let copy = bytes.clone();
+                            endpoint.answers.give(bytes);
+                            (copy, capacity, at)
+                        }
+                        false => (bytes, capacity, at),
+                    }
                 })
             })
             .collect();
@@ -811,7 +874,7 @@ mod tests {
 
     /// What `read_message` makes of `body`, sent chunked, with `max_message_bytes` of `max`.
     fn read_chunked(body: Vec<u8>, chunk: usize, max: usize) -> Result<Vec<u8>, DownstreamError> {
-        read_chunked_all(vec![body], chunk, max).pop().unwrap().map(|(bytes, _)| bytes)
+        read_chunked_all(vec![body], chunk, max, false).pop().unwrap().map(|(bytes, ..)| bytes)
     }
 
     #[test]
@@ -838,15 +901,50 @@ mod tests {
         // then 300 KB, and 100 B read without room (more than ROOM_MAX).
         let sizes = [100_000, 100_000, 90_000, 200_000, 100, 300_000, 100];
         let bodies: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![b'a'; n]).collect();
-        let reads = read_chunked_all(bodies.clone(), 16 * 1024, 1_000_000);
-        let capacities: Vec<usize> = reads.iter().map(|r| r.as_ref().map_or(0, |(_, c)| *c)).collect();
+        let reads = read_chunked_all(bodies.clone(), 16 * 1024, 1_000_000, false);
+        let capacities: Vec<usize> = reads.iter().map(|r| r.as_ref().map_or(0, |(_, c, _)| *c)).collect();
         for (read, body) in reads.iter().zip(&bodies) {
-            assert!(read.as_ref().is_ok_and(|(bytes, _)| bytes == body), "{} bytes: {capacities:?}", body.len());
+            assert!(read.as_ref().is_ok_and(|(bytes, ..)| bytes == body), "{} bytes: {capacities:?}", body.len());
         }
         let room = 100_000 + 100_000 / 8;
         assert_eq!(capacities[1..3], [room, room], "{capacities:?}");
         assert!(capacities[3] >= 200_000 && capacities[4] == 200_000 + 200_000 / 8, "{capacities:?}");
-        assert!(capacities[6] < 1000, "{capacities:?}");
+        assert!(capacities[6] <= 16 * 1024, "{capacities:?}");
+    }
+
+    #[test]
+    fn a_chunked_answer_is_read_into_the_buffer_the_last_one_gave_back() {
+        // 1 MB (past ROOM_MAX: read growing), then 1 MB, 900 KB and 1 MB
+        // again into the buffer the first gave back, where it lies, each
+        // whole and nothing of the one before; then 1.5 MB, which grows it.
+        let _budget = crate::runtime::memory::TEST_BUDGET.lock();
+        let sizes = [1_000_000, 1_000_000, 900_000, 1_000_000, 1_500_000];
+        let bodies: Vec<Vec<u8>> = sizes.iter().enumerate().map(|(i, &n)| vec![b'a' + i as u8; n]).collect();
+        let reads = read_chunked_all(bodies.clone(), 16 * 1024, 2_000_000, true);
+        let seen: Vec<(usize, usize)> =
+            reads.iter().map(|r| r.as_ref().map_or((0, 0), |(_, c, at)| (*c, *at))).collect();
+        for (read, body) in reads.iter().zip(&bodies) {
+            assert!(read.as_ref().is_ok_and(|(bytes, ..)| bytes == body), "{} bytes: {seen:?}", body.len());
+        }
+        assert!(seen[1..4].iter().all(|&s| s == seen[0]), "read where the first was, not grown: {seen:?}");
+        assert!(seen[4].0 >= 1_500_000, "{seen:?}");
+    }
+
+    #[test]
+    fn an_answer_with_a_length_is_read_into_the_buffer_the_last_one_gave_back() {
+        // As above, with Content-Length: 100 KB, 90 KB and 100 KB where the
+        // first was, then 300 KB, which grows it; 100 B is read apart.
+        let _budget = crate::runtime::memory::TEST_BUDGET.lock();
+        let sizes = [100_000, 90_000, 100_000, 300_000, 100];
+        let bodies: Vec<Vec<u8>> = sizes.iter().enumerate().map(|(i, &n)| vec![b'a' + i as u8; n]).collect();
+        let reads = read_chunked_all(bodies.clone(), 0, 1_000_000, true);
+        let seen: Vec<(usize, usize)> =
+            reads.iter().map(|r| r.as_ref().map_or((0, 0), |(_, c, at)| (*c, *at))).collect();
+        for (read, body) in reads.iter().zip(&bodies) {
+            assert!(read.as_ref().is_ok_and(|(bytes, ..)| bytes == body), "{} bytes: {seen:?}", body.len());
+        }
+        assert!(seen[1..3].iter().all(|&s| s == seen[0]), "read where the first was: {seen:?}");
+        assert!(seen[3].0 >= 300_000 && seen[4].0 < 1000, "{seen:?}");
     }
 
     #[test]
@@ -856,15 +954,15 @@ mod tests {
         let max = 100_000;
         let sizes = [90_000, max, max + 1, 3 * max];
         let bodies: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![b'a'; n]).collect();
-        let mut reads = read_chunked_all(bodies.clone(), 3000, max).into_iter();
+        let mut reads = read_chunked_all(bodies.clone(), 3000, max, false).into_iter();
         for body in &bodies[..2] {
             let read = reads.next().unwrap();
-            assert!(read.as_ref().is_ok_and(|(bytes, _)| bytes == body), "{} bytes", body.len());
+            assert!(read.as_ref().is_ok_and(|(bytes, ..)| bytes == body), "{} bytes", body.len());
         }
         for size in &sizes[2..] {
             match reads.next().unwrap() {
                 Err(DownstreamError::Protocol(why)) => assert!(why.contains("larger than 100000"), "{why}"),
-                other => panic!("{size} bytes: {:?}", other.map(|(b, _)| b.len())),
+                other => panic!("{size} bytes: {:?}", other.map(|(b, ..)| b.len())),
             }
         }
     }
