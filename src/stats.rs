@@ -699,7 +699,7 @@ stats! {
         memory_sessionless_calls: Gauge => "memory"."sessionless_calls_bytes" as "mcpgate_memory_sessionless_calls_bytes",
         /// Bytes of the lists held for every session that lists them: each server's (until a reaper's round after its last session closed) and the merged ones; part of `buffered_bytes`.
         memory_list_cache: Gauge => "memory"."list_cache_bytes" as "mcpgate_memory_list_cache_bytes",
-        /// Bytes of the buffers kept for servers' next large answers (freed when a reaper's round finds none taken since the last); part of `buffered_bytes`.
+        /// Bytes of the buffers kept for servers' next large answers (freed when none was taken for 2 s); part of `buffered_bytes`.
         memory_answer_buffers: Gauge => "memory"."answer_buffers_bytes" as "mcpgate_memory_answer_buffers_bytes",
         /// Charges against `max_memory_mb` refused: a client too slow for its stream, an event too large.
         memory_refused: Counter => "memory"."refused" as "mcpgate_memory_refused_total",

@@ -7,12 +7,14 @@
 //!
 //! Kept: at most [`MAX_KEPT`] buffers of [`MIN_BYTES`] to [`MAX_BYTES`]
 //! each, no more than an eighth of `max_memory_mb` in all, each charged
-//! to the budget while it is kept. What is not taken again between two of
-//! the reaper's looks is freed ([`trim`]), so a burst of large answers does
-//! not hold its memory once it is over.
+//! to the budget while it is kept. When none was taken for [`KEEP_IDLE`],
+//! all are freed (by the reaper, [`trim`]), so a burst of large answers
+//! does not hold its memory once it is over.
 //!
 //! A kept buffer's length is how far it is initialized: read into as it
 //! is, it is zeroed only where it grows.
+
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
@@ -24,6 +26,8 @@ pub(crate) const MIN_BYTES: usize = 16 * 1024;
 pub(crate) const MAX_BYTES: usize = 4 << 20;
 /// At most this many kept at once.
 pub(crate) const MAX_KEPT: usize = 64;
+/// Kept buffers are freed once none was taken for this long.
+pub(crate) const KEEP_IDLE: Duration = Duration::from_secs(2);
 
 struct Kept {
     buffer: Vec<u8>,
@@ -39,8 +43,8 @@ struct Inner {
     kept: Vec<Kept>,
     /// Bytes kept (their capacities), at most an eighth of the budget.
     bytes: usize,
-    /// Whether a buffer was taken since the reaper last looked.
-    taken: bool,
+    /// When a buffer was last taken.
+    taken: Option<Instant>,
 }
 
 static POOL: Pool = Pool::new();
@@ -55,9 +59,9 @@ pub(crate) fn give(buffer: Vec<u8>) {
     POOL.give(buffer)
 }
 
-/// [`Pool::trim`] of the process's pool.
+/// [`Pool::trim`] of the process's pool, now.
 pub(crate) fn trim() -> usize {
-    POOL.trim()
+    POOL.trim(Instant::now())
 }
 
 /// [`Pool::kept`] of the process's pool.
@@ -67,7 +71,7 @@ pub(crate) fn kept() -> (usize, usize) {
 
 impl Pool {
     pub(crate) const fn new() -> Pool {
-        Pool { inner: Mutex::new(Inner { kept: Vec::new(), bytes: 0, taken: false }) }
+        Pool { inner: Mutex::new(Inner { kept: Vec::new(), bytes: 0, taken: None }) }
     }
 
     /// A kept buffer and its charge (of its capacity), the most recently
@@ -77,7 +81,7 @@ impl Pool {
         let mut pool = self.inner.lock();
         let kept = pool.kept.pop()?;
         pool.bytes -= kept.buffer.capacity();
-        pool.taken = true;
+        pool.taken = Some(Instant::now());
         Some((kept.buffer, kept.charge))
     }
 
@@ -103,15 +107,16 @@ impl Pool {
             pool.bytes += bytes;
             pool.kept.push(Kept { buffer, charge });
         }
-        // Else freed with its charge once the lock is let go (declared after it).
+        // Else freed with its charge, after the guard (declared last, dropped first).
     }
 
-    /// Frees every kept buffer when none was taken since the last call (the
-    /// reaper's, every few seconds); returns how many were freed.
-    pub(crate) fn trim(&self) -> usize {
+    /// Frees every kept buffer when none was taken for [`KEEP_IDLE`]
+    /// before `now` (the reaper's, 4 times a second); returns how many
+    /// were freed.
+    pub(crate) fn trim(&self, now: Instant) -> usize {
         let freed = {
             let mut pool = self.inner.lock();
-            if std::mem::take(&mut pool.taken) {
+            if pool.taken.is_some_and(|at| now.saturating_duration_since(at) < KEEP_IDLE) {
                 return 0;
             }
             pool.bytes = 0;
@@ -149,8 +154,10 @@ mod tests {
         assert!(pool.take().is_none());
         drop(charge);
         pool.give(buffer);
-        assert_eq!(pool.trim(), 0, "taken since the last look: kept");
-        assert_eq!(pool.trim(), 1, "not taken since: freed");
+        let now = Instant::now();
+        assert_eq!(pool.trim(now), 0, "taken just now: kept");
+        assert_eq!(pool.trim(now + KEEP_IDLE / 2), 0, "taken within KEEP_IDLE: kept");
+        assert_eq!(pool.trim(now + KEEP_IDLE), 1, "not taken for KEEP_IDLE: freed");
         assert_eq!((pool.kept(), memory::used()), ((0, 0), used), "freed and its charge given back");
     }
 

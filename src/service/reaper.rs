@@ -49,6 +49,7 @@ pub fn start(gateway: Arc<Gateway>, stateless: Arc<Stateless>) -> std::io::Resul
                     }
                     gateway.life.settle_memory();
                     stateless.expire_holds();
+                    crate::runtime::recycle::trim();
                 }
                 recv(ticks) -> _ => {
                     // Read each time: a reload may change them.
@@ -69,7 +70,6 @@ pub fn start(gateway: Arc<Gateway>, stateless: Arc<Stateless>) -> std::io::Resul
                     }
                     gateway.start_eager(None);
                     gateway.downstreams.children.reap_left_behind();
-                    crate::runtime::recycle::trim();
                     threads::join_late();
                 }
             }
