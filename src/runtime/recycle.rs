@@ -1,9 +1,10 @@
-//! Buffers for servers' large answers, used again: an answer sent chunked
-//! is read into a buffer an earlier answer gave back, where its bytes land
-//! as they come, with no copy from a read buffer, no regrowth and no pages
-//! faulted in anew (issue 43: at 1 MB answers those copies were 14 % of
-//! mcpgate's CPU). A buffer comes back when the message read into it is
-//! dropped (`protocol/jsonrpc.rs`).
+//! Buffers for servers' large answers, used again: an answer of 16 KiB or
+//! more (chunked, or with a Content-Length) is read into a buffer an
+//! earlier answer gave back, where its bytes land as they come, with no
+//! copy from a read buffer, no regrowth and no pages faulted in anew
+//! (issue 43: at 1 MB answers those copies were 14 % of mcpgate's CPU). A
+//! buffer comes back when the message read into it is dropped
+//! (`protocol/jsonrpc.rs`).
 //!
 //! Kept: at most [`MAX_KEPT`] buffers of [`MIN_BYTES`] to [`MAX_BYTES`]
 //! each, no more than an eighth of `max_memory_mb` in all, each charged
