@@ -93,22 +93,17 @@ impl Pool {
         if !(MIN_BYTES..=MAX_BYTES).contains(&bytes) || buffer.is_empty() {
             return;
         }
-        let room = memory::limit() / 8;
-        let fits = |pool: &Inner| pool.kept.len() < MAX_KEPT && pool.bytes + bytes <= room;
-        if !fits(&self.inner.lock()) {
-            return;
-        }
-        // Charged outside the lock; a buffer the budget cannot spare is freed.
-        let mut charge = Charge::empty();
-        if !charge.grow_ahead(bytes) {
-            return;
-        }
+        // A buffer not kept is freed after the guard is dropped (a local,
+        // it goes before the argument).
         let mut pool = self.inner.lock();
-        if fits(&pool) {
+        if pool.kept.len() >= MAX_KEPT || pool.bytes + bytes > memory::limit() / 8 {
+            return;
+        }
+        let mut charge = Charge::empty();
+        if charge.grow_ahead(bytes) {
             pool.bytes += bytes;
             pool.kept.push(Kept { buffer, charge });
         }
-        // Else freed with its charge, after the guard (declared last, dropped first).
     }
 
     /// Frees every kept buffer when none was taken for [`KEEP_IDLE`]

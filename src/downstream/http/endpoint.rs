@@ -631,15 +631,12 @@ impl Endpoint {
                 return Err(DownstreamError::Protocol(format!("message larger than {max} bytes")));
             }
             if full {
-                // The buffer's spare capacity; or room for as much again
-                // (16 KiB at least, the limit at most), charged ahead; when
+                // The buffer's spare capacity; or room for as much again (for
+                // this read at least, the limit at most), charged ahead; when
                 // the budget has not that much, room for this read only,
                 // charged as held.
                 let spare = bytes.capacity() - bytes.len();
-                let mut more = match spare >= n {
-                    true => spare.min(max - filled),
-                    false => bytes.len().max(spill.len()).min(max - filled),
-                };
+                let mut more = if spare >= n { spare } else { bytes.len().max(n) }.min(max - filled);
                 if !charge.grow_ahead((filled + more).saturating_sub(charge.bytes())) {
                     more = n;
                     if !charge.grow((filled + more).saturating_sub(charge.bytes())) {
@@ -868,6 +865,8 @@ mod tests {
                 })
             })
             .collect();
+        // The buffers kept, and their charges, go with the test.
+        endpoint.answers.trim(std::time::Instant::now() + recycle::KEEP_IDLE);
         serve.join().unwrap();
         reads
     }
@@ -909,7 +908,7 @@ mod tests {
         let room = 100_000 + 100_000 / 8;
         assert_eq!(capacities[1..3], [room, room], "{capacities:?}");
         assert!(capacities[3] >= 200_000 && capacities[4] == 200_000 + 200_000 / 8, "{capacities:?}");
-        assert!(capacities[6] <= 16 * 1024, "{capacities:?}");
+        assert!(capacities[6] < 1000, "{capacities:?}");
     }
 
     #[test]
