@@ -35,6 +35,9 @@ RESULTS=$OUT/run/results.jsonl
 if [ $MODE = full ]; then
     SECONDS_PER_POINT=5; ROUNDS=3; CLIENT_COUNTS="1 16 64"; SESSIONS_BIG=1000; CHURN=10000; PY_SECONDS=5
     CPU_CLIENT_COUNTS="1 16 64"; CPU_SECONDS=3; CPU_ROUNDS=3
+    # Rounds of the points against the bare relay (1d, both eras): each target is the median of
+    # the rounds' own ratios, so one round the host spent elsewhere does not decide it.
+    RELAY_ROUNDS=5
     # OAuth and TLS: client counts of the token rows, new connections per TLS row.
     AUTH_COUNTS="1 16"; CONNECTS=500
     # stdio: client counts and seconds of the call rows, cold starts per path
@@ -43,7 +46,7 @@ if [ $MODE = full ]; then
     STDIO_COUNTS="1 16 64"; STDIO_SECONDS=5; COLD=100; STDIO_HOLD=50; STDIO_CHURN=1000; QUIET_MS=1000; SETTLE=1
 else
     SECONDS_PER_POINT=1; ROUNDS=1; CLIENT_COUNTS="1 16"; SESSIONS_BIG=200; CHURN=600; PY_SECONDS=1
-    CPU_CLIENT_COUNTS="1 16"; CPU_SECONDS=1; CPU_ROUNDS=1
+    CPU_CLIENT_COUNTS="1 16"; CPU_SECONDS=1; CPU_ROUNDS=1; RELAY_ROUNDS=1
     AUTH_COUNTS="1"; CONNECTS=50
     STDIO_COUNTS="1"; STDIO_SECONDS=0.5; COLD=20; STDIO_HOLD=10; STDIO_CHURN=50; QUIET_MS=300; SETTLE=0.3
 fi
@@ -172,6 +175,14 @@ cpu_point() {
     echo "  round $round, $era, $clients client(s), $size, $target: $line" >&2
 }
 
+# in_turn ROUND WORD...: the words in their order in odd rounds, and the other way round in even
+# ones: with two of them measured one after the other, a host growing slower or faster over the
+# pair favours each in turn.
+in_turn() {
+    local round=$1; shift
+    if [ $((round % 2)) -eq 1 ]; then echo "$@"; else printf '%s\n' "$@" | tac | xargs; fi
+}
+
 # ---------------------------------------------------------------- 1. overhead
 step "1. overhead: tools/call direct and through mcpgate, interleaved"
 serve fixture-a "$BIN/mcp-fixture" --name a
@@ -283,11 +294,12 @@ for round in $(seq "$ROUNDS"); do
         done
     done
 done
-# The era's CPU per call next to the bare relay, as section 1d does for the session era.
-for round in $(seq "$CPU_ROUNDS"); do
+# The era's CPU per call next to the bare relay, as section 1d does for the session era, in the
+# same order (below).
+for round in $(seq "$RELAY_ROUNDS"); do
     for clients in $CPU_CLIENT_COUNTS; do
         for size in 100B 100KB 1MB; do
-            for target in direct relay mcpgate; do
+            for target in $(in_turn "$round" direct relay mcpgate); do
                 case $target in
                     direct) url=http://$FIX_M/mcp; pid= ;;
                     relay) url=http://$RELAY_M/mcp; pid=$RELAY_M_PID ;;
@@ -312,11 +324,13 @@ fds() { find "/proc/$1/fd" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
 GATE_THREADS_BEFORE=$(threads "$GATE_PID"); GATE_FDS_BEFORE=$(fds "$GATE_PID")
 # In rounds, the round outermost: one point of 3 s moved by a quarter between runs (the relay at
 # 1 MB and 16 clients: 806 against 660 µs), and the machine's state drifts over the step. The
-# table sums ticks and calls over the rounds. The FastMCP proxy, 500 times the floor, runs once.
-for round in $(seq "$CPU_ROUNDS"); do
+# table sums ticks and calls over the rounds; the targets take the median of each round's
+# mcpgate / relay, and the relay and mcpgate swap places every other round (in_turn), so a drift
+# within a round weighs on each alike. The FastMCP proxy, 500 times the floor, runs once.
+for round in $(seq "$RELAY_ROUNDS"); do
 for clients in $CPU_CLIENT_COUNTS; do
     for size in 100B 100KB 1MB; do
-        for target in direct relay mcpgate fastmcp; do
+        for target in $(in_turn "$round" direct relay mcpgate fastmcp); do
             case $target in
                 direct) url=http://$FIX_A/mcp; pid= ;;
                 relay) url=http://$RELAY/mcp; pid=$RELAY_PID ;;
