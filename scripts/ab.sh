@@ -21,6 +21,9 @@
 # default until issue 43), 56 calls waited their turn in mcpgate, and that
 # queue was most of its p99 there.
 #
+# AB_CLIENTS="N ..." measures only those client counts (1, 16 and 64 if
+# unset): more rounds of one point in the same time.
+#
 # The fixture and the load generator are this checkout's release builds
 # (`cargo build --release -p mcp-fixture -p mcp-load`, which builds mcp-relay too). Everything listens
 # on 127.0.0.1; every process started is stopped by its PID on exit.
@@ -76,8 +79,8 @@ GATE_B=$ADDR; GATE_B_PID=$PID
 ticks() { if [ -n "$1" ]; then awk '{print $14 + $15}' "/proc/$1/stat"; else echo 0; fi; }
 
 for round in $(seq "$ROUNDS"); do
-    for clients in 1 16 64; do
-        for target in direct relay a b; do
+    for clients in ${AB_CLIENTS:-1 16 64}; do
+        for target in $(in_turn "$round" direct relay a b); do
             case $target in
                 direct) url=http://$FIX/mcp pid= ;;
                 relay) url=http://$RELAY/mcp pid=$RELAY_PID ;;
@@ -108,15 +111,24 @@ print(f"era: {rows[0].get('era', 'session')}, calls_per_server: {rows[0].get('la
 print("| clients | direct calls/s | relay calls/s | A calls/s | B calls/s | B/A | A, B / relay "
       "| relay p99 ms | A p99 ms | B p99 ms | B/A | A, B / relay |")
 print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-for c in (1, 16, 64):
+counts = sorted({r["clients"] for r in rows})
+for c in counts:
     d, r, a, b = (med(c, t, "throughput") for t in ("direct", "relay", "a", "b"))
     pr, pa, pb = (med(c, t, "p99_us") / 1000 for t in ("relay", "a", "b"))
     print(f"| {c} | {d:,.0f} | {r:,.0f} | {a:,.0f} | {b:,.0f} | {b / a:.2f} | {a / r:.2f}, {b / r:.2f} "
           f"| {pr:.2f} | {pa:.2f} | {pb:.2f} | {pb / pa:.2f} | {pa / pr:.2f}, {pb / pr:.2f} |")
 print()
-print("| clients | relay CPU/call µs | A | B | B/A | A, B / relay |")
-print("|---:|---:|---:|---:|---:|---:|")
-for c in (1, 16, 64):
+def rounds(clients, target):
+    return {r["round"]: r["ticks"] / max(r["result"]["calls"], 1) for r in rows
+            if r["clients"] == clients and r["target"] == target}
+def paired(clients):
+    # Each round's own B/A, A and B measured one after the other: their median and range.
+    a, b = rounds(clients, "a"), rounds(clients, "b")
+    ratios = sorted(b[n] / a[n] for n in a if n in b and a[n] and b[n])
+    return f"{statistics.median(ratios):.2f} ({ratios[0]:.2f} to {ratios[-1]:.2f})" if ratios else "-"
+print("| clients | relay CPU/call µs | A | B | B/A | B/A, median of the rounds' | A, B / relay |")
+print("|---:|---:|---:|---:|---:|---:|---:|")
+for c in counts:
     r, a, b = (cpu(c, t) for t in ("relay", "a", "b"))
-    print(f"| {c} | {r:.0f} | {a:.0f} | {b:.0f} | {b / a:.2f} | {a / r:.2f}, {b / r:.2f} |")
+    print(f"| {c} | {r:.0f} | {a:.0f} | {b:.0f} | {b / a:.2f} | {paired(c)} | {a / r:.2f}, {b / r:.2f} |")
 EOF

@@ -175,14 +175,6 @@ cpu_point() {
     echo "  round $round, $era, $clients client(s), $size, $target: $line" >&2
 }
 
-# in_turn ROUND WORD...: the words in their order in odd rounds, and the other way round in even
-# ones: with two of them measured one after the other, a host growing slower or faster over the
-# pair favours each in turn.
-in_turn() {
-    local round=$1; shift
-    if [ $((round % 2)) -eq 1 ]; then echo "$@"; else printf '%s\n' "$@" | tac | xargs; fi
-}
-
 # ---------------------------------------------------------------- 1. overhead
 step "1. overhead: tools/call direct and through mcpgate, interleaved"
 serve fixture-a "$BIN/mcp-fixture" --name a
@@ -325,7 +317,7 @@ GATE_THREADS_BEFORE=$(threads "$GATE_PID"); GATE_FDS_BEFORE=$(fds "$GATE_PID")
 # In rounds, the round outermost: one point of 3 s moved by a quarter between runs (the relay at
 # 1 MB and 16 clients: 806 against 660 µs), and the machine's state drifts over the step. The
 # table sums ticks and calls over the rounds; the targets take the median of each round's
-# mcpgate / relay, and the relay and mcpgate swap places every other round (in_turn), so a drift
+# mcpgate / relay, and the relay and mcpgate swap places every other round (in_turn: lib.sh), so a drift
 # within a round weighs on each alike. The FastMCP proxy, 500 times the floor, runs once.
 for round in $(seq "$RELAY_ROUNDS"); do
 for clients in $CPU_CLIENT_COUNTS; do

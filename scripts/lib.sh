@@ -413,3 +413,11 @@ apt_install() {
 trap stop_all EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
+
+# in_turn ROUND WORD...: the words in their order in odd rounds, and the other way round in even
+# ones: with two of them measured one after the other, a host growing slower or faster over the
+# pair favours each in turn.
+in_turn() {
+    local round=$1; shift
+    if [ $((round % 2)) -eq 1 ]; then echo "$@"; else printf '%s\n' "$@" | tac | xargs; fi
+}
