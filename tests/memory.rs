@@ -388,6 +388,58 @@ fn buffers_kept_for_large_answers_are_charged_bounded_and_freed_when_calls_stop(
     assert_eq!(end["buffered_bytes"], before["buffered_bytes"], "memory before {before}, at the end {end}");
 }
 
+/// A server's answer stays charged to `max_memory_mb` for as long as
+/// mcpgate holds it. The charge of reading it used to end once it was
+/// read, and a client that read slowly then held the whole answer,
+/// uncharged, while it was written. A session asks for 24 MB and reads
+/// nothing: while mcpgate waits to write the rest, the status page counts
+/// the answer; once the client has read it, the count comes back down.
+#[test]
+fn a_large_answer_held_for_a_client_that_does_not_read_stays_charged() {
+    let _alone = alone();
+    let alpha = Fixture::start("alpha", &[]);
+    let gate = Gate::start_for(
+        &[&alpha],
+        json!({"max_memory_mb": 128, "max_message_bytes": 64 << 20, "client_write_timeout_secs": 60}),
+    );
+    let client = gate.open_session();
+    let buffered = || gate.status()["memory"]["buffered_bytes"].as_u64().expect("memory.buffered_bytes");
+    let before = buffered();
+    let bytes: u64 = 24_000_000;
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                      "params": {"name": "alpha__big", "arguments": {"bytes": bytes}}});
+    let host = gate.addr.to_string();
+    let headers = [
+        ("Host", host.as_str()),
+        ("Connection", "close"),
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+        ("Mcp-Session-Id", client.session.as_deref().expect("a session")),
+        ("MCP-Protocol-Version", PROTOCOL),
+    ];
+    let mut stream = send(gate.addr, &http_request("POST", "/mcp", &headers, call.to_string().as_bytes()));
+    // Charged as it is read; then the sockets take some megabytes, and
+    // mcpgate holds the answer while it waits to write the rest.
+    let read = wait_until(Duration::from_secs(30), || buffered() >= before + bytes);
+    std::thread::sleep(Duration::from_secs(2));
+    let held = buffered();
+    let (answer, ending) = read_until_closed(&mut stream, Duration::from_secs(60));
+    let back = wait_until(Duration::from_secs(10), || buffered() < before + MB);
+    eprintln!(
+        "an answer of {} held for a client that did not read: buffered {} before, {} 2 s after it was read \
+         (read: {read}), {} after the client read it",
+        mb(bytes),
+        mb(before),
+        mb(held),
+        mb(buffered())
+    );
+    assert!(read, "the answer was not charged as it was read");
+    assert!(held >= before + bytes, "the answer held for the client was not charged: {}", mb(held));
+    assert_ne!(ending, Ending::TimedOut, "the answer did not end");
+    assert!(answer.len() as u64 > bytes, "the client got {} bytes", answer.len());
+    assert!(back, "the charge did not come back once the answer was read: {}", mb(buffered()));
+}
+
 /// A peer must not be able to turn mcpgate's log into a disk filler: a
 /// message dropped for a client that opened no stream was one warning
 /// each (3.4 million lines, 374 MB, in 20 s). Now a call site logs at most

@@ -149,7 +149,7 @@ pub(crate) const KEYS: &[Key] = &[
     Key {
         name: "max_memory_mb",
         kind: Kind::Number { default: Some(128), min: 8, max: 1048576 },
-        meaning: "MiB of message bytes mcpgate may hold in all: request bodies, events queued for clients and kept for their replay, events arriving from servers. Each session may hold its share (half of this divided by the live sessions, at least 1 MiB); a client that falls further behind loses its stream, a server event that does not fit is refused. Keep it below the unit's `MemoryMax`.",
+        meaning: "MiB of message bytes mcpgate may hold in all: request bodies, events queued for clients and kept for their replay, events arriving from servers, servers' answers until written to their clients. Each session may hold its share (half of this divided by the live sessions, at least 1 MiB); a client that falls further behind loses its stream, a server event that does not fit is refused. Keep it below the unit's `MemoryMax`.",
     },
     Key {
         name: "max_processes",

@@ -11,6 +11,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::validate;
+use crate::runtime::memory::Charge;
 use crate::runtime::recycle;
 
 pub(crate) const PARSE_ERROR: i64 = -32700;
@@ -51,20 +52,27 @@ enum JsonText {
     Part(Arc<Body>, Range<usize>),
 }
 
-/// The body a message was read from, shared by the parts it keeps; given
-/// back for the next large answer when the last is dropped (`runtime/recycle.rs`).
-struct Body(String);
+/// The body a message was read from, shared by the parts it keeps, and
+/// what it was charged to `max_memory_mb` as it was read: the charge lasts
+/// as long as the body, which a slow client may hold while its answer is
+/// written. Given back, charge and all, for the next large answer when the
+/// last part is dropped (`runtime/recycle.rs`).
+struct Body {
+    text: String,
+    charge: Charge,
+}
 
 impl std::ops::Deref for Body {
     type Target = str;
     fn deref(&self) -> &str {
-        &self.0
+        &self.text
     }
 }
 
 impl Drop for Body {
     fn drop(&mut self) {
-        recycle::give(std::mem::take(&mut self.0).into_bytes());
+        let charge = std::mem::replace(&mut self.charge, Charge::empty());
+        recycle::give(std::mem::take(&mut self.text).into_bytes(), charge);
     }
 }
 
@@ -246,8 +254,15 @@ impl Message {
     /// result stays in it, uncopied (params and error are copied, being
     /// small wherever a result is large).
     pub fn parse_owned(body: Vec<u8>) -> Result<Message, RpcError> {
+        Message::parse_charged(body, Charge::empty())
+    }
+
+    /// [`Message::parse_owned`] of a body read under `charge`: a result
+    /// kept in the body keeps the charge until the last of it is dropped.
+    /// Without a result, the charge ends here, with the body.
+    pub(crate) fn parse_charged(body: Vec<u8>, charge: Charge) -> Result<Message, RpcError> {
         match String::from_utf8(body) {
-            Ok(text) => Message::parse_text(text),
+            Ok(text) => Message::parse_text_charged(text, charge),
             // Not UTF-8: the same error as `parse` gives.
             Err(e) => Message::parse(e.as_bytes()),
         }
@@ -255,14 +270,18 @@ impl Message {
 
     /// [`Message::parse_owned`] of text (an SSE event's data).
     pub(crate) fn parse_text(text: String) -> Result<Message, RpcError> {
+        Message::parse_text_charged(text, Charge::empty())
+    }
+
+    fn parse_text_charged(text: String, charge: Charge) -> Result<Message, RpcError> {
         if text.len() >= CHECKED_APART
             && let Some(span) = validate::result_span(&text)
             && let Some(b'{' | b'[') = text.as_bytes().get(span.start)
             && span.len() >= text.len() / 2
         {
-            return Message::parse_around(text, span);
+            return Message::parse_around(text, span, charge);
         }
-        let body = Arc::new(Body(text));
+        let body = Arc::new(Body { text, charge });
         let read: Read = serde_json::from_str(&body).map_err(parse_error)?;
         // Where the result lies in the body: it was read from it.
         let result = read.result.map(|raw| {
@@ -276,13 +295,13 @@ impl Message {
     /// at `span`: serde_json reads the rest, with `0` in the result's place,
     /// and so gives what it gives for the whole (an object or array result
     /// is a result to it as `0` is).
-    fn parse_around(text: String, span: Range<usize>) -> Result<Message, RpcError> {
+    fn parse_around(text: String, span: Range<usize>, charge: Charge) -> Result<Message, RpcError> {
         let mut rest = String::with_capacity(text.len() - span.len() + 1);
         rest.push_str(&text[..span.start]);
         rest.push('0');
         rest.push_str(&text[span.end..]);
         let read: Read = serde_json::from_str(&rest).map_err(parse_error)?;
-        let result = read.result.is_some().then(|| Json(JsonText::Part(Arc::new(Body(text)), span)));
+        let result = read.result.is_some().then(|| Json(JsonText::Part(Arc::new(Body { text, charge }), span)));
         Message::of(read, result)
     }
 
@@ -560,6 +579,38 @@ pub fn raw(value: &Value) -> Box<RawValue> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::memory;
+
+    /// A charge no other test's comes near, so that the budget's count
+    /// tells it apart while tests run side by side.
+    const GIB: usize = 1 << 30;
+
+    /// The charge a server's answer was read under lasts as long as any
+    /// part of it: a result handed on (to a slow client's write, say)
+    /// holds it, and it ends with the last part.
+    #[test]
+    fn a_body_read_under_a_charge_keeps_it_while_a_part_of_it_lives() {
+        let _budget = memory::TEST_BUDGET.lock();
+        // Under recycle::MIN_BYTES (not kept for the next answer), and past
+        // CHECKED_APART (the result read apart); then a small one.
+        for size in [8_000, 100] {
+            let body = format!(r#"{{"jsonrpc":"2.0","id":1,"result":{{"text":"{}"}}}}"#, "x".repeat(size));
+            let before = memory::used();
+            let message = Message::parse_charged(body.into_bytes(), Charge::new(GIB).expect("room")).unwrap();
+            let result = message.result.clone().expect("a result");
+            drop(message);
+            assert!(memory::used().abs_diff(before + GIB) < GIB / 4, "{size}: held while its result lives");
+            assert_eq!(result.get().len(), size + 11);
+            drop(result);
+            assert!(memory::used().abs_diff(before) < GIB / 4, "{size}: given back with the last part");
+        }
+        // Without a result nothing of the body is kept, nor its charge.
+        let before = memory::used();
+        let error = br#"{"jsonrpc":"2.0","id":1,"error":{"code":-1,"message":"no"}}"#.to_vec();
+        let message = Message::parse_charged(error, Charge::new(GIB).expect("room")).unwrap();
+        assert!(memory::used().abs_diff(before) < GIB / 4);
+        drop(message);
+    }
 
     #[test]
     fn classifies_requests_notifications_and_responses() {

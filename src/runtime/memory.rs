@@ -1,6 +1,8 @@
 //! The bytes of messages mcpgate holds, counted against `max_memory_mb`:
 //! request bodies, events queued for clients and kept for their replay,
-//! and events still arriving from servers. Each holding is a [`Charge`],
+//! events still arriving from servers, and servers' answers from their
+//! first byte read until the last part of them is dropped (a slow client's
+//! write included: `protocol/jsonrpc.rs`'s `Body`). Each holding is a [`Charge`],
 //! given back when it is dropped, so the count cannot drift.
 //!
 //! One budget for the process, as the allocator is one: a charge that would

@@ -56,8 +56,8 @@ pub(crate) fn pool() -> &'static Pool {
 }
 
 /// [`Pool::give`] to the process's pool.
-pub(crate) fn give(buffer: Vec<u8>) {
-    POOL.give(buffer)
+pub(crate) fn give(buffer: Vec<u8>, charge: Charge) {
+    POOL.give(buffer, charge)
 }
 
 /// [`Pool::trim`] of the process's pool, now.
@@ -88,19 +88,21 @@ impl Pool {
 
     /// Keeps `buffer` for the next large answer, or frees it: outside the
     /// sizes kept, past the pool's bounds, or when the budget has no room.
-    pub(crate) fn give(&self, buffer: Vec<u8>) {
+    /// `charge`, what the buffer was charged while in use, becomes the
+    /// charge of its capacity while kept, or ends with it.
+    pub(crate) fn give(&self, buffer: Vec<u8>, mut charge: Charge) {
         let bytes = buffer.capacity();
         if !(MIN_BYTES..=MAX_BYTES).contains(&bytes) || buffer.is_empty() {
             return;
         }
-        // A buffer not kept is freed after the guard is dropped (a local,
-        // it goes before the argument).
+        // A buffer not kept is freed, and its charge given back, after the
+        // guard is dropped (a local, it goes before the arguments).
         let mut pool = self.inner.lock();
         if pool.kept.len() >= MAX_KEPT || pool.bytes + bytes > memory::limit() / 8 {
             return;
         }
-        let mut charge = Charge::empty();
-        if charge.grow_ahead(bytes) {
+        charge.shrink_to(bytes);
+        if charge.grow_ahead(bytes - charge.bytes()) {
             pool.bytes += bytes;
             pool.kept.push(Kept { buffer, charge });
         }
@@ -141,7 +143,7 @@ mod tests {
         let mut buffer = vec![7u8; 100_000];
         buffer.truncate(90_000);
         let capacity = buffer.capacity();
-        pool.give(buffer);
+        pool.give(buffer, Charge::empty());
         assert_eq!(pool.kept(), (1, capacity));
         assert_eq!(memory::used(), used + capacity, "a kept buffer is charged");
         let (buffer, charge) = pool.take().expect("the buffer given back");
@@ -149,7 +151,7 @@ mod tests {
         assert_eq!(pool.kept(), (0, 0));
         assert!(pool.take().is_none());
         drop(charge);
-        pool.give(buffer);
+        pool.give(buffer, Charge::empty());
         let now = Instant::now();
         assert_eq!(pool.trim(now), 0, "taken just now: kept");
         assert_eq!(pool.trim(now + KEEP_IDLE / 2), 0, "taken within KEEP_IDLE: kept");
@@ -157,16 +159,40 @@ mod tests {
         assert_eq!((pool.kept(), memory::used()), ((0, 0), used), "freed and its charge given back");
     }
 
+    /// A buffer comes back with what it was charged while in use: kept, the
+    /// charge becomes its capacity's; not kept, the charge ends with it.
+    #[test]
+    fn a_buffer_given_with_its_charge_is_charged_once() {
+        let _budget = memory::TEST_BUDGET.lock();
+        const GIB: usize = 1 << 30;
+        let pool = Pool::new();
+        let before = memory::used();
+        let buffer = vec![7u8; 100_000];
+        let capacity = buffer.capacity();
+        pool.give(buffer, Charge::new(GIB).expect("room"));
+        assert_eq!(pool.kept(), (1, capacity));
+        assert!(memory::used().abs_diff(before + capacity) < GIB / 4, "charged as its capacity, once");
+        let mut small = Charge::empty();
+        assert!(small.grow(10));
+        pool.give(vec![7u8; 50_000], small);
+        assert_eq!(pool.kept().0, 2, "a charge short of the capacity is grown to it");
+        pool.give(vec![7u8; MIN_BYTES - 1], Charge::new(GIB).expect("room"));
+        assert_eq!(pool.kept().0, 2, "too small to keep");
+        assert!(memory::used().abs_diff(before) < GIB / 4, "its charge ended with it");
+        assert_eq!(pool.trim(Instant::now()), 2, "never taken: freed");
+        assert!(memory::used().abs_diff(before) < GIB / 4);
+    }
+
     #[test]
     fn small_empty_and_giant_buffers_are_not_kept_nor_more_than_the_bounds() {
         let _budget = memory::TEST_BUDGET.lock();
         let pool = Pool::new();
-        pool.give(vec![1u8; MIN_BYTES - 1]);
-        pool.give(Vec::with_capacity(MIN_BYTES));
-        pool.give(vec![1u8; MAX_BYTES + 1]);
+        pool.give(vec![1u8; MIN_BYTES - 1], Charge::empty());
+        pool.give(Vec::with_capacity(MIN_BYTES), Charge::empty());
+        pool.give(vec![1u8; MAX_BYTES + 1], Charge::empty());
         assert_eq!(pool.kept().0, 0);
         for _ in 0..MAX_KEPT + 5 {
-            pool.give(vec![1u8; MIN_BYTES]);
+            pool.give(vec![1u8; MIN_BYTES], Charge::empty());
         }
         assert_eq!(pool.kept(), (MAX_KEPT, MAX_KEPT * MIN_BYTES));
         let pool = Pool::new();
@@ -175,7 +201,7 @@ mod tests {
         memory::set_limit(memory::used() + 8 * 3 * MIN_BYTES);
         let room = memory::limit() / 8;
         for _ in 0..24 {
-            pool.give(vec![1u8; MIN_BYTES]);
+            pool.give(vec![1u8; MIN_BYTES], Charge::empty());
         }
         let kept = pool.kept();
         memory::set_limit(limit);

@@ -446,9 +446,10 @@ impl Endpoint {
             (mime.eq_ignore_ascii_case("application/json"), mime.eq_ignore_ascii_case("text/event-stream"));
         match status {
             200 if json => {
-                let (bytes, _held) = self.read_message(response)?;
-                // The result stays in the bytes read: a large one is not copied out.
-                let message = Message::parse_owned(bytes)
+                let (bytes, held) = self.read_message(response)?;
+                // The result stays in the bytes read, charged while it is
+                // held: a large one is not copied out.
+                let message = Message::parse_charged(bytes, held)
                     .map_err(|e| DownstreamError::Protocol(format!("invalid JSON-RPC answer: {}", e.message)))?;
                 match message.kind() {
                     Ok(Kind::Response) if message.id.as_ref() == Some(id) => Ok(message),
@@ -857,7 +858,7 @@ mod tests {
                     match give_back {
                         true => {
                             let copy = bytes.clone();
-                            endpoint.answers.give(bytes);
+                            endpoint.answers.give(bytes, Charge::empty());
                             (copy, capacity, at)
                         }
                         false => (bytes, capacity, at),

@@ -19,6 +19,7 @@ use crate::downstream::Server;
 use crate::downstream::correlate::Incoming;
 use crate::limited;
 use crate::protocol::jsonrpc::Message;
+use crate::runtime::memory::Charge;
 use crate::runtime::ratelog::RateLimit;
 use crate::runtime::sys;
 
@@ -64,13 +65,13 @@ const LINGER: Duration = Duration::from_millis(50);
 const LOOK: Duration = Duration::from_millis(50);
 
 /// A line from the child, sent where it belongs.
-fn dispatch(server: &Arc<Server>, child: &Arc<Child>, line: Vec<u8>) {
+fn dispatch(server: &Arc<Server>, child: &Arc<Child>, line: Vec<u8>, charge: Charge) {
     if line.iter().all(u8::is_ascii_whitespace) {
         return;
     }
     // The line is the message's to keep: its result is not copied out of
     // it, and a large one is checked by `protocol/validate.rs`.
-    match Message::parse_owned(line) {
+    match Message::parse_charged(line, charge) {
         Ok(message) => hand_over(server, child, message),
         Err(e) => {
             limited!(warn, "server `{}`: a line on stdout is not JSON-RPC ({}); ignored", server.name(), e.message)
@@ -94,7 +95,7 @@ pub(super) fn read_stdout(server: &Arc<Server>, child: &Arc<Child>) -> String {
         let Some(reading) = stdout.as_mut() else { return "it has no stdout".to_string() };
         loop {
             match reading.next(child.pid, EXIT_CHECK) {
-                Got::Line(line) => dispatch(server, child, line),
+                Got::Line(line, charge) => dispatch(server, child, line, charge),
                 Got::Quiet => {}
                 Got::End(why) => {
                     // Its pipe is closed now, not when the child is dropped.
@@ -150,7 +151,7 @@ impl<'a> Turn<'a> {
             }
             // At the stream's end the reader thread, woken, says the child ended.
             match stdout.as_mut().map(|stdout| stdout.next(self.child.pid, LOOK)) {
-                Some(Got::Line(line)) => dispatch(self.server, self.child, line),
+                Some(Got::Line(line, charge)) => dispatch(self.server, self.child, line, charge),
                 Some(Got::Quiet) => {}
                 Some(Got::End(_)) | None => self.let_go(),
             }

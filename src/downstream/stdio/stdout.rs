@@ -36,8 +36,9 @@ impl Stdout {
 
 /// What one read of stdout got.
 pub(super) enum Got {
-    /// A whole line, without its `\n`.
-    Line(Vec<u8>),
+    /// A whole line, without its `\n`, and what it was charged while read
+    /// (its bytes past 64 KiB), to hold as long as the line is held.
+    Line(Vec<u8>, Charge),
     /// Nothing within the wait (a line may be half-read).
     Quiet,
     /// The stream ended, why: then the child is gone.
@@ -54,7 +55,7 @@ impl Stdout {
             return Got::End(why.clone());
         }
         match self.read_line(pid, wait) {
-            Ok(Some(line)) => Got::Line(line),
+            Ok(Some((line, charge))) => Got::Line(line, charge),
             Ok(None) => Got::Quiet,
             Err(why) => {
                 // What was half-read is given back: nothing more is read.
@@ -66,7 +67,7 @@ impl Stdout {
         }
     }
 
-    fn read_line(&mut self, pid: u32, wait: Duration) -> Result<Option<Vec<u8>>, String> {
+    fn read_line(&mut self, pid: u32, wait: Duration) -> Result<Option<(Vec<u8>, Charge)>, String> {
         let failed = |e: io::Error| format!("reading its stdout failed: {e}");
         let until = Instant::now() + wait;
         loop {
@@ -104,8 +105,8 @@ impl Stdout {
             self.line.extend_from_slice(&buf[..take]);
             self.reader.consume(take + usize::from(done));
             if done {
-                self.charge = Charge::empty();
-                return Ok(Some(std::mem::take(&mut self.line)));
+                let charge = std::mem::replace(&mut self.charge, Charge::empty());
+                return Ok(Some((std::mem::take(&mut self.line), charge)));
             }
         }
     }
@@ -131,7 +132,7 @@ mod tests {
     fn a_half_read_line_is_finished_by_the_next_read_and_the_end_is_said_again() {
         let (mut process, pid, mut stdout) = sh("printf '{\"a\":1}\\n{\"b\"'; sleep 0.5; printf ':2}\\n'", 1024);
         let line = |got: Got| match got {
-            Got::Line(line) => String::from_utf8(line).expect("text"),
+            Got::Line(line, _) => String::from_utf8(line).expect("text"),
             Got::Quiet => "quiet".into(),
             Got::End(why) => format!("end: {why}"),
         };
@@ -141,6 +142,26 @@ mod tests {
         let end = line(stdout.next(pid, Duration::from_secs(5)));
         assert!(end == "end: it closed its stdout" || end.starts_with("end: it exited"), "{end}");
         assert_eq!(line(stdout.next(pid, Duration::from_secs(5))), end, "said again");
+        let _ = process.wait();
+    }
+
+    /// A long line comes with what it was charged while read (its bytes
+    /// past 64 KiB), for whoever holds it next; a short one with none.
+    #[test]
+    fn a_long_line_comes_with_its_charge() {
+        let (mut process, pid, mut stdout) = sh("printf '{}\n'; head -c 200000 /dev/zero | tr '\\0' x; echo", 1 << 20);
+        match stdout.next(pid, Duration::from_secs(5)) {
+            Got::Line(line, charge) => assert_eq!((line.len(), charge.bytes()), (2, 0)),
+            _ => panic!("a line"),
+        }
+        match stdout.next(pid, Duration::from_secs(5)) {
+            Got::Line(line, charge) => {
+                assert_eq!(line.len(), 200_000);
+                assert!((200_000 - 64 * 1024..=200_000).contains(&charge.bytes()), "{}", charge.bytes());
+            }
+            _ => panic!("a line of 200,000 bytes"),
+        }
+        assert_eq!(stdout.charge.bytes(), 0, "handed on, not kept");
         let _ = process.wait();
     }
 
