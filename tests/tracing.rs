@@ -203,6 +203,10 @@ fn a_receiver_that_never_answers_never_holds_a_call_back() {
     // The exporter waits for the receiver longer than this test lasts: only a queue that drops
     // rather than waits lets the calls through.
     c["tracing"] = json!({"endpoint": receiver.endpoint(), "max_queue": 16, "export_timeout_ms": 60000});
+    // The client waits for the exporter below, idle: with the tests' 1 s
+    // its next call raced mcpgate closing its connection (a broken pipe in
+    // a fresh clone's CI run, under the load of another).
+    c["client_idle_timeout_secs"] = json!(60);
     let gate = Gate::start_checked(&c);
     let mut client = gate.open_session();
     // The exporter has a batch in its hands (the session's opening) and waits on the receiver.
