@@ -257,6 +257,17 @@ fn bad_params_get_invalid_params_saying_what_is_wrong() {
         assert_eq!(reply.header("mcp-session-id"), None, "{case}: no session may be created: {reply:?}");
         bench.assert_unharmed(case, false);
     }
+    // A name given twice, plainly or escaped: params go on as written, so
+    // the server might read the first where mcpgate read the last.
+    for (case, params) in [
+        ("tools/call naming two tools", r#"{"name":"alpha__add","arguments":{"text":"a"},"name":"alpha__echo"}"#),
+        ("tools/call naming one escaped", r#"{"name":"alpha__add","n\u0061me":"alpha__echo","arguments":{}}"#),
+    ] {
+        let body = format!(r#"{{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{params}}}"#);
+        let reply = bench.post(&body, &[]);
+        assert_rpc_error(&reply, 200, -32602, &["`tools/call`", "member `name` given twice"], case);
+        bench.assert_unharmed(case, false);
+    }
 }
 
 #[test]

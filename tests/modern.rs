@@ -159,6 +159,16 @@ fn each_rung_of_the_checks_answers_with_its_code_and_status() {
     // `ping` is of the session era alone (the conformance suite's server-stateless).
     let ping = client.send(json!(7), "ping", json!({}), &[]);
     assert_eq!((ping.status, ping.error_code()), (404, -32601), "{ping:?}");
+    // A name given twice: sent on as written, the server might read the
+    // first where mcpgate read the last (the headers name the last).
+    let (body, headers) =
+        Modern::new(&gate.url()).prepare("tools/call", json!({"name": "fx__echo", "arguments": {"text": "c"}}));
+    let body = body.to_string().replacen(r#""params":{"#, r#""params":{"name":"fx__add","#, 1);
+    let headers: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+    let twice = client.post(body.as_bytes(), &headers);
+    assert_eq!((twice.status, twice.error_code()), (400, -32602), "{twice:?}");
+    let message = twice.body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("`tools/call`") && message.contains("member `name` given twice"), "{twice:?}");
     assert_eq!(fx.count("requests"), reached, "a refused request reached the server: {}", fx.stats());
     // The session era's GET and DELETE are not of this era.
     let agent = http_agent(Some(Duration::from_secs(5)));

@@ -30,12 +30,11 @@ use std::sync::{Arc, Weak};
 
 use crossbeam_channel::Sender;
 use parking_lot::Mutex;
-use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use crate::downstream::{DownstreamError, Inbox, Server};
 use crate::limited;
-use crate::protocol::jsonrpc::{self, Kind, Message};
+use crate::protocol::jsonrpc::{self, Kind, Message, Params};
 
 /// Messages, and their bytes, kept before the session listens; more are dropped.
 const EARLY_MAX: usize = 64;
@@ -440,12 +439,10 @@ pub(crate) fn token_key(token: &Value) -> String {
 }
 
 /// The progress token of a request's params, if it carries one.
-pub(crate) fn progress_token(params: &RawValue) -> Option<String> {
-    if !params.get().contains("progressToken") {
-        return None;
-    }
-    let value: Value = serde_json::from_str(params.get()).ok()?;
-    value.pointer("/_meta/progressToken").filter(|t| !t.is_null()).map(token_key)
+pub(crate) fn progress_token(params: &Params) -> Option<String> {
+    let meta = params.raw("_meta").filter(|meta| meta.get().contains("progressToken"))?;
+    let meta: Value = serde_json::from_str(meta.get()).ok()?;
+    meta.get("progressToken").filter(|t| !t.is_null()).map(token_key)
 }
 
 /// Puts the caller's own progress token back into a progress notification.
@@ -671,10 +668,11 @@ mod tests {
 
     #[test]
     fn a_progress_token_is_found_only_where_it_belongs() {
-        let raw = |v: Value| jsonrpc::raw(&v);
-        assert_eq!(progress_token(&raw(json!({"_meta": {"progressToken": 7}}))), Some("7".into()));
-        assert_eq!(progress_token(&raw(json!({"_meta": {"progressToken": "t"}}))), Some("t".into()));
-        assert_eq!(progress_token(&raw(json!({"progressToken": "t"}))), None);
-        assert_eq!(progress_token(&raw(json!({"name": "x"}))), None);
+        let token = |v: Value| progress_token(&Params::read(&jsonrpc::raw(&v)).unwrap());
+        assert_eq!(token(json!({"_meta": {"progressToken": 7}})), Some("7".into()));
+        assert_eq!(token(json!({"_meta": {"progressToken": "t"}})), Some("t".into()));
+        assert_eq!(token(json!({"_meta": {"progressToken": null}})), None);
+        assert_eq!(token(json!({"progressToken": "t"})), None);
+        assert_eq!(token(json!({"name": "x", "_meta": {"other": "progressToken"}})), None);
     }
 }

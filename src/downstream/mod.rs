@@ -29,7 +29,7 @@ use serde_json::value::RawValue;
 
 use crate::config::{Config, ServerConfig};
 use crate::limited;
-use crate::protocol::jsonrpc::{self, Message};
+use crate::protocol::jsonrpc::{self, Message, Params};
 use crate::protocol::versions;
 use crate::runtime::state::Journal;
 pub(crate) use crate::runtime::state::SavedDownstream;
@@ -191,7 +191,8 @@ pub(crate) trait Link: Send + Sync {
     /// kept; the newest when the answer was refused), told once, before
     /// the session is shared: what its later messages say they speak.
     fn agreed(&mut self, _version: Cow<'static, str>) {}
-    /// Sends the request `method` with `params` (as id `id`) and returns
+    /// Sends the request `method` with `params` (as id `id`, the members
+    /// read once, where the request came in) and returns
     /// the server's response; what the server sends about it meanwhile (progress, log
     /// messages, requests to the client) goes to `on_message`. Ends early,
     /// with any error, when `flight` is stopped: the link arms it with what
@@ -200,7 +201,7 @@ pub(crate) trait Link: Send + Sync {
         &self,
         id: &Value,
         method: &str,
-        params: Option<&RawValue>,
+        params: Option<&Params>,
         on_message: &mut dyn FnMut(Arrival),
         flight: &Arc<Flight>,
     ) -> Result<Message, DownstreamError>;
@@ -654,7 +655,8 @@ impl Server {
         inbox: Weak<dyn Inbox>,
     ) -> Result<Arc<Downstream>, DownstreamError> {
         let id = Value::from(0);
-        let (sent, traced) = spans::sending(self.config.url(), None, None, "initialize", &id, Some(init_params));
+        let (sent, traced) =
+            spans::sending(self.config.url(), None, None, "initialize", &id, || Some(Cow::Borrowed(init_params)));
         let body = jsonrpc::request(&id, "initialize", Some(traced.as_deref().unwrap_or(init_params)));
         let opened = self.connector.open(self, &body, opener);
         sent.end(&self.metrics, opened.as_ref().and_then(|(_, answer)| answer.as_ref()), |text| self.redact(text));
@@ -850,7 +852,7 @@ impl Downstream {
     /// A request of mcpgate's own (a list page, `logging/setLevel`, a
     /// `ping`): a fresh id and flight, and what the server sends about it
     /// meanwhile is dropped.
-    pub(crate) fn own_request(&self, method: &str, params: Option<&RawValue>) -> Result<Message, DownstreamError> {
+    pub(crate) fn own_request(&self, method: &str, params: Option<&Params>) -> Result<Message, DownstreamError> {
         self.call(&self.next_id(), method, params, &mut |_| {}, &self.flight())
     }
 
@@ -872,7 +874,7 @@ impl Downstream {
         &self,
         id: &Value,
         method: &str,
-        params: Option<&RawValue>,
+        params: Option<&Params>,
         on_message: &mut dyn FnMut(Arrival),
         flight: &Arc<Flight>,
     ) -> Result<Message, DownstreamError> {
@@ -885,7 +887,7 @@ impl Downstream {
         &self,
         id: &Value,
         method: &str,
-        params: Option<&RawValue>,
+        params: Option<&Params>,
         on_message: &mut dyn FnMut(Arrival),
         flight: &Arc<Flight>,
     ) -> Result<Message, DownstreamError> {
@@ -901,9 +903,13 @@ impl Downstream {
             Err(LaneError::Stopped(why)) => return Err(self.server.stopped(why)),
         };
         let version = Some(self.protocol_version.as_str());
-        let (sent, traced) = spans::sending(self.server.config.url(), self.session_id(), version, method, id, params);
+        let url = self.server.config.url();
+        let (sent, traced) =
+            spans::sending(url, self.session_id(), version, method, id, || params.map(Params::text_as_sent));
+        // Traced, the params carry the context in their `_meta`: read again, once.
+        let traced = traced.as_deref().and_then(|raw| Params::read(raw).ok());
         let started = Instant::now();
-        let result = self.link.round_trip(id, method, traced.as_deref().or(params), on_message, flight);
+        let result = self.link.round_trip(id, method, traced.as_ref().or(params), on_message, flight);
         self.server.metrics.request_duration.observe(started.elapsed());
         // Whatever broke the exchange, a stop says why.
         let result = match (result, flight.stopped()) {

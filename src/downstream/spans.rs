@@ -10,6 +10,7 @@
 //! stdio server has, and in the `traceparent` and `tracestate` headers of
 //! an HTTP request (`http/endpoint.rs` reads it while the request is sent).
 
+use std::borrow::Cow;
 use std::time::Instant;
 
 use serde_json::Value;
@@ -35,14 +36,15 @@ pub(super) struct Sent<'m> {
 /// Starts sending `method` (as `id`, with `params`) to the server at `url`
 /// (none for a child's pipe), on its session `session_id` speaking
 /// `version` (none while it opens): the params to send instead, when the
-/// context goes in their `_meta`.
-pub(super) fn sending<'m>(
+/// context goes in their `_meta`. The params' text is asked for only when
+/// the request is traced.
+pub(super) fn sending<'m, 'p>(
     url: Option<&str>,
     session_id: Option<&str>,
     version: Option<&str>,
     method: &'m str,
     id: &Value,
-    params: Option<&RawValue>,
+    params: impl FnOnce() -> Option<Cow<'p, RawValue>>,
 ) -> (Sent<'m>, Option<Box<RawValue>>) {
     let mut sent = Sent { method, started: Instant::now(), span: None, results: None, _outgoing: None };
     if !trace::enabled() {
@@ -50,6 +52,8 @@ pub(super) fn sending<'m>(
     }
     let begun = trace::begin(trace::Kind::Client, trace::current());
     let Some(context) = begun.context else { return (sent, None) };
+    let params = params();
+    let params = params.as_deref();
     let traced = spans::with_context(params, &context);
     sent._outgoing = Some(trace::sending(Some(context)));
     let (Some(mut span), Some(config)) = (begun.span, trace::config()) else { return (sent, traced) };

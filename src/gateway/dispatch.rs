@@ -123,7 +123,7 @@ fn send(
             Arrival::Streaming => events.streaming(),
             Arrival::Message(m) => events.message(session, server, m),
         };
-        let result = downstream.call(&id, message.method(), Some(&params.to_raw()), &mut on_message, &flight);
+        let result = downstream.call(&id, message.method(), Some(params), &mut on_message, &flight);
         // Cancelled, or its client ended the session: over, without a response.
         *cancelled = match &result {
             Err(DownstreamError::Cancelled) => true,
@@ -373,7 +373,7 @@ pub(super) fn request(g: &Gateway, session: &Arc<Session>, message: &Message, ev
         "prompts/get" => by_name(g, session, ListKind::Prompts, message, params),
         "resources/read" | "resources/subscribe" | "resources/unsubscribe" => by_uri(g, session, message, params),
         "completion/complete" => completion(g, session, message, params),
-        "logging/setLevel" => return set_level(session, message),
+        "logging/setLevel" => return set_level(session, message, &params),
         _ => return RpcError::new(jsonrpc::METHOD_NOT_FOUND, format!("method not found: `{method}`")).into(),
     };
     match result {
@@ -667,12 +667,12 @@ fn cut_short_by_shutdown(g: &Gateway, server: &Server, e: RpcError) -> RpcError 
     cut_short(&g.life, server, e)
 }
 
-fn set_level(session: &Arc<Session>, message: &Message) -> Outcome {
+fn set_level(session: &Arc<Session>, message: &Message, params: &Params) -> Outcome {
     session.remember_log_level(message.params.as_deref());
     let targets: Vec<Arc<Downstream>> =
         session.open_downstreams().into_iter().filter(|d| d.offers("logging")).collect();
     threads::for_each_parallel("fanout", &targets, targets.len(), |d| {
-        match d.own_request("logging/setLevel", message.params.as_deref()) {
+        match d.own_request("logging/setLevel", Some(params)) {
             Ok(m) if m.error.is_some() => {
                 crate::limited!(warn, "server `{}` refused logging/setLevel", d.server.name())
             }

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use crate::config::Config;
 use crate::downstream::{Downstream, DownstreamError, Readiness, Server};
-use crate::protocol::jsonrpc::{self, Message, RpcError};
+use crate::protocol::jsonrpc::{self, Message, Params, RpcError};
 use crate::protocol::stateless::CacheHints;
 use crate::runtime::threads;
 use crate::session::Session;
@@ -88,7 +88,8 @@ pub(super) fn read_pages(
             Some(c) => json!({ "cursor": c }),
             None => json!({}),
         };
-        let response = d.own_request(method, Some(&jsonrpc::raw(&params)))?;
+        let params = jsonrpc::raw(&params);
+        let response = d.own_request(method, Params::read(&params).ok().as_ref())?;
         if let Some(error) = &response.error {
             return Err(DownstreamError::Protocol(format!("{method} answered an error: {}", error.get())));
         }

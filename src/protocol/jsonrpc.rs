@@ -370,9 +370,16 @@ impl Message {
 /// their big integers and their formatting) reaches the server unchanged.
 /// Members and their names are borrowed from the message they were read
 /// from (a name with escapes is unescaped, and so owned); those mcpgate
-/// sets are its own.
+/// sets are its own. Until one is set or removed, the params go on as the
+/// text they were read from, not written anew ([`Params::text_as_sent`]).
+/// A name given twice is refused: sent as written, the first of the two
+/// might be what the server reads, where mcpgate read the last.
 #[derive(Debug, Default, Clone)]
-pub struct Params<'a>(std::collections::BTreeMap<Cow<'a, str>, Cow<'a, RawValue>>);
+pub struct Params<'a> {
+    members: std::collections::BTreeMap<Cow<'a, str>, Cow<'a, RawValue>>,
+    /// The text the members were read from, while none was changed.
+    read_from: Option<&'a RawValue>,
+}
 
 impl<'a> Params<'a> {
     pub fn of(message: &'a Message) -> Result<Params<'a>, RpcError> {
@@ -380,9 +387,16 @@ impl<'a> Params<'a> {
         if raw.get().trim() == "null" {
             return Ok(Params::default());
         }
-        serde_json::from_str(raw.get()).map_err(|e| {
-            RpcError::invalid_params(format!("invalid params for `{}`: expected an object ({e})", message.method()))
-        })
+        // serde_json says what was wrong: a type (`expected an object`) or a name given twice.
+        Params::read(raw)
+            .map_err(|e| RpcError::invalid_params(format!("invalid params for `{}`: {e}", message.method())))
+    }
+
+    /// The members of the JSON object `raw`, borrowed from it.
+    pub(crate) fn read(raw: &'a RawValue) -> Result<Params<'a>, serde_json::Error> {
+        let mut params: Params = serde_json::from_str(raw.get())?;
+        params.read_from = Some(raw);
+        Ok(params)
     }
 
     /// A member that is a JSON string.
@@ -395,7 +409,7 @@ impl<'a> Params<'a> {
     pub(crate) fn text(&self, key: &str) -> Option<Cow<'a, str>> {
         #[derive(Deserialize)]
         struct Text<'t>(#[serde(borrow)] Cow<'t, str>);
-        match self.0.get(key)? {
+        match self.members.get(key)? {
             Cow::Borrowed(raw) => serde_json::from_str::<Text<'a>>(raw.get()).ok().map(|t| t.0),
             Cow::Owned(raw) => serde_json::from_str::<Text>(raw.get()).ok().map(|t| Cow::Owned(t.0.into_owned())),
         }
@@ -403,47 +417,67 @@ impl<'a> Params<'a> {
 
     /// A member parsed whole (for small members: a ref, a request id).
     pub(crate) fn value(&self, key: &str) -> Option<Value> {
-        serde_json::from_str(self.0.get(key)?.get()).ok()
+        serde_json::from_str(self.members.get(key)?.get()).ok()
     }
 
     pub(crate) fn contains(&self, key: &str) -> bool {
-        self.0.contains_key(key)
+        self.members.contains_key(key)
     }
 
     pub(crate) fn remove(&mut self, key: &str) {
-        self.0.remove(key);
+        if self.members.remove(key).is_some() {
+            self.read_from = None;
+        }
     }
 
     pub fn set(&mut self, key: &str, value: &Value) {
-        self.0.insert(Cow::Owned(key.to_string()), Cow::Owned(raw(value)));
+        self.set_raw(key, raw(value));
     }
 
     /// A member as the client wrote it.
     pub(crate) fn raw(&self, key: &str) -> Option<&RawValue> {
-        self.0.get(key).map(|v| &**v)
+        self.members.get(key).map(|v| &**v)
     }
 
     /// Sets a member to text already JSON, kept as it is.
     pub(crate) fn set_raw(&mut self, key: &str, value: Box<RawValue>) {
-        self.0.insert(Cow::Owned(key.to_string()), Cow::Owned(value));
+        self.members.insert(Cow::Owned(key.to_string()), Cow::Owned(value));
+        self.read_from = None;
     }
 
     /// The members of an object member, each kept as written; `None` when
     /// it is absent or not an object. Borrowed from the same text as this.
     pub(crate) fn object(&self, key: &str) -> Option<Params<'a>> {
-        match self.0.get(key)? {
-            Cow::Borrowed(raw) => serde_json::from_str(raw.get()).ok(),
+        match self.members.get(key)? {
+            Cow::Borrowed(raw) => Params::read(raw).ok(),
             Cow::Owned(raw) => serde_json::from_str(raw.get()).ok().map(Params::into_owned),
         }
     }
 
-    /// The same params, owning their text (for a call that leaves this thread).
+    /// The same params, owning their text (for a call that leaves this
+    /// thread). What they were read from is not copied again: they are
+    /// written anew when sent.
     pub(crate) fn into_owned(self) -> Params<'static> {
-        Params(self.0.into_iter().map(|(k, v)| (Cow::Owned(k.into_owned()), Cow::Owned(v.into_owned()))).collect())
+        let members = self.members.into_iter();
+        Params {
+            members: members.map(|(k, v)| (Cow::Owned(k.into_owned()), Cow::Owned(v.into_owned()))).collect(),
+            read_from: None,
+        }
     }
 
+    /// The params as JSON text, written anew from the members.
     pub fn to_raw(&self) -> Box<RawValue> {
-        serde_json::value::to_raw_value(&self.0).expect("raw members serialize")
+        serde_json::value::to_raw_value(&self.members).expect("raw members serialize")
+    }
+
+    /// The params as they go to a server: the text they were read from
+    /// while no member was changed (one copy less, and the client's member
+    /// order kept), else [`Params::to_raw`].
+    pub fn text_as_sent(&self) -> Cow<'_, RawValue> {
+        match self.read_from {
+            Some(raw) => Cow::Borrowed(raw),
+            None => Cow::Owned(self.to_raw()),
+        }
     }
 }
 
@@ -477,12 +511,14 @@ impl<'de> Deserialize<'de> for Params<'de> {
             }
             fn visit_map<M: serde::de::MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
                 let mut members = std::collections::BTreeMap::new();
-                // As with any map: a repeated name keeps its last value.
                 while let Some(Name(name)) = map.next_key()? {
+                    if members.contains_key(&name) {
+                        return Err(serde::de::Error::custom(format_args!("member `{name}` given twice")));
+                    }
                     let value: &'de RawValue = map.next_value()?;
                     members.insert(name, Cow::Borrowed(value));
                 }
-                Ok(Params(members))
+                Ok(Params { members, read_from: None })
             }
         }
         d.deserialize_map(Members)
@@ -748,19 +784,65 @@ mod tests {
         assert_eq!(Params::of(&m).unwrap_err().code, INVALID_PARAMS);
     }
 
+    /// Untouched, the params go as the client wrote them (its member order,
+    /// its spaces): the same text, not a copy. Any change writes them anew.
+    #[test]
+    fn params_no_member_of_which_changed_are_sent_as_written() {
+        let body =
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{ "name": "b", "arguments": {"x": 1.50} }}"#;
+        let m = Message::parse(body).unwrap();
+        let written = m.params.as_deref().unwrap().get();
+        let mut params = Params::of(&m).unwrap();
+        assert!(matches!(params.text_as_sent(), Cow::Borrowed(raw) if std::ptr::eq(raw.get(), written)));
+        // Removing what is not there changes nothing.
+        params.remove("task");
+        assert!(matches!(params.text_as_sent(), Cow::Borrowed(_)));
+        let mut removed = params.clone();
+        removed.remove("arguments");
+        assert_eq!(removed.text_as_sent().get(), r#"{"name":"b"}"#);
+        params.set("name", &Value::from("b"));
+        assert_eq!(params.text_as_sent().get(), r#"{"arguments":{"x": 1.50},"name":"b"}"#);
+        // Owned, for a call on another thread: written anew too.
+        let owned = Params::of(&m).unwrap().into_owned();
+        assert_eq!(owned.text_as_sent().get(), r#"{"arguments":{"x": 1.50},"name":"b"}"#);
+        // An object member read as params is its own text, as written.
+        let params = Params::of(&m).unwrap();
+        assert_eq!(params.object("arguments").unwrap().text_as_sent().get(), r#"{"x": 1.50}"#);
+    }
+
+    /// Sent as written, params with a name twice could be read one way by
+    /// mcpgate (the last) and another by the server (the first): refused,
+    /// an escaped name included, and named.
+    #[test]
+    fn params_that_give_a_name_twice_are_refused() {
+        for body in [
+            &br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","arguments":{},"name":"b"}}"#[..],
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","n\u0061me":"b"}}"#,
+        ] {
+            let m = Message::parse(body).unwrap();
+            let e = Params::of(&m).unwrap_err();
+            assert_eq!(e.code, INVALID_PARAMS);
+            assert!(e.message.contains("member `name` given twice"), "{}", e.message);
+            assert!(e.message.starts_with("invalid params for `tools/call`"), "{}", e.message);
+        }
+        // Within a member, names are the server's business: kept as written.
+        let m = Message::parse(br#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"a":{"k":1,"k":2}}}"#).unwrap();
+        assert_eq!(Params::of(&m).unwrap().text_as_sent().get(), r#"{"a":{"k":1,"k":2}}"#);
+    }
+
     #[test]
     fn params_are_borrowed_from_the_message_unless_they_have_escapes() {
         let m = Message::parse(
-            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","n\u0061me":"x","name":"last","arguments":{"text":"a\"b","inner":{"k":1}}}}"#,
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","t\u0061sk":{},"arguments":{"text":"a\"b","inner":{"k":1}}}}"#,
         )
         .unwrap();
         let params = Params::of(&m).unwrap();
         let text = m.params.as_deref().unwrap().get();
         let inside = |s: &str| text.as_bytes().as_ptr_range().contains(&s.as_ptr());
-        // A repeated name keeps its last value; the escaped one reads as the same name.
-        assert!(matches!(params.text("name"), Some(Cow::Borrowed("last"))));
-        assert!(params.0.keys().all(|k| matches!(k, Cow::Borrowed(_))));
-        assert!(params.0.values().all(|v| matches!(v, Cow::Borrowed(raw) if inside(raw.get()))));
+        assert!(matches!(params.text("name"), Some(Cow::Borrowed("echo"))));
+        // Names too, but for the one with an escape.
+        assert!(params.members.keys().all(|k| matches!(k, Cow::Borrowed(_)) != (k == "task")));
+        assert!(params.members.values().all(|v| matches!(v, Cow::Borrowed(raw) if inside(raw.get()))));
         // An object member's members come from the same text; an escaped string is unescaped.
         let arguments = params.object("arguments").unwrap();
         assert!(inside(arguments.raw("inner").unwrap().get()));
@@ -768,7 +850,7 @@ mod tests {
         // Owned, they say the same.
         let owned = params.clone().into_owned();
         assert_eq!(owned.to_raw().get(), params.to_raw().get());
-        assert!(matches!(owned.text("name"), Some(Cow::Owned(t)) if t == "last"));
+        assert!(matches!(owned.text("name"), Some(Cow::Owned(t)) if t == "echo"));
         assert_eq!(owned.object("arguments").unwrap().raw("inner").unwrap().get(), r#"{"k":1}"#);
     }
 

@@ -16,7 +16,7 @@ use serde_json::value::RawValue;
 use crate::catalog::ListKind;
 use crate::downstream::{self, Downstream, Inbox, Server, Stop};
 use crate::http::auth::Access;
-use crate::protocol::jsonrpc::{self, Kind, Message, RpcError};
+use crate::protocol::jsonrpc::{self, Kind, Message, Params, RpcError};
 use crate::protocol::versions;
 use crate::runtime::memory::{self};
 use crate::runtime::state::Journal;
@@ -751,8 +751,10 @@ impl Session {
                 // here on cannot orphan it.
                 // A failed write is logged by the writer (initialize refuses the session).
                 let _ = server.journal.commit();
+                // A client's params for it, read again: an object, or they were refused.
                 if let Some(level) = level
-                    && let Err(e) = d.own_request("logging/setLevel", Some(&level))
+                    && let Ok(params) = Params::read(&level)
+                    && let Err(e) = d.own_request("logging/setLevel", Some(&params))
                 {
                     crate::limited!(warn, "server `{name}`: logging/setLevel: {}", described(server, &e));
                 }

@@ -8,14 +8,13 @@ use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 use serde_json::Value;
-use serde_json::value::RawValue;
 
 use super::endpoint::{Endpoint, Exchange, status_error, unauthorized};
 use super::reader::{self, Reader};
 use crate::downstream::oauth::server::{self as oauth, Authed};
 use crate::downstream::{Arrival, DownstreamError, Flight, Inbox, Link, Opened, Server};
 use crate::limited;
-use crate::protocol::jsonrpc::{self, Message};
+use crate::protocol::jsonrpc::{self, Message, Params};
 use crate::protocol::versions;
 
 /// The `Mcp-Session-Id` a server's answer issued, if any; one that is not
@@ -108,11 +107,11 @@ impl Link for HttpLink {
         &self,
         id: &Value,
         method: &str,
-        params: Option<&RawValue>,
+        params: Option<&Params>,
         on_message: &mut dyn FnMut(Arrival),
         flight: &Arc<Flight>,
     ) -> Result<Message, DownstreamError> {
-        let body = jsonrpc::request(id, method, params);
+        let body = jsonrpc::request(id, method, params.map(Params::text_as_sent).as_deref());
         let endpoint = &self.endpoint;
         let mut lane = endpoint.lane_agent();
         let agent = lane.agent().clone();

@@ -27,14 +27,13 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use serde::de::IgnoredAny;
-use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use ureq::Agent;
 use ureq::http::{HeaderName, HeaderValue};
 
 use super::endpoint::{Endpoint, Exchange};
 use crate::downstream::{Arrival, DownstreamError, Flight, Inbox, Link, Opened, Server};
-use crate::protocol::jsonrpc::{self, Kind, Message};
+use crate::protocol::jsonrpc::{self, Kind, Message, Params};
 use crate::protocol::stateless::{self as era, META_CAPABILITIES, META_CLIENT_INFO, META_VERSION, VERSION};
 use crate::protocol::{sse, versions};
 use crate::runtime::backoff::Backoff;
@@ -173,49 +172,13 @@ fn headers(method: &str, name: Option<&str>) -> Result<Vec<(HeaderName, HeaderVa
     Ok(headers)
 }
 
-/// A request's params, read no further than a request of this era needs:
-/// its members borrowed from the text as written, or (keys with escapes,
-/// params that are not an object) parsed whole.
-enum Members<'a> {
-    Borrowed(BTreeMap<&'a str, &'a RawValue>),
-    Parsed(Value),
-}
-
-impl<'a> Members<'a> {
-    fn of(params: Option<&'a RawValue>) -> Members<'a> {
-        let Some(params) = params else { return Members::Parsed(Value::Null) };
-        match serde_json::from_str(params.get()) {
-            Ok(members) => Members::Borrowed(members),
-            Err(_) => Members::Parsed(serde_json::from_str(params.get()).unwrap_or_default()),
-        }
-    }
-
-    /// A member that is a JSON string.
-    fn str(&self, key: &str) -> Option<String> {
-        match self {
-            Members::Borrowed(members) => serde_json::from_str(members.get(key)?.get()).ok(),
-            Members::Parsed(value) => value.get(key)?.as_str().map(str::to_string),
-        }
-    }
-
-    /// A member parsed whole (`Null` when absent).
-    fn value(&self, key: &str) -> Value {
-        match self {
-            Members::Borrowed(members) => {
-                members.get(key).and_then(|v| serde_json::from_str(v.get()).ok()).unwrap_or_default()
-            }
-            Members::Parsed(value) => value.get(key).cloned().unwrap_or_default(),
-        }
-    }
-
-    /// Whether `_meta` is an object that has every key of `keys`.
-    fn meta_has(&self, keys: &Map<String, Value>) -> bool {
-        let Members::Borrowed(members) = self else { return false };
-        let Some(meta) = members.get("_meta") else { return false };
-        match serde_json::from_str::<BTreeMap<&str, IgnoredAny>>(meta.get()) {
-            Ok(meta) => keys.keys().all(|k| meta.contains_key(k.as_str())),
-            Err(_) => false,
-        }
+/// Whether the params' `_meta` is an object that has every key of `keys`
+/// (read no further: its keys only; a key with escapes reads as missing).
+fn meta_has(params: &Params, keys: &Map<String, Value>) -> bool {
+    let Some(meta) = params.raw("_meta") else { return false };
+    match serde_json::from_str::<BTreeMap<&str, IgnoredAny>>(meta.get()) {
+        Ok(meta) => keys.keys().all(|k| meta.contains_key(k.as_str())),
+        Err(_) => false,
     }
 }
 
@@ -395,15 +358,19 @@ impl Schemas {
 impl StatelessLink {
     /// The request with `_meta` completed from the client's `initialize`:
     /// what the client's own `_meta` leaves out is taken from it.
-    fn with_meta(&self, id: &Value, method: &str, params: Option<&RawValue>) -> Vec<u8> {
-        let mut params: Value = params.and_then(|p| serde_json::from_str(p.get()).ok()).unwrap_or(json!({}));
-        let meta = params.as_object_mut().map(|p| p.entry("_meta").or_insert(json!({})));
-        if let Some(Value::Object(meta)) = meta {
-            for (key, value) in &self.meta {
-                meta.entry(key.clone()).or_insert_with(|| value.clone());
-            }
+    /// A `_meta` that is not an object goes as it is.
+    fn with_meta(&self, id: &Value, method: &str, params: Option<&Params>) -> Vec<u8> {
+        let mut params = params.cloned().unwrap_or_default();
+        let mut meta = match params.raw("_meta").map(|meta| serde_json::from_str(meta.get())) {
+            None => Map::new(),
+            Some(Ok(Value::Object(meta))) => meta,
+            Some(_) => return jsonrpc::request(id, method, Some(&params.text_as_sent())),
+        };
+        for (key, value) in &self.meta {
+            meta.entry(key.clone()).or_insert_with(|| value.clone());
         }
-        jsonrpc::request(id, method, Some(&jsonrpc::raw(&params)))
+        params.set("_meta", &Value::Object(meta));
+        jsonrpc::request(id, method, Some(&params.text_as_sent()))
     }
 }
 
@@ -420,22 +387,22 @@ impl Link for StatelessLink {
         &self,
         id: &Value,
         method: &str,
-        params: Option<&RawValue>,
+        params: Option<&Params>,
         on_message: &mut dyn FnMut(Arrival),
         flight: &Arc<Flight>,
     ) -> Result<Message, DownstreamError> {
-        let members = Members::of(params);
         let body = match params {
             // A client of this era sent its own _meta through the gateway: it goes as written.
-            Some(params) if members.meta_has(&self.meta) => jsonrpc::request(id, method, Some(params)),
+            Some(params) if meta_has(params, &self.meta) => jsonrpc::request(id, method, Some(&params.text_as_sent())),
             _ => self.with_meta(id, method, params),
         };
-        let name = era::name_member(method).and_then(|member| members.str(member));
+        let name = era::name_member(method).and_then(|member| params?.str(member));
         let mut headers = headers(method, name.as_deref())?;
         if method == "tools/call"
             && let Some(name) = &name
         {
-            headers.extend(self.side.schemas.headers(name, || members.value("arguments")));
+            let arguments = || params.and_then(|p| p.value("arguments")).unwrap_or_default();
+            headers.extend(self.side.schemas.headers(name, arguments));
         }
         let (endpoint, side) = (&self.endpoint, &self.side);
         let mut lane = endpoint.lane_agent();
@@ -671,15 +638,16 @@ mod tests {
     }
 
     #[test]
-    fn members_are_borrowed_unless_their_keys_have_escapes() {
+    fn a_meta_is_complete_only_with_every_key_written_plain() {
         let keys: Map<String, Value> = [(META_VERSION.to_string(), Value::Null)].into_iter().collect();
-        let raw = jsonrpc::raw(&json!({"name": "echo", "_meta": { META_VERSION: VERSION }}));
-        let members = Members::of(Some(&raw));
-        assert!(matches!(members, Members::Borrowed(_)) && members.meta_has(&keys));
-        assert_eq!(members.str("name").as_deref(), Some("echo"));
-        let escaped = RawValue::from_string(r#"{"na\u006de": "echo", "_meta": {}}"#.to_string()).unwrap();
-        let members = Members::of(Some(&escaped));
-        assert!(matches!(members, Members::Parsed(_)) && !members.meta_has(&keys));
-        assert_eq!(members.str("name").as_deref(), Some("echo"));
+        let has = |v: Value| meta_has(&Params::read(&jsonrpc::raw(&v)).unwrap(), &keys);
+        assert!(has(json!({"name": "echo", "_meta": { META_VERSION: VERSION, "other": 1 }})));
+        assert!(!has(json!({"name": "echo", "_meta": { "other": 1 }})));
+        assert!(!has(json!({"name": "echo", "_meta": [META_VERSION]})));
+        assert!(!has(json!({"name": "echo"})));
+        let escaped = serde_json::value::RawValue::from_string(
+            r#"{"_meta": {"io.modelcontextprotocol\/protocolVersion": 1}}"#.into(),
+        );
+        assert!(!meta_has(&Params::read(&escaped.unwrap()).unwrap(), &keys));
     }
 }

@@ -33,7 +33,6 @@ use std::time::Instant;
 use crossbeam_channel::{Receiver, bounded, select};
 use parking_lot::Mutex;
 use serde_json::Value;
-use serde_json::value::RawValue;
 use ureq::Agent;
 
 use super::correlate::{Correlator, Incoming, Logs, Rules, Waiting, carries, progress_token};
@@ -41,7 +40,7 @@ use super::http::{self, Reader, status_error};
 use super::{Arrival, Connector, DownstreamError, Flight, Inbox, Limits, Link, Opened, Opener, Server};
 use crate::config::HttpConfig;
 use crate::limited;
-use crate::protocol::jsonrpc::{self, Kind, Message};
+use crate::protocol::jsonrpc::{self, Kind, Message, Params};
 
 mod origin;
 mod stream;
@@ -190,7 +189,7 @@ impl SseLink {
     fn expect(
         &self,
         id: &Value,
-        params: Option<&RawValue>,
+        params: Option<&Params>,
         carries: bool,
     ) -> Result<Receiver<Incoming>, DownstreamError> {
         let (tx, rx) = bounded(CALL_QUEUE);
@@ -288,12 +287,13 @@ impl Link for SseLink {
         &self,
         id: &Value,
         method: &str,
-        params: Option<&RawValue>,
+        params: Option<&Params>,
         on_message: &mut dyn FnMut(Arrival),
         flight: &Arc<Flight>,
     ) -> Result<Message, DownstreamError> {
         // Registered before the POST: the response may come before its answer.
         let rx = self.expect(id, params, carries(method))?;
+        let params = params.map(Params::text_as_sent);
         let mut lane = self.http.lane_agent();
         let (stop, stopped) = bounded::<()>(1);
         let agent = lane.agent().clone();
@@ -305,7 +305,7 @@ impl Link for SseLink {
         let result = match armed {
             Err(why) => Err(self.server.stopped(why)),
             Ok(()) => self
-                .post(lane.agent(), Some(&self.version), &jsonrpc::request(id, method, params))
+                .post(lane.agent(), Some(&self.version), &jsonrpc::request(id, method, params.as_deref()))
                 .and_then(|()| wait_for_response(&rx, &stopped, on_message, Some(flight), None)),
         };
         lane.stopped = flight.disarm();

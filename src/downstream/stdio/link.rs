@@ -2,6 +2,7 @@
 //! (`"sharing": "session"`), or a view of the shared one, whose request ids
 //! and progress tokens are the child's own on the wire.
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Instant;
@@ -15,7 +16,7 @@ use super::program::Program;
 use super::reader::Turn;
 use crate::downstream::correlate::{Incoming, Waiting, carries};
 use crate::downstream::{Arrival, DownstreamError, Flight, Inbox, Link, Server};
-use crate::protocol::jsonrpc::{self, Kind, Message};
+use crate::protocol::jsonrpc::{self, Kind, Message, Params};
 
 /// Numbers the views of children, so a shared child tells sessions apart.
 pub(super) static VIEWS: AtomicUsize = AtomicUsize::new(1);
@@ -96,7 +97,7 @@ impl Link for StdioLink {
         &self,
         id: &Value,
         method: &str,
-        params: Option<&RawValue>,
+        params: Option<&Params>,
         on_message: &mut dyn FnMut(Arrival),
         flight: &Arc<Flight>,
     ) -> Result<Message, DownstreamError> {
@@ -224,17 +225,20 @@ fn is_initialized(body: &[u8]) -> bool {
     Message::parse(body).is_ok_and(|m| m.method() == "notifications/initialized")
 }
 
-/// The params with a progress token of the child's own (the caller's kept
-/// to put back), when they carry one; untouched (and not parsed) otherwise.
-fn wire_token(params: Option<&RawValue>, wire: u64) -> (Option<Box<RawValue>>, Option<(String, Value)>) {
-    let Some(raw) = params else { return (None, None) };
-    if !raw.get().contains("progressToken") {
-        return (Some(raw.to_owned()), None);
-    }
-    let Ok(mut value) = serde_json::from_str::<Value>(raw.get()) else { return (Some(raw.to_owned()), None) };
-    let Some(token) = value.pointer_mut("/_meta/progressToken") else { return (Some(raw.to_owned()), None) };
+/// The params' text with a progress token of the child's own (the
+/// caller's kept to put back), when they carry one; as they are (and
+/// `_meta` not parsed) otherwise.
+fn wire_token<'p>(params: Option<&'p Params>, wire: u64) -> (Option<Cow<'p, RawValue>>, Option<(String, Value)>) {
+    let Some(params) = params else { return (None, None) };
+    let meta = params.raw("_meta").filter(|meta| meta.get().contains("progressToken"));
+    let Some(Ok(Value::Object(mut meta))) = meta.map(|meta| serde_json::from_str(meta.get())) else {
+        return (Some(params.text_as_sent()), None);
+    };
+    let Some(token) = meta.get_mut("progressToken") else { return (Some(params.text_as_sent()), None) };
     let theirs = token.take();
     let ours = format!("mcpgate-{wire}");
     *token = Value::String(ours.clone());
-    (Some(jsonrpc::raw(&value)), Some((ours, theirs)))
+    let mut params = params.clone();
+    params.set("_meta", &Value::Object(meta));
+    (Some(Cow::Owned(params.to_raw())), Some((ours, theirs)))
 }

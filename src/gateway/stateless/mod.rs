@@ -182,8 +182,12 @@ impl Stateless {
         if message.method() == "server/discover" && is_bare_probe(req, message) {
             return self.discover(g, &id, access);
         }
-        // Read once: the checks, mcpgate's own tools, and the call.
+        // Read once: the checks, mcpgate's own tools, and the call. Params
+        // that are not an object, or give a name twice, are refused as such.
         let params = Params::of(message);
+        if let Err(e) = &params {
+            return error_reply(&id, e);
+        }
         let envelope = match stateless::check(message, params.as_ref().ok(), &RequestHeaders(req)) {
             Ok(envelope) => envelope,
             Err(e) => return error_reply(&id, &e),

@@ -255,7 +255,7 @@ impl Tasks<'_> {
             jsonrpc: Some("2.0".into()),
             id: Some(Value::String(format!("mcpgate-call-{}", self.holds.next()))),
             method: Some(method.to_string().into()),
-            params: Some(params.to_raw()),
+            params: Some(params.text_as_sent().into_owned()),
             result: None,
             error: None,
         };
