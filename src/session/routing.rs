@@ -209,9 +209,20 @@ pub(super) fn stale_lists(method: &str) -> Option<&'static [ListKind]> {
     }
 }
 
-/// A map key for a JSON-RPC id: `1` and `"1"` stay distinct.
+/// A map key for a JSON-RPC id: `1` and `"1"` stay distinct. The id as
+/// JSON; a string that needs no escape is quoted as it is, without
+/// serde_json's writer (a call takes three keys of its id).
 pub(super) fn id_key(id: &Value) -> String {
-    id.to_string()
+    match id {
+        Value::String(s) if !s.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) => {
+            let mut key = String::with_capacity(s.len() + 2);
+            key.push('"');
+            key.push_str(s);
+            key.push('"');
+            key
+        }
+        _ => id.to_string(),
+    }
 }
 
 /// The calls of the 2026-07-28 clients' session running now, by server,
@@ -251,8 +262,20 @@ impl<A: Clone> Callers<A> {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
     use crate::downstream::flight::Lanes;
+
+    #[test]
+    fn an_ids_key_is_the_id_as_json() {
+        let ids = [json!(1), json!(-7), json!(u64::MAX), json!("1"), json!("mcpgate-call-12"), json!(""), json!(null)];
+        let escaped = [json!("a\"b"), json!("back\\slash"), json!("tab\t"), json!("\u{1}"), json!("é ✓")];
+        for id in ids.iter().chain(&escaped) {
+            assert_eq!(id_key(id), id.to_string(), "{id}");
+        }
+        assert_ne!(id_key(&json!(1)), id_key(&json!("1")));
+    }
 
     /// Each id's claim, cancel and call meet in one shard, whichever it is;
     /// a close finds the calls of every shard.
