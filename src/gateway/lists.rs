@@ -10,12 +10,12 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+use serde_json::Value;
 use serde_json::value::RawValue;
-use serde_json::{Value, json};
 
 use crate::config::Config;
 use crate::downstream::{Downstream, DownstreamError, Readiness, Server};
-use crate::protocol::jsonrpc::{self, Message, Params, RpcError};
+use crate::protocol::jsonrpc::{Message, Params, RpcError};
 use crate::protocol::stateless::CacheHints;
 use crate::runtime::threads;
 use crate::session::Session;
@@ -84,12 +84,11 @@ pub(super) fn read_pages(
     let mut cursor: Option<String> = None;
     let name = d.server.name();
     for _ in 0..MAX_PAGES {
-        let params = match &cursor {
-            Some(c) => json!({ "cursor": c }),
-            None => json!({}),
-        };
-        let params = jsonrpc::raw(&params);
-        let response = d.own_request(method, Params::read(&params).ok().as_ref())?;
+        let mut params = Params::default();
+        if let Some(c) = &cursor {
+            params.set("cursor", &Value::from(c.as_str()));
+        }
+        let response = d.own_request(method, Some(&params))?;
         if let Some(error) = &response.error {
             return Err(DownstreamError::Protocol(format!("{method} answered an error: {}", error.get())));
         }

@@ -101,10 +101,10 @@ pub(crate) trait Headers {
 /// against the body (-32020), the version (-32022).
 /// `params` are the request's, read once by the caller (`None`: they are
 /// not an object).
-pub(crate) fn check(message: &Message, params: Option<&Params>, headers: &dyn Headers) -> Result<Envelope, RpcError> {
+pub(crate) fn check(message: &Message, params: &Params, headers: &dyn Headers) -> Result<Envelope, RpcError> {
     // The members as written: only what the checks need of `_meta`, and the name, are read.
     // (An object: serde would read a struct from an array too.)
-    let meta = params.and_then(|p| p.raw("_meta")).filter(|m| m.get().starts_with('{'));
+    let meta = params.raw("_meta").filter(|m| m.get().starts_with('{'));
     let meta = meta.and_then(|m| serde_json::from_str::<Meta>(m.get()).ok());
     let Some(meta) = meta else {
         return Err(RpcError::new(
@@ -131,7 +131,7 @@ pub(crate) fn check(message: &Message, params: Option<&Params>, headers: &dyn He
         return Err(mismatch("Mcp-Method header does not match the request's method"));
     }
     if let Some(member) = name_member(message.method())
-        && let Some(named) = params.and_then(|p| p.text(member))
+        && let Some(named) = params.text(member)
         && headers.get(HEADER_NAME).and_then(decode_header_value).as_deref() != Some(&*named)
     {
         return Err(mismatch(&format!("Mcp-Name header does not match the request's `{member}`")));
@@ -413,7 +413,7 @@ mod tests {
     }
 
     fn checked(message: &Message, headers: &H) -> Result<Envelope, RpcError> {
-        check(message, Params::of(message).ok().as_ref(), headers)
+        check(message, &Params::of(message)?, headers)
     }
 
     #[test]

@@ -155,7 +155,7 @@ fn is_bare_probe(req: &HttpRequest, message: &Message) -> bool {
 /// once, and what it says of its client.
 struct Checked<'a> {
     message: &'a Message,
-    params: Result<Params<'a>, RpcError>,
+    params: Params<'a>,
     envelope: Envelope,
 }
 
@@ -184,11 +184,11 @@ impl Stateless {
         }
         // Read once: the checks, mcpgate's own tools, and the call. Params
         // that are not an object, or give a name twice, are refused as such.
-        let params = Params::of(message);
-        if let Err(e) = &params {
-            return error_reply(&id, e);
-        }
-        let envelope = match stateless::check(message, params.as_ref().ok(), &RequestHeaders(req)) {
+        let params = match Params::of(message) {
+            Ok(params) => params,
+            Err(e) => return error_reply(&id, &e),
+        };
+        let envelope = match stateless::check(message, &params, &RequestHeaders(req)) {
             Ok(envelope) => envelope,
             Err(e) => return error_reply(&id, &e),
         };
@@ -218,7 +218,7 @@ impl Stateless {
         match method {
             "tools/call" | "prompts/get" | "resources/read" | "completion/complete" => {
                 // A retry with the answers a held call asked for is that call, counted when it came.
-                let retry = params.as_ref().is_ok_and(|p| p.contains("inputResponses"));
+                let retry = params.contains("inputResponses");
                 if !retry && let Err(limited) = g.rate_check(&pool, message) {
                     return limited.reply(&id, &pool.who);
                 }
@@ -360,13 +360,9 @@ impl Stateless {
         sink: &mut dyn EventSink,
         access: &Access,
     ) -> HttpReply {
-        let Checked { message, params, envelope } = checked;
+        let Checked { message, mut params, envelope } = checked;
         let envelope = &envelope;
         let id = message.id.clone().unwrap_or(Value::Null);
-        let mut params = match params {
-            Ok(params) => params,
-            Err(e) => return error_reply(&id, &e),
-        };
         // A retry after mcpgate asked its user to sign in: what was for mcpgate goes no further.
         let within = g.current().config.held_call_timeout;
         if let Err(e) = sign_in_retry(&g.downstreams.oauth, within, &mut params, access.user()) {
