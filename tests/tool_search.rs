@@ -128,6 +128,13 @@ fn the_pinned_tools_stay_listed_and_every_tool_stays_callable_by_its_name() {
     assert!(nameless.error_message().contains("arguments.name"), "{}", nameless.body);
     let missing = client.call_tool("call_tool", json!({"name": "alpha__nope"}));
     assert!(missing.error_message().contains("unknown tool `alpha__nope`"), "{}", missing.body);
+    // A name given twice in what call_tool unwraps is named, and reaches no server.
+    let before = (a.stats()["methods"]["tools/call"].clone(), b.stats()["methods"]["tools/call"].clone());
+    let body = r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"call_tool","arguments":{"name":"alpha__echo","arguments":{"text":"a"},"name":"beta__echo"}}}"#;
+    let twice = client.post(body.as_bytes(), &[]);
+    assert!(twice.error_message().contains("member `name` given twice"), "{}", twice.body);
+    let after = (a.stats()["methods"]["tools/call"].clone(), b.stats()["methods"]["tools/call"].clone());
+    assert_eq!(before, after, "neither server was called");
 }
 
 #[test]

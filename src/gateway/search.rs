@@ -46,10 +46,19 @@ const EXAMPLES: usize = 5;
 /// `arguments` from its arguments; `_meta` (the progress token) and `task`
 /// kept as the client wrote them.
 pub(super) fn unwrap_call<'p>(mut params: Params<'p>) -> Result<Params<'p>, RpcError> {
-    let Some(inner) = params.object("arguments") else {
-        return Err(RpcError::invalid_params(format!(
-            "{CALL_TOOL} needs `arguments` with `name`, the tool's name as {FIND_TOOLS} gave it"
-        )));
+    let inner = match params.object("arguments") {
+        Some(Ok(inner)) => inner,
+        // Not an object, or a name in it twice: serde says which.
+        Some(Err(e)) => {
+            return Err(RpcError::invalid_params(format!(
+                "{CALL_TOOL} needs `arguments` with `name`, the tool's name as {FIND_TOOLS} gave it: {e}"
+            )));
+        }
+        None => {
+            return Err(RpcError::invalid_params(format!(
+                "{CALL_TOOL} needs `arguments` with `name`, the tool's name as {FIND_TOOLS} gave it"
+            )));
+        }
     };
     let Some(name) = inner.str("name") else {
         return Err(RpcError::invalid_params(format!(

@@ -445,13 +445,14 @@ impl<'a> Params<'a> {
         self.read_from = None;
     }
 
-    /// The members of an object member, each kept as written; `None` when
-    /// it is absent or not an object. Borrowed from the same text as this.
-    pub(crate) fn object(&self, key: &str) -> Option<Params<'a>> {
-        match self.members.get(key)? {
-            Cow::Borrowed(raw) => Params::read(raw).ok(),
-            Cow::Owned(raw) => serde_json::from_str(raw.get()).ok().map(Params::into_owned),
-        }
+    /// The members of an object member, each kept as written, borrowed
+    /// from the same text as this; `None` when it is absent, and serde's
+    /// words when it is not an object or gives a name twice.
+    pub(crate) fn object(&self, key: &str) -> Option<Result<Params<'a>, serde_json::Error>> {
+        Some(match self.members.get(key)? {
+            Cow::Borrowed(raw) => Params::read(raw),
+            Cow::Owned(raw) => serde_json::from_str(raw.get()).map(Params::into_owned),
+        })
     }
 
     /// The same params, owning their text (for a call that leaves this
@@ -807,7 +808,7 @@ mod tests {
         assert_eq!(owned.text_as_sent().get(), r#"{"arguments":{"x": 1.50},"name":"b"}"#);
         // An object member read as params is its own text, as written.
         let params = Params::of(&m).unwrap();
-        assert_eq!(params.object("arguments").unwrap().text_as_sent().get(), r#"{"x": 1.50}"#);
+        assert_eq!(params.object("arguments").unwrap().unwrap().text_as_sent().get(), r#"{"x": 1.50}"#);
     }
 
     /// Sent as written, params with a name twice could be read one way by
@@ -844,14 +845,14 @@ mod tests {
         assert!(params.members.keys().all(|k| matches!(k, Cow::Borrowed(_)) != (k == "task")));
         assert!(params.members.values().all(|v| matches!(v, Cow::Borrowed(raw) if inside(raw.get()))));
         // An object member's members come from the same text; an escaped string is unescaped.
-        let arguments = params.object("arguments").unwrap();
+        let arguments = params.object("arguments").unwrap().unwrap();
         assert!(inside(arguments.raw("inner").unwrap().get()));
         assert!(matches!(arguments.text("text"), Some(Cow::Owned(t)) if t == "a\"b"));
         // Owned, they say the same.
         let owned = params.clone().into_owned();
         assert_eq!(owned.to_raw().get(), params.to_raw().get());
         assert!(matches!(owned.text("name"), Some(Cow::Owned(t)) if t == "echo"));
-        assert_eq!(owned.object("arguments").unwrap().raw("inner").unwrap().get(), r#"{"k":1}"#);
+        assert_eq!(owned.object("arguments").unwrap().unwrap().raw("inner").unwrap().get(), r#"{"k":1}"#);
     }
 
     #[test]
