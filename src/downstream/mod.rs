@@ -655,8 +655,9 @@ impl Server {
         inbox: Weak<dyn Inbox>,
     ) -> Result<Arc<Downstream>, DownstreamError> {
         let id = Value::from(0);
-        let (sent, traced) =
-            spans::sending(self.config.url(), None, None, "initialize", &id, || Some(Cow::Borrowed(init_params)));
+        let params = Params::read(init_params).ok();
+        let (sent, traced) = spans::sending(self.config.url(), None, None, "initialize", &id, params.as_ref());
+        let traced = traced.map(|p| p.to_raw());
         let body = jsonrpc::request(&id, "initialize", Some(traced.as_deref().unwrap_or(init_params)));
         let opened = self.connector.open(self, &body, opener);
         sent.end(&self.metrics, opened.as_ref().and_then(|(_, answer)| answer.as_ref()), |text| self.redact(text));
@@ -904,10 +905,8 @@ impl Downstream {
         };
         let version = Some(self.protocol_version.as_str());
         let url = self.server.config.url();
-        let (sent, traced) =
-            spans::sending(url, self.session_id(), version, method, id, || params.map(Params::text_as_sent));
-        // Traced, the params carry the context in their `_meta`: read again, once.
-        let traced = traced.as_deref().and_then(|raw| Params::read(raw).ok());
+        // Traced, the params carry the context in their `_meta`.
+        let (sent, traced) = spans::sending(url, self.session_id(), version, method, id, params);
         let started = Instant::now();
         let result = self.link.round_trip(id, method, traced.as_ref().or(params), on_message, flight);
         self.server.metrics.request_duration.observe(started.elapsed());

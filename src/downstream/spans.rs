@@ -10,14 +10,12 @@
 //! stdio server has, and in the `traceparent` and `tracestate` headers of
 //! an HTTP request (`http/endpoint.rs` reads it while the request is sent).
 
-use std::borrow::Cow;
 use std::time::Instant;
 
 use serde_json::Value;
-use serde_json::value::RawValue;
 
 use super::error::DownstreamError;
-use crate::protocol::jsonrpc::Message;
+use crate::protocol::jsonrpc::{Message, Params};
 use crate::protocol::spans;
 use crate::runtime::trace::{self, Entered, Span};
 use crate::stats::ServerStats;
@@ -36,29 +34,26 @@ pub(super) struct Sent<'m> {
 /// Starts sending `method` (as `id`, with `params`) to the server at `url`
 /// (none for a child's pipe), on its session `session_id` speaking
 /// `version` (none while it opens): the params to send instead, when the
-/// context goes in their `_meta`. The params' text is asked for only when
-/// the request is traced.
+/// context goes in their `_meta`.
 pub(super) fn sending<'m, 'p>(
     url: Option<&str>,
     session_id: Option<&str>,
     version: Option<&str>,
     method: &'m str,
     id: &Value,
-    params: impl FnOnce() -> Option<Cow<'p, RawValue>>,
-) -> (Sent<'m>, Option<Box<RawValue>>) {
+    params: Option<&Params<'p>>,
+) -> (Sent<'m>, Option<Params<'p>>) {
     let mut sent = Sent { method, started: Instant::now(), span: None, results: None, _outgoing: None };
     if !trace::enabled() {
         return (sent, None);
     }
     let begun = trace::begin(trace::Kind::Client, trace::current());
     let Some(context) = begun.context else { return (sent, None) };
-    let params = params();
-    let params = params.as_deref();
     let traced = spans::with_context(params, &context);
     sent._outgoing = Some(trace::sending(Some(context)));
     let (Some(mut span), Some(config)) = (begun.span, trace::config()) else { return (sent, traced) };
     let arguments = config.capture_arguments.then_some(&config.redact[..]);
-    spans::describe(&mut span, method, Some(id), params, arguments);
+    spans::describe(&mut span, method, Some(id), spans::Target::from_params(params), arguments);
     if let Some(session) = session_id {
         span.set("mcp.session.id", session);
     }

@@ -58,7 +58,8 @@ pub(super) fn received<'m>(stats: &'m Stats, req: &HttpRequest, message: &'m Mes
     received._current = Some(trace::enter(begun.context));
     let (Some(mut span), Some(config)) = (begun.span, trace::config()) else { return Some(received) };
     let arguments = config.capture_arguments.then_some(&config.redact[..]);
-    spans::describe(&mut span, message.method(), message.id.as_ref(), message.params.as_deref(), arguments);
+    let target = spans::Target::of(message.params.as_deref());
+    spans::describe(&mut span, message.method(), message.id.as_ref(), target, arguments);
     if let Some(link) = link {
         span.link(link);
     }

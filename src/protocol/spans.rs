@@ -7,13 +7,12 @@
 //! receives (SERVER), `downstream/spans.rs` for those it sends (CLIENT).
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use super::jsonrpc::Message;
+use super::jsonrpc::{Message, Params};
 use crate::runtime::trace::{Context, Span};
 
 /// The most bytes of arguments or of a result a span carries (opt-in).
@@ -45,13 +44,12 @@ pub(crate) fn meta_context(params: Option<&RawValue>) -> Option<Context> {
 }
 
 /// `params` with `context` in its `_meta` (what was there kept, the trace
-/// keys set to this context's); `None` when they cannot carry it (not an
-/// object, or a `_meta` that is not one): they go as they are.
-pub(crate) fn with_context(params: Option<&RawValue>, context: &Context) -> Option<Box<RawValue>> {
-    let text = params.map_or("null", RawValue::get).trim();
-    let mut members: BTreeMap<Cow<str>, &RawValue> =
-        if text == "null" { BTreeMap::new() } else { serde_json::from_str(text).ok()? };
-    let mut meta: Map<String, Value> = match members.get("_meta") {
+/// keys set to this context's; the other members as they were written);
+/// `None` when they cannot carry it (a `_meta` that is not an object):
+/// they go as they are.
+pub(crate) fn with_context<'a>(params: Option<&Params<'a>>, context: &Context) -> Option<Params<'a>> {
+    let mut params = params.cloned().unwrap_or_default();
+    let mut meta: Map<String, Value> = match params.raw("_meta") {
         Some(raw) => serde_json::from_str(raw.get()).ok()?,
         None => Map::new(),
     };
@@ -62,14 +60,13 @@ pub(crate) fn with_context(params: Option<&RawValue>, context: &Context) -> Opti
             None => meta.remove(key),
         };
     }
-    let meta = serde_json::value::to_raw_value(&meta).ok()?;
-    members.insert(Cow::Borrowed("_meta"), &meta);
-    serde_json::value::to_raw_value(&members).ok()
+    params.set("_meta", &Value::Object(meta));
+    Some(params)
 }
 
 /// What a request is about: the members of its params that name it.
 #[derive(Deserialize, Default)]
-struct Target<'a> {
+pub(crate) struct Target<'a> {
     #[serde(borrow)]
     name: Option<Cow<'a, str>>,
     #[serde(borrow)]
@@ -78,17 +75,29 @@ struct Target<'a> {
     arguments: Option<&'a RawValue>,
 }
 
-/// Names `span` after the request `method` (with `id` and `params`) and
-/// sets its attributes. With `arguments` (the keys to redact), a tool
+impl<'a> Target<'a> {
+    /// Read from params as they came, as text.
+    pub(crate) fn of(params: Option<&'a RawValue>) -> Target<'a> {
+        params.and_then(|p| serde_json::from_str(p.get()).ok()).unwrap_or_default()
+    }
+
+    /// Taken from params already read.
+    pub(crate) fn from_params(params: Option<&'a Params<'_>>) -> Target<'a> {
+        let Some(params) = params else { return Target::default() };
+        Target { name: params.text("name"), uri: params.text("uri"), arguments: params.raw("arguments") }
+    }
+}
+
+/// Names `span` after the request `method` (with `id`, about `target`)
+/// and sets its attributes. With `arguments` (the keys to redact), a tool
 /// call's arguments go on it too.
 pub(crate) fn describe(
     span: &mut Span,
     method: &str,
     id: Option<&Value>,
-    params: Option<&RawValue>,
+    target: Target,
     arguments: Option<&[String]>,
 ) {
-    let target: Target = params.and_then(|p| serde_json::from_str(p.get()).ok()).unwrap_or_default();
     span.set("mcp.method.name", method);
     match id {
         None | Some(Value::Null) => {}
@@ -196,21 +205,20 @@ mod tests {
     fn the_context_goes_into_meta_beside_what_is_there_and_is_read_back() {
         let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
         let context = Context::from_parts(traceparent, Some("v=1"), None).unwrap();
-        let params = RawValue::from_string(
-            json!({"name": "x", "_meta": {"progressToken": 3, "traceparent": "00-old", "baggage": "b=1"}}).to_string(),
-        )
-        .unwrap();
-        let out = with_context(Some(&params), &context).unwrap();
+        let text = r#"{"name": "x", "arguments": {"n": 12345678901234567890}, "_meta": {"progressToken": 3, "traceparent": "00-old", "baggage": "b=1"}}"#;
+        let raw = RawValue::from_string(text.into()).unwrap();
+        let params = Params::read(&raw).unwrap();
+        let out = with_context(Some(&params), &context).unwrap().to_raw();
+        assert!(out.get().contains(r#""arguments":{"n": 12345678901234567890}"#), "the rest as written: {out}");
         let value: Value = serde_json::from_str(out.get()).unwrap();
-        assert_eq!(
-            value,
-            json!({"name": "x", "_meta": {"progressToken": 3, "traceparent": traceparent, "tracestate": "v=1"}})
-        );
+        assert_eq!(value["_meta"], json!({"progressToken": 3, "traceparent": traceparent, "tracestate": "v=1"}));
+        assert_eq!(value["name"], "x");
         assert_eq!(meta_context(Some(&out)), Some(context.clone()));
-        let bare: Value = serde_json::from_str(with_context(None, &context).unwrap().get()).unwrap();
+        let bare: Value = serde_json::from_str(with_context(None, &context).unwrap().to_raw().get()).unwrap();
         assert_eq!(bare, json!({"_meta": {"traceparent": traceparent, "tracestate": "v=1"}}));
-        let list = RawValue::from_string("[1, 2]".into()).unwrap();
-        assert!(with_context(Some(&list), &context).is_none(), "params that are not an object go as they are");
+        let odd = RawValue::from_string(r#"{"_meta": [1, 2]}"#.into()).unwrap();
+        let odd = Params::read(&odd).unwrap();
+        assert!(with_context(Some(&odd), &context).is_none(), "a `_meta` that is not an object goes as it is");
         let without = RawValue::from_string(json!({"_meta": {"progressToken": 1}}).to_string()).unwrap();
         assert_eq!(meta_context(Some(&without)), None);
     }
