@@ -394,50 +394,114 @@ fn buffers_kept_for_large_answers_are_charged_bounded_and_freed_when_calls_stop(
 /// uncharged, while it was written. A session asks for 24 MB and reads
 /// nothing: while mcpgate waits to write the rest, the status page counts
 /// the answer; once the client has read it, the count comes back down.
-#[test]
-fn a_large_answer_held_for_a_client_that_does_not_read_stays_charged() {
-    let _alone = alone();
-    let alpha = Fixture::start("alpha", &[]);
+/// The 24 MB answers below: far past what a body reads free, and past
+/// what the kept buffers keep (`runtime/recycle.rs`), so a charge that
+/// ends with the read shows.
+const HELD_BYTES: u64 = 24_000_000;
+
+/// `fixture_args`' fixture behind mcpgate, with room for a 24 MB answer
+/// and a minute for a client to take it.
+fn gate_for_held_answers(fixture_args: &[&str]) -> (Fixture, Gate) {
+    let alpha = Fixture::start("alpha", fixture_args);
     let gate = Gate::start_for(
         &[&alpha],
         json!({"max_memory_mb": 128, "max_message_bytes": 64 << 20, "client_write_timeout_secs": 60}),
     );
-    let client = gate.open_session();
-    let buffered = || gate.status()["memory"]["buffered_bytes"].as_u64().expect("memory.buffered_bytes");
-    let before = buffered();
-    let bytes: u64 = 24_000_000;
+    (alpha, gate)
+}
+
+/// A call for `alpha__big` of [`HELD_BYTES`] (as a JSON-RPC error when
+/// `as_error`), sent in `session` on a connection the test does not read.
+fn send_big_call(gate: &Gate, session: &str, as_error: bool) -> TcpStream {
     let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                      "params": {"name": "alpha__big", "arguments": {"bytes": bytes}}});
+                      "params": {"name": "alpha__big", "arguments": {"bytes": HELD_BYTES, "as_error": as_error}}});
     let host = gate.addr.to_string();
     let headers = [
         ("Host", host.as_str()),
         ("Connection", "close"),
         ("Content-Type", "application/json"),
         ("Accept", "application/json, text/event-stream"),
-        ("Mcp-Session-Id", client.session.as_deref().expect("a session")),
+        ("Mcp-Session-Id", session),
         ("MCP-Protocol-Version", PROTOCOL),
     ];
-    let mut stream = send(gate.addr, &http_request("POST", "/mcp", &headers, call.to_string().as_bytes()));
+    send(gate.addr, &http_request("POST", "/mcp", &headers, call.to_string().as_bytes()))
+}
+
+/// The answer a server gave to the call on `stream`, which its client
+/// does not read: charged as it is read, still charged while mcpgate
+/// holds it for the client, and given back once the client reads it.
+fn assert_held_answer_stays_charged(gate: &Gate, what: &str, mut stream: TcpStream, before: u64) {
+    let buffered = || buffered_bytes(gate);
     // Charged as it is read; then the sockets take some megabytes, and
     // mcpgate holds the answer while it waits to write the rest.
-    let read = wait_until(Duration::from_secs(30), || buffered() >= before + bytes);
+    let read = wait_until(Duration::from_secs(30), || buffered() >= before + HELD_BYTES);
     std::thread::sleep(Duration::from_secs(2));
     let held = buffered();
     let (answer, ending) = read_until_closed(&mut stream, Duration::from_secs(60));
     let back = wait_until(Duration::from_secs(10), || buffered() < before + MB);
     eprintln!(
-        "an answer of {} held for a client that did not read: buffered {} before, {} 2 s after it was read \
+        "{what} of {} held for a client that did not read: buffered {} before, {} 2 s after it was read \
          (read: {read}), {} after the client read it",
-        mb(bytes),
+        mb(HELD_BYTES),
         mb(before),
         mb(held),
         mb(buffered())
     );
-    assert!(read, "the answer was not charged as it was read");
-    assert!(held >= before + bytes, "the answer held for the client was not charged: {}", mb(held));
-    assert_ne!(ending, Ending::TimedOut, "the answer did not end");
-    assert!(answer.len() as u64 > bytes, "the client got {} bytes", answer.len());
-    assert!(back, "the charge did not come back once the answer was read: {}", mb(buffered()));
+    assert!(read, "{what}: the answer was not charged as it was read");
+    assert!(held >= before + HELD_BYTES, "{what}: the answer held for the client was not charged: {}", mb(held));
+    assert_ne!(ending, Ending::TimedOut, "{what}: the answer did not end");
+    assert!(answer.len() as u64 > HELD_BYTES, "{what}: the client got {} bytes", answer.len());
+    assert!(back, "{what}: the charge did not come back once the answer was read: {}", mb(buffered()));
+}
+
+fn buffered_bytes(gate: &Gate) -> u64 {
+    gate.status()["memory"]["buffered_bytes"].as_u64().expect("memory.buffered_bytes")
+}
+
+/// A session's call for [`HELD_BYTES`] of `alpha__big` (`as_error` or
+/// not) to a fixture started with `fixture_args`, its answer held for a
+/// client that does not read: [`assert_held_answer_stays_charged`].
+fn session_answer_stays_charged(fixture_args: &[&str], as_error: bool, what: &str) {
+    let _alone = alone();
+    let (_alpha, gate) = gate_for_held_answers(fixture_args);
+    let client = gate.open_session();
+    let before = buffered_bytes(&gate);
+    let stream = send_big_call(&gate, client.session.as_deref().expect("a session"), as_error);
+    assert_held_answer_stays_charged(&gate, what, stream, before);
+}
+
+#[test]
+fn a_large_answer_held_for_a_client_that_does_not_read_stays_charged() {
+    session_answer_stays_charged(&[], false, "a JSON result");
+}
+
+/// What a server's answer carries besides a result (an error's `data`)
+/// was copied out of the body it came in, and the body's charge ended
+/// with the read: a server's 24 MB error, held for a slow client, was
+/// not charged at all.
+#[test]
+fn a_large_error_held_for_a_client_that_does_not_read_stays_charged() {
+    session_answer_stays_charged(&[], true, "a JSON-RPC error");
+}
+
+/// An answer that came as an SSE event was charged while the event was
+/// read, and no longer once it was handed on.
+#[test]
+fn a_large_answer_that_came_as_an_event_stays_charged() {
+    session_answer_stays_charged(&["--sse"], false, "a result in an SSE event");
+}
+
+/// A 2026-07-28 server answers an error with HTTP 400 and the JSON-RPC
+/// error in the body, which was parsed by copy and not charged.
+#[test]
+fn a_large_error_of_a_2026_server_stays_charged() {
+    let _alone = alone();
+    let (_alpha, gate) = gate_for_held_answers(&["--modern"]);
+    let client = Modern::new(&gate.url());
+    let before = buffered_bytes(&gate);
+    let arguments = json!({"bytes": HELD_BYTES, "as_error": true});
+    let stream = client.open(json!(1), "tools/call", json!({"name": "alpha__big", "arguments": arguments}));
+    assert_held_answer_stays_charged(&gate, "a 2026-07-28 server's 400", stream, before);
 }
 
 /// A peer must not be able to turn mcpgate's log into a disk filler: a

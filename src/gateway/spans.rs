@@ -144,6 +144,7 @@ fn answer_of(body: &ReplyBody) -> Option<Message> {
             params: None,
             result: Some(result.clone()),
             error: None,
+            held: None,
         }),
         _ => None,
     }

@@ -92,7 +92,14 @@ impl PostStream<'_> {
             Outcome::Forwarded(Message { result: Some(result), .. }) if self.stream.is_none() => {
                 HttpReply::answer(id, result)
             }
-            outcome => self.finish(answer_bytes(id, outcome)),
+            mut outcome => {
+                // A server's answer, copied into the answer's bytes, brings the charge of the body it came in.
+                let held = match &mut outcome {
+                    Outcome::Forwarded(answer) => answer.take_held(),
+                    _ => None,
+                };
+                self.finish(answer_bytes(id, outcome)).holding(held)
+            }
         }
     }
 
@@ -166,7 +173,7 @@ impl BatchAnswer {
             return HttpReply::accepted();
         }
         self.bytes.push(b']');
-        HttpReply::json(200, self.bytes).holding(self.charge)
+        HttpReply::json(200, self.bytes).holding(Some(self.charge))
     }
 }
 

@@ -236,9 +236,10 @@ impl HttpReply {
         HttpReply { status: 200, headers: Vec::new(), body: ReplyBody::Stream(stream), held: None }
     }
 
-    /// The body's charge against `max_memory_mb`, kept until it is written.
-    pub(crate) fn holding(mut self, charge: Charge) -> HttpReply {
-        self.held = Some(charge);
+    /// The body's charge against `max_memory_mb` (if it has one), kept
+    /// until it is written.
+    pub(crate) fn holding(mut self, charge: Option<Charge>) -> HttpReply {
+        self.held = charge;
         self
     }
 

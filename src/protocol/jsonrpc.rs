@@ -37,6 +37,10 @@ pub struct Message {
     pub params: Option<Box<RawValue>>,
     pub result: Option<Json>,
     pub error: Option<Box<RawValue>>,
+    /// What the params or error, copied out of a body read under a charge,
+    /// hold against `max_memory_mb` (a server's request, or its error's
+    /// `data`): the body's charge, cut to their size. Shared by clones.
+    pub(crate) held: Option<Arc<Charge>>,
 }
 
 /// JSON text as a message carried it, checked when the message was read:
@@ -259,21 +263,18 @@ impl Message {
 
     /// [`Message::parse_owned`] of a body read under `charge`: a result
     /// kept in the body keeps the charge until the last of it is dropped.
-    /// Without a result, the charge ends here, with the body.
+    /// Without a result, what the params or error hold of it goes with
+    /// the message ([`Message::take_held`]), and the rest ends here.
     pub(crate) fn parse_charged(body: Vec<u8>, charge: Charge) -> Result<Message, RpcError> {
         match String::from_utf8(body) {
-            Ok(text) => Message::parse_text_charged(text, charge),
+            Ok(text) => Message::parse_text(text, charge),
             // Not UTF-8: the same error as `parse` gives.
             Err(e) => Message::parse(e.as_bytes()),
         }
     }
 
-    /// [`Message::parse_owned`] of text (an SSE event's data).
-    pub(crate) fn parse_text(text: String) -> Result<Message, RpcError> {
-        Message::parse_text_charged(text, Charge::empty())
-    }
-
-    fn parse_text_charged(text: String, charge: Charge) -> Result<Message, RpcError> {
+    /// [`Message::parse_charged`] of text (an SSE event's data).
+    pub(crate) fn parse_text(text: String, charge: Charge) -> Result<Message, RpcError> {
         if text.len() >= CHECKED_APART
             && let Some(span) = validate::result_span(&text)
             && let Some(b'{' | b'[') = text.as_bytes().get(span.start)
@@ -281,14 +282,46 @@ impl Message {
         {
             return Message::parse_around(text, span, charge);
         }
-        let body = Arc::new(Body { text, charge });
+        let mut body = Arc::new(Body { text, charge });
         let read: Read = serde_json::from_str(&body).map_err(parse_error)?;
         // Where the result lies in the body: it was read from it.
         let result = read.result.map(|raw| {
             let start = raw.get().as_ptr() as usize - body.as_ptr() as usize;
             Json(JsonText::Part(body.clone(), start..start + raw.get().len()))
         });
-        Message::of(read, result)
+        let mut message = Message::of(read, result)?;
+        // No result keeps the body: what was copied out of it keeps its charge.
+        if let Some(body) = Arc::get_mut(&mut body) {
+            message.hold(std::mem::replace(&mut body.charge, Charge::empty()));
+        }
+        Ok(message)
+    }
+
+    /// Keeps as much of `charge` (what the body was charged as it was
+    /// read) as the parts copied out of it hold, and gives back the rest.
+    pub(crate) fn hold(&mut self, mut charge: Charge) {
+        let result = match &self.result {
+            Some(Json(JsonText::Own(text))) => text.len(),
+            _ => 0,
+        };
+        let copied = [&self.params, &self.error].into_iter().flatten().map(|raw| raw.get().len()).sum::<usize>();
+        charge.shrink_to(copied + result);
+        if charge.bytes() > 0 {
+            self.held = Some(Arc::new(charge));
+        }
+    }
+
+    /// The charge of what this message holds of the body it was read
+    /// from (its result in it, or what was copied out), for whatever is
+    /// made of it next: the answer written to a client. None while
+    /// another part or clone shares it.
+    pub(crate) fn take_held(&mut self) -> Option<Charge> {
+        if let Some(Json(JsonText::Part(body, _))) = &mut self.result
+            && let Some(body) = Arc::get_mut(body)
+        {
+            return Some(std::mem::replace(&mut body.charge, Charge::empty()));
+        }
+        self.held.take().and_then(|held| Arc::try_unwrap(held).ok())
     }
 
     /// [`Message::parse_text`] of a message whose result `validate` checked
@@ -301,8 +334,12 @@ impl Message {
         rest.push('0');
         rest.push_str(&text[span.end..]);
         let read: Read = serde_json::from_str(&rest).map_err(parse_error)?;
-        let result = read.result.is_some().then(|| Json(JsonText::Part(Arc::new(Body { text, charge }), span)));
-        Message::of(read, result)
+        if read.result.is_none() {
+            let mut message = Message::of(read, None)?;
+            message.hold(charge);
+            return Ok(message);
+        }
+        Message::of(read, Some(Json(JsonText::Part(Arc::new(Body { text, charge }), span))))
     }
 
     /// The message read, owning what it keeps; refused unless JSON-RPC allows its shape.
@@ -315,6 +352,7 @@ impl Message {
             params: own(read.params),
             result,
             error: own(read.error),
+            held: None,
         };
         message.kind()?;
         Ok(message)
@@ -641,12 +679,34 @@ mod tests {
             drop(result);
             assert!(memory::used().abs_diff(before) < GIB / 4, "{size}: given back with the last part");
         }
-        // Without a result nothing of the body is kept, nor its charge.
+        // Without a result the body is not kept: what was copied out of it
+        // (an error, a server's request) keeps that much of its charge.
         let before = memory::used();
         let error = br#"{"jsonrpc":"2.0","id":1,"error":{"code":-1,"message":"no"}}"#.to_vec();
-        let message = Message::parse_charged(error, Charge::new(GIB).expect("room")).unwrap();
+        let mut message = Message::parse_charged(error, Charge::new(GIB).expect("room")).unwrap();
         assert!(memory::used().abs_diff(before) < GIB / 4);
-        drop(message);
+        let copied = r#"{"code":-1,"message":"no"}"#.len();
+        assert_eq!(message.held.as_ref().map(|c| c.bytes()), Some(copied));
+        let request = format!(
+            r#"{{"jsonrpc":"2.0","id":2,"method":"sampling/createMessage","params":{{"t":"{}"}}}}"#,
+            "y".repeat(8_000)
+        );
+        let asked = Message::parse_charged(request.into_bytes(), Charge::new(GIB).expect("room")).unwrap();
+        assert_eq!(asked.held.as_ref().map(|c| c.bytes()), Some(8_008));
+        // Taken for the answer written from it, the charge leaves the message.
+        let held = message.take_held().expect("the error's charge");
+        assert_eq!((held.bytes(), message.held.is_none()), (copied, true));
+        // A result's body gives up its charge likewise, unless a part of it is shared.
+        let body = format!(r#"{{"jsonrpc":"2.0","id":1,"result":{{"text":"{}"}}}}"#, "x".repeat(8_000));
+        let mut answer = Message::parse_charged(body.into_bytes(), Charge::new(GIB).expect("room")).unwrap();
+        let shared = answer.result.clone();
+        assert!(answer.take_held().is_none(), "shared with a clone of its result");
+        drop(shared);
+        let taken = answer.take_held();
+        assert_eq!(taken.as_ref().map(Charge::bytes), Some(GIB));
+        assert!(memory::used().abs_diff(before + GIB + copied + 8_008) < GIB / 4);
+        drop((held, taken, answer, asked, message));
+        assert!(memory::used().abs_diff(before) < GIB / 4);
     }
 
     #[test]

@@ -65,6 +65,16 @@ impl<R: BufRead> Decoder<R> {
         Ok(())
     }
 
+    /// The charge of the event last returned, grown to the `len` bytes of
+    /// its data (its first 64 KiB were read free), for what is made of
+    /// it: held as long as that lives. Not taken, it is given back when
+    /// the next event is read.
+    pub fn charge_for(&mut self, len: usize) -> Charge {
+        let mut charge = std::mem::replace(&mut self.charge, Charge::empty());
+        charge.grow_ahead(len.saturating_sub(charge.bytes()));
+        charge
+    }
+
     /// The next event block, `Ok(None)` at the end of the stream. A block
     /// cut off by the end of the stream is dropped, as the SSE rules say.
     pub fn next_event(&mut self) -> io::Result<Option<Event>> {

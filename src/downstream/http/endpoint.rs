@@ -470,9 +470,11 @@ impl Endpoint {
             }
             // The 2026-07-28 era answers errors with 400 or 404 and the JSON-RPC error in the body.
             400..=499 if exchange.version == crate::protocol::stateless::VERSION && json => {
-                let (bytes, _held) = self.read_message(response)?;
+                let (bytes, held) = self.read_message(response)?;
                 match Message::parse(&bytes) {
-                    Ok(message) if message.kind() == Ok(Kind::Response) && message.id.as_ref() == Some(id) => {
+                    Ok(mut message) if message.kind() == Ok(Kind::Response) && message.id.as_ref() == Some(id) => {
+                        // Copied out of the body: the body's charge goes with it.
+                        message.hold(held);
                         Ok(message)
                     }
                     _ => Err(DownstreamError::Status { status, detail: String::from_utf8_lossy(&bytes).into() }),
@@ -509,7 +511,8 @@ impl Endpoint {
                             continue;
                         }
                         exchange.flight.heard();
-                        let message = Message::parse_text(event.data).map_err(|e| {
+                        let charge = decoder.charge_for(event.data.len());
+                        let message = Message::parse_text(event.data, charge).map_err(|e| {
                             DownstreamError::Protocol(format!("invalid JSON-RPC in the SSE stream: {}", e.message))
                         })?;
                         match message.kind() {

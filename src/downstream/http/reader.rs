@@ -246,7 +246,8 @@ impl Stream {
                     if event.data.trim().is_empty() {
                         continue;
                     }
-                    match Message::parse_text(event.data) {
+                    let charge = decoder.charge_for(event.data.len());
+                    match Message::parse_text(event.data, charge) {
                         Ok(message) => match self.inbox.upgrade() {
                             Some(inbox) => inbox.deliver(&self.server, message),
                             None => return Ended::Final,

@@ -93,7 +93,8 @@ pub(super) fn read(
                     limited!(warn, "server `{name}`: a message before its `endpoint` event; ignored");
                     continue;
                 }
-                match Message::parse_text(event.data) {
+                let charge = decoder.charge_for(event.data.len());
+                match Message::parse_text(event.data, charge) {
                     Ok(message) => hand_over(server, calls, &answers, message),
                     Err(e) => {
                         limited!(

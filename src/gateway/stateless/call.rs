@@ -78,6 +78,12 @@ pub(super) fn finish_with(
     streaming: Option<()>,
     hints: CacheHints,
 ) -> HttpReply {
+    // A server's answer brings the charge of the body it came in: held by the reply until written.
+    let mut outcome = outcome;
+    let held = match &mut outcome {
+        Outcome::Forwarded(answer) => answer.take_held(),
+        _ => None,
+    };
     let (bytes, status) = match outcome {
         // Complete as it came (a server of this era's call result): passed on unparsed, and
         // when not a stream, written around the server's bytes rather than copied.
@@ -87,7 +93,8 @@ pub(super) fn finish_with(
             return match streaming {
                 Some(()) => HttpReply::sse(sse::encode(None, &jsonrpc::result_text(id, &result))),
                 None => HttpReply::answer(id, result),
-            };
+            }
+            .holding(held);
         }
         Outcome::Result(Value::Object(mut result)) => {
             stateless::complete_result(method, &mut result, hints);
@@ -115,10 +122,11 @@ pub(super) fn finish_with(
         // Cancelled: its client is gone.
         Outcome::Cancelled => return HttpReply::empty(200),
     };
-    match streaming {
+    let reply = match streaming {
         Some(()) => HttpReply::sse(sse::encode(None, &bytes)),
         None => HttpReply::json(status, bytes),
-    }
+    };
+    reply.holding(held)
 }
 
 /// The level of a `notifications/message`, read from the message as it

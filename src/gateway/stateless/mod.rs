@@ -431,6 +431,7 @@ impl Stateless {
             params: message.params.clone(),
             result: None,
             error: None,
+            held: None,
         };
         let (server, mut params) = self.target(g, pool, &call, params)?;
         if server.era() != Some(stateless::VERSION) {

@@ -258,6 +258,7 @@ impl Tasks<'_> {
             params: Some(params.text_as_sent().into_owned()),
             result: None,
             error: None,
+            held: None,
         };
         dispatch::call(pool, server, &call, &params, &mut Quiet, &self.settings)
     }
