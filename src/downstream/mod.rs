@@ -655,7 +655,8 @@ impl Server {
         inbox: Weak<dyn Inbox>,
     ) -> Result<Arc<Downstream>, DownstreamError> {
         let id = Value::from(0);
-        let params = Params::read(init_params).ok();
+        // Read for the trace context only: untraced, the text goes as it is.
+        let params = crate::runtime::trace::enabled().then(|| Params::read(init_params).ok()).flatten();
         let (sent, traced) = spans::sending(self.config.url(), None, None, "initialize", &id, params.as_ref());
         let traced = traced.map(|p| p.to_raw());
         let body = jsonrpc::request(&id, "initialize", Some(traced.as_deref().unwrap_or(init_params)));

@@ -11,6 +11,7 @@ use serde_json::{Map, Value};
 
 use crate::downstream::Server;
 use crate::protocol::jsonrpc::{Message, RpcError};
+use crate::runtime::memory::Charge;
 use crate::session::Session;
 
 /// What answers a JSON-RPC request: a result built here, an error, a
@@ -21,6 +22,17 @@ pub(super) enum Outcome {
     Error(RpcError),
     Forwarded(Message),
     Cancelled,
+}
+
+impl Outcome {
+    /// The charge of the body a server's answer came in, for the reply
+    /// made from it to hold until it is written ([`Message::take_held`]).
+    pub(super) fn take_held(&mut self) -> Option<Charge> {
+        match self {
+            Outcome::Forwarded(answer) => answer.take_held(),
+            _ => None,
+        }
+    }
 }
 
 impl From<RpcError> for Outcome {

@@ -46,19 +46,16 @@ const EXAMPLES: usize = 5;
 /// `arguments` from its arguments; `_meta` (the progress token) and `task`
 /// kept as the client wrote them.
 pub(super) fn unwrap_call<'p>(mut params: Params<'p>) -> Result<Params<'p>, RpcError> {
+    let needs = |why: &dyn std::fmt::Display| {
+        RpcError::invalid_params(format!(
+            "{CALL_TOOL} needs `arguments` with `name`, the tool's name as {FIND_TOOLS} gave it{why}"
+        ))
+    };
     let inner = match params.object("arguments") {
         Some(Ok(inner)) => inner,
         // Not an object, or a name in it twice: serde says which.
-        Some(Err(e)) => {
-            return Err(RpcError::invalid_params(format!(
-                "{CALL_TOOL} needs `arguments` with `name`, the tool's name as {FIND_TOOLS} gave it: {e}"
-            )));
-        }
-        None => {
-            return Err(RpcError::invalid_params(format!(
-                "{CALL_TOOL} needs `arguments` with `name`, the tool's name as {FIND_TOOLS} gave it"
-            )));
-        }
+        Some(Err(e)) => return Err(needs(&format_args!(": {e}"))),
+        None => return Err(needs(&"")),
     };
     let Some(name) = inner.str("name") else {
         return Err(RpcError::invalid_params(format!(

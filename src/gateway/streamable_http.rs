@@ -94,10 +94,7 @@ impl PostStream<'_> {
             }
             mut outcome => {
                 // A server's answer, copied into the answer's bytes, brings the charge of the body it came in.
-                let held = match &mut outcome {
-                    Outcome::Forwarded(answer) => answer.take_held(),
-                    _ => None,
-                };
+                let held = outcome.take_held();
                 self.finish(answer_bytes(id, outcome)).holding(held)
             }
         }

@@ -37,9 +37,9 @@ pub struct Message {
     pub params: Option<Box<RawValue>>,
     pub result: Option<Json>,
     pub error: Option<Box<RawValue>>,
-    /// What the params or error, copied out of a body read under a charge,
-    /// hold against `max_memory_mb` (a server's request, or its error's
-    /// `data`): the body's charge, cut to their size. Shared by clones.
+    /// What the parts copied out of a body read under a charge (params,
+    /// error, a copied result) hold against `max_memory_mb`: the body's
+    /// charge, cut to their size ([`Message::hold`]). Shared by clones.
     pub(crate) held: Option<Arc<Charge>>,
 }
 

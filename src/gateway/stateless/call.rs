@@ -74,16 +74,12 @@ pub(super) fn own_hints(private: bool, ttl_ms: u64) -> CacheHints {
 pub(super) fn finish_with(
     id: &Value,
     method: &str,
-    outcome: Outcome,
+    mut outcome: Outcome,
     streaming: Option<()>,
     hints: CacheHints,
 ) -> HttpReply {
     // A server's answer brings the charge of the body it came in: held by the reply until written.
-    let mut outcome = outcome;
-    let held = match &mut outcome {
-        Outcome::Forwarded(answer) => answer.take_held(),
-        _ => None,
-    };
+    let held = outcome.take_held();
     let (bytes, status) = match outcome {
         // Complete as it came (a server of this era's call result): passed on unparsed, and
         // when not a stream, written around the server's bytes rather than copied.
